@@ -1,0 +1,35 @@
+# sharedcontent — see README.md.
+GO        ?= go
+BIN       ?= bin
+PKGS      := ./...
+BINARIES  := containerd-sharedcontent sharedcontent-lockserver
+
+.PHONY: all build test bench demo lint check e2e clean $(BINARIES)
+
+all: build
+
+build: $(BINARIES)
+
+containerd-sharedcontent sharedcontent-lockserver:
+	$(GO) build -trimpath -o $(BIN)/$@ ./cmd/$@
+
+# Unit and in-process integration tests, always with the race detector.
+# Fuzz targets run their seed corpus here.
+test:
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+# Go benchmarks of the coordinator (HTTP on loopback) and the client.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3s ./lockserver/ ./lockclient/
+
+demo:
+	$(GO) run ./cmd/sharedcontent-demo
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+check: lint
+
+clean:
+	rm -rf $(BIN) .cache

@@ -1,0 +1,64 @@
+package refcount
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/containerd/errdefs"
+	bolt "go.etcd.io/bbolt"
+)
+
+// MetaStore keeps small named counters next to the reference counts, in the
+// same database, such as the lock server's fence high-water mark. It is safe
+// for concurrent use, and a Put is durable when it returns. Like Storage, it
+// returns ctx.Err() when ctx is already done.
+type MetaStore interface {
+	// GetUint64 returns the value of key, or 0 and a nil error when key was
+	// never put.
+	GetUint64(ctx context.Context, key string) (uint64, error)
+	// PutUint64 sets key to v. An empty key is an error wrapping
+	// errdefs.ErrInvalidArgument.
+	PutUint64(ctx context.Context, key string, v uint64) error
+}
+
+// GetUint64 implements MetaStore. A stored value that is not 8 bytes is an
+// error wrapping errdefs.ErrDataLoss.
+func (s *BoltStorage) GetUint64(ctx context.Context, key string) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var v uint64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(metaBucket).Get([]byte(key))
+		if b == nil {
+			return nil
+		}
+		if len(b) != 8 {
+			return fmt.Errorf("stored value is %d bytes, want 8: %w", len(b), errdefs.ErrDataLoss)
+		}
+		v = binary.BigEndian.Uint64(b)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("meta %s: %w", key, err)
+	}
+	return v, nil
+}
+
+// PutUint64 implements MetaStore.
+func (s *BoltStorage) PutUint64(ctx context.Context, key string, v uint64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if key == "" {
+		return fmt.Errorf("meta: empty key: %w", errdefs.ErrInvalidArgument)
+	}
+	err := s.db.Batch(func(tx *bolt.Tx) error {
+		return tx.Bucket(metaBucket).Put([]byte(key), binary.BigEndian.AppendUint64(nil, v))
+	})
+	if err != nil {
+		return fmt.Errorf("meta %s: put: %w", key, err)
+	}
+	return nil
+}

@@ -1,0 +1,103 @@
+package refcount
+
+import (
+	"slices"
+	"sort"
+)
+
+// OperationType is the kind of operation on a shared resource. It is also
+// the lock type of the lock server.
+type OperationType string
+
+// The three operations.
+const (
+	// OperationPull fetches a resource; on success the node references it.
+	OperationPull OperationType = "pull"
+	// OperationUpdate changes a resource's metadata; references are unchanged.
+	OperationUpdate OperationType = "update"
+	// OperationDelete removes a resource; it is allowed only when no other
+	// node references it, and on success the resource's entry is dropped.
+	OperationDelete OperationType = "delete"
+)
+
+// Valid reports whether t is one of the three operation types.
+func (t OperationType) Valid() bool {
+	switch t {
+	case OperationPull, OperationUpdate, OperationDelete:
+		return true
+	}
+	return false
+}
+
+// ReferenceCount is the set of nodes that reference one resource. Count is
+// always len(Nodes): a node that pulls twice counts once. The zero value is
+// an empty set ready to use.
+type ReferenceCount struct {
+	Count int                 `json:"count"`
+	Nodes map[string]struct{} `json:"-"`
+}
+
+// Has reports whether node references the resource.
+func (r *ReferenceCount) Has(node string) bool {
+	_, ok := r.Nodes[node]
+	return ok
+}
+
+// Add adds node to the set and reports whether it was new.
+func (r *ReferenceCount) Add(node string) bool {
+	if r.Has(node) {
+		return false
+	}
+	if r.Nodes == nil {
+		r.Nodes = make(map[string]struct{})
+	}
+	r.Nodes[node] = struct{}{}
+	r.Count = len(r.Nodes)
+	return true
+}
+
+// Remove removes node from the set and reports whether it was there.
+func (r *ReferenceCount) Remove(node string) bool {
+	if !r.Has(node) {
+		return false
+	}
+	delete(r.Nodes, node)
+	r.Count = len(r.Nodes)
+	return true
+}
+
+// NodeList returns the nodes in sorted order.
+func (r ReferenceCount) NodeList() []string {
+	out := make([]string, 0, len(r.Nodes))
+	for n := range r.Nodes {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Others returns the sorted nodes other than node.
+func (r ReferenceCount) Others(node string) []string {
+	return slices.DeleteFunc(r.NodeList(), func(n string) bool { return n == node })
+}
+
+// Clone returns a deep copy.
+func (r ReferenceCount) Clone() ReferenceCount {
+	c := ReferenceCount{Count: r.Count}
+	if r.Nodes != nil {
+		c.Nodes = make(map[string]struct{}, len(r.Nodes))
+		for n := range r.Nodes {
+			c.Nodes[n] = struct{}{}
+		}
+	}
+	return c
+}
+
+// New returns the set of the given nodes.
+func New(nodes ...string) ReferenceCount {
+	var r ReferenceCount
+	for _, n := range nodes {
+		r.Add(n)
+	}
+	return r
+}

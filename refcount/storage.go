@@ -1,0 +1,50 @@
+package refcount
+
+import "context"
+
+// Storage persists reference counts by resource ID. Implementations are safe
+// for concurrent use. A mutation is durable when it returns (for the
+// implementations that persist at all).
+//
+// Every method but Close returns ctx.Err() when ctx is already done; a
+// mutation that has started is not interrupted. Values are copied in and out:
+// changing the ReferenceCount passed to Set, or one returned by Get or List,
+// never changes what is stored. A stored Count is always len(Nodes).
+type Storage interface {
+	// Get returns the resource's reference count, or an error wrapping
+	// errdefs.ErrNotFound when the resource has no entry.
+	Get(ctx context.Context, resourceID string) (ReferenceCount, error)
+	// Set stores rc as the resource's entry. An empty set is stored as is;
+	// use Delete to drop an entry. An empty resourceID is an error wrapping
+	// errdefs.ErrInvalidArgument.
+	Set(ctx context.Context, resourceID string, rc ReferenceCount) error
+	// Delete drops the resource's entry. Deleting an absent entry is not an
+	// error.
+	Delete(ctx context.Context, resourceID string) error
+	// List calls fn for every entry, in resource ID order, until fn returns
+	// an error, which List returns. fn sees a snapshot taken when List
+	// starts and is called with no lock held, so it may call the Storage.
+	List(ctx context.Context, fn func(resourceID string, rc ReferenceCount) error) error
+	// Close releases the storage.
+	Close() error
+}
+
+// entry is one resource's reference count in a List snapshot.
+type entry struct {
+	id string
+	rc ReferenceCount
+}
+
+// visit calls fn on each entry in order. It stops at the first error from fn,
+// or when ctx is done, and returns that error.
+func visit(ctx context.Context, entries []entry, fn func(string, ReferenceCount) error) error {
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(e.id, e.rc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
