@@ -1,0 +1,195 @@
+package api
+
+import (
+	"github.com/sharedcontent/sharedcontent/refcount"
+)
+
+// OperationType is the kind of lock: pull, update or delete. It is the same
+// type the refcount callback API uses.
+type OperationType = refcount.OperationType
+
+// The three lock types.
+const (
+	OperationPull   = refcount.OperationPull
+	OperationUpdate = refcount.OperationUpdate
+	OperationDelete = refcount.OperationDelete
+)
+
+// Limits on request fields.
+const (
+	// MaxResourceIDLen bounds resource_id (a digest is 71 bytes).
+	MaxResourceIDLen = 512
+	// MaxIDLen bounds node_id, request_id and lease_id.
+	MaxIDLen = 256
+	// MaxBodyBytes bounds every request body. Real bodies are a few hundred bytes.
+	MaxBodyBytes = 1 << 20
+)
+
+// LockRequest is the body of POST /lock.
+type LockRequest struct {
+	Type       OperationType `json:"type"`
+	ResourceID string        `json:"resource_id"`
+	NodeID     string        `json:"node_id"`
+	// RequestID makes the call idempotent: a retry with the same ID gets the
+	// same grant or queue entry instead of queuing behind itself. The server
+	// generates one when empty and returns it.
+	RequestID string `json:"request_id,omitempty"`
+	// Wait asks to be queued when the lock is held. Nil means the server's
+	// default (allow_multi_node_download).
+	Wait *bool `json:"wait,omitempty"`
+}
+
+// LockResponse is the answer to POST /lock, and the payload of SSE "state"
+// and "granted" events for a request.
+type LockResponse struct {
+	RequestID  string `json:"request_id"`
+	Acquired   bool   `json:"acquired"`
+	Skip       bool   `json:"skip"`
+	Queued     bool   `json:"queued"`
+	Position   int    `json:"position,omitempty"`
+	LeaseID    string `json:"lease_id,omitempty"`
+	Fence      uint64 `json:"fence,omitempty"`
+	LeaseTTLMs int64  `json:"lease_ttl_ms,omitempty"`
+}
+
+// UnlockRequest is the body of POST /unlock. Only the holder of LeaseID may
+// release; the call is idempotent for the same lease and outcome.
+type UnlockRequest struct {
+	Type       OperationType `json:"type"`
+	ResourceID string        `json:"resource_id"`
+	LeaseID    string        `json:"lease_id"`
+	Success    bool          `json:"success"`
+	// Error is the holder's failure message, for logs and operators.
+	Error string `json:"error,omitempty"`
+}
+
+// UnlockResponse is the answer to POST /unlock.
+type UnlockResponse struct {
+	Released bool `json:"released"`
+}
+
+// KeepaliveRequest is the body of POST /lock/keepalive.
+type KeepaliveRequest struct {
+	Type       OperationType `json:"type"`
+	ResourceID string        `json:"resource_id"`
+	LeaseID    string        `json:"lease_id"`
+}
+
+// KeepaliveResponse is the answer to POST /lock/keepalive.
+type KeepaliveResponse struct {
+	LeaseTTLMs int64 `json:"lease_ttl_ms"`
+}
+
+// CancelRequest is the body of POST /lock/cancel: a waiter leaving its queue
+// (or giving back a grant it received but no longer wants).
+type CancelRequest struct {
+	Type       OperationType `json:"type"`
+	ResourceID string        `json:"resource_id"`
+	RequestID  string        `json:"request_id"`
+}
+
+// RefsAddRequest is the body of POST /refs/add.
+type RefsAddRequest struct {
+	ResourceID string `json:"resource_id"`
+	NodeID     string `json:"node_id"`
+}
+
+// RefsResponse is the answer to GET /refs and POST /refs/add, and the extra
+// detail of an in_use error.
+type RefsResponse struct {
+	ResourceID string   `json:"resource_id"`
+	Count      int      `json:"count"`
+	Nodes      []string `json:"nodes"`
+}
+
+// Holder describes the current grant of a key.
+type Holder struct {
+	NodeID     string `json:"node_id"`
+	RequestID  string `json:"request_id"`
+	Fence      uint64 `json:"fence"`
+	AcquiredAt string `json:"acquired_at"`
+	Claimed    bool   `json:"claimed"`
+}
+
+// Waiter is one entry of a key's FIFO queue.
+type Waiter struct {
+	NodeID    string `json:"node_id"`
+	RequestID string `json:"request_id"`
+	QueuedAt  string `json:"queued_at"`
+}
+
+// Completion is a retained successful pull or delete.
+type Completion struct {
+	NodeID      string `json:"node_id"`
+	CompletedAt string `json:"completed_at"`
+}
+
+// StatusResponse is the answer to GET /lock/status and the payload of the
+// first SSE event. Request is filled when the query names a request_id.
+type StatusResponse struct {
+	Type       OperationType `json:"type"`
+	ResourceID string        `json:"resource_id"`
+	Holder     *Holder       `json:"holder,omitempty"`
+	Completed  *Completion   `json:"completed,omitempty"`
+	Queue      []Waiter      `json:"queue"`
+	// Request is the state of the request named in the query: its grant
+	// (Acquired and lease), its skip, or its queue position. A request the
+	// server does not know has none of them set.
+	Request *LockResponse `json:"request,omitempty"`
+}
+
+// Event names of the /lock/subscribe stream.
+const (
+	// EventState is the first event: a StatusResponse of the key now.
+	EventState = "state"
+	// EventGranted goes to the waiter that now holds the lock (a LockResponse
+	// with its lease), and to watchers.
+	EventGranted = "granted"
+	// EventCompleted tells waiters the work succeeded elsewhere: skip.
+	EventCompleted = "completed"
+	// EventReleased tells watchers, and a holder whose grant was revoked,
+	// that a grant ended without success.
+	EventReleased = "released"
+	// EventError ends a waiter's wait with an ErrorResponse (for example a
+	// queued delete that found the resource in use when its turn came).
+	EventError = "error"
+)
+
+// Event is the JSON payload of every SSE event other than "state".
+type Event struct {
+	// Name is the SSE event name (EventGranted, ...).
+	Name       string        `json:"event"`
+	Type       OperationType `json:"type"`
+	ResourceID string        `json:"resource_id"`
+	RequestID  string        `json:"request_id,omitempty"`
+	NodeID     string        `json:"node_id,omitempty"`
+	// Lease is set on granted events addressed to the new holder.
+	Lease *LockResponse `json:"lease,omitempty"`
+	// Success is set on released/completed events.
+	Success bool `json:"success"`
+	// Reason says why a grant ended: "unlock", "expired", "unclaimed", "cancelled".
+	Reason string         `json:"reason,omitempty"`
+	Error  *ErrorResponse `json:"error,omitempty"`
+}
+
+// Error codes of ErrorResponse.Code.
+const (
+	CodeInvalidArgument = "invalid_argument"
+	CodeUnauthorized    = "unauthorized"
+	CodeNotHolder       = "not_holder"
+	CodeNotFound        = "not_found"
+	CodeInUse           = "in_use"
+	CodeLocked          = "locked"
+	CodeDeleting        = "deleting"
+	CodeTooLarge        = "too_large"
+	CodeUnavailable     = "unavailable"
+	CodeInternal        = "internal"
+)
+
+// ErrorResponse is the body of every 4xx/5xx answer.
+type ErrorResponse struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+	// Refs is set with in_use: who still references the resource.
+	Refs *RefsResponse `json:"refs,omitempty"`
+}

@@ -1,0 +1,75 @@
+package lockserver
+
+import (
+	"fmt"
+	"time"
+)
+
+const (
+	// DefaultShards spreads resources so unrelated digests rarely contend.
+	DefaultShards = 32
+	// DefaultLeaseTTL bounds how long a crashed holder delays the others;
+	// clients renew every TTL/3.
+	DefaultLeaseTTL = 15 * time.Second
+	// DefaultCompletedTTL is how long a successful pull or delete is
+	// remembered so that late requesters skip the work.
+	DefaultCompletedTTL = 5 * time.Minute
+	// DefaultClaimTimeout is how long a grant handed to a waiter may stay
+	// unclaimed. It is longer than the clients' 500 ms polling interval.
+	DefaultClaimTimeout = 3 * time.Second
+	// DefaultFenceBlock is how many fences are reserved per persisted
+	// high-water mark write.
+	DefaultFenceBlock = 4096
+)
+
+// Config configures a Locker. The zero value is not valid; start from
+// DefaultConfig.
+type Config struct {
+	// Shards is the number of lock shards (FNV-1a of resource_id).
+	Shards int `toml:"shards"`
+	// LeaseTTL is the lifetime of a grant without keepalive.
+	LeaseTTL time.Duration `toml:"lease_ttl"`
+	// CompletedTTL is how long successful pulls and deletes are retained.
+	CompletedTTL time.Duration `toml:"completed_ttl"`
+	// ClaimTimeout releases grants nobody picked up.
+	ClaimTimeout time.Duration `toml:"claim_timeout"`
+	// AllowMultiNodeDownload queues contenders by default. When false a
+	// request that does not ask to wait gets ErrLocked instead.
+	AllowMultiNodeDownload bool `toml:"allow_multi_node_download"`
+	// UpdateRequiresNoRef refuses updates while other nodes reference the
+	// resource.
+	UpdateRequiresNoRef bool `toml:"update_requires_no_ref"`
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		Shards:                 DefaultShards,
+		LeaseTTL:               DefaultLeaseTTL,
+		CompletedTTL:           DefaultCompletedTTL,
+		ClaimTimeout:           DefaultClaimTimeout,
+		AllowMultiNodeDownload: true,
+	}
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.Shards < 1 || c.Shards > 1<<16:
+		return fmt.Errorf("shards must be in [1, 65536], got %d", c.Shards)
+	case c.LeaseTTL < 10*time.Millisecond:
+		return fmt.Errorf("lease_ttl must be at least 10ms, got %s", c.LeaseTTL)
+	case c.CompletedTTL < 0:
+		return fmt.Errorf("completed_ttl must not be negative, got %s", c.CompletedTTL)
+	case c.ClaimTimeout < 10*time.Millisecond:
+		return fmt.Errorf("claim_timeout must be at least 10ms, got %s", c.ClaimTimeout)
+	}
+	return nil
+}
+
+// sweepInterval is how often each shard looks for expired leases, unclaimed
+// grants, abandoned waiters and old completions.
+func (c Config) sweepInterval() time.Duration {
+	d := min(c.LeaseTTL, c.ClaimTimeout) / 4
+	return max(5*time.Millisecond, min(d, time.Second))
+}

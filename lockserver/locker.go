@@ -1,0 +1,517 @@
+package lockserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/containerd/log"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/refcount"
+)
+
+// Locker is the coordinator's in-process API: the lock manager of SPEC §3.
+// All methods are safe for concurrent use. Every operation on one resource
+// runs under that resource's shard mutex, so the cross-type rules and the
+// reference counts are checked atomically; different shards never contend.
+type Locker struct {
+	cfg     Config
+	refs    *refcount.Manager
+	fences  *fenceSource
+	metrics *metrics
+	shards  []*shard
+	now     func() time.Time
+	// trace, when set (by tests), is called under the shard mutex at every
+	// enqueue and grant.
+	trace func(event string, t typeIndex, resourceID, requestID string)
+
+	stop chan struct{} // closed by Close; stops the sweepers
+	wg   sync.WaitGroup
+}
+
+// shard owns the resources whose resource_id hashes to it.
+type shard struct {
+	mu        sync.Mutex
+	resources map[string]*resource // protected by mu
+	released  map[string]released  // lease id → outcome; protected by mu
+}
+
+// Options are the collaborators of a Locker.
+type Options struct {
+	// Refs holds the referrer sets. Required.
+	Refs *refcount.Manager
+	// Fences persists the fence high-water mark. Nil keeps fences in
+	// memory only (they then restart from 1).
+	Fences FenceStore
+	// Registerer receives the Prometheus metrics. Nil registers nowhere.
+	Registerer prometheus.Registerer
+}
+
+// NewLocker starts a Locker and its per-shard sweepers. Call Close to stop
+// them.
+func NewLocker(cfg Config, opts Options) (*Locker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("lockserver config: %w: %w", api.ErrInvalidArgument, err)
+	}
+	if opts.Refs == nil {
+		return nil, fmt.Errorf("lockserver: refcount manager is required: %w", api.ErrInvalidArgument)
+	}
+	fences, err := newFenceSource(opts.Fences, DefaultFenceBlock)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	l := &Locker{
+		cfg:     cfg,
+		refs:    opts.Refs,
+		fences:  fences,
+		metrics: m,
+		shards:  make([]*shard, cfg.Shards),
+		now:     time.Now,
+		stop:    make(chan struct{}),
+	}
+	for i := range l.shards {
+		l.shards[i] = &shard{resources: make(map[string]*resource), released: make(map[string]released)}
+	}
+	for _, sh := range l.shards {
+		l.wg.Add(1)
+		go l.sweepLoop(sh)
+	}
+	return l, nil
+}
+
+// Config returns the configuration the Locker runs with.
+func (l *Locker) Config() Config { return l.cfg }
+
+// Close stops the sweepers and ends every event subscription. Held locks
+// and queues are dropped with the Locker.
+func (l *Locker) Close() error {
+	select {
+	case <-l.stop:
+		return nil
+	default:
+	}
+	close(l.stop)
+	l.wg.Wait()
+	for _, sh := range l.shards {
+		sh.mu.Lock()
+		for _, r := range sh.resources {
+			for t := range r.keys {
+				k := &r.keys[t]
+				for s := range k.watchers {
+					s.end()
+				}
+				for _, w := range k.queue {
+					w.sub.end()
+				}
+				if k.holder != nil {
+					k.holder.sub.end()
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+func (l *Locker) shardFor(resourceID string) *shard {
+	h := fnv.New32a()
+	h.Write([]byte(resourceID))
+	return l.shards[h.Sum32()%uint32(len(l.shards))]
+}
+
+// resource returns the resource's state, creating it. Callers hold sh.mu
+// and call sh.tidy(r) when done.
+func (sh *shard) resource(id string) *resource {
+	r := sh.resources[id]
+	if r == nil {
+		r = &resource{id: id}
+		sh.resources[id] = r
+	}
+	return r
+}
+
+// tidy forgets r once nothing is held, queued, retained or watched.
+func (sh *shard) tidy(r *resource) {
+	if r.empty() {
+		delete(sh.resources, r.id)
+	}
+}
+
+// Lock handles POST /lock (SPEC §3 "Acquire"). It never blocks on other
+// holders: it answers acquired, skip, queued, or an error matching
+// api.ErrInUse or api.ErrLocked. A queued caller learns of its turn through
+// Subscribe or Status.
+func (l *Locker) Lock(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
+	t, err := validateLock(&req)
+	if err != nil {
+		return api.LockResponse{}, err
+	}
+	now := l.now()
+	sh := l.shardFor(req.ResourceID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r := sh.resource(req.ResourceID)
+	defer sh.tidy(r)
+	k := &r.keys[t]
+
+	// A retry of a call we already answered gets the same answer.
+	if g := k.holder; g != nil && g.requestID == req.RequestID {
+		g.claimed = true
+		return l.grantResponse(g), nil
+	}
+	if i := k.waiterIndex(req.RequestID); i >= 0 {
+		k.queue[i].lastSeen = now
+		return api.LockResponse{RequestID: req.RequestID, Queued: true, Position: i + 1}, nil
+	}
+
+	switch t {
+	case idxDelete:
+		// The requesting node's GC no longer uses the resource.
+		rc, err := l.refs.RemoveRef(ctx, req.ResourceID, req.NodeID)
+		if err != nil {
+			return api.LockResponse{}, fmt.Errorf("%s:%s: %w", req.Type, req.ResourceID, err)
+		}
+		if rc.Count > 0 {
+			l.metrics.result(t, resultInUse)
+			return api.LockResponse{}, inUse(req.ResourceID, rc)
+		}
+	case idxUpdate:
+		if l.cfg.UpdateRequiresNoRef {
+			if err := l.checkNoOtherRefs(ctx, req.ResourceID, req.NodeID); err != nil {
+				l.metrics.result(t, resultInUse)
+				return api.LockResponse{}, err
+			}
+		}
+	}
+
+	if c := k.completed; c != nil && now.Sub(c.at) < l.cfg.CompletedTTL {
+		l.metrics.result(t, resultSkipped)
+		return api.LockResponse{RequestID: req.RequestID, Skip: true}, nil
+	}
+
+	if k.holder == nil && len(k.queue) == 0 && r.compatibleWith(t) {
+		g, err := l.grant(r, request{typ: t, nodeID: req.NodeID, requestID: req.RequestID}, now)
+		if err != nil {
+			return api.LockResponse{}, err
+		}
+		g.claimed = true
+		l.metrics.result(t, resultAcquired)
+		l.notifyWatchers(r, t, api.EventGranted, g.nodeID, g.requestID, true, "")
+		return l.grantResponse(g), nil
+	}
+
+	wait := l.cfg.AllowMultiNodeDownload
+	if req.Wait != nil {
+		wait = *req.Wait
+	}
+	if !wait {
+		l.metrics.result(t, resultLocked)
+		return api.LockResponse{}, l.lockedError(r, t)
+	}
+	if l.trace != nil {
+		l.trace("queued", t, req.ResourceID, req.RequestID)
+	}
+	k.queue = append(k.queue, &waiter{
+		request:  request{typ: t, nodeID: req.NodeID, requestID: req.RequestID},
+		queued:   now,
+		lastSeen: now,
+	})
+	l.metrics.result(t, resultQueued)
+	l.metrics.queueDepth[t].Inc()
+	return api.LockResponse{RequestID: req.RequestID, Queued: true, Position: len(k.queue)}, nil
+}
+
+// Unlock handles POST /unlock (SPEC §3 "Release"). Only the holder of the
+// lease may release; a retry of a release that already happened, with the
+// same outcome, succeeds again.
+func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockResponse, error) {
+	t, err := validateUnlock(&req)
+	if err != nil {
+		return api.UnlockResponse{}, err
+	}
+	now := l.now()
+	sh := l.shardFor(req.ResourceID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r := sh.resources[req.ResourceID]
+	if r == nil || r.keys[t].holder == nil || r.keys[t].holder.leaseID != req.LeaseID {
+		if rel, ok := sh.released[req.LeaseID]; ok && rel.success == req.Success {
+			return api.UnlockResponse{Released: true}, nil
+		}
+		return api.UnlockResponse{}, fmt.Errorf("%s:%s: lease %s is not held (expired, released or wrong key): %w",
+			req.Type, req.ResourceID, req.LeaseID, api.ErrNotHolder)
+	}
+	defer sh.tidy(r)
+	g := r.keys[t].holder
+	if req.Success {
+		// The referrer set changes on disk before anyone is told.
+		var err error
+		switch t {
+		case idxPull:
+			_, err = l.refs.AddRef(ctx, req.ResourceID, g.nodeID)
+		case idxDelete:
+			_, err = l.refs.UpdateRefCount(ctx, refcount.OperationDelete, req.ResourceID, g.nodeID, true)
+		}
+		if err != nil {
+			return api.UnlockResponse{}, fmt.Errorf("%s:%s: recording success: %w", req.Type, req.ResourceID, err)
+		}
+	} else if req.Error != "" {
+		log.G(ctx).WithField("key", string(req.Type)+":"+req.ResourceID).WithField("node", g.nodeID).
+			WithField("error", req.Error).Debug("holder reported failure")
+	}
+	l.release(ctx, sh, r, t, req.Success, "unlock", now)
+	return api.UnlockResponse{Released: true}, nil
+}
+
+// Keepalive handles POST /lock/keepalive: it renews the holder's lease.
+func (l *Locker) Keepalive(_ context.Context, req api.KeepaliveRequest) (api.KeepaliveResponse, error) {
+	t, err := validateKey(req.Type, req.ResourceID)
+	if err == nil {
+		err = validateID("lease_id", req.LeaseID)
+	}
+	if err != nil {
+		return api.KeepaliveResponse{}, err
+	}
+	sh := l.shardFor(req.ResourceID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r := sh.resources[req.ResourceID]
+	if r == nil || r.keys[t].holder == nil || r.keys[t].holder.leaseID != req.LeaseID {
+		return api.KeepaliveResponse{}, fmt.Errorf("%s:%s: lease %s is not held: %w", req.Type, req.ResourceID, req.LeaseID, api.ErrNotHolder)
+	}
+	g := r.keys[t].holder
+	g.expires = l.now().Add(l.cfg.LeaseTTL)
+	g.claimed = true
+	return api.KeepaliveResponse{LeaseTTLMs: l.cfg.LeaseTTL.Milliseconds()}, nil
+}
+
+// Cancel handles POST /lock/cancel: the request leaves its queue, or gives
+// back the grant it received (as a failure, so the queue advances).
+// Cancelling an unknown request is not an error.
+func (l *Locker) Cancel(ctx context.Context, req api.CancelRequest) error {
+	t, err := validateKey(req.Type, req.ResourceID)
+	if err == nil {
+		err = validateID("request_id", req.RequestID)
+	}
+	if err != nil {
+		return err
+	}
+	sh := l.shardFor(req.ResourceID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r := sh.resources[req.ResourceID]
+	if r == nil {
+		return nil
+	}
+	defer sh.tidy(r)
+	k := &r.keys[t]
+	if i := k.waiterIndex(req.RequestID); i >= 0 {
+		l.dropWaiter(k, i)
+		return nil
+	}
+	if k.holder != nil && k.holder.requestID == req.RequestID {
+		l.release(ctx, sh, r, t, false, "cancelled", l.now())
+	}
+	return nil
+}
+
+// grant makes req the holder of its key in r.
+func (l *Locker) grant(r *resource, req request, now time.Time) (*grant, error) {
+	fence, err := l.fences.next()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", typeNames[req.typ], err)
+	}
+	g := &grant{
+		request:  req,
+		leaseID:  newID(),
+		fence:    fence,
+		acquired: now,
+		expires:  now.Add(l.cfg.LeaseTTL),
+		claimBy:  now.Add(l.cfg.ClaimTimeout),
+	}
+	r.keys[req.typ].holder = g
+	if l.trace != nil {
+		l.trace("granted", req.typ, r.id, req.requestID)
+	}
+	return g, nil
+}
+
+func (l *Locker) grantResponse(g *grant) api.LockResponse {
+	return api.LockResponse{
+		RequestID:  g.requestID,
+		Acquired:   true,
+		LeaseID:    g.leaseID,
+		Fence:      g.fence,
+		LeaseTTLMs: l.cfg.LeaseTTL.Milliseconds(),
+	}
+}
+
+// release ends the holder of r.keys[t] and advances the resource's queues.
+// The referrer set has already been updated for a success.
+func (l *Locker) release(ctx context.Context, sh *shard, r *resource, t typeIndex, success bool, reason string, now time.Time) {
+	k := &r.keys[t]
+	g := k.holder
+	k.holder = nil
+	sh.released[g.leaseID] = released{success: success, at: now}
+	l.metrics.hold[t].Observe(now.Sub(g.acquired).Seconds())
+	switch reason {
+	case "expired", "unclaimed":
+		l.metrics.expiries.WithLabelValues(string(typeNames[t]), reason).Inc()
+		log.G(ctx).WithField("key", string(typeNames[t])+":"+r.id).WithField("node", g.nodeID).
+			WithField("reason", reason).Info("lock released without the holder")
+	}
+	if !success && reason != "unlock" && g.sub != nil {
+		g.sub.send(l.event(r, t, api.EventReleased, g.nodeID, g.requestID, false, reason))
+	}
+
+	if success && t != idxUpdate {
+		// The work is done: remember it, and everyone waiting skips.
+		k.completed = &completion{nodeID: g.nodeID, at: now}
+		if t == idxPull {
+			r.keys[idxDelete].completed = nil
+		} else {
+			r.keys[idxPull].completed = nil
+		}
+		for _, w := range k.queue {
+			if l.trace != nil {
+				l.trace("skipped", t, r.id, w.requestID)
+			}
+			w.sub.send(l.event(r, t, api.EventCompleted, w.nodeID, w.requestID, true, ""))
+			l.metrics.result(t, resultSkipped)
+			l.metrics.wait[t].Observe(now.Sub(w.queued).Seconds())
+			l.metrics.queueDepth[t].Dec()
+		}
+		clear(k.queue)
+		k.queue = k.queue[:0]
+		l.notifyWatchers(r, t, api.EventCompleted, g.nodeID, g.requestID, true, reason)
+	} else {
+		l.notifyWatchers(r, t, api.EventReleased, g.nodeID, g.requestID, success, reason)
+	}
+	l.advance(ctx, r, now)
+}
+
+// advance grants the head of every queue of r that is free and compatible
+// with the current holders, earliest-queued first, until none is.
+func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
+	for {
+		next := typeIndex(-1)
+		for t := range numTypes {
+			k := &r.keys[t]
+			if k.holder != nil || len(k.queue) == 0 || !r.compatibleWith(t) {
+				continue
+			}
+			if next < 0 || k.queue[0].queued.Before(r.keys[next].queue[0].queued) {
+				next = t
+			}
+		}
+		if next < 0 {
+			return
+		}
+		k := &r.keys[next]
+		w := k.queue[0]
+		l.dropWaiter(k, 0)
+		l.metrics.wait[next].Observe(now.Sub(w.queued).Seconds())
+		if err := l.checkGrantRefs(ctx, r.id, w.request); err != nil {
+			// The resource gained referrers while the delete (or update)
+			// waited: refuse it now instead of breaking them.
+			l.metrics.result(next, resultInUse)
+			if l.trace != nil {
+				l.trace("refused", next, r.id, w.requestID)
+			}
+			_, code := api.HTTPStatus(err)
+			ev := l.event(r, next, api.EventError, w.nodeID, w.requestID, false, "")
+			ev.Error = &api.ErrorResponse{Error: err.Error(), Code: code}
+			if e, ok := err.(*api.InUseError); ok {
+				ev.Error.Refs = &e.Refs
+			}
+			w.sub.send(ev)
+			continue
+		}
+		g, err := l.grant(r, w.request, now)
+		if err != nil {
+			ev := l.event(r, next, api.EventError, w.nodeID, w.requestID, false, "")
+			ev.Error = &api.ErrorResponse{Error: err.Error(), Code: api.CodeInternal}
+			w.sub.send(ev)
+			continue
+		}
+		l.metrics.handoffs[next].Inc()
+		if w.sub != nil {
+			g.sub = w.sub
+			ev := l.event(r, next, api.EventGranted, w.nodeID, w.requestID, true, "")
+			lease := l.grantResponse(g)
+			ev.Lease = &lease
+			w.sub.send(ev)
+		}
+		l.notifyWatchers(r, next, api.EventGranted, g.nodeID, g.requestID, true, "")
+	}
+}
+
+// checkGrantRefs re-checks, when a queued delete or update reaches the
+// head, the referrer rule that was checked when it queued.
+func (l *Locker) checkGrantRefs(ctx context.Context, id string, req request) error {
+	switch {
+	case req.typ == idxDelete:
+		rc, err := l.refs.GetRefCount(ctx, id)
+		if err != nil {
+			return err
+		}
+		if rc.Count > 0 {
+			return inUse(id, rc)
+		}
+	case req.typ == idxUpdate && l.cfg.UpdateRequiresNoRef:
+		return l.checkNoOtherRefs(ctx, id, req.nodeID)
+	}
+	return nil
+}
+
+func (l *Locker) checkNoOtherRefs(ctx context.Context, id, node string) error {
+	rc, err := l.refs.GetRefCount(ctx, id)
+	if err != nil {
+		return fmt.Errorf("update:%s: %w", id, err)
+	}
+	if rc.Has(node) {
+		rc = rc.Clone()
+		rc.Remove(node)
+	}
+	if rc.Count > 0 {
+		return inUse(id, rc)
+	}
+	return nil
+}
+
+func inUse(id string, rc refcount.ReferenceCount) error {
+	return &api.InUseError{Refs: api.RefsResponse{ResourceID: id, Count: rc.Count, Nodes: rc.NodeList()}}
+}
+
+func (l *Locker) lockedError(r *resource, t typeIndex) error {
+	for held := range numTypes {
+		if g := r.keys[held].holder; g != nil && (held == t || !compatible[held][t]) {
+			return fmt.Errorf("%s:%s: held by %s:%s of node %s for %s: %w", typeNames[t], r.id,
+				typeNames[held], r.id, g.nodeID, l.now().Sub(g.acquired).Round(time.Millisecond), api.ErrLocked)
+		}
+	}
+	return fmt.Errorf("%s:%s: %d request(s) queued ahead: %w", typeNames[t], r.id, len(r.keys[t].queue), api.ErrLocked)
+}
+
+// dropWaiter removes k.queue[i].
+func (l *Locker) dropWaiter(k *key, i int) {
+	w := k.removeWaiter(i)
+	l.metrics.queueDepth[w.typ].Dec()
+}
+
+// newID returns an unguessable identifier (128 random bits).
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,409 @@
+package lockserver
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/refcount"
+)
+
+const blob = "sha256:aaaa"
+
+func newTestLocker(t *testing.T, mutate ...func(*Config)) *Locker {
+	t.Helper()
+	cfg := DefaultConfig()
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	l, err := NewLocker(cfg, Options{Refs: refcount.NewManager(refcount.NewMemoryStorage(), refcount.Config{UpdateRequiresNoRef: cfg.UpdateRequiresNoRef})})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func newTestRefs() *refcount.Manager {
+	return refcount.NewManager(refcount.NewMemoryStorage(), refcount.Config{})
+}
+
+func lockReq(typ api.OperationType, node string) api.LockRequest {
+	return api.LockRequest{Type: typ, ResourceID: blob, NodeID: node}
+}
+
+func mustLock(t *testing.T, l *Locker, typ api.OperationType, node string) api.LockResponse {
+	t.Helper()
+	resp, err := l.Lock(context.Background(), lockReq(typ, node))
+	require.NoError(t, err)
+	return resp
+}
+
+func unlock(t *testing.T, l *Locker, typ api.OperationType, lease string, success bool) {
+	t.Helper()
+	_, err := l.Unlock(context.Background(), api.UnlockRequest{Type: typ, ResourceID: blob, LeaseID: lease, Success: success})
+	require.NoError(t, err)
+}
+
+func TestCompatibilityMatrix(t *testing.T) {
+	types := []api.OperationType{api.OperationPull, api.OperationUpdate, api.OperationDelete}
+	// SPEC §3: only pull+update may be held together.
+	allowed := map[[2]api.OperationType]bool{
+		{api.OperationPull, api.OperationUpdate}: true,
+		{api.OperationUpdate, api.OperationPull}: true,
+	}
+	for _, held := range types {
+		for _, requested := range types {
+			t.Run(string(held)+"/"+string(requested), func(t *testing.T) {
+				l := newTestLocker(t)
+				first := mustLock(t, l, held, "n1")
+				require.True(t, first.Acquired)
+				second := mustLock(t, l, requested, "n2")
+				if allowed[[2]api.OperationType{held, requested}] {
+					require.True(t, second.Acquired, "held %s, requested %s", held, requested)
+				} else {
+					require.False(t, second.Acquired)
+					require.True(t, second.Queued)
+					require.Equal(t, 1, second.Position)
+				}
+			})
+		}
+	}
+}
+
+func TestAcquireReleasePaths(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("pull success: refs added, completion retained, waiters and newcomers skip", func(t *testing.T) {
+		l := newTestLocker(t)
+		a := mustLock(t, l, api.OperationPull, "n1")
+		w := mustLock(t, l, api.OperationPull, "n2")
+		require.True(t, w.Queued)
+		sub, err := l.Subscribe(api.OperationPull, blob, w.RequestID)
+		require.NoError(t, err)
+		defer sub.Close()
+		unlock(t, l, api.OperationPull, a.LeaseID, true)
+		ev := <-sub.Events()
+		require.Equal(t, api.EventCompleted, ev.Name)
+		require.True(t, mustLock(t, l, api.OperationPull, "n3").Skip)
+		refs, err := l.Refs(ctx, blob)
+		require.NoError(t, err)
+		require.Equal(t, []string{"n1"}, refs.Nodes)
+	})
+
+	t.Run("failure hands the lock to the next waiter in FIFO order, others keep waiting", func(t *testing.T) {
+		l := newTestLocker(t)
+		a := mustLock(t, l, api.OperationPull, "n1")
+		b := mustLock(t, l, api.OperationPull, "n2")
+		c := mustLock(t, l, api.OperationPull, "n3")
+		sb, _ := l.Subscribe(api.OperationPull, blob, b.RequestID)
+		sc, _ := l.Subscribe(api.OperationPull, blob, c.RequestID)
+		defer sb.Close()
+		defer sc.Close()
+		unlock(t, l, api.OperationPull, a.LeaseID, false)
+		ev := <-sb.Events()
+		require.Equal(t, api.EventGranted, ev.Name)
+		require.NotNil(t, ev.Lease)
+		require.Greater(t, ev.Lease.Fence, a.Fence)
+		require.Empty(t, sc.Events(), "the third waiter must not be woken")
+		st, err := l.Status(api.OperationPull, blob, c.RequestID)
+		require.NoError(t, err)
+		require.Equal(t, "n2", st.Holder.NodeID)
+		require.Equal(t, 1, st.Request.Position)
+		refs, _ := l.Refs(ctx, blob)
+		require.Zero(t, refs.Count, "a failed pull adds no reference")
+	})
+
+	t.Run("delete in_use while others reference, requester's own ref dropped", func(t *testing.T) {
+		l := newTestLocker(t)
+		_, err := l.AddRef(ctx, blob, "n1")
+		require.NoError(t, err)
+		_, err = l.AddRef(ctx, blob, "n2")
+		require.NoError(t, err)
+		_, err = l.Lock(ctx, lockReq(api.OperationDelete, "n1"))
+		var inUse *api.InUseError
+		require.ErrorAs(t, err, &inUse)
+		require.ErrorIs(t, err, api.ErrInUse)
+		require.Equal(t, []string{"n2"}, inUse.Refs.Nodes)
+		d := mustLock(t, l, api.OperationDelete, "n2")
+		require.True(t, d.Acquired, "the last referrer may delete")
+	})
+
+	t.Run("delete success forgets the pull completion and is itself retained", func(t *testing.T) {
+		l := newTestLocker(t)
+		p := mustLock(t, l, api.OperationPull, "n1")
+		unlock(t, l, api.OperationPull, p.LeaseID, true)
+		d := mustLock(t, l, api.OperationDelete, "n1")
+		require.True(t, d.Acquired)
+		unlock(t, l, api.OperationDelete, d.LeaseID, true)
+		require.True(t, mustLock(t, l, api.OperationDelete, "n2").Skip)
+		p2 := mustLock(t, l, api.OperationPull, "n2")
+		require.True(t, p2.Acquired, "after a delete the blob must be downloaded again")
+		unlock(t, l, api.OperationPull, p2.LeaseID, true)
+		d2 := mustLock(t, l, api.OperationDelete, "n2")
+		require.True(t, d2.Acquired, "a successful pull forgets the delete completion")
+	})
+
+	t.Run("queued delete refused when the pull it waited for succeeds", func(t *testing.T) {
+		l := newTestLocker(t)
+		p := mustLock(t, l, api.OperationPull, "n1")
+		d := mustLock(t, l, api.OperationDelete, "n2")
+		require.True(t, d.Queued)
+		sd, _ := l.Subscribe(api.OperationDelete, blob, d.RequestID)
+		defer sd.Close()
+		unlock(t, l, api.OperationPull, p.LeaseID, true)
+		ev := <-sd.Events()
+		require.Equal(t, api.EventError, ev.Name)
+		require.Equal(t, api.CodeInUse, ev.Error.Code)
+		refs, _ := l.Refs(ctx, blob)
+		require.Equal(t, []string{"n1"}, refs.Nodes)
+	})
+
+	t.Run("queued delete starts once the pull fails", func(t *testing.T) {
+		l := newTestLocker(t)
+		p := mustLock(t, l, api.OperationPull, "n1")
+		d := mustLock(t, l, api.OperationDelete, "n2")
+		sd, _ := l.Subscribe(api.OperationDelete, blob, d.RequestID)
+		defer sd.Close()
+		unlock(t, l, api.OperationPull, p.LeaseID, false)
+		ev := <-sd.Events()
+		require.Equal(t, api.EventGranted, ev.Name)
+	})
+
+	t.Run("queued pulls start once the delete is gone", func(t *testing.T) {
+		l := newTestLocker(t)
+		d := mustLock(t, l, api.OperationDelete, "n1")
+		p := mustLock(t, l, api.OperationPull, "n2")
+		u := mustLock(t, l, api.OperationUpdate, "n3")
+		sp, _ := l.Subscribe(api.OperationPull, blob, p.RequestID)
+		su, _ := l.Subscribe(api.OperationUpdate, blob, u.RequestID)
+		defer sp.Close()
+		defer su.Close()
+		unlock(t, l, api.OperationDelete, d.LeaseID, true)
+		require.Equal(t, api.EventGranted, (<-sp.Events()).Name)
+		require.Equal(t, api.EventGranted, (<-su.Events()).Name, "pull and update are compatible: both start")
+	})
+
+	t.Run("update success grants the next update waiter; no completion retained", func(t *testing.T) {
+		l := newTestLocker(t)
+		a := mustLock(t, l, api.OperationUpdate, "n1")
+		b := mustLock(t, l, api.OperationUpdate, "n2")
+		sb, _ := l.Subscribe(api.OperationUpdate, blob, b.RequestID)
+		defer sb.Close()
+		unlock(t, l, api.OperationUpdate, a.LeaseID, true)
+		require.Equal(t, api.EventGranted, (<-sb.Events()).Name)
+		st, _ := l.Status(api.OperationUpdate, blob, "")
+		require.Nil(t, st.Completed)
+	})
+
+	t.Run("update refused while others reference, with update_requires_no_ref", func(t *testing.T) {
+		l := newTestLocker(t, func(c *Config) { c.UpdateRequiresNoRef = true })
+		_, err := l.AddRef(ctx, blob, "n2")
+		require.NoError(t, err)
+		_, err = l.Lock(ctx, lockReq(api.OperationUpdate, "n1"))
+		require.ErrorIs(t, err, api.ErrInUse)
+		require.True(t, mustLock(t, l, api.OperationUpdate, "n2").Acquired, "own reference does not block")
+	})
+
+	t.Run("wait=false and allow_multi_node_download=false answer locked without queueing", func(t *testing.T) {
+		no, yes := false, true
+		l := newTestLocker(t, func(c *Config) { c.AllowMultiNodeDownload = false })
+		mustLock(t, l, api.OperationPull, "n1")
+		_, err := l.Lock(ctx, lockReq(api.OperationPull, "n2"))
+		require.ErrorIs(t, err, api.ErrLocked)
+		req := lockReq(api.OperationPull, "n2")
+		req.Wait = &no
+		_, err = l.Lock(ctx, req)
+		require.ErrorIs(t, err, api.ErrLocked)
+		req.Wait = &yes
+		resp, err := l.Lock(ctx, req)
+		require.NoError(t, err)
+		require.True(t, resp.Queued, "wait=true overrides the server default")
+		st, _ := l.Status(api.OperationPull, blob, "")
+		require.Len(t, st.Queue, 1)
+	})
+
+	t.Run("same request_id is idempotent for grants and queue entries", func(t *testing.T) {
+		l := newTestLocker(t)
+		req := lockReq(api.OperationPull, "n1")
+		req.RequestID = "r1"
+		a1, err := l.Lock(ctx, req)
+		require.NoError(t, err)
+		a2, err := l.Lock(ctx, req)
+		require.NoError(t, err)
+		require.Equal(t, a1, a2)
+		req2 := lockReq(api.OperationPull, "n2")
+		req2.RequestID = "r2"
+		q1, _ := l.Lock(ctx, req2)
+		q2, _ := l.Lock(ctx, req2)
+		require.Equal(t, q1, q2)
+		st, _ := l.Status(api.OperationPull, blob, "")
+		require.Len(t, st.Queue, 1)
+	})
+
+	t.Run("unlock: wrong lease refused and nothing changes; retry with same outcome ok", func(t *testing.T) {
+		l := newTestLocker(t)
+		a := mustLock(t, l, api.OperationPull, "n1")
+		_, err := l.Unlock(ctx, api.UnlockRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: "bogus", Success: true})
+		require.ErrorIs(t, err, api.ErrNotHolder)
+		_, err = l.Unlock(ctx, api.UnlockRequest{Type: api.OperationUpdate, ResourceID: blob, LeaseID: a.LeaseID, Success: true})
+		require.ErrorIs(t, err, api.ErrNotHolder, "a lease is bound to its key")
+		st, _ := l.Status(api.OperationPull, blob, "")
+		require.NotNil(t, st.Holder)
+		unlock(t, l, api.OperationPull, a.LeaseID, true)
+		unlock(t, l, api.OperationPull, a.LeaseID, true)
+		_, err = l.Unlock(ctx, api.UnlockRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: a.LeaseID, Success: false})
+		require.ErrorIs(t, err, api.ErrNotHolder, "a different outcome is not a retry")
+	})
+
+	t.Run("refs/add refused while a delete is in flight", func(t *testing.T) {
+		l := newTestLocker(t)
+		d := mustLock(t, l, api.OperationDelete, "n1")
+		_, err := l.AddRef(ctx, blob, "n2")
+		require.ErrorIs(t, err, api.ErrDeleting)
+		unlock(t, l, api.OperationDelete, d.LeaseID, false)
+		_, err = l.AddRef(ctx, blob, "n2")
+		require.NoError(t, err)
+	})
+
+	t.Run("cancel removes a waiter; cancel of a grant hands over", func(t *testing.T) {
+		l := newTestLocker(t)
+		a := mustLock(t, l, api.OperationPull, "n1")
+		b := mustLock(t, l, api.OperationPull, "n2")
+		c := mustLock(t, l, api.OperationPull, "n3")
+		require.NoError(t, l.Cancel(ctx, api.CancelRequest{Type: api.OperationPull, ResourceID: blob, RequestID: b.RequestID}))
+		require.NoError(t, l.Cancel(ctx, api.CancelRequest{Type: api.OperationPull, ResourceID: blob, RequestID: a.RequestID}))
+		st, _ := l.Status(api.OperationPull, blob, c.RequestID)
+		require.True(t, st.Request.Acquired, "the cancelled holder handed over to the next live waiter")
+		require.Empty(t, st.Queue)
+	})
+
+	t.Run("fences strictly increase", func(t *testing.T) {
+		l := newTestLocker(t)
+		var last uint64
+		for range 100 {
+			a := mustLock(t, l, api.OperationUpdate, "n1")
+			require.Greater(t, a.Fence, last)
+			last = a.Fence
+			unlock(t, l, api.OperationUpdate, a.LeaseID, true)
+		}
+	})
+}
+
+func TestLeaseExpiryHandsOver(t *testing.T) {
+	l := newTestLocker(t, func(c *Config) { c.LeaseTTL = 100 * time.Millisecond; c.ClaimTimeout = time.Minute })
+	ctx := context.Background()
+	a := mustLock(t, l, api.OperationPull, "n1")
+	b := mustLock(t, l, api.OperationPull, "n2")
+	sb, err := l.Subscribe(api.OperationPull, blob, b.RequestID)
+	require.NoError(t, err)
+	defer sb.Close()
+	// Keepalives keep the holder for several TTLs.
+	for range 5 {
+		_, err := l.Keepalive(ctx, api.KeepaliveRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: a.LeaseID})
+		require.NoError(t, err)
+		select {
+		case ev := <-sb.Events():
+			t.Fatalf("waiter woken while the holder renews: %+v", ev)
+		case <-time.After(40 * time.Millisecond):
+		}
+	}
+	// Then it stops renewing: the lease expires and the waiter gets it.
+	ev := <-sb.Events()
+	require.Equal(t, api.EventGranted, ev.Name)
+	_, err = l.Keepalive(ctx, api.KeepaliveRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: a.LeaseID})
+	require.ErrorIs(t, err, api.ErrNotHolder)
+	_, err = l.Unlock(ctx, api.UnlockRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: a.LeaseID, Success: true})
+	require.ErrorIs(t, err, api.ErrNotHolder, "an expired lease cannot record success")
+}
+
+func TestUnclaimedGrantIsReleased(t *testing.T) {
+	l := newTestLocker(t, func(c *Config) { c.ClaimTimeout = 50 * time.Millisecond })
+	a := mustLock(t, l, api.OperationPull, "n1")
+	b := mustLock(t, l, api.OperationPull, "n2") // polls, never subscribes
+	c := mustLock(t, l, api.OperationPull, "n3")
+	sc, _ := l.Subscribe(api.OperationPull, blob, c.RequestID)
+	defer sc.Close()
+	unlock(t, l, api.OperationPull, a.LeaseID, false) // b is granted but never claims
+	ev := <-sc.Events()
+	require.Equal(t, api.EventGranted, ev.Name, "b's unclaimed grant passed to c")
+	st, _ := l.Status(api.OperationPull, blob, b.RequestID)
+	require.False(t, st.Request.Acquired)
+}
+
+func TestClosedStreamLeavesQueue(t *testing.T) {
+	l := newTestLocker(t)
+	mustLock(t, l, api.OperationPull, "n1")
+	b := mustLock(t, l, api.OperationPull, "n2")
+	sb, err := l.Subscribe(api.OperationPull, blob, b.RequestID)
+	require.NoError(t, err)
+	require.Equal(t, 1, sb.First.Request.Position)
+	sb.Close()
+	st, _ := l.Status(api.OperationPull, blob, b.RequestID)
+	require.Empty(t, st.Queue)
+	require.False(t, st.Request.Queued)
+}
+
+func TestSubscribeAfterCompletionSeesIt(t *testing.T) {
+	l := newTestLocker(t)
+	a := mustLock(t, l, api.OperationPull, "n1")
+	b := mustLock(t, l, api.OperationPull, "n2")
+	unlock(t, l, api.OperationPull, a.LeaseID, true) // before b subscribes
+	sb, err := l.Subscribe(api.OperationPull, blob, b.RequestID)
+	require.NoError(t, err)
+	defer sb.Close()
+	require.NotNil(t, sb.First.Request)
+	require.True(t, sb.First.Request.Skip, "no lost wake-up")
+	_, open := <-sb.Events()
+	require.False(t, open, "nothing follows for a finished request")
+}
+
+func TestTargetedWakeups(t *testing.T) {
+	l := newTestLocker(t)
+	other := "sha256:bbbb"
+	a := mustLock(t, l, api.OperationPull, "n1")
+	b := mustLock(t, l, api.OperationPull, "n2")
+	o1, err := l.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: other, NodeID: "n1"})
+	require.NoError(t, err)
+	o2, err := l.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: other, NodeID: "n2"})
+	require.NoError(t, err)
+	require.True(t, o1.Acquired)
+	sOther, _ := l.Subscribe(api.OperationPull, other, o2.RequestID)
+	defer sOther.Close()
+	sUpd, _ := l.Subscribe(api.OperationUpdate, blob, "") // a watcher of another type of the same blob
+	defer sUpd.Close()
+	sb, _ := l.Subscribe(api.OperationPull, blob, b.RequestID)
+	defer sb.Close()
+	unlock(t, l, api.OperationPull, a.LeaseID, true)
+	require.Equal(t, api.EventCompleted, (<-sb.Events()).Name)
+	require.Empty(t, sOther.Events(), "waiters of another resource are not woken")
+	require.Empty(t, sUpd.Events(), "watchers of another key are not woken")
+}
+
+func TestLockValidation(t *testing.T) {
+	l := newTestLocker(t)
+	long := make([]byte, api.MaxResourceIDLen+1)
+	for i := range long {
+		long[i] = 'a'
+	}
+	for name, req := range map[string]api.LockRequest{
+		"unknown type":      {Type: "merge", ResourceID: blob, NodeID: "n1"},
+		"empty type":        {ResourceID: blob, NodeID: "n1"},
+		"empty resource":    {Type: api.OperationPull, NodeID: "n1"},
+		"empty node":        {Type: api.OperationPull, ResourceID: blob},
+		"control character": {Type: api.OperationPull, ResourceID: "sha256:a\nb", NodeID: "n1"},
+		"oversized id":      {Type: api.OperationPull, ResourceID: string(long), NodeID: "n1"},
+		"invalid utf8":      {Type: api.OperationPull, ResourceID: "\xff", NodeID: "n1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := l.Lock(context.Background(), req)
+			require.ErrorIs(t, err, api.ErrInvalidArgument)
+			require.False(t, errors.Is(err, api.ErrInUse))
+		})
+	}
+	for _, sh := range l.shards {
+		require.Empty(t, sh.resources, "invalid requests change nothing")
+	}
+}

@@ -1,0 +1,49 @@
+package lockserver
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+// AddRef handles POST /refs/add: it records that node uses the resource
+// (for example a blob it found already present). It is refused with
+// api.ErrDeleting while a delete of the resource is in flight, because that
+// delete already decided nobody uses it.
+func (l *Locker) AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
+	if err := validateResourceID(resourceID); err != nil {
+		return api.RefsResponse{}, err
+	}
+	if err := validateID("node_id", nodeID); err != nil {
+		return api.RefsResponse{}, err
+	}
+	sh := l.shardFor(resourceID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if r := sh.resources[resourceID]; r != nil {
+		if g := r.keys[idxDelete].holder; g != nil {
+			return api.RefsResponse{}, fmt.Errorf("refs %s: delete by node %s in flight: %w", resourceID, g.nodeID, api.ErrDeleting)
+		}
+		// The resource is in use again, so a later delete must really run.
+		r.keys[idxDelete].completed = nil
+		sh.tidy(r)
+	}
+	rc, err := l.refs.AddRef(ctx, resourceID, nodeID)
+	if err != nil {
+		return api.RefsResponse{}, fmt.Errorf("refs %s: %w", resourceID, err)
+	}
+	return api.RefsResponse{ResourceID: resourceID, Count: rc.Count, Nodes: rc.NodeList()}, nil
+}
+
+// Refs handles GET /refs: the nodes that reference the resource.
+func (l *Locker) Refs(ctx context.Context, resourceID string) (api.RefsResponse, error) {
+	if err := validateResourceID(resourceID); err != nil {
+		return api.RefsResponse{}, err
+	}
+	rc, err := l.refs.GetRefCount(ctx, resourceID)
+	if err != nil {
+		return api.RefsResponse{}, fmt.Errorf("refs %s: %w", resourceID, err)
+	}
+	return api.RefsResponse{ResourceID: resourceID, Count: rc.Count, Nodes: rc.NodeList()}, nil
+}

@@ -1,0 +1,133 @@
+package lockserver
+
+import (
+	"time"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+// typeIndex orders the three lock types inside a resource.
+type typeIndex int
+
+const (
+	idxPull typeIndex = iota
+	idxUpdate
+	idxDelete
+	numTypes
+)
+
+var typeNames = [numTypes]api.OperationType{api.OperationPull, api.OperationUpdate, api.OperationDelete}
+
+func indexOf(t api.OperationType) (typeIndex, bool) {
+	switch t {
+	case api.OperationPull:
+		return idxPull, true
+	case api.OperationUpdate:
+		return idxUpdate, true
+	case api.OperationDelete:
+		return idxDelete, true
+	}
+	return 0, false
+}
+
+// compatible[held][requested] is SPEC §3's matrix: only pull and update may
+// run together on one resource.
+var compatible = [numTypes][numTypes]bool{
+	idxPull:   {idxUpdate: true},
+	idxUpdate: {idxPull: true},
+}
+
+// resource is every lock of one resource_id. All fields are protected by the
+// owning shard's mutex.
+type resource struct {
+	id   string
+	keys [numTypes]key
+}
+
+// key is one (type, resource) lock: at most one holder and a FIFO queue.
+type key struct {
+	holder    *grant
+	queue     []*waiter
+	completed *completion // retained success (pull and delete only)
+	watchers  map[*Subscription]struct{}
+}
+
+// request identifies one Lock call.
+type request struct {
+	typ       typeIndex
+	nodeID    string
+	requestID string
+}
+
+// grant is a held lock.
+type grant struct {
+	request
+	leaseID  string
+	fence    uint64
+	acquired time.Time
+	expires  time.Time // lease end; renewed by keepalive
+	// claimed is set once the holder has been told of its grant; an
+	// unclaimed grant is released at claimBy.
+	claimed bool
+	claimBy time.Time
+	sub     *Subscription // stream the grant was delivered to, if any
+}
+
+// waiter is a queued request.
+type waiter struct {
+	request
+	queued   time.Time
+	lastSeen time.Time     // last /lock or /status poll, for stream-less waiters
+	sub      *Subscription // attached event stream; nil when polling
+}
+
+// completion is a retained successful pull or delete.
+type completion struct {
+	nodeID string
+	at     time.Time
+}
+
+// released remembers a lease that ended, so a retried Unlock with the same
+// outcome is answered instead of refused.
+type released struct {
+	success bool
+	at      time.Time
+}
+
+func (r *resource) empty() bool {
+	for i := range r.keys {
+		k := &r.keys[i]
+		if k.holder != nil || len(k.queue) > 0 || k.completed != nil || len(k.watchers) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// compatibleWith reports whether a lock of type t can be granted next to the
+// resource's current holders.
+func (r *resource) compatibleWith(t typeIndex) bool {
+	for held := range numTypes {
+		if r.keys[held].holder != nil && !compatible[held][t] {
+			return false
+		}
+	}
+	return true
+}
+
+func (k *key) waiterIndex(requestID string) int {
+	for i, w := range k.queue {
+		if w.requestID == requestID {
+			return i
+		}
+	}
+	return -1
+}
+
+func (k *key) removeWaiter(i int) *waiter {
+	w := k.queue[i]
+	copy(k.queue[i:], k.queue[i+1:])
+	k.queue[len(k.queue)-1] = nil
+	k.queue = k.queue[:len(k.queue)-1]
+	return w
+}

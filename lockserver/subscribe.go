@@ -1,0 +1,212 @@
+package lockserver
+
+import (
+	"time"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+// subscriptionBuffer bounds the events queued for one subscriber. A waiter
+// gets at most two (granted, then released); a watcher that falls this far
+// behind is disconnected and must re-subscribe.
+const subscriptionBuffer = 64
+
+// Subscription is one /lock/subscribe stream. With a request_id it follows
+// that request (a waiter or holder) and gets only the events addressed to
+// it; without one it watches the key and gets every event.
+//
+// Events are delivered without blocking the Locker: the channel is closed
+// when the subscription ends (Close, Locker.Close, an unknown request, or a
+// watcher that fell behind).
+type Subscription struct {
+	// First is the state of the key, and of the request, at subscription
+	// time: nothing that happened before Subscribe is missed.
+	First api.StatusResponse
+
+	l         *Locker
+	typ       typeIndex
+	id        string
+	requestID string
+	events    chan api.Event
+	ended     bool // protected by the shard mutex
+}
+
+// Events returns the stream of events after First.
+func (s *Subscription) Events() <-chan api.Event { return s.events }
+
+// send delivers ev without blocking. Called with the shard mutex held; a nil
+// subscription is a stream-less waiter.
+func (s *Subscription) send(ev api.Event) {
+	if s == nil || s.ended {
+		return
+	}
+	select {
+	case s.events <- ev:
+	default:
+		s.end()
+	}
+}
+
+// end closes the event channel. Called with the shard mutex held.
+func (s *Subscription) end() {
+	if s == nil || s.ended {
+		return
+	}
+	s.ended = true
+	close(s.events)
+}
+
+// Subscribe opens an event stream for (typ, resourceID), following
+// requestID when it is not empty. The caller must Close it.
+func (l *Locker) Subscribe(typ api.OperationType, resourceID, requestID string) (*Subscription, error) {
+	t, err := validateKey(typ, resourceID)
+	if err == nil && requestID != "" {
+		err = validateID("request_id", requestID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	now := l.now()
+	sh := l.shardFor(resourceID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r := sh.resource(resourceID)
+	k := &r.keys[t]
+	s := &Subscription{l: l, typ: t, id: resourceID, requestID: requestID, events: make(chan api.Event, subscriptionBuffer)}
+	s.First = l.status(r, t, requestID, now)
+	select {
+	case <-l.stop:
+		s.end()
+		return s, nil
+	default:
+	}
+	switch {
+	case requestID == "":
+		if k.watchers == nil {
+			k.watchers = make(map[*Subscription]struct{})
+		}
+		k.watchers[s] = struct{}{}
+	case k.waiterIndex(requestID) >= 0:
+		w := k.queue[k.waiterIndex(requestID)]
+		w.sub.end() // a newer stream replaces an older one
+		w.sub = s
+	case k.holder != nil && k.holder.requestID == requestID:
+		k.holder.sub.end()
+		k.holder.sub = s
+	default:
+		// Skipped, refused, or unknown: First says which; nothing follows.
+		s.end()
+		sh.tidy(r)
+	}
+	return s, nil
+}
+
+// Close ends the subscription. A waiter whose stream closes leaves its
+// queue at once (SPEC §3); a holder keeps its grant, which its lease bounds.
+func (s *Subscription) Close() {
+	sh := s.l.shardFor(s.id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r := sh.resources[s.id]
+	if r == nil {
+		s.end()
+		return
+	}
+	k := &r.keys[s.typ]
+	if s.requestID == "" {
+		delete(k.watchers, s)
+	} else if i := k.waiterIndex(s.requestID); i >= 0 && k.queue[i].sub == s {
+		s.l.dropWaiter(k, i)
+	} else if k.holder != nil && k.holder.sub == s {
+		k.holder.sub = nil
+	}
+	s.end()
+	sh.tidy(r)
+}
+
+// Claimed records that the grant this subscription was sent has reached
+// its holder, so the claim timeout does not apply.
+func (s *Subscription) Claimed(leaseID string) {
+	sh := s.l.shardFor(s.id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if r := sh.resources[s.id]; r != nil {
+		if g := r.keys[s.typ].holder; g != nil && g.leaseID == leaseID {
+			g.claimed = true
+		}
+	}
+}
+
+// Status handles GET /lock/status. Naming a request_id also reports that
+// request's own state, counts as a poll that keeps a stream-less waiter in
+// its queue, and claims a grant made to it.
+func (l *Locker) Status(typ api.OperationType, resourceID, requestID string) (api.StatusResponse, error) {
+	t, err := validateKey(typ, resourceID)
+	if err == nil && requestID != "" {
+		err = validateID("request_id", requestID)
+	}
+	if err != nil {
+		return api.StatusResponse{}, err
+	}
+	sh := l.shardFor(resourceID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r := sh.resources[resourceID]
+	if r == nil {
+		r = &resource{id: resourceID}
+	}
+	return l.status(r, t, requestID, l.now()), nil
+}
+
+// status snapshots r.keys[t]. Called with the shard mutex held.
+func (l *Locker) status(r *resource, t typeIndex, requestID string, now time.Time) api.StatusResponse {
+	k := &r.keys[t]
+	st := api.StatusResponse{Type: typeNames[t], ResourceID: r.id, Queue: make([]api.Waiter, 0, len(k.queue))}
+	if g := k.holder; g != nil {
+		st.Holder = &api.Holder{NodeID: g.nodeID, RequestID: g.requestID, Fence: g.fence,
+			AcquiredAt: g.acquired.UTC().Format(time.RFC3339Nano), Claimed: g.claimed}
+	}
+	completed := k.completed != nil && now.Sub(k.completed.at) < l.cfg.CompletedTTL
+	if completed {
+		st.Completed = &api.Completion{NodeID: k.completed.nodeID, CompletedAt: k.completed.at.UTC().Format(time.RFC3339Nano)}
+	}
+	for _, w := range k.queue {
+		st.Queue = append(st.Queue, api.Waiter{NodeID: w.nodeID, RequestID: w.requestID, QueuedAt: w.queued.UTC().Format(time.RFC3339Nano)})
+	}
+	if requestID == "" {
+		return st
+	}
+	req := &api.LockResponse{RequestID: requestID}
+	switch i := k.waiterIndex(requestID); {
+	case i >= 0:
+		k.queue[i].lastSeen = now
+		req.Queued, req.Position = true, i+1
+	case k.holder != nil && k.holder.requestID == requestID:
+		k.holder.claimed = true
+		*req = l.grantResponse(k.holder)
+	case completed:
+		req.Skip = true
+	}
+	st.Request = req
+	return st
+}
+
+// event builds an event of r.keys[t].
+func (l *Locker) event(r *resource, t typeIndex, name, node, requestID string, success bool, reason string) api.Event {
+	return api.Event{Name: name, Type: typeNames[t], ResourceID: r.id, NodeID: node, RequestID: requestID, Success: success, Reason: reason}
+}
+
+// notifyWatchers sends an event to every watcher of r.keys[t].
+func (l *Locker) notifyWatchers(r *resource, t typeIndex, name, node, requestID string, success bool, reason string) {
+	k := &r.keys[t]
+	if len(k.watchers) == 0 {
+		return
+	}
+	ev := l.event(r, t, name, node, requestID, success, reason)
+	for s := range k.watchers {
+		s.send(ev)
+		if s.ended {
+			delete(k.watchers, s)
+		}
+	}
+}

@@ -1,0 +1,69 @@
+package lockserver
+
+import (
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+func validateKey(t api.OperationType, resourceID string) (typeIndex, error) {
+	idx, ok := indexOf(t)
+	if !ok {
+		return 0, fmt.Errorf("type %q: must be pull, update or delete: %w", t, api.ErrInvalidArgument)
+	}
+	return idx, validateResourceID(resourceID)
+}
+
+func validateResourceID(id string) error {
+	return validateString("resource_id", id, api.MaxResourceIDLen)
+}
+
+func validateID(field, v string) error {
+	return validateString(field, v, api.MaxIDLen)
+}
+
+// validateString accepts non-empty UTF-8 of at most max bytes without
+// control characters.
+func validateString(field, v string, max int) error {
+	switch {
+	case v == "":
+		return fmt.Errorf("%s is required: %w", field, api.ErrInvalidArgument)
+	case len(v) > max:
+		return fmt.Errorf("%s is %d bytes, more than %d: %w", field, len(v), max, api.ErrInvalidArgument)
+	case !utf8.ValidString(v):
+		return fmt.Errorf("%s is not valid UTF-8: %w", field, api.ErrInvalidArgument)
+	}
+	for _, r := range v {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return fmt.Errorf("%s contains control character %U: %w", field, r, api.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// validateLock checks a lock request and gives it a request_id if it has none.
+func validateLock(req *api.LockRequest) (typeIndex, error) {
+	t, err := validateKey(req.Type, req.ResourceID)
+	if err != nil {
+		return 0, err
+	}
+	if err := validateID("node_id", req.NodeID); err != nil {
+		return 0, err
+	}
+	if req.RequestID == "" {
+		req.RequestID = newID()
+	}
+	return t, validateID("request_id", req.RequestID)
+}
+
+func validateUnlock(req *api.UnlockRequest) (typeIndex, error) {
+	t, err := validateKey(req.Type, req.ResourceID)
+	if err != nil {
+		return 0, err
+	}
+	if len(req.Error) > api.MaxResourceIDLen*8 {
+		req.Error = req.Error[:api.MaxResourceIDLen*8]
+	}
+	return t, validateID("lease_id", req.LeaseID)
+}
