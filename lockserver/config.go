@@ -26,19 +26,19 @@ const (
 // DefaultConfig.
 type Config struct {
 	// Shards is the number of lock shards (FNV-1a of resource_id).
-	Shards int `toml:"shards"`
+	Shards int
 	// LeaseTTL is the lifetime of a grant without keepalive.
-	LeaseTTL time.Duration `toml:"lease_ttl"`
+	LeaseTTL time.Duration
 	// CompletedTTL is how long successful pulls and deletes are retained.
-	CompletedTTL time.Duration `toml:"completed_ttl"`
+	CompletedTTL time.Duration
 	// ClaimTimeout releases grants nobody picked up.
-	ClaimTimeout time.Duration `toml:"claim_timeout"`
+	ClaimTimeout time.Duration
 	// AllowMultiNodeDownload queues contenders by default. When false a
 	// request that does not ask to wait gets ErrLocked instead.
-	AllowMultiNodeDownload bool `toml:"allow_multi_node_download"`
+	AllowMultiNodeDownload bool
 	// UpdateRequiresNoRef refuses updates while other nodes reference the
 	// resource.
-	UpdateRequiresNoRef bool `toml:"update_requires_no_ref"`
+	UpdateRequiresNoRef bool
 }
 
 // DefaultConfig returns the documented defaults.

@@ -27,14 +27,14 @@ const DBFile = "sharedcontent-lockserver.db"
 type ServerConfig struct {
 	Config
 	// DataDir holds DBFile. Required.
-	DataDir string `toml:"data_dir"`
+	DataDir string
 	// AuthTokenFile, when set, holds the bearer token clients must send.
-	AuthTokenFile string `toml:"auth_token_file"`
+	AuthTokenFile string
 	// TLSCert and TLSKey, when set, make Serve speak HTTPS.
-	TLSCert string `toml:"tls_cert"`
-	TLSKey  string `toml:"tls_key"`
+	TLSCert string
+	TLSKey  string
 	// TLSClientCA, when set, requires client certificates signed by it (mTLS).
-	TLSClientCA string `toml:"tls_client_ca"`
+	TLSClientCA string
 }
 
 // Server is a Locker with its persistent state and HTTP API.

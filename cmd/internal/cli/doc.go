@@ -1,0 +1,5 @@
+// Package cli gives the sharedcontent daemons one way to be configured:
+// flags, each also an environment variable SHAREDCONTENT_<FLAG_IN_CAPS>,
+// and an optional TOML file whose keys are the flag names. Precedence, from
+// lowest: built-in default, TOML file, environment, command line.
+package cli

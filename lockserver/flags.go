@@ -1,0 +1,19 @@
+package lockserver
+
+import "flag"
+
+// RegisterFlags binds cfg's fields to flags on fs, with cfg's current values
+// as defaults. Both daemons (the stand-alone server and the plugin with its
+// embedded coordinator) use it, so they spell every option the same way.
+func RegisterFlags(fs *flag.FlagSet, cfg *ServerConfig) {
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the coordinator's database (referrer sets, fence high-water mark)")
+	fs.IntVar(&cfg.Shards, "shards", cfg.Shards, "number of lock shards")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "lease lifetime without keepalive; a crashed holder delays others at most this long")
+	fs.DurationVar(&cfg.CompletedTTL, "completed-ttl", cfg.CompletedTTL, "how long a successful pull or delete is remembered so late requesters skip it")
+	fs.BoolVar(&cfg.AllowMultiNodeDownload, "allow-multi-node-download", cfg.AllowMultiNodeDownload, "queue contenders (false: answer 409 locked unless the request asks to wait)")
+	fs.BoolVar(&cfg.UpdateRequiresNoRef, "update-requires-no-ref", cfg.UpdateRequiresNoRef, "refuse updates while other nodes reference the resource")
+	fs.StringVar(&cfg.AuthTokenFile, "auth-token-file", cfg.AuthTokenFile, "file holding the bearer token clients must send (empty: no auth)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "TLS certificate (PEM) to serve HTTPS")
+	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "TLS private key (PEM)")
+	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", cfg.TLSClientCA, "CA (PEM) that client certificates must chain to (enables mTLS)")
+}
