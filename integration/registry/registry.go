@@ -1,0 +1,206 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	ggcr "github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"golang.org/x/time/rate"
+)
+
+// Registry is an OCI registry on 127.0.0.1 with download accounting.
+type Registry struct {
+	// Host is "127.0.0.1:port", for image references.
+	Host string
+
+	srv     *http.Server
+	limiter *rate.Limiter // nil: unthrottled
+
+	mu    sync.Mutex
+	gets  map[string]int // protected by mu; blob digest → completed and partial GETs
+	bytes atomic.Int64   // blob bytes sent
+}
+
+// Option configures Start.
+type Option func(*Registry)
+
+// WithBandwidth throttles all blob downloads together to bytesPerSecond.
+func WithBandwidth(bytesPerSecond int) Option {
+	return func(r *Registry) {
+		r.limiter = rate.NewLimiter(rate.Limit(bytesPerSecond), throttleChunk)
+	}
+}
+
+// throttleChunk is the largest write the throttle lets through at once.
+const throttleChunk = 64 << 10
+
+// Start serves a new, empty registry until Close.
+func Start(opts ...Option) (*Registry, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	r := &Registry{Host: ln.Addr().String(), gets: map[string]int{}}
+	for _, o := range opts {
+		o(r)
+	}
+	inner := ggcr.New(ggcr.Logger(log.New(io.Discard, "", 0)))
+	r.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if dgst, ok := blobGet(req); ok {
+			r.mu.Lock()
+			r.gets[dgst]++
+			r.mu.Unlock()
+			w = &countingWriter{ResponseWriter: w, r: r, ctx: req.Context()}
+		}
+		inner.ServeHTTP(w, req)
+	})}
+	go r.srv.Serve(ln)
+	return r, nil
+}
+
+// blobGet reports whether req downloads a blob, and which.
+func blobGet(req *http.Request) (string, bool) {
+	if req.Method != http.MethodGet {
+		return "", false
+	}
+	i := strings.LastIndex(req.URL.Path, "/blobs/")
+	if i < 0 || !strings.HasPrefix(req.URL.Path, "/v2/") {
+		return "", false
+	}
+	return req.URL.Path[i+len("/blobs/"):], true
+}
+
+// countingWriter counts and throttles the bytes of a blob response.
+type countingWriter struct {
+	http.ResponseWriter
+	r   *Registry
+	ctx context.Context
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		chunk := p[:min(len(p), throttleChunk)]
+		if w.r.limiter != nil {
+			if err := w.r.limiter.WaitN(w.ctx, len(chunk)); err != nil {
+				return n, err
+			}
+		}
+		m, err := w.ResponseWriter.Write(chunk)
+		n += m
+		w.r.bytes.Add(int64(m))
+		if err != nil {
+			return n, err
+		}
+		p = p[m:]
+	}
+	return n, nil
+}
+
+// Close stops the registry.
+func (r *Registry) Close() error { return r.srv.Close() }
+
+// BlobGets returns the number of GETs of each blob digest so far.
+func (r *Registry) BlobGets() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int, len(r.gets))
+	for k, v := range r.gets {
+		out[k] = v
+	}
+	return out
+}
+
+// BlobBytes returns the blob bytes sent so far.
+func (r *Registry) BlobBytes() int64 { return r.bytes.Load() }
+
+// ResetCounters zeroes the GET and byte counters (after a push, say).
+func (r *Registry) ResetCounters() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	clear(r.gets)
+	r.bytes.Store(0)
+}
+
+// Image describes a pushed image.
+type Image struct {
+	// Ref is "host/repo:tag".
+	Ref string
+	// Manifest, Config and Layers are the image's blobs.
+	Manifest v1.Descriptor
+	Config   v1.Descriptor
+	Layers   []v1.Descriptor
+}
+
+// Blobs returns every digest of the image, manifest first.
+func (i Image) Blobs() []string {
+	out := []string{i.Manifest.Digest.String(), i.Config.Digest.String()}
+	for _, l := range i.Layers {
+		out = append(out, l.Digest.String())
+	}
+	return out
+}
+
+// Size is the sum of the sizes of all blobs.
+func (i Image) Size() int64 {
+	n := i.Manifest.Size + i.Config.Size
+	for _, l := range i.Layers {
+		n += l.Size
+	}
+	return n
+}
+
+// PushRandom generates an image of `layers` layers of layerSize random
+// bytes each and pushes it as repo:tag. Random content does not compress,
+// so each layer blob is about layerSize.
+func (r *Registry) PushRandom(ctx context.Context, repo string, layers int, layerSize int64) (Image, error) {
+	img, err := random.Image(layerSize, int64(layers))
+	if err != nil {
+		return Image{}, err
+	}
+	ref, err := name.ParseReference(r.Host+"/"+repo, name.Insecure)
+	if err != nil {
+		return Image{}, err
+	}
+	// An unthrottled side door for the push itself.
+	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
+		return Image{}, fmt.Errorf("push %s: %w", ref, err)
+	}
+	return describe(ref.String(), img)
+}
+
+func describe(ref string, img v1.Image) (Image, error) {
+	out := Image{Ref: ref}
+	m, err := img.Manifest()
+	if err != nil {
+		return Image{}, err
+	}
+	raw, err := img.RawManifest()
+	if err != nil {
+		return Image{}, err
+	}
+	dgst, err := img.Digest()
+	if err != nil {
+		return Image{}, err
+	}
+	out.Manifest = v1.Descriptor{MediaType: m.MediaType, Digest: dgst, Size: int64(len(raw))}
+	out.Config = m.Config
+	out.Layers = m.Layers
+	if len(out.Layers) == 0 {
+		return Image{}, errors.New("image has no layers")
+	}
+	return out, nil
+}
+
