@@ -1,0 +1,62 @@
+package lockclient
+
+import (
+	"context"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+// Backend is the coordinator a Client drives: the lock server's operations
+// (SPEC §3) in their wire types. The HTTP client of New and the in-process
+// adapter of NewEmbedded implement it; a Client adds node IDs, request IDs,
+// retries, leases and keepalive on top.
+//
+// Errors of refusals match the sentinels of this package (ErrLocked,
+// ErrInUse, ...); any other error is treated as transient and retried. All
+// methods must be safe for concurrent use.
+type Backend interface {
+	// Lock acquires, skips, queues or refuses; it never waits. The same
+	// RequestID again gets the same answer (idempotent).
+	Lock(ctx context.Context, req api.LockRequest) (api.LockResponse, error)
+	// Acquire is Lock followed by waiting in the queue: it returns only
+	// once the request is acquired or skipped, or fails. When ctx ends it
+	// takes the request out of the queue, or gives back a grant made
+	// meanwhile, before returning ctx's error. req.RequestID is set.
+	Acquire(ctx context.Context, req api.LockRequest) (api.LockResponse, error)
+	// Unlock releases a lease with the outcome; idempotent for the same
+	// lease and outcome.
+	Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockResponse, error)
+	// Keepalive renews a lease; ErrNotHolder when it is gone.
+	Keepalive(ctx context.Context, req api.KeepaliveRequest) (api.KeepaliveResponse, error)
+	// Cancel takes a request out of its queue or gives back its grant.
+	// Cancelling an unknown request is not an error.
+	Cancel(ctx context.Context, req api.CancelRequest) error
+	// Status reports a key's holder, completion and queue, and the state
+	// of requestID when it is not empty.
+	Status(ctx context.Context, typ OperationType, resourceID, requestID string) (api.StatusResponse, error)
+	// AddRef records that nodeID uses the resource.
+	AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error)
+	// Refs returns the nodes that use the resource.
+	Refs(ctx context.Context, resourceID string) (api.RefsResponse, error)
+}
+
+// Coordinator is the in-process API of an embedded lock server:
+// *lockserver.Locker implements it. It is Backend except that Status takes
+// no context (it never blocks).
+type Coordinator interface {
+	Lock(ctx context.Context, req api.LockRequest) (api.LockResponse, error)
+	Acquire(ctx context.Context, req api.LockRequest) (api.LockResponse, error)
+	Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockResponse, error)
+	Keepalive(ctx context.Context, req api.KeepaliveRequest) (api.KeepaliveResponse, error)
+	Cancel(ctx context.Context, req api.CancelRequest) error
+	Status(typ OperationType, resourceID, requestID string) (api.StatusResponse, error)
+	AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error)
+	Refs(ctx context.Context, resourceID string) (api.RefsResponse, error)
+}
+
+// embedded adapts a Coordinator to Backend.
+type embedded struct{ Coordinator }
+
+func (e embedded) Status(_ context.Context, typ OperationType, resourceID, requestID string) (api.StatusResponse, error) {
+	return e.Coordinator.Status(typ, resourceID, requestID)
+}

@@ -1,0 +1,117 @@
+package lockclient
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+// BenchmarkNotify measures the notification latency over real HTTP on
+// loopback: from the holder's Unlock(success) until every waiter's Lock
+// has returned Skipped, with 1, 10 and 100 waiters (one Client each, as on
+// separate nodes) on one key. Reported: p50-ms and p99-ms of that latency,
+// and unlock-p50-ms, the part spent in the Unlock call itself (a pull's
+// success persists its referrer before waiters are told).
+//
+// refs=bolt is the real server (bbolt, fsync per referrer change);
+// refs=memory keeps referrer sets in memory, isolating the notification
+// path.
+func BenchmarkNotify(b *testing.B) {
+	for _, refs := range []string{"bolt", "memory"} {
+		for _, n := range []int{1, 10, 100} {
+			b.Run(fmt.Sprintf("refs=%s/waiters=%d", refs, n), func(b *testing.B) { benchNotify(b, refs, n) })
+		}
+	}
+}
+
+func benchNotify(b *testing.B, refs string, n int) {
+	var url string
+	switch refs {
+	case "bolt":
+		url = startServer(b).url
+	case "memory":
+		url = serveHandler(b, lockserver.NewHandler(newMemoryLocker(b)))
+	}
+	newClient := func(node string) *Client {
+		c, err := New(url, WithNodeID(node))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close() })
+		return c
+	}
+	holder := newClient("holder")
+	queued := make(chan struct{}, n)
+	waiters := make([]*Client, n)
+	for i := range waiters {
+		waiters[i] = newClient(fmt.Sprintf("node-%d", i))
+		waiters[i].http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
+	}
+
+	ctx := context.Background()
+	all := make([]time.Duration, 0, b.N)
+	unlocks := make([]time.Duration, 0, b.N)
+	ends := make([]time.Time, n)
+	errs := make([]error, n)
+	b.ResetTimer()
+	for i := range b.N {
+		req := Request{Type: OperationTypePull, ResourceID: fmt.Sprintf("sha256:bench-%s-%d-%d-%d", refs, n, b.N, i)}
+		res, err := holder.Lock(ctx, req)
+		if err != nil || !res.Acquired {
+			b.Fatalf("holder: %+v %v", res, err)
+		}
+		var wg sync.WaitGroup
+		for j, w := range waiters {
+			wg.Go(func() {
+				res, err := w.Lock(ctx, req)
+				ends[j] = time.Now()
+				if err == nil && !res.Skipped {
+					err = fmt.Errorf("waiter %d: %+v", j, res)
+				}
+				errs[j] = err
+			})
+		}
+		// Every waiter is queued with its event stream attached.
+		for range n {
+			<-queued
+		}
+		start := time.Now()
+		if err := holder.Unlock(ctx, res.Lease, true, nil); err != nil {
+			b.Fatal(err)
+		}
+		unlocks = append(unlocks, time.Since(start))
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		last := ends[0]
+		for _, e := range ends {
+			if e.After(last) {
+				last = e
+			}
+		}
+		all = append(all, last.Sub(start))
+	}
+	b.StopTimer()
+	b.ReportMetric(percentileMs(all, 0.50), "p50-ms")
+	b.ReportMetric(percentileMs(all, 0.99), "p99-ms")
+	b.ReportMetric(percentileMs(unlocks, 0.50), "unlock-p50-ms")
+}
+
+// percentileMs returns the q-quantile of ds (nearest rank) in
+// milliseconds.
+func percentileMs(ds []time.Duration, q float64) float64 {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := max(int(math.Ceil(q*float64(len(s))))-1, 0)
+	return float64(s[i]) / float64(time.Millisecond)
+}

@@ -1,0 +1,214 @@
+package lockclient
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/containerd/log"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+// Client takes locks from one coordinator on behalf of one node. It is safe
+// for concurrent use; every call is independent and takes its own request
+// ID.
+//
+// A Client owns the keepalive goroutines of the leases it hands out: each
+// stops at Unlock of its lease, or at Close.
+type Client struct {
+	backend Backend
+	http    *httpBackend // the backend when remote; nil when embedded
+	opts    options      // read-only after construction
+
+	mu     sync.Mutex
+	leases map[*Lease]struct{} // protected by mu: leases whose keepalive runs
+	closed bool                // protected by mu
+}
+
+// New returns a Client of the lock server at serverURL
+// (http(s)://host:port, optionally with a path prefix). It does not connect:
+// an unreachable server shows in the first call.
+func New(serverURL string, opts ...Option) (*Client, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	b, err := newHTTPBackend(serverURL, &o)
+	if err != nil {
+		return nil, err
+	}
+	c := newClient(b, o)
+	c.http = b
+	return c, nil
+}
+
+// NewEmbedded returns a Client of an in-process coordinator, typically the
+// *lockserver.Locker of an embedded lock server. Results, errors, leases and
+// keepalive behave as with New; the HTTP options (clients, token, TLS, poll
+// interval) do not apply.
+func NewEmbedded(c Coordinator, opts ...Option) (*Client, error) {
+	if c == nil {
+		return nil, fmt.Errorf("lockclient: nil coordinator: %w", ErrInvalidArgument)
+	}
+	return NewWithBackend(embedded{c}, opts...)
+}
+
+// NewWithBackend returns a Client that drives b, any implementation of the
+// coordinator's operations.
+func NewWithBackend(b Backend, opts ...Option) (*Client, error) {
+	if b == nil {
+		return nil, fmt.Errorf("lockclient: nil backend: %w", ErrInvalidArgument)
+	}
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newClient(b, o), nil
+}
+
+func buildOptions(opts []Option) (options, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.nodeID == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return o, fmt.Errorf("lockclient: no node ID given and no host name: %w", err)
+		}
+		o.nodeID = h
+	}
+	return o, o.validate()
+}
+
+func newClient(b Backend, o options) *Client {
+	return &Client{backend: b, opts: o, leases: make(map[*Lease]struct{})}
+}
+
+// NodeID returns the node this client speaks for.
+func (c *Client) NodeID() string { return c.opts.nodeID }
+
+// Close stops the keepalive of every lease not yet unlocked (the
+// coordinator then releases them as failures when their TTL runs out) and
+// closes idle connections. Calls in flight are not interrupted; new Lock and
+// TryLock calls fail with ErrUnavailable. Close is idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	leases := c.leases
+	c.leases = nil
+	c.mu.Unlock()
+	for l := range leases {
+		l.stop()
+	}
+	if c.http != nil {
+		c.http.closeIdle()
+	}
+	return nil
+}
+
+// Status returns the state of the lock (typ, resourceID): holder,
+// retained completion and queue. Transient errors are retried.
+func (c *Client) Status(ctx context.Context, typ OperationType, resourceID string) (*api.StatusResponse, error) {
+	var st api.StatusResponse
+	err := c.retry(ctx, "status "+string(typ)+":"+resourceID, func(ctx context.Context) error {
+		var err error
+		st, err = c.backend.Status(ctx, typ, resourceID, "")
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// AddRef records that this client's node uses the resource (for example a
+// blob it found already present). It fails with ErrDeleting while a delete
+// of the resource is in flight. Transient errors are retried (adding a
+// referrer is idempotent).
+func (c *Client) AddRef(ctx context.Context, resourceID string) (api.RefsResponse, error) {
+	var refs api.RefsResponse
+	err := c.retry(ctx, "add ref "+resourceID, func(ctx context.Context) error {
+		var err error
+		refs, err = c.backend.AddRef(ctx, resourceID, c.opts.nodeID)
+		return err
+	})
+	return refs, err
+}
+
+// Refs returns the nodes that use the resource. Transient errors are
+// retried.
+func (c *Client) Refs(ctx context.Context, resourceID string) (api.RefsResponse, error) {
+	var refs api.RefsResponse
+	err := c.retry(ctx, "refs "+resourceID, func(ctx context.Context) error {
+		var err error
+		refs, err = c.backend.Refs(ctx, resourceID)
+		return err
+	})
+	return refs, err
+}
+
+// retry runs fn until it succeeds, is refused, ctx ends, or MaxRetries
+// retries have failed; then the error is ErrUnavailable as well as the last
+// error. Refusals are returned as they are (they name the key); other
+// errors are prefixed with what.
+func (c *Client) retry(ctx context.Context, what string, fn func(context.Context) error) error {
+	var timer *time.Timer
+	for attempt := 1; ; attempt++ {
+		err := fn(ctx)
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		case !retryable(err):
+			return err
+		case attempt > c.opts.maxRetries:
+			return fmt.Errorf("%s: giving up after %d attempt(s): %w", what, attempt, unreachable(err))
+		}
+		log.G(ctx).WithError(err).WithField("attempt", attempt).WithField("retry_in", c.opts.retryInterval).
+			Warn(what + " failed; retrying")
+		if timer == nil {
+			timer = time.NewTimer(c.opts.retryInterval)
+			defer timer.Stop()
+		} else {
+			timer.Reset(c.opts.retryInterval)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w (after: %v)", what, ctx.Err(), err)
+		case <-timer.C:
+		}
+	}
+}
+
+// track registers a lease whose keepalive runs; false when the client is
+// closed.
+func (c *Client) track(l *Lease) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.leases[l] = struct{}{}
+	return true
+}
+
+func (c *Client) untrack(l *Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.leases, l)
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}

@@ -1,0 +1,237 @@
+package lockclient
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/refcount"
+)
+
+// testTimeout bounds every wait of a test: reaching it is a failure, never
+// a synchronisation.
+const testTimeout = 20 * time.Second
+
+// testServer is a real lock server (bbolt data dir, HTTP on loopback).
+type testServer struct {
+	*lockserver.Server
+	addr string
+	url  string
+
+	mu      sync.Mutex
+	done    chan error
+	stopped bool // protected by mu
+}
+
+// startServer starts a lock server on a free loopback port.
+func startServer(t testing.TB, mutate ...func(*lockserver.ServerConfig)) *testServer {
+	t.Helper()
+	return startServerAt(t, "127.0.0.1:0", mutate...)
+}
+
+// startServerAt starts a lock server listening on addr. It is stopped when
+// the test ends.
+func startServerAt(t testing.TB, addr string, mutate ...func(*lockserver.ServerConfig)) *testServer {
+	t.Helper()
+	cfg := lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: t.TempDir()}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	s, err := lockserver.OpenServer(cfg)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", addr)
+	require.NoError(t, err)
+	ts := &testServer{Server: s, addr: ln.Addr().String(), url: "http://" + ln.Addr().String(), done: make(chan error, 1)}
+	go func() { ts.done <- s.Serve(ln) }()
+	t.Cleanup(func() { ts.stop(t) })
+	return ts
+}
+
+// stop shuts the server down (ending its event streams) and waits for it.
+func (ts *testServer) stop(t testing.TB) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.stopped {
+		return
+	}
+	ts.stopped = true
+	require.NoError(t, ts.Shutdown(context.Background()))
+	require.NoError(t, <-ts.done)
+}
+
+// newMemoryLocker returns an in-process coordinator with in-memory
+// referrer sets.
+func newMemoryLocker(t testing.TB, mutate ...func(*lockserver.Config)) *lockserver.Locker {
+	t.Helper()
+	cfg := lockserver.DefaultConfig()
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	l, err := lockserver.NewLocker(cfg, lockserver.Options{Refs: refcount.NewManager(refcount.NewMemoryStorage(), refcount.Config{})})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	return l
+}
+
+// serveHandler serves h on a free loopback port until the test ends.
+func serveHandler(t testing.TB, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: h}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		if d, ok := h.(interface{ Drain() }); ok {
+			d.Drain()
+		}
+		require.NoError(t, srv.Shutdown(ctx))
+		require.ErrorIs(t, <-done, http.ErrServerClosed)
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// freeAddr returns a loopback address nothing listens on (connections to
+// it are refused).
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// testOptions make retries fast.
+func testOptions(node string) []Option {
+	return []Option{WithNodeID(node), WithRetryInterval(10 * time.Millisecond), WithPollInterval(20 * time.Millisecond)}
+}
+
+// newHTTPClient returns a Client of the server at url, closed when the test
+// ends.
+func newHTTPClient(t testing.TB, url, node string, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(url, append(testOptions(node), opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	return c
+}
+
+// countingTransport counts requests by "METHOD /path" and can act after
+// each one.
+type countingTransport struct {
+	base http.RoundTripper
+	// after, when set, runs after each round trip with that request's
+	// count (1 for the first); set before use.
+	after func(req *http.Request, n int, err error)
+
+	mu     sync.Mutex
+	counts map[string]int // protected by mu
+}
+
+func newCountingTransport() *countingTransport {
+	return &countingTransport{base: newTransport(nil), counts: map[string]int{}}
+}
+
+func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	k := req.Method + " " + req.URL.Path
+	c.mu.Lock()
+	c.counts[k]++
+	n := c.counts[k]
+	c.mu.Unlock()
+	resp, err := c.base.RoundTrip(req)
+	if c.after != nil {
+		c.after(req, n, err)
+	}
+	return resp, err
+}
+
+func (c *countingTransport) count(k string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counts[k]
+}
+
+// outcome is what an asynchronous Lock returned.
+type outcome struct {
+	res *LockResult
+	err error
+}
+
+// lockAsync runs c.Lock in a goroutine; the channel gets its outcome.
+func lockAsync(ctx context.Context, c *Client, req Request) <-chan outcome {
+	ch := make(chan outcome, 1)
+	go func() {
+		res, err := c.Lock(ctx, req)
+		ch <- outcome{res, err}
+	}()
+	return ch
+}
+
+// recv waits for an outcome; taking longer than testTimeout fails the test.
+func recv(t testing.TB, ch <-chan outcome) outcome {
+	t.Helper()
+	select {
+	case o := <-ch:
+		return o
+	case <-time.After(testTimeout):
+		t.Fatal("Lock did not return")
+		return outcome{}
+	}
+}
+
+// requireWaiting asserts that ch has no outcome yet.
+func requireWaiting(t testing.TB, ch <-chan outcome, who string) {
+	t.Helper()
+	select {
+	case o := <-ch:
+		t.Fatalf("%s returned while it should still wait: %+v, %v", who, o.res, o.err)
+	default:
+	}
+}
+
+// status returns the state of (typ, id) as c sees it.
+func status(t testing.TB, c *Client, typ OperationType, id string) *api.StatusResponse {
+	t.Helper()
+	st, err := c.Status(context.Background(), typ, id)
+	require.NoError(t, err)
+	return st
+}
+
+func queueNodes(st *api.StatusResponse) []string {
+	nodes := make([]string, 0, len(st.Queue))
+	for _, w := range st.Queue {
+		nodes = append(nodes, w.NodeID)
+	}
+	return nodes
+}
+
+// waitQueue waits until the queue of (typ, id) holds exactly nodes, in
+// order.
+func waitQueue(t testing.TB, c *Client, typ OperationType, id string, nodes ...string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		return fmt.Sprint(queueNodes(status(t, c, typ, id))) == fmt.Sprint(nodes)
+	}, testTimeout, 2*time.Millisecond, "queue of %s:%s never became %v", typ, id, nodes)
+}
+
+// writeToken writes a bearer token file (with a trailing newline, as
+// editors leave it).
+func writeToken(t testing.TB, token string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(p, []byte(token+"\n"), 0o600))
+	return p
+}

@@ -1,0 +1,148 @@
+package lockclient
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+// shortTTL makes leases expire fast: keepalives every 100 ms.
+const shortTTL = 300 * time.Millisecond
+
+func withShortTTL(c *lockserver.ServerConfig) { c.LeaseTTL = shortTTL }
+
+// TestLeaseHeldAcrossTTLs: while the holder lives, its keepalive holds the
+// lock for several TTLs; the waiter keeps waiting, and Unlock stops the
+// keepalive.
+func TestLeaseHeldAcrossTTLs(t *testing.T) {
+	ts := startServer(t, withShortTTL)
+	ct := newCountingTransport()
+	holder := newHTTPClient(t, ts.url, "node-a", WithShortClient(&http.Client{Transport: ct, Timeout: testTimeout}))
+	waiter := newHTTPClient(t, ts.url, "node-b")
+	req := Request{Type: OperationTypePull, ResourceID: blob}
+
+	start := time.Now()
+	res, err := holder.Lock(context.Background(), req)
+	require.NoError(t, err)
+	require.Equal(t, shortTTL, res.Lease.TTL)
+	ch := lockAsync(context.Background(), waiter, req)
+	waitQueue(t, holder, req.Type, req.ResourceID, "node-b")
+
+	require.Eventually(t, func() bool { return ct.count("POST /lock/keepalive") >= 10 }, testTimeout, 5*time.Millisecond)
+	require.Greater(t, time.Since(start), 3*shortTTL)
+	select {
+	case <-res.Lease.Lost():
+		t.Fatalf("lease lost while the holder lives: %v", res.Lease.Err())
+	default:
+	}
+	require.NoError(t, res.Lease.Err())
+	st := status(t, holder, req.Type, req.ResourceID)
+	require.Equal(t, "node-a", st.Holder.NodeID)
+	require.Equal(t, res.Lease.Fence, st.Holder.Fence, "the same grant, never expired and re-granted")
+	require.Equal(t, []string{"node-b"}, queueNodes(st))
+	requireWaiting(t, ch, "node-b")
+
+	require.NoError(t, holder.Unlock(context.Background(), res.Lease, true, nil))
+	select {
+	case <-res.Lease.done:
+	default:
+		t.Fatal("Unlock returned before the keepalive goroutine ended")
+	}
+	o := recv(t, ch)
+	require.NoError(t, o.err)
+	require.True(t, o.res.Skipped)
+}
+
+// TestLeaseLostWhenServerDies: with the lock server gone, renewals fail and
+// Lost closes once the TTL has passed; Unlock then reports both.
+func TestLeaseLostWhenServerDies(t *testing.T) {
+	ts := startServer(t, withShortTTL)
+	c := newHTTPClient(t, ts.url, "node-a", WithMaxRetries(1))
+	res, err := c.Lock(context.Background(), Request{Type: OperationTypePull, ResourceID: blob})
+	require.NoError(t, err)
+	require.NoError(t, res.Lease.Err())
+
+	ts.stop(t)
+	killed := time.Now()
+	select {
+	case <-res.Lease.Lost():
+	case <-time.After(testTimeout):
+		t.Fatal("Lost did not close")
+	}
+	require.Less(t, time.Since(killed), 3*shortTTL, "Lost fires about a TTL after the last renewal")
+	require.ErrorIs(t, res.Lease.Err(), ErrLeaseLost)
+
+	err = c.Unlock(context.Background(), res.Lease, true, nil)
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, err, ErrLeaseLost)
+}
+
+// TestLeaseLostWhenTakenBack: when the coordinator no longer knows the
+// lease (here: its grant was cancelled behind the holder's back, as after a
+// coordinator restart), the next renewal says not_holder and Lost closes.
+func TestLeaseLostWhenTakenBack(t *testing.T) {
+	l := newMemoryLocker(t, func(c *lockserver.Config) { c.LeaseTTL = shortTTL })
+	c, err := NewEmbedded(l, testOptions("node-a")...)
+	require.NoError(t, err)
+	defer c.Close()
+	res, err := c.Lock(context.Background(), Request{Type: OperationTypeUpdate, ResourceID: blob})
+	require.NoError(t, err)
+
+	require.NoError(t, l.Cancel(context.Background(), api.CancelRequest{Type: api.OperationUpdate, ResourceID: blob, RequestID: res.Lease.requestID}))
+	select {
+	case <-res.Lease.Lost():
+	case <-time.After(testTimeout):
+		t.Fatal("Lost did not close")
+	}
+	require.ErrorIs(t, res.Lease.Err(), ErrLeaseLost)
+	require.ErrorIs(t, res.Lease.Err(), ErrNotHolder, "lost because the coordinator said so, not by timing out")
+	err = c.Unlock(context.Background(), res.Lease, true, nil)
+	require.ErrorIs(t, err, ErrNotHolder)
+	require.ErrorIs(t, err, ErrLeaseLost)
+}
+
+// TestUnlockAfterCancel: Unlock with an already cancelled context still
+// releases, and records the success.
+func TestUnlockAfterCancel(t *testing.T) {
+	ts := startServer(t)
+	c := newHTTPClient(t, ts.url, "node-a")
+	ctx, cancel := context.WithCancel(context.Background())
+	res, err := c.Lock(ctx, Request{Type: OperationTypePull, ResourceID: blob})
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	cancel()
+
+	require.NoError(t, c.Unlock(ctx, res.Lease, true, nil))
+	st := status(t, c, OperationTypePull, blob)
+	require.Nil(t, st.Holder)
+	require.NotNil(t, st.Completed)
+	refs, err := c.Refs(context.Background(), blob)
+	require.NoError(t, err)
+	require.Equal(t, []string{"node-a"}, refs.Nodes)
+	// Unlock is idempotent.
+	require.NoError(t, c.Unlock(ctx, res.Lease, true, nil))
+}
+
+// TestCloseStopsKeepalives: Close ends the keepalive of a lease that was
+// never unlocked; the coordinator then lets it expire.
+func TestCloseStopsKeepalives(t *testing.T) {
+	ts := startServer(t, withShortTTL)
+	c := newHTTPClient(t, ts.url, "node-a")
+	res, err := c.Lock(context.Background(), Request{Type: OperationTypePull, ResourceID: blob})
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	select {
+	case <-res.Lease.done:
+	default:
+		t.Fatal("Close returned before the keepalive goroutine ended")
+	}
+	other := newHTTPClient(t, ts.url, "node-b")
+	require.Eventually(t, func() bool { return status(t, other, OperationTypePull, blob).Holder == nil },
+		testTimeout, 10*time.Millisecond, "the unrenewed lease expires")
+}

@@ -1,0 +1,210 @@
+package lockclient
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/containerd/log"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+// OperationType is the kind of lock: pull, update or delete.
+type OperationType = api.OperationType
+
+// The lock types (SPEC §3). Pull and update of one resource may run
+// together; everything else on one resource excludes each other.
+const (
+	// OperationTypePull downloads a resource; on success the holder's node
+	// references it and every waiter skips.
+	OperationTypePull = api.OperationPull
+	// OperationTypeUpdate changes a resource's metadata; waiters run one
+	// after the other.
+	OperationTypeUpdate = api.OperationUpdate
+	// OperationTypeDelete removes a resource nobody else references; on
+	// success every waiter skips.
+	OperationTypeDelete = api.OperationDelete
+)
+
+// Request names a lock and who asks for it.
+type Request struct {
+	Type       OperationType
+	ResourceID string
+	// NodeID is the node the lock is taken for; empty means the client's
+	// node (WithNodeID).
+	NodeID string
+}
+
+// LockResult is the outcome of Lock and TryLock: exactly one of Acquired
+// and Skipped is set, or Error.
+type LockResult struct {
+	// Acquired: the caller holds the lock and must Unlock Lease.
+	Acquired bool
+	// Skipped: the work was done meanwhile (a pull or delete succeeded on
+	// another request); nothing is held.
+	Skipped bool
+	// Lease is the held lock when Acquired.
+	Lease *Lease
+	// Error is the error Lock returned, if any.
+	Error error
+}
+
+// Lock takes the lock, waiting in its FIFO queue while it is held, until it
+// is acquired, the operation is skipped, or it fails.
+//
+// One random request ID is used for every attempt of the call, so a retry
+// after a lost answer gets the same grant or queue place. Network errors,
+// timeouts and 5xx answers are retried (WithMaxRetries, WithRetryInterval);
+// after the last retry the error matches ErrUnavailable. Refusals are
+// returned at once and match ErrInUse (an *api.InUseError naming the other
+// users), ErrLocked (the server does not queue: allow_multi_node_download
+// is off), ErrInvalidArgument or ErrUnauthorized.
+//
+// Cancelling ctx takes the caller out of the queue, or gives back a grant
+// that arrived meanwhile; Lock then returns ctx's error and holds nothing.
+//
+// The result is never nil; err != nil exactly when result.Error != nil.
+// When Acquired, the lease is renewed in the background until Unlock.
+func (c *Client) Lock(ctx context.Context, req Request) (*LockResult, error) {
+	return c.lock(ctx, req, true)
+}
+
+// TryLock is Lock without waiting: a held lock fails at once with
+// ErrLocked. Transient errors are still retried, with the same request ID.
+func (c *Client) TryLock(ctx context.Context, req Request) (*LockResult, error) {
+	return c.lock(ctx, req, false)
+}
+
+// ClusterLock is the one-call helper of the content store (the seeds'
+// client.ClusterLock): Lock of req on c, with req.NodeID defaulting to c's
+// node.
+func ClusterLock(ctx context.Context, c *Client, req *Request) (*LockResult, error) {
+	if c == nil || req == nil {
+		err := fmt.Errorf("lockclient: ClusterLock needs a client and a request: %w", ErrInvalidArgument)
+		return &LockResult{Error: err}, err
+	}
+	return c.Lock(ctx, *req)
+}
+
+func (c *Client) lock(ctx context.Context, req Request, wait bool) (*LockResult, error) {
+	lr, err := c.lockRequest(req)
+	if err != nil {
+		return failed(err)
+	}
+	if !wait {
+		lr.Wait = new(bool)
+	}
+	key := string(lr.Type) + ":" + lr.ResourceID
+	ctx = log.WithLogger(ctx, log.G(ctx).WithField("key", key).WithField("request_id", lr.RequestID))
+	if c.isClosed() {
+		return failed(fmt.Errorf("lock %s: client closed: %w", key, ErrUnavailable))
+	}
+
+	var resp api.LockResponse
+	err = c.retry(ctx, "lock "+key, func(ctx context.Context) error {
+		var err error
+		if wait {
+			resp, err = c.backend.Acquire(ctx, lr)
+		} else {
+			resp, err = c.backend.Lock(ctx, lr)
+		}
+		return err
+	})
+	received := time.Now()
+	switch {
+	case err != nil:
+		if ctx.Err() != nil {
+			// Ended between attempts, or inside one that had reached the
+			// coordinator: leave nothing behind.
+			giveBack(ctx, c.backend, lr, c.opts.requestTimeout)
+		}
+		return failed(err)
+	case resp.Skip:
+		return &LockResult{Skipped: true}, nil
+	case !resp.Acquired:
+		giveBack(ctx, c.backend, lr, c.opts.requestTimeout)
+		return failed(fmt.Errorf("lock %s: coordinator answered neither acquired nor skipped (queued=%v)", key, resp.Queued))
+	case ctx.Err() != nil:
+		giveBack(ctx, c.backend, lr, c.opts.requestTimeout)
+		return failed(fmt.Errorf("lock %s: %w", key, ctx.Err()))
+	}
+	lease := newLease(lr, resp)
+	lease.start(ctx, c.backend, c.opts.requestTimeout, received)
+	if !c.track(lease) {
+		lease.stop()
+		giveBack(ctx, c.backend, lr, c.opts.requestTimeout)
+		return failed(fmt.Errorf("lock %s: client closed: %w", key, ErrUnavailable))
+	}
+	log.G(ctx).WithField("fence", lease.Fence).Debug("lock acquired")
+	return &LockResult{Acquired: true, Lease: lease}, nil
+}
+
+func failed(err error) (*LockResult, error) { return &LockResult{Error: err}, err }
+
+// lockRequest validates req and gives it the client's node and a new
+// request ID.
+func (c *Client) lockRequest(req Request) (api.LockRequest, error) {
+	if !req.Type.Valid() {
+		return api.LockRequest{}, fmt.Errorf("lock type %q: must be pull, update or delete: %w", req.Type, ErrInvalidArgument)
+	}
+	if req.ResourceID == "" {
+		return api.LockRequest{}, fmt.Errorf("lock %s: resource ID is empty: %w", req.Type, ErrInvalidArgument)
+	}
+	if req.NodeID == "" {
+		req.NodeID = c.opts.nodeID
+	}
+	return api.LockRequest{Type: req.Type, ResourceID: req.ResourceID, NodeID: req.NodeID, RequestID: newRequestID()}, nil
+}
+
+// Unlock releases lease with the outcome of the work: success records the
+// result (a pull's node becomes a referrer, and waiters of a pull or delete
+// skip); failure hands the lock to the next waiter. opErr, when not
+// success, is reported to the coordinator for its logs.
+//
+// Unlock runs even when ctx is already cancelled: it keeps ctx's values but
+// not its cancellation, and is bounded by the retry budget
+// ((MaxRetries+1) × (request timeout + retry interval)). It first stops the
+// lease's keepalive and waits for it to end. Transient errors are retried;
+// the coordinator answers a repeated Unlock with the same outcome as the
+// first. An error matching ErrNotHolder means the coordinator had already
+// taken the lock back (Lease.Lost had closed, or it restarted): the outcome
+// was not recorded.
+func (c *Client) Unlock(ctx context.Context, lease *Lease, success bool, opErr error) error {
+	if lease == nil {
+		return fmt.Errorf("unlock: nil lease: %w", ErrInvalidArgument)
+	}
+	lease.stop()
+	c.untrack(lease)
+
+	budget := time.Duration(c.opts.maxRetries+1) * (c.opts.requestTimeout + c.opts.retryInterval)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
+	defer cancel()
+	key := string(lease.Type) + ":" + lease.ResourceID
+	ctx = log.WithLogger(ctx, log.G(ctx).WithField("key", key).WithField("fence", lease.Fence))
+	req := api.UnlockRequest{Type: lease.Type, ResourceID: lease.ResourceID, LeaseID: lease.ID, Success: success}
+	if !success && opErr != nil {
+		req.Error = opErr.Error()
+	}
+	err := c.retry(ctx, "unlock "+key, func(ctx context.Context) error {
+		_, err := c.backend.Unlock(ctx, req)
+		return err
+	})
+	if err != nil {
+		if lost := lease.Err(); lost != nil {
+			err = fmt.Errorf("%w (%w)", err, lost)
+		}
+		return err
+	}
+	log.G(ctx).WithField("success", success).Debug("lock released")
+	return nil
+}
+
+// newRequestID returns 128 random bits, hex-encoded.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,137 @@
+package lockclient
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+const (
+	// DefaultMaxRetries is how many times a call is retried after a network
+	// error, a timeout or a 5xx (so at most 1+3 attempts). With
+	// DefaultRetryInterval that rides out a lock-server restart of a few
+	// seconds, yet gives up soon enough that a caller with a fallback (the
+	// content store proceeds uncoordinated) is not stalled for long.
+	DefaultMaxRetries = 3
+	// DefaultRetryInterval is the pause between two attempts: long enough
+	// for a restarting server to bind its port, short next to a blob
+	// download.
+	DefaultRetryInterval = time.Second
+	// DefaultRequestTimeout bounds one short request (lock, unlock,
+	// keepalive, cancel, status, refs). A healthy coordinator answers in
+	// about a millisecond (one bbolt fsync at most); ten seconds tolerates
+	// a stalled disk or a long GC pause without hanging a caller forever.
+	DefaultRequestTimeout = 10 * time.Second
+	// DefaultPollInterval is how often a waiter polls /lock/status when
+	// Server-Sent Events cannot be used (SPEC §4). It is well under the
+	// coordinator's claim timeout (3 s), so a grant made to a polling waiter
+	// is picked up before it is taken back.
+	DefaultPollInterval = 500 * time.Millisecond
+)
+
+const (
+	// fallbackLeaseTTL is used if a grant does not state its TTL: the
+	// coordinator's default.
+	fallbackLeaseTTL = 15 * time.Second
+	// streamIdleTimeout ends an event stream that has been silent this
+	// long: the server sends a comment every 15 s, so three missed
+	// heartbeats mean a dead peer (a half-open TCP connection never
+	// errors by itself).
+	streamIdleTimeout = 45 * time.Second
+	// maxStreamDrops is how many times the event stream of one wait may
+	// end without an outcome before the waiter falls back to polling (a
+	// proxy that cuts streams would otherwise make it re-queue in a loop).
+	maxStreamDrops = 3
+	// maxIdleConnsPerHost keeps connections to the one coordinator open
+	// for reuse. net/http's default of 2 would make a node with many
+	// concurrent lock calls (every layer of an image at once) open and
+	// close a TCP connection per request.
+	maxIdleConnsPerHost = 128
+	// dialTimeout bounds connecting to the coordinator.
+	dialTimeout = 5 * time.Second
+)
+
+// Option configures a Client.
+type Option func(*options)
+
+// options are a Client's settings; defaults come from defaultOptions.
+type options struct {
+	nodeID         string
+	maxRetries     int
+	retryInterval  time.Duration
+	requestTimeout time.Duration
+	pollInterval   time.Duration
+	short, long    *http.Client
+	token          string
+	tlsConfig      *tls.Config
+}
+
+func defaultOptions() options {
+	return options{
+		maxRetries:     DefaultMaxRetries,
+		retryInterval:  DefaultRetryInterval,
+		requestTimeout: DefaultRequestTimeout,
+		pollInterval:   DefaultPollInterval,
+	}
+}
+
+func (o *options) validate() error {
+	switch {
+	case o.nodeID == "":
+		return fmt.Errorf("lockclient: node ID is empty: %w", ErrInvalidArgument)
+	case o.maxRetries < 0:
+		return fmt.Errorf("lockclient: max retries %d is negative: %w", o.maxRetries, ErrInvalidArgument)
+	case o.retryInterval <= 0:
+		return fmt.Errorf("lockclient: retry interval %s must be positive: %w", o.retryInterval, ErrInvalidArgument)
+	case o.requestTimeout <= 0:
+		return fmt.Errorf("lockclient: request timeout %s must be positive: %w", o.requestTimeout, ErrInvalidArgument)
+	case o.pollInterval <= 0:
+		return fmt.Errorf("lockclient: poll interval %s must be positive: %w", o.pollInterval, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// WithNodeID sets the node this client speaks for: the holder of its locks
+// and the referrer its AddRef records. The default is the host name.
+func WithNodeID(id string) Option { return func(o *options) { o.nodeID = id } }
+
+// WithMaxRetries sets how many times a call is retried after a transient
+// error (network, timeout, 5xx); 0 disables retries. Refusals (4xx) are
+// never retried. Default DefaultMaxRetries.
+func WithMaxRetries(n int) Option { return func(o *options) { o.maxRetries = n } }
+
+// WithRetryInterval sets the pause between attempts. Default
+// DefaultRetryInterval.
+func WithRetryInterval(d time.Duration) Option { return func(o *options) { o.retryInterval = d } }
+
+// WithRequestTimeout bounds each short request, and the first event of a
+// stream. Default DefaultRequestTimeout. It has no effect on a client given
+// with WithShortClient, which carries its own timeout.
+func WithRequestTimeout(d time.Duration) Option { return func(o *options) { o.requestTimeout = d } }
+
+// WithPollInterval sets how often a waiter polls when event streams cannot
+// be used. Default DefaultPollInterval.
+func WithPollInterval(d time.Duration) Option { return func(o *options) { o.pollInterval = d } }
+
+// WithShortClient replaces the HTTP client of short requests. It should
+// have a timeout; WithTLSConfig does not apply to it.
+func WithShortClient(c *http.Client) Option { return func(o *options) { o.short = c } }
+
+// WithLongClient replaces the HTTP client of event streams. It must not
+// have a timeout (streams last as long as a wait); WithTLSConfig does not
+// apply to it.
+func WithLongClient(c *http.Client) Option { return func(o *options) { o.long = c } }
+
+// WithBearerToken sends "Authorization: Bearer <token>" with every request.
+// Surrounding white space (a token file's newline) is dropped.
+func WithBearerToken(token string) Option {
+	return func(o *options) { o.token = strings.TrimSpace(token) }
+}
+
+// WithTLSConfig sets the TLS configuration (CA, client certificate for
+// mTLS) of the built-in HTTP clients. The config is cloned.
+func WithTLSConfig(c *tls.Config) Option {
+	return func(o *options) { o.tlsConfig = c.Clone() }
+}

@@ -1,0 +1,170 @@
+package lockclient
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+// TestRetryUntilServerUp: the lock server is down (connections refused)
+// for the first two attempts and comes up; the third attempt acquires.
+func TestRetryUntilServerUp(t *testing.T) {
+	addr := freeAddr(t)
+	ct := newCountingTransport()
+	var (
+		mu       sync.Mutex
+		failures []error
+	)
+	ct.after = func(req *http.Request, n int, err error) {
+		if req.URL.Path != "/lock" {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			failures = append(failures, err)
+		}
+		if n == 2 {
+			// The second attempt has just failed: bring the server up
+			// before the client retries.
+			startServerAt(t, addr)
+		}
+	}
+	c := newHTTPClient(t, "http://"+addr, "node-a", WithMaxRetries(3),
+		WithShortClient(&http.Client{Transport: ct, Timeout: testTimeout}))
+
+	res, err := c.Lock(context.Background(), Request{Type: OperationTypePull, ResourceID: blob})
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	require.Equal(t, 3, ct.count("POST /lock"), "two refused attempts, then the one that acquired")
+	mu.Lock()
+	require.Len(t, failures, 2)
+	mu.Unlock()
+	require.NoError(t, c.Unlock(context.Background(), res.Lease, true, nil))
+}
+
+// TestRetryGivesUp: a server that never comes up costs 1+MaxRetries
+// attempts, and the error says unavailable.
+func TestRetryGivesUp(t *testing.T) {
+	ct := newCountingTransport()
+	c := newHTTPClient(t, "http://"+freeAddr(t), "node-a", WithMaxRetries(2),
+		WithShortClient(&http.Client{Transport: ct, Timeout: testTimeout}))
+	res, err := c.Lock(context.Background(), Request{Type: OperationTypePull, ResourceID: blob})
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.Equal(t, err, res.Error)
+	require.Equal(t, 3, ct.count("POST /lock"))
+
+	_, err = c.Refs(context.Background(), blob)
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.Equal(t, 3, ct.count("GET /refs"))
+}
+
+// TestRetry5xx: 5xx answers (the server's own 503 and a proxy's 502 page)
+// are retried; the attempt after them acquires.
+func TestRetry5xx(t *testing.T) {
+	l := newMemoryLocker(t)
+	inner := lockserver.NewHandler(l)
+	var locks atomic.Int32
+	url := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/lock" {
+			switch locks.Add(1) {
+			case 1:
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				io.WriteString(w, `{"error":"server is shutting down","code":"unavailable"}`)
+				return
+			case 2:
+				w.WriteHeader(http.StatusBadGateway)
+				io.WriteString(w, "<html>bad gateway</html>")
+				return
+			}
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	c := newHTTPClient(t, url, "node-a", WithMaxRetries(3))
+	res, err := c.Lock(context.Background(), Request{Type: OperationTypePull, ResourceID: blob})
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	require.EqualValues(t, 3, locks.Load())
+	st, err := l.Status(api.OperationPull, blob, "")
+	require.NoError(t, err)
+	require.Equal(t, "node-a", st.Holder.NodeID)
+}
+
+// TestNoRetryOn4xx: refusals are returned at once, typed, after exactly one
+// attempt.
+func TestNoRetryOn4xx(t *testing.T) {
+	ts := startServer(t, func(c *lockserver.ServerConfig) { c.AuthTokenFile = writeToken(t, "s3cret") })
+	_, err := ts.Locker.AddRef(context.Background(), blob+"-used", "other")
+	require.NoError(t, err)
+	held, err := ts.Locker.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "other"})
+	require.NoError(t, err)
+	require.True(t, held.Acquired)
+
+	for _, tc := range []struct {
+		name  string
+		token string
+		try   bool
+		req   Request
+		want  error
+	}{
+		{"in use", "s3cret", false, Request{Type: OperationTypeDelete, ResourceID: blob + "-used"}, ErrInUse},
+		{"locked", "s3cret", true, Request{Type: OperationTypePull, ResourceID: blob}, ErrLocked},
+		{"unauthorized", "wrong", false, Request{Type: OperationTypePull, ResourceID: blob + "-other"}, ErrUnauthorized},
+		{"invalid", "s3cret", false, Request{Type: OperationTypePull, ResourceID: "sha256:\x07bell"}, ErrInvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ct := newCountingTransport()
+			c := newHTTPClient(t, ts.url, "node-a", WithMaxRetries(3), WithBearerToken(tc.token+"\n"),
+				WithShortClient(&http.Client{Transport: ct, Timeout: testTimeout}))
+			lock := c.Lock
+			if tc.try {
+				lock = c.TryLock
+			}
+			res, err := lock(context.Background(), tc.req)
+			require.ErrorIs(t, err, tc.want)
+			require.Equal(t, err, res.Error)
+			require.Equal(t, 1, ct.count("POST /lock"), "a refusal is not retried")
+			for _, other := range []error{ErrInUse, ErrLocked, ErrUnauthorized, ErrInvalidArgument, ErrUnavailable} {
+				if other != tc.want {
+					require.False(t, errors.Is(err, other), "%v also matches %v", err, other)
+				}
+			}
+		})
+	}
+
+	// The right token (read from a file, newline and all) is accepted.
+	c := newHTTPClient(t, ts.url, "node-a", WithBearerToken("s3cret\n"))
+	res, err := c.Lock(context.Background(), Request{Type: OperationTypePull, ResourceID: blob + "-other"})
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	require.NoError(t, c.Unlock(context.Background(), res.Lease, true, nil))
+}
+
+// TestRetryWaitHonoursContext: a Lock whose context ends between attempts
+// stops at once instead of sleeping through the retry interval.
+func TestRetryWaitHonoursContext(t *testing.T) {
+	ct := newCountingTransport()
+	ctx, cancel := context.WithCancel(context.Background())
+	ct.after = func(_ *http.Request, n int, _ error) {
+		if n == 1 {
+			cancel()
+		}
+	}
+	c := newHTTPClient(t, "http://"+freeAddr(t), "node-a", WithMaxRetries(3), WithRetryInterval(time.Hour),
+		WithShortClient(&http.Client{Transport: ct, Timeout: testTimeout}))
+	res, err := c.Lock(ctx, Request{Type: OperationTypePull, ResourceID: blob})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, err, res.Error)
+	require.Equal(t, 1, ct.count("POST /lock"))
+}

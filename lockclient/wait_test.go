@@ -1,0 +1,152 @@
+package lockclient
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+// TestLostResponseGetsSameGrant: a proxy swallows the answer to the first
+// POST /lock after the server granted it. The retry, with the same request
+// ID, gets that same grant instead of queuing behind itself.
+func TestLostResponseGetsSameGrant(t *testing.T) {
+	ts := startServer(t)
+	px := startProxy(t, ts.addr, func(r *http.Request, n int) proxyAction {
+		if r.Method == http.MethodPost && r.URL.Path == "/lock" && n == 1 {
+			return dropResponse
+		}
+		return forward
+	})
+	c := newHTTPClient(t, px.url, "node-a")
+	res, err := c.Lock(context.Background(), Request{Type: OperationTypePull, ResourceID: blob})
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	require.Equal(t, 2, px.count("POST /lock"))
+
+	dropped := px.droppedBodies()
+	require.Len(t, dropped, 1)
+	var first api.LockResponse
+	require.NoError(t, json.Unmarshal(dropped[0], &first))
+	require.True(t, first.Acquired, "the server had granted the lost request")
+	require.Equal(t, first.LeaseID, res.Lease.ID)
+	require.Equal(t, first.Fence, res.Lease.Fence)
+
+	st, err := ts.Locker.Status(api.OperationPull, blob, "")
+	require.NoError(t, err)
+	require.Equal(t, first.RequestID, st.Holder.RequestID)
+	require.Equal(t, first.Fence, st.Holder.Fence)
+	require.Empty(t, st.Queue, "no self-queueing")
+	require.NoError(t, c.Unlock(context.Background(), res.Lease, true, nil))
+}
+
+// TestWaitUsesEventStream: through a transparent proxy, a waiter learns of
+// its turn from /lock/subscribe and never polls.
+func TestWaitUsesEventStream(t *testing.T) {
+	ts := startServer(t)
+	px := startProxy(t, ts.addr, func(*http.Request, int) proxyAction { return forward })
+	holder := newHTTPClient(t, ts.url, "node-a")
+	waiter := newHTTPClient(t, px.url, "node-b")
+	req := Request{Type: OperationTypePull, ResourceID: blob}
+
+	resA, err := holder.Lock(context.Background(), req)
+	require.NoError(t, err)
+	ch := lockAsync(context.Background(), waiter, req)
+	waitQueue(t, holder, req.Type, req.ResourceID, "node-b")
+	require.NoError(t, holder.Unlock(context.Background(), resA.Lease, false, nil))
+	o := recv(t, ch)
+	require.NoError(t, o.err)
+	require.True(t, o.res.Acquired)
+	require.Equal(t, 1, px.count("GET /lock/subscribe"))
+	require.Zero(t, px.count("GET /lock/status"))
+	require.NoError(t, waiter.Unlock(context.Background(), o.res.Lease, true, nil))
+}
+
+// TestPollingFallback: a proxy that refuses /lock/subscribe (by closing the
+// connection, or with a 502) leaves polling /lock/status, which still gets
+// the waiter its skip or its grant.
+func TestPollingFallback(t *testing.T) {
+	for _, refusal := range []struct {
+		name   string
+		action proxyAction
+	}{{"closed", closeConn}, {"502", badGateway}} {
+		for _, success := range []bool{true, false} {
+			name := refusal.name + "/skip"
+			if !success {
+				name = refusal.name + "/grant"
+			}
+			t.Run(name, func(t *testing.T) {
+				ts := startServer(t)
+				px := startProxy(t, ts.addr, func(r *http.Request, _ int) proxyAction {
+					if r.URL.Path == "/lock/subscribe" {
+						return refusal.action
+					}
+					return forward
+				})
+				holder := newHTTPClient(t, ts.url, "node-a")
+				waiter := newHTTPClient(t, px.url, "node-b")
+				req := Request{Type: OperationTypePull, ResourceID: blob}
+
+				resA, err := holder.Lock(context.Background(), req)
+				require.NoError(t, err)
+				ch := lockAsync(context.Background(), waiter, req)
+				waitQueue(t, holder, req.Type, req.ResourceID, "node-b")
+				// Wait until the waiter is polling, so the outcome reaches it
+				// that way.
+				require.Eventually(t, func() bool { return px.count("GET /lock/status") > 0 }, testTimeout, 2*time.Millisecond)
+				require.NoError(t, holder.Unlock(context.Background(), resA.Lease, success, nil))
+
+				o := recv(t, ch)
+				require.NoError(t, o.err)
+				require.GreaterOrEqual(t, px.count("GET /lock/subscribe"), 1)
+				if success {
+					require.True(t, o.res.Skipped)
+					return
+				}
+				require.True(t, o.res.Acquired)
+				require.Greater(t, o.res.Lease.Fence, resA.Lease.Fence)
+				st := status(t, holder, req.Type, req.ResourceID)
+				require.Equal(t, "node-b", st.Holder.NodeID)
+				require.True(t, st.Holder.Claimed, "the poll claimed the grant")
+				require.NoError(t, waiter.Unlock(context.Background(), o.res.Lease, true, nil))
+			})
+		}
+	}
+}
+
+// TestStreamDropResubscribes: the proxy cuts the first event stream after
+// its first event; the waiter subscribes again (re-queueing if the server
+// dropped it) and still gets the grant.
+func TestStreamDropResubscribes(t *testing.T) {
+	ts := startServer(t)
+	px := startProxy(t, ts.addr, func(*http.Request, int) proxyAction { return forward })
+	holder := newHTTPClient(t, ts.url, "node-a")
+	waiter := newHTTPClient(t, px.url, "node-b")
+	queued := make(chan struct{}, 4)
+	waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
+	req := Request{Type: OperationTypePull, ResourceID: blob}
+
+	resA, err := holder.Lock(context.Background(), req)
+	require.NoError(t, err)
+	ch := lockAsync(context.Background(), waiter, req)
+	<-queued
+	px.closeConns() // cut the stream
+	<-queued        // subscribed again
+	requireWaiting(t, ch, "node-b")
+	// Two streams, or three when the server had already dropped the waiter
+	// with the first one and the second found it forgotten.
+	require.GreaterOrEqual(t, px.count("GET /lock/subscribe"), 2)
+	waitQueue(t, holder, req.Type, req.ResourceID, "node-b")
+
+	require.NoError(t, holder.Unlock(context.Background(), resA.Lease, false, nil))
+	o := recv(t, ch)
+	require.NoError(t, o.err)
+	require.True(t, o.res.Acquired)
+	require.Zero(t, px.count("GET /lock/status"), "a dropped stream is not a reason to poll")
+	require.NoError(t, waiter.Unlock(context.Background(), o.res.Lease, true, nil))
+}
