@@ -2,7 +2,7 @@
 GO        ?= go
 BIN       ?= bin
 PKGS      := ./...
-BINARIES  := containerd-sharedcontent sharedcontent-lockserver
+BINARIES  := containerd-sharedcontent sharedcontent-lockserver sharedcontent-demo
 
 .PHONY: all build test bench demo lint check e2e clean $(BINARIES)
 
@@ -10,7 +10,7 @@ all: build
 
 build: $(BINARIES)
 
-containerd-sharedcontent sharedcontent-lockserver:
+$(BINARIES):
 	$(GO) build -trimpath -o $(BIN)/$@ ./cmd/$@
 
 # Unit and in-process integration tests, always with the race detector.
@@ -22,8 +22,10 @@ test:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3s ./lockserver/ ./lockclient/
 
+# The main job on the embedded default: a registry, the embedded coordinator
+# and N nodes sharing one temp dir, all in one process. DEMO_FLAGS=--nodes 5
 demo:
-	$(GO) run ./cmd/sharedcontent-demo
+	$(GO) run ./cmd/sharedcontent-demo $(DEMO_FLAGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -1,0 +1,225 @@
+// Command containerd-sharedcontent is the sharedcontent proxy-plugin
+// daemon, one per node. It serves containerd's content API on a unix socket
+// over a content directory that several nodes share, coordinating every
+// download and delete through a lock server. With no --lock-server it
+// embeds one (the default), used in-process and, with --lock-listen, served
+// to the other nodes.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/log"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sharedcontent/sharedcontent/cmd/internal/cli"
+	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/lockclient"
+	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/plugin"
+)
+
+const (
+	defaultAddress = "/run/sharedcontent/sharedcontent.sock"
+	defaultDataDir = "/var/lib/sharedcontent"
+	// shutdownGrace bounds how long content calls in flight may finish.
+	shutdownGrace = 10 * time.Second
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "containerd-sharedcontent:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	root, address, nodeID               string
+	lockServer, lockListen              string
+	lockServerCA, clientCert, clientKey string
+	metricsListen, logLevel             string
+	embedded                            lockserver.ServerConfig
+}
+
+func parse(args []string) (options, error) {
+	hostname, _ := os.Hostname()
+	o := options{embedded: lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: defaultDataDir}}
+	fs := flag.NewFlagSet("containerd-sharedcontent", flag.ContinueOnError)
+	fs.Usage = cli.Usage(fs, "usage: containerd-sharedcontent --root DIR [flags]")
+	fs.String(cli.ConfigFlag, "", "TOML config file; its keys are the flag names")
+	fs.StringVar(&o.root, "root", "", "shared content directory (the same path on every node; required)")
+	fs.StringVar(&o.address, "address", defaultAddress, "unix socket containerd's proxy_plugins entry points at")
+	fs.StringVar(&o.nodeID, "node-id", hostname, "this node's name, unique in the cluster")
+	fs.StringVar(&o.lockServer, "lock-server", "", "coordinator URL (http:// or https://); empty embeds one")
+	fs.StringVar(&o.lockListen, "lock-listen", "", "with the embedded coordinator: also serve it to other nodes on this address")
+	fs.StringVar(&o.lockServerCA, "lock-server-ca", "", "CA (PEM) to verify an https coordinator")
+	fs.StringVar(&o.clientCert, "lock-client-cert", "", "client certificate (PEM) for a coordinator that requires mTLS")
+	fs.StringVar(&o.clientKey, "lock-client-key", "", "client key (PEM) for --lock-client-cert")
+	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address (empty: off)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	lockserver.RegisterFlags(fs, &o.embedded)
+	if err := cli.Parse(fs, args); err != nil {
+		return o, err
+	}
+	switch {
+	case o.root == "":
+		return o, errors.New("--root is required")
+	case o.nodeID == "":
+		return o, errors.New("--node-id is required (the hostname is unknown)")
+	case o.lockServer != "" && o.lockListen != "":
+		return o, errors.New("--lock-listen serves the embedded coordinator; it cannot be used with --lock-server")
+	}
+	return o, nil
+}
+
+func run(args []string) error {
+	o, err := parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := cli.SetLogLevel(o.logLevel); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx = log.WithLogger(ctx, log.G(ctx).WithField("node", o.nodeID))
+
+	errCh := make(chan error, 3)
+	var cleanups []func(context.Context) error
+	shutdown := func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		var errs []error
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			errs = append(errs, cleanups[i](sctx))
+		}
+		return errors.Join(errs...)
+	}
+
+	coord, err := coordinator(ctx, o, errCh, &cleanups)
+	if err != nil {
+		return errors.Join(err, shutdown())
+	}
+	reg := prometheus.NewRegistry()
+	store, err := contentv2.NewStore(o.root, o.nodeID, coord, contentv2.WithRegisterer(reg))
+	if err != nil {
+		return errors.Join(err, shutdown())
+	}
+	cleanups = append(cleanups, func(context.Context) error { return store.Close() })
+
+	if o.metricsListen != "" {
+		ln, err := net.Listen("tcp", o.metricsListen)
+		if err != nil {
+			return errors.Join(err, shutdown())
+		}
+		ms := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := ms.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				errCh <- err
+			}
+		}()
+		cleanups = append(cleanups, ms.Shutdown)
+	}
+
+	srv, err := plugin.Listen(o.address, store)
+	if err != nil {
+		return errors.Join(err, shutdown())
+	}
+	cleanups = append(cleanups, func(ctx context.Context) error { srv.Stop(ctx); return nil })
+	go func() { errCh <- srv.Serve(ctx) }()
+
+	log.G(ctx).WithField("root", o.root).WithField("address", o.address).
+		WithField("lock_server", or(o.lockServer, "embedded")).Info("containerd-sharedcontent ready")
+	select {
+	case err = <-errCh:
+		log.G(ctx).WithError(err).Error("stopping after a server error")
+	case <-ctx.Done():
+		log.G(ctx).Info("shutting down")
+	}
+	return errors.Join(err, shutdown())
+}
+
+// coordinator connects to the lock server, or embeds one.
+func coordinator(ctx context.Context, o options, errCh chan<- error, cleanups *[]func(context.Context) error) (contentv2.Coordinator, error) {
+	opts := []lockclient.Option{lockclient.WithNodeID(o.nodeID)}
+	if o.embedded.AuthTokenFile != "" {
+		b, err := os.ReadFile(o.embedded.AuthTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("auth token file: %w", err)
+		}
+		opts = append(opts, lockclient.WithBearerToken(strings.TrimSpace(string(b))))
+	}
+	if o.lockServer != "" {
+		tc, err := clientTLS(o)
+		if err != nil {
+			return nil, err
+		}
+		if tc != nil {
+			opts = append(opts, lockclient.WithTLSConfig(tc))
+		}
+		return lockclient.New(o.lockServer, opts...)
+	}
+
+	srv, err := lockserver.OpenServer(o.embedded)
+	if err != nil {
+		return nil, err
+	}
+	*cleanups = append(*cleanups, srv.Shutdown)
+	if o.lockListen != "" {
+		ln, err := net.Listen("tcp", o.lockListen)
+		if err != nil {
+			return nil, err
+		}
+		go func() { errCh <- srv.Serve(ln) }()
+		log.G(ctx).WithField("listen", ln.Addr().String()).Info("embedded coordinator serving other nodes")
+	}
+	return lockclient.NewEmbedded(srv.Locker, opts...)
+}
+
+func clientTLS(o options) (*tls.Config, error) {
+	if o.lockServerCA == "" && o.clientCert == "" {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if o.lockServerCA != "" {
+		pem, err := os.ReadFile(o.lockServerCA)
+		if err != nil {
+			return nil, fmt.Errorf("lock server CA: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("lock server CA %s: no certificate found", o.lockServerCA)
+		}
+	}
+	if o.clientCert != "" {
+		pair, err := tls.LoadX509KeyPair(o.clientCert, o.clientKey)
+		if err != nil {
+			return nil, fmt.Errorf("lock client certificate: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return tc, nil
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,73 @@
+// Package builtin registers sharedcontent as containerd's content plugin
+// for custom containerd builds that import it (instead of running the
+// containerd-sharedcontent proxy daemon). The local content plugin must not
+// be linked in or must be disabled: metadata needs exactly one.
+//
+//	[plugins."io.containerd.content.v1.sharedcontent"]
+//	  root = "/mnt/shared/content"
+//	  node_id = "node-1"
+//	  lock_server = "http://coordinator:8642"
+package builtin
+
+import (
+	"errors"
+	"os"
+
+	"github.com/containerd/containerd/v2/plugins"
+	"github.com/containerd/plugin"
+	"github.com/containerd/plugin/registry"
+
+	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/lockclient"
+)
+
+// Config is the plugin's TOML configuration.
+type Config struct {
+	// Root is the shared content directory. Default: the plugin's root dir.
+	Root string `toml:"root"`
+	// NodeID names this node to the coordinator. Default: the hostname.
+	NodeID string `toml:"node_id"`
+	// LockServer is the coordinator's URL. Required: an in-process
+	// containerd plugin does not embed a coordinator.
+	LockServer string `toml:"lock_server"`
+	// AuthTokenFile holds the bearer token for the coordinator.
+	AuthTokenFile string `toml:"auth_token_file"`
+}
+
+func init() {
+	registry.Register(&plugin.Registration{
+		Type:   plugins.ContentPlugin,
+		ID:     "sharedcontent",
+		Config: &Config{},
+		InitFn: func(ic *plugin.InitContext) (any, error) {
+			cfg := ic.Config.(*Config)
+			if cfg.Root == "" {
+				cfg.Root = ic.Properties[plugins.PropertyRootDir]
+			}
+			if cfg.NodeID == "" {
+				h, err := os.Hostname()
+				if err != nil {
+					return nil, err
+				}
+				cfg.NodeID = h
+			}
+			if cfg.LockServer == "" {
+				return nil, errors.New("sharedcontent: lock_server is required")
+			}
+			opts := []lockclient.Option{lockclient.WithNodeID(cfg.NodeID)}
+			if cfg.AuthTokenFile != "" {
+				b, err := os.ReadFile(cfg.AuthTokenFile)
+				if err != nil {
+					return nil, err
+				}
+				opts = append(opts, lockclient.WithBearerToken(string(b)))
+			}
+			client, err := lockclient.New(cfg.LockServer, opts...)
+			if err != nil {
+				return nil, err
+			}
+			ic.Meta.Exports["root"] = cfg.Root
+			return contentv2.NewStore(cfg.Root, cfg.NodeID, client)
+		},
+	})
+}
