@@ -17,6 +17,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/time/rate"
 )
 
@@ -29,7 +31,7 @@ type Registry struct {
 	limiter *rate.Limiter // nil: unthrottled
 
 	mu    sync.Mutex
-	gets  map[string]int // protected by mu; blob digest → completed and partial GETs
+	gets  map[string]int // protected by mu; digest → GETs of the blob or manifest
 	bytes atomic.Int64   // blob bytes sent
 }
 
@@ -70,16 +72,19 @@ func Start(opts ...Option) (*Registry, error) {
 	return r, nil
 }
 
-// blobGet reports whether req downloads a blob, and which.
+// blobGet reports whether req downloads a blob (or a manifest by digest),
+// and which. Manifests fetched by tag are resolution, not downloads.
 func blobGet(req *http.Request) (string, bool) {
-	if req.Method != http.MethodGet {
+	if req.Method != http.MethodGet || !strings.HasPrefix(req.URL.Path, "/v2/") {
 		return "", false
 	}
-	i := strings.LastIndex(req.URL.Path, "/blobs/")
-	if i < 0 || !strings.HasPrefix(req.URL.Path, "/v2/") {
-		return "", false
+	for _, kind := range []string{"/blobs/", "/manifests/"} {
+		if i := strings.LastIndex(req.URL.Path, kind); i >= 0 {
+			ref := req.URL.Path[i+len(kind):]
+			return ref, strings.Contains(ref, ":")
+		}
 	}
-	return req.URL.Path[i+len("/blobs/"):], true
+	return "", false
 }
 
 // countingWriter counts and throttles the bytes of a blob response.
@@ -112,7 +117,8 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 // Close stops the registry.
 func (r *Registry) Close() error { return r.srv.Close() }
 
-// BlobGets returns the number of GETs of each blob digest so far.
+// BlobGets returns the number of GETs of each digest (blobs and manifests by
+// digest) so far.
 func (r *Registry) BlobGets() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -151,6 +157,20 @@ func (i Image) Blobs() []string {
 		out = append(out, l.Digest.String())
 	}
 	return out
+}
+
+// Descriptors returns the OCI descriptors of every blob, manifest first,
+// then the config and the layers.
+func (i Image) Descriptors() []ocispec.Descriptor {
+	out := []ocispec.Descriptor{toOCI(i.Manifest), toOCI(i.Config)}
+	for _, l := range i.Layers {
+		out = append(out, toOCI(l))
+	}
+	return out
+}
+
+func toOCI(d v1.Descriptor) ocispec.Descriptor {
+	return ocispec.Descriptor{MediaType: string(d.MediaType), Digest: digest.Digest(d.Digest.String()), Size: d.Size}
 }
 
 // Size is the sum of the sizes of all blobs.
@@ -203,4 +223,3 @@ func describe(ref string, img v1.Image) (Image, error) {
 	}
 	return out, nil
 }
-
