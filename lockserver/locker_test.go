@@ -14,7 +14,7 @@ import (
 
 const blob = "sha256:aaaa"
 
-func newTestLocker(t *testing.T, mutate ...func(*Config)) *Locker {
+func newTestLocker(t testing.TB, mutate ...func(*Config)) *Locker {
 	t.Helper()
 	cfg := DefaultConfig()
 	for _, m := range mutate {
