@@ -34,9 +34,15 @@ const (
 	LibraryMode
 )
 
-// DefaultRefRetryInterval is how often references recorded while the
-// coordinator was unreachable are retried.
-const DefaultRefRetryInterval = 5 * time.Second
+const (
+	// DefaultRefRetryInterval is how often references recorded while the
+	// coordinator was unreachable are retried. It is also how long the
+	// store stops asking an unreachable coordinator before probing again.
+	DefaultRefRetryInterval = 5 * time.Second
+	// DefaultCoordinationTimeout bounds one coordination call made while
+	// containerd waits (Writer runs inside a metadata transaction).
+	DefaultCoordinationTimeout = 2 * time.Second
+)
 
 // Store is a content.Store on a shared directory. Close stops its
 // background work; it does not close the coordinator.
@@ -57,23 +63,32 @@ func WithRegisterer(r prometheus.Registerer) Option { return func(s *store) { s.
 // WithRefRetryInterval sets how often pending references are retried.
 func WithRefRetryInterval(d time.Duration) Option { return func(s *store) { s.refRetry = d } }
 
+// WithCoordinationTimeout bounds each coordination call that containerd
+// waits on (default DefaultCoordinationTimeout).
+func WithCoordinationTimeout(d time.Duration) Option { return func(s *store) { s.coordTimeout = d } }
+
 // WithLocalStore replaces the local store on root (tests inject failures
 // this way). It must be rooted in the shared directory.
 func WithLocalStore(cs content.Store) Option { return func(s *store) { s.local = cs } }
 
 // store implements Store.
 type store struct {
-	local      content.Store
-	nodeID     string
-	coord      Coordinator
-	mode       Mode
-	registerer prometheus.Registerer
-	refRetry   time.Duration
-	metrics    *metrics
+	local        content.Store
+	nodeID       string
+	coord        Coordinator
+	mode         Mode
+	registerer   prometheus.Registerer
+	refRetry     time.Duration
+	coordTimeout time.Duration
+	metrics      *metrics
 
 	mu         sync.Mutex
 	registered map[digest.Digest]struct{} // protected by mu; refs this node has recorded
 	pending    map[digest.Digest]struct{} // protected by mu; refs to record when the coordinator is back
+	// downUntil is when to ask the coordinator again after it was found
+	// unreachable; until then operations fail open or closed at once
+	// instead of each waiting out a timeout. Protected by mu.
+	downUntil time.Time
 
 	stop chan struct{} // closed by Close
 	wg   sync.WaitGroup
@@ -90,12 +105,13 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 		return nil, fmt.Errorf("coordinator is required: %w", errdefs.ErrInvalidArgument)
 	}
 	s := &store{
-		nodeID:     nodeID,
-		coord:      coord,
-		refRetry:   DefaultRefRetryInterval,
-		registered: map[digest.Digest]struct{}{},
-		pending:    map[digest.Digest]struct{}{},
-		stop:       make(chan struct{}),
+		nodeID:       nodeID,
+		coord:        coord,
+		refRetry:     DefaultRefRetryInterval,
+		coordTimeout: DefaultCoordinationTimeout,
+		registered:   map[digest.Digest]struct{}{},
+		pending:      map[digest.Digest]struct{}{},
+		stop:         make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)
@@ -152,7 +168,10 @@ func (s *store) register(ctx context.Context, dgst digest.Digest) error {
 	if done {
 		return nil
 	}
-	_, err := s.coord.AddRef(ctx, dgst.String())
+	err := s.coordinate(ctx, func(ctx context.Context) error {
+		_, err := s.coord.AddRef(ctx, dgst.String())
+		return err
+	})
 	switch {
 	case err == nil:
 		s.mu.Lock()
@@ -196,6 +215,7 @@ func (s *store) retryRefs() {
 				break // still unreachable; try again later
 			}
 			s.mu.Lock()
+			s.downUntil = time.Time{}
 			delete(s.pending, d)
 			if err == nil {
 				s.registered[d] = struct{}{}
@@ -207,6 +227,31 @@ func (s *store) retryRefs() {
 		s.metrics.pendingRefs.Set(float64(len(s.pending)))
 		s.mu.Unlock()
 	}
+}
+
+// errCoordinatorDown short-circuits calls while the coordinator is known
+// to be unreachable.
+var errCoordinatorDown = errors.New("coordinator unreachable recently; not asking again yet")
+
+// coordinate runs one coordination call with the coordination timeout. A
+// failure to reach the coordinator makes the next calls fail at once for
+// refRetry, so an outage costs one timeout, not one per blob.
+func (s *store) coordinate(ctx context.Context, call func(context.Context) error) error {
+	s.mu.Lock()
+	down := time.Now().Before(s.downUntil)
+	s.mu.Unlock()
+	if down {
+		return errCoordinatorDown
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.coordTimeout)
+	defer cancel()
+	err := call(cctx)
+	if err != nil && !isCoordinationRefusal(err) && ctx.Err() == nil {
+		s.mu.Lock()
+		s.downUntil = time.Now().Add(s.refRetry)
+		s.mu.Unlock()
+	}
+	return err
 }
 
 // uncoordinated logs and counts an operation that went ahead (write) or
@@ -260,7 +305,11 @@ func (s *store) Delete(ctx context.Context, dgst digest.Digest) error {
 	delete(s.pending, dgst)
 	s.mu.Unlock()
 
-	res, err := s.coord.TryLock(ctx, lockclient.Request{Type: lockclient.OperationTypeDelete, ResourceID: dgst.String(), NodeID: s.nodeID})
+	var res *lockclient.LockResult
+	err := s.coordinate(ctx, func(ctx context.Context) (err error) {
+		res, err = s.coord.TryLock(ctx, lockclient.Request{Type: lockclient.OperationTypeDelete, ResourceID: dgst.String(), NodeID: s.nodeID})
+		return err
+	})
 	l := log.G(ctx).WithField("digest", dgst).WithField("node", s.nodeID)
 	switch {
 	case errors.Is(err, lockclient.ErrInUse):

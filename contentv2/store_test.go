@@ -20,11 +20,13 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
+func newRefs() *refcount.Manager {
+	return refcount.NewManager(refcount.NewMemoryStorage(), refcount.Config{})
+}
+
 // embedded returns a client of a fresh in-process coordinator.
 func embedded(t testing.TB, node string) *lockclient.Client {
-	l, err := lockserver.NewLocker(lockserver.DefaultConfig(), lockserver.Options{
-		Refs: refcount.NewManager(refcount.NewMemoryStorage(), refcount.Config{}),
-	})
+	l, err := lockserver.NewLocker(lockserver.DefaultConfig(), lockserver.Options{Refs: newRefs()})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	c, err := lockclient.NewEmbedded(l, lockclient.WithNodeID(node))

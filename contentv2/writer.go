@@ -63,7 +63,10 @@ func (s *store) Writer(ctx context.Context, opts ...content.WriterOpt) (content.
 		err error
 	)
 	if s.mode == ContainerdMode {
-		res, err = s.coord.TryLock(ctx, req)
+		err = s.coordinate(ctx, func(ctx context.Context) (err error) {
+			res, err = s.coord.TryLock(ctx, req)
+			return err
+		})
 	} else {
 		res, err = s.coord.Lock(ctx, req)
 	}
@@ -201,7 +204,10 @@ func (w *writer) release(ctx context.Context, success bool, opErr error) error {
 		return nil
 	}
 	w.released = true
-	err := w.s.coord.Unlock(ctx, w.lease, success, opErr)
+	// Commit runs inside containerd's metadata transaction: bound the wait.
+	err := w.s.coordinate(ctx, func(ctx context.Context) error {
+		return w.s.coord.Unlock(ctx, w.lease, success, opErr)
+	})
 	if err != nil && !success {
 		log.G(ctx).WithError(err).WithField("digest", w.dgst).Warn("releasing pull lock after failure")
 	}
