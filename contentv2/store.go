@@ -148,14 +148,36 @@ func (s *store) Close() error {
 // before recording a shared blob). While a delete of the blob is in flight
 // it answers ErrNotFound, so the caller downloads it again instead.
 func (s *store) Info(ctx context.Context, dgst digest.Digest) (content.Info, error) {
+	return s.use(ctx, dgst)
+}
+
+// use returns the info of a blob that exists and that this node is now a
+// registered referrer of, so that no other node's delete removes it. A
+// blob that is absent or being deleted is ErrNotFound.
+func (s *store) use(ctx context.Context, dgst digest.Digest) (content.Info, error) {
 	info, err := s.local.Info(ctx, dgst)
 	if err != nil {
 		return info, err
 	}
+	s.mu.Lock()
+	_, known := s.registered[dgst]
+	s.mu.Unlock()
+	if known {
+		// Registered: no other node's delete can remove it.
+		return info, nil
+	}
 	if err := s.register(ctx, dgst); errors.Is(err, lockclient.ErrDeleting) {
 		return content.Info{}, fmt.Errorf("content %v: being deleted: %w", dgst, errdefs.ErrNotFound)
 	}
-	return info, nil
+	// A delete may have removed the blob between the first look and the
+	// registration; once registered, none can. Look again.
+	info, err = s.local.Info(ctx, dgst)
+	if err != nil {
+		s.mu.Lock()
+		delete(s.registered, dgst)
+		s.mu.Unlock()
+	}
+	return info, err
 }
 
 // register records this node as a referrer of dgst once (cached until this

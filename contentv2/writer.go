@@ -48,13 +48,12 @@ func (s *store) Writer(ctx context.Context, opts ...content.WriterOpt) (content.
 		return nil, fmt.Errorf("content %v: %w: %w", dgst, errdefs.ErrInvalidArgument, err)
 	}
 	if s.mode == LibraryMode {
-		if _, err := s.local.Info(ctx, dgst); err == nil {
-			if err := s.register(ctx, dgst); err == nil {
-				s.metrics.writes.WithLabelValues("exists").Inc()
-				return nil, fmt.Errorf("content %v: %w", dgst, errdefs.ErrAlreadyExists)
-			}
-			// Being deleted: take the pull lock, which waits for the delete.
+		if _, err := s.use(ctx, dgst); err == nil {
+			s.metrics.writes.WithLabelValues("exists").Inc()
+			return nil, fmt.Errorf("content %v: %w", dgst, errdefs.ErrAlreadyExists)
 		}
+		// Absent or being deleted: take the pull lock, which waits for a
+		// delete in flight.
 	}
 
 	req := lockclient.Request{Type: lockclient.OperationTypePull, ResourceID: dgst.String(), NodeID: s.nodeID}
@@ -115,7 +114,8 @@ func (s *store) downloadedElsewhere(ctx context.Context, dgst digest.Digest) err
 		// default), which also registers this node.
 		return fmt.Errorf("content %v: downloaded by another node, retry to share it: %w", dgst, errdefs.ErrUnavailable)
 	}
-	if err := s.register(ctx, dgst); err != nil {
+	if _, err := s.use(ctx, dgst); err != nil {
+		// Deleted right after it was downloaded: the caller tries again.
 		return fmt.Errorf("content %v: %w: %w", dgst, errdefs.ErrUnavailable, err)
 	}
 	return fmt.Errorf("content %v: %w", dgst, errdefs.ErrAlreadyExists)

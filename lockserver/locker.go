@@ -194,7 +194,9 @@ func (l *Locker) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 		}
 	}
 
-	if c := k.completed; c != nil && now.Sub(c.at) < l.cfg.CompletedTTL {
+	// A retained success is only an answer while nothing incompatible is
+	// in flight: a pull must not skip while a delete removes the blob.
+	if c := k.completed; c != nil && now.Sub(c.at) < l.cfg.CompletedTTL && r.compatibleWith(t) {
 		l.metrics.result(t, resultSkipped)
 		return api.LockResponse{RequestID: req.RequestID, Skip: true}, nil
 	}

@@ -407,3 +407,21 @@ func TestLockValidation(t *testing.T) {
 		require.Empty(t, sh.resources, "invalid requests change nothing")
 	}
 }
+
+func TestNoPullSkipWhileDeleteInFlight(t *testing.T) {
+	l := newTestLocker(t)
+	p := mustLock(t, l, api.OperationPull, "n1")
+	unlock(t, l, api.OperationPull, p.LeaseID, true)
+	_, err := l.Refs(context.Background(), blob)
+	require.NoError(t, err)
+	d := mustLock(t, l, api.OperationDelete, "n1")
+	require.True(t, d.Acquired)
+	// The pull completion is still retained, but the blob is being removed.
+	resp := mustLock(t, l, api.OperationPull, "n2")
+	require.False(t, resp.Skip, "a pull must not skip while a delete removes the blob")
+	require.True(t, resp.Queued)
+	unlock(t, l, api.OperationDelete, d.LeaseID, true)
+	st, err := l.Status(api.OperationPull, blob, resp.RequestID)
+	require.NoError(t, err)
+	require.True(t, st.Request.Acquired, "after the delete, the pull downloads again")
+}
