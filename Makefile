@@ -27,6 +27,12 @@ bench:
 demo:
 	$(GO) run ./cmd/sharedcontent-demo $(DEMO_FLAGS)
 
+# End to end: real containerd daemons (pinned in integration/tools, built once
+# into .cache/bin) with the proxy plugin, driven by ctr. Needs root, else it
+# skips; see docs/e2e.md. E2E_FLAGS=-run=TestBaseline picks scenarios.
+e2e:
+	SHAREDCONTENT_E2E=1 $(GO) test -count=1 -timeout 15m -v $(E2E_FLAGS) ./integration/e2e/
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)

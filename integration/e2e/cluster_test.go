@@ -1,0 +1,567 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+const (
+	// leaseTTL is the lock server's lease lifetime (the SPEC default): a
+	// crashed holder delays the others at most this long.
+	leaseTTL = 15 * time.Second
+	// stopGrace bounds a daemon's clean shutdown before it is killed.
+	stopGrace = 15 * time.Second
+	// startTimeout bounds a daemon's start (race-built daemons are slower).
+	startTimeout = 30 * time.Second
+	// localContentPlugin is containerd's built-in content store plugin; its
+	// root is <containerd root>/<its id>.
+	localContentPlugin = "io.containerd.content.v1.content"
+)
+
+// lockServer is a sharedcontent-lockserver process.
+type lockServer struct {
+	e       *env
+	addr    string // host:port, stable across restarts
+	dataDir string
+	p       *proc
+}
+
+// startLockServer starts sharedcontent-lockserver on a free loopback port.
+func (e *env) startLockServer() *lockServer {
+	e.t.Helper()
+	l := &lockServer{e: e, addr: freePort(e.t), dataDir: e.path("lockserver")}
+	if err := os.MkdirAll(l.dataDir, 0o700); err != nil {
+		e.t.Fatal(err)
+	}
+	l.start()
+	e.onCleanup(func() { l.p.stop(stopGrace) })
+	return l
+}
+
+func (l *lockServer) start() {
+	t := l.e.t
+	t.Helper()
+	l.p = l.e.start("lockserver", "lockserver.log", nil, bins.lockserver,
+		"--listen", l.addr, "--data-dir", l.dataDir,
+		"--lease-ttl", leaseTTL.String(), "--log-level", "debug")
+	waitFor(t, "lock server /readyz", startTimeout, func() (bool, error) {
+		if l.p.exited() {
+			return false, dead(l.p)
+		}
+		resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(l.url() + "/readyz")
+		if err != nil {
+			return false, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, fmt.Errorf("readyz: %s", resp.Status)
+	})
+}
+
+// restart stops the lock server cleanly and starts it again on the same
+// address and data directory.
+func (l *lockServer) restart() {
+	l.e.t.Helper()
+	if l.p.stop(stopGrace) {
+		l.e.t.Errorf("lock server did not stop within %v of SIGTERM", stopGrace)
+	}
+	l.start()
+}
+
+func (l *lockServer) url() string { return "http://" + l.addr }
+
+// refs returns the nodes the coordinator records as referrers of dgst,
+// sorted.
+func (l *lockServer) refs(dgst string) ([]string, error) {
+	var r api.RefsResponse
+	if err := l.get("/refs?resource_id="+url.QueryEscape(dgst), &r); err != nil {
+		return nil, err
+	}
+	return sorted(r.Nodes), nil
+}
+
+// status returns the state of the (typ, dgst) lock.
+func (l *lockServer) status(typ, dgst string) (api.StatusResponse, error) {
+	var s api.StatusResponse
+	err := l.get("/lock/status?type="+typ+"&resource_id="+url.QueryEscape(dgst), &s)
+	return s, err
+}
+
+func (l *lockServer) get(path string, v any) error {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(l.url() + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, bytes.TrimSpace(b))
+	}
+	return json.Unmarshal(b, v)
+}
+
+// freePort returns a loopback address nobody listens on right now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// node is one containerd daemon with its own root, state and sockets, and
+// (unless stock) its containerd-sharedcontent plugin.
+type node struct {
+	e      *env
+	id     string
+	dir    string
+	sock   string // containerd's gRPC socket
+	shared string // the shared content directory
+
+	// sharedcontent nodes only
+	pluginSock string
+	lockURL    string
+
+	containerd *proc
+	plugin     *proc // nil for stock nodes
+}
+
+// startStockNodes starts n containerd daemons with the built-in content
+// store, each <root>/io.containerd.content.v1.content a symlink to shared
+// (containerd 2.2 has no option to place the content store elsewhere).
+// Their directories are <dir>/<prefix>/n<i>.
+func (e *env) startStockNodes(prefix string, n int, shared string) []*node {
+	e.t.Helper()
+	var nodes []*node
+	for i := 1; i <= n; i++ {
+		nd := e.newNode(prefix, fmt.Sprintf("n%d", i), shared)
+		if err := os.MkdirAll(filepath.Join(nd.dir, "root"), 0o711); err != nil {
+			e.t.Fatal(err)
+		}
+		if err := os.Symlink(shared, filepath.Join(nd.dir, "root", localContentPlugin)); err != nil {
+			e.t.Fatal(err)
+		}
+		nd.startContainerd(nd.config(false))
+		nodes = append(nodes, nd)
+	}
+	return nodes
+}
+
+// startSharedNodes starts n nodes, each containerd-sharedcontent (root
+// shared, coordinator lockURL) plus a containerd configured from
+// deploy/containerd-config.toml.
+func (e *env) startSharedNodes(n int, shared, lockURL string) []*node {
+	e.t.Helper()
+	var nodes []*node
+	for i := 1; i <= n; i++ {
+		nd := e.newNode("", fmt.Sprintf("n%d", i), shared)
+		nd.pluginSock = filepath.Join(nd.dir, "sc.sock")
+		nd.lockURL = lockURL
+		nd.startPlugin()
+		nd.startContainerd(nd.config(true))
+		nodes = append(nodes, nd)
+	}
+	return nodes
+}
+
+func (e *env) newNode(prefix, id, shared string) *node {
+	e.t.Helper()
+	nd := &node{e: e, id: id, dir: e.path(prefix, id), shared: shared}
+	nd.sock = filepath.Join(nd.dir, "containerd.sock")
+	if err := os.MkdirAll(nd.dir, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.MkdirAll(shared, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	e.addLog(filepath.Join(nd.dir, "ctr.log"))
+	e.onCleanup(nd.stop)
+	return nd
+}
+
+// stop stops containerd, then its plugin (containerd talks to the plugin).
+func (n *node) stop() {
+	if n.containerd != nil {
+		n.containerd.stop(stopGrace)
+	}
+	if n.plugin != nil {
+		n.plugin.stop(stopGrace)
+	}
+}
+
+// startPlugin starts (or restarts) the node's containerd-sharedcontent and
+// waits for its socket to accept connections.
+func (n *node) startPlugin() {
+	t := n.e.t
+	t.Helper()
+	n.plugin = n.e.start(n.id+" plugin", n.logName("plugin.log"), nil, bins.plugin,
+		"--root", n.shared, "--address", n.pluginSock, "--node-id", n.id,
+		"--lock-server", n.lockURL, "--log-level", "debug")
+	p := n.plugin
+	waitFor(t, n.id+" plugin socket", startTimeout, func() (bool, error) {
+		if p.exited() {
+			return false, dead(p)
+		}
+		c, err := net.Dial("unix", n.pluginSock)
+		if err != nil {
+			return false, err
+		}
+		c.Close()
+		return true, nil
+	})
+}
+
+// logName names a log file of the node relative to the env's directory.
+func (n *node) logName(name string) string {
+	rel, _ := filepath.Rel(n.e.dir, filepath.Join(n.dir, name))
+	return rel
+}
+
+// killPlugin kills the node's plugin with SIGKILL, as a crash would.
+func (n *node) killPlugin() { n.plugin.kill() }
+
+func (n *node) startContainerd(cfg []byte) {
+	t := n.e.t
+	t.Helper()
+	path := filepath.Join(n.dir, "containerd.toml")
+	if err := os.WriteFile(path, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.containerd = n.e.start(n.id+" containerd", n.logName("containerd.log"), nil,
+		bins.containerd, "--config", path)
+	p := n.containerd
+	waitFor(t, n.id+" containerd", startTimeout, func() (bool, error) {
+		if p.exited() {
+			return false, dead(p)
+		}
+		_, err := n.ctr(5*time.Second, "version")
+		return err == nil, err
+	})
+}
+
+// nodeDisabledPlugins are plugins a test node must not run: CRI (not built
+// anyway), and everything that would touch host-global paths (/opt/containerd,
+// the NRI socket) or the network (tracing).
+var nodeDisabledPlugins = []string{
+	"io.containerd.grpc.v1.cri",
+	"io.containerd.internal.v1.opt",
+	"io.containerd.nri.v1.nri",
+	"io.containerd.tracing.processor.v1.otlp",
+	"io.containerd.internal.v1.tracing",
+	"io.containerd.snapshotter.v1.blockfile",
+	"io.containerd.snapshotter.v1.erofs",
+	"io.containerd.differ.v1.erofs",
+	"io.containerd.mount-handler.v1.erofs",
+}
+
+// specProxyConfig is SPEC §6's snippet, used when deploy/ has no config.
+const specProxyConfig = `version = 3
+disabled_plugins = ["io.containerd.content.v1.content"]
+[proxy_plugins.sharedcontent]
+  type = "content"
+  address = "/run/sharedcontent/sharedcontent.sock"
+`
+
+// config returns the node's containerd config. A sharedcontent node starts
+// from deploy/containerd-config.toml (what operators install) with the
+// content proxy plugin's address pointed at this node's plugin; every node
+// gets its own root, state, temp and sockets, and the test-only plugin
+// exclusions.
+func (n *node) config(sharedcontent bool) []byte {
+	t := n.e.t
+	t.Helper()
+	cfg := map[string]any{}
+	if sharedcontent {
+		src := []byte(specProxyConfig)
+		deploy := filepath.Join(repoRoot, "deploy", "containerd-config.toml")
+		if b, err := os.ReadFile(deploy); err == nil {
+			src = b
+		} else {
+			t.Logf("e2e: %v; using the SPEC §6 snippet", err)
+		}
+		if err := toml.Unmarshal(src, &cfg); err != nil {
+			t.Fatalf("e2e: parse %s: %v", deploy, err)
+		}
+		proxies, _ := cfg["proxy_plugins"].(map[string]any)
+		found := false
+		for _, p := range proxies {
+			if p, ok := p.(map[string]any); ok && p["type"] == "content" {
+				p["address"] = n.pluginSock
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("e2e: %s declares no proxy plugin of type content", deploy)
+		}
+	}
+	cfg["version"] = 3
+	cfg["root"] = filepath.Join(n.dir, "root")
+	cfg["state"] = filepath.Join(n.dir, "state")
+	cfg["temp"] = filepath.Join(n.dir, "tmp")
+	var disabled []any
+	if d, ok := cfg["disabled_plugins"].([]any); ok {
+		disabled = d
+	}
+	for _, p := range nodeDisabledPlugins {
+		disabled = append(disabled, p)
+	}
+	cfg["disabled_plugins"] = disabled
+	cfg["grpc"] = map[string]any{"address": n.sock}
+	cfg["ttrpc"] = map[string]any{"address": n.sock + ".ttrpc"}
+	cfg["debug"] = map[string]any{"address": filepath.Join(n.dir, "debug.sock"), "level": "debug"}
+	plugins, _ := cfg["plugins"].(map[string]any)
+	if plugins == nil {
+		plugins = map[string]any{}
+	}
+	plugins["io.containerd.transfer.v1.local"] = map[string]any{
+		"unpack_config": []any{map[string]any{"platform": "linux/" + runtime.GOARCH, "snapshotter": "overlayfs"}},
+	}
+	cfg["plugins"] = plugins
+	b, err := toml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// ctr runs ctr against the node with a total timeout and returns its
+// combined output; every call is appended to <node>/ctr.log.
+func (n *node) ctr(timeout time.Duration, args ...string) (string, error) {
+	var out bytes.Buffer
+	err := n.ctrTo(context.Background(), &out, &out, timeout, args...)
+	return out.String(), err
+}
+
+// ctrTo is ctr with stdout sent to w and stderr to errw (which may be the
+// same writer).
+// Cancelling ctx kills ctr.
+func (n *node) ctrTo(ctx context.Context, w, errw io.Writer, timeout time.Duration, args ...string) error {
+	argv := append([]string{"--address", n.sock, "--timeout", timeout.String()}, args...)
+	// The deadline is a backstop should ctr ignore its own --timeout.
+	ctx, cancel := context.WithTimeout(ctx, timeout+15*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bins.ctr, argv...)
+	cmd.Env = append(hermeticEnv(), "CONTAINERD_SUPPRESS_DEPRECATION_WARNINGS=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var errBuf bytes.Buffer
+	if w == errw {
+		lw := &lockedWriter{w: w, copy: &errBuf}
+		cmd.Stdout, cmd.Stderr = lw, lw
+	} else {
+		cmd.Stdout = w
+		cmd.Stderr = io.MultiWriter(errw, &errBuf)
+	}
+	start := time.Now()
+	err := cmd.Run()
+	if f, ferr := os.OpenFile(filepath.Join(n.dir, "ctr.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); ferr == nil {
+		fmt.Fprintf(f, "=== %s ctr %s (%.2fs): %v\n%s\n", start.Format("15:04:05.000"),
+			strings.Join(args, " "), time.Since(start).Seconds(), err, tail(errBuf.String(), 40))
+		f.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("%s: ctr %s: %w: %s", n.id, strings.Join(args, " "), err, ctrError(errBuf.String()))
+	}
+	return nil
+}
+
+// ctrError picks ctr's error message out of its output: the last line
+// starting "ctr: " (its fatal error), else the last non-empty line.
+func ctrError(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "ctr: ") {
+			return lines[i]
+		}
+	}
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// lockedWriter serialises ctr's stdout and stderr into one writer and keeps
+// a copy for messages.
+type lockedWriter struct {
+	mu   sync.Mutex
+	w    io.Writer     // protected by mu
+	copy *bytes.Buffer // protected by mu
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.copy.Write(p)
+	return l.w.Write(p)
+}
+
+// pull pulls ref over plain HTTP.
+func (n *node) pull(ref string, timeout time.Duration) error {
+	return n.pullCtx(context.Background(), ref, timeout)
+}
+
+// pullCtx is pull, killed when ctx is cancelled.
+func (n *node) pullCtx(ctx context.Context, ref string, timeout time.Duration) error {
+	var out bytes.Buffer
+	// ctr's progress redraws go to ctr.log only.
+	return n.ctrTo(ctx, &out, &out, timeout, "images", "pull", "--plain-http", ref)
+}
+
+// readyImages returns the refs `ctr images check -q` prints: images whose
+// content is complete and unpacked in the default snapshotter.
+func (n *node) readyImages() ([]string, error) {
+	out, err := n.ctr(60*time.Second, "images", "check", "-q")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(out), nil
+}
+
+// checkLine returns ref's row of `ctr images check` (status and size).
+func (n *node) checkLine(ref string) string {
+	out, err := n.ctr(60*time.Second, "images", "check")
+	if err != nil {
+		return err.Error()
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, ref+" ") {
+			return strings.Join(strings.Fields(l), " ")
+		}
+	}
+	return "(not listed)"
+}
+
+// contentDigest reads dgst with `ctr content get` and returns the digest of
+// what it read.
+func (n *node) contentDigest(dgst string) (string, int64, error) {
+	h := sha256.New()
+	cw := &countWriter{w: h}
+	var errBuf bytes.Buffer
+	if err := n.ctrTo(context.Background(), cw, &errBuf, 60*time.Second, "content", "get", dgst); err != nil {
+		return "", cw.n, err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), cw.n, nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// removeImage removes ref and runs the garbage collector synchronously.
+func (n *node) removeImage(ref string) error {
+	_, err := n.ctr(120*time.Second, "images", "rm", "--sync", ref)
+	return err
+}
+
+// contentList returns the digests in the node's (metadata) content store.
+func (n *node) contentList() ([]string, error) {
+	out, err := n.ctr(60*time.Second, "content", "ls", "-q")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(out), nil
+}
+
+// pullResult is one node's outcome of a pull.
+type pullResult struct {
+	node    *node
+	err     error
+	elapsed time.Duration
+	end     time.Time
+}
+
+// pullAsync starts pulling ref on n; the channel delivers the result.
+func pullAsync(ctx context.Context, n *node, ref string, timeout time.Duration) <-chan pullResult {
+	ch := make(chan pullResult, 1)
+	go func() {
+		start := time.Now()
+		err := n.pullCtx(ctx, ref, timeout)
+		ch <- pullResult{node: n, err: err, elapsed: time.Since(start), end: time.Now()}
+	}()
+	return ch
+}
+
+// pullAll pulls ref on every node at once and waits for all of them.
+func pullAll(nodes []*node, ref string, timeout time.Duration) []pullResult {
+	var chs []<-chan pullResult
+	for _, n := range nodes {
+		chs = append(chs, pullAsync(context.Background(), n, ref, timeout))
+	}
+	res := make([]pullResult, len(nodes))
+	for i, ch := range chs {
+		res[i] = <-ch
+	}
+	return res
+}
+
+// sharedFiles lists the entries of <shared>/<sub> (e.g. "blobs/sha256",
+// "ingest"); a missing directory is empty.
+func sharedFiles(shared, sub string) ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(shared, sub))
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out, nil
+}
+
+// ingestRefs returns the ref of every ingest in the shared store (the local
+// store keeps it in ingest/<hash>/ref) with its data size.
+func ingestRefs(shared string) (map[string]int64, error) {
+	dirs, err := sharedFiles(shared, "ingest")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, d := range dirs {
+		ref, err := os.ReadFile(filepath.Join(shared, "ingest", d, "ref"))
+		if err != nil {
+			ref = []byte("?" + d)
+		}
+		var size int64
+		if fi, err := os.Stat(filepath.Join(shared, "ingest", d, "data")); err == nil {
+			size = fi.Size()
+		}
+		out[string(ref)] = size
+	}
+	return out, nil
+}
+
+func sorted(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return out
+}
