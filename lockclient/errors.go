@@ -2,6 +2,7 @@ package lockclient
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net/http"
 
@@ -47,10 +48,12 @@ var refusals = []error{
 }
 
 // retryable reports whether err is transient: a network error, a timeout, a
-// 5xx, or anything else that is not a refusal (4xx) by the coordinator. The
+// 5xx, or anything else that is not a refusal (4xx) by the coordinator or a
+// server certificate that does not verify (a configuration error). The
 // caller's own context ending is checked separately.
 func retryable(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) {
+	var badCert *tls.CertificateVerificationError
+	if err == nil || errors.Is(err, context.Canceled) || errors.As(err, &badCert) {
 		return false
 	}
 	var se *statusError

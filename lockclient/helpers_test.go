@@ -192,6 +192,17 @@ func recv(t testing.TB, ch <-chan outcome) outcome {
 	}
 }
 
+// signalled waits for a signal on ch; taking longer than testTimeout fails
+// the test.
+func signalled(t testing.TB, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(testTimeout):
+		t.Fatal("no signal")
+	}
+}
+
 // requireWaiting asserts that ch has no outcome yet.
 func requireWaiting(t testing.TB, ch <-chan outcome, who string) {
 	t.Helper()

@@ -28,8 +28,8 @@ type httpBackend struct {
 	long  *http.Client // event streams, without a timeout
 	token string       // bearer token; empty sends none
 
-	pollInterval      time.Duration
-	firstEventTimeout time.Duration // for the first event of a stream
+	pollInterval   time.Duration
+	requestTimeout time.Duration // also bounds the wait for a stream's first event
 
 	// onQueued, when set (by tests and benchmarks), is called when an
 	// event stream has confirmed that the request waits in the queue.
@@ -45,12 +45,12 @@ func newHTTPBackend(serverURL string, o *options) (*httpBackend, error) {
 		return nil, fmt.Errorf("lockclient: server URL %q: want http(s)://host[:port][/path]: %w", serverURL, ErrInvalidArgument)
 	}
 	b := &httpBackend{
-		base:              strings.TrimRight(u.String(), "/"),
-		short:             o.short,
-		long:              o.long,
-		token:             o.token,
-		pollInterval:      o.pollInterval,
-		firstEventTimeout: o.requestTimeout,
+		base:           strings.TrimRight(u.String(), "/"),
+		short:          o.short,
+		long:           o.long,
+		token:          o.token,
+		pollInterval:   o.pollInterval,
+		requestTimeout: o.requestTimeout,
 	}
 	if b.short == nil {
 		b.short = &http.Client{Transport: newTransport(o.tlsConfig), Timeout: o.requestTimeout}

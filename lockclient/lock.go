@@ -103,11 +103,18 @@ func (c *Client) lock(ctx context.Context, req Request, wait bool) (*LockResult,
 		return failed(fmt.Errorf("lock %s: client closed: %w", key, ErrUnavailable))
 	}
 
-	var resp api.LockResponse
+	var (
+		resp api.LockResponse
+		// tried: an attempt may have reached the coordinator. cleaned: an
+		// Acquire saw ctx end and gave the request back itself.
+		tried, cleaned bool
+	)
 	err = c.retry(ctx, "lock "+key, func(ctx context.Context) error {
 		var err error
+		tried = true
 		if wait {
 			resp, err = c.backend.Acquire(ctx, lr)
+			cleaned = ctx.Err() != nil
 		} else {
 			resp, err = c.backend.Lock(ctx, lr)
 		}
@@ -116,9 +123,9 @@ func (c *Client) lock(ctx context.Context, req Request, wait bool) (*LockResult,
 	received := time.Now()
 	switch {
 	case err != nil:
-		if ctx.Err() != nil {
-			// Ended between attempts, or inside one that had reached the
-			// coordinator: leave nothing behind.
+		if ctx.Err() != nil && tried && !cleaned {
+			// Ended between attempts, or inside one that may have reached
+			// the coordinator: leave nothing behind.
 			giveBack(ctx, c.backend, lr, c.opts.requestTimeout)
 		}
 		return failed(err)

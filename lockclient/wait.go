@@ -27,7 +27,7 @@ func (b *httpBackend) Acquire(ctx context.Context, req api.LockRequest) (api.Loc
 	}
 	if err != nil && ctx.Err() != nil {
 		// The request may be queued or granted by now: give it back.
-		giveBack(ctx, b, req, b.firstEventTimeout)
+		giveBack(ctx, b, req, b.requestTimeout)
 		return api.LockResponse{}, ctx.Err()
 	}
 	return resp, err
@@ -80,11 +80,11 @@ func (b *httpBackend) wait(ctx context.Context, req api.LockRequest) (api.LockRe
 // response that is Acquired or Skip, or an error) or the stream's end.
 func (b *httpBackend) follow(ctx context.Context, req api.LockRequest) (api.LockResponse, streamEnd, error) {
 	// The stream has its own context so that a silent stream can be cut:
-	// first after firstEventTimeout, then after streamIdleTimeout.
+	// first after requestTimeout, then after streamIdleTimeout.
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var silent atomic.Bool
-	watchdog := time.AfterFunc(b.firstEventTimeout, func() { silent.Store(true); cancel() })
+	watchdog := time.AfterFunc(b.requestTimeout, func() { silent.Store(true); cancel() })
 	defer watchdog.Stop()
 
 	q := url.Values{"type": {string(req.Type)}, "resource_id": {req.ResourceID}, "node_id": {req.NodeID}, "request_id": {req.RequestID}}
@@ -103,7 +103,7 @@ func (b *httpBackend) follow(ctx context.Context, req api.LockRequest) (api.Lock
 		log.G(ctx).WithError(err).Debug("subscribe failed")
 		return api.LockResponse{}, streamUnusable, nil
 	}
-	defer func() { go resp.Body.Close() }()
+	defer resp.Body.Close()
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 		log.G(ctx).WithField("status", resp.StatusCode).WithField("content_type", ct).Debug("subscribe refused")
@@ -133,7 +133,10 @@ func (b *httpBackend) follow(ctx context.Context, req api.LockRequest) (api.Lock
 			if ev.name != api.EventState {
 				return api.LockResponse{}, streamUnusable, nil
 			}
-			var st api.StatusResponse
+			// Only the request's own state matters here, not the queue.
+			var st struct {
+				Request *api.LockResponse `json:"request"`
+			}
 			if err := json.Unmarshal(ev.data, &st); err != nil || st.Request == nil {
 				return api.LockResponse{}, streamUnusable, nil
 			}

@@ -134,9 +134,9 @@ func TestStreamDropResubscribes(t *testing.T) {
 	resA, err := holder.Lock(context.Background(), req)
 	require.NoError(t, err)
 	ch := lockAsync(context.Background(), waiter, req)
-	<-queued
-	px.closeConns() // cut the stream
-	<-queued        // subscribed again
+	signalled(t, queued)
+	px.closeConns()      // cut the stream
+	signalled(t, queued) // subscribed again
 	requireWaiting(t, ch, "node-b")
 	// Two streams, or three when the server had already dropped the waiter
 	// with the first one and the second found it forgotten.

@@ -1,0 +1,52 @@
+package lockclient
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+// TestTLSWithToken: over HTTPS with a bearer token, both the short
+// requests and the event stream of a waiter work with WithTLSConfig.
+func TestTLSWithToken(t *testing.T) {
+	h := lockserver.NewHandler(newMemoryLocker(t), lockserver.WithBearerToken("s3cret"))
+	srv := httptest.NewTLSServer(h)
+	t.Cleanup(func() { h.Drain(); srv.Close() })
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	tc := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+
+	holder := newHTTPClient(t, srv.URL, "node-a", WithTLSConfig(tc), WithBearerToken("s3cret"))
+	waiter := newHTTPClient(t, srv.URL, "node-b", WithTLSConfig(tc), WithBearerToken("s3cret"))
+	queued := make(chan struct{}, 1)
+	waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
+	req := Request{Type: OperationTypePull, ResourceID: blob}
+
+	res, err := holder.Lock(context.Background(), req)
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	ch := lockAsync(context.Background(), waiter, req)
+	signalled(t, queued) // waiting on its event stream
+	require.NoError(t, holder.Unlock(context.Background(), res.Lease, true, nil))
+	o := recv(t, ch)
+	require.NoError(t, o.err)
+	require.True(t, o.res.Skipped)
+
+	// Without the CA the server is not trusted: a configuration error,
+	// not retried.
+	ct := newCountingTransport()
+	untrusting := newHTTPClient(t, srv.URL, "node-c", WithBearerToken("s3cret"), WithMaxRetries(3),
+		WithShortClient(&http.Client{Transport: ct, Timeout: testTimeout}))
+	_, err = untrusting.Refs(context.Background(), blob)
+	var badCert *tls.CertificateVerificationError
+	require.ErrorAs(t, err, &badCert)
+	require.Equal(t, 1, ct.count("GET /refs"))
+}
