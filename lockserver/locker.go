@@ -389,6 +389,7 @@ func (l *Locker) release(ctx context.Context, sh *shard, r *resource, t typeInde
 				l.trace("skipped", t, r.id, w.requestID)
 			}
 			w.sub.send(l.event(r, t, api.EventCompleted, w.nodeID, w.requestID, true, ""))
+			w.sub.end() // the wait is over: let the client reuse its connection
 			l.metrics.result(t, resultSkipped)
 			l.metrics.wait[t].Observe(now.Sub(w.queued).Seconds())
 			l.metrics.queueDepth[t].Dec()
@@ -437,6 +438,7 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 				ev.Error.Refs = &e.Refs
 			}
 			w.sub.send(ev)
+			w.sub.end()
 			continue
 		}
 		g, err := l.grant(r, w.request, now)
@@ -444,6 +446,7 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 			ev := l.event(r, next, api.EventError, w.nodeID, w.requestID, false, "")
 			ev.Error = &api.ErrorResponse{Error: err.Error(), Code: api.CodeInternal}
 			w.sub.send(ev)
+			w.sub.end()
 			continue
 		}
 		l.metrics.handoffs[next].Inc()

@@ -87,6 +87,8 @@ func TestAcquireReleasePaths(t *testing.T) {
 		unlock(t, l, api.OperationPull, a.LeaseID, true)
 		ev := <-sub.Events()
 		require.Equal(t, api.EventCompleted, ev.Name)
+		_, open := <-sub.Events()
+		require.False(t, open, "the waiter's stream ends with its wait")
 		require.True(t, mustLock(t, l, api.OperationPull, "n3").Skip)
 		refs, err := l.Refs(ctx, blob)
 		require.NoError(t, err)

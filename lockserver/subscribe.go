@@ -73,7 +73,9 @@ func (l *Locker) Subscribe(typ api.OperationType, resourceID, requestID string) 
 	r := sh.resource(resourceID)
 	k := &r.keys[t]
 	s := &Subscription{l: l, typ: t, id: resourceID, requestID: requestID, events: make(chan api.Event, subscriptionBuffer)}
-	s.First = l.status(r, t, requestID, now)
+	// A stream following one request needs its own state, not the whole
+	// queue: with n waiters that would be O(n²) JSON per hand-over.
+	s.First = l.status(r, t, requestID, requestID == "", now)
 	select {
 	case <-l.stop:
 		s.end()
@@ -155,13 +157,14 @@ func (l *Locker) Status(typ api.OperationType, resourceID, requestID string) (ap
 	if r == nil {
 		r = &resource{id: resourceID}
 	}
-	return l.status(r, t, requestID, l.now()), nil
+	return l.status(r, t, requestID, true, l.now()), nil
 }
 
-// status snapshots r.keys[t]. Called with the shard mutex held.
-func (l *Locker) status(r *resource, t typeIndex, requestID string, now time.Time) api.StatusResponse {
+// status snapshots r.keys[t], with the queue when withQueue. Called with
+// the shard mutex held.
+func (l *Locker) status(r *resource, t typeIndex, requestID string, withQueue bool, now time.Time) api.StatusResponse {
 	k := &r.keys[t]
-	st := api.StatusResponse{Type: typeNames[t], ResourceID: r.id, Queue: make([]api.Waiter, 0, len(k.queue))}
+	st := api.StatusResponse{Type: typeNames[t], ResourceID: r.id, Queue: []api.Waiter{}}
 	if g := k.holder; g != nil {
 		st.Holder = &api.Holder{NodeID: g.nodeID, RequestID: g.requestID, Fence: g.fence,
 			AcquiredAt: g.acquired.UTC().Format(time.RFC3339Nano), Claimed: g.claimed}
@@ -171,6 +174,9 @@ func (l *Locker) status(r *resource, t typeIndex, requestID string, now time.Tim
 		st.Completed = &api.Completion{NodeID: k.completed.nodeID, CompletedAt: k.completed.at.UTC().Format(time.RFC3339Nano)}
 	}
 	for _, w := range k.queue {
+		if !withQueue {
+			break
+		}
 		st.Queue = append(st.Queue, api.Waiter{NodeID: w.nodeID, RequestID: w.requestID, QueuedAt: w.queued.UTC().Format(time.RFC3339Nano)})
 	}
 	if requestID == "" {

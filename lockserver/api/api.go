@@ -125,7 +125,9 @@ type Completion struct {
 }
 
 // StatusResponse is the answer to GET /lock/status and the payload of the
-// first SSE event. Request is filled when the query names a request_id.
+// first SSE event. Request is filled when the query names a request_id. The
+// first event of a stream that follows one request leaves Queue empty: its
+// Request.Position says where it stands.
 type StatusResponse struct {
 	Type       OperationType `json:"type"`
 	ResourceID string        `json:"resource_id"`
@@ -145,7 +147,8 @@ const (
 	// EventGranted goes to the waiter that now holds the lock (a LockResponse
 	// with its lease), and to watchers.
 	EventGranted = "granted"
-	// EventCompleted tells waiters the work succeeded elsewhere: skip.
+	// EventCompleted tells waiters the work succeeded elsewhere: skip. A
+	// waiter's stream ends after it, and after EventError.
 	EventCompleted = "completed"
 	// EventReleased tells watchers, and a holder whose grant was revoked,
 	// that a grant ended without success.
