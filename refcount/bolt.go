@@ -56,9 +56,10 @@ type boltOptions struct {
 
 // DefaultMaxBatchDelay is how long a mutation waits for concurrent ones to
 // share its commit. bbolt's own default (10ms) would add 10ms to every
-// successful pull's unlock on an idle coordinator; one fsync costs about as
-// much as this.
-const DefaultMaxBatchDelay = time.Millisecond
+// successful pull's unlock on an idle coordinator. Measured here, a lone
+// write costs ~1.9 ms (mostly the fsync) and 16 concurrent writers ~0.14 ms
+// each, so a short delay keeps the batching without the latency.
+const DefaultMaxBatchDelay = 250 * time.Microsecond
 
 // WithMaxBatchDelay sets how long a mutation waits for company
 // (DefaultMaxBatchDelay if not given).
