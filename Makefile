@@ -18,9 +18,16 @@ $(BINARIES):
 test:
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 
-# Go benchmarks of the coordinator (HTTP on loopback) and the client.
+# Benchmarks, a few minutes on 2 cores: the Go benchmarks of the coordinator
+# and the client, then bench/ (its own module) against etcd and Redis, which
+# it starts on loopback; installs them (Debian) when missing. Regenerates
+# docs/BENCHMARKS.md and docs/bench-*.png.
+BENCH_GO_OUT ?= $(or $(TMPDIR),/tmp)/sharedcontent-gobench.txt
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3s ./lockserver/ ./lockclient/
+	command -v etcd >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y etcd-server; }
+	command -v redis-server >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server; }
+	@{ $(GO) test -run '^$$' -bench . -benchmem ./lockserver/ ./lockclient/ 2>&1; echo $$? > $(BENCH_GO_OUT).rc; } | tee $(BENCH_GO_OUT); exit $$(cat $(BENCH_GO_OUT).rc)
+	cd bench && $(GO) run . -out ../docs -gobench $(BENCH_GO_OUT)
 
 # The main job on the embedded default: a registry, the embedded coordinator
 # and N nodes sharing one temp dir, all in one process. DEMO_FLAGS=--nodes 5

@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sharedcontent/sharedcontent/lockclient"
+	"github.com/sharedcontent/sharedcontent/lockserver"
+)
+
+const (
+	// pollInterval is the lock client's polling fallback (SPEC §4).
+	pollInterval = 500 * time.Millisecond
+	// backoffStart and backoffCap are containerd's content.OpenWriter
+	// retry bounds in milliseconds (core/content/helpers.go, v2.2.9 and
+	// v2.4.2 alike): sleep rand.Intn(retry) ms, then double retry while it
+	// is below 2048.
+	backoffStart = 16
+	backoffCap   = 2048
+)
+
+// notifyResult is one method with n waiters per key.
+type notifyResult struct {
+	Method   string
+	Waiters  int
+	Samples  int // waiter latencies measured
+	P50, P99 time.Duration
+	// Unlock is the median duration of the holder's Unlock(success) call
+	// (push only): a pull's success persists its referrer first.
+	Unlock time.Duration
+}
+
+// notifyServer is a lock server on loopback whose handler also counts the
+// event streams that are attached (have sent their first event), so the
+// push measurement can start only once every waiter listens.
+type notifyServer struct {
+	url      string
+	srv      *lockserver.Server
+	hs       *http.Server
+	dir      string
+	attached sync.Map // resource_id → *atomic.Int64
+}
+
+func startNotifyServer() (*notifyServer, error) {
+	dir, err := os.MkdirTemp("", "bench-notify-")
+	if err != nil {
+		return nil, err
+	}
+	srv, err := lockserver.OpenServer(lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: dir})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	ns := &notifyServer{url: "http://" + ln.Addr().String(), srv: srv, dir: dir}
+	inner := srv.Handler()
+	ns.hs = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/lock/subscribe" {
+			v, _ := ns.attached.LoadOrStore(r.URL.Query().Get("resource_id"), new(atomic.Int64))
+			w = &firstFlush{ResponseWriter: w, n: v.(*atomic.Int64)}
+		}
+		inner.ServeHTTP(w, r)
+	})}
+	go ns.hs.Serve(ln)
+	return ns, nil
+}
+
+func (ns *notifyServer) attachedTo(resourceID string) int64 {
+	v, ok := ns.attached.Load(resourceID)
+	if !ok {
+		return 0
+	}
+	return v.(*atomic.Int64).Load()
+}
+
+func (ns *notifyServer) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ns.srv.Handler().(*lockserver.Handler).Drain()
+	ns.hs.Shutdown(ctx)
+	ns.srv.Shutdown(ctx)
+	os.RemoveAll(ns.dir)
+}
+
+// firstFlush counts a stream as attached at its first flush (the "state"
+// event is flushed as soon as the subscription is registered).
+type firstFlush struct {
+	http.ResponseWriter
+	n    *atomic.Int64
+	done bool
+}
+
+func (f *firstFlush) Flush() {
+	if fl, ok := f.ResponseWriter.(http.Flusher); ok {
+		fl.Flush()
+	}
+	if !f.done {
+		f.done = true
+		f.n.Add(1)
+	}
+}
+
+func (f *firstFlush) Unwrap() http.ResponseWriter { return f.ResponseWriter }
+
+// notifyBench measures the three ways a waiter learns that the holder's
+// download is done.
+func notifyBench(counts []int, caseDur, download time.Duration, progress func(string)) ([]notifyResult, error) {
+	ns, err := startNotifyServer()
+	if err != nil {
+		return nil, err
+	}
+	defer ns.stop()
+	maxN := 0
+	for _, n := range counts {
+		maxN = max(maxN, n)
+	}
+	// One client per waiter, as on separate nodes, plus the holders'.
+	waiters := make([]*lockclient.Client, maxN)
+	for i := range waiters {
+		if waiters[i], err = lockclient.New(ns.url, lockclient.WithNodeID(fmt.Sprintf("waiter-%d", i))); err != nil {
+			return nil, err
+		}
+		defer waiters[i].Close()
+	}
+	holder, err := lockclient.New(ns.url, lockclient.WithNodeID("holder"))
+	if err != nil {
+		return nil, err
+	}
+	defer holder.Close()
+
+	var out []notifyResult
+	for _, n := range counts {
+		progress(fmt.Sprintf("notify: push, %d waiters", n))
+		r, err := notifyPush(ns, holder, waiters[:n], caseDur)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	for _, method := range []string{"poll 500ms", "containerd backoff"} {
+		for _, n := range counts {
+			progress(fmt.Sprintf("notify: %s, %d waiters", method, n))
+			r, err := notifySimulated(method, holder, waiters, n, download)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+var notifySeq atomic.Int64
+
+func notifyKey(tag string) string {
+	return fmt.Sprintf("sha256:bench-notify-%s-%d-%d", tag, os.Getpid(), notifySeq.Add(1))
+}
+
+// notifyPush: the holder has the pull lock; n waiters are in its queue,
+// each following its event stream (lockclient.Lock). The holder unlocks
+// with success; every waiter's Lock returns Skipped. Repeated for caseDur.
+func notifyPush(ns *notifyServer, holder *lockclient.Client, waiters []*lockclient.Client, caseDur time.Duration) (notifyResult, error) {
+	ctx := context.Background()
+	res := notifyResult{Method: "push (SSE)", Waiters: len(waiters)}
+	var lat, unlocks []time.Duration
+	end := time.Now().Add(caseDur)
+	for reps := 0; reps < 5 || time.Now().Before(end); reps++ {
+		key := notifyKey("push")
+		req := lockclient.Request{Type: lockclient.OperationTypePull, ResourceID: key}
+		hr, err := holder.Lock(ctx, req)
+		if err != nil || !hr.Acquired {
+			return res, fmt.Errorf("push holder: %+v %v", hr, err)
+		}
+		ends := make([]time.Time, len(waiters))
+		errs := make([]error, len(waiters))
+		var wg sync.WaitGroup
+		for j, w := range waiters {
+			wg.Go(func() {
+				r, err := w.Lock(ctx, req)
+				ends[j] = time.Now()
+				if err == nil && !r.Skipped {
+					err = fmt.Errorf("waiter %d not skipped: %+v", j, r)
+				}
+				errs[j] = err
+			})
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for ns.attachedTo(key) < int64(len(waiters)) {
+			if time.Now().After(deadline) {
+				return res, fmt.Errorf("push: only %d of %d waiters attached", ns.attachedTo(key), len(waiters))
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+		t0 := time.Now()
+		if err := holder.Unlock(ctx, hr.Lease, true, nil); err != nil {
+			return res, err
+		}
+		unlocks = append(unlocks, time.Since(t0))
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return res, err
+		}
+		for _, e := range ends {
+			lat = append(lat, e.Sub(t0))
+		}
+	}
+	res.Samples = len(lat)
+	res.P50, res.P99 = percentile(lat, 0.5), percentile(lat, 0.99)
+	res.Unlock = percentile(unlocks, 0.5)
+	return res, nil
+}
+
+// notifySimulated runs enough keys at once to collect about 200 waiter
+// latencies (n waiters per key; the per-waiter delay of polling and backoff
+// does not depend on how many others wait). On each key the holder
+// "downloads" for `download`; its waiters arrive at uniformly random times
+// during it and then
+//   - "poll 500ms": GET /lock/status every 500 ms from their arrival (so a
+//     random phase) until it shows the completion;
+//   - "containerd backoff": content.OpenWriter's loop, with the attempt
+//     being a TryLock of the pull key (what contentv2's Writer does in
+//     containerd mode) until it is skipped: attempt, sleep
+//     rand.Intn(retry) ms, retry doubles from 16 up to 2048.
+//
+// Latency is from the start of the holder's Unlock(success) to the
+// waiter's attempt that sees it.
+func notifySimulated(method string, holder *lockclient.Client, pool []*lockclient.Client, n int, download time.Duration) (notifyResult, error) {
+	res := notifyResult{Method: method, Waiters: n}
+	keys := max(1, (200+n-1)/n)
+	var (
+		mu   sync.Mutex
+		lat  []time.Duration
+		errs []error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), download+30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for k := range keys {
+		wg.Go(func() {
+			// Stagger the keys so their holders do not all unlock at once.
+			time.Sleep(rand.N(200 * time.Millisecond))
+			key := notifyKey("sim")
+			req := lockclient.Request{Type: lockclient.OperationTypePull, ResourceID: key}
+			hr, err := holder.Lock(ctx, req)
+			if err != nil || !hr.Acquired {
+				fail(fmt.Errorf("%s holder: %+v %v", method, hr, err))
+				return
+			}
+			start := time.Now()
+			var t0 atomic.Int64 // unix nanos of the holder's unlock; 0 before
+			var kw sync.WaitGroup
+			for j := range n {
+				w := pool[(k*n+j)%len(pool)]
+				arrive := rand.N(download)
+				kw.Go(func() {
+					time.Sleep(time.Until(start.Add(arrive)))
+					var seen time.Time
+					var err error
+					if method == "poll 500ms" {
+						seen, err = pollUntilDone(ctx, w, key)
+					} else {
+						seen, err = backoffUntilDone(ctx, w, req)
+					}
+					if err != nil {
+						fail(err)
+						return
+					}
+					unlockAt := t0.Load()
+					if unlockAt == 0 {
+						fail(fmt.Errorf("%s: waiter proceeded before the holder unlocked", method))
+						return
+					}
+					mu.Lock()
+					lat = append(lat, seen.Sub(time.Unix(0, unlockAt)))
+					mu.Unlock()
+				})
+			}
+			time.Sleep(time.Until(start.Add(download)))
+			t0.Store(time.Now().UnixNano())
+			if err := holder.Unlock(ctx, hr.Lease, true, nil); err != nil {
+				fail(err)
+			}
+			kw.Wait()
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	res.Samples = len(lat)
+	res.P50, res.P99 = percentile(lat, 0.5), percentile(lat, 0.99)
+	return res, nil
+}
+
+// pollUntilDone polls the key's status every pollInterval, the first time
+// at once, until it shows a completion.
+func pollUntilDone(ctx context.Context, c *lockclient.Client, key string) (time.Time, error) {
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		st, err := c.Status(ctx, lockclient.OperationTypePull, key)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if st.Completed != nil {
+			return time.Now(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// backoffUntilDone is containerd's content.OpenWriter retry loop around
+// the attempt contentv2's Writer makes in containerd mode.
+func backoffUntilDone(ctx context.Context, c *lockclient.Client, req lockclient.Request) (time.Time, error) {
+	retry := backoffStart
+	for {
+		r, err := c.TryLock(ctx, req)
+		switch {
+		case err == nil && r.Skipped:
+			return time.Now(), nil
+		case err == nil:
+			return time.Time{}, fmt.Errorf("backoff waiter acquired %s while it was held: %+v", req.ResourceID, r)
+		case !errors.Is(err, lockclient.ErrLocked):
+			return time.Time{}, err
+		}
+		select {
+		case <-time.After(time.Millisecond * time.Duration(rand.IntN(retry))):
+			if retry < backoffCap {
+				retry <<= 1
+			}
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/content/proxy"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/lockclient"
+	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/plugin"
+)
+
+// readBuffers are the ReadAt sizes of the read test: 1 MiB, content.Copy's
+// buffer. (32 KiB, io.Copy's default, measured the same through the proxy
+// on this machine, within noise; add it here to see.)
+var readBuffers = []int{1 << 20}
+
+// overheadResult is one operation through the plugin and directly.
+type overheadResult struct {
+	Op string
+	// Direct and Proxy are median throughputs in MB/s (10^6 bytes).
+	Direct, Proxy float64
+}
+
+// Overhead is how much longer the proxied operation takes: Direct/Proxy - 1.
+func (r overheadResult) Overhead() float64 { return r.Direct/r.Proxy - 1 }
+
+// overheadBench writes and reads a blob of size bytes through containerd's
+// content proxy client, over gRPC on a unix socket to plugin.Listen serving
+// a contentv2 store, and through the same contentv2 store directly. The
+// store's coordinator is an embedded lock server (the daemon's default).
+// With profileDir set, each proxied operation's CPU profile is written
+// there.
+func overheadBench(size int64, reps int, profileDir string, progress func(string)) ([]overheadResult, error) {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "bench-plugin-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+
+	srv, err := lockserver.OpenServer(lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: filepath.Join(dir, "coordinator")})
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Shutdown(context.Background())
+	coord, err := lockclient.NewEmbedded(srv.Locker, lockclient.WithNodeID("node-1"))
+	if err != nil {
+		return nil, err
+	}
+	defer coord.Close()
+	store, err := contentv2.NewStore(filepath.Join(dir, "shared"), "node-1", coord)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+
+	sock := filepath.Join(dir, "run", "content.sock")
+	ps, err := plugin.Listen(sock, store)
+	if err != nil {
+		return nil, err
+	}
+	go ps.Serve(ctx)
+	defer ps.Stop(context.Background())
+	conn, err := grpc.NewClient("unix://"+sock,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(plugin.MaxMsgSize), grpc.MaxCallSendMsgSize(plugin.MaxMsgSize)))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	remote := proxy.NewContentStore(conn)
+
+	progress(fmt.Sprintf("plugin: generating a %d MiB blob", size>>20))
+	data := make([]byte, size)
+	rng := rand.NewChaCha8([32]byte{1})
+	rng.Read(data)
+	desc := ocispec.Descriptor{MediaType: "application/octet-stream", Digest: digest.FromBytes(data), Size: size}
+
+	paths := []struct {
+		name string
+		cs   content.Store
+	}{{"direct", store}, {"proxy", remote}}
+	type op struct {
+		name    string
+		prepare func() error // untimed
+		run     func(cs content.Store) error
+	}
+	ops := []op{{
+		name: "write",
+		prepare: func() error {
+			// Start from an empty store, through the store itself (a
+			// delete lock, then the file).
+			if err := store.Delete(ctx, desc.Digest); err != nil {
+				return err
+			}
+			if _, err := store.Info(ctx, desc.Digest); err == nil {
+				return fmt.Errorf("blob %s still present after delete", desc.Digest)
+			}
+			return nil
+		},
+		run: func(cs content.Store) error {
+			return content.WriteBlob(ctx, cs, "bench-"+desc.Digest.Encoded(), bytes.NewReader(data), desc)
+		},
+	}}
+	for _, bs := range readBuffers {
+		ops = append(ops, op{name: fmt.Sprintf("read (%s ReadAt)", sizeName(bs)), prepare: func() error { return nil }, run: func(cs content.Store) error {
+			ra, err := cs.ReaderAt(ctx, desc)
+			if err != nil {
+				return err
+			}
+			defer ra.Close()
+			n, err := io.CopyBuffer(io.Discard, io.NewSectionReader(ra, 0, size), make([]byte, bs))
+			if err == nil && n != size {
+				err = fmt.Errorf("read %d of %d bytes", n, size)
+			}
+			return err
+		}})
+	}
+
+	var out []overheadResult
+	for _, o := range ops {
+		times := map[string][]time.Duration{}
+		for r := range reps {
+			// Alternate which path goes first.
+			for j := range paths {
+				p := paths[(j+r)%len(paths)]
+				progress(fmt.Sprintf("plugin: %s, %s, run %d/%d", o.name, p.name, r+1, reps))
+				if err := o.prepare(); err != nil {
+					return nil, fmt.Errorf("plugin %s: %w", o.name, err)
+				}
+				stopProfile := func() {}
+				if profileDir != "" && p.name == "proxy" && r == 0 {
+					stopProfile, err = startProfile(filepath.Join(profileDir, "plugin-"+slug(o.name)+".pprof"))
+					if err != nil {
+						return nil, err
+					}
+				}
+				t0 := time.Now()
+				err := o.run(p.cs)
+				d := time.Since(t0)
+				stopProfile()
+				if err != nil {
+					return nil, fmt.Errorf("plugin %s %s: %w", o.name, p.name, err)
+				}
+				times[p.name] = append(times[p.name], d)
+			}
+		}
+		mbps := func(ds []time.Duration) float64 { return float64(size) / 1e6 / medianDuration(ds).Seconds() }
+		out = append(out, overheadResult{Op: o.name, Direct: mbps(times["direct"]), Proxy: mbps(times["proxy"])})
+	}
+	return out, nil
+}
+
+func sizeName(n int) string {
+	if n >= 1<<20 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d KiB", n>>10)
+}
+
+// startProfile starts a CPU profile into path and returns its stop.
+func startProfile(path string) (func(), error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
+func slug(s string) string {
+	var b []byte
+	for _, c := range []byte(s) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+			b = append(b, c)
+		case c >= 'A' && c <= 'Z':
+			b = append(b, c+'a'-'A')
+		case len(b) > 0 && b[len(b)-1] != '-':
+			b = append(b, '-')
+		}
+	}
+	return string(bytes.TrimRight(b, "-"))
+}
