@@ -40,6 +40,11 @@ const (
 	// heartbeats mean a dead peer (a half-open TCP connection never
 	// errors by itself).
 	streamIdleTimeout = 45 * time.Second
+	// streamEndTimeout bounds the wait for a stream's end after its
+	// outcome: the server ends it in the same write, and reading it to
+	// the end lets the connection carry the next request. A stream that
+	// does not end is cut (and its connection closed) instead.
+	streamEndTimeout = 100 * time.Millisecond
 	// maxStreamDrops is how many times the event stream of one wait may
 	// end without an outcome before the waiter falls back to polling (a
 	// proxy that cuts streams would otherwise make it re-queue in a loop).

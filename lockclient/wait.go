@@ -111,6 +111,13 @@ func (b *httpBackend) follow(ctx context.Context, req api.LockRequest) (api.Lock
 	}
 
 	events := newSSEReader(resp.Body)
+	// outcome returns the request's outcome after reading the rest of the
+	// stream, which the server ends after it.
+	outcome := func(r api.LockResponse, end streamEnd, err error) (api.LockResponse, streamEnd, error) {
+		watchdog.Reset(streamEndTimeout)
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxEventBytes))
+		return r, end, err
+	}
 	first := true
 	for {
 		ev, err := events.next()
@@ -142,13 +149,13 @@ func (b *httpBackend) follow(ctx context.Context, req api.LockRequest) (api.Lock
 			}
 			switch r := st.Request; {
 			case r.Acquired || r.Skip:
-				return *r, 0, nil
+				return outcome(*r, 0, nil)
 			case r.Queued:
 				if b.onQueued != nil {
 					b.onQueued(req)
 				}
 			default:
-				return api.LockResponse{}, streamForgotten, nil
+				return outcome(api.LockResponse{}, streamForgotten, nil)
 			}
 			continue
 		}
@@ -162,15 +169,15 @@ func (b *httpBackend) follow(ctx context.Context, req api.LockRequest) (api.Lock
 		switch ev.name {
 		case api.EventGranted:
 			if e.Lease != nil {
-				return *e.Lease, 0, nil
+				return outcome(*e.Lease, 0, nil)
 			}
 		case api.EventCompleted:
-			return api.LockResponse{RequestID: req.RequestID, Skip: true}, 0, nil
+			return outcome(api.LockResponse{RequestID: req.RequestID, Skip: true}, 0, nil)
 		case api.EventError:
 			if e.Error == nil {
 				e.Error = &api.ErrorResponse{Error: "refused without a reason", Code: api.CodeInternal}
 			}
-			return api.LockResponse{}, 0, api.FromResponse(0, *e.Error)
+			return outcome(api.LockResponse{}, 0, api.FromResponse(0, *e.Error))
 		case api.EventReleased:
 			return api.LockResponse{}, streamForgotten, nil
 		}

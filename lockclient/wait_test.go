@@ -3,6 +3,7 @@ package lockclient
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -149,4 +150,52 @@ func TestStreamDropResubscribes(t *testing.T) {
 	require.True(t, o.res.Acquired)
 	require.Zero(t, px.count("GET /lock/status"), "a dropped stream is not a reason to poll")
 	require.NoError(t, waiter.Unlock(context.Background(), o.res.Lease, true, nil))
+}
+
+// TestWaitsReuseConnections: a wait that ends in a grant or a skip reads
+// its event stream to the end, so the next request reuses the connection
+// instead of dialing a new one.
+func TestWaitsReuseConnections(t *testing.T) {
+	ts := startServer(t)
+	holder := newHTTPClient(t, ts.url, "holder")
+	waiter := newHTTPClient(t, ts.url, "waiter")
+	queued := make(chan struct{}, 1)
+	waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+
+	const rounds = 20
+	for i := range rounds {
+		// Even rounds hand the update lock over (granted), odd rounds
+		// complete a pull (skipped).
+		req := Request{Type: OperationTypeUpdate, ResourceID: blob}
+		if i%2 == 1 {
+			req = Request{Type: OperationTypePull, ResourceID: fmt.Sprintf("%s-%d", blob, i)}
+		}
+		held, err := holder.Lock(ctx, req)
+		require.NoError(t, err)
+		require.True(t, held.Acquired)
+		got := make(chan *LockResult, 1)
+		go func() {
+			res, err := waiter.Lock(ctx, req)
+			require.NoError(t, err)
+			got <- res
+		}()
+		select {
+		case <-queued:
+		case <-ctx.Done():
+			t.Fatal("the waiter never queued")
+		}
+		require.NoError(t, holder.Unlock(ctx, held.Lease, true, nil))
+		res := <-got
+		if req.Type == OperationTypeUpdate {
+			require.True(t, res.Acquired, "round %d: the update lock was handed over", i)
+			require.NoError(t, waiter.Unlock(ctx, res.Lease, true, nil))
+		} else {
+			require.True(t, res.Skipped, "round %d: the pull completed elsewhere", i)
+		}
+	}
+	// One connection for each client's requests and one for the waiter's
+	// streams; a dropped stream connection would make one per round.
+	require.LessOrEqual(t, ts.accepted.Load(), int64(4), "connections for %d waits", rounds)
 }

@@ -113,9 +113,6 @@ func (l *Locker) Close() error {
 				for _, w := range k.queue {
 					w.sub.end()
 				}
-				if k.holder != nil {
-					k.holder.sub.end()
-				}
 			}
 		}
 		sh.mu.Unlock()
@@ -372,9 +369,6 @@ func (l *Locker) release(ctx context.Context, sh *shard, r *resource, t typeInde
 		log.G(ctx).WithField("key", string(typeNames[t])+":"+r.id).WithField("node", g.nodeID).
 			WithField("reason", reason).Info("lock released without the holder")
 	}
-	if !success && reason != "unlock" && g.sub != nil {
-		g.sub.send(l.event(r, t, api.EventReleased, g.nodeID, g.requestID, false, reason))
-	}
 
 	if success && t != idxUpdate {
 		// The work is done: remember it, and everyone waiting skips.
@@ -451,11 +445,11 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 		}
 		l.metrics.handoffs[next].Inc()
 		if w.sub != nil {
-			g.sub = w.sub
 			ev := l.event(r, next, api.EventGranted, w.nodeID, w.requestID, true, "")
 			lease := l.grantResponse(g)
 			ev.Lease = &lease
 			w.sub.send(ev)
+			w.sub.end() // the wait is over: the holder's lease is kept by keepalives
 		}
 		l.notifyWatchers(r, next, api.EventGranted, g.nodeID, g.requestID, true, "")
 	}

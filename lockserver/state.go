@@ -70,7 +70,6 @@ type grant struct {
 	// unclaimed grant is released at claimBy.
 	claimed bool
 	claimBy time.Time
-	sub     *Subscription // stream the grant was delivered to, if any
 }
 
 // waiter is a queued request.

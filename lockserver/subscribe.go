@@ -6,18 +6,20 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// subscriptionBuffer bounds the events queued for one subscriber. A waiter
-// gets at most two (granted, then released); a watcher that falls this far
-// behind is disconnected and must re-subscribe.
-const subscriptionBuffer = 64
+// watcherBuffer bounds the events queued for one watcher of a key; a
+// watcher that falls this far behind is disconnected and must re-subscribe.
+// A stream that follows one request gets at most one event, its outcome.
+const watcherBuffer = 64
 
 // Subscription is one /lock/subscribe stream. With a request_id it follows
-// that request (a waiter or holder) and gets only the events addressed to
-// it; without one it watches the key and gets every event.
+// that request and gets only its outcome: granted (with the lease),
+// completed (skip) or error, after which the stream ends. A request that
+// already has its outcome (or is unknown) gets only First. Without a
+// request_id it watches the key and gets every event until it closes.
 //
 // Events are delivered without blocking the Locker: the channel is closed
-// when the subscription ends (Close, Locker.Close, an unknown request, or a
-// watcher that fell behind).
+// when the subscription ends (an outcome, Close, Locker.Close, or a watcher
+// that fell behind).
 type Subscription struct {
 	// First is the state of the key, and of the request, at subscription
 	// time: nothing that happened before Subscribe is missed.
@@ -72,7 +74,11 @@ func (l *Locker) Subscribe(typ api.OperationType, resourceID, requestID string) 
 	defer sh.mu.Unlock()
 	r := sh.resource(resourceID)
 	k := &r.keys[t]
-	s := &Subscription{l: l, typ: t, id: resourceID, requestID: requestID, events: make(chan api.Event, subscriptionBuffer)}
+	buffer := 1
+	if requestID == "" {
+		buffer = watcherBuffer
+	}
+	s := &Subscription{l: l, typ: t, id: resourceID, requestID: requestID, events: make(chan api.Event, buffer)}
 	// A stream following one request needs its own state, not the whole
 	// queue: with n waiters that would be O(n²) JSON per hand-over.
 	s.First = l.status(r, t, requestID, requestID == "", now)
@@ -92,11 +98,9 @@ func (l *Locker) Subscribe(typ api.OperationType, resourceID, requestID string) 
 		w := k.queue[k.waiterIndex(requestID)]
 		w.sub.end() // a newer stream replaces an older one
 		w.sub = s
-	case k.holder != nil && k.holder.requestID == requestID:
-		k.holder.sub.end()
-		k.holder.sub = s
 	default:
-		// Skipped, refused, or unknown: First says which; nothing follows.
+		// Acquired, skipped, refused, or unknown: First says which and
+		// nothing follows.
 		s.end()
 		sh.tidy(r)
 	}
@@ -119,8 +123,6 @@ func (s *Subscription) Close() {
 		delete(k.watchers, s)
 	} else if i := k.waiterIndex(s.requestID); i >= 0 && k.queue[i].sub == s {
 		s.l.dropWaiter(k, i)
-	} else if k.holder != nil && k.holder.sub == s {
-		k.holder.sub = nil
 	}
 	s.end()
 	sh.tidy(r)

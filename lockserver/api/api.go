@@ -145,13 +145,13 @@ const (
 	// EventState is the first event: a StatusResponse of the key now.
 	EventState = "state"
 	// EventGranted goes to the waiter that now holds the lock (a LockResponse
-	// with its lease), and to watchers.
+	// with its lease), and to watchers. A waiter's stream ends after it, as
+	// after EventCompleted and EventError: from then on the lease is kept
+	// by keepalives, which report a lost grant.
 	EventGranted = "granted"
-	// EventCompleted tells waiters the work succeeded elsewhere: skip. A
-	// waiter's stream ends after it, and after EventError.
+	// EventCompleted tells waiters the work succeeded elsewhere: skip.
 	EventCompleted = "completed"
-	// EventReleased tells watchers, and a holder whose grant was revoked,
-	// that a grant ended without success.
+	// EventReleased tells watchers that a grant ended without success.
 	EventReleased = "released"
 	// EventError ends a waiter's wait with an ErrorResponse (for example a
 	// queued delete that found the resource in use when its turn came).
