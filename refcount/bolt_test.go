@@ -144,7 +144,7 @@ func TestBoltMetaStore(t *testing.T) {
 }
 
 // BenchmarkBoltAddRef measures concurrent AddRef through a Manager on bolt,
-// where db.Batch coalesces the commits. Each op adds a new node, so each
+// where group commit shares commits between concurrent writers. Each op adds a new node, so each
 // writes; ns/op falls as parallelism (-cpu) rises.
 func BenchmarkBoltAddRef(b *testing.B) {
 	s := openBolt(b, filepath.Join(b.TempDir(), "refcount.db"))

@@ -54,7 +54,7 @@ func (s *BoltStorage) PutUint64(ctx context.Context, key string, v uint64) error
 	if key == "" {
 		return fmt.Errorf("meta: empty key: %w", errdefs.ErrInvalidArgument)
 	}
-	err := s.db.Batch(func(tx *bolt.Tx) error {
+	err := s.writes.commit(func(tx *bolt.Tx) error {
 		return tx.Bucket(metaBucket).Put([]byte(key), binary.BigEndian.AppendUint64(nil, v))
 	})
 	if err != nil {
