@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/containerd/log"
-
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -173,7 +171,7 @@ func (c *Client) retry(ctx context.Context, what string, fn func(context.Context
 		case attempt > c.opts.maxRetries:
 			return fmt.Errorf("%s: giving up after %d attempt(s): %w", what, attempt, unreachable(err))
 		}
-		log.G(ctx).WithError(err).WithField("attempt", attempt).WithField("retry_in", c.opts.retryInterval).
+		logger(ctx).WithError(err).WithField("attempt", attempt).WithField("retry_in", c.opts.retryInterval).
 			Warn(what + " failed; retrying")
 		if timer == nil {
 			timer = time.NewTimer(c.opts.retryInterval)

@@ -20,6 +20,10 @@ import (
 // are a few hundred bytes; a status with a long queue a few hundred KiB.
 const maxResponseBytes = 16 << 20
 
+// jsonMediaType is the value of the Content-Type and Accept headers. It is
+// never modified.
+var jsonMediaType = []string{"application/json"}
+
 // httpBackend is the Backend of a remote lock server (SPEC §3's HTTP API).
 // Its fields are set by newHTTPBackend and never change.
 type httpBackend struct {
@@ -147,10 +151,11 @@ func (b *httpBackend) do(ctx context.Context, method, path string, q url.Values,
 	if err != nil {
 		return fmt.Errorf("lockclient: %w", err)
 	}
+	// Shared header values: Header.Set would allocate them per request.
 	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header["Content-Type"] = jsonMediaType
 	}
-	req.Header.Set("Accept", "application/json")
+	req.Header["Accept"] = jsonMediaType
 	b.authorize(req)
 	resp, err := b.short.Do(req)
 	if err != nil {

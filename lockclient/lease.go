@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/containerd/log"
-
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -129,7 +127,7 @@ func (l *Lease) keepalive(ctx context.Context, b Backend, requestTimeout time.Du
 			l.lose(ctx, fmt.Errorf("%w: not renewed for %s: %w", ErrLeaseLost, l.TTL, err))
 			return
 		}
-		log.G(ctx).WithError(err).Warn("lease renewal failed; retrying")
+		logger(ctx).WithError(err).Warn("lease renewal failed; retrying")
 		timer.Reset(min(interval/2, time.Until(expires)))
 	}
 }
@@ -139,5 +137,5 @@ func (l *Lease) lose(ctx context.Context, err error) {
 	l.err = err
 	l.mu.Unlock()
 	close(l.lost)
-	log.G(ctx).WithError(err).Warn("lease lost")
+	logger(ctx).WithError(err).Warn("lease lost")
 }

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/containerd/log"
-
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -98,7 +96,7 @@ func (c *Client) lock(ctx context.Context, req Request, wait bool) (*LockResult,
 		lr.Wait = new(bool)
 	}
 	key := string(lr.Type) + ":" + lr.ResourceID
-	ctx = log.WithLogger(ctx, log.G(ctx).WithField("key", key).WithField("request_id", lr.RequestID))
+	ctx = withCallFields(ctx, callFields{key: key, requestID: lr.RequestID})
 	if c.isClosed() {
 		return failed(fmt.Errorf("lock %s: client closed: %w", key, ErrUnavailable))
 	}
@@ -145,7 +143,9 @@ func (c *Client) lock(ctx context.Context, req Request, wait bool) (*LockResult,
 		giveBack(ctx, c.backend, lr, c.opts.requestTimeout)
 		return failed(fmt.Errorf("lock %s: client closed: %w", key, ErrUnavailable))
 	}
-	log.G(ctx).WithField("fence", lease.Fence).Debug("lock acquired")
+	if debugEnabled(ctx) {
+		logger(ctx).WithField("fence", lease.Fence).Debug("lock acquired")
+	}
 	return &LockResult{Acquired: true, Lease: lease}, nil
 }
 
@@ -190,7 +190,7 @@ func (c *Client) Unlock(ctx context.Context, lease *Lease, success bool, opErr e
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
 	key := string(lease.Type) + ":" + lease.ResourceID
-	ctx = log.WithLogger(ctx, log.G(ctx).WithField("key", key).WithField("fence", lease.Fence))
+	ctx = withCallFields(ctx, callFields{key: key, fence: lease.Fence})
 	req := api.UnlockRequest{Type: lease.Type, ResourceID: lease.ResourceID, LeaseID: lease.ID, Success: success}
 	if !success && opErr != nil {
 		req.Error = opErr.Error()
@@ -205,7 +205,9 @@ func (c *Client) Unlock(ctx context.Context, lease *Lease, success bool, opErr e
 		}
 		return err
 	}
-	log.G(ctx).WithField("success", success).Debug("lock released")
+	if debugEnabled(ctx) {
+		logger(ctx).WithField("success", success).Debug("lock released")
+	}
 	return nil
 }
 

@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/containerd/log"
-
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -50,7 +48,7 @@ const (
 
 // wait follows a queued request until it is acquired or skipped, or fails.
 func (b *httpBackend) wait(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
-	l := log.G(ctx)
+	l := logger(ctx)
 	drops := 0
 	for {
 		resp, end, err := b.follow(ctx, req)
@@ -100,13 +98,13 @@ func (b *httpBackend) follow(ctx context.Context, req api.LockRequest) (api.Lock
 		if ctx.Err() != nil {
 			return api.LockResponse{}, 0, ctx.Err()
 		}
-		log.G(ctx).WithError(err).Debug("subscribe failed")
+		logger(ctx).WithError(err).Debug("subscribe failed")
 		return api.LockResponse{}, streamUnusable, nil
 	}
 	defer resp.Body.Close()
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-		log.G(ctx).WithField("status", resp.StatusCode).WithField("content_type", ct).Debug("subscribe refused")
+		logger(ctx).WithField("status", resp.StatusCode).WithField("content_type", ct).Debug("subscribe refused")
 		return api.LockResponse{}, streamUnusable, nil
 	}
 
@@ -126,7 +124,7 @@ func (b *httpBackend) follow(ctx context.Context, req api.LockRequest) (api.Lock
 			case ctx.Err() != nil:
 				return api.LockResponse{}, 0, ctx.Err()
 			case first:
-				log.G(ctx).WithError(err).WithField("timed_out", silent.Load()).Debug("event stream ended before its first event")
+				logger(ctx).WithError(err).WithField("timed_out", silent.Load()).Debug("event stream ended before its first event")
 				return api.LockResponse{}, streamUnusable, nil
 			}
 			return api.LockResponse{}, streamDropped, nil
@@ -223,6 +221,6 @@ func giveBack(ctx context.Context, b Backend, req api.LockRequest, timeout time.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	if err := b.Cancel(cctx, api.CancelRequest{Type: req.Type, ResourceID: req.ResourceID, RequestID: req.RequestID}); err != nil {
-		log.G(ctx).WithError(err).Warn("cancelling the lock request failed; the coordinator drops it by itself")
+		logger(ctx).WithError(err).Warn("cancelling the lock request failed; the coordinator drops it by itself")
 	}
 }

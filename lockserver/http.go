@@ -169,18 +169,7 @@ func (h *Handler) refs(w http.ResponseWriter, r *http.Request) {
 // decode reads one JSON object of at most api.MaxBodyBytes with no unknown
 // fields and nothing after it. On failure it has written the error.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			err = fmt.Errorf("request body exceeds %d bytes: %w", api.MaxBodyBytes, api.ErrTooLarge)
-		} else {
-			err = fmt.Errorf("reading request body: %w: %w", api.ErrInvalidArgument, err)
-		}
-		writeError(w, r, err)
-		return false
-	}
-	if err := DecodeRequest(body, v); err != nil {
+	if err := decodeRequest(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes), v); err != nil {
 		writeError(w, r, err)
 		return false
 	}
@@ -191,19 +180,31 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 // object, no unknown fields, no trailing data. Errors match
 // api.ErrInvalidArgument.
 func DecodeRequest(body []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("malformed JSON request: %w: %w", api.ErrInvalidArgument, err)
-	}
-	if dec.More() {
-		return fmt.Errorf("malformed JSON request: trailing data after the object: %w", api.ErrInvalidArgument)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("malformed JSON request: trailing data after the object: %w", api.ErrInvalidArgument)
-	}
-	return nil
+	return decodeRequest(bytes.NewReader(body), v)
 }
+
+// decodeRequest is DecodeRequest reading from body; a body cut off by
+// http.MaxBytesReader is an error matching api.ErrTooLarge.
+func decodeRequest(body io.Reader, v any) error {
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		// Only the end of the body may follow the object.
+		if _, err = dec.Token(); err == io.EOF {
+			return nil
+		} else if err == nil {
+			err = errTrailingData
+		}
+	}
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return fmt.Errorf("request body exceeds %d bytes: %w", api.MaxBodyBytes, api.ErrTooLarge)
+	}
+	return fmt.Errorf("malformed JSON request: %w: %w", api.ErrInvalidArgument, err)
+}
+
+var errTrailingData = errors.New("trailing data after the object")
 
 func reply(w http.ResponseWriter, r *http.Request, v any, err error) {
 	if err != nil {
@@ -213,12 +214,16 @@ func reply(w http.ResponseWriter, r *http.Request, v any, err error) {
 	writeJSON(w, http.StatusOK, v)
 }
 
+// jsonContentType is shared by every response: setting it through
+// Header.Set would allocate a slice per response.
+var jsonContentType = []string{"application/json"}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		status, b = http.StatusInternalServerError, []byte(`{"error":"encoding response","code":"internal"}`)
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))
 }
