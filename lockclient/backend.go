@@ -7,9 +7,9 @@ import (
 )
 
 // Backend is the coordinator a Client drives: the lock server's operations
-// (SPEC §3) in their wire types. The HTTP client of New and the in-process
-// adapter of NewEmbedded implement it; a Client adds node IDs, request IDs,
-// retries, leases and keepalive on top.
+// (SPEC §3) in their wire types. The HTTP client of New implements it, and
+// so does the in-process coordinator, *lockserver.Locker (NewEmbedded); a
+// Client adds node IDs, request IDs, retries, leases and keepalive on top.
 //
 // Errors of refusals match the sentinels of this package (ErrLocked,
 // ErrInUse, ...); any other error is treated as transient and retried. All
@@ -38,25 +38,4 @@ type Backend interface {
 	AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error)
 	// Refs returns the nodes that use the resource.
 	Refs(ctx context.Context, resourceID string) (api.RefsResponse, error)
-}
-
-// Coordinator is the in-process API of an embedded lock server:
-// *lockserver.Locker implements it. It is Backend except that Status takes
-// no context (it never blocks).
-type Coordinator interface {
-	Lock(ctx context.Context, req api.LockRequest) (api.LockResponse, error)
-	Acquire(ctx context.Context, req api.LockRequest) (api.LockResponse, error)
-	Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockResponse, error)
-	Keepalive(ctx context.Context, req api.KeepaliveRequest) (api.KeepaliveResponse, error)
-	Cancel(ctx context.Context, req api.CancelRequest) error
-	Status(typ OperationType, resourceID, requestID string) (api.StatusResponse, error)
-	AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error)
-	Refs(ctx context.Context, resourceID string) (api.RefsResponse, error)
-}
-
-// embedded adapts a Coordinator to Backend.
-type embedded struct{ Coordinator }
-
-func (e embedded) Status(_ context.Context, typ OperationType, resourceID, requestID string) (api.StatusResponse, error) {
-	return e.Coordinator.Status(typ, resourceID, requestID)
 }

@@ -44,21 +44,12 @@ func New(serverURL string, opts ...Option) (*Client, error) {
 }
 
 // NewEmbedded returns a Client of an in-process coordinator, typically the
-// *lockserver.Locker of an embedded lock server. Results, errors, leases and
-// keepalive behave as with New; the HTTP options (clients, token, TLS, poll
-// interval) do not apply.
-func NewEmbedded(c Coordinator, opts ...Option) (*Client, error) {
-	if c == nil {
-		return nil, fmt.Errorf("lockclient: nil coordinator: %w", ErrInvalidArgument)
-	}
-	return NewWithBackend(embedded{c}, opts...)
-}
-
-// NewWithBackend returns a Client that drives b, any implementation of the
-// coordinator's operations.
-func NewWithBackend(b Backend, opts ...Option) (*Client, error) {
+// *lockserver.Locker of an embedded lock server (or any other Backend).
+// Results, errors, leases and keepalive behave as with New; the HTTP options
+// (clients, token, TLS, poll interval) do not apply.
+func NewEmbedded(b Backend, opts ...Option) (*Client, error) {
 	if b == nil {
-		return nil, fmt.Errorf("lockclient: nil backend: %w", ErrInvalidArgument)
+		return nil, fmt.Errorf("lockclient: nil coordinator: %w", ErrInvalidArgument)
 	}
 	o, err := buildOptions(opts)
 	if err != nil {

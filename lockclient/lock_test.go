@@ -12,8 +12,8 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// The embedded coordinator satisfies Coordinator directly.
-var _ Coordinator = (*lockserver.Locker)(nil)
+// The embedded coordinator is a Backend.
+var _ Backend = (*lockserver.Locker)(nil)
 
 const blob = "sha256:4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945"
 

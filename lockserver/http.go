@@ -148,7 +148,7 @@ func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) status(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	resp, err := h.locker.Status(api.OperationType(q.Get("type")), q.Get("resource_id"), q.Get("request_id"))
+	resp, err := h.locker.Status(r.Context(), api.OperationType(q.Get("type")), q.Get("resource_id"), q.Get("request_id"))
 	reply(w, r, resp, err)
 }
 

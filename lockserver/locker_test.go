@@ -110,7 +110,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 		require.NotNil(t, ev.Lease)
 		require.Greater(t, ev.Lease.Fence, a.Fence)
 		require.Empty(t, sc.Events(), "the third waiter must not be woken")
-		st, err := l.Status(api.OperationPull, blob, c.RequestID)
+		st, err := l.Status(context.Background(), api.OperationPull, blob, c.RequestID)
 		require.NoError(t, err)
 		require.Equal(t, "n2", st.Holder.NodeID)
 		require.Equal(t, 1, st.Request.Position)
@@ -196,7 +196,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 		defer sb.Close()
 		unlock(t, l, api.OperationUpdate, a.LeaseID, true)
 		require.Equal(t, api.EventGranted, (<-sb.Events()).Name)
-		st, _ := l.Status(api.OperationUpdate, blob, "")
+		st, _ := l.Status(context.Background(), api.OperationUpdate, blob, "")
 		require.Nil(t, st.Completed)
 	})
 
@@ -223,7 +223,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 		resp, err := l.Lock(ctx, req)
 		require.NoError(t, err)
 		require.True(t, resp.Queued, "wait=true overrides the server default")
-		st, _ := l.Status(api.OperationPull, blob, "")
+		st, _ := l.Status(context.Background(), api.OperationPull, blob, "")
 		require.Len(t, st.Queue, 1)
 	})
 
@@ -241,7 +241,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 		q1, _ := l.Lock(ctx, req2)
 		q2, _ := l.Lock(ctx, req2)
 		require.Equal(t, q1, q2)
-		st, _ := l.Status(api.OperationPull, blob, "")
+		st, _ := l.Status(context.Background(), api.OperationPull, blob, "")
 		require.Len(t, st.Queue, 1)
 	})
 
@@ -252,7 +252,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 		require.ErrorIs(t, err, api.ErrNotHolder)
 		_, err = l.Unlock(ctx, api.UnlockRequest{Type: api.OperationUpdate, ResourceID: blob, LeaseID: a.LeaseID, Success: true})
 		require.ErrorIs(t, err, api.ErrNotHolder, "a lease is bound to its key")
-		st, _ := l.Status(api.OperationPull, blob, "")
+		st, _ := l.Status(context.Background(), api.OperationPull, blob, "")
 		require.NotNil(t, st.Holder)
 		unlock(t, l, api.OperationPull, a.LeaseID, true)
 		unlock(t, l, api.OperationPull, a.LeaseID, true)
@@ -277,7 +277,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 		c := mustLock(t, l, api.OperationPull, "n3")
 		require.NoError(t, l.Cancel(ctx, api.CancelRequest{Type: api.OperationPull, ResourceID: blob, RequestID: b.RequestID}))
 		require.NoError(t, l.Cancel(ctx, api.CancelRequest{Type: api.OperationPull, ResourceID: blob, RequestID: a.RequestID}))
-		st, _ := l.Status(api.OperationPull, blob, c.RequestID)
+		st, _ := l.Status(context.Background(), api.OperationPull, blob, c.RequestID)
 		require.True(t, st.Request.Acquired, "the cancelled holder handed over to the next live waiter")
 		require.Empty(t, st.Queue)
 	})
@@ -331,7 +331,7 @@ func TestUnclaimedGrantIsReleased(t *testing.T) {
 	unlock(t, l, api.OperationPull, a.LeaseID, false) // b is granted but never claims
 	ev := <-sc.Events()
 	require.Equal(t, api.EventGranted, ev.Name, "b's unclaimed grant passed to c")
-	st, _ := l.Status(api.OperationPull, blob, b.RequestID)
+	st, _ := l.Status(context.Background(), api.OperationPull, blob, b.RequestID)
 	require.False(t, st.Request.Acquired)
 }
 
@@ -343,7 +343,7 @@ func TestClosedStreamLeavesQueue(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, sb.First.Request.Position)
 	sb.Close()
-	st, _ := l.Status(api.OperationPull, blob, b.RequestID)
+	st, _ := l.Status(context.Background(), api.OperationPull, blob, b.RequestID)
 	require.Empty(t, st.Queue)
 	require.False(t, st.Request.Queued)
 }
@@ -423,7 +423,7 @@ func TestNoPullSkipWhileDeleteInFlight(t *testing.T) {
 	require.False(t, resp.Skip, "a pull must not skip while a delete removes the blob")
 	require.True(t, resp.Queued)
 	unlock(t, l, api.OperationDelete, d.LeaseID, true)
-	st, err := l.Status(api.OperationPull, blob, resp.RequestID)
+	st, err := l.Status(context.Background(), api.OperationPull, blob, resp.RequestID)
 	require.NoError(t, err)
 	require.True(t, st.Request.Acquired, "after the delete, the pull downloads again")
 }

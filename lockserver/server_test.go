@@ -188,7 +188,7 @@ func TestHTTPBadInput(t *testing.T) {
 	require.Equal(t, 400, code, string(body))
 
 	// Nothing changed: the holder still holds, nobody queued, refs intact.
-	st, err := ts.Locker.Status(api.OperationPull, blob, "")
+	st, err := ts.Locker.Status(context.Background(), api.OperationPull, blob, "")
 	require.NoError(t, err)
 	require.Equal(t, "n1", st.Holder.NodeID)
 	require.Empty(t, st.Queue)
@@ -210,7 +210,7 @@ func TestHTTPAuth(t *testing.T) {
 	require.Equal(t, api.CodeUnauthorized, decodeAs[api.ErrorResponse](t, body).Code)
 	code, _ = post(t, ts.url, "/lock", req, "Authorization", "Bearer wrong")
 	require.Equal(t, 401, code)
-	st, _ := ts.Locker.Status(api.OperationPull, blob, "")
+	st, _ := ts.Locker.Status(context.Background(), api.OperationPull, blob, "")
 	require.Nil(t, st.Holder, "an unauthorized request changes nothing")
 	code, body = post(t, ts.url, "/lock", req, "Authorization", "Bearer s3cret")
 	require.Equal(t, 200, code, string(body))
@@ -281,7 +281,7 @@ func TestHTTPSubscribe(t *testing.T) {
 	// C's stream closes: C leaves the queue at once.
 	closeC()
 	require.Eventually(t, func() bool {
-		st, _ := ts.Locker.Status(api.OperationPull, blob, "")
+		st, _ := ts.Locker.Status(context.Background(), api.OperationPull, blob, "")
 		return len(st.Queue) == 1
 	}, 5*time.Second, 5*time.Millisecond)
 

@@ -1,6 +1,7 @@
 package lockserver
 
 import (
+	"context"
 	"time"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
@@ -144,7 +145,8 @@ func (s *Subscription) Claimed(leaseID string) {
 // Status handles GET /lock/status. Naming a request_id also reports that
 // request's own state, counts as a poll that keeps a stream-less waiter in
 // its queue, and claims a grant made to it.
-func (l *Locker) Status(typ api.OperationType, resourceID, requestID string) (api.StatusResponse, error) {
+// It never blocks; ctx is there for the Backend interface of lockclient.
+func (l *Locker) Status(_ context.Context, typ api.OperationType, resourceID, requestID string) (api.StatusResponse, error) {
 	t, err := validateKey(typ, resourceID)
 	if err == nil && requestID != "" {
 		err = validateID("request_id", requestID)

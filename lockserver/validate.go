@@ -62,8 +62,8 @@ func validateUnlock(req *api.UnlockRequest) (typeIndex, error) {
 	if err != nil {
 		return 0, err
 	}
-	if len(req.Error) > api.MaxResourceIDLen*8 {
-		req.Error = req.Error[:api.MaxResourceIDLen*8]
+	if len(req.Error) > api.MaxErrorLen {
+		req.Error = req.Error[:api.MaxErrorLen]
 	}
 	return t, validateID("lease_id", req.LeaseID)
 }

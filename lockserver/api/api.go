@@ -21,6 +21,9 @@ const (
 	MaxResourceIDLen = 512
 	// MaxIDLen bounds node_id, request_id and lease_id.
 	MaxIDLen = 256
+	// MaxErrorLen is how much of an unlock's error message the server
+	// keeps (for its log); the rest is cut, not refused.
+	MaxErrorLen = 4 << 10
 	// MaxBodyBytes bounds every request body. Real bodies are a few hundred bytes.
 	MaxBodyBytes = 1 << 20
 )
