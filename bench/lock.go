@@ -54,6 +54,9 @@ type lockSystem struct {
 	// accepted, when known, counts the TCP connections the server has
 	// accepted so far.
 	accepted func() int64
+	// distinctOnly: the system does not exclude (a floor), so a hot key
+	// means nothing for it.
+	distinctOnly bool
 }
 
 // countingListener counts accepted connections.
@@ -365,9 +368,15 @@ func runRound(sys *lockSystem, clients []lockClient, keys []string, d time.Durat
 
 // lockBench runs every scenario with every system, interleaving the
 // systems round by round so that background noise hits them alike.
-func lockBench(systems []*lockSystem, scenarios []lockScenario, rounds int, roundDur time.Duration, progress func(string)) ([]lockResult, error) {
+func lockBench(all []*lockSystem, scenarios []lockScenario, rounds int, roundDur time.Duration, progress func(string)) ([]lockResult, error) {
 	var out []lockResult
 	for si, sc := range scenarios {
+		var systems []*lockSystem
+		for _, sys := range all {
+			if !sc.hot || !sys.distinctOnly {
+				systems = append(systems, sys)
+			}
+		}
 		keys := make([]string, sc.clients)
 		for i := range keys {
 			if sc.hot {

@@ -241,7 +241,17 @@ func (r *report) runLock(ctx context.Context, progress func(string)) error {
 			scenarios = append(scenarios, lockScenario{clients: c, hot: hot})
 		}
 	}
-	systems := []*lockSystem{ours, etcdSystem(etcd, etcdCfg), redisSystem(rds)}
+	netFloor, err := startNetHTTPFloor()
+	if err != nil {
+		return err
+	}
+	defer netFloor.stop()
+	fastFloor, err := startFastHTTPFloor()
+	if err != nil {
+		return err
+	}
+	defer fastFloor.stop()
+	systems := []*lockSystem{ours, etcdSystem(etcd, etcdCfg), redisSystem(rds), netFloor, fastFloor}
 	res, err := lockBench(systems, scenarios, r.cfg.lockRounds, r.cfg.lockRound, progress)
 	if err != nil {
 		return err
