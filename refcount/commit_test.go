@@ -25,25 +25,36 @@ func openTestDB(t *testing.T) *bolt.DB {
 	return db
 }
 
-// block starts a commit that runs until the returned release is called,
-// and returns once it is running, so that the next mutations queue behind
-// it. wait returns the blocked commit's outcome.
-func block(t *testing.T, c *groupCommitter, txID *int) (release func(), wait func() error) {
+// commitBehind commits muts concurrently while an earlier commit runs, so
+// that they all queue behind it, then lets that commit finish. It returns
+// the earlier commit's transaction ID and each mutation's outcome.
+func commitBehind(t *testing.T, c *groupCommitter, muts []func(*bolt.Tx) error) (firstTx int, errs []error) {
 	t.Helper()
 	running, unblock, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
 		done <- c.commit(func(tx *bolt.Tx) error {
 			close(running)
 			<-unblock
-			*txID = tx.ID()
+			firstTx = tx.ID()
 			return nil
 		})
 	}()
 	<-running
 	var once sync.Once
-	release = func() { once.Do(func() { close(unblock) }) }
+	release := func() { once.Do(func() { close(unblock) }) }
 	t.Cleanup(release) // a failed test must not leave the commit blocked
-	return release, func() error { return <-done }
+
+	errs = make([]error, len(muts))
+	var wg sync.WaitGroup
+	for i, m := range muts {
+		wg.Go(func() { errs[i] = c.commit(m) })
+	}
+	require.Eventually(t, func() bool { return len(c.pending) == len(muts) }, 10*time.Second, time.Millisecond,
+		"every mutation queued behind the running commit")
+	release()
+	require.NoError(t, <-done)
+	wg.Wait()
+	return firstTx, errs
 }
 
 func put(key string, txID *int) func(*bolt.Tx) error {
@@ -53,38 +64,46 @@ func put(key string, txID *int) func(*bolt.Tx) error {
 	}
 }
 
-// TestGroupCommit: mutations that arrive while a commit runs share the
-// next transaction; a failing one fails alone; all are on disk after.
-func TestGroupCommit(t *testing.T) {
+func newTestCommitter(t *testing.T) (*bolt.DB, *groupCommitter) {
 	db := openTestDB(t)
 	c := newGroupCommitter(db)
-	t.Cleanup(c.close) // after the release of a blocked commit
+	t.Cleanup(c.close) // runs after the release of a blocked commit
+	return db, c
+}
 
-	// The first commit blocks until the others are queued behind it.
-	var firstTx int
-	release, first := block(t, c, &firstTx)
-	const n = 10
+// TestGroupCommitShares: mutations queued behind a running commit are all
+// committed in the next transaction, one for the whole group.
+func TestGroupCommitShares(t *testing.T) {
+	_, c := newTestCommitter(t)
+	const n = 8
 	txIDs := make([]int, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			if i == 3 {
-				errs[i] = c.commit(func(*bolt.Tx) error { return errors.New("bad mutation") })
-				return
-			}
-			errs[i] = c.commit(put(fmt.Sprintf("k%d", i), &txIDs[i]))
-		})
+	muts := make([]func(*bolt.Tx) error, n)
+	for i := range muts {
+		muts[i] = put(fmt.Sprintf("k%d", i), &txIDs[i])
 	}
-	require.Eventually(t, func() bool { return len(c.pending) == n }, 10*time.Second, time.Millisecond,
-		"every mutation queued behind the running commit")
-	release()
-	require.NoError(t, first())
-	wg.Wait()
-
+	firstTx, errs := commitBehind(t, c, muts)
 	for i := range n {
-		if i == 3 {
-			require.EqualError(t, errs[i], "bad mutation", "the bad mutation fails alone")
+		require.NoError(t, errs[i])
+		require.Greater(t, txIDs[i], firstTx)
+		require.Equal(t, txIDs[0], txIDs[i], "one transaction for the whole group")
+	}
+}
+
+// TestGroupCommitFailsAlone: a failing mutation in a group fails only its
+// own caller; the others are on disk.
+func TestGroupCommitFailsAlone(t *testing.T) {
+	db, c := newTestCommitter(t)
+	const n, bad = 10, 3
+	txIDs := make([]int, n)
+	muts := make([]func(*bolt.Tx) error, n)
+	for i := range muts {
+		muts[i] = put(fmt.Sprintf("k%d", i), &txIDs[i])
+	}
+	muts[bad] = func(*bolt.Tx) error { return errors.New("bad mutation") }
+	firstTx, errs := commitBehind(t, c, muts)
+	for i := range n {
+		if i == bad {
+			require.EqualError(t, errs[i], "bad mutation")
 			continue
 		}
 		require.NoError(t, errs[i])
@@ -93,7 +112,7 @@ func TestGroupCommit(t *testing.T) {
 	require.NoError(t, db.View(func(tx *bolt.Tx) error {
 		for i := range n {
 			v := tx.Bucket(refcountsBucket).Get([]byte(fmt.Sprintf("k%d", i)))
-			if i == 3 {
+			if i == bad {
 				require.Nil(t, v)
 			} else {
 				require.Equal(t, []byte("v"), v, "k%d on disk", i)
@@ -101,30 +120,6 @@ func TestGroupCommit(t *testing.T) {
 		}
 		return nil
 	}))
-}
-
-// TestGroupCommitShares: with no failure, mutations queued behind a
-// running commit are all committed in one transaction.
-func TestGroupCommitShares(t *testing.T) {
-	db := openTestDB(t)
-	c := newGroupCommitter(db)
-	t.Cleanup(c.close) // after the release of a blocked commit
-	var firstTx int
-	release, first := block(t, c, &firstTx)
-	const n = 8
-	txIDs := make([]int, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { require.NoError(t, c.commit(put(fmt.Sprintf("k%d", i), &txIDs[i]))) })
-	}
-	require.Eventually(t, func() bool { return len(c.pending) == n }, 10*time.Second, time.Millisecond)
-	release()
-	require.NoError(t, first())
-	wg.Wait()
-	for i := range n {
-		require.Greater(t, txIDs[i], firstTx)
-		require.Equal(t, txIDs[0], txIDs[i], "one transaction for the whole group")
-	}
 }
 
 func TestGroupCommitClose(t *testing.T) {
