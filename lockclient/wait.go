@@ -48,7 +48,6 @@ const (
 
 // wait follows a queued request until it is acquired or skipped, or fails.
 func (b *httpBackend) wait(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
-	l := logger(ctx)
 	drops := 0
 	for {
 		resp, end, err := b.follow(ctx, req)
@@ -57,14 +56,14 @@ func (b *httpBackend) wait(ctx context.Context, req api.LockRequest) (api.LockRe
 		}
 		switch end {
 		case streamUnusable:
-			l.Debug("event stream unusable; polling the lock status")
+			logger(ctx).Debug("event stream unusable; polling the lock status")
 			return b.poll(ctx, req)
 		case streamDropped:
 			if drops++; drops >= maxStreamDrops {
-				l.WithField("drops", drops).Info("event streams keep dropping; polling the lock status")
+				logger(ctx).WithField("drops", drops).Info("event streams keep dropping; polling the lock status")
 				return b.poll(ctx, req)
 			}
-			l.Debug("event stream dropped; subscribing again")
+			logger(ctx).Debug("event stream dropped; subscribing again")
 		case streamForgotten:
 			resp, err := b.Lock(ctx, req)
 			if err != nil || !resp.Queued {

@@ -382,8 +382,7 @@ func (l *Locker) release(ctx context.Context, sh *shard, r *resource, t typeInde
 			if l.trace != nil {
 				l.trace("skipped", t, r.id, w.requestID)
 			}
-			w.sub.send(l.event(r, t, api.EventCompleted, w.nodeID, w.requestID, true, ""))
-			w.sub.end() // the wait is over: let the client reuse its connection
+			w.sub.finish(l.event(r, t, api.EventCompleted, w.nodeID, w.requestID, true, ""))
 			l.metrics.result(t, resultSkipped)
 			l.metrics.wait[t].Observe(now.Sub(w.queued).Seconds())
 			l.metrics.queueDepth[t].Dec()
@@ -431,16 +430,14 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 			if e, ok := err.(*api.InUseError); ok {
 				ev.Error.Refs = &e.Refs
 			}
-			w.sub.send(ev)
-			w.sub.end()
+			w.sub.finish(ev)
 			continue
 		}
 		g, err := l.grant(r, w.request, now)
 		if err != nil {
 			ev := l.event(r, next, api.EventError, w.nodeID, w.requestID, false, "")
 			ev.Error = &api.ErrorResponse{Error: err.Error(), Code: api.CodeInternal}
-			w.sub.send(ev)
-			w.sub.end()
+			w.sub.finish(ev)
 			continue
 		}
 		l.metrics.handoffs[next].Inc()
@@ -448,8 +445,7 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 			ev := l.event(r, next, api.EventGranted, w.nodeID, w.requestID, true, "")
 			lease := l.grantResponse(g)
 			ev.Lease = &lease
-			w.sub.send(ev)
-			w.sub.end() // the wait is over: the holder's lease is kept by keepalives
+			w.sub.finish(ev) // from now on keepalives keep the lease
 		}
 		l.notifyWatchers(r, next, api.EventGranted, g.nodeID, g.requestID, true, "")
 	}

@@ -50,6 +50,15 @@ func (s *Subscription) send(ev api.Event) {
 	}
 }
 
+// finish delivers a waiter's outcome (granted, completed or error) and
+// ends its stream: the outcome is the last event a request's stream
+// carries, and ending it lets the client reuse the connection. Called with
+// the shard mutex held.
+func (s *Subscription) finish(ev api.Event) {
+	s.send(ev)
+	s.end()
+}
+
 // end closes the event channel. Called with the shard mutex held.
 func (s *Subscription) end() {
 	if s == nil || s.ended {
