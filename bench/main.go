@@ -241,17 +241,15 @@ func (r *report) runLock(ctx context.Context, progress func(string)) error {
 			scenarios = append(scenarios, lockScenario{clients: c, hot: hot})
 		}
 	}
-	netFloor, err := startNetHTTPFloor()
-	if err != nil {
-		return err
+	systems := []*lockSystem{ours, etcdSystem(etcd, etcdCfg), redisSystem(rds)}
+	for _, start := range []func() (*lockSystem, error){startNetHTTPFloor, startFastHTTPFloor} {
+		floor, err := start()
+		if err != nil {
+			return err
+		}
+		defer floor.stop()
+		systems = append(systems, floor)
 	}
-	defer netFloor.stop()
-	fastFloor, err := startFastHTTPFloor()
-	if err != nil {
-		return err
-	}
-	defer fastFloor.stop()
-	systems := []*lockSystem{ours, etcdSystem(etcd, etcdCfg), redisSystem(rds), netFloor, fastFloor}
 	res, err := lockBench(systems, scenarios, r.cfg.lockRounds, r.cfg.lockRound, progress)
 	if err != nil {
 		return err
