@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
@@ -39,12 +40,12 @@ type notifyResult struct {
 }
 
 // notifyServer is a lock server on loopback whose handler also counts the
-// event streams that are attached (have sent their first event), so the
-// push measurement can start only once every waiter listens.
+// event streams that are attached (their subscription is registered), so
+// the push measurement can start only once every waiter listens.
 type notifyServer struct {
 	url      string
 	srv      *lockserver.Server
-	hs       *http.Server
+	hs       *fasthttp.Server
 	dir      string
 	attached sync.Map // resource_id → *atomic.Int64
 }
@@ -64,13 +65,15 @@ func startNotifyServer() (*notifyServer, error) {
 	}
 	ns := &notifyServer{url: "http://" + ln.Addr().String(), srv: srv, dir: dir}
 	inner := srv.Handler()
-	ns.hs = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/lock/subscribe" {
-			v, _ := ns.attached.LoadOrStore(r.URL.Query().Get("resource_id"), new(atomic.Int64))
-			w = &firstFlush{ResponseWriter: w, n: v.(*atomic.Int64)}
+	ns.hs = &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		inner.Handle(ctx)
+		if string(ctx.Path()) == "/lock/subscribe" && ctx.Response.StatusCode() == fasthttp.StatusOK {
+			// The subscription is registered; its first event is
+			// written as soon as the handler returns.
+			v, _ := ns.attached.LoadOrStore(string(ctx.QueryArgs().Peek("resource_id")), new(atomic.Int64))
+			v.(*atomic.Int64).Add(1)
 		}
-		inner.ServeHTTP(w, r)
-	})}
+	}, ErrorHandler: lockserver.HandleError}
 	go ns.hs.Serve(ln)
 	return ns, nil
 }
@@ -86,31 +89,11 @@ func (ns *notifyServer) attachedTo(resourceID string) int64 {
 func (ns *notifyServer) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ns.srv.Handler().(*lockserver.Handler).Drain()
-	ns.hs.Shutdown(ctx)
+	ns.srv.Handler().Drain()
+	ns.hs.ShutdownWithContext(ctx)
 	ns.srv.Shutdown(ctx)
 	os.RemoveAll(ns.dir)
 }
-
-// firstFlush counts a stream as attached at its first flush (the "state"
-// event is flushed as soon as the subscription is registered).
-type firstFlush struct {
-	http.ResponseWriter
-	n    *atomic.Int64
-	done bool
-}
-
-func (f *firstFlush) Flush() {
-	if fl, ok := f.ResponseWriter.(http.Flusher); ok {
-		fl.Flush()
-	}
-	if !f.done {
-		f.done = true
-		f.n.Add(1)
-	}
-}
-
-func (f *firstFlush) Unwrap() http.ResponseWriter { return f.ResponseWriter }
 
 // notifyBench measures the three ways a waiter learns that the holder's
 // download is done.

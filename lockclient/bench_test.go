@@ -40,7 +40,8 @@ func benchNotify(b *testing.B, refs string, n int) {
 	case "bolt":
 		url = startServer(b).url
 	case "memory":
-		url = serveHandler(b, lockserver.NewHandler(newMemoryLocker(b)))
+		h := lockserver.NewHandler(newMemoryLocker(b))
+		url = serveHandler(b, h.Handle, h.Drain)
 	}
 	newClient := func(node string) *Client {
 		c, err := New(url, WithNodeID(node))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
 
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
@@ -100,22 +101,24 @@ func newMemoryLocker(t testing.TB, mutate ...func(*lockserver.Config)) *lockserv
 	return l
 }
 
-// serveHandler serves h on a free loopback port until the test ends.
-func serveHandler(t testing.TB, h http.Handler) string {
+// serveHandler serves h on a free loopback port until the test ends. A
+// handler with a Drain method (a lockserver.Handler's) is drained first,
+// ending its event streams.
+func serveHandler(t testing.TB, h fasthttp.RequestHandler, drain func()) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := &http.Server{Handler: h}
+	srv := &fasthttp.Server{Handler: h, ErrorHandler: lockserver.HandleError}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
-		if d, ok := h.(interface{ Drain() }); ok {
-			d.Drain()
+		if drain != nil {
+			drain()
 		}
-		require.NoError(t, srv.Shutdown(ctx))
-		require.ErrorIs(t, <-done, http.ErrServerClosed)
+		require.NoError(t, srv.ShutdownWithContext(ctx))
+		require.NoError(t, <-done)
 	})
 	return "http://" + ln.Addr().String()
 }

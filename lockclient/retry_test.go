@@ -3,7 +3,6 @@ package lockclient
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/valyala/fasthttp"
 
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
@@ -75,22 +75,22 @@ func TestRetry5xx(t *testing.T) {
 	l := newMemoryLocker(t)
 	inner := lockserver.NewHandler(l)
 	var locks atomic.Int32
-	url := serveHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/lock" {
+	url := serveHandler(t, func(ctx *fasthttp.RequestCtx) {
+		if string(ctx.Path()) == "/lock" {
 			switch locks.Add(1) {
 			case 1:
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusServiceUnavailable)
-				io.WriteString(w, `{"error":"server is shutting down","code":"unavailable"}`)
+				ctx.SetContentType("application/json")
+				ctx.SetStatusCode(http.StatusServiceUnavailable)
+				ctx.SetBodyString(`{"error":"server is shutting down","code":"unavailable"}`)
 				return
 			case 2:
-				w.WriteHeader(http.StatusBadGateway)
-				io.WriteString(w, "<html>bad gateway</html>")
+				ctx.SetStatusCode(http.StatusBadGateway)
+				ctx.SetBodyString("<html>bad gateway</html>")
 				return
 			}
 		}
-		inner.ServeHTTP(w, r)
-	}))
+		inner.Handle(ctx)
+	}, inner.Drain)
 	c := newHTTPClient(t, url, "node-a", WithMaxRetries(3))
 	res, err := c.Lock(context.Background(), Request{Type: OperationTypePull, ResourceID: blob})
 	require.NoError(t, err)

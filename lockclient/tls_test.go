@@ -5,11 +5,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/integration/testca"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
@@ -17,15 +17,19 @@ import (
 // TestTLSWithToken: over HTTPS with a bearer token, both the short
 // requests and the event stream of a waiter work with WithTLSConfig.
 func TestTLSWithToken(t *testing.T) {
-	h := lockserver.NewHandler(newMemoryLocker(t), lockserver.WithBearerToken("s3cret"))
-	srv := httptest.NewTLSServer(h)
-	t.Cleanup(func() { h.Drain(); srv.Close() })
-	pool := x509.NewCertPool()
-	pool.AddCert(srv.Certificate())
-	tc := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	dir := t.TempDir()
+	ca := testca.New(t)
+	cert, key := ca.Issue(t, "lockserver", x509.ExtKeyUsageServerAuth)
+	ts := startServer(t, func(c *lockserver.ServerConfig) {
+		c.TLSCert = testca.WriteFile(t, dir, "server.crt", cert)
+		c.TLSKey = testca.WriteFile(t, dir, "server.key", key)
+		c.AuthTokenFile = writeToken(t, "s3cret")
+	})
+	url := "https://" + ts.addr
+	tc := &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}
 
-	holder := newHTTPClient(t, srv.URL, "node-a", WithTLSConfig(tc), WithBearerToken("s3cret"))
-	waiter := newHTTPClient(t, srv.URL, "node-b", WithTLSConfig(tc), WithBearerToken("s3cret"))
+	holder := newHTTPClient(t, url, "node-a", WithTLSConfig(tc), WithBearerToken("s3cret"))
+	waiter := newHTTPClient(t, url, "node-b", WithTLSConfig(tc), WithBearerToken("s3cret"))
 	queued := make(chan struct{}, 1)
 	waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
 	req := Request{Type: OperationTypePull, ResourceID: blob}
@@ -43,7 +47,7 @@ func TestTLSWithToken(t *testing.T) {
 	// Without the CA the server is not trusted: a configuration error,
 	// not retried.
 	ct := newCountingTransport()
-	untrusting := newHTTPClient(t, srv.URL, "node-c", WithBearerToken("s3cret"), WithMaxRetries(3),
+	untrusting := newHTTPClient(t, url, "node-c", WithBearerToken("s3cret"), WithMaxRetries(3),
 		WithShortClient(&http.Client{Transport: ct, Timeout: testTimeout}))
 	_, err = untrusting.Refs(context.Background(), blob)
 	var badCert *tls.CertificateVerificationError

@@ -8,12 +8,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync/atomic"
 
 	"github.com/containerd/log"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
@@ -31,13 +32,26 @@ import (
 //	GET  /healthz, /readyz, /metrics
 //
 // Every error is a JSON api.ErrorResponse with a 4xx or 5xx status.
+//
+// The API is served by fasthttp rather than net/http: a lock cycle is two
+// small requests, and on the coordinator's hot path net/http's per-request
+// machinery (a background read per request, a goroutine hand-off per
+// response) cost more than the locking itself (docs/design.md, "HTTP
+// stack").
 type Handler struct {
 	locker   *Locker
 	token    []byte // bearer token; empty disables auth
-	mux      *http.ServeMux
+	routes   map[string]route
 	draining atomic.Bool
 	// streamsDone is closed by Drain to end every event stream.
 	streamsDone chan struct{}
+}
+
+// route is one endpoint: the method it accepts and its handler. GET
+// endpoints also answer HEAD (without a body), except event streams.
+type route struct {
+	method string
+	handle fasthttp.RequestHandler
 }
 
 // HandlerOption configures a Handler.
@@ -53,23 +67,26 @@ func WithBearerToken(token string) HandlerOption {
 // Registerer given to NewLocker, typically).
 func WithMetricsGatherer(g prometheus.Gatherer) HandlerOption {
 	return func(h *Handler) {
-		h.mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+		h.routes["/metrics"] = route{http.MethodGet, fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(g, promhttp.HandlerOpts{}))}
 	}
 }
 
-// NewHandler returns the HTTP API of l.
+// NewHandler returns the HTTP API of l. Serve it with Handle, or through a
+// Server.
 func NewHandler(l *Locker, opts ...HandlerOption) *Handler {
-	h := &Handler{locker: l, mux: http.NewServeMux(), streamsDone: make(chan struct{})}
-	h.mux.HandleFunc("POST /lock", h.lock)
-	h.mux.HandleFunc("POST /unlock", h.unlock)
-	h.mux.HandleFunc("POST /lock/keepalive", h.keepalive)
-	h.mux.HandleFunc("POST /lock/cancel", h.cancel)
-	h.mux.HandleFunc("GET /lock/subscribe", h.subscribe)
-	h.mux.HandleFunc("GET /lock/status", h.status)
-	h.mux.HandleFunc("POST /refs/add", h.refsAdd)
-	h.mux.HandleFunc("GET /refs", h.refs)
-	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-	h.mux.HandleFunc("GET /readyz", h.readyz)
+	h := &Handler{locker: l, streamsDone: make(chan struct{})}
+	h.routes = map[string]route{
+		"/lock":           {http.MethodPost, h.lock},
+		"/unlock":         {http.MethodPost, h.unlock},
+		"/lock/keepalive": {http.MethodPost, h.keepalive},
+		"/lock/cancel":    {http.MethodPost, h.cancel},
+		"/lock/subscribe": {http.MethodGet, h.subscribe},
+		"/lock/status":    {http.MethodGet, h.status},
+		"/refs/add":       {http.MethodPost, h.refsAdd},
+		"/refs":           {http.MethodGet, h.refs},
+		"/healthz":        {http.MethodGet, func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok\n") }},
+		"/readyz":         {http.MethodGet, h.readyz},
+	}
 	for _, o := range opts {
 		o(h)
 	}
@@ -77,104 +94,145 @@ func NewHandler(l *Locker, opts ...HandlerOption) *Handler {
 }
 
 // Drain makes /readyz and new requests answer 503 and ends every event
-// stream, so that http.Server.Shutdown can finish.
+// stream, so that a server shutdown can finish.
 func (h *Handler) Drain() {
 	if h.draining.CompareAndSwap(false, true) {
 		close(h.streamsDone)
 	}
 }
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if len(h.token) > 0 && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" && !h.authorized(r) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sharedcontent"`)
-		writeError(w, r, fmt.Errorf("missing or wrong bearer token: %w", api.ErrUnauthorized))
+// Handle serves one request; it is the fasthttp.RequestHandler of the API.
+func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
+	path := ctx.Path()
+	probe := string(path) == "/healthz" || string(path) == "/readyz"
+	if len(h.token) > 0 && !probe && !h.authorized(ctx) {
+		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="sharedcontent"`)
+		writeError(ctx, fmt.Errorf("missing or wrong bearer token: %w", api.ErrUnauthorized))
 		return
 	}
-	if h.draining.Load() && r.URL.Path != "/healthz" && r.URL.Path != "/metrics" {
-		writeError(w, r, fmt.Errorf("server is shutting down: %w", api.ErrUnavailable))
+	if h.draining.Load() && string(path) != "/healthz" && string(path) != "/metrics" {
+		writeError(ctx, fmt.Errorf("server is shutting down: %w", api.ErrUnavailable))
 		return
 	}
-	h.mux.ServeHTTP(w, r)
+	r, ok := h.routes[string(path)]
+	if !ok {
+		writeError(ctx, fmt.Errorf("no endpoint %q: %w", path, api.ErrNotFound))
+		return
+	}
+	method := string(ctx.Method())
+	if method != r.method && (method != http.MethodHead || r.method != http.MethodGet || string(path) == "/lock/subscribe") {
+		allow := r.method
+		if r.method == http.MethodGet && string(path) != "/lock/subscribe" {
+			allow += ", " + http.MethodHead
+		}
+		ctx.Response.Header.Set("Allow", allow)
+		writeError(ctx, fmt.Errorf("%s %s: %w", method, path, api.ErrMethodNotAllowed))
+		return
+	}
+	r.handle(ctx)
 }
 
-func (h *Handler) authorized(r *http.Request) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), h.token) == 1
+// HandleError answers a request fasthttp could not read (the server's
+// ErrorHandler) with a 400 invalid_argument error.
+func HandleError(ctx *fasthttp.RequestCtx, err error) {
+	writeError(ctx, fmt.Errorf("malformed HTTP request: %w: %w", api.ErrInvalidArgument, err))
 }
 
-func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) authorized(ctx *fasthttp.RequestCtx) bool {
+	got, ok := bytes.CutPrefix(ctx.Request.Header.Peek("Authorization"), []byte("Bearer "))
+	return ok && subtle.ConstantTimeCompare(got, h.token) == 1
+}
+
+func (h *Handler) readyz(ctx *fasthttp.RequestCtx) {
 	if h.draining.Load() {
-		writeError(w, r, fmt.Errorf("server is shutting down: %w", api.ErrUnavailable))
+		writeError(ctx, fmt.Errorf("server is shutting down: %w", api.ErrUnavailable))
 		return
 	}
-	io.WriteString(w, "ok\n")
+	ctx.SetBodyString("ok\n")
 }
 
-func (h *Handler) lock(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) lock(ctx *fasthttp.RequestCtx) {
 	var req api.LockRequest
-	if !decode(w, r, &req) {
+	if !decode(ctx, &req) {
 		return
 	}
-	resp, err := h.locker.Lock(r.Context(), req)
-	reply(w, r, resp, err)
+	resp, err := h.locker.Lock(ctx, req)
+	reply(ctx, resp, err)
 }
 
-func (h *Handler) unlock(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) unlock(ctx *fasthttp.RequestCtx) {
 	var req api.UnlockRequest
-	if !decode(w, r, &req) {
+	if !decode(ctx, &req) {
 		return
 	}
-	resp, err := h.locker.Unlock(r.Context(), req)
-	reply(w, r, resp, err)
+	resp, err := h.locker.Unlock(ctx, req)
+	reply(ctx, resp, err)
 }
 
-func (h *Handler) keepalive(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) keepalive(ctx *fasthttp.RequestCtx) {
 	var req api.KeepaliveRequest
-	if !decode(w, r, &req) {
+	if !decode(ctx, &req) {
 		return
 	}
-	resp, err := h.locker.Keepalive(r.Context(), req)
-	reply(w, r, resp, err)
+	resp, err := h.locker.Keepalive(ctx, req)
+	reply(ctx, resp, err)
 }
 
-func (h *Handler) cancel(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) cancel(ctx *fasthttp.RequestCtx) {
 	var req api.CancelRequest
-	if !decode(w, r, &req) {
+	if !decode(ctx, &req) {
 		return
 	}
-	err := h.locker.Cancel(r.Context(), req)
-	reply(w, r, struct{}{}, err)
+	err := h.locker.Cancel(ctx, req)
+	reply(ctx, struct{}{}, err)
 }
 
-func (h *Handler) status(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	resp, err := h.locker.Status(r.Context(), api.OperationType(q.Get("type")), q.Get("resource_id"), q.Get("request_id"))
-	reply(w, r, resp, err)
+func (h *Handler) status(ctx *fasthttp.RequestCtx) {
+	q := ctx.QueryArgs()
+	resp, err := h.locker.Status(ctx, api.OperationType(q.Peek("type")), string(q.Peek("resource_id")), string(q.Peek("request_id")))
+	reply(ctx, resp, err)
 }
 
-func (h *Handler) refsAdd(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) refsAdd(ctx *fasthttp.RequestCtx) {
 	var req api.RefsAddRequest
-	if !decode(w, r, &req) {
+	if !decode(ctx, &req) {
 		return
 	}
-	resp, err := h.locker.AddRef(r.Context(), req.ResourceID, req.NodeID)
-	reply(w, r, resp, err)
+	resp, err := h.locker.AddRef(ctx, req.ResourceID, req.NodeID)
+	reply(ctx, resp, err)
 }
 
-func (h *Handler) refs(w http.ResponseWriter, r *http.Request) {
-	resp, err := h.locker.Refs(r.Context(), r.URL.Query().Get("resource_id"))
-	reply(w, r, resp, err)
+func (h *Handler) refs(ctx *fasthttp.RequestCtx) {
+	resp, err := h.locker.Refs(ctx, string(ctx.QueryArgs().Peek("resource_id")))
+	reply(ctx, resp, err)
 }
 
-// decode reads one JSON object of at most api.MaxBodyBytes with no unknown
-// fields and nothing after it. On failure it has written the error.
-func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	if err := decodeRequest(http.MaxBytesReader(w, r.Body, api.MaxBodyBytes), v); err != nil {
-		writeError(w, r, err)
-		return false
+// decode reads the request body as one JSON object of at most
+// api.MaxBodyBytes with no unknown fields and nothing after it. On failure
+// it has written the error.
+func decode(ctx *fasthttp.RequestCtx, v any) bool {
+	body := ctx.RequestBodyStream()
+	if body == nil {
+		body = bytes.NewReader(ctx.Request.Body())
 	}
-	return true
+	err := decodeRequest(http.MaxBytesReader(nil, io.NopCloser(body), api.MaxBodyBytes), v)
+	if err == nil {
+		return true
+	}
+	if errors.Is(err, api.ErrTooLarge) {
+		// Read what the client is still sending (within the server's
+		// read timeout), so that closing the connection after the answer
+		// does not reset it before the client has read the 413.
+		_, _ = io.CopyN(io.Discard, body, maxDrainBytes)
+		ctx.SetConnectionClose()
+	}
+	writeError(ctx, err)
+	return false
 }
+
+// maxDrainBytes bounds what the server reads of an oversized body before
+// it answers 413 and closes the connection.
+const maxDrainBytes = 64 << 20
 
 // DecodeRequest strictly decodes one JSON request body into v: exactly one
 // object, no unknown fields, no trailing data. Errors match
@@ -206,29 +264,27 @@ func decodeRequest(body io.Reader, v any) error {
 
 var errTrailingData = errors.New("trailing data after the object")
 
-func reply(w http.ResponseWriter, r *http.Request, v any, err error) {
+func reply(ctx *fasthttp.RequestCtx, v any, err error) {
 	if err != nil {
-		writeError(w, r, err)
+		writeError(ctx, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v)
+	writeJSON(ctx, fasthttp.StatusOK, v)
 }
 
-// jsonContentType is shared by every response: setting it through
-// Header.Set would allocate a slice per response.
-var jsonContentType = []string{"application/json"}
+var jsonContentType = []byte("application/json")
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		status, b = http.StatusInternalServerError, []byte(`{"error":"encoding response","code":"internal"}`)
+		status, b = fasthttp.StatusInternalServerError, []byte(`{"error":"encoding response","code":"internal"}`)
 	}
-	w.Header()["Content-Type"] = jsonContentType
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	ctx.Response.Header.SetContentTypeBytes(jsonContentType)
+	ctx.SetStatusCode(status)
+	ctx.SetBody(append(b, '\n'))
 }
 
-func writeError(w http.ResponseWriter, r *http.Request, err error) {
+func writeError(ctx *fasthttp.RequestCtx, err error) {
 	status, code := api.HTTPStatus(err)
 	body := api.ErrorResponse{Error: err.Error(), Code: code}
 	var inUse *api.InUseError
@@ -236,7 +292,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		body.Refs = &inUse.Refs
 	}
 	if status >= 500 {
-		log.G(r.Context()).WithError(err).WithField("path", r.URL.Path).Error("request failed")
+		log.L.WithError(err).WithField("path", string(ctx.Path())).Error("request failed")
 	}
-	writeJSON(w, status, body)
+	writeJSON(ctx, status, body)
 }

@@ -7,15 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/containerd/log"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/valyala/fasthttp"
 
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
@@ -44,7 +46,8 @@ type Server struct {
 
 	storage *refcount.BoltStorage
 	handler *Handler
-	http    *http.Server
+	http    *fasthttp.Server
+	tls     *tls.Config // nil serves plain HTTP
 }
 
 // OpenServer opens the data directory and starts the Locker. Call Shutdown
@@ -86,20 +89,32 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 		opts = append(opts, WithBearerToken(token))
 	}
 	s := &Server{Locker: locker, storage: storage, handler: NewHandler(locker, opts...)}
-	s.http = &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+	s.http = &fasthttp.Server{
+		Handler:      s.handler.Handle,
+		ErrorHandler: HandleError,
+		Name:         "sharedcontent-lockserver",
+		// ReadTimeout bounds reading one request; event streams lift it
+		// while they last.
+		ReadTimeout: 10 * time.Second,
+		IdleTimeout: 2 * time.Minute,
+		// Bodies up to the limit are read before the handler runs;
+		// longer ones (and chunked ones) are streamed, and the handler
+		// refuses them after api.MaxBodyBytes.
+		MaxRequestBodySize: api.MaxBodyBytes,
+		StreamRequestBody:  true,
+		// Shutdown tells keep-alive clients to go, instead of waiting
+		// for them.
+		CloseOnShutdown:              true,
+		DisablePreParseMultipartForm: true,
+		Logger:                       fasthttpLogger{},
 	}
-	s.http.RegisterOnShutdown(s.handler.Drain)
 	if cfg.TLSCert != "" || cfg.TLSKey != "" {
-		tc, err := serverTLS(cfg)
+		s.tls, err = serverTLS(cfg)
 		if err != nil {
 			locker.Close()
 			storage.Close()
 			return nil, err
 		}
-		s.http.TLSConfig = tc
 	}
 	return s, nil
 }
@@ -126,28 +141,30 @@ func serverTLS(cfg ServerConfig) (*tls.Config, error) {
 }
 
 // Handler returns the HTTP API.
-func (s *Server) Handler() http.Handler { return s.handler }
+func (s *Server) Handler() *Handler { return s.handler }
 
 // Serve serves the API on ln (with TLS when configured) until Shutdown. It
 // returns nil after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	var err error
-	if s.http.TLSConfig != nil {
-		err = s.http.Serve(tls.NewListener(ln, s.http.TLSConfig))
-	} else {
-		err = s.http.Serve(ln)
+	if s.tls != nil {
+		ln = tls.NewListener(ln, s.tls)
 	}
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
+	return s.http.Serve(ln)
 }
 
 // Shutdown stops accepting, ends the event streams, waits for requests in
 // flight (until ctx ends), stops the Locker and closes the database.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.handler.Drain()
-	err := s.http.Shutdown(ctx)
+	err := s.http.ShutdownWithContext(ctx)
 	s.Locker.Close()
 	return errors.Join(err, s.storage.Close())
+}
+
+// fasthttpLogger sends fasthttp's own messages (connection errors) to the
+// containerd log at debug level.
+type fasthttpLogger struct{}
+
+func (fasthttpLogger) Printf(format string, args ...any) {
+	log.L.Debugf("http: "+format, args...)
 }

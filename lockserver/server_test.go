@@ -67,6 +67,8 @@ func post(t *testing.T, base, path string, body any, hdr ...string) (int, []byte
 		r = strings.NewReader(b)
 	case []byte:
 		r = bytes.NewReader(b)
+	case io.Reader:
+		r = b
 	default:
 		j, err := json.Marshal(b)
 		require.NoError(t, err)
@@ -186,6 +188,16 @@ func TestHTTPBadInput(t *testing.T) {
 	}
 	code, body := get(t, ts.url, "/lock/status", url.Values{"type": {"nope"}, "resource_id": {blob}})
 	require.Equal(t, 400, code, string(body))
+	code, body = post(t, ts.url, "/lock/nope", `{}`)
+	require.Equal(t, 404, code, string(body))
+	require.Equal(t, api.CodeNotFound, decodeAs[api.ErrorResponse](t, body).Code)
+	code, body = get(t, ts.url, "/lock", nil)
+	require.Equal(t, 405, code, string(body))
+	require.Equal(t, api.CodeMethodNotAllowed, decodeAs[api.ErrorResponse](t, body).Code)
+	// A body without a length (chunked) is bounded as well.
+	code, body = post(t, ts.url, "/lock", io.MultiReader(strings.NewReader(huge)))
+	require.Equal(t, 413, code, string(body))
+	require.Equal(t, api.CodeTooLarge, decodeAs[api.ErrorResponse](t, body).Code)
 
 	// Nothing changed: the holder still holds, nobody queued, refs intact.
 	st, err := ts.Locker.Status(context.Background(), api.OperationPull, blob, "")

@@ -180,16 +180,17 @@ type Event struct {
 
 // Error codes of ErrorResponse.Code.
 const (
-	CodeInvalidArgument = "invalid_argument"
-	CodeUnauthorized    = "unauthorized"
-	CodeNotHolder       = "not_holder"
-	CodeNotFound        = "not_found"
-	CodeInUse           = "in_use"
-	CodeLocked          = "locked"
-	CodeDeleting        = "deleting"
-	CodeTooLarge        = "too_large"
-	CodeUnavailable     = "unavailable"
-	CodeInternal        = "internal"
+	CodeInvalidArgument  = "invalid_argument"
+	CodeUnauthorized     = "unauthorized"
+	CodeNotHolder        = "not_holder"
+	CodeNotFound         = "not_found"
+	CodeInUse            = "in_use"
+	CodeLocked           = "locked"
+	CodeDeleting         = "deleting"
+	CodeTooLarge         = "too_large"
+	CodeUnavailable      = "unavailable"
+	CodeInternal         = "internal"
+	CodeMethodNotAllowed = "method_not_allowed"
 )
 
 // ErrorResponse is the body of every 4xx/5xx answer.

@@ -30,6 +30,8 @@ var (
 	ErrTooLarge = errors.New("lock: request body too large")
 	// ErrUnavailable: the server is shutting down or cannot serve.
 	ErrUnavailable = errors.New("lock: unavailable")
+	// ErrMethodNotAllowed: the endpoint exists but not with this method.
+	ErrMethodNotAllowed = errors.New("lock: method not allowed")
 )
 
 var codes = []struct {
@@ -46,6 +48,7 @@ var codes = []struct {
 	{ErrDeleting, CodeDeleting, http.StatusConflict},
 	{ErrTooLarge, CodeTooLarge, http.StatusRequestEntityTooLarge},
 	{ErrUnavailable, CodeUnavailable, http.StatusServiceUnavailable},
+	{ErrMethodNotAllowed, CodeMethodNotAllowed, http.StatusMethodNotAllowed},
 }
 
 // HTTPStatus returns the HTTP status and code for err. Errors that match no
