@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -149,36 +149,42 @@ func newHTTPClient(t testing.TB, url, node string, opts ...Option) *Client {
 	return c
 }
 
-// countingTransport counts requests by "METHOD /path" and can act after
-// each one.
-type countingTransport struct {
-	base http.RoundTripper
-	// after, when set, runs after each round trip with that request's
-	// count (1 for the first); set before use.
-	after func(req *http.Request, n int, err error)
+// countingClient is the short-request client of a Client under test: it
+// counts requests by "METHOD /path" and can act after each one.
+type countingClient struct {
+	base ShortClient
+	// after, when set, runs after each request with that request's count
+	// (1 for the first); set before use.
+	after func(req *fasthttp.Request, n int, err error)
 
 	mu     sync.Mutex
 	counts map[string]int // protected by mu
 }
 
-func newCountingTransport() *countingTransport {
-	return &countingTransport{base: newTransport(nil), counts: map[string]int{}}
+// newCountingClient returns a counting client of the server at serverURL.
+func newCountingClient(t testing.TB, serverURL string) *countingClient {
+	t.Helper()
+	u, err := url.Parse(serverURL)
+	require.NoError(t, err)
+	hc := newHostClient(u, nil)
+	t.Cleanup(hc.CloseIdleConnections)
+	return &countingClient{base: hc, counts: map[string]int{}}
 }
 
-func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	k := req.Method + " " + req.URL.Path
+func (c *countingClient) DoDeadline(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
+	k := string(req.Header.Method()) + " " + string(req.URI().Path())
 	c.mu.Lock()
 	c.counts[k]++
 	n := c.counts[k]
 	c.mu.Unlock()
-	resp, err := c.base.RoundTrip(req)
+	err := c.base.DoDeadline(req, resp, deadline)
 	if c.after != nil {
 		c.after(req, n, err)
 	}
-	return resp, err
+	return err
 }
 
-func (c *countingTransport) count(k string) int {
+func (c *countingClient) count(k string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.counts[k]

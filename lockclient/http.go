@@ -1,17 +1,20 @@
 package lockclient
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
@@ -20,20 +23,33 @@ import (
 // are a few hundred bytes; a status with a long queue a few hundred KiB.
 const maxResponseBytes = 16 << 20
 
-// jsonMediaType is the value of the Content-Type and Accept headers. It is
-// never modified.
-var jsonMediaType = []string{"application/json"}
+// jsonMediaType is the value of the Content-Type and Accept headers.
+const jsonMediaType = "application/json"
+
+// ShortClient sends the short requests of the API (lock, unlock,
+// keepalive, cancel, status, refs) and must give up at deadline.
+// *fasthttp.HostClient and *fasthttp.Client implement it.
+//
+// The short requests go over fasthttp rather than net/http: a lock cycle is
+// two small requests, and net/http's transport (a read and a write
+// goroutine per connection, a hand-off per request) cost more than the
+// coordinator's work (docs/design.md, "HTTP stack"). Event streams, which
+// are long and few, stay on net/http.
+type ShortClient interface {
+	DoDeadline(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error
+}
 
 // httpBackend is the Backend of a remote lock server (SPEC §3's HTTP API).
 // Its fields are set by newHTTPBackend and never change.
 type httpBackend struct {
 	base  string       // server URL without a trailing slash
-	short *http.Client // short requests, with a timeout
+	short ShortClient  // short requests
 	long  *http.Client // event streams, without a timeout
 	token string       // bearer token; empty sends none
+	auth  string       // the Authorization header for token
 
 	pollInterval   time.Duration
-	requestTimeout time.Duration // also bounds the wait for a stream's first event
+	requestTimeout time.Duration // bounds short requests and a stream's first event
 
 	// onQueued, when set (by tests and benchmarks), is called when an
 	// event stream has confirmed that the request waits in the queue.
@@ -56,8 +72,11 @@ func newHTTPBackend(serverURL string, o *options) (*httpBackend, error) {
 		pollInterval:   o.pollInterval,
 		requestTimeout: o.requestTimeout,
 	}
+	if b.token != "" {
+		b.auth = "Bearer " + b.token
+	}
 	if b.short == nil {
-		b.short = &http.Client{Transport: newTransport(o.tlsConfig), Timeout: o.requestTimeout}
+		b.short = newHostClient(u, o.tlsConfig)
 	}
 	if b.long == nil {
 		b.long = &http.Client{Transport: newTransport(o.tlsConfig)}
@@ -65,10 +84,41 @@ func newHTTPBackend(serverURL string, o *options) (*httpBackend, error) {
 	return b, nil
 }
 
-// newTransport returns a transport for the one coordinator. It ignores
+// newHostClient returns the fasthttp client of short requests to the one
+// coordinator at u.
+func newHostClient(u *url.URL, tc *tls.Config) *fasthttp.HostClient {
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
+	}
+	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+	return &fasthttp.HostClient{
+		Addr:      addr,
+		Name:      "sharedcontent-lockclient",
+		IsTLS:     u.Scheme == "https",
+		TLSConfig: tc,
+		Dial:      func(addr string) (net.Conn, error) { return dialer.Dial("tcp", addr) },
+		MaxConns:  maxConnsPerHost,
+		// Calls beyond MaxConns wait for a connection instead of failing.
+		MaxConnWaitTimeout:  dialTimeout,
+		MaxIdleConnDuration: 90 * time.Second,
+		MaxResponseBodySize: maxResponseBytes,
+		// Every request of the API is idempotent (a Lock carries its
+		// request ID), so one sent on a keep-alive connection the server
+		// had just closed is sent again at once, on a new one.
+		MaxIdemponentCallAttempts: 2,
+		RetryIfErr: func(_ *fasthttp.Request, _ int, err error) (resetTimeout, retry bool) {
+			return false, errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed) ||
+				errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+		},
+		DisablePathNormalizing: true,
+	}
+}
+
+// newTransport returns the transport of event streams. It ignores
 // HTTP_PROXY and friends: nodes set them to reach registries, and the lock
 // server is a cluster-internal service whose event streams proxies tend to
-// buffer. (Use WithShortClient and WithLongClient to go through a proxy.)
+// buffer. (Use WithLongClient to go through a proxy.)
 func newTransport(tc *tls.Config) *http.Transport {
 	return &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
@@ -82,7 +132,9 @@ func newTransport(tc *tls.Config) *http.Transport {
 
 // closeIdle closes the idle connections of both clients.
 func (b *httpBackend) closeIdle() {
-	b.short.CloseIdleConnections()
+	if c, ok := b.short.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 	b.long.CloseIdleConnections()
 }
 
@@ -134,40 +186,50 @@ func (b *httpBackend) Refs(ctx context.Context, resourceID string) (api.RefsResp
 // decodes a 200 answer into out. An error answer becomes a *statusError
 // around the error api.FromResponse makes of it, so errors.Is matches the
 // protocol's sentinels.
+//
+// The request is bounded by the request timeout and ctx's deadline; a
+// cancellation of ctx is seen before it starts, not while it runs (it
+// takes a round trip on loopback, and at most the request timeout).
 func (b *httpBackend) do(ctx context.Context, method, path string, q url.Values, in, out any) error {
-	var body io.Reader
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+
+	target := b.base + path
+	if q != nil {
+		target += "?" + q.Encode()
+	}
+	req.SetRequestURI(target)
+	req.Header.SetMethod(method)
 	if in != nil {
 		j, err := json.Marshal(in)
 		if err != nil {
 			return fmt.Errorf("lockclient: encoding %s request: %w", path, err)
 		}
-		body = bytes.NewReader(j)
+		req.SetBodyRaw(j)
+		req.Header.SetContentType(jsonMediaType)
 	}
-	target := b.base + path
-	if q != nil {
-		target += "?" + q.Encode()
+	req.Header.Set("Accept", jsonMediaType)
+	if b.auth != "" {
+		req.Header.Set("Authorization", b.auth)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, target, body)
-	if err != nil {
-		return fmt.Errorf("lockclient: %w", err)
+	deadline := time.Now().Add(b.requestTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
 	}
-	// Shared header values: Header.Set would allocate them per request.
-	if in != nil {
-		req.Header["Content-Type"] = jsonMediaType
+	if err := b.short.DoDeadline(req, resp, deadline); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%s %s: %w", method, target, err)
 	}
-	req.Header["Accept"] = jsonMediaType
-	b.authorize(req)
-	resp, err := b.short.Do(req)
-	if err != nil {
-		return err // a *url.Error naming the method and URL
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-	if err != nil {
-		return fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return responseError(resp.StatusCode, data)
+	data := resp.Body()
+	if resp.StatusCode() != http.StatusOK {
+		return responseError(resp.StatusCode(), data)
 	}
 	if out == nil {
 		return nil
@@ -180,8 +242,8 @@ func (b *httpBackend) do(ctx context.Context, method, path string, q url.Values,
 }
 
 func (b *httpBackend) authorize(req *http.Request) {
-	if b.token != "" {
-		req.Header.Set("Authorization", "Bearer "+b.token)
+	if b.auth != "" {
+		req.Header.Set("Authorization", b.auth)
 	}
 }
 

@@ -2,7 +2,6 @@ package lockclient
 
 import (
 	"context"
-	"net/http"
 	"testing"
 	"time"
 
@@ -27,8 +26,8 @@ const heldTTL = time.Second
 // keepalive.
 func TestLeaseHeldAcrossTTLs(t *testing.T) {
 	ts := startServer(t, func(c *lockserver.ServerConfig) { c.LeaseTTL = heldTTL })
-	ct := newCountingTransport()
-	holder := newHTTPClient(t, ts.url, "node-a", WithShortClient(&http.Client{Transport: ct, Timeout: testTimeout}))
+	ct := newCountingClient(t, ts.url)
+	holder := newHTTPClient(t, ts.url, "node-a", WithShortClient(ct))
 	waiter := newHTTPClient(t, ts.url, "node-b")
 	req := Request{Type: OperationTypePull, ResourceID: blob}
 

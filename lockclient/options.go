@@ -49,11 +49,14 @@ const (
 	// end without an outcome before the waiter falls back to polling (a
 	// proxy that cuts streams would otherwise make it re-queue in a loop).
 	maxStreamDrops = 3
-	// maxIdleConnsPerHost keeps connections to the one coordinator open
-	// for reuse. net/http's default of 2 would make a node with many
-	// concurrent lock calls (every layer of an image at once) open and
-	// close a TCP connection per request.
+	// maxIdleConnsPerHost keeps connections of event streams to the one
+	// coordinator open for reuse. net/http's default of 2 would make a
+	// node with many concurrent waits (every layer of an image at once)
+	// open and close a TCP connection per wait.
 	maxIdleConnsPerHost = 128
+	// maxConnsPerHost bounds the connections of short requests; calls
+	// beyond it wait for one to be free.
+	maxConnsPerHost = 512
 	// dialTimeout bounds connecting to the coordinator.
 	dialTimeout = 5 * time.Second
 )
@@ -68,7 +71,8 @@ type options struct {
 	retryInterval  time.Duration
 	requestTimeout time.Duration
 	pollInterval   time.Duration
-	short, long    *http.Client
+	short          ShortClient
+	long           *http.Client
 	token          string
 	tlsConfig      *tls.Config
 }
@@ -112,17 +116,18 @@ func WithMaxRetries(n int) Option { return func(o *options) { o.maxRetries = n }
 func WithRetryInterval(d time.Duration) Option { return func(o *options) { o.retryInterval = d } }
 
 // WithRequestTimeout bounds each short request, and the first event of a
-// stream. Default DefaultRequestTimeout. It has no effect on a client given
-// with WithShortClient, which carries its own timeout.
+// stream. Default DefaultRequestTimeout.
 func WithRequestTimeout(d time.Duration) Option { return func(o *options) { o.requestTimeout = d } }
 
 // WithPollInterval sets how often a waiter polls when event streams cannot
 // be used. Default DefaultPollInterval.
 func WithPollInterval(d time.Duration) Option { return func(o *options) { o.pollInterval = d } }
 
-// WithShortClient replaces the HTTP client of short requests. It should
-// have a timeout; WithTLSConfig does not apply to it.
-func WithShortClient(c *http.Client) Option { return func(o *options) { o.short = c } }
+// WithShortClient replaces the HTTP client of short requests (a
+// *fasthttp.HostClient, for instance one that dials through a proxy).
+// Requests are bounded by WithRequestTimeout; WithTLSConfig does not apply
+// to it.
+func WithShortClient(c ShortClient) Option { return func(o *options) { o.short = c } }
 
 // WithLongClient replaces the HTTP client of event streams. It must not
 // have a timeout (streams last as long as a wait); WithTLSConfig does not

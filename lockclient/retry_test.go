@@ -20,13 +20,13 @@ import (
 // for the first two attempts and comes up; the third attempt acquires.
 func TestRetryUntilServerUp(t *testing.T) {
 	addr := freeAddr(t)
-	ct := newCountingTransport()
+	ct := newCountingClient(t, "http://"+addr)
 	var (
 		mu       sync.Mutex
 		failures []error
 	)
-	ct.after = func(req *http.Request, n int, err error) {
-		if req.URL.Path != "/lock" {
+	ct.after = func(req *fasthttp.Request, n int, err error) {
+		if string(req.URI().Path()) != "/lock" {
 			return
 		}
 		mu.Lock()
@@ -40,8 +40,7 @@ func TestRetryUntilServerUp(t *testing.T) {
 			startServerAt(t, addr)
 		}
 	}
-	c := newHTTPClient(t, "http://"+addr, "node-a", WithMaxRetries(3),
-		WithShortClient(&http.Client{Transport: ct, Timeout: testTimeout}))
+	c := newHTTPClient(t, "http://"+addr, "node-a", WithMaxRetries(3), WithShortClient(ct))
 
 	res, err := c.Lock(context.Background(), Request{Type: OperationTypePull, ResourceID: blob})
 	require.NoError(t, err)
@@ -56,9 +55,9 @@ func TestRetryUntilServerUp(t *testing.T) {
 // TestRetryGivesUp: a server that never comes up costs 1+MaxRetries
 // attempts, and the error says unavailable.
 func TestRetryGivesUp(t *testing.T) {
-	ct := newCountingTransport()
-	c := newHTTPClient(t, "http://"+freeAddr(t), "node-a", WithMaxRetries(2),
-		WithShortClient(&http.Client{Transport: ct, Timeout: testTimeout}))
+	down := "http://" + freeAddr(t)
+	ct := newCountingClient(t, down)
+	c := newHTTPClient(t, down, "node-a", WithMaxRetries(2), WithShortClient(ct))
 	res, err := c.Lock(context.Background(), Request{Type: OperationTypePull, ResourceID: blob})
 	require.ErrorIs(t, err, ErrUnavailable)
 	require.Equal(t, err, res.Error)
@@ -124,9 +123,8 @@ func TestNoRetryOn4xx(t *testing.T) {
 		{"invalid", "s3cret", false, Request{Type: OperationTypePull, ResourceID: "sha256:\x07bell"}, ErrInvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ct := newCountingTransport()
-			c := newHTTPClient(t, ts.url, "node-a", WithMaxRetries(3), WithBearerToken(tc.token+"\n"),
-				WithShortClient(&http.Client{Transport: ct, Timeout: testTimeout}))
+			ct := newCountingClient(t, ts.url)
+			c := newHTTPClient(t, ts.url, "node-a", WithMaxRetries(3), WithBearerToken(tc.token+"\n"), WithShortClient(ct))
 			lock := c.Lock
 			if tc.try {
 				lock = c.TryLock
@@ -154,15 +152,15 @@ func TestNoRetryOn4xx(t *testing.T) {
 // TestRetryWaitHonoursContext: a Lock whose context ends between attempts
 // stops at once instead of sleeping through the retry interval.
 func TestRetryWaitHonoursContext(t *testing.T) {
-	ct := newCountingTransport()
+	down := "http://" + freeAddr(t)
+	ct := newCountingClient(t, down)
 	ctx, cancel := context.WithCancel(context.Background())
-	ct.after = func(_ *http.Request, n int, _ error) {
+	ct.after = func(_ *fasthttp.Request, n int, _ error) {
 		if n == 1 {
 			cancel()
 		}
 	}
-	c := newHTTPClient(t, "http://"+freeAddr(t), "node-a", WithMaxRetries(3), WithRetryInterval(time.Hour),
-		WithShortClient(&http.Client{Transport: ct, Timeout: testTimeout}))
+	c := newHTTPClient(t, down, "node-a", WithMaxRetries(3), WithRetryInterval(time.Hour), WithShortClient(ct))
 	res, err := c.Lock(ctx, Request{Type: OperationTypePull, ResourceID: blob})
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, err, res.Error)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -46,9 +45,8 @@ func TestTLSWithToken(t *testing.T) {
 
 	// Without the CA the server is not trusted: a configuration error,
 	// not retried.
-	ct := newCountingTransport()
-	untrusting := newHTTPClient(t, url, "node-c", WithBearerToken("s3cret"), WithMaxRetries(3),
-		WithShortClient(&http.Client{Transport: ct, Timeout: testTimeout}))
+	ct := newCountingClient(t, url)
+	untrusting := newHTTPClient(t, url, "node-c", WithBearerToken("s3cret"), WithMaxRetries(3), WithShortClient(ct))
 	_, err = untrusting.Refs(context.Background(), blob)
 	var badCert *tls.CertificateVerificationError
 	require.ErrorAs(t, err, &badCert)
