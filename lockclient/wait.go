@@ -2,7 +2,6 @@ package lockclient
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,8 @@ import (
 	"net/url"
 	"sync/atomic"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
@@ -141,7 +142,7 @@ func (b *httpBackend) follow(ctx context.Context, req api.LockRequest) (api.Lock
 			var st struct {
 				Request *api.LockResponse `json:"request"`
 			}
-			if err := json.Unmarshal(ev.data, &st); err != nil || st.Request == nil {
+			if err := jsonv2.Unmarshal(ev.data, &st); err != nil || st.Request == nil {
 				return api.LockResponse{}, streamUnusable, nil
 			}
 			switch r := st.Request; {
@@ -157,7 +158,7 @@ func (b *httpBackend) follow(ctx context.Context, req api.LockRequest) (api.Lock
 			continue
 		}
 		var e api.Event
-		if err := json.Unmarshal(ev.data, &e); err != nil {
+		if err := jsonv2.Unmarshal(ev.data, &e); err != nil {
 			return api.LockResponse{}, streamDropped, nil
 		}
 		if e.RequestID != "" && e.RequestID != req.RequestID {

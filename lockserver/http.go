@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"sync/atomic"
 
 	"github.com/containerd/log"
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
@@ -207,62 +209,71 @@ func (h *Handler) refs(ctx *fasthttp.RequestCtx) {
 	reply(ctx, resp, err)
 }
 
-// decode reads the request body as one JSON object of at most
-// api.MaxBodyBytes with no unknown fields and nothing after it. On failure
-// it has written the error.
+// decode reads the request body, at most api.MaxBodyBytes, and decodes it
+// strictly into v. On failure it has written the error.
 func decode(ctx *fasthttp.RequestCtx, v any) bool {
-	body := ctx.RequestBodyStream()
-	if body == nil {
-		body = bytes.NewReader(ctx.Request.Body())
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	defer putBodyBuffer(buf)
+	var err error
+	if body := ctx.RequestBodyStream(); body != nil {
+		_, err = buf.ReadFrom(io.LimitReader(body, api.MaxBodyBytes+1))
+		if err == nil && buf.Len() > api.MaxBodyBytes {
+			// Read what the client is still sending (within the
+			// server's read timeout), so that closing the connection
+			// after the answer does not reset it before the client has
+			// read the 413.
+			_, _ = io.CopyN(io.Discard, body, maxDrainBytes)
+			ctx.SetConnectionClose()
+			err = fmt.Errorf("request body exceeds %d bytes: %w", api.MaxBodyBytes, api.ErrTooLarge)
+		} else if err != nil {
+			err = fmt.Errorf("reading the request body: %w: %w", api.ErrInvalidArgument, err)
+		}
+	} else {
+		buf.Write(ctx.PostBody())
 	}
-	err := decodeRequest(http.MaxBytesReader(nil, io.NopCloser(body), api.MaxBodyBytes), v)
 	if err == nil {
-		return true
+		err = DecodeRequest(buf.Bytes(), v)
 	}
-	if errors.Is(err, api.ErrTooLarge) {
-		// Read what the client is still sending (within the server's
-		// read timeout), so that closing the connection after the answer
-		// does not reset it before the client has read the 413.
-		_, _ = io.CopyN(io.Discard, body, maxDrainBytes)
-		ctx.SetConnectionClose()
+	if err != nil {
+		writeError(ctx, err)
+		return false
 	}
-	writeError(ctx, err)
-	return false
+	return true
 }
 
 // maxDrainBytes bounds what the server reads of an oversized body before
 // it answers 413 and closes the connection.
 const maxDrainBytes = 64 << 20
 
-// DecodeRequest strictly decodes one JSON request body into v: exactly one
-// object, no unknown fields, no trailing data. Errors match
-// api.ErrInvalidArgument.
-func DecodeRequest(body []byte, v any) error {
-	return decodeRequest(bytes.NewReader(body), v)
+// bodyBuffers holds request bodies while they are decoded.
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func putBodyBuffer(b *bytes.Buffer) {
+	if b.Cap() > 64<<10 {
+		return // an unusual body: let it go
+	}
+	b.Reset()
+	bodyBuffers.Put(b)
 }
 
-// decodeRequest is DecodeRequest reading from body; a body cut off by
-// http.MaxBytesReader is an error matching api.ErrTooLarge.
-func decodeRequest(body io.Reader, v any) error {
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil {
-		// Only the end of the body may follow the object.
-		if _, err = dec.Token(); err == io.EOF {
-			return nil
-		} else if err == nil {
-			err = errTrailingData
-		}
-	}
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
+// DecodeRequest strictly decodes one JSON request body into v: exactly one
+// object, no unknown or duplicate members, valid UTF-8, nothing after it.
+// Errors match api.ErrInvalidArgument; a body over api.MaxBodyBytes matches
+// api.ErrTooLarge.
+//
+// Requests are decoded with go-json-experiment/json (encoding/json/v2 to
+// be): it is strict in one pass and, on the coordinator's hot path, about
+// three times faster than encoding/json with a Decoder. Responses are
+// still encoded with encoding/json, which is faster at that here.
+func DecodeRequest(body []byte, v any) error {
+	if len(body) > api.MaxBodyBytes {
 		return fmt.Errorf("request body exceeds %d bytes: %w", api.MaxBodyBytes, api.ErrTooLarge)
 	}
-	return fmt.Errorf("malformed JSON request: %w: %w", api.ErrInvalidArgument, err)
+	if err := jsonv2.Unmarshal(body, v, jsonv2.RejectUnknownMembers(true)); err != nil {
+		return fmt.Errorf("malformed JSON request: %w: %w", api.ErrInvalidArgument, err)
+	}
+	return nil
 }
-
-var errTrailingData = errors.New("trailing data after the object")
 
 func reply(ctx *fasthttp.RequestCtx, v any, err error) {
 	if err != nil {
