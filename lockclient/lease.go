@@ -11,8 +11,9 @@ import (
 )
 
 // Lease is a held lock. Its exported fields describe it and must not be
-// changed. While it is held, a goroutine owned by the lease renews it every
-// TTL/3; Unlock (or Client.Close) stops that goroutine and waits for it.
+// changed. While it is held, the lease renews itself every TTL/3 (a timer
+// whose function the lease owns: no goroutine waits between renewals);
+// Unlock (or Client.Close) stops it and waits for a renewal in flight.
 //
 // It is NOT safe to assume that the lock is held until Unlock: if renewals
 // fail for a whole TTL (partition, coordinator restart) the coordinator
@@ -30,12 +31,22 @@ type Lease struct {
 	TTL time.Duration
 
 	requestID string
-	cancel    context.CancelFunc // stops the keepalive; set by start
-	done      chan struct{}      // closed when the keepalive goroutine has returned
-	lost      chan struct{}      // closed (once, by the keepalive goroutine) when the lease lapsed
+	done      chan struct{} // closed when the keepalive has ended for good
+	lost      chan struct{} // closed (once, by a renewal) when the lease lapsed
 
-	mu  sync.Mutex
-	err error // protected by mu: why the lease was lost
+	// Set by start, then read only by renewals (which never overlap: each
+	// arms the timer for the next) and stop.
+	ctx            context.Context // logger; never cancelled
+	backend        Backend
+	requestTimeout time.Duration
+	renewed        time.Time      // last successful renewal (or the grant)
+	renewing       sync.WaitGroup // the renewal in flight
+
+	mu      sync.Mutex
+	timer   *time.Timer // protected by mu; nil without keepalive
+	stopped bool        // protected by mu: no renewal may start
+	ended   bool        // protected by mu: done is closed
+	err     error       // protected by mu: why the lease was lost
 }
 
 func newLease(req api.LockRequest, resp api.LockResponse) *Lease {
@@ -70,72 +81,101 @@ func (l *Lease) Err() error {
 	return l.err
 }
 
-// start launches the keepalive goroutine. granted is when the grant was
-// received: the lease is assumed valid for TTL from then.
+// start arms the keepalive. granted is when the grant was received: the
+// lease is assumed valid for TTL from then.
 func (l *Lease) start(ctx context.Context, b Backend, requestTimeout time.Duration, granted time.Time) {
 	// The lease outlives the Lock call: keep ctx's logger, not its end.
-	kctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l.cancel = cancel
-	go l.keepalive(kctx, b, requestTimeout, granted)
+	l.ctx = context.WithoutCancel(ctx)
+	l.backend = b
+	l.requestTimeout = requestTimeout
+	l.renewed = granted
+	l.mu.Lock()
+	l.timer = time.AfterFunc(l.TTL/3, l.renew)
+	l.mu.Unlock()
 }
 
-// stop ends the keepalive and waits for its goroutine. Idempotent. A
+// stop ends the keepalive and waits for a renewal in flight. Idempotent. A
 // Lease that was not made by Lock has no keepalive.
 func (l *Lease) stop() {
-	if l.cancel == nil {
+	l.mu.Lock()
+	if l.timer == nil {
+		l.mu.Unlock()
 		return
 	}
-	l.cancel()
-	<-l.done
+	l.stopped = true
+	l.timer.Stop()
+	l.mu.Unlock()
+	l.renewing.Wait()
+	l.end()
 }
 
-// keepalive renews the lease every TTL/3 until ctx ends or the lease is
-// lost. After a failed renewal it tries again sooner, as long as the lease
-// can still be valid.
-func (l *Lease) keepalive(ctx context.Context, b Backend, requestTimeout time.Duration, renewed time.Time) {
-	defer close(l.done)
-	interval := l.TTL / 3
-	timer := time.NewTimer(interval)
-	defer timer.Stop()
-	req := api.KeepaliveRequest{Type: l.Type, ResourceID: l.ResourceID, LeaseID: l.ID}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		sent := time.Now()
-		expires := renewed.Add(l.TTL)
-		deadline := sent.Add(requestTimeout)
-		if expires.Before(deadline) {
-			deadline = expires
-		}
-		cctx, cancel := context.WithDeadline(ctx, deadline)
-		_, err := b.Keepalive(cctx, req)
-		cancel()
-		switch {
-		case err == nil:
-			renewed = sent
-			timer.Reset(interval)
-			continue
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, ErrNotHolder):
-			l.lose(ctx, fmt.Errorf("%w: the coordinator no longer knows it: %w", ErrLeaseLost, err))
-			return
-		case !time.Now().Before(expires):
-			l.lose(ctx, fmt.Errorf("%w: not renewed for %s: %w", ErrLeaseLost, l.TTL, err))
-			return
-		}
-		logger(ctx).WithError(err).Warn("lease renewal failed; retrying")
-		timer.Reset(min(interval/2, time.Until(expires)))
+// end closes done once.
+func (l *Lease) end() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.ended {
+		l.ended = true
+		close(l.done)
 	}
 }
 
-func (l *Lease) lose(ctx context.Context, err error) {
+// renew is the timer's function: one renewal, then it arms the timer for
+// the next (sooner after a failure, as long as the lease can still be
+// valid), or ends the keepalive when the lease is lost.
+func (l *Lease) renew() {
 	l.mu.Lock()
-	l.err = err
+	if l.stopped {
+		l.mu.Unlock()
+		return
+	}
+	l.renewing.Add(1)
 	l.mu.Unlock()
+	defer l.renewing.Done()
+
+	interval := l.TTL / 3
+	sent := time.Now()
+	expires := l.renewed.Add(l.TTL)
+	deadline := sent.Add(l.requestTimeout)
+	if expires.Before(deadline) {
+		deadline = expires
+	}
+	cctx, cancel := context.WithDeadline(l.ctx, deadline)
+	_, err := l.backend.Keepalive(cctx, api.KeepaliveRequest{Type: l.Type, ResourceID: l.ResourceID, LeaseID: l.ID})
+	cancel()
+	next := interval
+	switch {
+	case err == nil:
+		l.renewed = sent
+	case errors.Is(err, ErrNotHolder):
+		l.lose(fmt.Errorf("%w: the coordinator no longer knows it: %w", ErrLeaseLost, err))
+		return
+	case !time.Now().Before(expires):
+		l.lose(fmt.Errorf("%w: not renewed for %s: %w", ErrLeaseLost, l.TTL, err))
+		return
+	default:
+		logger(l.ctx).WithError(err).Warn("lease renewal failed; retrying")
+		next = min(interval/2, time.Until(expires))
+	}
+	l.mu.Lock()
+	if !l.stopped {
+		l.timer.Reset(next)
+	}
+	l.mu.Unlock()
+}
+
+// lose records why the lease lapsed, closes Lost and ends the keepalive,
+// unless Unlock has already stopped it (then the lease was given back, not
+// lost).
+func (l *Lease) lose(err error) {
+	l.mu.Lock()
+	if l.stopped {
+		l.mu.Unlock()
+		return
+	}
+	l.err = err
+	l.stopped = true
 	close(l.lost)
-	logger(ctx).WithError(err).Warn("lease lost")
+	l.mu.Unlock()
+	l.end()
+	logger(l.ctx).WithError(err).Warn("lease lost")
 }

@@ -186,9 +186,10 @@ func (c *Client) Unlock(ctx context.Context, lease *Lease, success bool, opErr e
 	lease.stop()
 	c.untrack(lease)
 
-	budget := time.Duration(c.opts.maxRetries+1) * (c.opts.requestTimeout + c.opts.retryInterval)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
-	defer cancel()
+	// The release runs even when ctx has ended. It is bounded without a
+	// timer of its own: each attempt by the request timeout, and at most
+	// 1+MaxRetries attempts.
+	ctx = context.WithoutCancel(ctx)
 	key := string(lease.Type) + ":" + lease.ResourceID
 	ctx = withCallFields(ctx, callFields{key: key, fence: lease.Fence})
 	req := api.UnlockRequest{Type: lease.Type, ResourceID: lease.ResourceID, LeaseID: lease.ID, Success: success}
