@@ -46,8 +46,7 @@ type httpBackend struct {
 	base  string       // server URL without a trailing slash
 	short ShortClient  // short requests
 	long  *http.Client // event streams, without a timeout
-	token string       // bearer token; empty sends none
-	auth  string       // the Authorization header for token
+	auth  string       // Authorization header value; empty sends none
 
 	pollInterval   time.Duration
 	requestTimeout time.Duration // bounds short requests and a stream's first event
@@ -69,12 +68,11 @@ func newHTTPBackend(serverURL string, o *options) (*httpBackend, error) {
 		base:           strings.TrimRight(u.String(), "/"),
 		short:          o.short,
 		long:           o.long,
-		token:          o.token,
 		pollInterval:   o.pollInterval,
 		requestTimeout: o.requestTimeout,
 	}
-	if b.token != "" {
-		b.auth = "Bearer " + b.token
+	if o.token != "" {
+		b.auth = "Bearer " + o.token
 	}
 	if b.short == nil {
 		b.short = newHostClient(u, o.tlsConfig)
@@ -90,7 +88,11 @@ func newHTTPBackend(serverURL string, o *options) (*httpBackend, error) {
 func newHostClient(u *url.URL, tc *tls.Config) *fasthttp.HostClient {
 	addr := u.Host
 	if u.Port() == "" {
-		addr = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
+		port := "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+		addr = net.JoinHostPort(u.Hostname(), port)
 	}
 	dialer := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
 	return &fasthttp.HostClient{

@@ -36,10 +36,8 @@ import (
 // Every error is a JSON api.ErrorResponse with a 4xx or 5xx status.
 //
 // The API is served by fasthttp rather than net/http: a lock cycle is two
-// small requests, and on the coordinator's hot path net/http's per-request
-// machinery (a background read per request, a goroutine hand-off per
-// response) cost more than the locking itself (docs/design.md, "HTTP
-// stack").
+// small requests, and net/http's per-request machinery (on both ends)
+// cost more than the locking itself (docs/design.md, "HTTP stack").
 type Handler struct {
 	locker   *Locker
 	token    []byte // bearer token; empty disables auth
@@ -49,11 +47,32 @@ type Handler struct {
 	streamsDone chan struct{}
 }
 
-// route is one endpoint: the method it accepts and its handler. GET
-// endpoints also answer HEAD (without a body), except event streams.
+// route is one endpoint: its method and handler. GET endpoints also answer
+// HEAD (fasthttp then sends no body), except the event stream.
 type route struct {
 	method string
+	head   bool // HEAD is allowed too
 	handle fasthttp.RequestHandler
+}
+
+func onPost(h fasthttp.RequestHandler) route { return route{method: http.MethodPost, handle: h} }
+func onGet(h fasthttp.RequestHandler) route {
+	return route{method: http.MethodGet, head: true, handle: h}
+}
+func onStream(h fasthttp.RequestHandler) route { return route{method: http.MethodGet, handle: h} }
+
+// allows reports whether the request's method is this route's.
+func (r route) allows(ctx *fasthttp.RequestCtx) bool {
+	m := ctx.Method()
+	return string(m) == r.method || (r.head && string(m) == http.MethodHead)
+}
+
+// allowed is the Allow header of a 405 answer.
+func (r route) allowed() string {
+	if r.head {
+		return r.method + ", " + http.MethodHead
+	}
+	return r.method
 }
 
 // HandlerOption configures a Handler.
@@ -69,7 +88,7 @@ func WithBearerToken(token string) HandlerOption {
 // Registerer given to NewLocker, typically).
 func WithMetricsGatherer(g prometheus.Gatherer) HandlerOption {
 	return func(h *Handler) {
-		h.routes["/metrics"] = route{http.MethodGet, fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(g, promhttp.HandlerOpts{}))}
+		h.routes["/metrics"] = onGet(fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(g, promhttp.HandlerOpts{})))
 	}
 }
 
@@ -78,16 +97,16 @@ func WithMetricsGatherer(g prometheus.Gatherer) HandlerOption {
 func NewHandler(l *Locker, opts ...HandlerOption) *Handler {
 	h := &Handler{locker: l, streamsDone: make(chan struct{})}
 	h.routes = map[string]route{
-		"/lock":           {http.MethodPost, h.lock},
-		"/unlock":         {http.MethodPost, h.unlock},
-		"/lock/keepalive": {http.MethodPost, h.keepalive},
-		"/lock/cancel":    {http.MethodPost, h.cancel},
-		"/lock/subscribe": {http.MethodGet, h.subscribe},
-		"/lock/status":    {http.MethodGet, h.status},
-		"/refs/add":       {http.MethodPost, h.refsAdd},
-		"/refs":           {http.MethodGet, h.refs},
-		"/healthz":        {http.MethodGet, func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok\n") }},
-		"/readyz":         {http.MethodGet, h.readyz},
+		"/lock":           onPost(h.lock),
+		"/unlock":         onPost(h.unlock),
+		"/lock/keepalive": onPost(h.keepalive),
+		"/lock/cancel":    onPost(h.cancel),
+		"/lock/subscribe": onStream(h.subscribe),
+		"/lock/status":    onGet(h.status),
+		"/refs/add":       onPost(h.refsAdd),
+		"/refs":           onGet(h.refs),
+		"/healthz":        onGet(func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok\n") }),
+		"/readyz":         onGet(h.readyz),
 	}
 	for _, o := range opts {
 		o(h)
@@ -121,14 +140,9 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fmt.Errorf("no endpoint %q: %w", path, api.ErrNotFound))
 		return
 	}
-	method := string(ctx.Method())
-	if method != r.method && (method != http.MethodHead || r.method != http.MethodGet || string(path) == "/lock/subscribe") {
-		allow := r.method
-		if r.method == http.MethodGet && string(path) != "/lock/subscribe" {
-			allow += ", " + http.MethodHead
-		}
-		ctx.Response.Header.Set("Allow", allow)
-		writeError(ctx, fmt.Errorf("%s %s: %w", method, path, api.ErrMethodNotAllowed))
+	if !r.allows(ctx) {
+		ctx.Response.Header.Set("Allow", r.allowed())
+		writeError(ctx, fmt.Errorf("%s %s: %w", ctx.Method(), path, api.ErrMethodNotAllowed))
 		return
 	}
 	r.handle(ctx)
@@ -285,14 +299,15 @@ func reply(ctx *fasthttp.RequestCtx, v any, err error) {
 
 var jsonContentType = []byte("application/json")
 
+// writeJSON answers v, encoded straight into the response body (an
+// Encoder writes nothing when encoding fails, and ends with a newline).
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status, b = fasthttp.StatusInternalServerError, []byte(`{"error":"encoding response","code":"internal"}`)
-	}
 	ctx.Response.Header.SetContentTypeBytes(jsonContentType)
+	if err := json.NewEncoder(ctx.Response.BodyWriter()).Encode(v); err != nil {
+		status = fasthttp.StatusInternalServerError
+		ctx.SetBodyString(`{"error":"encoding response","code":"internal"}` + "\n")
+	}
 	ctx.SetStatusCode(status)
-	ctx.SetBody(append(b, '\n'))
 }
 
 func writeError(ctx *fasthttp.RequestCtx, err error) {

@@ -194,6 +194,25 @@ func TestHTTPBadInput(t *testing.T) {
 	code, body = get(t, ts.url, "/lock", nil)
 	require.Equal(t, 405, code, string(body))
 	require.Equal(t, api.CodeMethodNotAllowed, decodeAs[api.ErrorResponse](t, body).Code)
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		allow        string
+	}{
+		{http.MethodHead, "/healthz", 200, ""},
+		{http.MethodHead, "/lock/status", 400, ""}, // allowed; no type given
+		{http.MethodHead, "/lock/subscribe", 405, "GET"},
+		{http.MethodPut, "/refs", 405, "GET, HEAD"},
+		{http.MethodGet, "/unlock", 405, "POST"},
+	} {
+		req, err := http.NewRequest(tc.method, ts.url+tc.path, nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, tc.status, resp.StatusCode, "%s %s", tc.method, tc.path)
+		require.Equal(t, tc.allow, resp.Header.Get("Allow"), "%s %s", tc.method, tc.path)
+	}
 	// A body without a length (chunked) is bounded as well.
 	code, body = post(t, ts.url, "/lock", io.MultiReader(strings.NewReader(huge)))
 	require.Equal(t, 413, code, string(body))
