@@ -45,7 +45,6 @@ type notifyResult struct {
 type notifyServer struct {
 	url      string
 	srv      *lockserver.Server
-	hs       *fasthttp.Server
 	dir      string
 	attached sync.Map // resource_id → *atomic.Int64
 }
@@ -64,17 +63,18 @@ func startNotifyServer() (*notifyServer, error) {
 		return nil, err
 	}
 	ns := &notifyServer{url: "http://" + ln.Addr().String(), srv: srv, dir: dir}
-	inner := srv.Handler()
-	ns.hs = &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		inner.Handle(ctx)
+	hs := srv.Handler().HTTPServer()
+	inner := hs.Handler
+	hs.Handler = func(ctx *fasthttp.RequestCtx) {
+		inner(ctx)
 		if string(ctx.Path()) == "/lock/subscribe" && ctx.Response.StatusCode() == fasthttp.StatusOK {
 			// The subscription is registered; its first event is
 			// written as soon as the handler returns.
 			v, _ := ns.attached.LoadOrStore(string(ctx.QueryArgs().Peek("resource_id")), new(atomic.Int64))
 			v.(*atomic.Int64).Add(1)
 		}
-	}, ErrorHandler: lockserver.HandleError}
-	go ns.hs.Serve(ln)
+	}
+	go srv.Serve(ln)
 	return ns, nil
 }
 
@@ -89,8 +89,6 @@ func (ns *notifyServer) attachedTo(resourceID string) int64 {
 func (ns *notifyServer) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ns.srv.Handler().Drain()
-	ns.hs.ShutdownWithContext(ctx)
 	ns.srv.Shutdown(ctx)
 	os.RemoveAll(ns.dir)
 }

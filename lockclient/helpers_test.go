@@ -101,22 +101,23 @@ func newMemoryLocker(t testing.TB, mutate ...func(*lockserver.Config)) *lockserv
 	return l
 }
 
-// serveHandler serves h on a free loopback port until the test ends. A
-// handler with a Drain method (a lockserver.Handler's) is drained first,
-// ending its event streams.
-func serveHandler(t testing.TB, h fasthttp.RequestHandler, drain func()) string {
+// serveHandler serves h (its own server, HTTPServer) on a free loopback
+// port until the test ends, draining it first. wrap, when set, wraps the
+// server's handler.
+func serveHandler(t testing.TB, h *lockserver.Handler, wrap func(fasthttp.RequestHandler) fasthttp.RequestHandler) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := &fasthttp.Server{Handler: h, ErrorHandler: lockserver.HandleError}
+	srv := h.HTTPServer()
+	if wrap != nil {
+		srv.Handler = wrap(srv.Handler)
+	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		defer cancel()
-		if drain != nil {
-			drain()
-		}
+		h.Drain()
 		require.NoError(t, srv.ShutdownWithContext(ctx))
 		require.NoError(t, <-done)
 	})

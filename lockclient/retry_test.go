@@ -74,22 +74,24 @@ func TestRetry5xx(t *testing.T) {
 	l := newMemoryLocker(t)
 	inner := lockserver.NewHandler(l)
 	var locks atomic.Int32
-	url := serveHandler(t, func(ctx *fasthttp.RequestCtx) {
-		if string(ctx.Path()) == "/lock" {
-			switch locks.Add(1) {
-			case 1:
-				ctx.SetContentType("application/json")
-				ctx.SetStatusCode(http.StatusServiceUnavailable)
-				ctx.SetBodyString(`{"error":"server is shutting down","code":"unavailable"}`)
-				return
-			case 2:
-				ctx.SetStatusCode(http.StatusBadGateway)
-				ctx.SetBodyString("<html>bad gateway</html>")
-				return
+	url := serveHandler(t, inner, func(next fasthttp.RequestHandler) fasthttp.RequestHandler {
+		return func(ctx *fasthttp.RequestCtx) {
+			if string(ctx.Path()) == "/lock" {
+				switch locks.Add(1) {
+				case 1:
+					ctx.SetContentType("application/json")
+					ctx.SetStatusCode(http.StatusServiceUnavailable)
+					ctx.SetBodyString(`{"error":"server is shutting down","code":"unavailable"}`)
+					return
+				case 2:
+					ctx.SetStatusCode(http.StatusBadGateway)
+					ctx.SetBodyString("<html>bad gateway</html>")
+					return
+				}
 			}
+			next(ctx)
 		}
-		inner.Handle(ctx)
-	}, inner.Drain)
+	})
 	c := newHTTPClient(t, url, "node-a", WithMaxRetries(3))
 	res, err := c.Lock(context.Background(), Request{Type: OperationTypePull, ResourceID: blob})
 	require.NoError(t, err)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // maxEventBytes bounds one Server-Sent Event (a state event carries the
@@ -25,7 +26,23 @@ type sseReader struct {
 	r *bufio.Reader
 }
 
-func newSSEReader(r io.Reader) *sseReader { return &sseReader{r: bufio.NewReader(r)} }
+// sseBuffers holds the read buffers of streams that ended: a stream lasts
+// for one wait, and a node waits for many locks.
+var sseBuffers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 1024) }}
+
+// newSSEReader returns a reader of r. Call close when the stream is done.
+func newSSEReader(r io.Reader) *sseReader {
+	br := sseBuffers.Get().(*bufio.Reader)
+	br.Reset(r)
+	return &sseReader{r: br}
+}
+
+// close gives the read buffer back; the reader must not be used after.
+func (s *sseReader) close() {
+	s.r.Reset(nil)
+	sseBuffers.Put(s.r)
+	s.r = nil
+}
 
 // next returns the next event or comment. It returns io.EOF (or the read
 // error) when the stream ends, also in the middle of an event.

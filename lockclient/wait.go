@@ -109,6 +109,7 @@ func (b *httpBackend) follow(ctx context.Context, req api.LockRequest) (api.Lock
 	}
 
 	events := newSSEReader(resp.Body)
+	defer events.close()
 	// outcome returns the request's outcome after reading the rest of the
 	// stream, which the server ends after it.
 	outcome := func(r api.LockResponse, end streamEnd, err error) (api.LockResponse, streamEnd, error) {

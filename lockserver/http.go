@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/containerd/log"
 	jsonv2 "github.com/go-json-experiment/json"
@@ -35,11 +36,15 @@ import (
 //
 // Every error is a JSON api.ErrorResponse with a 4xx or 5xx status.
 //
+// Serve it with its own server, HTTPServer: an event stream hands its
+// connection back to that server when it is over.
+//
 // The API is served by fasthttp rather than net/http: a lock cycle is two
 // small requests, and net/http's per-request machinery (on both ends)
 // cost more than the locking itself (docs/design.md, "HTTP stack").
 type Handler struct {
 	locker   *Locker
+	http     *fasthttp.Server
 	token    []byte // bearer token; empty disables auth
 	routes   map[string]route
 	draining atomic.Bool
@@ -92,10 +97,32 @@ func WithMetricsGatherer(g prometheus.Gatherer) HandlerOption {
 	}
 }
 
-// NewHandler returns the HTTP API of l. Serve it with Handle, or through a
-// Server.
+// NewHandler returns the HTTP API of l. Serve it with HTTPServer, or
+// through a Server.
 func NewHandler(l *Locker, opts ...HandlerOption) *Handler {
 	h := &Handler{locker: l, streamsDone: make(chan struct{})}
+	h.http = &fasthttp.Server{
+		Handler:      h.Handle,
+		ErrorHandler: HandleError,
+		Name:         "sharedcontent-lockserver",
+		// ReadTimeout bounds reading one request; event streams lift it
+		// while they last.
+		ReadTimeout: 10 * time.Second,
+		IdleTimeout: 2 * time.Minute,
+		// Bodies up to the limit are read before the handler runs;
+		// longer ones (and chunked ones) are streamed, and the handler
+		// refuses them after api.MaxBodyBytes.
+		MaxRequestBodySize: api.MaxBodyBytes,
+		StreamRequestBody:  true,
+		// Event streams take their connection over and give it back
+		// (ServeConn) when they are over.
+		KeepHijackedConns: true,
+		// Shutdown tells keep-alive clients to go, instead of waiting
+		// for them.
+		CloseOnShutdown:              true,
+		DisablePreParseMultipartForm: true,
+		Logger:                       fasthttpLogger{},
+	}
 	h.routes = map[string]route{
 		"/lock":           onPost(h.lock),
 		"/unlock":         onPost(h.unlock),
@@ -113,6 +140,11 @@ func NewHandler(l *Locker, opts ...HandlerOption) *Handler {
 	}
 	return h
 }
+
+// HTTPServer returns the server of the API. Its Handler is Handle; a
+// caller may wrap it (to count or inject faults) before serving. Drain
+// the Handler before shutting the server down, to end the event streams.
+func (h *Handler) HTTPServer() *fasthttp.Server { return h.http }
 
 // Drain makes /readyz and new requests answer 503 and ends every event
 // stream, so that a server shutdown can finish.
@@ -321,4 +353,12 @@ func writeError(ctx *fasthttp.RequestCtx, err error) {
 		log.L.WithError(err).WithField("path", string(ctx.Path())).Error("request failed")
 	}
 	writeJSON(ctx, status, body)
+}
+
+// fasthttpLogger sends fasthttp's own messages (connection errors) to the
+// containerd log at debug level.
+type fasthttpLogger struct{}
+
+func (fasthttpLogger) Printf(format string, args ...any) {
+	log.L.Debugf("http: "+format, args...)
 }

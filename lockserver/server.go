@@ -10,14 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
-	"github.com/containerd/log"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/valyala/fasthttp"
 
-	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
@@ -89,25 +86,7 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 		opts = append(opts, WithBearerToken(token))
 	}
 	s := &Server{Locker: locker, storage: storage, handler: NewHandler(locker, opts...)}
-	s.http = &fasthttp.Server{
-		Handler:      s.handler.Handle,
-		ErrorHandler: HandleError,
-		Name:         "sharedcontent-lockserver",
-		// ReadTimeout bounds reading one request; event streams lift it
-		// while they last.
-		ReadTimeout: 10 * time.Second,
-		IdleTimeout: 2 * time.Minute,
-		// Bodies up to the limit are read before the handler runs;
-		// longer ones (and chunked ones) are streamed, and the handler
-		// refuses them after api.MaxBodyBytes.
-		MaxRequestBodySize: api.MaxBodyBytes,
-		StreamRequestBody:  true,
-		// Shutdown tells keep-alive clients to go, instead of waiting
-		// for them.
-		CloseOnShutdown:              true,
-		DisablePreParseMultipartForm: true,
-		Logger:                       fasthttpLogger{},
-	}
+	s.http = s.handler.HTTPServer()
 	if cfg.TLSCert != "" || cfg.TLSKey != "" {
 		s.tls, err = serverTLS(cfg)
 		if err != nil {
@@ -159,12 +138,4 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.http.ShutdownWithContext(ctx)
 	s.Locker.Close()
 	return errors.Join(err, s.storage.Close())
-}
-
-// fasthttpLogger sends fasthttp's own messages (connection errors) to the
-// containerd log at debug level.
-type fasthttpLogger struct{}
-
-func (fasthttpLogger) Printf(format string, args ...any) {
-	log.L.Debugf("http: "+format, args...)
 }

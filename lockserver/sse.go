@@ -2,10 +2,12 @@ package lockserver
 
 import (
 	"encoding/json"
-	"io"
+	"fmt"
 	"net"
+	"strconv"
 	"time"
 
+	"github.com/containerd/log"
 	"github.com/valyala/fasthttp"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
@@ -15,164 +17,255 @@ import (
 // proxies and load balancers do not close it.
 const sseHeartbeat = 15 * time.Second
 
-var sseKeepalive = []byte(": keepalive\n\n")
+var (
+	sseKeepalive = []byte(": keepalive\n\n")
+	// lastChunk ends a chunked body (no trailer).
+	lastChunk = []byte("0\r\n\r\n")
+)
 
 // subscribe serves GET /lock/subscribe as Server-Sent Events: first the
 // current state ("state"), then the events of the key or request. A waiter
 // whose stream closes leaves its queue.
+//
+// The stream writes its response itself, on the connection taken over
+// from fasthttp: fasthttp flushes each chunk of a streamed body and then
+// the end of the body separately, so a waiter's outcome and the end of its
+// stream would leave in two writes; here they leave in one. Once the
+// stream is over, the connection goes back to the Handler's server for the
+// client's next request.
 func (h *Handler) subscribe(ctx *fasthttp.RequestCtx) {
+	if !ctx.Request.Header.IsHTTP11() {
+		writeError(ctx, fmt.Errorf("event streams need HTTP/1.1: %w", api.ErrInvalidArgument))
+		return
+	}
 	q := ctx.QueryArgs()
 	sub, err := h.locker.Subscribe(api.OperationType(q.Peek("type")), string(q.Peek("resource_id")), string(q.Peek("request_id")))
 	if err != nil {
 		writeError(ctx, err)
 		return
 	}
-	s := &eventStream{sub: sub, done: h.streamsDone, conn: ctx.Conn(), heartbeat: time.NewTicker(sseHeartbeat)}
+	s := &eventStream{sub: sub, done: h.streamsDone, keepAlive: !ctx.Request.Header.ConnectionClose(), idle: h.http.IdleTimeout}
 	if err := s.add(api.EventState, sub.First); err != nil {
-		s.Close()
+		sub.Close()
 		writeError(ctx, err)
 		return
 	}
-	ctx.Response.Header.SetContentType("text/event-stream")
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	s.watch()
-	ctx.SetBodyStream(s, -1)
+	hdr := &ctx.Response.Header
+	hdr.SetContentType("text/event-stream")
+	hdr.Set("Cache-Control", "no-cache")
+	hdr.Set("X-Accel-Buffering", "no")
+	hdr.SetContentLength(-1) // chunked
+	if !s.keepAlive {
+		hdr.SetConnectionClose()
+	}
+	s.out = hdr.AppendBytes(s.out)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) { h.serveStream(c, s) })
 }
 
-// eventStream is the body of one /lock/subscribe response. fasthttp reads
-// it after the handler returns and writes what each Read returns as one
-// chunk, flushed at once; Read blocks until there is an event to send.
-// The stream ends (io.EOF) when the subscription ends, the client goes or
-// the server drains. All methods but the watcher run on the connection's
-// goroutine.
+// serveStream writes the event stream on a hijacked connection, then
+// serves the client's next requests on it.
+func (h *Handler) serveStream(hijacked net.Conn, s *eventStream) {
+	s.rbuf = make([]byte, 512)
+	conn, ahead := takeOver(hijacked, s.rbuf)
+	s.conn = conn
+	next, ok := s.run(ahead)
+	if !ok || h.draining.Load() {
+		_ = conn.Close()
+		return
+	}
+	if err := h.http.ServeConn(resume(conn, next)); err != nil {
+		log.L.WithError(err).Debug("http: serving a connection after its event stream")
+	}
+}
+
+// eventStream is one /lock/subscribe response, written as a chunked body.
+// All methods run on the stream's goroutine but watch's.
 type eventStream struct {
 	sub       *Subscription
 	done      <-chan struct{} // Handler.streamsDone
+	keepAlive bool            // the connection carries requests after the stream
+	idle      time.Duration   // how long it waits for the next one
 	conn      net.Conn
 	heartbeat *time.Ticker
 
-	buf     []byte // encoded events; pending is what is left to Read
-	pending []byte
-	// claim is the lease of a grant in the last Read's data: fasthttp
-	// reads again only once that data is flushed, so the grant has then
-	// left for its holder.
+	// events is the text of the events not yet written; out is the next
+	// write (the response head, then chunks).
+	events []byte
+	out    []byte
+	// claim is the lease of a grant in events: once written, the grant
+	// has left for its holder.
 	claim string
+	// ended says the subscription has ended: the next write ends the
+	// body.
+	ended bool
 
-	// gone is closed when the watcher's read of the connection returns:
-	// the client closed it (or, once Close set a deadline, the watch is
-	// over). sentData says the client sent bytes during the stream.
-	gone     chan struct{}
-	sentData bool
-	closed   bool
+	// read gets what the watcher read (into rbuf) from the connection:
+	// the start of the client's next request, or nothing when the client
+	// closed it.
+	read chan []byte
+	rbuf []byte
 }
 
-// watch detects that the client has gone while the stream waits for
-// events, as net/http's background read does: an HTTP/1.1 client sends
-// nothing on a connection before its response has ended, so a read that
-// returns means the connection is closed.
-func (s *eventStream) watch() {
-	if s.conn == nil {
-		return
-	}
-	// The stream outlives the server's read timeout, which still runs.
-	if err := s.conn.SetReadDeadline(time.Time{}); err != nil {
-		return
-	}
-	s.gone = make(chan struct{})
-	go func() {
-		defer close(s.gone)
-		var b [1]byte
-		n, _ := s.conn.Read(b[:])
-		s.sentData = n > 0
-	}()
-}
+// run writes the response until the stream is over, then waits for the
+// client's next request. It returns that request's first bytes (after
+// ahead, what the server had read already), or false when the connection
+// cannot carry it: the client went, the server drains, or writing failed.
+func (s *eventStream) run(ahead []byte) ([]byte, bool) {
+	s.heartbeat = time.NewTicker(sseHeartbeat)
+	defer s.heartbeat.Stop()
+	s.read = make(chan []byte, 1)
+	go s.watch()
 
-func (s *eventStream) Read(p []byte) (int, error) {
-	if len(s.pending) == 0 {
-		if s.claim != "" {
-			s.sub.Claimed(s.claim)
-			s.claim = ""
+	next, watching := ahead, s.read
+	s.collect()
+	for {
+		if err := s.write(); err != nil {
+			s.sub.Close()
+			return nil, false
 		}
-		if s.closed || !s.wait() {
-			s.Close()
-			return 0, io.EOF
+		if s.ended {
+			break
+		}
+		select {
+		case ev, ok := <-s.sub.Events():
+			s.take(ev, ok)
+			s.collect()
+		case <-s.heartbeat.C:
+			s.events = append(s.events, sseKeepalive...)
+		case b := <-watching:
+			if len(b) == 0 {
+				s.sub.Close() // the client went
+				return nil, false
+			}
+			// A client that pipelines: its next request waits for
+			// the end of this response.
+			next, watching = join(next, b), nil
+		case <-s.done:
+			s.sub.Close()
+			s.ended = true
+			_ = s.write()
+			return nil, false
 		}
 	}
-	n := copy(p, s.pending)
-	s.pending = s.pending[n:]
-	return n, nil
-}
-
-// wait blocks until there is something to send: the events queued on the
-// subscription (coalesced into one chunk), or a heartbeat. It returns
-// false when the stream is over.
-func (s *eventStream) wait() bool {
-	s.buf = s.buf[:0]
+	if !s.keepAlive {
+		return nil, false
+	}
+	if watching == nil {
+		return next, true
+	}
+	if len(next) > 0 {
+		// The server had read the next request already: stop the
+		// watcher (a read deadline in the past) and serve it.
+		if s.conn.SetReadDeadline(aLongTimeAgo) != nil {
+			return nil, false
+		}
+		b := <-watching
+		return join(next, b), s.conn.SetReadDeadline(time.Time{}) == nil
+	}
+	// Wait for the next request as the server waits on an idle
+	// keep-alive connection.
+	var idle <-chan time.Time
+	if s.idle > 0 {
+		s.heartbeat.Reset(s.idle)
+		idle = s.heartbeat.C
+	}
 	select {
-	case ev, ok := <-s.sub.Events():
-		for ok {
-			if s.add(ev.Name, ev) != nil {
-				return false
-			}
-			if ev.Lease != nil {
-				s.claim = ev.Lease.LeaseID
-			}
-			select {
-			case ev, ok = <-s.sub.Events():
-			default:
-				ok = false
-			}
-		}
-		return len(s.pending) > 0
-	case <-s.heartbeat.C:
-		s.buf = append(s.buf, sseKeepalive...)
-		s.pending = s.buf
-		return true
-	case <-s.gone:
-		return false
+	case b := <-watching:
+		return join(next, b), len(b) > 0
 	case <-s.done:
-		return false
+	case <-idle:
+	}
+	return nil, false
+}
+
+// join returns a followed by b, without copying when a is empty.
+func join(a, b []byte) []byte {
+	if len(a) == 0 {
+		return b
+	}
+	return append(a, b...)
+}
+
+// watch reads the connection while the stream lasts. An HTTP/1.1 client
+// sends nothing on it before the response has ended (unless it pipelines),
+// so the read returns either the start of its next request, or nothing
+// when the client closed the connection or the stream closed it.
+func (s *eventStream) watch() {
+	n, _ := s.conn.Read(s.rbuf)
+	s.read <- s.rbuf[:n]
+}
+
+// take adds one event received from the subscription (ok false: it has
+// ended). A stream that follows a request gets one event, its outcome,
+// after which it ends.
+func (s *eventStream) take(ev api.Event, ok bool) {
+	if !ok {
+		s.ended = true
+		return
+	}
+	if err := s.add(ev.Name, ev); err != nil {
+		log.L.WithError(err).Error("encoding an event")
+		s.sub.Close()
+		s.ended = true
+		return
+	}
+	if ev.Lease != nil {
+		s.claim = ev.Lease.LeaseID
+	}
+	if s.sub.requestID != "" {
+		s.ended = true
 	}
 }
 
-// add appends one event to the data to send.
+// collect takes the events already queued on the subscription, without
+// waiting, so that they leave in one write.
+func (s *eventStream) collect() {
+	for !s.ended {
+		select {
+		case ev, ok := <-s.sub.Events():
+			s.take(ev, ok)
+		default:
+			return
+		}
+	}
+}
+
+// add appends one event to the events to write.
 func (s *eventStream) add(name string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	s.buf = append(s.buf, "event: "...)
-	s.buf = append(s.buf, name...)
-	s.buf = append(s.buf, "\ndata: "...)
-	s.buf = append(s.buf, b...)
-	s.buf = append(s.buf, "\n\n"...)
-	s.pending = s.buf
+	s.events = append(s.events, "event: "...)
+	s.events = append(s.events, name...)
+	s.events = append(s.events, "\ndata: "...)
+	s.events = append(s.events, b...)
+	s.events = append(s.events, "\n\n"...)
 	return nil
 }
 
-// aLongTimeAgo is a read deadline that makes a blocked read return at once.
-var aLongTimeAgo = time.Unix(1, 0)
-
-// Close ends the subscription (a waiter leaves its queue) and stops the
-// watcher, handing the connection back to fasthttp for the next request.
-// fasthttp calls it once the response is written; it is idempotent.
-func (s *eventStream) Close() error {
-	if s.closed {
+// write frames the pending events as a chunk, with the end of the body
+// after them once the subscription has ended, and writes it all at once.
+func (s *eventStream) write() error {
+	if len(s.events) > 0 {
+		s.out = strconv.AppendInt(s.out, int64(len(s.events)), 16)
+		s.out = append(s.out, "\r\n"...)
+		s.out = append(s.out, s.events...)
+		s.out = append(s.out, "\r\n"...)
+		s.events = s.events[:0]
+	}
+	if s.ended {
+		s.out = append(s.out, lastChunk...)
+	}
+	if len(s.out) == 0 {
 		return nil
 	}
-	s.closed = true
-	s.heartbeat.Stop()
-	s.sub.Close()
-	if s.gone != nil {
-		_ = s.conn.SetReadDeadline(aLongTimeAgo)
-		<-s.gone
-		if s.sentData {
-			// Bytes the watcher consumed cannot be given back: the
-			// connection cannot carry another request.
-			return s.conn.Close()
-		}
-		_ = s.conn.SetReadDeadline(time.Time{})
+	_, err := s.conn.Write(s.out)
+	s.out = s.out[:0]
+	if err == nil && s.claim != "" {
+		s.sub.Claimed(s.claim)
+		s.claim = ""
 	}
-	return nil
+	return err
 }

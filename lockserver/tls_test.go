@@ -1,9 +1,12 @@
 package lockserver
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"testing"
 
@@ -34,8 +37,29 @@ func TestMutualTLS(t *testing.T) {
 	withCert := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}}}}
 	resp, err := withCert.Get(url)
 	require.NoError(t, err)
+	_, err = io.ReadAll(resp.Body)
+	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode)
+
+	// An event stream hands its TLS connection back: the next request
+	// is served on it.
+	base := strings.TrimSuffix(url, "/healthz")
+	for _, path := range []string{"/lock/subscribe?type=pull&resource_id=" + blob + "&request_id=unknown", "/healthz"} {
+		var reused bool
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+			GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused },
+		})
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		require.NoError(t, err)
+		resp, err := withCert.Do(req)
+		require.NoError(t, err)
+		_, err = io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode, path)
+		require.True(t, reused, "%s on the connection of the requests before", path)
+	}
 
 	_, err = http.Get(url)
 	require.Error(t, err, "plain clients do not trust the test CA")
