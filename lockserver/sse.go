@@ -13,9 +13,14 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// sseHeartbeat is how often an idle stream gets a comment line, so that
-// proxies and load balancers do not close it.
-const sseHeartbeat = 15 * time.Second
+const (
+	// sseHeartbeat is how often an idle stream gets a comment line, so
+	// that proxies and load balancers do not close it.
+	sseHeartbeat = 15 * time.Second
+	// sseWriteTimeout bounds one write of a stream: a client that stops
+	// reading for that long is dropped (a waiter leaves its queue).
+	sseWriteTimeout = 2 * sseHeartbeat
+)
 
 var (
 	sseKeepalive = []byte(": keepalive\n\n")
@@ -36,6 +41,14 @@ var (
 func (h *Handler) subscribe(ctx *fasthttp.RequestCtx) {
 	if !ctx.Request.Header.IsHTTP11() {
 		writeError(ctx, fmt.Errorf("event streams need HTTP/1.1: %w", api.ErrInvalidArgument))
+		return
+	}
+	if n := ctx.Request.Header.ContentLength(); n > 0 || n == -1 { // -1: chunked
+		// The stream takes the connection over where the request ends:
+		// a body (perhaps still arriving) would be read as the next
+		// request.
+		writeError(ctx, fmt.Errorf("a subscription has no body: %w", api.ErrInvalidArgument))
+		ctx.SetConnectionClose()
 		return
 	}
 	q := ctx.QueryArgs()
@@ -70,7 +83,8 @@ func (h *Handler) serveStream(hijacked net.Conn, s *eventStream) {
 	conn, ahead := takeOver(hijacked, s.rbuf)
 	s.conn = conn
 	next, ok := s.run(ahead)
-	if !ok || h.draining.Load() {
+	// The server sets no write deadline of its own: lift the stream's.
+	if !ok || h.draining.Load() || conn.SetWriteDeadline(time.Time{}) != nil {
 		_ = conn.Close()
 		return
 	}
@@ -260,6 +274,9 @@ func (s *eventStream) write() error {
 	}
 	if len(s.out) == 0 {
 		return nil
+	}
+	if err := s.conn.SetWriteDeadline(time.Now().Add(sseWriteTimeout)); err != nil {
+		return err
 	}
 	_, err := s.conn.Write(s.out)
 	s.out = s.out[:0]

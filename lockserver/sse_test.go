@@ -134,6 +134,23 @@ func TestStreamConnectionClose(t *testing.T) {
 	require.ErrorIs(t, err, io.EOF)
 }
 
+// TestStreamRefusesBody: a subscription with a body is refused, and the
+// connection closed: the body would otherwise be read as the next request.
+func TestStreamRefusesBody(t *testing.T) {
+	ts := startServer(t, t.TempDir())
+	for _, req := range []string{
+		subscribeReq("unknown", "Content-Length: 17\r\n") + "GET /x HTTP/1.1\r\n",
+		subscribeReq("unknown", "Transfer-Encoding: chunked\r\n") + "3\r\nabc\r\n0\r\n\r\n",
+	} {
+		c := dialRaw(t, ts.url)
+		c.send(t, req)
+		resp, body := c.response(t)
+		require.Equal(t, 400, resp.StatusCode)
+		require.True(t, resp.Close)
+		require.Equal(t, api.CodeInvalidArgument, decodeAs[api.ErrorResponse](t, []byte(body)).Code)
+	}
+}
+
 // TestStreamNeedsHTTP11: a stream is a chunked body, which HTTP/1.0 does
 // not have: such a request is refused with a clear error.
 func TestStreamNeedsHTTP11(t *testing.T) {
