@@ -214,11 +214,10 @@ func (b *httpBackend) do(ctx context.Context, method, path string, q url.Values,
 	req.SetRequestURI(target)
 	req.Header.SetMethod(method)
 	if in != nil {
-		j, err := json.Marshal(in)
-		if err != nil {
+		// Encoded straight into the request's (pooled) body.
+		if err := json.NewEncoder(req.BodyWriter()).Encode(in); err != nil {
 			return fmt.Errorf("lockclient: encoding %s request: %w", path, err)
 		}
-		req.SetBodyRaw(j)
 		req.Header.SetContentType(jsonMediaType)
 	}
 	req.Header.Set("Accept", jsonMediaType)

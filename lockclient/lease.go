@@ -31,8 +31,6 @@ type Lease struct {
 	TTL time.Duration
 
 	requestID string
-	done      chan struct{} // closed when the keepalive has ended for good
-	lost      chan struct{} // closed (once, by a renewal) when the lease lapsed
 
 	// Set by start, then read only by renewals (which never overlap: each
 	// arms the timer for the next) and stop.
@@ -43,10 +41,11 @@ type Lease struct {
 	renewing       sync.WaitGroup // the renewal in flight
 
 	mu      sync.Mutex
-	timer   *time.Timer // protected by mu; nil without keepalive
-	stopped bool        // protected by mu: no renewal may start
-	ended   bool        // protected by mu: done is closed
-	err     error       // protected by mu: why the lease was lost
+	timer   *time.Timer   // protected by mu; nil without keepalive
+	stopped bool          // protected by mu: no renewal may start
+	ended   bool          // protected by mu: the keepalive has ended for good
+	err     error         // protected by mu: why the lease was lost
+	lost    chan struct{} // protected by mu: made by Lost, closed once err is set
 }
 
 func newLease(req api.LockRequest, resp api.LockResponse) *Lease {
@@ -62,8 +61,6 @@ func newLease(req api.LockRequest, resp api.LockResponse) *Lease {
 		NodeID:     req.NodeID,
 		TTL:        ttl,
 		requestID:  req.RequestID,
-		done:       make(chan struct{}),
-		lost:       make(chan struct{}),
 	}
 }
 
@@ -71,7 +68,18 @@ func newLease(req api.LockRequest, resp api.LockResponse) *Lease {
 // renewal succeeded for a whole TTL (measured by the client from the grant
 // or the last successful renewal), or the coordinator answered that it no
 // longer knows the lease. It never closes after Unlock.
-func (l *Lease) Lost() <-chan struct{} { return l.lost }
+func (l *Lease) Lost() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// Made on demand: most leases are unlocked without anyone asking.
+	if l.lost == nil {
+		l.lost = make(chan struct{})
+		if l.err != nil {
+			close(l.lost)
+		}
+	}
+	return l.lost
+}
 
 // Err returns nil while the lease is held, and an error matching
 // ErrLeaseLost saying why once Lost has closed.
@@ -109,14 +117,11 @@ func (l *Lease) stop() {
 	l.end()
 }
 
-// end closes done once.
+// end records that the keepalive has ended for good.
 func (l *Lease) end() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.ended {
-		l.ended = true
-		close(l.done)
-	}
+	l.ended = true
 }
 
 // renew is the timer's function: one renewal, then it arms the timer for
@@ -174,7 +179,9 @@ func (l *Lease) lose(err error) {
 	}
 	l.err = err
 	l.stopped = true
-	close(l.lost)
+	if l.lost != nil {
+		close(l.lost)
+	}
 	l.mu.Unlock()
 	l.end()
 	logger(l.ctx).WithError(err).Warn("lease lost")

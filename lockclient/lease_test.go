@@ -53,11 +53,7 @@ func TestLeaseHeldAcrossTTLs(t *testing.T) {
 	requireWaiting(t, ch, "node-b")
 
 	require.NoError(t, holder.Unlock(context.Background(), res.Lease, true, nil))
-	select {
-	case <-res.Lease.done:
-	default:
-		t.Fatal("Unlock returned before the keepalive goroutine ended")
-	}
+	require.True(t, res.Lease.keepaliveEnded(), "Unlock returned before the keepalive ended")
 	o := recv(t, ch)
 	require.NoError(t, o.err)
 	require.True(t, o.res.Skipped)
@@ -143,12 +139,29 @@ func TestCloseStopsKeepalives(t *testing.T) {
 	res, err := c.Lock(context.Background(), Request{Type: OperationTypePull, ResourceID: blob})
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
-	select {
-	case <-res.Lease.done:
-	default:
-		t.Fatal("Close returned before the keepalive goroutine ended")
-	}
+	require.True(t, res.Lease.keepaliveEnded(), "Close returned before the keepalive ended")
 	other := newHTTPClient(t, ts.url, "node-b")
 	require.Eventually(t, func() bool { return status(t, other, OperationTypePull, blob).Holder == nil },
 		testTimeout, 10*time.Millisecond, "the unrenewed lease expires")
+}
+
+// keepaliveEnded reports whether the lease's keepalive has ended for good.
+func (l *Lease) keepaliveEnded() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ended
+}
+
+// TestLostAskedAfterTheLoss: Lost, asked for the first time after the
+// lease lapsed, is already closed.
+func TestLostAskedAfterTheLoss(t *testing.T) {
+	l := newLease(api.LockRequest{Type: OperationTypePull, ResourceID: blob}, api.LockResponse{LeaseID: "l1"})
+	l.ctx = context.Background()
+	l.lose(ErrLeaseLost)
+	select {
+	case <-l.Lost():
+	default:
+		t.Fatal("Lost is open after the loss")
+	}
+	require.ErrorIs(t, l.Err(), ErrLeaseLost)
 }

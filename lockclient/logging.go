@@ -39,7 +39,10 @@ func logger(ctx context.Context) *log.Entry {
 }
 
 // debugEnabled reports whether ctx's logger writes debug lines, so that a
-// hot path builds them only then.
+// hot path builds them only then. log.G copies the default logger's entry
+// when ctx carries none, so the default level is checked first: the
+// loggers of containerd and of this module derive from it and share its
+// level.
 func debugEnabled(ctx context.Context) bool {
-	return log.G(ctx).Logger.IsLevelEnabled(log.DebugLevel)
+	return log.GetLevel() >= log.DebugLevel && log.G(ctx).Logger.IsLevelEnabled(log.DebugLevel)
 }

@@ -262,7 +262,8 @@ func decode(ctx *fasthttp.RequestCtx, v any) bool {
 	defer putBodyBuffer(buf)
 	var err error
 	if body := ctx.RequestBodyStream(); body != nil {
-		_, err = buf.ReadFrom(io.LimitReader(body, api.MaxBodyBytes+1))
+		limited := bodyLimit{r: body, n: api.MaxBodyBytes + 1}
+		_, err = buf.ReadFrom(&limited)
 		if err == nil && buf.Len() > api.MaxBodyBytes {
 			// Read what the client is still sending (within the
 			// server's read timeout), so that closing the connection
@@ -285,6 +286,25 @@ func decode(ctx *fasthttp.RequestCtx, v any) bool {
 		return false
 	}
 	return true
+}
+
+// bodyLimit is io.LimitReader's reader, as a value the caller can keep
+// on its stack.
+type bodyLimit struct {
+	r io.Reader
+	n int64
+}
+
+func (l *bodyLimit) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
 }
 
 // maxDrainBytes bounds what the server reads of an oversized body before

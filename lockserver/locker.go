@@ -38,8 +38,8 @@ type Locker struct {
 // shard owns the resources whose resource_id hashes to it.
 type shard struct {
 	mu        sync.Mutex
-	resources map[string]*resource // protected by mu
-	released  map[string]released  // lease id → outcome; protected by mu
+	resources map[string]*resource  // protected by mu
+	released  map[leaseKey]released // lease id → outcome; protected by mu
 }
 
 // Options are the collaborators of a Locker.
@@ -80,7 +80,7 @@ func NewLocker(cfg Config, opts Options) (*Locker, error) {
 		stop:    make(chan struct{}),
 	}
 	for i := range l.shards {
-		l.shards[i] = &shard{resources: make(map[string]*resource), released: make(map[string]released)}
+		l.shards[i] = &shard{resources: make(map[string]*resource), released: make(map[leaseKey]released)}
 	}
 	for _, sh := range l.shards {
 		l.wg.Add(1)
@@ -244,8 +244,10 @@ func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 	defer sh.mu.Unlock()
 	r := sh.resources[req.ResourceID]
 	if r == nil || r.keys[t].holder == nil || r.keys[t].holder.leaseID != req.LeaseID {
-		if rel, ok := sh.released[req.LeaseID]; ok && rel.success == req.Success {
-			return api.UnlockResponse{Released: true}, nil
+		if key, ok := leaseKeyOf(req.LeaseID); ok {
+			if rel, ok := sh.released[key]; ok && rel.success == req.Success {
+				return api.UnlockResponse{Released: true}, nil
+			}
 		}
 		return api.UnlockResponse{}, fmt.Errorf("%s:%s: lease %s is not held (expired, released or wrong key): %w",
 			req.Type, req.ResourceID, req.LeaseID, api.ErrNotHolder)
@@ -361,7 +363,9 @@ func (l *Locker) release(ctx context.Context, sh *shard, r *resource, t typeInde
 	k := &r.keys[t]
 	g := k.holder
 	k.holder = nil
-	sh.released[g.leaseID] = released{success: success, at: now}
+	if key, ok := leaseKeyOf(g.leaseID); ok {
+		sh.released[key] = released{success: success, at: now.UnixNano()}
+	}
 	l.metrics.hold[t].Observe(now.Sub(g.acquired).Seconds())
 	switch reason {
 	case "expired", "unclaimed":

@@ -427,3 +427,21 @@ func TestNoPullSkipWhileDeleteInFlight(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, st.Request.Acquired, "after the delete, the pull downloads again")
 }
+
+// TestReleasedRemembersForALeaseTTL: a release is remembered, for a
+// retried Unlock whose answer was lost, for a lease TTL, then forgotten.
+func TestReleasedRemembersForALeaseTTL(t *testing.T) {
+	l := newTestLocker(t)
+	a := mustLock(t, l, api.OperationPull, "n1")
+	unlock(t, l, api.OperationPull, a.LeaseID, true)
+	sh := l.shardFor(blob)
+	l.sweep(sh, time.Now().Add(l.cfg.LeaseTTL/2))
+	unlock(t, l, api.OperationPull, a.LeaseID, true)
+
+	l.sweep(sh, time.Now().Add(l.cfg.LeaseTTL+time.Second))
+	_, err := l.Unlock(context.Background(), api.UnlockRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: a.LeaseID, Success: true})
+	require.ErrorIs(t, err, api.ErrNotHolder)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	require.Empty(t, sh.released)
+}

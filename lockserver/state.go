@@ -87,10 +87,25 @@ type completion struct {
 }
 
 // released remembers a lease that ended, so a retried Unlock with the same
-// outcome is answered instead of refused.
+// outcome is answered instead of refused. A shard keeps one per release
+// for a lease TTL (hundreds of thousands under load): the map's keys and
+// values hold no pointers, so the garbage collector does not scan it.
 type released struct {
 	success bool
-	at      time.Time
+	at      int64 // UnixNano of the release
+}
+
+// leaseKey is a lease ID as a key of the released map. IDs are 32 hex
+// digits (newID); another string was never a lease.
+type leaseKey [32]byte
+
+func leaseKeyOf(id string) (leaseKey, bool) {
+	var k leaseKey
+	if len(id) != len(k) {
+		return k, false
+	}
+	copy(k[:], id)
+	return k, true
 }
 
 func (r *resource) empty() bool {

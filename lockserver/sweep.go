@@ -55,7 +55,7 @@ func (l *Locker) sweep(sh *shard, now time.Time) {
 		sh.tidy(r)
 	}
 	for lease, rel := range sh.released {
-		if now.Sub(rel.at) > l.cfg.LeaseTTL {
+		if now.UnixNano()-rel.at > int64(l.cfg.LeaseTTL) {
 			delete(sh.released, lease)
 		}
 	}
