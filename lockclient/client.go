@@ -107,7 +107,7 @@ func (c *Client) Close() error {
 // retained completion and queue. Transient errors are retried.
 func (c *Client) Status(ctx context.Context, typ OperationType, resourceID string) (*api.StatusResponse, error) {
 	var st api.StatusResponse
-	err := c.retry(ctx, "status "+string(typ)+":"+resourceID, func(ctx context.Context) error {
+	err := c.retry(ctx, call{op: "status", typ: typ, id: resourceID}, func(ctx context.Context) error {
 		var err error
 		st, err = c.backend.Status(ctx, typ, resourceID, "")
 		return err
@@ -124,7 +124,7 @@ func (c *Client) Status(ctx context.Context, typ OperationType, resourceID strin
 // referrer is idempotent).
 func (c *Client) AddRef(ctx context.Context, resourceID string) (api.RefsResponse, error) {
 	var refs api.RefsResponse
-	err := c.retry(ctx, "add ref "+resourceID, func(ctx context.Context) error {
+	err := c.retry(ctx, call{op: "add ref", id: resourceID}, func(ctx context.Context) error {
 		var err error
 		refs, err = c.backend.AddRef(ctx, resourceID, c.opts.nodeID)
 		return err
@@ -136,7 +136,7 @@ func (c *Client) AddRef(ctx context.Context, resourceID string) (api.RefsRespons
 // retried.
 func (c *Client) Refs(ctx context.Context, resourceID string) (api.RefsResponse, error) {
 	var refs api.RefsResponse
-	err := c.retry(ctx, "refs "+resourceID, func(ctx context.Context) error {
+	err := c.retry(ctx, call{op: "refs", id: resourceID}, func(ctx context.Context) error {
 		var err error
 		refs, err = c.backend.Refs(ctx, resourceID)
 		return err
@@ -148,7 +148,7 @@ func (c *Client) Refs(ctx context.Context, resourceID string) (api.RefsResponse,
 // retries have failed; then the error is ErrUnavailable as well as the last
 // error. Refusals are returned as they are (they name the key); other
 // errors are prefixed with what.
-func (c *Client) retry(ctx context.Context, what string, fn func(context.Context) error) error {
+func (c *Client) retry(ctx context.Context, what call, fn func(context.Context) error) error {
 	var timer *time.Timer
 	for attempt := 1; ; attempt++ {
 		err := fn(ctx)
@@ -163,7 +163,7 @@ func (c *Client) retry(ctx context.Context, what string, fn func(context.Context
 			return fmt.Errorf("%s: giving up after %d attempt(s): %w", what, attempt, unreachable(err))
 		}
 		logger(ctx).WithError(err).WithField("attempt", attempt).WithField("retry_in", c.opts.retryInterval).
-			Warn(what + " failed; retrying")
+			Warn(what.String() + " failed; retrying")
 		if timer == nil {
 			timer = time.NewTimer(c.opts.retryInterval)
 			defer timer.Stop()

@@ -95,10 +95,10 @@ func (c *Client) lock(ctx context.Context, req Request, wait bool) (*LockResult,
 	if !wait {
 		lr.Wait = new(bool)
 	}
-	key := string(lr.Type) + ":" + lr.ResourceID
-	ctx = withCallFields(ctx, callFields{key: key, requestID: lr.RequestID})
+	what := call{op: "lock", typ: lr.Type, id: lr.ResourceID}
+	ctx = withCallFields(ctx, callFields{typ: lr.Type, resourceID: lr.ResourceID, requestID: lr.RequestID})
 	if c.isClosed() {
-		return failed(fmt.Errorf("lock %s: client closed: %w", key, ErrUnavailable))
+		return failed(fmt.Errorf("%s: client closed: %w", what, ErrUnavailable))
 	}
 
 	var (
@@ -107,7 +107,7 @@ func (c *Client) lock(ctx context.Context, req Request, wait bool) (*LockResult,
 		// Acquire saw ctx end and gave the request back itself.
 		tried, cleaned bool
 	)
-	err = c.retry(ctx, "lock "+key, func(ctx context.Context) error {
+	err = c.retry(ctx, what, func(ctx context.Context) error {
 		var err error
 		tried = true
 		if wait {
@@ -131,17 +131,17 @@ func (c *Client) lock(ctx context.Context, req Request, wait bool) (*LockResult,
 		return &LockResult{Skipped: true}, nil
 	case !resp.Acquired:
 		giveBack(ctx, c.backend, lr, c.opts.requestTimeout)
-		return failed(fmt.Errorf("lock %s: coordinator answered neither acquired nor skipped (queued=%v)", key, resp.Queued))
+		return failed(fmt.Errorf("%s: coordinator answered neither acquired nor skipped (queued=%v)", what, resp.Queued))
 	case ctx.Err() != nil:
 		giveBack(ctx, c.backend, lr, c.opts.requestTimeout)
-		return failed(fmt.Errorf("lock %s: %w", key, ctx.Err()))
+		return failed(fmt.Errorf("%s: %w", what, ctx.Err()))
 	}
 	lease := newLease(lr, resp)
 	lease.start(ctx, c.backend, c.opts.requestTimeout, received)
 	if !c.track(lease) {
 		lease.stop()
 		giveBack(ctx, c.backend, lr, c.opts.requestTimeout)
-		return failed(fmt.Errorf("lock %s: client closed: %w", key, ErrUnavailable))
+		return failed(fmt.Errorf("%s: client closed: %w", what, ErrUnavailable))
 	}
 	if debugEnabled(ctx) {
 		logger(ctx).WithField("fence", lease.Fence).Debug("lock acquired")
@@ -190,13 +190,12 @@ func (c *Client) Unlock(ctx context.Context, lease *Lease, success bool, opErr e
 	// timer of its own: each attempt by the request timeout, and at most
 	// 1+MaxRetries attempts.
 	ctx = context.WithoutCancel(ctx)
-	key := string(lease.Type) + ":" + lease.ResourceID
-	ctx = withCallFields(ctx, callFields{key: key, fence: lease.Fence})
+	ctx = withCallFields(ctx, callFields{typ: lease.Type, resourceID: lease.ResourceID, fence: lease.Fence})
 	req := api.UnlockRequest{Type: lease.Type, ResourceID: lease.ResourceID, LeaseID: lease.ID, Success: success}
 	if !success && opErr != nil {
 		req.Error = opErr.Error()
 	}
-	err := c.retry(ctx, "unlock "+key, func(ctx context.Context) error {
+	err := c.retry(ctx, call{op: "unlock", typ: lease.Type, id: lease.ResourceID}, func(ctx context.Context) error {
 		_, err := c.backend.Unlock(ctx, req)
 		return err
 	})

@@ -10,9 +10,10 @@ import (
 // context and become a log entry only when a line is written: building
 // logrus entries up front cost a tenth of a lock cycle's allocations.
 type callFields struct {
-	key       string // type:resource_id
-	requestID string // Lock
-	fence     uint64 // Unlock
+	typ        OperationType
+	resourceID string
+	requestID  string // Lock
+	fence      uint64 // Unlock
 }
 
 type callFieldsKey struct{}
@@ -28,7 +29,7 @@ func logger(ctx context.Context) *log.Entry {
 	if !ok {
 		return e
 	}
-	fields := log.Fields{"key": f.key}
+	fields := log.Fields{"key": string(f.typ) + ":" + f.resourceID}
 	if f.requestID != "" {
 		fields["request_id"] = f.requestID
 	}
@@ -45,4 +46,20 @@ func logger(ctx context.Context) *log.Entry {
 // level.
 func debugEnabled(ctx context.Context) bool {
 	return log.GetLevel() >= log.DebugLevel && log.G(ctx).Logger.IsLevelEnabled(log.DebugLevel)
+}
+
+// call names an operation of the client for its errors and logs, as "op
+// type:resource" or "op resource"; the string is made only when one is
+// written.
+type call struct {
+	op  string
+	typ OperationType // empty for operations on a resource of any type
+	id  string
+}
+
+func (c call) String() string {
+	if c.typ == "" {
+		return c.op + " " + c.id
+	}
+	return c.op + " " + string(c.typ) + ":" + c.id
 }

@@ -40,7 +40,13 @@ type shard struct {
 	mu        sync.Mutex
 	resources map[string]*resource  // protected by mu
 	released  map[leaseKey]released // lease id → outcome; protected by mu
+	// free holds forgotten resources for reuse: a lock on an idle key
+	// (the common case) would otherwise allocate one per acquire.
+	free []*resource // protected by mu
 }
+
+// maxFreeResources bounds a shard's free list.
+const maxFreeResources = 64
 
 // Options are the collaborators of a Locker.
 type Options struct {
@@ -131,16 +137,27 @@ func (l *Locker) shardFor(resourceID string) *shard {
 func (sh *shard) resource(id string) *resource {
 	r := sh.resources[id]
 	if r == nil {
-		r = &resource{id: id}
+		if n := len(sh.free); n > 0 {
+			r, sh.free = sh.free[n-1], sh.free[:n-1]
+			r.id = id
+		} else {
+			r = &resource{id: id}
+		}
 		sh.resources[id] = r
 	}
 	return r
 }
 
-// tidy forgets r once nothing is held, queued, retained or watched.
+// tidy forgets r once nothing is held, queued, retained or watched, and
+// keeps it for reuse. r must not be used after (callers tidy last).
 func (sh *shard) tidy(r *resource) {
-	if r.empty() {
-		delete(sh.resources, r.id)
+	if !r.empty() || sh.resources[r.id] != r {
+		return
+	}
+	delete(sh.resources, r.id)
+	if len(sh.free) < maxFreeResources {
+		*r = resource{}
+		sh.free = append(sh.free, r)
 	}
 }
 
