@@ -184,3 +184,17 @@ func TestStreamIdleConnectionCloses(t *testing.T) {
 	_, err = c.r.ReadByte()
 	require.ErrorIs(t, err, io.EOF, "closed by the idle timeout, not by the test's deadline (%v)", errors.Is(err, os.ErrDeadlineExceeded))
 }
+
+// TestShutdownClosesConnectionsAfterStreams: a connection waiting for the
+// next request after its stream is the stream's, not the server's, to
+// close: Shutdown closes it.
+func TestShutdownClosesConnectionsAfterStreams(t *testing.T) {
+	ts := startServer(t, t.TempDir())
+	c := dialRaw(t, ts.url)
+	c.send(t, subscribeReq("unknown"))
+	resp, _ := c.response(t)
+	require.Equal(t, 200, resp.StatusCode)
+	ts.Stop()
+	_, err := c.r.ReadByte()
+	require.ErrorIs(t, err, io.EOF)
+}
