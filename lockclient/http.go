@@ -43,10 +43,11 @@ type ShortClient interface {
 // httpBackend is the Backend of a remote lock server (SPEC §3's HTTP API).
 // Its fields are set by newHTTPBackend and never change.
 type httpBackend struct {
-	base  string       // server URL without a trailing slash
-	short ShortClient  // short requests
-	long  *http.Client // event streams, without a timeout
-	auth  string       // Authorization header value; empty sends none
+	base  string            // server URL without a trailing slash
+	urls  map[string]string // path → base+path, for the short requests' paths
+	short ShortClient       // short requests
+	long  *http.Client      // event streams, without a timeout
+	auth  string            // Authorization header value; empty sends none
 
 	pollInterval   time.Duration
 	requestTimeout time.Duration // bounds short requests and a stream's first event
@@ -73,6 +74,10 @@ func newHTTPBackend(serverURL string, o *options) (*httpBackend, error) {
 	}
 	if o.token != "" {
 		b.auth = "Bearer " + o.token
+	}
+	b.urls = make(map[string]string)
+	for _, p := range []string{"/lock", "/unlock", "/lock/keepalive", "/lock/cancel", "/lock/status", "/refs/add", "/refs"} {
+		b.urls[p] = b.base + p
 	}
 	if b.short == nil {
 		b.short = newHostClient(u, o.tlsConfig)
@@ -207,7 +212,10 @@ func (b *httpBackend) do(ctx context.Context, method, path string, q url.Values,
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 
-	target := b.base + path
+	target, ok := b.urls[path]
+	if !ok {
+		target = b.base + path
+	}
 	if q != nil {
 		target += "?" + q.Encode()
 	}

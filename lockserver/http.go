@@ -258,13 +258,13 @@ func (h *Handler) refs(ctx *fasthttp.RequestCtx) {
 // decode reads the request body, at most api.MaxBodyBytes, and decodes it
 // strictly into v. On failure it has written the error.
 func decode(ctx *fasthttp.RequestCtx, v any) bool {
-	buf := bodyBuffers.Get().(*bytes.Buffer)
-	defer putBodyBuffer(buf)
+	b := bodyBuffers.Get().(*bodyBuffer)
+	defer b.put()
 	var err error
 	if body := ctx.RequestBodyStream(); body != nil {
-		limited := bodyLimit{r: body, n: api.MaxBodyBytes + 1}
-		_, err = buf.ReadFrom(&limited)
-		if err == nil && buf.Len() > api.MaxBodyBytes {
+		b.limit = bodyLimit{r: body, n: api.MaxBodyBytes + 1}
+		_, err = b.buf.ReadFrom(&b.limit)
+		if err == nil && b.buf.Len() > api.MaxBodyBytes {
 			// Read what the client is still sending (within the
 			// server's read timeout), so that closing the connection
 			// after the answer does not reset it before the client has
@@ -276,10 +276,10 @@ func decode(ctx *fasthttp.RequestCtx, v any) bool {
 			err = fmt.Errorf("reading the request body: %w: %w", api.ErrInvalidArgument, err)
 		}
 	} else {
-		buf.Write(ctx.PostBody())
+		b.buf.Write(ctx.PostBody())
 	}
 	if err == nil {
-		err = DecodeRequest(buf.Bytes(), v)
+		err = DecodeRequest(b.buf.Bytes(), v)
 	}
 	if err != nil {
 		writeError(ctx, err)
@@ -288,8 +288,27 @@ func decode(ctx *fasthttp.RequestCtx, v any) bool {
 	return true
 }
 
-// bodyLimit is io.LimitReader's reader, as a value the caller can keep
-// on its stack.
+// bodyBuffer holds a request body while it is decoded, and the reader
+// that bounds it (pooled together: a reader passed as an io.Reader would
+// otherwise be allocated per request).
+type bodyBuffer struct {
+	buf   bytes.Buffer
+	limit bodyLimit
+}
+
+// bodyBuffers holds bodyBuffers between requests.
+var bodyBuffers = sync.Pool{New: func() any { return new(bodyBuffer) }}
+
+func (b *bodyBuffer) put() {
+	b.limit = bodyLimit{}
+	if b.buf.Cap() > 64<<10 {
+		return // an unusual body: let it go
+	}
+	b.buf.Reset()
+	bodyBuffers.Put(b)
+}
+
+// bodyLimit is io.LimitReader's reader.
 type bodyLimit struct {
 	r io.Reader
 	n int64
@@ -310,17 +329,6 @@ func (l *bodyLimit) Read(p []byte) (int, error) {
 // maxDrainBytes bounds what the server reads of an oversized body before
 // it answers 413 and closes the connection.
 const maxDrainBytes = 64 << 20
-
-// bodyBuffers holds request bodies while they are decoded.
-var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-func putBodyBuffer(b *bytes.Buffer) {
-	if b.Cap() > 64<<10 {
-		return // an unusual body: let it go
-	}
-	b.Reset()
-	bodyBuffers.Put(b)
-}
 
 // DecodeRequest strictly decodes one JSON request body into v: exactly one
 // object, no unknown or duplicate members, valid UTF-8, nothing after it.
