@@ -7,9 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sharedcontent/sharedcontent/integration/testnet"
 )
 
 // The HTTP floors are lock services that do no locking and no JSON: POST
@@ -41,13 +42,13 @@ func startNetHTTPFloor() (*lockSystem, error) {
 	mux.HandleFunc("POST /lock", answer)
 	mux.HandleFunc("POST /unlock", answer)
 	srv := &http.Server{Handler: mux}
-	accepted := new(atomic.Int64)
-	go srv.Serve(countingListener{Listener: ln, n: accepted})
+	counted := testnet.Count(ln)
+	go srv.Serve(counted)
 	base := "http://" + ln.Addr().String()
 	return &lockSystem{
 		name:         "HTTP floor: net/http",
 		distinctOnly: true,
-		accepted:     accepted.Load,
+		accepted:     counted.Accepted,
 		newClient: func(int) (lockClient, error) {
 			return &netHTTPFloorClient{base: base, c: &http.Client{Transport: &http.Transport{}, Timeout: unlockTimeout}}, nil
 		},
@@ -97,13 +98,13 @@ func startFastHTTPFloor() (*lockSystem, error) {
 			c.SetStatusCode(fasthttp.StatusNotFound)
 		}
 	}}
-	accepted := new(atomic.Int64)
-	go srv.Serve(countingListener{Listener: ln, n: accepted})
+	counted := testnet.Count(ln)
+	go srv.Serve(counted)
 	addr := ln.Addr().String()
 	return &lockSystem{
 		name:         "HTTP floor: fasthttp",
 		distinctOnly: true,
-		accepted:     accepted.Load,
+		accepted:     counted.Accepted,
 		newClient: func(int) (lockClient, error) {
 			return &fastHTTPFloorClient{addr: addr, c: &fasthttp.HostClient{Addr: addr, MaxConns: 1}}, nil
 		},

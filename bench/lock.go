@@ -13,13 +13,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/sharedcontent/sharedcontent/integration/testnet"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 )
@@ -59,20 +59,6 @@ type lockSystem struct {
 	distinctOnly bool
 }
 
-// countingListener counts accepted connections.
-type countingListener struct {
-	net.Listener
-	n *atomic.Int64
-}
-
-func (l countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.n.Add(1)
-	}
-	return c, err
-}
-
 // ---- sharedcontent: the lock server over HTTP through lockclient ----
 
 // startOurs starts the lock server in this process, on a loopback TCP
@@ -92,12 +78,12 @@ func startOurs() (*lockSystem, error) {
 	if err != nil {
 		return nil, err
 	}
-	accepted := new(atomic.Int64)
-	go srv.Serve(countingListener{Listener: ln, n: accepted})
+	counted := testnet.Count(ln)
+	go srv.Serve(counted)
 	url := "http://" + ln.Addr().String()
 	return &lockSystem{
 		name:     "sharedcontent",
-		accepted: accepted.Load,
+		accepted: counted.Accepted,
 		newClient: func(i int) (lockClient, error) {
 			c, err := lockclient.New(url, lockclient.WithNodeID(fmt.Sprintf("bench-%d", i)))
 			if err != nil {

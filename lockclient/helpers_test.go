@@ -8,13 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 
+	"github.com/sharedcontent/sharedcontent/integration/testnet"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
@@ -29,8 +29,8 @@ type testServer struct {
 	*lockserver.Server
 	addr string
 	url  string
-	// accepted counts the TCP connections the server has accepted.
-	accepted atomic.Int64
+	// ln counts the TCP connections the server has accepted.
+	ln *testnet.CountingListener
 
 	mu      sync.Mutex
 	done    chan error
@@ -56,23 +56,10 @@ func startServerAt(t testing.TB, addr string, mutate ...func(*lockserver.ServerC
 	ln, err := net.Listen("tcp", addr)
 	require.NoError(t, err)
 	ts := &testServer{Server: s, addr: ln.Addr().String(), url: "http://" + ln.Addr().String(), done: make(chan error, 1)}
-	go func() { ts.done <- s.Serve(countingListener{ln, &ts.accepted}) }()
+	ts.ln = testnet.Count(ln)
+	go func() { ts.done <- s.Serve(ts.ln) }()
 	t.Cleanup(func() { ts.stop(t) })
 	return ts
-}
-
-// countingListener counts the connections it accepts.
-type countingListener struct {
-	net.Listener
-	n *atomic.Int64
-}
-
-func (l countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.n.Add(1)
-	}
-	return c, err
 }
 
 // stop shuts the server down (ending its event streams) and waits for it.

@@ -197,5 +197,5 @@ func TestWaitsReuseConnections(t *testing.T) {
 	}
 	// One connection for each client's requests and one for the waiter's
 	// streams; a dropped stream connection would make one per round.
-	require.LessOrEqual(t, ts.accepted.Load(), int64(4), "connections for %d waits", rounds)
+	require.LessOrEqual(t, ts.ln.Accepted(), int64(4), "connections for %d waits", rounds)
 }

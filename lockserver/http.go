@@ -261,6 +261,7 @@ func decode(ctx *fasthttp.RequestCtx, v any) bool {
 	b := bodyBuffers.Get().(*bodyBuffer)
 	defer b.put()
 	var err error
+	// HTTPServer streams request bodies; a request without one has none.
 	if body := ctx.RequestBodyStream(); body != nil {
 		b.limit = bodyLimit{r: body, n: api.MaxBodyBytes + 1}
 		_, err = b.buf.ReadFrom(&b.limit)
@@ -275,8 +276,6 @@ func decode(ctx *fasthttp.RequestCtx, v any) bool {
 		} else if err != nil {
 			err = fmt.Errorf("reading the request body: %w: %w", api.ErrInvalidArgument, err)
 		}
-	} else {
-		b.buf.Write(ctx.PostBody())
 	}
 	if err == nil {
 		err = DecodeRequest(b.buf.Bytes(), v)
