@@ -271,8 +271,12 @@ func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 	}
 	defer sh.tidy(r)
 	g := r.keys[t].holder
+	if req.Success && t != idxUpdate {
+		l.complete(r, t, g, now)
+	}
 	if req.Success {
-		// The referrer set changes on disk before anyone is told.
+		// The referrer set changes on disk before the lock moves on: a
+		// queued delete reaching its turn must see the puller.
 		var err error
 		switch t {
 		case idxPull:
@@ -392,29 +396,39 @@ func (l *Locker) release(ctx context.Context, sh *shard, r *resource, t typeInde
 	}
 
 	if success && t != idxUpdate {
-		// The work is done: remember it, and everyone waiting skips.
-		k.completed = &completion{nodeID: g.nodeID, at: now}
-		if t == idxPull {
-			r.keys[idxDelete].completed = nil
-		} else {
-			r.keys[idxPull].completed = nil
-		}
-		for _, w := range k.queue {
-			if l.trace != nil {
-				l.trace("skipped", t, r.id, w.requestID)
-			}
-			w.sub.finish(l.event(r, t, api.EventCompleted, w.nodeID, w.requestID, true, ""))
-			l.metrics.result(t, resultSkipped)
-			l.metrics.wait[t].Observe(now.Sub(w.queued).Seconds())
-			l.metrics.queueDepth[t].Dec()
-		}
-		clear(k.queue)
-		k.queue = k.queue[:0]
 		l.notifyWatchers(r, t, api.EventCompleted, g.nodeID, g.requestID, true, reason)
 	} else {
 		l.notifyWatchers(r, t, api.EventReleased, g.nodeID, g.requestID, success, reason)
 	}
 	l.advance(ctx, r, now)
+}
+
+// complete records that the holder g of r.keys[t] (a pull or a delete)
+// succeeded: everyone waiting on the key skips, and so do newcomers for
+// CompletedTTL. Unlock calls it before the referrer write because what the
+// waiters learn is already true on the shared storage (the holder committed,
+// or removed, the blob before unlocking) and each of them records its own
+// use before relying on the blob. Only grants read the referrer set, and
+// they wait for the write (release, advance).
+func (l *Locker) complete(r *resource, t typeIndex, g *grant, now time.Time) {
+	k := &r.keys[t]
+	k.completed = &completion{nodeID: g.nodeID, at: now}
+	if t == idxPull {
+		r.keys[idxDelete].completed = nil
+	} else {
+		r.keys[idxPull].completed = nil
+	}
+	for _, w := range k.queue {
+		if l.trace != nil {
+			l.trace("skipped", t, r.id, w.requestID)
+		}
+		w.sub.finish(l.event(r, t, api.EventCompleted, w.nodeID, w.requestID, true, ""))
+		l.metrics.result(t, resultSkipped)
+		l.metrics.wait[t].Observe(now.Sub(w.queued).Seconds())
+		l.metrics.queueDepth[t].Dec()
+	}
+	clear(k.queue)
+	k.queue = k.queue[:0]
 }
 
 // advance grants the head of every queue of r that is free and compatible

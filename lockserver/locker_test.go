@@ -3,9 +3,12 @@ package lockserver
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
@@ -444,4 +447,93 @@ func TestReleasedRemembersForALeaseTTL(t *testing.T) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	require.Empty(t, sh.released)
+}
+
+// gatedStorage holds referrer writes at a gate once armed, to observe what
+// the Locker does while one is in flight.
+type gatedStorage struct {
+	refcount.Storage
+	armed   atomic.Bool
+	entered chan struct{}
+	open    chan struct{}
+	opened  sync.Once
+}
+
+// release lets held and later writes through.
+func (s *gatedStorage) release() {
+	s.armed.Store(false)
+	s.opened.Do(func() { close(s.open) })
+}
+
+func (s *gatedStorage) Set(ctx context.Context, id string, rc refcount.ReferenceCount) error {
+	if s.armed.Load() {
+		s.entered <- struct{}{}
+		<-s.open
+	}
+	return s.Storage.Set(ctx, id, rc)
+}
+
+// TestWaitersSkipBeforeReferrerWrite: a pull's waiters learn of its success
+// while the holder's referrer is still being written (what they are told is
+// already true of the blob), but a queued delete gets its turn only after
+// the write, and then sees the puller.
+func TestWaitersSkipBeforeReferrerWrite(t *testing.T) {
+	ctx := context.Background()
+	store := &gatedStorage{Storage: refcount.NewMemoryStorage(), entered: make(chan struct{}), open: make(chan struct{})}
+	l, err := NewLocker(DefaultConfig(), Options{Refs: refcount.NewManager(store, refcount.Config{})})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+
+	p := mustLock(t, l, api.OperationPull, "n1")
+	w := mustLock(t, l, api.OperationPull, "n2")
+	wait := true
+	d, err := l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: blob, NodeID: "n3", Wait: &wait})
+	require.NoError(t, err)
+	require.True(t, w.Queued)
+	require.True(t, d.Queued)
+	sw, err := l.Subscribe(api.OperationPull, blob, w.RequestID)
+	require.NoError(t, err)
+	t.Cleanup(sw.Close)
+	sd, err := l.Subscribe(api.OperationDelete, blob, d.RequestID)
+	require.NoError(t, err)
+	t.Cleanup(sd.Close)
+
+	t.Cleanup(store.release) // runs first: a failed check must not leave the write held
+	store.armed.Store(true)
+	unlocked := make(chan error, 1)
+	go func() {
+		_, err := l.Unlock(ctx, api.UnlockRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: p.LeaseID, Success: true})
+		unlocked <- err
+	}()
+	<-store.entered // the referrer write is in flight
+	ev := receive(t, sw.Events())
+	require.Equal(t, api.EventCompleted, ev.Name)
+	require.Empty(t, sd.Events(), "the delete must not be decided before the puller's referrer is written")
+	refs := make(chan api.RefsResponse, 1)
+	go func() {
+		rc, err := l.Refs(ctx, blob)
+		assert.NoError(t, err)
+		refs <- rc
+	}()
+
+	store.release()
+	require.NoError(t, <-unlocked)
+	require.Equal(t, []string{"n1"}, (<-refs).Nodes, "a referrer read waits for the unlock to finish")
+	ev = receive(t, sd.Events())
+	require.Equal(t, api.EventError, ev.Name)
+	require.NotNil(t, ev.Error)
+	require.Equal(t, api.CodeInUse, ev.Error.Code, "the delete sees the puller's referrer")
+	require.Equal(t, []string{"n1"}, ev.Error.Refs.Nodes)
+}
+
+func receive(t *testing.T, ch <-chan api.Event) api.Event {
+	t.Helper()
+	select {
+	case ev, ok := <-ch:
+		require.True(t, ok, "stream ended without an event")
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event within 10 s")
+		return api.Event{}
+	}
 }

@@ -36,11 +36,16 @@ func (l *Locker) AddRef(ctx context.Context, resourceID, nodeID string) (api.Ref
 	return api.RefsResponse{ResourceID: resourceID, Count: rc.Count, Nodes: rc.NodeList()}, nil
 }
 
-// Refs handles GET /refs: the nodes that reference the resource.
+// Refs handles GET /refs: the nodes that reference the resource. It reads
+// under the shard mutex, so it never sees an unlock half done (waiters told
+// to skip, the holder's referrer still being written).
 func (l *Locker) Refs(ctx context.Context, resourceID string) (api.RefsResponse, error) {
 	if err := validateResourceID(resourceID); err != nil {
 		return api.RefsResponse{}, err
 	}
+	sh := l.shardFor(resourceID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	rc, err := l.refs.GetRefCount(ctx, resourceID)
 	if err != nil {
 		return api.RefsResponse{}, fmt.Errorf("refs %s: %w", resourceID, err)
