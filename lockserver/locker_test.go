@@ -457,7 +457,11 @@ type gatedStorage struct {
 	entered chan struct{}
 	open    chan struct{}
 	opened  sync.Once
+	fail    atomic.Bool
 }
+
+// failNext makes the next write fail.
+func (s *gatedStorage) failNext() { s.fail.Store(true) }
 
 // release lets held and later writes through.
 func (s *gatedStorage) release() {
@@ -466,6 +470,9 @@ func (s *gatedStorage) release() {
 }
 
 func (s *gatedStorage) Set(ctx context.Context, id string, rc refcount.ReferenceCount) error {
+	if s.fail.CompareAndSwap(true, false) {
+		return errors.New("disk on fire")
+	}
 	if s.armed.Load() {
 		s.entered <- struct{}{}
 		<-s.open
@@ -536,4 +543,47 @@ func receive(t *testing.T, ch <-chan api.Event) api.Event {
 		t.Fatal("no event within 10 s")
 		return api.Event{}
 	}
+}
+
+// TestFailedReferrerWriteKeepsTheHolder: when the holder's referrer cannot
+// be written, its waiters have already skipped (the blob is there), but
+// the lock stays held and nothing is released: the client's retry of the
+// unlock records the referrer, releases, and skips whoever queued since.
+func TestFailedReferrerWriteKeepsTheHolder(t *testing.T) {
+	ctx := context.Background()
+	store := &gatedStorage{Storage: refcount.NewMemoryStorage(), entered: make(chan struct{}), open: make(chan struct{})}
+	l, err := NewLocker(DefaultConfig(), Options{Refs: refcount.NewManager(store, refcount.Config{})})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+
+	p := mustLock(t, l, api.OperationPull, "n1")
+	w := mustLock(t, l, api.OperationPull, "n2")
+	sw, err := l.Subscribe(api.OperationPull, blob, w.RequestID)
+	require.NoError(t, err)
+	t.Cleanup(sw.Close)
+
+	store.failNext()
+	req := api.UnlockRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: p.LeaseID, Success: true}
+	_, err = l.Unlock(ctx, req)
+	require.ErrorContains(t, err, "disk on fire")
+	require.Equal(t, api.EventCompleted, receive(t, sw.Events()).Name)
+	st, err := l.Status(ctx, api.OperationPull, blob, "")
+	require.NoError(t, err)
+	require.NotNil(t, st.Holder, "the lock stays held")
+	require.Equal(t, p.RequestID, st.Holder.RequestID)
+	n3 := mustLock(t, l, api.OperationPull, "n3")
+	require.True(t, n3.Queued, "a newcomer waits for the holder")
+	s3, err := l.Subscribe(api.OperationPull, blob, n3.RequestID)
+	require.NoError(t, err)
+	t.Cleanup(s3.Close)
+
+	_, err = l.Unlock(ctx, req)
+	require.NoError(t, err, "the retry succeeds")
+	require.Equal(t, api.EventCompleted, receive(t, s3.Events()).Name, "and the newcomer skips")
+	refs, err := l.Refs(ctx, blob)
+	require.NoError(t, err)
+	require.Equal(t, []string{"n1"}, refs.Nodes)
+	st, err = l.Status(ctx, api.OperationPull, blob, "")
+	require.NoError(t, err)
+	require.Nil(t, st.Holder)
 }
