@@ -3,6 +3,7 @@ package lockclient
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"time"
@@ -146,7 +147,8 @@ func (c *Client) Refs(ctx context.Context, resourceID string) (api.RefsResponse,
 
 // retry runs fn until it succeeds, is refused, ctx ends, or MaxRetries
 // retries have failed; then the error is ErrUnavailable as well as the last
-// error. Refusals are returned as they are (they name the key); other
+// error. The pauses are jittered, so that the nodes a coordinator restart
+// cut off do not all come back in the same millisecond. Refusals are returned as they are (they name the key); other
 // errors are prefixed with what.
 func (c *Client) retry(ctx context.Context, what call, fn func(context.Context) error) error {
 	var timer *time.Timer
@@ -162,13 +164,14 @@ func (c *Client) retry(ctx context.Context, what call, fn func(context.Context) 
 		case attempt > c.opts.maxRetries:
 			return fmt.Errorf("%s: giving up after %d attempt(s): %w", what, attempt, unreachable(err))
 		}
-		logger(ctx).WithError(err).WithField("attempt", attempt).WithField("retry_in", c.opts.retryInterval).
+		wait := jitter(c.opts.retryInterval)
+		logger(ctx).WithError(err).WithField("attempt", attempt).WithField("retry_in", wait).
 			Warn(what.String() + " failed; retrying")
 		if timer == nil {
-			timer = time.NewTimer(c.opts.retryInterval)
+			timer = time.NewTimer(wait)
 			defer timer.Stop()
 		} else {
-			timer.Reset(c.opts.retryInterval)
+			timer.Reset(wait)
 		}
 		select {
 		case <-ctx.Done():
@@ -200,4 +203,10 @@ func (c *Client) isClosed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.closed
+}
+
+// jitter returns a pause drawn uniformly from [d/2, 3d/2): on average d, so
+// MaxRetries pauses still ride out about as long an outage.
+func jitter(d time.Duration) time.Duration {
+	return d/2 + rand.N(d)
 }

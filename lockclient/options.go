@@ -15,9 +15,9 @@ const (
 	// seconds, yet gives up soon enough that a caller with a fallback (the
 	// content store proceeds uncoordinated) is not stalled for long.
 	DefaultMaxRetries = 3
-	// DefaultRetryInterval is the pause between two attempts: long enough
-	// for a restarting server to bind its port, short next to a blob
-	// download.
+	// DefaultRetryInterval is the mean pause between two attempts: long
+	// enough for a restarting server to bind its port, short next to a
+	// blob download.
 	DefaultRetryInterval = time.Second
 	// DefaultRequestTimeout bounds one short request (lock, unlock,
 	// keepalive, cancel, status, refs). A healthy coordinator answers in
@@ -111,8 +111,8 @@ func WithNodeID(id string) Option { return func(o *options) { o.nodeID = id } }
 // never retried. Default DefaultMaxRetries.
 func WithMaxRetries(n int) Option { return func(o *options) { o.maxRetries = n } }
 
-// WithRetryInterval sets the pause between attempts. Default
-// DefaultRetryInterval.
+// WithRetryInterval sets the mean pause between attempts; each pause is
+// drawn from [d/2, 3d/2). Default DefaultRetryInterval.
 func WithRetryInterval(d time.Duration) Option { return func(o *options) { o.retryInterval = d } }
 
 // WithRequestTimeout bounds each short request, and the first event of a

@@ -168,3 +168,22 @@ func TestRetryWaitHonoursContext(t *testing.T) {
 	require.Equal(t, err, res.Error)
 	require.Equal(t, 1, ct.count("POST /lock"))
 }
+
+// TestRetryPausesAreJittered: pauses spread over [d/2, 3d/2), so clients
+// cut off together do not retry together.
+func TestRetryPausesAreJittered(t *testing.T) {
+	const d = time.Second
+	seen := make(map[time.Duration]bool)
+	lo, hi := d, d
+	for range 1000 {
+		p := jitter(d)
+		require.GreaterOrEqual(t, p, d/2)
+		require.Less(t, p, 3*d/2)
+		seen[p] = true
+		lo, hi = min(lo, p), max(hi, p)
+	}
+	require.Greater(t, len(seen), 990, "pauses must differ")
+	// Each bound fails with probability 0.9^1000.
+	require.Less(t, lo, 6*d/10)
+	require.Greater(t, hi, 14*d/10)
+}
