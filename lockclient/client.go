@@ -147,9 +147,10 @@ func (c *Client) Refs(ctx context.Context, resourceID string) (api.RefsResponse,
 
 // retry runs fn until it succeeds, is refused, ctx ends, or MaxRetries
 // retries have failed; then the error is ErrUnavailable as well as the last
-// error. The pauses are jittered, so that the nodes a coordinator restart
-// cut off do not all come back in the same millisecond. Refusals are returned as they are (they name the key); other
-// errors are prefixed with what.
+// error. Refusals are returned as they are (they name the key); other
+// errors are prefixed with what. The pauses are jittered, so that the nodes
+// a coordinator restart cut off do not all come back in the same
+// millisecond.
 func (c *Client) retry(ctx context.Context, what call, fn func(context.Context) error) error {
 	var timer *time.Timer
 	for attempt := 1; ; attempt++ {

@@ -480,17 +480,24 @@ func (s *gatedStorage) Set(ctx context.Context, id string, rc refcount.Reference
 	return s.Storage.Set(ctx, id, rc)
 }
 
+// newGatedLocker returns a Locker whose referrer writes go through a
+// gatedStorage.
+func newGatedLocker(t *testing.T) (*Locker, *gatedStorage) {
+	t.Helper()
+	store := &gatedStorage{Storage: refcount.NewMemoryStorage(), entered: make(chan struct{}), open: make(chan struct{})}
+	l, err := NewLocker(DefaultConfig(), Options{Refs: refcount.NewManager(store, refcount.Config{})})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l, store
+}
+
 // TestWaitersSkipBeforeReferrerWrite: a pull's waiters learn of its success
 // while the holder's referrer is still being written (what they are told is
 // already true of the blob), but a queued delete gets its turn only after
 // the write, and then sees the puller.
 func TestWaitersSkipBeforeReferrerWrite(t *testing.T) {
 	ctx := context.Background()
-	store := &gatedStorage{Storage: refcount.NewMemoryStorage(), entered: make(chan struct{}), open: make(chan struct{})}
-	l, err := NewLocker(DefaultConfig(), Options{Refs: refcount.NewManager(store, refcount.Config{})})
-	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
-
+	l, store := newGatedLocker(t)
 	p := mustLock(t, l, api.OperationPull, "n1")
 	w := mustLock(t, l, api.OperationPull, "n2")
 	wait := true
@@ -551,11 +558,7 @@ func receive(t *testing.T, ch <-chan api.Event) api.Event {
 // unlock records the referrer, releases, and skips whoever queued since.
 func TestFailedReferrerWriteKeepsTheHolder(t *testing.T) {
 	ctx := context.Background()
-	store := &gatedStorage{Storage: refcount.NewMemoryStorage(), entered: make(chan struct{}), open: make(chan struct{})}
-	l, err := NewLocker(DefaultConfig(), Options{Refs: refcount.NewManager(store, refcount.Config{})})
-	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
-
+	l, store := newGatedLocker(t)
 	p := mustLock(t, l, api.OperationPull, "n1")
 	w := mustLock(t, l, api.OperationPull, "n2")
 	sw, err := l.Subscribe(api.OperationPull, blob, w.RequestID)
