@@ -18,9 +18,10 @@ $(BINARIES):
 test:
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 
-# Benchmarks, a few minutes on 2 cores: the Go benchmarks of the coordinator
-# and the client (BenchmarkNotify for 400 rounds, for its p99), then bench/ (its own module) against etcd and Redis, which
-# it starts on loopback; installs them (Debian) when missing. Regenerates
+# Benchmarks, about six minutes on 2 cores: the Go benchmarks of the
+# coordinator and the client (BenchmarkNotify for 400 rounds, for its p99),
+# then bench/ (its own module) against etcd and Redis, which it starts on
+# loopback; installs them (Debian) when missing. Regenerates
 # docs/BENCHMARKS.md and docs/bench-*.png.
 BENCH_GO_OUT ?= $(or $(TMPDIR),/tmp)/sharedcontent-gobench.txt
 bench:

@@ -43,7 +43,6 @@ type Lease struct {
 	mu      sync.Mutex
 	timer   *time.Timer   // protected by mu; nil without keepalive
 	stopped bool          // protected by mu: no renewal may start
-	ended   bool          // protected by mu: the keepalive has ended for good
 	err     error         // protected by mu: why the lease was lost
 	lost    chan struct{} // protected by mu: made by Lost, closed once err is set
 }
@@ -114,14 +113,6 @@ func (l *Lease) stop() {
 	l.timer.Stop()
 	l.mu.Unlock()
 	l.renewing.Wait()
-	l.end()
-}
-
-// end records that the keepalive has ended for good.
-func (l *Lease) end() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.ended = true
 }
 
 // renew is the timer's function: one renewal, then it arms the timer for
@@ -183,6 +174,5 @@ func (l *Lease) lose(err error) {
 		close(l.lost)
 	}
 	l.mu.Unlock()
-	l.end()
 	logger(l.ctx).WithError(err).Warn("lease lost")
 }

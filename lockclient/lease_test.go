@@ -145,11 +145,13 @@ func TestCloseStopsKeepalives(t *testing.T) {
 		testTimeout, 10*time.Millisecond, "the unrenewed lease expires")
 }
 
-// keepaliveEnded reports whether the lease's keepalive has ended for good.
+// keepaliveEnded reports whether the lease's keepalive has ended for good:
+// stopped, so that no renewal starts (stop has also waited for one in
+// flight before Unlock or Close returns).
 func (l *Lease) keepaliveEnded() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.ended
+	return l.stopped
 }
 
 // TestLostAskedAfterTheLoss: Lost, asked for the first time after the

@@ -263,7 +263,7 @@ func decode(ctx *fasthttp.RequestCtx, v any) bool {
 	var err error
 	// HTTPServer streams request bodies; a request without one has none.
 	if body := ctx.RequestBodyStream(); body != nil {
-		b.limit = bodyLimit{r: body, n: api.MaxBodyBytes + 1}
+		b.limit = io.LimitedReader{R: body, N: api.MaxBodyBytes + 1}
 		_, err = b.buf.ReadFrom(&b.limit)
 		if err == nil && b.buf.Len() > api.MaxBodyBytes {
 			// Read what the client is still sending (within the
@@ -292,37 +292,19 @@ func decode(ctx *fasthttp.RequestCtx, v any) bool {
 // otherwise be allocated per request).
 type bodyBuffer struct {
 	buf   bytes.Buffer
-	limit bodyLimit
+	limit io.LimitedReader
 }
 
 // bodyBuffers holds bodyBuffers between requests.
 var bodyBuffers = sync.Pool{New: func() any { return new(bodyBuffer) }}
 
 func (b *bodyBuffer) put() {
-	b.limit = bodyLimit{}
+	b.limit = io.LimitedReader{}
 	if b.buf.Cap() > 64<<10 {
 		return // an unusual body: let it go
 	}
 	b.buf.Reset()
 	bodyBuffers.Put(b)
-}
-
-// bodyLimit is io.LimitReader's reader.
-type bodyLimit struct {
-	r io.Reader
-	n int64
-}
-
-func (l *bodyLimit) Read(p []byte) (int, error) {
-	if l.n <= 0 {
-		return 0, io.EOF
-	}
-	if int64(len(p)) > l.n {
-		p = p[:l.n]
-	}
-	n, err := l.r.Read(p)
-	l.n -= int64(n)
-	return n, err
 }
 
 // maxDrainBytes bounds what the server reads of an oversized body before

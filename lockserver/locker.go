@@ -271,10 +271,10 @@ func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 	}
 	defer sh.tidy(r)
 	g := r.keys[t].holder
-	if req.Success && t != idxUpdate {
-		l.complete(r, t, g, now)
-	}
 	if req.Success {
+		if t != idxUpdate {
+			l.complete(r, t, g, now)
+		}
 		// The referrer set changes on disk before the lock moves on: a
 		// queued delete reaching its turn must see the puller.
 		var err error

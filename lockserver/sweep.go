@@ -54,8 +54,9 @@ func (l *Locker) sweep(sh *shard, now time.Time) {
 		}
 		sh.tidy(r)
 	}
+	forgetBefore := now.Add(-l.cfg.LeaseTTL).UnixNano()
 	for lease, rel := range sh.released {
-		if now.UnixNano()-rel.at > int64(l.cfg.LeaseTTL) {
+		if rel.at < forgetBefore {
 			delete(sh.released, lease)
 		}
 	}
