@@ -76,7 +76,7 @@ func OpenBoltStorage(path string, opts ...BoltOption) (*BoltStorage, error) {
 		return nil, fmt.Errorf("open refcount db %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{refcountsBucket, metaBucket} {
+		for _, name := range [][]byte{refcountsBucket, metaBucket, membersBucket} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
@@ -177,6 +177,75 @@ func (s *BoltStorage) List(ctx context.Context, fn func(resourceID string, rc Re
 		return fmt.Errorf("list refcounts: %w", err)
 	}
 	return visit(ctx, entries, fn)
+}
+
+// ReplaceNode implements Storage: one transaction and one fsync, whatever
+// the number of entries it changes.
+func (s *BoltStorage) ReplaceNode(ctx context.Context, node string, refs map[string]struct{}) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if node == "" {
+		return errEmpty("node ID")
+	}
+	err := s.writes.commit(func(tx *bolt.Tx) error {
+		b := tx.Bucket(refcountsBucket)
+		type change struct {
+			id string
+			rc ReferenceCount
+		}
+		var changes []change
+		err := b.ForEach(func(k, v []byte) error {
+			if _, keep := refs[string(k)]; keep {
+				return nil
+			}
+			rc, err := decodeRecord(v)
+			if err != nil {
+				return fmt.Errorf("refcount %s: %w", k, err)
+			}
+			if rc.Remove(node) {
+				changes = append(changes, change{string(k), rc})
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for id := range refs {
+			var rc ReferenceCount
+			if v := b.Get([]byte(id)); v != nil {
+				if rc, err = decodeRecord(v); err != nil {
+					return fmt.Errorf("refcount %s: %w", id, err)
+				}
+			}
+			if rc.Add(node) {
+				changes = append(changes, change{id, rc})
+			}
+		}
+		for _, c := range changes {
+			if err := putRecord(b, c.id, c.rc); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("refcount: replacing the references of node %s: %w", node, err)
+	}
+	return nil
+}
+
+// putRecord stores rc under id in b, or drops the entry when rc is empty.
+func putRecord(b *bolt.Bucket, id string, rc ReferenceCount) error {
+	if rc.Count == 0 {
+		return b.Delete([]byte(id))
+	}
+	nodes := rc.NodeList()
+	v, err := json.Marshal(boltRecord{Count: len(nodes), Nodes: nodes})
+	if err != nil {
+		return fmt.Errorf("refcount %s: encode: %w", id, err)
+	}
+	return b.Put([]byte(id), v)
 }
 
 // Close commits the mutations in flight and closes the database file.

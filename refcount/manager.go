@@ -159,6 +159,30 @@ func (m *Manager) modify(ctx context.Context, resourceID, nodeID string, change 
 	return rc, nil
 }
 
+// ReplaceNode makes nodeID a referrer of exactly refs (SPEC §8: a node's
+// full sync, or forgetting a node with nil refs), atomically with respect
+// to every other mutation made through this Manager.
+func (m *Manager) ReplaceNode(ctx context.Context, nodeID string, refs map[string]struct{}) error {
+	if nodeID == "" {
+		return errEmpty("node ID")
+	}
+	for i := range m.stripes {
+		m.stripes[i].Lock()
+	}
+	defer func() {
+		for i := range m.stripes {
+			m.stripes[i].Unlock()
+		}
+	}()
+	return m.storage.ReplaceNode(ctx, nodeID, refs)
+}
+
+// List calls fn for every resource with referrers, in resource ID order
+// (a snapshot; see Storage.List).
+func (m *Manager) List(ctx context.Context, fn func(resourceID string, rc ReferenceCount) error) error {
+	return m.storage.List(ctx, fn)
+}
+
 // lock locks the resource's stripe and returns its unlock.
 func (m *Manager) lock(resourceID string) (unlock func()) {
 	h := fnv.New32a()

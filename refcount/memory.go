@@ -79,4 +79,31 @@ func (s *memoryStorage) List(ctx context.Context, fn func(resourceID string, rc 
 	return visit(ctx, entries, fn)
 }
 
+func (s *memoryStorage) ReplaceNode(ctx context.Context, node string, refs map[string]struct{}) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if node == "" {
+		return errEmpty("node ID")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, rc := range s.entries {
+		if _, keep := refs[id]; !keep && rc.Remove(node) {
+			if rc.Count == 0 {
+				delete(s.entries, id)
+			} else {
+				s.entries[id] = rc
+			}
+		}
+	}
+	for id := range refs {
+		rc := s.entries[id]
+		if rc.Add(node) {
+			s.entries[id] = rc
+		}
+	}
+	return nil
+}
+
 func (s *memoryStorage) Close() error { return nil }

@@ -62,3 +62,34 @@ func (s *BoltStorage) PutUint64(ctx context.Context, key string, v uint64) error
 	}
 	return nil
 }
+
+// GetString returns the string stored under key, or "" and a nil error
+// when key was never put.
+func (s *BoltStorage) GetString(ctx context.Context, key string) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	var v string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v = string(tx.Bucket(metaBucket).Get([]byte(key)))
+		return nil
+	})
+	return v, err
+}
+
+// PutString stores v under key, durably.
+func (s *BoltStorage) PutString(ctx context.Context, key, v string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if key == "" {
+		return fmt.Errorf("meta: empty key: %w", errdefs.ErrInvalidArgument)
+	}
+	err := s.writes.commit(func(tx *bolt.Tx) error {
+		return tx.Bucket(metaBucket).Put([]byte(key), []byte(v))
+	})
+	if err != nil {
+		return fmt.Errorf("meta %s: put: %w", key, err)
+	}
+	return nil
+}

@@ -35,6 +35,7 @@ func Run(t *testing.T, newStorage func(t *testing.T) refcount.Storage) {
 		{"ListCallsBack", testListCallsBack},
 		{"Concurrent", testConcurrent},
 		{"ContextDone", testContextDone},
+		{"ReplaceNode", testReplaceNode},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -236,4 +237,23 @@ func testContextDone(t *testing.T, s refcount.Storage) {
 	// Nothing changed.
 	ids, _ := list(t, s)
 	require.Equal(t, []string{"r1"}, ids)
+}
+
+func testReplaceNode(t *testing.T, s refcount.Storage) {
+	ctx := t.Context()
+	require.NoError(t, s.Set(ctx, "a", refcount.New("n")))      // n only: dropped
+	require.NoError(t, s.Set(ctx, "b", refcount.New("n", "m"))) // n removed, m stays
+	require.NoError(t, s.Set(ctx, "c", refcount.New("m")))      // n added
+	require.NoError(t, s.ReplaceNode(ctx, "n", map[string]struct{}{"c": {}, "d": {}}))
+	ids, nodes := list(t, s)
+	require.Equal(t, []string{"b", "c", "d"}, ids)
+	require.Equal(t, [][]string{{"m"}, {"m", "n"}, {"n"}}, nodes)
+
+	// nil forgets the node everywhere.
+	require.NoError(t, s.ReplaceNode(ctx, "n", nil))
+	ids, nodes = list(t, s)
+	require.Equal(t, []string{"b", "c"}, ids)
+	require.Equal(t, [][]string{{"m"}, {"m"}}, nodes)
+
+	require.ErrorIs(t, s.ReplaceNode(ctx, "", nil), errdefs.ErrInvalidArgument)
 }
