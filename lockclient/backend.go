@@ -38,4 +38,17 @@ type Backend interface {
 	AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error)
 	// Refs returns the nodes that use the resource.
 	Refs(ctx context.Context, resourceID string) (api.RefsResponse, error)
+	// RefsList returns the referrer sets after `after`, a page at a time.
+	RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error)
+
+	// Session opens or renews a node's session (SPEC §8).
+	Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error)
+	// SyncRefs sends one chunk of a node's full sync.
+	SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error)
+	// Nodes lists the members and their state.
+	Nodes(ctx context.Context) (api.NodesResponse, error)
+	// Forget drops a member and its references (admin).
+	Forget(ctx context.Context, nodeID string) error
+	// Adopt makes the coordinator take a shared root's cluster (admin).
+	Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error)
 }

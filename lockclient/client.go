@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
@@ -21,6 +22,8 @@ type Client struct {
 	backend Backend
 	http    *httpBackend // the backend when remote; nil when embedded
 	opts    options      // read-only after construction
+
+	expect atomic.Pointer[string] // the cluster ID given to ExpectCluster
 
 	mu     sync.Mutex
 	leases map[*Lease]struct{} // protected by mu: leases whose keepalive runs
@@ -143,6 +146,95 @@ func (c *Client) Refs(ctx context.Context, resourceID string) (api.RefsResponse,
 		return err
 	})
 	return refs, err
+}
+
+// ExpectCluster makes every later request name the cluster id, so that a
+// coordinator of another cluster (one that lost its database, or serves
+// other nodes) refuses it with ErrWrongCluster instead of acting on it
+// (SPEC §8). An embedded coordinator checks it on Session only: it cannot
+// change under a running process except by adoption.
+func (c *Client) ExpectCluster(id string) {
+	c.expect.Store(&id)
+	if c.http != nil {
+		c.http.cluster.Store(&id)
+	}
+}
+
+// Session opens or renews this client's node's session. Transient errors
+// are retried.
+func (c *Client) Session(ctx context.Context) (api.SessionResponse, error) {
+	req := api.SessionRequest{NodeID: c.opts.nodeID}
+	if id := c.expect.Load(); id != nil {
+		req.ClusterID = *id
+	}
+	var resp api.SessionResponse
+	err := c.retry(ctx, call{op: "session", id: c.opts.nodeID}, func(ctx context.Context) error {
+		var err error
+		resp, err = c.backend.Session(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// SyncRefs sends one chunk of this node's full sync (api.SyncRequest).
+// Transient errors are retried: a chunk is idempotent.
+func (c *Client) SyncRefs(ctx context.Context, req api.SyncRequest) (api.SyncResponse, error) {
+	var resp api.SyncResponse
+	err := c.retry(ctx, call{op: "sync", id: c.opts.nodeID}, func(ctx context.Context) error {
+		var err error
+		resp, err = c.backend.SyncRefs(ctx, c.opts.nodeID, req)
+		return err
+	})
+	return resp, err
+}
+
+// RefsList returns one page of the referrer sets. Transient errors are
+// retried.
+func (c *Client) RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error) {
+	var resp api.RefsListResponse
+	err := c.retry(ctx, call{op: "refs list", id: after}, func(ctx context.Context) error {
+		var err error
+		resp, err = c.backend.RefsList(ctx, after, limit)
+		return err
+	})
+	return resp, err
+}
+
+// Nodes lists the cluster's members. Transient errors are retried.
+func (c *Client) Nodes(ctx context.Context) (api.NodesResponse, error) {
+	var resp api.NodesResponse
+	err := c.retry(ctx, call{op: "nodes"}, func(ctx context.Context) error {
+		var err error
+		resp, err = c.backend.Nodes(ctx)
+		return err
+	})
+	return resp, err
+}
+
+// Forget drops a member and its references (admin; SPEC §8).
+func (c *Client) Forget(ctx context.Context, nodeID string) error {
+	return c.retry(ctx, call{op: "forget", id: nodeID}, func(ctx context.Context) error {
+		return c.backend.Forget(ctx, nodeID)
+	})
+}
+
+// Adopt makes the coordinator take a shared root's cluster (admin; SPEC
+// §8).
+func (c *Client) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {
+	var resp api.Cluster
+	err := c.retry(ctx, call{op: "adopt", id: req.ClusterID}, func(ctx context.Context) error {
+		var err error
+		resp, err = c.backend.Adopt(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
+// Renew renews lease now, once, and reports whether the coordinator still
+// knows it. A deleter calls it right before it removes a file (SPEC §5).
+func (c *Client) Renew(ctx context.Context, lease *Lease) error {
+	_, err := c.backend.Keepalive(ctx, api.KeepaliveRequest{Type: lease.Type, ResourceID: lease.ResourceID, LeaseID: lease.ID})
+	return err
 }
 
 // retry runs fn until it succeeds, is refused, ctx ends, or MaxRetries

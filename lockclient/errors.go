@@ -30,6 +30,12 @@ var (
 	ErrInvalidArgument = api.ErrInvalidArgument
 	// ErrUnauthorized: the bearer token is missing or wrong.
 	ErrUnauthorized = api.ErrUnauthorized
+	// ErrUnsynced: a delete was refused because a member node is not
+	// synced (SPEC §8); an *api.UnsyncedError names them.
+	ErrUnsynced = api.ErrUnsynced
+	// ErrWrongCluster: the coordinator belongs to another cluster than
+	// the one the client expects (ExpectCluster).
+	ErrWrongCluster = api.ErrWrongCluster
 	// ErrUnavailable: the coordinator could not be reached (after the
 	// retries), is shutting down, or the Client is closed.
 	ErrUnavailable = api.ErrUnavailable
@@ -45,6 +51,7 @@ var ErrLeaseLost = errors.New("lock: lease lost")
 var refusals = []error{
 	api.ErrInvalidArgument, api.ErrUnauthorized, api.ErrNotHolder, api.ErrNotFound,
 	api.ErrInUse, api.ErrLocked, api.ErrDeleting, api.ErrTooLarge,
+	api.ErrUnsynced, api.ErrWrongCluster, api.ErrMemberLive,
 }
 
 // retryable reports whether err is transient: a network error, a timeout, a

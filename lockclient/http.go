@@ -10,7 +10,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -48,6 +50,10 @@ type httpBackend struct {
 	short ShortClient       // short requests
 	long  *http.Client      // event streams, without a timeout
 	auth  string            // Authorization header value; empty sends none
+	// cluster is the cluster ID sent in api.ClusterHeader with every
+	// request (nil: none), so that a coordinator of another cluster
+	// refuses instead of acting (SPEC §8).
+	cluster atomic.Pointer[string]
 
 	pollInterval   time.Duration
 	requestTimeout time.Duration // bounds short requests and a stream's first event
@@ -190,6 +196,41 @@ func (b *httpBackend) Refs(ctx context.Context, resourceID string) (api.RefsResp
 	return resp, err
 }
 
+func (b *httpBackend) RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error) {
+	var resp api.RefsListResponse
+	q := url.Values{"after": {after}, "limit": {strconv.Itoa(limit)}}
+	err := b.do(ctx, http.MethodGet, "/refs/list", q, nil, &resp)
+	return resp, err
+}
+
+func (b *httpBackend) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
+	var resp api.SessionResponse
+	err := b.do(ctx, http.MethodPost, "/nodes/session", nil, req, &resp)
+	return resp, err
+}
+
+func (b *httpBackend) SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error) {
+	var resp api.SyncResponse
+	err := b.do(ctx, http.MethodPut, "/nodes/"+url.PathEscape(nodeID)+"/refs", nil, req, &resp)
+	return resp, err
+}
+
+func (b *httpBackend) Nodes(ctx context.Context) (api.NodesResponse, error) {
+	var resp api.NodesResponse
+	err := b.do(ctx, http.MethodGet, "/nodes", nil, nil, &resp)
+	return resp, err
+}
+
+func (b *httpBackend) Forget(ctx context.Context, nodeID string) error {
+	return b.do(ctx, http.MethodDelete, "/nodes/"+url.PathEscape(nodeID), nil, nil, nil)
+}
+
+func (b *httpBackend) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {
+	var resp api.Cluster
+	err := b.do(ctx, http.MethodPost, "/cluster/adopt", nil, req, &resp)
+	return resp, err
+}
+
 // do sends one short request with a JSON body (when in is not nil) and
 // decodes a 200 answer into out. An error answer becomes a *statusError
 // around the error api.FromResponse makes of it, so errors.Is matches the
@@ -232,6 +273,9 @@ func (b *httpBackend) do(ctx context.Context, method, path string, q url.Values,
 	if b.auth != "" {
 		req.Header.Set("Authorization", b.auth)
 	}
+	if c := b.cluster.Load(); c != nil {
+		req.Header.Set(api.ClusterHeader, *c)
+	}
 	deadline := time.Now().Add(b.requestTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
@@ -259,6 +303,9 @@ func (b *httpBackend) do(ctx context.Context, method, path string, q url.Values,
 func (b *httpBackend) authorize(req *http.Request) {
 	if b.auth != "" {
 		req.Header.Set("Authorization", b.auth)
+	}
+	if c := b.cluster.Load(); c != nil {
+		req.Header.Set(api.ClusterHeader, *c)
 	}
 }
 

@@ -34,6 +34,8 @@ type Request struct {
 	// NodeID is the node the lock is taken for; empty means the client's
 	// node (WithNodeID).
 	NodeID string
+	// Reap marks a delete of the reaper (api.LockRequest.Reap).
+	Reap api.ReapMode
 }
 
 // LockResult is the outcome of Lock and TryLock: exactly one of Acquired
@@ -163,7 +165,7 @@ func (c *Client) lockRequest(req Request) (api.LockRequest, error) {
 	if req.NodeID == "" {
 		req.NodeID = c.opts.nodeID
 	}
-	return api.LockRequest{Type: req.Type, ResourceID: req.ResourceID, NodeID: req.NodeID, RequestID: newRequestID()}, nil
+	return api.LockRequest{Type: req.Type, ResourceID: req.ResourceID, NodeID: req.NodeID, RequestID: newRequestID(), Reap: req.Reap}, nil
 }
 
 // Unlock releases lease with the outcome of the work: success records the

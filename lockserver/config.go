@@ -17,6 +17,13 @@ const (
 	// DefaultClaimTimeout is how long a grant handed to a waiter may stay
 	// unclaimed. It is longer than the clients' 500 ms polling interval.
 	DefaultClaimTimeout = 3 * time.Second
+	// DefaultSessionTTL is how long a node's session lasts without a
+	// keepalive (nodes renew every TTL/3). A node cut off from the
+	// coordinator uses blobs unregistered only after about this long.
+	DefaultSessionTTL = 15 * time.Second
+	// DefaultNodeExpiry is how long a member may be away before it is
+	// forgotten (its references dropped). Until then, deletes wait for it.
+	DefaultNodeExpiry = 24 * time.Hour
 	// DefaultFenceBlock is how many fences are reserved per persisted
 	// high-water mark write.
 	DefaultFenceBlock = 4096
@@ -39,6 +46,10 @@ type Config struct {
 	// UpdateRequiresNoRef refuses updates while other nodes reference the
 	// resource.
 	UpdateRequiresNoRef bool
+	// SessionTTL is the lifetime of a node's session without keepalive.
+	SessionTTL time.Duration
+	// NodeExpiry forgets a member after this long without a session.
+	NodeExpiry time.Duration
 }
 
 // DefaultConfig returns the documented defaults.
@@ -49,6 +60,8 @@ func DefaultConfig() Config {
 		CompletedTTL:           DefaultCompletedTTL,
 		ClaimTimeout:           DefaultClaimTimeout,
 		AllowMultiNodeDownload: true,
+		SessionTTL:             DefaultSessionTTL,
+		NodeExpiry:             DefaultNodeExpiry,
 	}
 }
 
@@ -63,6 +76,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("completed_ttl must not be negative, got %s", c.CompletedTTL)
 	case c.ClaimTimeout < 10*time.Millisecond:
 		return fmt.Errorf("claim_timeout must be at least 10ms, got %s", c.ClaimTimeout)
+	case c.SessionTTL < 10*time.Millisecond:
+		return fmt.Errorf("session_ttl must be at least 10ms, got %s", c.SessionTTL)
+	case c.NodeExpiry < c.SessionTTL:
+		return fmt.Errorf("node_expiry (%s) must be at least session_ttl (%s)", c.NodeExpiry, c.SessionTTL)
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,7 +34,17 @@ import (
 //	GET  /lock/status     a key's holder, completion and queue
 //	POST /refs/add        add a referrer
 //	GET  /refs            a resource's referrers
+//	GET  /refs/list       every referrer set, a page at a time
+//	POST /nodes/session   open or renew a node's session (SPEC §8)
+//	PUT  /nodes/{id}/refs a node's full sync, chunked
+//	DELETE /nodes/{id}    forget a member (admin)
+//	GET  /nodes           members and their state
+//	GET  /cluster         the coordinator's identity
+//	POST /cluster/adopt   take the shared root's cluster (admin)
 //	GET  /healthz, /readyz, /metrics
+//
+// Every answer carries api.ClusterHeader. A request that carries it with
+// another cluster ID is refused (409 wrong_cluster) before it acts.
 //
 // Every error is a JSON api.ErrorResponse with a 4xx or 5xx status.
 //
@@ -43,9 +55,11 @@ import (
 // small requests, and net/http's per-request machinery (on both ends)
 // cost more than the locking itself (docs/design.md, "HTTP stack").
 type Handler struct {
-	locker   *Locker
-	http     *fasthttp.Server
-	token    []byte // bearer token; empty disables auth
+	locker *Locker
+	http   *fasthttp.Server
+	token  []byte // bearer token; empty disables auth
+	// admin is the bearer token of admin calls; empty: token (if any).
+	admin    []byte
 	routes   map[string]route
 	draining atomic.Bool
 	// streamsDone is closed by Drain to end every event stream.
@@ -57,6 +71,7 @@ type Handler struct {
 type route struct {
 	method string
 	head   bool // HEAD is allowed too
+	admin  bool // needs the admin identity
 	handle fasthttp.RequestHandler
 }
 
@@ -87,6 +102,12 @@ type HandlerOption func(*Handler)
 // except /healthz and /readyz.
 func WithBearerToken(token string) HandlerOption {
 	return func(h *Handler) { h.token = []byte(token) }
+}
+
+// WithAdminToken requires "Authorization: Bearer <token>" on admin calls
+// (forget, adopt) instead of the WithBearerToken token.
+func WithAdminToken(token string) HandlerOption {
+	return func(h *Handler) { h.admin = []byte(token) }
 }
 
 // WithMetricsGatherer serves the gatherer's metrics on /metrics (the
@@ -132,6 +153,11 @@ func NewHandler(l *Locker, opts ...HandlerOption) *Handler {
 		"/lock/status":    onGet(h.status),
 		"/refs/add":       onPost(h.refsAdd),
 		"/refs":           onGet(h.refs),
+		"/refs/list":      onGet(h.refsList),
+		"/nodes/session":  onPost(h.session),
+		"/nodes":          onGet(h.nodes),
+		"/cluster":        onGet(h.cluster),
+		"/cluster/adopt":  {method: http.MethodPost, admin: true, handle: h.adopt},
 		"/healthz":        onGet(func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok\n") }),
 		"/readyz":         onGet(h.readyz),
 	}
@@ -157,8 +183,14 @@ func (h *Handler) Drain() {
 // Handle serves one request; it is the fasthttp.RequestHandler of the API.
 func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
+	c := h.locker.Cluster()
+	ctx.Response.Header.Set(api.ClusterHeader, c.ClusterID+"/"+strconv.FormatUint(c.Epoch, 10))
+	r, ok := h.routes[string(path)]
+	if !ok {
+		r, ok = h.nodeRoute(ctx)
+	}
 	probe := string(path) == "/healthz" || string(path) == "/readyz"
-	if len(h.token) > 0 && !probe && !h.authorized(ctx) {
+	if !probe && !h.authorized(ctx, r.admin) {
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="sharedcontent"`)
 		writeError(ctx, fmt.Errorf("missing or wrong bearer token: %w", api.ErrUnauthorized))
 		return
@@ -167,9 +199,12 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fmt.Errorf("server is shutting down: %w", api.ErrUnavailable))
 		return
 	}
-	r, ok := h.routes[string(path)]
 	if !ok {
 		writeError(ctx, fmt.Errorf("no endpoint %q: %w", path, api.ErrNotFound))
+		return
+	}
+	if want := ctx.Request.Header.Peek(api.ClusterHeader); len(want) > 0 && string(want) != c.ClusterID {
+		writeError(ctx, wrongCluster(string(want), c))
 		return
 	}
 	if !r.allows(ctx) {
@@ -186,9 +221,36 @@ func HandleError(ctx *fasthttp.RequestCtx, err error) {
 	writeError(ctx, fmt.Errorf("malformed HTTP request: %w: %w", api.ErrInvalidArgument, err))
 }
 
-func (h *Handler) authorized(ctx *fasthttp.RequestCtx) bool {
+// authorized checks the bearer token: the admin token on admin calls when
+// one is set, else the token, if any.
+func (h *Handler) authorized(ctx *fasthttp.RequestCtx, admin bool) bool {
+	want := h.token
+	if admin && len(h.admin) > 0 {
+		want = h.admin
+	}
+	if len(want) == 0 {
+		return true
+	}
 	got, ok := bytes.CutPrefix(ctx.Request.Header.Peek("Authorization"), []byte("Bearer "))
-	return ok && subtle.ConstantTimeCompare(got, h.token) == 1
+	return ok && subtle.ConstantTimeCompare(got, want) == 1
+}
+
+// nodeRoute routes /nodes/{id} (DELETE: forget, admin) and
+// /nodes/{id}/refs (PUT: sync).
+func (h *Handler) nodeRoute(ctx *fasthttp.RequestCtx) (route, bool) {
+	rest, ok := strings.CutPrefix(string(ctx.Path()), "/nodes/")
+	if !ok || rest == "" {
+		return route{}, false
+	}
+	if id, ok := strings.CutSuffix(rest, "/refs"); ok && !strings.Contains(id, "/") {
+		return route{method: http.MethodPut, handle: func(ctx *fasthttp.RequestCtx) { h.syncRefs(ctx, id) }}, true
+	}
+	if strings.Contains(rest, "/") {
+		return route{}, false
+	}
+	return route{method: http.MethodDelete, admin: true, handle: func(ctx *fasthttp.RequestCtx) {
+		reply(ctx, struct{}{}, h.locker.Forget(ctx, rest))
+	}}, true
 }
 
 func (h *Handler) readyz(ctx *fasthttp.RequestCtx) {
@@ -252,6 +314,47 @@ func (h *Handler) refsAdd(ctx *fasthttp.RequestCtx) {
 
 func (h *Handler) refs(ctx *fasthttp.RequestCtx) {
 	resp, err := h.locker.Refs(ctx, string(ctx.QueryArgs().Peek("resource_id")))
+	reply(ctx, resp, err)
+}
+
+func (h *Handler) refsList(ctx *fasthttp.RequestCtx) {
+	q := ctx.QueryArgs()
+	limit, _ := strconv.Atoi(string(q.Peek("limit")))
+	resp, err := h.locker.RefsList(ctx, string(q.Peek("after")), limit)
+	reply(ctx, resp, err)
+}
+
+func (h *Handler) session(ctx *fasthttp.RequestCtx) {
+	var req api.SessionRequest
+	if !decode(ctx, &req) {
+		return
+	}
+	resp, err := h.locker.Session(ctx, req)
+	reply(ctx, resp, err)
+}
+
+func (h *Handler) syncRefs(ctx *fasthttp.RequestCtx, nodeID string) {
+	var req api.SyncRequest
+	if !decode(ctx, &req) {
+		return
+	}
+	resp, err := h.locker.SyncRefs(ctx, nodeID, req)
+	reply(ctx, resp, err)
+}
+
+func (h *Handler) nodes(ctx *fasthttp.RequestCtx) {
+	resp, err := h.locker.Nodes(ctx)
+	reply(ctx, resp, err)
+}
+
+func (h *Handler) cluster(ctx *fasthttp.RequestCtx) { reply(ctx, h.locker.Cluster(), nil) }
+
+func (h *Handler) adopt(ctx *fasthttp.RequestCtx) {
+	var req api.AdoptRequest
+	if !decode(ctx, &req) {
+		return
+	}
+	resp, err := h.locker.Adopt(ctx, req)
 	reply(ctx, resp, err)
 }
 
@@ -357,6 +460,10 @@ func writeError(ctx *fasthttp.RequestCtx, err error) {
 	var inUse *api.InUseError
 	if errors.As(err, &inUse) {
 		body.Refs = &inUse.Refs
+	}
+	var unsynced *api.UnsyncedError
+	if errors.As(err, &unsynced) {
+		body.Nodes = unsynced.Nodes
 	}
 	if status >= 500 {
 		log.L.WithError(err).WithField("path", string(ctx.Path())).Error("request failed")

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/log"
@@ -23,13 +25,20 @@ import (
 type Locker struct {
 	cfg     Config
 	refs    *refcount.Manager
+	state   StateStore
 	fences  *fenceSource
+	cluster atomic.Pointer[api.Cluster] // the coordinator's identity
 	metrics *metrics
 	shards  []*shard
 	now     func() time.Time
 	// trace, when set (by tests), is called under the shard mutex at every
 	// enqueue and grant.
 	trace func(event string, t typeIndex, resourceID, requestID string)
+
+	// mmu protects members (SPEC §8; members.go). Taken after a shard's
+	// mutex, never before.
+	mmu     sync.Mutex
+	members map[string]*member // protected by mmu
 
 	stop chan struct{} // closed by Close; stops the sweepers
 	wg   sync.WaitGroup
@@ -52,9 +61,10 @@ const maxFreeResources = 64
 type Options struct {
 	// Refs holds the referrer sets. Required.
 	Refs *refcount.Manager
-	// Fences persists the fence high-water mark. Nil keeps fences in
-	// memory only (they then restart from 1).
-	Fences FenceStore
+	// State persists the fence high-water mark, the coordinator's
+	// identity and its members. Nil keeps them in memory only: fences
+	// restart from 1 and every Locker is a new cluster.
+	State StateStore
 	// Registerer receives the Prometheus metrics. Nil registers nowhere.
 	Registerer prometheus.Registerer
 }
@@ -68,7 +78,11 @@ func NewLocker(cfg Config, opts Options) (*Locker, error) {
 	if opts.Refs == nil {
 		return nil, fmt.Errorf("lockserver: refcount manager is required: %w", api.ErrInvalidArgument)
 	}
-	fences, err := newFenceSource(opts.Fences, DefaultFenceBlock)
+	var state StateStore = newMemoryState()
+	if opts.State != nil {
+		state = opts.State
+	}
+	fences, err := newFenceSource(state, DefaultFenceBlock)
 	if err != nil {
 		return nil, err
 	}
@@ -79,11 +93,20 @@ func NewLocker(cfg Config, opts Options) (*Locker, error) {
 	l := &Locker{
 		cfg:     cfg,
 		refs:    opts.Refs,
+		state:   state,
 		fences:  fences,
 		metrics: m,
 		shards:  make([]*shard, cfg.Shards),
 		now:     time.Now,
+		members: map[string]*member{},
 		stop:    make(chan struct{}),
+	}
+	ctx := context.Background()
+	if err := l.startEpoch(ctx); err != nil {
+		return nil, err
+	}
+	if err := l.loadMembers(ctx); err != nil {
+		return nil, err
 	}
 	for i := range l.shards {
 		l.shards[i] = &shard{resources: make(map[string]*resource), released: make(map[leaseKey]released)}
@@ -92,6 +115,8 @@ func NewLocker(cfg Config, opts Options) (*Locker, error) {
 		l.wg.Add(1)
 		go l.sweepLoop(sh)
 	}
+	l.wg.Add(1)
+	go l.memberLoop()
 	return l, nil
 }
 
@@ -190,14 +215,13 @@ func (l *Locker) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 
 	switch t {
 	case idxDelete:
-		// The requesting node's GC no longer uses the resource.
-		rc, err := l.refs.RemoveRef(ctx, req.ResourceID, req.NodeID)
-		if err != nil {
-			return api.LockResponse{}, fmt.Errorf("%s:%s: %w", req.Type, req.ResourceID, err)
-		}
-		if rc.Count > 0 {
-			l.metrics.result(t, resultInUse)
-			return api.LockResponse{}, inUse(req.ResourceID, rc)
+		if err := l.checkDelete(ctx, req, now); err != nil {
+			if errors.Is(err, api.ErrUnsynced) {
+				l.metrics.result(t, resultUnsynced)
+			} else {
+				l.metrics.result(t, resultInUse)
+			}
+			return api.LockResponse{}, err
 		}
 	case idxUpdate:
 		if l.cfg.UpdateRequiresNoRef {
@@ -216,7 +240,7 @@ func (l *Locker) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 	}
 
 	if k.holder == nil && len(k.queue) == 0 && r.compatibleWith(t) {
-		g, err := l.grant(r, request{typ: t, nodeID: req.NodeID, requestID: req.RequestID}, now)
+		g, err := l.grant(r, request{typ: t, nodeID: req.NodeID, requestID: req.RequestID, reap: req.Reap}, now)
 		if err != nil {
 			return api.LockResponse{}, err
 		}
@@ -238,7 +262,7 @@ func (l *Locker) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 		l.trace("queued", t, req.ResourceID, req.RequestID)
 	}
 	k.queue = append(k.queue, &waiter{
-		request:  request{typ: t, nodeID: req.NodeID, requestID: req.RequestID},
+		request:  request{typ: t, nodeID: req.NodeID, requestID: req.RequestID, reap: req.Reap},
 		queued:   now,
 		lastSeen: now,
 	})
@@ -280,6 +304,7 @@ func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 		var err error
 		switch t {
 		case idxPull:
+			l.noteRef(g.nodeID, req.ResourceID, true)
 			_, err = l.refs.AddRef(ctx, req.ResourceID, g.nodeID)
 		case idxDelete:
 			_, err = l.refs.UpdateRefCount(ctx, refcount.OperationDelete, req.ResourceID, g.nodeID, true)
@@ -296,7 +321,7 @@ func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 }
 
 // Keepalive handles POST /lock/keepalive: it renews the holder's lease.
-func (l *Locker) Keepalive(_ context.Context, req api.KeepaliveRequest) (api.KeepaliveResponse, error) {
+func (l *Locker) Keepalive(ctx context.Context, req api.KeepaliveRequest) (api.KeepaliveResponse, error) {
 	t, err := validateKey(req.Type, req.ResourceID)
 	if err == nil {
 		err = validateID("lease_id", req.LeaseID)
@@ -311,8 +336,18 @@ func (l *Locker) Keepalive(_ context.Context, req api.KeepaliveRequest) (api.Kee
 	if r == nil || r.keys[t].holder == nil || r.keys[t].holder.leaseID != req.LeaseID {
 		return api.KeepaliveResponse{}, fmt.Errorf("%s:%s: lease %s is not held: %w", req.Type, req.ResourceID, req.LeaseID, api.ErrNotHolder)
 	}
+	now := l.now()
+	if t == idxDelete {
+		// A delete is still granted only while every member is synced: a
+		// deleter checks its lease right before it removes the file.
+		if err := l.checkSynced(req.ResourceID, now); err != nil {
+			defer sh.tidy(r)
+			l.release(context.WithoutCancel(ctx), sh, r, t, false, "unsynced", now)
+			return api.KeepaliveResponse{}, err
+		}
+	}
 	g := r.keys[t].holder
-	g.expires = l.now().Add(l.cfg.LeaseTTL)
+	g.expires = now.Add(l.cfg.LeaseTTL)
 	g.claimed = true
 	return api.KeepaliveResponse{LeaseTTLMs: l.cfg.LeaseTTL.Milliseconds()}, nil
 }
@@ -465,6 +500,9 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 			if e, ok := err.(*api.InUseError); ok {
 				ev.Error.Refs = &e.Refs
 			}
+			if e, ok := err.(*api.UnsyncedError); ok {
+				ev.Error.Nodes = e.Nodes
+			}
 			w.sub.finish(ev)
 			continue
 		}
@@ -486,18 +524,46 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 	}
 }
 
+// checkDelete applies the delete rule (SPEC §8) to a new delete request:
+// the requester's own reference goes (unless the reaper asks), then no
+// other node may reference the resource and every member must be synced.
+func (l *Locker) checkDelete(ctx context.Context, req api.LockRequest, now time.Time) error {
+	var (
+		rc  refcount.ReferenceCount
+		err error
+	)
+	switch req.Reap {
+	case "":
+		// The requesting node's GC no longer uses the resource.
+		l.noteRef(req.NodeID, req.ResourceID, false)
+		rc, err = l.refs.RemoveRef(ctx, req.ResourceID, req.NodeID)
+	case api.ReapOrphan:
+		rc, err = l.refs.GetRefCount(ctx, req.ResourceID)
+	}
+	if err != nil {
+		return fmt.Errorf("%s:%s: %w", req.Type, req.ResourceID, err)
+	}
+	if rc.Count > 0 {
+		return inUse(req.ResourceID, rc)
+	}
+	return l.checkSynced(req.ResourceID, now)
+}
+
 // checkGrantRefs re-checks, when a queued delete or update reaches the
 // head, the referrer rule that was checked when it queued.
 func (l *Locker) checkGrantRefs(ctx context.Context, id string, req request) error {
 	switch {
 	case req.typ == idxDelete:
-		rc, err := l.refs.GetRefCount(ctx, id)
-		if err != nil {
-			return err
+		if req.reap != api.ReapDangling {
+			rc, err := l.refs.GetRefCount(ctx, id)
+			if err != nil {
+				return err
+			}
+			if rc.Count > 0 {
+				return inUse(id, rc)
+			}
 		}
-		if rc.Count > 0 {
-			return inUse(id, rc)
-		}
+		return l.checkSynced(id, l.now())
 	case req.typ == idxUpdate && l.cfg.UpdateRequiresNoRef:
 		return l.checkNoOtherRefs(ctx, id, req.nodeID)
 	}

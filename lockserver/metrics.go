@@ -12,10 +12,11 @@ const (
 	resultQueued
 	resultLocked
 	resultInUse
+	resultUnsynced
 	numResults
 )
 
-var resultNames = [numResults]string{"acquired", "skipped", "queued", "locked", "in_use"}
+var resultNames = [numResults]string{"acquired", "skipped", "queued", "locked", "in_use", "unsynced"}
 
 // metrics are the coordinator's Prometheus series (SPEC §3 "Admin"). The
 // label children are resolved once so the hot path does no map lookups.
@@ -26,12 +27,17 @@ type metrics struct {
 	wait       [numTypes]prometheus.Observer
 	hold       [numTypes]prometheus.Observer
 	queueDepth [numTypes]prometheus.Gauge
+	// members counts the cluster's member nodes.
+	members prometheus.Gauge
+	// unsyncedRefusals counts deletes refused (or revoked) because a
+	// member was not synced.
+	unsyncedRefusals prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sharedcontent_lock_requests_total",
-		Help: "Lock requests by type and result (acquired, skipped, queued, locked, in_use); a queued request is counted again when it is skipped or refused.",
+		Help: "Lock requests by type and result (acquired, skipped, queued, locked, in_use, unsynced); a queued request is counted again when it is skipped or refused.",
 	}, []string{"type", "result"})
 	handoffs := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sharedcontent_lock_handoffs_total",
@@ -56,14 +62,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "sharedcontent_lock_queue_depth",
 		Help: "Requests waiting in lock queues.",
 	}, []string{"type"})
+	members := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sharedcontent_members",
+		Help: "Member nodes of the cluster (SPEC §8): deletes wait until every one is synced.",
+	})
+	unsynced := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sharedcontent_delete_unsynced_total",
+		Help: "Deletes refused, or revoked at their last check, because a member node was not synced; GC resumes once it is.",
+	})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{requests, handoffs, expiries, wait, hold, depth} {
+		for _, c := range []prometheus.Collector{requests, handoffs, expiries, wait, hold, depth, members, unsynced} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
 		}
 	}
-	m := &metrics{expiries: expiries}
+	m := &metrics{expiries: expiries, members: members, unsyncedRefusals: unsynced}
 	for t, name := range typeNames {
 		for res, rn := range resultNames {
 			m.results[t][res] = requests.WithLabelValues(string(name), rn)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
 // AddRef handles POST /refs/add: it records that node uses the resource
@@ -29,11 +30,44 @@ func (l *Locker) AddRef(ctx context.Context, resourceID, nodeID string) (api.Ref
 		r.keys[idxDelete].completed = nil
 		sh.tidy(r)
 	}
+	l.noteRef(nodeID, resourceID, true)
 	rc, err := l.refs.AddRef(ctx, resourceID, nodeID)
 	if err != nil {
 		return api.RefsResponse{}, fmt.Errorf("refs %s: %w", resourceID, err)
 	}
 	return api.RefsResponse{ResourceID: resourceID, Count: rc.Count, Nodes: rc.NodeList()}, nil
+}
+
+// Maximum and default page sizes of RefsList.
+const (
+	maxRefsPage     = 10000
+	defaultRefsPage = 1000
+)
+
+// RefsList handles GET /refs/list: the referrer sets in resource ID order,
+// a page at a time (for the reaper and operators).
+func (l *Locker) RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error) {
+	if limit <= 0 {
+		limit = defaultRefsPage
+	}
+	limit = min(limit, maxRefsPage)
+	var out api.RefsListResponse
+	errFull := fmt.Errorf("page full")
+	err := l.refs.List(ctx, func(id string, rc refcount.ReferenceCount) error {
+		if id <= after {
+			return nil
+		}
+		if len(out.Entries) == limit {
+			out.Next = out.Entries[limit-1].ResourceID
+			return errFull
+		}
+		out.Entries = append(out.Entries, api.RefsEntry{ResourceID: id, Nodes: rc.NodeList()})
+		return nil
+	})
+	if err != nil && err != errFull {
+		return api.RefsListResponse{}, fmt.Errorf("refs list: %w", err)
+	}
+	return out, nil
 }
 
 // Refs handles GET /refs: the nodes that reference the resource. It reads

@@ -29,6 +29,9 @@ type ServerConfig struct {
 	DataDir string
 	// AuthTokenFile, when set, holds the bearer token clients must send.
 	AuthTokenFile string
+	// AdminTokenFile, when set, holds the bearer token of admin calls
+	// (forget, adopt); otherwise they need AuthTokenFile's, if any.
+	AdminTokenFile string
 	// TLSCert and TLSKey, when set, make Serve speak HTTPS.
 	TLSCert string
 	TLSKey  string
@@ -64,7 +67,7 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	locker, err := NewLocker(cfg.Config, Options{
 		Refs:       refcount.NewManager(storage, refcount.Config{UpdateRequiresNoRef: cfg.UpdateRequiresNoRef}),
-		Fences:     storage,
+		State:      storage,
 		Registerer: reg,
 	})
 	if err != nil {
@@ -72,18 +75,20 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	opts := []HandlerOption{WithMetricsGatherer(reg)}
-	if cfg.AuthTokenFile != "" {
-		b, err := os.ReadFile(cfg.AuthTokenFile)
-		token := strings.TrimSpace(string(b))
-		if err == nil && token == "" {
-			err = errors.New("file is empty")
+	for _, tf := range []struct {
+		path string
+		opt  func(string) HandlerOption
+	}{{cfg.AuthTokenFile, WithBearerToken}, {cfg.AdminTokenFile, WithAdminToken}} {
+		if tf.path == "" {
+			continue
 		}
+		token, err := ReadTokenFile(tf.path)
 		if err != nil {
 			locker.Close()
 			storage.Close()
-			return nil, fmt.Errorf("lockserver: auth token file %s: %w", cfg.AuthTokenFile, err)
+			return nil, fmt.Errorf("lockserver: %w", err)
 		}
-		opts = append(opts, WithBearerToken(token))
+		opts = append(opts, tf.opt(token))
 	}
 	s := &Server{Locker: locker, storage: storage, handler: NewHandler(locker, opts...)}
 	s.http = s.handler.HTTPServer()
@@ -96,6 +101,20 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 		}
 	}
 	return s, nil
+}
+
+// ReadTokenFile reads a bearer token: the file's content, trimmed; an
+// empty file is an error.
+func ReadTokenFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	token := strings.TrimSpace(string(b))
+	if err == nil && token == "" {
+		err = errors.New("file is empty")
+	}
+	if err != nil {
+		return "", fmt.Errorf("token file %s: %w", path, err)
+	}
+	return token, nil
 }
 
 func serverTLS(cfg ServerConfig) (*tls.Config, error) {

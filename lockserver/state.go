@@ -57,6 +57,7 @@ type request struct {
 	typ       typeIndex
 	nodeID    string
 	requestID string
+	reap      api.ReapMode // deletes only
 }
 
 // grant is a held lock.

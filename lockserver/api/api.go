@@ -40,7 +40,22 @@ type LockRequest struct {
 	// Wait asks to be queued when the lock is held. Nil means the server's
 	// default (allow_multi_node_download).
 	Wait *bool `json:"wait,omitempty"`
+	// Reap marks a delete taken by the reaper (SPEC §8) rather than by a
+	// node's own garbage collection: it leaves the requester's references
+	// alone. ReapOrphan is granted only when nobody references the
+	// resource; ReapDangling ignores the referrers (the reaper found no
+	// blob) and its success drops them. Both obey the synced rule.
+	Reap ReapMode `json:"reap,omitempty"`
 }
+
+// ReapMode is LockRequest.Reap.
+type ReapMode string
+
+// The reap modes of a delete.
+const (
+	ReapOrphan   ReapMode = "orphan"
+	ReapDangling ReapMode = "dangling"
+)
 
 // LockResponse is the answer to POST /lock, and the payload of SSE "state"
 // and "granted" events for a request.
@@ -103,6 +118,98 @@ type RefsResponse struct {
 	ResourceID string   `json:"resource_id"`
 	Count      int      `json:"count"`
 	Nodes      []string `json:"nodes"`
+}
+
+// ClusterHeader is the HTTP header that carries "<cluster_id>/<epoch>" on
+// every answer of the coordinator (SPEC §8). A node sends its expected
+// cluster ID in the same header; a coordinator of another cluster refuses
+// the request (409 wrong_cluster) before acting on it.
+const ClusterHeader = "Sharedcontent-Cluster"
+
+// Cluster is the coordinator's identity: ClusterID is created with its
+// database, Epoch counts its starts. The answer to GET /cluster.
+type Cluster struct {
+	ClusterID string `json:"cluster_id"`
+	Epoch     uint64 `json:"epoch"`
+}
+
+// SessionRequest is the body of POST /nodes/session: open or renew the
+// node's session. ClusterID, when set, must be the coordinator's.
+type SessionRequest struct {
+	NodeID    string `json:"node_id"`
+	ClusterID string `json:"cluster_id,omitempty"`
+}
+
+// SessionResponse is the answer to POST /nodes/session.
+type SessionResponse struct {
+	Cluster
+	SessionTTLMs int64 `json:"session_ttl_ms"`
+	// Synced reports whether the coordinator has this node's full
+	// journal for the current session; a node that reads false syncs.
+	Synced bool `json:"synced"`
+}
+
+// SyncRequest is the body of PUT /nodes/{id}/refs: one chunk of a node's
+// full journal. The first chunk with a new SyncID starts a sync (send it,
+// possibly empty, before taking the journal's snapshot); the chunk with
+// Done replaces the node's references with the union of the chunks, plus
+// whatever the node added (minus what it dropped) since the sync started.
+type SyncRequest struct {
+	SyncID      string   `json:"sync_id"`
+	ResourceIDs []string `json:"resource_ids"`
+	Done        bool     `json:"done"`
+}
+
+// SyncResponse is the answer to PUT /nodes/{id}/refs.
+type SyncResponse struct {
+	// Received counts the resource IDs of the sync so far.
+	Received int  `json:"received"`
+	Synced   bool `json:"synced"`
+}
+
+// MaxSyncChunk bounds the resource IDs of one SyncRequest (about 600 KiB
+// of digests, under MaxBodyBytes).
+const MaxSyncChunk = 8192
+
+// NodeStatus is one member in the answer to GET /nodes.
+type NodeStatus struct {
+	NodeID string `json:"node_id"`
+	// Live: the node holds a session now.
+	Live bool `json:"live"`
+	// Synced: live, and its journal was received in this session.
+	Synced    bool   `json:"synced"`
+	FirstSeen string `json:"first_seen"`
+	LastSeen  string `json:"last_seen"`
+}
+
+// NodesResponse is the answer to GET /nodes.
+type NodesResponse struct {
+	Cluster
+	Nodes []NodeStatus `json:"nodes"`
+}
+
+// AdoptRequest is the body of POST /cluster/adopt (admin): the coordinator
+// takes the shared root's cluster ID and learns its members (from the
+// root's node markers); none of them is synced yet.
+type AdoptRequest struct {
+	ClusterID string   `json:"cluster_id"`
+	Nodes     []string `json:"nodes"`
+	// Force adopts even when the coordinator already has members.
+	Force bool `json:"force,omitempty"`
+}
+
+// RefsEntry is one resource of GET /refs/list.
+type RefsEntry struct {
+	ResourceID string   `json:"resource_id"`
+	Nodes      []string `json:"nodes"`
+}
+
+// RefsListResponse is the answer to GET /refs/list?after=&limit=: entries
+// in resource ID order after After; Next is the After of the next page
+// ("" on the last).
+type RefsListResponse struct {
+	Entries []RefsEntry `json:"entries"`
+	Next    string      `json:"next,omitempty"`
 }
 
 // Holder describes the current grant of a key.
@@ -191,6 +298,9 @@ const (
 	CodeUnavailable      = "unavailable"
 	CodeInternal         = "internal"
 	CodeMethodNotAllowed = "method_not_allowed"
+	CodeUnsynced         = "unsynced"
+	CodeWrongCluster     = "wrong_cluster"
+	CodeMemberLive       = "member_live"
 )
 
 // ErrorResponse is the body of every 4xx/5xx answer.
@@ -199,4 +309,7 @@ type ErrorResponse struct {
 	Code  string `json:"code"`
 	// Refs is set with in_use: who still references the resource.
 	Refs *RefsResponse `json:"refs,omitempty"`
+	// Nodes is set with unsynced: the members whose references the
+	// coordinator does not have in full.
+	Nodes []string `json:"nodes,omitempty"`
 }

@@ -32,6 +32,15 @@ var (
 	ErrUnavailable = errors.New("lock: unavailable")
 	// ErrMethodNotAllowed: the endpoint exists but not with this method.
 	ErrMethodNotAllowed = errors.New("lock: method not allowed")
+	// ErrUnsynced: a delete was refused because a member node is not
+	// synced (SPEC §8): its references may be missing. The error is an
+	// *UnsyncedError naming them.
+	ErrUnsynced = errors.New("lock: members not synced")
+	// ErrWrongCluster: the request named another cluster than the
+	// coordinator's (a wiped coordinator, or a node of another cluster).
+	ErrWrongCluster = errors.New("lock: wrong cluster")
+	// ErrMemberLive: a member with a live session cannot be forgotten.
+	ErrMemberLive = errors.New("lock: member has a live session")
 )
 
 var codes = []struct {
@@ -49,6 +58,9 @@ var codes = []struct {
 	{ErrTooLarge, CodeTooLarge, http.StatusRequestEntityTooLarge},
 	{ErrUnavailable, CodeUnavailable, http.StatusServiceUnavailable},
 	{ErrMethodNotAllowed, CodeMethodNotAllowed, http.StatusMethodNotAllowed},
+	{ErrUnsynced, CodeUnsynced, http.StatusConflict},
+	{ErrWrongCluster, CodeWrongCluster, http.StatusConflict},
+	{ErrMemberLive, CodeMemberLive, http.StatusConflict},
 }
 
 // HTTPStatus returns the HTTP status and code for err. Errors that match no
@@ -75,12 +87,29 @@ func (e *InUseError) Error() string {
 // Is makes errors.Is(err, ErrInUse) true.
 func (e *InUseError) Is(target error) bool { return target == ErrInUse }
 
+// UnsyncedError is the error of a delete refused under the synced rule: it
+// names the members that are not synced. It matches ErrUnsynced.
+type UnsyncedError struct {
+	ResourceID string
+	Nodes      []string
+}
+
+func (e *UnsyncedError) Error() string {
+	return fmt.Sprintf("%s: delete %s refused until node(s) %v sync their references", ErrUnsynced, e.ResourceID, e.Nodes)
+}
+
+// Is makes errors.Is(err, ErrUnsynced) true.
+func (e *UnsyncedError) Is(target error) bool { return target == ErrUnsynced }
+
 // FromResponse turns an error body back into an error that matches the
 // sentinel of its code (and carries the message). Unknown codes give a
 // plain error with the status.
 func FromResponse(status int, body ErrorResponse) error {
 	if body.Code == CodeInUse && body.Refs != nil {
 		return &InUseError{Refs: *body.Refs}
+	}
+	if body.Code == CodeUnsynced {
+		return &UnsyncedError{Nodes: body.Nodes}
 	}
 	for _, c := range codes {
 		if c.code == body.Code {
