@@ -85,7 +85,7 @@ func sharedNodes(ctx context.Context, dir string, n int) ([]pullNode, func(), er
 			return nil, nil, err
 		}
 		clients = append(clients, c)
-		node, err := cluster.NewNode(ctx, id, filepath.Join(dir, "shared"), state, c)
+		node, err := cluster.NewNode(ctx, id, filepath.Join(dir, "shared"), state, contentv2.LockService(c))
 		if err != nil {
 			stop()
 			return nil, nil, err

@@ -63,7 +63,7 @@ func overheadBench(size int64, reps int, profileDir string, progress func(string
 		return nil, err
 	}
 	defer coord.Close()
-	store, err := contentv2.NewStore(filepath.Join(dir, "shared"), "node-1", coord)
+	store, err := contentv2.NewStore(filepath.Join(dir, "shared"), "node-1", contentv2.LockService(coord), contentv2.WithStateDir(filepath.Join(dir, "state")))
 	if err != nil {
 		return nil, err
 	}

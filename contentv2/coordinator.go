@@ -2,21 +2,118 @@ package contentv2
 
 import (
 	"context"
+	"errors"
+	"time"
 
-	"github.com/sharedcontent/sharedcontent/lockclient"
-	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/opencontainers/go-digest"
 )
 
-// Coordinator is what the Store needs of the lock service. A
-// *lockclient.Client satisfies it, talking to a remote lock server over
-// HTTP or to an embedded one in-process.
+// Coordinator is what the Store needs of the cluster's coordinator, in the
+// Store's own terms: a session for this node, its references, and locks on
+// blobs (SPEC §3, §8). LockService adapts a lockclient.Client (a remote or
+// an embedded lock server); another backend (etcd) can implement it
+// directly.
+//
+// Refusals are the sentinels below (wrapped); any other error means the
+// coordinator could not be reached or did not answer.
 type Coordinator interface {
-	// Lock waits until the lock is acquired or the work was skipped.
-	Lock(ctx context.Context, req lockclient.Request) (*lockclient.LockResult, error)
-	// TryLock never waits: a held lock is lockclient.ErrLocked.
-	TryLock(ctx context.Context, req lockclient.Request) (*lockclient.LockResult, error)
-	// Unlock releases a lease with the outcome of the work.
-	Unlock(ctx context.Context, lease *lockclient.Lease, success bool, opErr error) error
-	// AddRef registers this node as a user of the resource.
-	AddRef(ctx context.Context, resourceID string) (api.RefsResponse, error)
+	// Session opens or renews this node's session. clusterID, when not
+	// empty, is the cluster the node belongs to: from then on, a
+	// coordinator of another cluster refuses every call with
+	// ErrWrongCluster instead of acting on it.
+	Session(ctx context.Context, clusterID string) (SessionInfo, error)
+	// SyncRefs replaces the coordinator's record of this node's
+	// references with the node's journal. It announces the sync before it
+	// calls snapshot, so that no reference registered after the snapshot
+	// is lost by the replacement.
+	SyncRefs(ctx context.Context, snapshot func() ([]digest.Digest, error)) error
+	// AddRef registers this node as a user of the blob; ErrDeleting while
+	// a delete of it is in flight.
+	AddRef(ctx context.Context, dgst digest.Digest) error
+	// Lock takes a lock. Without req.Wait a held lock is ErrBusy at once.
+	// ErrSkipped: a pull or delete of the resource just succeeded
+	// elsewhere. A delete is ErrInUse or ErrUnsynced under the delete
+	// rule; either way this node's reference is gone.
+	Lock(ctx context.Context, req LockRequest) (Lock, error)
+	// Refs calls fn for every resource the coordinator has referrers of.
+	Refs(ctx context.Context, fn func(resource string, nodes []string) error) error
+	// Members returns the IDs of the cluster's member nodes.
+	Members(ctx context.Context) ([]string, error)
+}
+
+// Lock is a held lock.
+type Lock interface {
+	// Unlock releases the lock with the outcome of the work. It runs even
+	// when ctx is cancelled.
+	Unlock(ctx context.Context, success bool, cause error) error
+	// Check renews the lock now and fails unless the coordinator still
+	// grants it: a deleter calls it right before it removes a file.
+	Check(ctx context.Context) error
+}
+
+// Op is the kind of lock (SPEC §3).
+type Op string
+
+// The lock types.
+const (
+	OpPull   Op = "pull"
+	OpUpdate Op = "update"
+	OpDelete Op = "delete"
+)
+
+// ReapMode marks a delete of the reaper, which leaves this node's own
+// reference alone: ReapOrphan needs no referrer at all, ReapDangling drops
+// the referrers of a blob that does not exist.
+type ReapMode string
+
+// The reap modes.
+const (
+	ReapOrphan   ReapMode = "orphan"
+	ReapDangling ReapMode = "dangling"
+)
+
+// LockRequest names a lock.
+type LockRequest struct {
+	Op       Op
+	Resource string
+	// Wait queues behind the holder instead of failing with ErrBusy.
+	Wait bool
+	Reap ReapMode
+}
+
+// SessionInfo is the coordinator's answer to a session call.
+type SessionInfo struct {
+	ClusterID string
+	Epoch     uint64
+	TTL       time.Duration
+	// Synced: the coordinator has this node's journal for this session.
+	Synced bool
+}
+
+// Refusals of a Coordinator.
+var (
+	// ErrBusy: another node holds the lock.
+	ErrBusy = errors.New("contentv2: held by another node")
+	// ErrSkipped: the work was just done elsewhere.
+	ErrSkipped = errors.New("contentv2: done by another node")
+	// ErrInUse: a delete was refused; other nodes use the blob.
+	ErrInUse = errors.New("contentv2: in use by other nodes")
+	// ErrUnsynced: a delete was refused; a member node is not synced.
+	ErrUnsynced = errors.New("contentv2: member nodes not synced")
+	// ErrDeleting: a reference was refused; a delete is in flight.
+	ErrDeleting = errors.New("contentv2: being deleted")
+	// ErrWrongCluster: the coordinator belongs to another cluster.
+	ErrWrongCluster = errors.New("contentv2: coordinator of another cluster")
+)
+
+// isRefusal reports whether err is the coordinator's answer rather than a
+// failure to reach it. ErrWrongCluster is not: that coordinator's answers
+// are not this cluster's.
+func isRefusal(err error) bool {
+	for _, e := range []error{ErrBusy, ErrSkipped, ErrInUse, ErrUnsynced, ErrDeleting} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package contentv2_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/stretchr/testify/require"
@@ -28,9 +30,11 @@ func blobFile(root string, d digest.Digest) string {
 	return filepath.Join(root, "blobs", d.Algorithm().String(), d.Encoded())
 }
 
-// TestUnreachableCoordinator: with the lock server down, a write proceeds
-// (fail-open) and a delete removes nothing (fail-closed); once the server
-// is up, the write's reference is recorded.
+// TestUnreachableCoordinator: with the lock server down, a write waits
+// (ErrUnavailable, so containerd retries) until this node's session has
+// surely expired, then proceeds (fail-open) and is journaled; a delete
+// removes nothing (fail-closed). Once the server is up, the node syncs
+// and the coordinator has the uses made while it was down.
 func TestUnreachableCoordinator(t *testing.T) {
 	// Reserve a port, then free it: nothing listens there for now.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -42,23 +46,36 @@ func TestUnreachableCoordinator(t *testing.T) {
 		lockclient.WithMaxRetries(1), lockclient.WithRetryInterval(10*time.Millisecond))
 	require.NoError(t, err)
 	root := t.TempDir()
-	cs, err := contentv2.NewStore(root, "node-1", client, contentv2.WithRefRetryInterval(50*time.Millisecond))
+	const ttl = 100 * time.Millisecond
+	start := time.Now()
+	cs, err := contentv2.NewStore(root, "node-1", contentv2.LockService(client), contentv2.WithStateDir(t.TempDir()),
+		contentv2.WithRefRetryInterval(50*time.Millisecond), contentv2.WithSessionTTL(ttl))
 	require.NoError(t, err)
 	defer cs.Close()
+	t.Logf("store started after %s", time.Since(start))
 	ctx := context.Background()
 
 	data, desc := blob("fail-open ")
-	start := time.Now()
-	require.NoError(t, content.WriteBlob(ctx, cs, "layer-"+desc.Digest.String(), bytes.NewReader(data), desc))
+	write := func() error {
+		return content.WriteBlob(ctx, cs, "layer-"+desc.Digest.String(), bytes.NewReader(data), desc)
+	}
+	_, err = cs.Writer(ctx, content.WithRef("layer-"+desc.Digest.String()), content.WithDescriptor(desc))
+	require.ErrorIs(t, err, errdefs.ErrUnavailable, "no uncoordinated write while the session may be live")
+	require.NoFileExists(t, blobFile(root, desc.Digest))
+	// content.WriteBlob retries ErrUnavailable with backoff, as containerd's
+	// fetch does.
+	require.NoError(t, write())
+	waited := time.Since(start)
+	require.GreaterOrEqual(t, waited, ttl+ttl/10+2*time.Second, "the fail-open write waited out the session")
 	require.FileExists(t, blobFile(root, desc.Digest), "the write went ahead")
+	t.Logf("first uncoordinated write after %s", waited)
 
 	require.NoError(t, cs.Delete(ctx, desc.Digest), "an unreachable coordinator is not a GC error")
 	require.FileExists(t, blobFile(root, desc.Digest), "nothing is deleted without the coordinator")
 	other, odesc := blob("second ")
 	require.NoError(t, content.WriteBlob(ctx, cs, "layer-"+odesc.Digest.String(), bytes.NewReader(other), odesc))
-	t.Logf("two writes and a delete against a dead coordinator took %s", time.Since(start))
 
-	// The coordinator comes up on that address; the pending reference lands.
+	// The coordinator comes up on that address; the node syncs its journal.
 	srv, err := lockserver.OpenServer(lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: t.TempDir()})
 	require.NoError(t, err)
 	ln, err = net.Listen("tcp", addr)
@@ -68,17 +85,35 @@ func TestUnreachableCoordinator(t *testing.T) {
 	require.Eventually(t, func() bool {
 		refs, err := srv.Locker.Refs(ctx, odesc.Digest.String())
 		return err == nil && refs.Count == 1 && refs.Nodes[0] == "node-1"
-	}, 10*time.Second, 20*time.Millisecond, "the reference made while the coordinator was down is recorded")
+	}, 10*time.Second, 20*time.Millisecond, "the use made while the coordinator was down is recorded")
+	id, err := contentv2.ReadClusterID(root)
+	require.NoError(t, err)
+	require.Equal(t, srv.Locker.Cluster().ClusterID, id, "the first node records the root's cluster")
 }
 
-// lostLease wraps a coordinator whose unlocks find the lease gone, as after
-// a coordinator restart or a lease that expired during a long download.
+// lostLease wraps a coordinator whose locks are lost before they are
+// released, as after a coordinator restart or a lease that expired during
+// a long download.
 type lostLease struct{ contentv2.Coordinator }
 
-func (lostLease) Unlock(context.Context, *lockclient.Lease, bool, error) error {
-	return lockclient.ErrNotHolder
+func (c lostLease) Lock(ctx context.Context, req contentv2.LockRequest) (contentv2.Lock, error) {
+	lk, err := c.Coordinator.Lock(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return lostLock{lk}, nil
 }
 
+type lostLock struct{ contentv2.Lock }
+
+var errLost = errors.New("lease lost")
+
+func (lostLock) Unlock(context.Context, bool, error) error { return errLost }
+func (lostLock) Check(context.Context) error               { return errLost }
+
+// TestLostLeaseStillRecordsReference (issue 13, scenario 6): the reference
+// is recorded before the blob is renamed into blobs/, so a lost lease does
+// not leave a committed blob without its referrer.
 func TestLostLeaseStillRecordsReference(t *testing.T) {
 	l, err := lockserver.NewLocker(lockserver.DefaultConfig(), lockserver.Options{Refs: newRefs()})
 	require.NoError(t, err)
@@ -86,7 +121,7 @@ func TestLostLeaseStillRecordsReference(t *testing.T) {
 	client, err := lockclient.NewEmbedded(l, lockclient.WithNodeID("node-1"))
 	require.NoError(t, err)
 	root := t.TempDir()
-	cs, err := contentv2.NewStore(root, "node-1", lostLease{client})
+	cs, err := contentv2.NewStore(root, "node-1", lostLease{contentv2.LockService(client)}, contentv2.WithStateDir(t.TempDir()))
 	require.NoError(t, err)
 	defer cs.Close()
 	ctx := context.Background()
@@ -97,4 +132,8 @@ func TestLostLeaseStillRecordsReference(t *testing.T) {
 	require.Equal(t, []string{"node-1"}, refs.Nodes, "the download is kept and referenced")
 	_, err = os.Stat(blobFile(root, desc.Digest))
 	require.NoError(t, err)
+
+	// A delete whose lock is lost before the removal removes nothing.
+	require.NoError(t, cs.Delete(ctx, desc.Digest))
+	require.FileExists(t, blobFile(root, desc.Digest), "no removal without a confirmed delete lock")
 }

@@ -6,7 +6,11 @@ type metrics struct {
 	uncoordinated *prometheus.CounterVec
 	writes        *prometheus.CounterVec
 	deletes       *prometheus.CounterVec
-	pendingRefs   prometheus.Gauge
+	waits         prometheus.Counter
+	synced        prometheus.Gauge
+	syncs         prometheus.Counter
+	reaped        *prometheus.CounterVec
+	reapable      prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -21,15 +25,31 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 		deletes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sharedcontent_store_deletes_total",
-			Help: "Delete calls by outcome: deleted, in_use (kept for other nodes), locked, skipped, unreachable.",
+			Help: "Delete calls by outcome: deleted, in_use (kept for other nodes), unsynced (kept until every member is synced), locked, skipped, revoked (lock lost before the removal), unreachable.",
 		}, []string{"result"}),
-		pendingRefs: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sharedcontent_store_pending_refs",
-			Help: "References waiting for the coordinator to be reachable.",
+		waits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sharedcontent_store_coordinator_waits_total",
+			Help: "Writes and uses answered 'unavailable' (containerd retries) because the coordinator could not be reached while this node's session might still be live.",
+		}),
+		synced: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sharedcontent_store_synced",
+			Help: "1 while the coordinator has this node's whole journal; while 0, no node's GC deletes anything.",
+		}),
+		syncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sharedcontent_store_syncs_total",
+			Help: "Full syncs of the node journal to the coordinator.",
+		}),
+		reaped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sharedcontent_reaper_reclaimed_total",
+			Help: "What the reaper removed, by kind: orphan (blob nobody references), dangling (reference to a missing blob), ingest (of a forgotten node), trash.",
+		}, []string{"kind"}),
+		reapable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sharedcontent_reaper_reclaimable_bytes",
+			Help: "Bytes of blobs nobody references, found by the last reaper pass (reclaimed once older than the grace).",
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.uncoordinated, m.writes, m.deletes, m.pendingRefs} {
+		for _, c := range []prometheus.Collector{m.uncoordinated, m.writes, m.deletes, m.waits, m.synced, m.syncs, m.reaped, m.reapable} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

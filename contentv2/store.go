@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -15,8 +18,6 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/sharedcontent/sharedcontent/lockclient"
 )
 
 // Mode chooses how Writer behaves when another node holds a blob's lock.
@@ -35,19 +36,26 @@ const (
 )
 
 const (
-	// DefaultRefRetryInterval is how often references recorded while the
-	// coordinator was unreachable are retried. It is also how long the
-	// store stops asking an unreachable coordinator before probing again.
+	// DefaultRefRetryInterval is how long the store stops asking a
+	// coordinator it found unreachable before it probes again, so that an
+	// outage costs one timeout, not one per blob.
 	DefaultRefRetryInterval = 5 * time.Second
 	// DefaultCoordinationTimeout bounds one coordination call made while
 	// containerd waits (Writer runs inside a metadata transaction).
 	DefaultCoordinationTimeout = 2 * time.Second
+	// deleteCheckTimeout bounds a deleter's last check of its lease: a
+	// slower answer is no proof that the lease was still held when the
+	// file is renamed (SPEC §8's margin covers this much).
+	deleteCheckTimeout = time.Second
 )
 
 // Store is a content.Store on a shared directory. Close stops its
 // background work; it does not close the coordinator.
 type Store interface {
 	content.Store
+	// Reap runs one pass of the reaper now (SPEC §8), if no other node is
+	// running one.
+	Reap(ctx context.Context) (ReapReport, error)
 	Close() error
 }
 
@@ -57,15 +65,33 @@ type Option func(*store)
 // WithMode sets the Writer behaviour (default ContainerdMode).
 func WithMode(m Mode) Option { return func(s *store) { s.mode = m } }
 
+// WithStateDir sets the node's local state directory, which holds its
+// journal (SPEC §8). Required; it must be on this node's own disk, not on
+// the shared storage.
+func WithStateDir(dir string) Option { return func(s *store) { s.stateDir = dir } }
+
 // WithRegisterer registers the store's metrics.
 func WithRegisterer(r prometheus.Registerer) Option { return func(s *store) { s.registerer = r } }
 
-// WithRefRetryInterval sets how often pending references are retried.
+// WithRefRetryInterval sets how long an unreachable coordinator is not
+// asked again (default DefaultRefRetryInterval).
 func WithRefRetryInterval(d time.Duration) Option { return func(s *store) { s.refRetry = d } }
 
 // WithCoordinationTimeout bounds each coordination call that containerd
 // waits on (default DefaultCoordinationTimeout).
 func WithCoordinationTimeout(d time.Duration) Option { return func(s *store) { s.coordTimeout = d } }
+
+// WithSessionTTL sets the session TTL the store assumes until the
+// coordinator states its own (default 15 s, the coordinator's default). A
+// node that cannot reach the coordinator at start waits this long, plus a
+// margin, before it uses blobs unregistered.
+func WithSessionTTL(d time.Duration) Option { return func(s *store) { s.sessionTTL = d } }
+
+// WithReaper runs the reaper every interval (0: never), reclaiming what is
+// older than grace (SPEC §8).
+func WithReaper(interval, grace time.Duration) Option {
+	return func(s *store) { s.reapInterval, s.reapGrace = interval, grace }
+}
 
 // WithLocalStore replaces the local store on root (tests inject failures
 // this way). It must be rooted in the shared directory.
@@ -74,47 +100,72 @@ func WithLocalStore(cs content.Store) Option { return func(s *store) { s.local =
 // store implements Store.
 type store struct {
 	local        content.Store
+	root         string
+	stateDir     string
 	nodeID       string
 	coord        Coordinator
+	journal      *journal
 	mode         Mode
 	registerer   prometheus.Registerer
 	refRetry     time.Duration
 	coordTimeout time.Duration
+	reapInterval time.Duration
+	reapGrace    time.Duration
+	reaper       reaperState
 	metrics      *metrics
 
 	mu         sync.Mutex
-	registered map[digest.Digest]struct{} // protected by mu; refs this node has recorded
-	pending    map[digest.Digest]struct{} // protected by mu; refs to record when the coordinator is back
+	registered map[digest.Digest]struct{} // protected by mu; refs the coordinator has (or will have at the next sync)
 	// downUntil is when to ask the coordinator again after it was found
-	// unreachable; until then operations fail open or closed at once
-	// instead of each waiting out a timeout. Protected by mu.
+	// unreachable; until then operations fail at once instead of each
+	// waiting out a timeout. Protected by mu.
 	downUntil time.Time
+
+	// The session (session.go).
+	smu        sync.Mutex
+	clusterID  string        // protected by smu; the root's cluster ("" until known)
+	sessionTTL time.Duration // protected by smu
+	lastAck    time.Time     // protected by smu; when the last session answer arrived
+	epoch      uint64        // protected by smu
+	synced     bool          // protected by smu
+	kick       chan struct{} // a session round now
 
 	stop chan struct{} // closed by Close
 	wg   sync.WaitGroup
 }
 
 // NewStore returns a Store for node nodeID over the shared content
-// directory root, coordinated through coord. Labels are kept per node in
-// memory: containerd keeps its own labels in its metadata store.
+// directory root, coordinated through coord. WithStateDir is required.
+// Labels are kept per node in memory: containerd keeps its own labels in
+// its metadata store.
+//
+// It records the node in the root and opens its session. A root that
+// belongs to another cluster than the coordinator's is an error matching
+// ErrWrongCluster (a *WrongClusterError saying what to do); an unreachable
+// coordinator is not an error.
 func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, error) {
-	if nodeID == "" || strings.ContainsAny(nodeID, "/\x00") {
+	if nodeID == "" || strings.ContainsAny(nodeID, "/\x00") || nodeID == "." || nodeID == ".." {
 		return nil, fmt.Errorf("node id %q: must be non-empty without '/': %w", nodeID, errdefs.ErrInvalidArgument)
 	}
 	if coord == nil {
 		return nil, fmt.Errorf("coordinator is required: %w", errdefs.ErrInvalidArgument)
 	}
 	s := &store{
+		root:         root,
 		nodeID:       nodeID,
 		coord:        coord,
 		refRetry:     DefaultRefRetryInterval,
 		coordTimeout: DefaultCoordinationTimeout,
+		sessionTTL:   defaultSessionTTL,
 		registered:   map[digest.Digest]struct{}{},
-		pending:      map[digest.Digest]struct{}{},
+		kick:         make(chan struct{}, 1),
 		stop:         make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.stateDir == "" {
+		return nil, fmt.Errorf("a state directory for the node journal is required (WithStateDir): %w", errdefs.ErrInvalidArgument)
 	}
 	if s.local == nil {
 		cs, err := local.NewLabeledStore(root, newLabelStore())
@@ -128,19 +179,34 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 		return nil, err
 	}
 	s.metrics = m
+	if s.journal, err = openJournal(s.stateDir); err != nil {
+		return nil, err
+	}
+	if err := s.startSession(context.Background()); err != nil {
+		s.journal.close()
+		return nil, err
+	}
 	s.wg.Add(1)
-	go s.retryRefs()
+	go s.sessionLoop()
+	if s.reapInterval > 0 {
+		s.wg.Add(1)
+		go s.reapLoop()
+	}
 	return s, nil
 }
+
+// defaultSessionTTL is assumed until the coordinator states its own.
+const defaultSessionTTL = 15 * time.Second
 
 func (s *store) Close() error {
 	select {
 	case <-s.stop:
+		return nil
 	default:
 		close(s.stop)
 	}
 	s.wg.Wait()
-	return nil
+	return s.journal.close()
 }
 
 // Info returns the blob's info and records that this node uses it: a node
@@ -153,7 +219,9 @@ func (s *store) Info(ctx context.Context, dgst digest.Digest) (content.Info, err
 
 // use returns the info of a blob that exists and that this node is now a
 // registered referrer of, so that no other node's delete removes it. A
-// blob that is absent or being deleted is ErrNotFound.
+// blob that is absent or being deleted is ErrNotFound; a coordinator that
+// cannot be reached while this node's session may still be live is
+// ErrUnavailable (SPEC §8: reference before use).
 func (s *store) use(ctx context.Context, dgst digest.Digest) (content.Info, error) {
 	info, err := s.local.Info(ctx, dgst)
 	if err != nil {
@@ -166,8 +234,8 @@ func (s *store) use(ctx context.Context, dgst digest.Digest) (content.Info, erro
 		// Registered: no other node's delete can remove it.
 		return info, nil
 	}
-	if err := s.register(ctx, dgst); errors.Is(err, lockclient.ErrDeleting) {
-		return content.Info{}, fmt.Errorf("content %v: being deleted: %w", dgst, errdefs.ErrNotFound)
+	if err := s.register(ctx, dgst); err != nil {
+		return content.Info{}, err
 	}
 	// A delete may have removed the blob between the first look and the
 	// registration; once registered, none can. Look again.
@@ -180,9 +248,12 @@ func (s *store) use(ctx context.Context, dgst digest.Digest) (content.Info, erro
 	return info, err
 }
 
-// register records this node as a referrer of dgst once (cached until this
-// node deletes it). When the coordinator is unreachable the reference is
-// kept pending and retried in the background; only ErrDeleting is returned.
+// register records this node as a user of dgst: in its journal, then with
+// the coordinator (cached until this node deletes it). An unreachable
+// coordinator is tolerated only once this node's session has surely
+// expired (the journal carries the use to the next sync); before that the
+// error is ErrUnavailable, so the caller retries. A delete in flight is
+// ErrNotFound.
 func (s *store) register(ctx context.Context, dgst digest.Digest) error {
 	s.mu.Lock()
 	_, done := s.registered[dgst]
@@ -190,65 +261,30 @@ func (s *store) register(ctx context.Context, dgst digest.Digest) error {
 	if done {
 		return nil
 	}
-	err := s.coordinate(ctx, func(ctx context.Context) error {
-		_, err := s.coord.AddRef(ctx, dgst.String())
-		return err
-	})
+	if err := s.journal.add(dgst); err != nil {
+		return fmt.Errorf("content %v: %w: %w", dgst, errdefs.ErrUnavailable, err)
+	}
+	err := s.coordinate(ctx, func(ctx context.Context) error { return s.coord.AddRef(ctx, dgst) })
 	switch {
 	case err == nil:
-		s.mu.Lock()
-		s.registered[dgst] = struct{}{}
-		delete(s.pending, dgst)
-		s.mu.Unlock()
-		return nil
-	case errors.Is(err, lockclient.ErrDeleting):
-		return err
+	case errors.Is(err, ErrDeleting):
+		if jerr := s.journal.remove(dgst); jerr != nil {
+			log.G(ctx).WithError(jerr).Warn("node journal")
+		}
+		return fmt.Errorf("content %v: being deleted: %w", dgst, errdefs.ErrNotFound)
 	default:
+		ok, wait := s.mayFailOpen()
+		if !ok {
+			s.metrics.waits.Inc()
+			return fmt.Errorf("content %v: cannot record this node's use (%w); uncoordinated use starts in %s, once this node's session has surely expired: %w",
+				dgst, err, wait.Round(time.Millisecond), errdefs.ErrUnavailable)
+		}
 		s.uncoordinated(ctx, "ref", dgst, err)
-		s.mu.Lock()
-		s.pending[dgst] = struct{}{}
-		s.mu.Unlock()
-		return nil
 	}
-}
-
-// retryRefs records pending references until the store closes.
-func (s *store) retryRefs() {
-	defer s.wg.Done()
-	t := time.NewTicker(s.refRetry)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-		}
-		s.mu.Lock()
-		todo := make([]digest.Digest, 0, len(s.pending))
-		for d := range s.pending {
-			todo = append(todo, d)
-		}
-		s.mu.Unlock()
-		for _, d := range todo {
-			ctx, cancel := context.WithTimeout(context.Background(), s.refRetry)
-			_, err := s.coord.AddRef(ctx, d.String())
-			cancel()
-			if err != nil && !errors.Is(err, lockclient.ErrDeleting) {
-				break // still unreachable; try again later
-			}
-			s.mu.Lock()
-			s.downUntil = time.Time{}
-			delete(s.pending, d)
-			if err == nil {
-				s.registered[d] = struct{}{}
-			}
-			s.mu.Unlock()
-			log.L.WithField("digest", d).WithField("node", s.nodeID).Info("recorded reference made while the coordinator was unreachable")
-		}
-		s.mu.Lock()
-		s.metrics.pendingRefs.Set(float64(len(s.pending)))
-		s.mu.Unlock()
-	}
+	s.mu.Lock()
+	s.registered[dgst] = struct{}{}
+	s.mu.Unlock()
+	return nil
 }
 
 // errCoordinatorDown short-circuits calls while the coordinator is known
@@ -257,7 +293,8 @@ var errCoordinatorDown = errors.New("coordinator unreachable recently; not askin
 
 // coordinate runs one coordination call with the coordination timeout. A
 // failure to reach the coordinator makes the next calls fail at once for
-// refRetry, so an outage costs one timeout, not one per blob.
+// refRetry, so an outage costs one timeout, not one per blob; the session
+// loop probes meanwhile and lifts it when the coordinator answers.
 func (s *store) coordinate(ctx context.Context, call func(context.Context) error) error {
 	s.mu.Lock()
 	down := time.Now().Before(s.downUntil)
@@ -268,10 +305,14 @@ func (s *store) coordinate(ctx context.Context, call func(context.Context) error
 	cctx, cancel := context.WithTimeout(ctx, s.coordTimeout)
 	defer cancel()
 	err := call(cctx)
-	if err != nil && !isCoordinationRefusal(err) && ctx.Err() == nil {
+	if err != nil && !isRefusal(err) && ctx.Err() == nil {
 		s.mu.Lock()
 		s.downUntil = time.Now().Add(s.refRetry)
 		s.mu.Unlock()
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
 	}
 	return err
 }
@@ -296,27 +337,30 @@ func (s *store) Walk(ctx context.Context, fn content.WalkFunc, filters ...string
 
 // Update changes the blob's (node-local) labels under the update lock.
 func (s *store) Update(ctx context.Context, info content.Info, fieldpaths ...string) (content.Info, error) {
-	res, err := s.coord.Lock(ctx, lockclient.Request{Type: lockclient.OperationTypeUpdate, ResourceID: info.Digest.String(), NodeID: s.nodeID})
+	lk, err := s.coord.Lock(ctx, LockRequest{Op: OpUpdate, Resource: info.Digest.String(), Wait: true})
 	switch {
-	case err != nil && isCoordinationRefusal(err):
+	case err != nil && isRefusal(err):
 		return content.Info{}, fmt.Errorf("content %v: update: %w: %w", info.Digest, errdefs.ErrFailedPrecondition, err)
 	case err != nil:
 		s.uncoordinated(ctx, "update", info.Digest, err)
 		return s.local.Update(ctx, info, fieldpaths...)
 	}
 	out, err := s.local.Update(ctx, info, fieldpaths...)
-	if res.Lease != nil {
-		if uerr := s.coord.Unlock(ctx, res.Lease, err == nil, err); uerr != nil {
-			log.G(ctx).WithError(uerr).WithField("digest", info.Digest).Warn("update unlock failed")
-		}
+	if uerr := lk.Unlock(ctx, err == nil, err); uerr != nil {
+		log.G(ctx).WithError(uerr).WithField("digest", info.Digest).Warn("update unlock failed")
 	}
 	return out, err
 }
 
-// Delete removes the blob unless another node still uses it. It never
-// returns an error for a blob kept for others or for an unreachable
-// coordinator: containerd's garbage collector stops its whole sweep at the
-// first Delete error.
+// Delete removes the blob unless another node still uses it or a member
+// node is not synced (SPEC §8). It never returns an error for a blob kept
+// or for an unreachable coordinator: containerd's garbage collector stops
+// its whole sweep at the first Delete error.
+//
+// The file is removed only under the delete lock, checked to be still
+// held right before: it is renamed into <root>/.trash (atomic), the lock
+// released, then the trash entry unlinked, so a pull that commits the
+// same digest again meanwhile keeps its new file.
 func (s *store) Delete(ctx context.Context, dgst digest.Digest) error {
 	if err := dgst.Validate(); err != nil {
 		return fmt.Errorf("content %v: %w: %w", dgst, errdefs.ErrInvalidArgument, err)
@@ -324,54 +368,93 @@ func (s *store) Delete(ctx context.Context, dgst digest.Digest) error {
 	// This node no longer uses the blob, whatever happens next.
 	s.mu.Lock()
 	delete(s.registered, dgst)
-	delete(s.pending, dgst)
 	s.mu.Unlock()
 
-	var res *lockclient.LockResult
+	var lk Lock
 	err := s.coordinate(ctx, func(ctx context.Context) (err error) {
-		res, err = s.coord.TryLock(ctx, lockclient.Request{Type: lockclient.OperationTypeDelete, ResourceID: dgst.String(), NodeID: s.nodeID})
+		lk, err = s.coord.Lock(ctx, LockRequest{Op: OpDelete, Resource: dgst.String()})
 		return err
 	})
 	l := log.G(ctx).WithField("digest", dgst).WithField("node", s.nodeID)
+	if err == nil || isRefusal(err) {
+		// The coordinator has dropped this node's reference.
+		if jerr := s.journal.remove(dgst); jerr != nil {
+			l.WithError(jerr).Warn("node journal")
+		}
+	}
 	switch {
-	case errors.Is(err, lockclient.ErrInUse):
+	case errors.Is(err, ErrInUse):
 		s.metrics.deletes.WithLabelValues("in_use").Inc()
 		l.Debug("blob kept: other nodes use it")
 		return nil
-	case errors.Is(err, lockclient.ErrLocked):
+	case errors.Is(err, ErrUnsynced):
+		s.metrics.deletes.WithLabelValues("unsynced").Inc()
+		l.WithError(err).Info("blob kept: a member node is not synced; a later collection (or the reaper) retries")
+		return nil
+	case errors.Is(err, ErrBusy):
 		s.metrics.deletes.WithLabelValues("locked").Inc()
 		l.Debug("blob kept: a pull or delete of it is in flight; the next collection retries")
+		return nil
+	case errors.Is(err, ErrSkipped):
+		s.metrics.deletes.WithLabelValues("skipped").Inc()
 		return nil
 	case err != nil:
 		s.metrics.deletes.WithLabelValues("unreachable").Inc()
 		s.uncoordinated(ctx, "delete", dgst, err)
 		return nil
-	case res.Skipped:
-		s.metrics.deletes.WithLabelValues("skipped").Inc()
+	}
+	return s.removeLocked(ctx, dgst, lk)
+}
+
+// removeLocked removes the blob under its delete lock lk and releases it.
+func (s *store) removeLocked(ctx context.Context, dgst digest.Digest, lk Lock) error {
+	l := log.G(ctx).WithField("digest", dgst).WithField("node", s.nodeID)
+	ctx = context.WithoutCancel(ctx)
+	cctx, cancel := context.WithTimeout(ctx, deleteCheckTimeout)
+	err := lk.Check(cctx)
+	cancel()
+	if err != nil {
+		s.metrics.deletes.WithLabelValues("revoked").Inc()
+		l.WithError(err).Info("blob kept: the delete lock was not confirmed right before the removal")
+		if uerr := lk.Unlock(ctx, false, err); uerr != nil {
+			l.WithError(uerr).Debug("delete unlock after a failed check")
+		}
 		return nil
 	}
-	derr := s.local.Delete(ctx, dgst)
-	if errdefs.IsNotFound(derr) {
-		derr = nil
-	}
-	if uerr := s.coord.Unlock(context.WithoutCancel(ctx), res.Lease, derr == nil, derr); uerr != nil {
+	trashed, derr := s.moveToTrash(dgst)
+	if uerr := lk.Unlock(ctx, derr == nil, derr); uerr != nil {
 		l.WithError(uerr).Warn("delete unlock failed")
 	}
 	if derr != nil {
-		return derr
+		return fmt.Errorf("content %v: %w", dgst, derr)
+	}
+	if trashed != "" {
+		if err := os.Remove(trashed); err != nil {
+			l.WithError(err).Warn("unlinking a trashed blob; the reaper removes it later")
+		}
 	}
 	s.metrics.deletes.WithLabelValues("deleted").Inc()
 	return nil
 }
 
-// isCoordinationRefusal reports whether err is the coordinator's answer
-// (a protocol outcome) rather than a failure to reach it.
-func isCoordinationRefusal(err error) bool {
-	for _, e := range []error{lockclient.ErrInUse, lockclient.ErrLocked, lockclient.ErrDeleting,
-		lockclient.ErrInvalidArgument, lockclient.ErrUnauthorized, lockclient.ErrNotHolder} {
-		if errors.Is(err, e) {
-			return true
-		}
+// blobPath is where the local store keeps dgst.
+func (s *store) blobPath(dgst digest.Digest) string {
+	return filepath.Join(s.root, "blobs", dgst.Algorithm().String(), dgst.Encoded())
+}
+
+// moveToTrash renames the blob to a unique name under <root>/.trash and
+// returns that name ("" when the blob was already gone).
+func (s *store) moveToTrash(dgst digest.Digest) (string, error) {
+	dir := filepath.Join(s.root, TrashDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
 	}
-	return false
+	to := filepath.Join(dir, dgst.Encoded()+"."+newSyncID()[:12])
+	if err := os.Rename(s.blobPath(dgst), to); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", nil
+		}
+		return "", err
+	}
+	return to, nil
 }

@@ -24,21 +24,21 @@ func newRefs() *refcount.Manager {
 	return refcount.NewManager(refcount.NewMemoryStorage(), refcount.Config{})
 }
 
-// embedded returns a client of a fresh in-process coordinator.
-func embedded(t testing.TB, node string) *lockclient.Client {
+// embedded returns a fresh in-process coordinator, as node sees it.
+func embedded(t testing.TB, node string) contentv2.Coordinator {
 	l, err := lockserver.NewLocker(lockserver.DefaultConfig(), lockserver.Options{Refs: newRefs()})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	c, err := lockclient.NewEmbedded(l, lockclient.WithNodeID(node))
 	require.NoError(t, err)
-	return c
+	return contentv2.LockService(c)
 }
 
 // TestContentSuiteLibraryMode runs containerd's own content conformance
 // suite against a single-node store used directly.
 func TestContentSuiteLibraryMode(t *testing.T) {
 	testsuite.ContentSuite(t, "contentv2", func(ctx context.Context, root string) (context.Context, content.Store, func() error, error) {
-		cs, err := contentv2.NewStore(root, "node-1", embedded(t, "node-1"), contentv2.WithMode(contentv2.LibraryMode))
+		cs, err := contentv2.NewStore(root, "node-1", embedded(t, "node-1"), contentv2.WithMode(contentv2.LibraryMode), contentv2.WithStateDir(t.TempDir()))
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -51,7 +51,7 @@ func TestContentSuiteLibraryMode(t *testing.T) {
 // with the shared content policy (containerd's default).
 func TestContentSuiteBehindMetadata(t *testing.T) {
 	testsuite.ContentSuite(t, "contentv2-metadata", func(ctx context.Context, root string) (context.Context, content.Store, func() error, error) {
-		cs, err := contentv2.NewStore(root, "node-1", embedded(t, "node-1"))
+		cs, err := contentv2.NewStore(root, "node-1", embedded(t, "node-1"), contentv2.WithStateDir(t.TempDir()))
 		if err != nil {
 			return nil, nil, nil, err
 		}

@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
-
-	"github.com/sharedcontent/sharedcontent/lockclient"
 )
 
 // Writer opens an ingest under the blob's pull lock (SPEC §5). The digest
@@ -56,33 +55,12 @@ func (s *store) Writer(ctx context.Context, opts ...content.WriterOpt) (content.
 		// delete in flight.
 	}
 
-	req := lockclient.Request{Type: lockclient.OperationTypePull, ResourceID: dgst.String(), NodeID: s.nodeID}
-	var (
-		res *lockclient.LockResult
-		err error
-	)
-	if s.mode == ContainerdMode {
-		err = s.coordinate(ctx, func(ctx context.Context) (err error) {
-			res, err = s.coord.TryLock(ctx, req)
-			return err
-		})
-	} else {
-		res, err = s.coord.Lock(ctx, req)
-	}
+	lk, err := s.pullLock(ctx, dgst)
 	switch {
-	case errors.Is(err, lockclient.ErrLocked):
+	case errors.Is(err, ErrBusy):
 		s.metrics.writes.WithLabelValues("busy").Inc()
 		return nil, fmt.Errorf("content %v: another node is downloading it: %w", dgst, errdefs.ErrUnavailable)
-	case err != nil && ctx.Err() != nil:
-		return nil, err
-	case err != nil:
-		// Fail-open: the content is addressed by digest and the ingest is
-		// ours alone, so an uncoordinated download is safe; its reference
-		// is recorded when the coordinator is back.
-		s.metrics.writes.WithLabelValues("uncoordinated").Inc()
-		s.uncoordinated(ctx, "write", dgst, err)
-		return s.openLocal(ctx, wo, nil, dgst)
-	case res.Skipped:
+	case errors.Is(err, ErrSkipped):
 		if _, err := s.local.Info(ctx, dgst); err != nil {
 			// Done elsewhere but not visible here (or removed outside the
 			// protocol): download it ourselves rather than wait forever.
@@ -91,16 +69,45 @@ func (s *store) Writer(ctx context.Context, opts ...content.WriterOpt) (content.
 			return s.openLocal(ctx, wo, nil, dgst)
 		}
 		return nil, s.downloadedElsewhere(ctx, dgst)
+	case err != nil && ctx.Err() != nil:
+		return nil, err
+	case err != nil:
+		// Fail-open (SPEC §8), only once this node's session has surely
+		// expired: the coordinator then refuses every delete until this
+		// node syncs. The content is addressed by digest and the ingest is
+		// ours alone; Commit journals the use.
+		if ok, wait := s.mayFailOpen(); !ok {
+			s.metrics.waits.Inc()
+			return nil, fmt.Errorf("content %v: coordinator unreachable (%w); downloading uncoordinated in %s, once this node's session has surely expired: %w",
+				dgst, err, wait.Round(time.Millisecond), errdefs.ErrUnavailable)
+		}
+		s.metrics.writes.WithLabelValues("uncoordinated").Inc()
+		s.uncoordinated(ctx, "write", dgst, err)
+		return s.openLocal(ctx, wo, nil, dgst)
 	}
 	s.metrics.writes.WithLabelValues("acquired").Inc()
-	w, err := s.openLocal(ctx, wo, res.Lease, dgst)
+	w, err := s.openLocal(ctx, wo, lk, dgst)
 	if err != nil {
-		if uerr := s.coord.Unlock(context.WithoutCancel(ctx), res.Lease, false, err); uerr != nil {
+		if uerr := lk.Unlock(context.WithoutCancel(ctx), false, err); uerr != nil {
 			log.G(ctx).WithError(uerr).WithField("digest", dgst).Warn("unlock after failed open")
 		}
 		return nil, err
 	}
 	return w, nil
+}
+
+// pullLock takes the blob's pull lock: at once or not at all in
+// ContainerdMode, waiting in LibraryMode.
+func (s *store) pullLock(ctx context.Context, dgst digest.Digest) (lk Lock, err error) {
+	req := LockRequest{Op: OpPull, Resource: dgst.String(), Wait: s.mode == LibraryMode}
+	if s.mode == LibraryMode {
+		return s.coord.Lock(ctx, req)
+	}
+	err = s.coordinate(ctx, func(ctx context.Context) error {
+		lk, err = s.coord.Lock(ctx, req)
+		return err
+	})
+	return lk, err
 }
 
 // downloadedElsewhere answers a Writer for a blob another node has just
@@ -121,14 +128,14 @@ func (s *store) downloadedElsewhere(ctx context.Context, dgst digest.Digest) err
 	return fmt.Errorf("content %v: %w", dgst, errdefs.ErrAlreadyExists)
 }
 
-// openLocal opens the node-scoped local ingest. lease is the pull lock
-// (nil when uncoordinated); dgst is the blob the lock is about.
-func (s *store) openLocal(ctx context.Context, wo content.WriterOpts, lease *lockclient.Lease, dgst digest.Digest) (content.Writer, error) {
+// openLocal opens the node-scoped local ingest. lk is the pull lock (nil
+// when uncoordinated); dgst is the blob the lock is about.
+func (s *store) openLocal(ctx context.Context, wo content.WriterOpts, lk Lock, dgst digest.Digest) (content.Writer, error) {
 	lw, err := s.local.Writer(ctx, content.WithRef(s.nodeRef(wo.Ref)), content.WithDescriptor(wo.Desc))
 	if err != nil {
 		return nil, err
 	}
-	return &writer{Writer: lw, s: s, ref: wo.Ref, lease: lease, dgst: dgst}, nil
+	return &writer{Writer: lw, s: s, ref: wo.Ref, lock: lk, dgst: dgst}, nil
 }
 
 // writer is a local ingest tied to its pull lock: Commit releases the lock
@@ -136,10 +143,10 @@ func (s *store) openLocal(ctx context.Context, wo content.WriterOpts, lease *loc
 // next waiter takes over.
 type writer struct {
 	content.Writer
-	s     *store
-	ref   string
-	dgst  digest.Digest // "" for a plain local write
-	lease *lockclient.Lease
+	s    *store
+	ref  string
+	dgst digest.Digest // "" for a plain local write
+	lock Lock          // nil when not holding the pull lock
 
 	mu       sync.Mutex
 	released bool // protected by mu
@@ -151,19 +158,31 @@ func (w *writer) Status() (content.Status, error) {
 	return st, err
 }
 
-// Commit commits the blob. Success, including "already exists", releases
-// the lock with success and records this node's reference; any other error
-// leaves the ingest open for another Commit, as the local writer does.
+// Commit commits the blob. This node's reference is recorded (journal,
+// then coordinator) before the blob becomes visible in blobs/, so that no
+// delete can remove it in between, even if the pull lock was lost (SPEC
+// §8). Success, including "already exists", then releases the lock with
+// success; any other error leaves the ingest open for another Commit, as
+// the local writer does.
 func (w *writer) Commit(ctx context.Context, size int64, expected digest.Digest, opts ...content.Opt) error {
+	committed := expected
+	if committed == "" {
+		committed = w.Writer.Digest()
+	}
+	if w.dgst != "" {
+		if err := w.s.register(ctx, committed); err != nil {
+			return err
+		}
+	}
 	err := w.Writer.Commit(ctx, size, expected, opts...)
 	if err != nil && !errdefs.IsAlreadyExists(err) {
 		return err
 	}
-	committed := w.Writer.Digest()
-	if expected != "" {
-		committed = expected
+	if committed == w.dgst {
+		w.release(ctx, true, nil)
+	} else {
+		w.release(ctx, false, fmt.Errorf("committed %s, not the locked %s", committed, w.dgst))
 	}
-	w.finish(ctx, committed)
 	return err
 }
 
@@ -173,43 +192,21 @@ func (w *writer) Close() error {
 	return err
 }
 
-// finish records a committed blob: through the lock when this writer holds
-// the blob's lock, else as a plain reference.
-func (w *writer) finish(ctx context.Context, committed digest.Digest) {
-	if w.dgst == "" {
-		return // not shared content
-	}
-	ctx = context.WithoutCancel(ctx)
-	if w.lease != nil && committed == w.dgst {
-		if err := w.release(ctx, true, nil); err == nil {
-			w.s.mu.Lock()
-			w.s.registered[committed] = struct{}{}
-			w.s.mu.Unlock()
-			return
-		} else {
-			// A lost lease does not lose the download: record the reference.
-			log.G(ctx).WithError(err).WithField("digest", committed).Warn("pull lock lost before commit; recording the reference directly")
-		}
-	} else {
-		w.release(ctx, false, fmt.Errorf("committed %s, not the locked %s", committed, w.dgst))
-	}
-	w.s.register(ctx, committed)
-}
-
 // release unlocks the pull lock once.
-func (w *writer) release(ctx context.Context, success bool, opErr error) error {
+func (w *writer) release(ctx context.Context, success bool, opErr error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.lease == nil || w.released {
-		return nil
+	if w.lock == nil || w.released {
+		return
 	}
 	w.released = true
 	// Commit runs inside containerd's metadata transaction: bound the wait.
-	err := w.s.coordinate(ctx, func(ctx context.Context) error {
-		return w.s.coord.Unlock(ctx, w.lease, success, opErr)
+	err := w.s.coordinate(context.WithoutCancel(ctx), func(ctx context.Context) error {
+		return w.lock.Unlock(ctx, success, opErr)
 	})
-	if err != nil && !success {
-		log.G(ctx).WithError(err).WithField("digest", w.dgst).Warn("releasing pull lock after failure")
+	if err != nil {
+		// The reference is recorded already; a lost lease costs the
+		// waiters at most its TTL.
+		log.G(ctx).WithError(err).WithField("digest", w.dgst).WithField("success", success).Warn("releasing pull lock")
 	}
-	return err
 }

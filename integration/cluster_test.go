@@ -52,7 +52,7 @@ func newCluster(t *testing.T, n int, opts ...contentv2.Option) *testCluster {
 func (c *testCluster) addNode(t *testing.T, id string, opts ...contentv2.Option) *node {
 	client, err := lockclient.New(c.url, lockclient.WithNodeID(id))
 	require.NoError(t, err)
-	n, err := cluster.NewNode(context.Background(), id, c.root, t.TempDir(), client, opts...)
+	n, err := cluster.NewNode(context.Background(), id, c.root, t.TempDir(), contentv2.LockService(client), opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { n.Close() })
 	return &node{Node: n, client: client}

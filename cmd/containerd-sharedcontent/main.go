@@ -29,12 +29,19 @@ import (
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/plugin"
 )
 
 const (
 	defaultAddress = "/run/sharedcontent/sharedcontent.sock"
 	defaultDataDir = "/var/lib/sharedcontent"
+	// defaultStateDir holds the node journal; it must be on the node's
+	// own disk.
+	defaultStateDir = "/var/lib/sharedcontent/node"
+	// defaultReapInterval and defaultReapGrace are SPEC §8's.
+	defaultReapInterval = time.Hour
+	defaultReapGrace    = time.Hour
 	// shutdownGrace bounds how long content calls in flight may finish.
 	shutdownGrace = 10 * time.Second
 )
@@ -47,7 +54,9 @@ func main() {
 }
 
 type options struct {
-	root, address, nodeID               string
+	root, address, nodeID, stateDir     string
+	reapInterval, reapGrace             time.Duration
+	adopt                               bool
 	lockServer, lockListen              string
 	lockServerCA, clientCert, clientKey string
 	metricsListen, logLevel             string
@@ -63,6 +72,10 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.root, "root", "", "shared content directory (the same path on every node; required)")
 	fs.StringVar(&o.address, "address", defaultAddress, "unix socket containerd's proxy_plugins entry points at")
 	fs.StringVar(&o.nodeID, "node-id", hostname, "this node's name, unique in the cluster")
+	fs.StringVar(&o.stateDir, "state-dir", defaultStateDir, "this node's local state (the journal of the blobs it uses); on local disk, not the shared storage")
+	fs.DurationVar(&o.reapInterval, "reap-interval", defaultReapInterval, "how often this node offers to run the reaper (one node at a time runs it; 0: never)")
+	fs.DurationVar(&o.reapGrace, "reap-grace", defaultReapGrace, "the reaper reclaims only what has been unreferenced or orphaned this long")
+	fs.BoolVar(&o.adopt, "adopt", false, "with the embedded coordinator: adopt the shared root's cluster at start (after its database was lost)")
 	fs.StringVar(&o.lockServer, "lock-server", "", "coordinator URL (http:// or https://); empty embeds one")
 	fs.StringVar(&o.lockListen, "lock-listen", "", "with the embedded coordinator: also serve it to other nodes on this address")
 	fs.StringVar(&o.lockServerCA, "lock-server-ca", "", "CA (PEM) to verify an https coordinator")
@@ -81,6 +94,10 @@ func parse(args []string) (options, error) {
 		return o, errors.New("--node-id is required (the hostname is unknown)")
 	case o.lockServer != "" && o.lockListen != "":
 		return o, errors.New("--lock-listen serves the embedded coordinator; it cannot be used with --lock-server")
+	case o.lockServer != "" && o.adopt:
+		return o, errors.New("--adopt adopts with the embedded coordinator; for a remote one use sharedcontentctl cluster adopt")
+	case o.stateDir == "":
+		return o, errors.New("--state-dir is required")
 	}
 	return o, nil
 }
@@ -117,7 +134,8 @@ func run(args []string) error {
 		return errors.Join(err, shutdown())
 	}
 	reg := prometheus.NewRegistry()
-	store, err := contentv2.NewStore(o.root, o.nodeID, coord, contentv2.WithRegisterer(reg))
+	store, err := contentv2.NewStore(o.root, o.nodeID, contentv2.LockService(coord), contentv2.WithRegisterer(reg),
+		contentv2.WithStateDir(o.stateDir), contentv2.WithReaper(o.reapInterval, o.reapGrace))
 	if err != nil {
 		return errors.Join(err, shutdown())
 	}
@@ -156,7 +174,7 @@ func run(args []string) error {
 }
 
 // coordinator connects to the lock server, or embeds one.
-func coordinator(ctx context.Context, o options, errCh chan<- error, cleanups *[]func(context.Context) error) (contentv2.Coordinator, error) {
+func coordinator(ctx context.Context, o options, errCh chan<- error, cleanups *[]func(context.Context) error) (*lockclient.Client, error) {
 	opts := []lockclient.Option{lockclient.WithNodeID(o.nodeID)}
 	if o.embedded.AuthTokenFile != "" {
 		b, err := os.ReadFile(o.embedded.AuthTokenFile)
@@ -181,6 +199,11 @@ func coordinator(ctx context.Context, o options, errCh chan<- error, cleanups *[
 		return nil, err
 	}
 	*cleanups = append(*cleanups, srv.Shutdown)
+	if o.adopt {
+		if err := adopt(ctx, srv.Locker, o.root); err != nil {
+			return nil, err
+		}
+	}
 	if o.lockListen != "" {
 		ln, err := net.Listen("tcp", o.lockListen)
 		if err != nil {
@@ -190,6 +213,28 @@ func coordinator(ctx context.Context, o options, errCh chan<- error, cleanups *[
 		log.G(ctx).WithField("listen", ln.Addr().String()).Info("embedded coordinator serving other nodes")
 	}
 	return lockclient.NewEmbedded(srv.Locker, opts...)
+}
+
+// adopt makes the embedded coordinator take the root's cluster and members.
+func adopt(ctx context.Context, l *lockserver.Locker, root string) error {
+	id, err := contentv2.ReadClusterID(root)
+	if err != nil {
+		return err
+	}
+	if id == "" {
+		return fmt.Errorf("--adopt: %s records no cluster; nothing to adopt", root)
+	}
+	nodes, err := contentv2.NodeMarkers(root)
+	if err != nil {
+		return err
+	}
+	c, err := l.Adopt(ctx, api.AdoptRequest{ClusterID: id, Nodes: nodes})
+	if err != nil {
+		return fmt.Errorf("--adopt: %w", err)
+	}
+	log.G(ctx).WithField("cluster_id", c.ClusterID).WithField("epoch", c.Epoch).WithField("members", nodes).
+		Warn("adopted the shared root's cluster; deletes wait until every member has synced")
+	return nil
 }
 
 func clientTLS(o options) (*tls.Config, error) {

@@ -23,6 +23,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/integration/cluster"
 	"github.com/sharedcontent/sharedcontent/integration/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
@@ -88,7 +89,7 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		n, err := cluster.NewNode(ctx, id, root, state, client)
+		n, err := cluster.NewNode(ctx, id, root, state, contentv2.LockService(client))
 		if err != nil {
 			return err
 		}

@@ -32,6 +32,9 @@ type Config struct {
 	LockServer string `toml:"lock_server"`
 	// AuthTokenFile holds the bearer token for the coordinator.
 	AuthTokenFile string `toml:"auth_token_file"`
+	// StateDir holds the node journal (SPEC §8), on this node's own disk.
+	// Default: the plugin's state dir.
+	StateDir string `toml:"state_dir"`
 }
 
 func init() {
@@ -41,6 +44,9 @@ func init() {
 		Config: &Config{},
 		InitFn: func(ic *plugin.InitContext) (any, error) {
 			cfg := ic.Config.(*Config)
+			if cfg.StateDir == "" {
+				cfg.StateDir = ic.Properties[plugins.PropertyStateDir]
+			}
 			if cfg.Root == "" {
 				cfg.Root = ic.Properties[plugins.PropertyRootDir]
 			}
@@ -67,7 +73,7 @@ func init() {
 				return nil, err
 			}
 			ic.Meta.Exports["root"] = cfg.Root
-			return contentv2.NewStore(cfg.Root, cfg.NodeID, client)
+			return contentv2.NewStore(cfg.Root, cfg.NodeID, contentv2.LockService(client), contentv2.WithStateDir(cfg.StateDir))
 		},
 	})
 }

@@ -1,0 +1,142 @@
+package contentv2
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// The shared root records the cluster it belongs to, and its members, next
+// to the blobs (SPEC §8): they share the blobs' fate, not the
+// coordinator's.
+const (
+	// MetaDir is the shared root's directory of sharedcontent's own files.
+	MetaDir = ".sharedcontent"
+	// TrashDir holds blobs being deleted (renamed there, then unlinked).
+	TrashDir = ".trash"
+)
+
+// ClusterFile is the JSON content of <root>/.sharedcontent/cluster.json.
+type ClusterFile struct {
+	ClusterID string    `json:"cluster_id"`
+	CreatedAt time.Time `json:"created_at"`
+	CreatedBy string    `json:"created_by"`
+}
+
+// NodeMarker is the JSON content of <root>/.sharedcontent/nodes/<id>.
+type NodeMarker struct {
+	NodeID    string    `json:"node_id"`
+	StartedAt time.Time `json:"started_at"`
+}
+
+func clusterFilePath(root string) string { return filepath.Join(root, MetaDir, "cluster.json") }
+func nodesDir(root string) string        { return filepath.Join(root, MetaDir, "nodes") }
+
+// ReadClusterID returns the cluster the shared root belongs to, or "" when
+// no node has recorded one yet.
+func ReadClusterID(root string) (string, error) {
+	b, err := os.ReadFile(clusterFilePath(root))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading the root's cluster: %w", err)
+	}
+	var cf ClusterFile
+	if err := json.Unmarshal(b, &cf); err != nil || cf.ClusterID == "" {
+		return "", fmt.Errorf("%s is not a cluster file (%v); restore it, or remove it only if no coordinator serves this root", clusterFilePath(root), err)
+	}
+	return cf.ClusterID, nil
+}
+
+// claimRoot records id as the root's cluster unless one is recorded
+// already, and returns the root's cluster. The file appears atomically
+// (written aside, then hard-linked), so two first nodes cannot both win.
+func claimRoot(root, id, nodeID string) (string, error) {
+	if err := os.MkdirAll(filepath.Join(root, MetaDir), 0o755); err != nil {
+		return "", err
+	}
+	b, err := json.MarshalIndent(ClusterFile{ClusterID: id, CreatedAt: time.Now().UTC(), CreatedBy: nodeID}, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	tmp := clusterFilePath(root) + "." + nodeID + ".tmp"
+	if err := writeFileSync(tmp, append(b, '\n')); err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, clusterFilePath(root)); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("recording the root's cluster: %w", err)
+	}
+	return ReadClusterID(root)
+}
+
+// WriteNodeMarker records nodeID as a member in the shared root.
+func WriteNodeMarker(root, nodeID string) error {
+	if err := os.MkdirAll(nodesDir(root), 0o755); err != nil {
+		return err
+	}
+	b, err := json.Marshal(NodeMarker{NodeID: nodeID, StartedAt: time.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(nodesDir(root), nodeID)
+	if err := writeFileSync(path+".tmp", b); err != nil {
+		return err
+	}
+	return os.Rename(path+".tmp", path)
+}
+
+// NodeMarkers returns the IDs of the nodes recorded in the shared root.
+func NodeMarkers(root string) ([]string, error) {
+	ents, err := os.ReadDir(nodesDir(root))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if e.Type().IsRegular() && filepath.Ext(e.Name()) != ".tmp" {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+func writeFileSync(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// WrongClusterError is NewStore's refusal to serve a root that belongs to
+// another cluster than its coordinator's.
+type WrongClusterError struct {
+	Root, RootCluster, CoordinatorCluster string
+}
+
+func (e *WrongClusterError) Error() string {
+	return fmt.Sprintf("shared root %s belongs to cluster %s, but the coordinator is cluster %s. "+
+		"If another node serves this root's coordinator, point this node at it (--lock-server). "+
+		"If this coordinator lost its database, adopt the root: sharedcontentctl --lock-server URL cluster adopt --root %s "+
+		"(an embedded coordinator: start once with --adopt). Never delete %s while another coordinator serves the root",
+		e.Root, e.RootCluster, e.CoordinatorCluster, e.Root, clusterFilePath(e.Root))
+}
+
+func (e *WrongClusterError) Is(target error) bool { return target == ErrWrongCluster }

@@ -1,0 +1,157 @@
+package contentv2
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/sharedcontent/sharedcontent/lockclient"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+// LockService is the Coordinator of a sharedcontent lock server, remote or
+// embedded, reached through c (whose node ID is this node's).
+func LockService(c *lockclient.Client) Coordinator { return &lockService{c: c} }
+
+type lockService struct{ c *lockclient.Client }
+
+// refusals maps the lock server's refusals to the Coordinator's.
+var refusals = []struct{ from, to error }{
+	{lockclient.ErrLocked, ErrBusy},
+	{lockclient.ErrInUse, ErrInUse},
+	{lockclient.ErrUnsynced, ErrUnsynced},
+	{lockclient.ErrDeleting, ErrDeleting},
+	{lockclient.ErrWrongCluster, ErrWrongCluster},
+}
+
+func mapErr(err error) error {
+	for _, r := range refusals {
+		if errors.Is(err, r.from) {
+			return fmt.Errorf("%w: %w", r.to, err)
+		}
+	}
+	return err
+}
+
+func (s *lockService) Session(ctx context.Context, clusterID string) (SessionInfo, error) {
+	if clusterID != "" {
+		s.c.ExpectCluster(clusterID)
+	}
+	resp, err := s.c.Session(ctx)
+	if err != nil {
+		return SessionInfo{}, mapErr(err)
+	}
+	return SessionInfo{ClusterID: resp.ClusterID, Epoch: resp.Epoch,
+		TTL: time.Duration(resp.SessionTTLMs) * time.Millisecond, Synced: resp.Synced}, nil
+}
+
+func (s *lockService) SyncRefs(ctx context.Context, snapshot func() ([]digest.Digest, error)) error {
+	syncID := newSyncID()
+	// Announce the sync before the snapshot (see Coordinator.SyncRefs).
+	if _, err := s.c.SyncRefs(ctx, api.SyncRequest{SyncID: syncID, ResourceIDs: []string{}}); err != nil {
+		return mapErr(err)
+	}
+	refs, err := snapshot()
+	if err != nil {
+		return err
+	}
+	for {
+		n := min(len(refs), api.MaxSyncChunk)
+		chunk := make([]string, n)
+		for i, d := range refs[:n] {
+			chunk[i] = d.String()
+		}
+		refs = refs[n:]
+		if _, err := s.c.SyncRefs(ctx, api.SyncRequest{SyncID: syncID, ResourceIDs: chunk, Done: len(refs) == 0}); err != nil {
+			return mapErr(err)
+		}
+		if len(refs) == 0 {
+			return nil
+		}
+	}
+}
+
+func (s *lockService) AddRef(ctx context.Context, dgst digest.Digest) error {
+	_, err := s.c.AddRef(ctx, dgst.String())
+	return mapErr(err)
+}
+
+func (s *lockService) Lock(ctx context.Context, req LockRequest) (Lock, error) {
+	lr := lockclient.Request{Type: api.OperationType(req.Op), ResourceID: req.Resource, Reap: api.ReapMode(req.Reap)}
+	var (
+		res *lockclient.LockResult
+		err error
+	)
+	if req.Wait {
+		res, err = s.c.Lock(ctx, lr)
+	} else {
+		res, err = s.c.TryLock(ctx, lr)
+	}
+	switch {
+	case err != nil:
+		return nil, mapErr(err)
+	case res.Skipped:
+		return nil, fmt.Errorf("%s:%s: %w", req.Op, req.Resource, ErrSkipped)
+	}
+	return &lease{c: s.c, l: res.Lease}, nil
+}
+
+func (s *lockService) Refs(ctx context.Context, fn func(resource string, nodes []string) error) error {
+	after := ""
+	for {
+		page, err := s.c.RefsList(ctx, after, 0)
+		if err != nil {
+			return mapErr(err)
+		}
+		for _, e := range page.Entries {
+			if err := fn(e.ResourceID, e.Nodes); err != nil {
+				return err
+			}
+		}
+		if page.Next == "" {
+			return nil
+		}
+		after = page.Next
+	}
+}
+
+func (s *lockService) Members(ctx context.Context) ([]string, error) {
+	resp, err := s.c.Nodes(ctx)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]string, len(resp.Nodes))
+	for i, n := range resp.Nodes {
+		out[i] = n.NodeID
+	}
+	return out, nil
+}
+
+// lease is a Lock held through a lockclient lease.
+type lease struct {
+	c *lockclient.Client
+	l *lockclient.Lease
+}
+
+func (l *lease) Unlock(ctx context.Context, success bool, cause error) error {
+	return mapErr(l.c.Unlock(ctx, l.l, success, cause))
+}
+
+func (l *lease) Check(ctx context.Context) error {
+	if err := l.l.Err(); err != nil {
+		return err
+	}
+	return mapErr(l.c.Renew(ctx, l.l))
+}
+
+// newSyncID returns 128 random bits, hex-encoded.
+func newSyncID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
