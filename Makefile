@@ -2,7 +2,7 @@
 GO        ?= go
 BIN       ?= bin
 PKGS      := ./...
-BINARIES  := containerd-sharedcontent sharedcontent-lockserver sharedcontent-demo
+BINARIES  := containerd-sharedcontent sharedcontent-lockserver sharedcontent-demo sharedcontentctl
 
 .PHONY: all build test bench demo lint check e2e clean $(BINARIES)
 

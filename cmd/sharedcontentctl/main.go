@@ -1,0 +1,145 @@
+// Command sharedcontentctl is the operator's tool for a sharedcontent
+// cluster. This first version covers what SPEC §8 asks of an operator:
+// adopting a shared root after the coordinator lost its database, and
+// listing and forgetting member nodes.
+//
+//	sharedcontentctl [--lock-server URL] [--token-file F] cluster adopt --root DIR [--force]
+//	sharedcontentctl [--lock-server URL] [--token-file F] node ls
+//	sharedcontentctl [--lock-server URL] [--token-file F] node forget ID
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/lockclient"
+	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+const (
+	defaultServer = "http://127.0.0.1:8642"
+	callTimeout   = 30 * time.Second
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "sharedcontentctl:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: sharedcontentctl [flags] COMMAND
+commands:
+  cluster adopt --root DIR [--force]  make the coordinator take the shared root's cluster (after it lost its database)
+  node ls                             list member nodes: live session, synced
+  node forget ID                      forget a node gone for good (drops its references)
+flags:`
+
+func run(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("sharedcontentctl", flag.ContinueOnError)
+	server := fs.String("lock-server", envOr("SHAREDCONTENT_LOCK_SERVER", defaultServer), "coordinator URL (env SHAREDCONTENT_LOCK_SERVER)")
+	tokenFile := fs.String("token-file", os.Getenv("SHAREDCONTENT_TOKEN_FILE"), "file with the bearer token (admin token for adopt and forget)")
+	output := fs.String("o", "table", "output: table or json")
+	fs.Usage = func() { fmt.Fprintln(fs.Output(), usage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	var opts []lockclient.Option
+	if *tokenFile != "" {
+		token, err := lockserver.ReadTokenFile(*tokenFile)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, lockclient.WithBearerToken(token))
+	}
+	c, err := lockclient.New(*server, append(opts, lockclient.WithNodeID("sharedcontentctl"))...)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	rest := fs.Args()
+	switch {
+	case len(rest) >= 2 && rest[0] == "cluster" && rest[1] == "adopt":
+		return adopt(ctx, c, rest[2:], out)
+	case len(rest) == 2 && rest[0] == "node" && rest[1] == "ls":
+		return nodes(ctx, c, *output, out)
+	case len(rest) == 3 && rest[0] == "node" && rest[1] == "forget":
+		if err := c.Forget(ctx, rest[2]); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "forgot node %s; its references are dropped (the reaper reclaims what nobody else uses)\n", rest[2])
+		return nil
+	}
+	fs.Usage()
+	return fmt.Errorf("unknown command %q", rest)
+}
+
+func adopt(ctx context.Context, c *lockclient.Client, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("cluster adopt", flag.ContinueOnError)
+	root := fs.String("root", "", "the shared content directory (required)")
+	force := fs.Bool("force", false, "adopt even though the coordinator already has members")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *root == "" {
+		return errors.New("cluster adopt: --root is required")
+	}
+	id, err := contentv2.ReadClusterID(*root)
+	if err != nil {
+		return err
+	}
+	if id == "" {
+		return fmt.Errorf("cluster adopt: %s records no cluster (no node has used it yet); nothing to adopt", *root)
+	}
+	members, err := contentv2.NodeMarkers(*root)
+	if err != nil {
+		return err
+	}
+	cl, err := c.Adopt(ctx, api.AdoptRequest{ClusterID: id, Nodes: members, Force: *force})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "coordinator adopted cluster %s (epoch %d) with %d member(s) %v; deletes wait until every one has synced\n",
+		cl.ClusterID, cl.Epoch, len(members), members)
+	return nil
+}
+
+func nodes(ctx context.Context, c *lockclient.Client, output string, out io.Writer) error {
+	resp, err := c.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	if output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(resp)
+	}
+	fmt.Fprintf(out, "cluster %s, epoch %d\n", resp.ClusterID, resp.Epoch)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tLIVE\tSYNCED\tLAST SEEN")
+	for _, n := range resp.Nodes {
+		fmt.Fprintf(tw, "%s\t%v\t%v\t%s\n", n.NodeID, n.Live, n.Synced, n.LastSeen)
+	}
+	return tw.Flush()
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
