@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -48,6 +49,10 @@ type Server struct {
 	handler *Handler
 	http    *fasthttp.Server
 	tls     *tls.Config // nil serves plain HTTP
+
+	mu       sync.Mutex
+	served   []net.Listener // protected by mu: listeners given to Serve
+	shutdown bool           // protected by mu
 }
 
 // OpenServer opens the data directory and starts the Locker. Call Shutdown
@@ -144,17 +149,40 @@ func (s *Server) Handler() *Handler { return s.handler }
 // Serve serves the API on ln (with TLS when configured) until Shutdown. It
 // returns nil after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	// fasthttp's Shutdown closes only the listeners Serve has already
+	// registered: one that reaches Serve later would be served forever.
+	s.mu.Lock()
+	if s.shutdown {
+		s.mu.Unlock()
+		return ln.Close()
+	}
+	s.served = append(s.served, ln)
+	s.mu.Unlock()
 	if s.tls != nil {
 		ln = tls.NewListener(ln, s.tls)
 	}
-	return s.http.Serve(ln)
+	err := s.http.Serve(ln)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutdown {
+		return nil
+	}
+	return err
 }
 
 // Shutdown stops accepting, ends the event streams, waits for requests in
 // flight (until ctx ends), stops the Locker and closes the database.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.shutdown = true
+	s.mu.Unlock()
 	s.handler.Drain()
 	err := s.http.ShutdownWithContext(ctx)
+	s.mu.Lock()
+	for _, ln := range s.served {
+		ln.Close() // a Serve that began after fasthttp's shutdown
+	}
+	s.mu.Unlock()
 	s.Locker.Close()
 	return errors.Join(err, s.storage.Close())
 }

@@ -1,0 +1,217 @@
+package lockserver
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+func session(t *testing.T, l *Locker, node string) api.SessionResponse {
+	t.Helper()
+	resp, err := l.Session(context.Background(), api.SessionRequest{NodeID: node})
+	require.NoError(t, err)
+	return resp
+}
+
+func syncRefs(t *testing.T, l *Locker, node, syncID string, done bool, ids ...string) {
+	t.Helper()
+	_, err := l.SyncRefs(context.Background(), node, api.SyncRequest{SyncID: syncID, ResourceIDs: ids, Done: done})
+	require.NoError(t, err)
+}
+
+func refsOf(t *testing.T, l *Locker, id string) []string {
+	t.Helper()
+	rc, err := l.Refs(context.Background(), id)
+	require.NoError(t, err)
+	return rc.Nodes
+}
+
+// TestDeleteWaitsForUnsyncedMembers: SPEC §8's delete rule. A member that
+// has not sent its journal blocks every delete (409 unsynced, naming it),
+// and the deleter's own reference goes anyway; once it syncs, the delete
+// is granted.
+func TestDeleteWaitsForUnsyncedMembers(t *testing.T) {
+	l := newTestLocker(t)
+	ctx := context.Background()
+	require.False(t, session(t, l, "n1").Synced)
+	syncRefs(t, l, "n1", "s1", true, blob)
+	require.True(t, session(t, l, "n1").Synced)
+	session(t, l, "n2") // a member, not synced
+
+	_, err := l.Lock(ctx, lockReq(api.OperationDelete, "n1"))
+	require.ErrorIs(t, err, api.ErrUnsynced)
+	var ue *api.UnsyncedError
+	require.ErrorAs(t, err, &ue)
+	require.Equal(t, []string{"n2"}, ue.Nodes)
+	require.Empty(t, refsOf(t, l, blob), "the deleter's reference is gone all the same")
+
+	syncRefs(t, l, "n2", "s2", true)
+	resp := mustLock(t, l, api.OperationDelete, "n1")
+	require.True(t, resp.Acquired)
+}
+
+// TestSyncKeepsChangesMadeDuringIt: a reference the node adds after the
+// sync started survives the replacement even if the snapshot lacks it, and
+// one it drops is not brought back by an older snapshot.
+func TestSyncKeepsChangesMadeDuringIt(t *testing.T) {
+	l := newTestLocker(t)
+	ctx := context.Background()
+	session(t, l, "n1")
+	_, err := l.AddRef(ctx, "sha256:dropped", "n1")
+	require.NoError(t, err)
+	_, err = l.AddRef(ctx, "sha256:stale", "n1") // not in the snapshot: goes
+	require.NoError(t, err)
+
+	syncRefs(t, l, "n1", "s1", false) // announced before the snapshot
+	_, err = l.AddRef(ctx, "sha256:added", "n1")
+	require.NoError(t, err)
+	_, err = l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: "sha256:dropped", NodeID: "n1"})
+	require.ErrorIs(t, err, api.ErrUnsynced, "n1 itself is not synced yet")
+	syncRefs(t, l, "n1", "s1", true, "sha256:dropped", "sha256:kept")
+
+	require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:added"))
+	require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:kept"))
+	require.Empty(t, refsOf(t, l, "sha256:dropped"))
+	require.Empty(t, refsOf(t, l, "sha256:stale"))
+	require.True(t, session(t, l, "n1").Synced)
+}
+
+// TestLapsedSessionIsUnsynced: a member whose session lapsed must sync
+// again, and a delete lease's keepalive is refused (and the lease
+// released) while it is away: a deleter checks right before it removes.
+func TestLapsedSessionIsUnsynced(t *testing.T) {
+	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 50 * time.Millisecond })
+	ctx := context.Background()
+	for _, n := range []string{"n1", "n2"} {
+		session(t, l, n)
+		syncRefs(t, l, n, "s-"+n, true)
+	}
+	g := mustLock(t, l, api.OperationDelete, "n1")
+	require.True(t, g.Acquired)
+	require.Eventually(t, func() bool {
+		_, err := l.Session(ctx, api.SessionRequest{NodeID: "n1"}) // n1 stays live
+		if err != nil {
+			return false
+		}
+		_, err = l.Keepalive(ctx, api.KeepaliveRequest{Type: api.OperationDelete, ResourceID: blob, LeaseID: g.LeaseID})
+		return err != nil
+	}, 5*time.Second, 10*time.Millisecond, "n2's lapse revokes the delete")
+	_, err := l.Keepalive(ctx, api.KeepaliveRequest{Type: api.OperationDelete, ResourceID: blob, LeaseID: g.LeaseID})
+	require.ErrorIs(t, err, api.ErrNotHolder, "the revoked lease is released")
+	require.False(t, session(t, l, "n2").Synced, "a lapsed session starts unsynced")
+}
+
+// TestRestartLosesNoMember: members persist; after a restart none is
+// synced, the epoch is higher and the cluster ID the same.
+func TestRestartLosesNoMember(t *testing.T) {
+	dir := t.TempDir()
+	ts := startServer(t, dir)
+	before := ts.Locker.Cluster()
+	session(t, ts.Locker, "n1")
+	syncRefs(t, ts.Locker, "n1", "s", true, blob)
+	ts.Stop()
+
+	ts = startServer(t, dir)
+	after := ts.Locker.Cluster()
+	require.Equal(t, before.ClusterID, after.ClusterID)
+	require.Greater(t, after.Epoch, before.Epoch)
+	nodes, err := ts.Locker.Nodes(context.Background())
+	require.NoError(t, err)
+	require.Len(t, nodes.Nodes, 1)
+	require.False(t, nodes.Nodes[0].Synced)
+	_, err = ts.Locker.Lock(context.Background(), api.LockRequest{Type: api.OperationDelete, ResourceID: "sha256:unused", NodeID: "n2"})
+	require.ErrorIs(t, err, api.ErrUnsynced, "n1 has not synced since the restart")
+	require.Equal(t, []string{"n1"}, refsOf(t, ts.Locker, blob))
+}
+
+// TestWrongClusterChangesNothing: a request that names another cluster is
+// refused before it acts, so a wiped coordinator approves no delete for
+// nodes of the old one; every answer names the coordinator's cluster.
+func TestWrongClusterChangesNothing(t *testing.T) {
+	ts := startServer(t, t.TempDir())
+	c := ts.Locker.Cluster()
+	_, err := ts.Locker.AddRef(context.Background(), blob, "n1")
+	require.NoError(t, err)
+	status, body := post(t, ts.url, "/lock", api.LockRequest{Type: api.OperationDelete, ResourceID: blob, NodeID: "n1"},
+		api.ClusterHeader, "some-other-cluster")
+	require.Equal(t, http.StatusConflict, status, string(body))
+	require.Equal(t, api.CodeWrongCluster, decodeAs[api.ErrorResponse](t, body).Code)
+	require.Equal(t, []string{"n1"}, refsOf(t, ts.Locker, blob), "nothing changed")
+
+	resp, err := http.Get(ts.url + "/cluster")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, c.ClusterID+"/1", resp.Header.Get(api.ClusterHeader))
+
+	_, err = ts.Locker.Session(context.Background(), api.SessionRequest{NodeID: "n1", ClusterID: "other"})
+	require.ErrorIs(t, err, api.ErrWrongCluster)
+	nodes, err := ts.Locker.Nodes(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, nodes.Nodes, "a refused session makes no member")
+}
+
+// TestAdoptAndForget: a coordinator that lost its database adopts the
+// root's cluster and members, and grants no delete until they synced; an
+// admin forgets a node gone for good, dropping its references, but not a
+// live one. Admin calls need the admin token.
+func TestAdoptAndForget(t *testing.T) {
+	dir := t.TempDir()
+	tokens := t.TempDir()
+	writeFile(t, tokens+"/admin", "admin-secret\n")
+	ts := startServer(t, dir, func(c *ServerConfig) { c.AdminTokenFile = tokens + "/admin"; c.SessionTTL = 100 * time.Millisecond })
+	adopt := api.AdoptRequest{ClusterID: "the-roots-cluster", Nodes: []string{"n1", "n2"}}
+	status, _ := post(t, ts.url, "/cluster/adopt", adopt)
+	require.Equal(t, http.StatusUnauthorized, status)
+	status, body := post(t, ts.url, "/cluster/adopt", adopt, "Authorization", "Bearer admin-secret")
+	require.Equal(t, http.StatusOK, status, string(body))
+	require.Equal(t, "the-roots-cluster", ts.Locker.Cluster().ClusterID)
+
+	session(t, ts.Locker, "n1")
+	syncRefs(t, ts.Locker, "n1", "s", true)
+	_, err := ts.Locker.Lock(context.Background(), lockReq(api.OperationDelete, "n1"))
+	var ue *api.UnsyncedError
+	require.ErrorAs(t, err, &ue)
+	require.Equal(t, []string{"n2"}, ue.Nodes, "the adopted member that never came back")
+
+	// n2 is gone for good: forget it.
+	_, err = ts.Locker.AddRef(context.Background(), "sha256:n2s", "n2")
+	require.NoError(t, err)
+	forget := func(node string) int {
+		req, _ := http.NewRequest(http.MethodDelete, ts.url+"/nodes/"+url.PathEscape(node), nil)
+		req.Header.Set("Authorization", "Bearer admin-secret")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusConflict, forget("n1"), "a live node is not forgotten")
+	require.Equal(t, http.StatusOK, forget("n2"))
+	require.Empty(t, refsOf(t, ts.Locker, "sha256:n2s"))
+	session(t, ts.Locker, "n1")
+	require.True(t, mustLock(t, ts.Locker, api.OperationDelete, "n1").Acquired)
+}
+
+// TestNodeExpiry: a member away for node_expiry is forgotten.
+func TestNodeExpiry(t *testing.T) {
+	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 20 * time.Millisecond; c.NodeExpiry = 100 * time.Millisecond })
+	session(t, l, "n1")
+	_, err := l.AddRef(context.Background(), blob, "n1")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		nodes, err := l.Nodes(context.Background())
+		return err == nil && len(nodes.Nodes) == 0
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Empty(t, refsOf(t, l, blob))
+}
+
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(path, []byte(s), 0o600))
+}
