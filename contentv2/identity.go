@@ -128,15 +128,23 @@ func writeFileSync(path string, b []byte) error {
 // WrongClusterError is NewStore's refusal to serve a root that belongs to
 // another cluster than its coordinator's.
 type WrongClusterError struct {
-	Root, RootCluster, CoordinatorCluster string
+	Root, RootCluster string
+	// CoordinatorCluster is the coordinator's cluster when known; else
+	// Cause is the coordinator's refusal, which names it.
+	CoordinatorCluster string
+	Cause              error
 }
 
 func (e *WrongClusterError) Error() string {
-	return fmt.Sprintf("shared root %s belongs to cluster %s, but the coordinator is cluster %s. "+
+	coord := "cluster " + e.CoordinatorCluster
+	if e.CoordinatorCluster == "" {
+		coord = fmt.Sprintf("of another cluster (%v)", e.Cause)
+	}
+	return fmt.Sprintf("shared root %s belongs to cluster %s, but the coordinator is %s. "+
 		"If another node serves this root's coordinator, point this node at it (--lock-server). "+
 		"If this coordinator lost its database, adopt the root: sharedcontentctl --lock-server URL cluster adopt --root %s "+
 		"(an embedded coordinator: start once with --adopt). Never delete %s while another coordinator serves the root",
-		e.Root, e.RootCluster, e.CoordinatorCluster, e.Root, clusterFilePath(e.Root))
+		e.Root, e.RootCluster, coord, e.Root, clusterFilePath(e.Root))
 }
 
 func (e *WrongClusterError) Is(target error) bool { return target == ErrWrongCluster }

@@ -42,9 +42,6 @@ func (s *store) startSession(ctx context.Context) error {
 	s.clusterID = rootID
 	s.lastAck = time.Now() // a session of an earlier run may still be live
 	s.smu.Unlock()
-	if err := WriteNodeMarker(s.root, s.nodeID); err != nil {
-		return err
-	}
 	cctx, cancel := context.WithTimeout(ctx, s.coordTimeout)
 	defer cancel()
 	err = s.sessionRound(cctx)
@@ -53,12 +50,14 @@ func (s *store) startSession(ctx context.Context) error {
 		return err
 	}
 	if errors.Is(err, ErrWrongCluster) {
-		return &WrongClusterError{Root: s.root, RootCluster: rootID, CoordinatorCluster: "another (" + err.Error() + ")"}
+		return &WrongClusterError{Root: s.root, RootCluster: rootID, Cause: err}
 	}
 	if err != nil {
 		log.G(ctx).WithError(err).Warn("coordinator not reachable at start; deletes wait, writes go on after the session timeout")
 	}
-	return nil
+	// Only a node that may serve this root becomes a member of it (an
+	// unreachable coordinator is no reason to refuse).
+	return WriteNodeMarker(s.root, s.nodeID)
 }
 
 // sessionLoop renews the session until the store closes.
@@ -122,6 +121,9 @@ func (s *store) sessionRound(ctx context.Context) error {
 			return err
 		}
 	}
+	s.mu.Lock()
+	s.downUntil = time.Time{} // it answers again
+	s.mu.Unlock()
 	s.smu.Lock()
 	s.lastAck = received
 	s.sessionTTL = info.TTL
