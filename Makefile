@@ -4,7 +4,7 @@ BIN       ?= bin
 PKGS      := ./...
 BINARIES  := containerd-sharedcontent sharedcontent-lockserver sharedcontent-demo sharedcontentctl
 
-.PHONY: all build test bench demo lint check e2e clean $(BINARIES)
+.PHONY: all build test bench demo lint check e2e chaos clean $(BINARIES)
 
 all: build
 
@@ -42,6 +42,18 @@ demo:
 # skips; see docs/e2e.md. E2E_FLAGS=-run=TestBaseline picks scenarios.
 e2e:
 	SHAREDCONTENT_E2E=1 $(GO) test -count=1 -timeout 15m -v $(E2E_FLAGS) ./integration/e2e/
+
+# The randomized fault test of issue 13 (integration/chaos_test.go), longer
+# than in `make test`: CHAOS_STEPS steps (about 3 minutes for 500 on 2
+# cores). CHAOS_SEED=<seed> replays the actions of a run. Prints the steps
+# and the summary (steps, violations, actions); the nodes' logs are in
+# CHAOS_LOG.
+CHAOS_STEPS ?= 500
+CHAOS_LOG   ?= $(or $(TMPDIR),/tmp)/sharedcontent-chaos.log
+chaos:
+	@SHAREDCONTENT_CHAOS_STEPS=$(CHAOS_STEPS) $(if $(CHAOS_SEED),SHAREDCONTENT_CHAOS_SEED=$(CHAOS_SEED)) \
+	  $(GO) test -race -count=1 -timeout 60m -v -run '^TestChaos$$' ./integration/ >$(CHAOS_LOG) 2>&1; \
+	  rc=$$?; grep -v 'level=' $(CHAOS_LOG); echo "full log: $(CHAOS_LOG)"; exit $$rc
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

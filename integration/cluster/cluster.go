@@ -10,13 +10,16 @@ import (
 	"io"
 	"path/filepath"
 	"sync/atomic"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/metadata"
 	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sync/semaphore"
@@ -73,6 +76,53 @@ func NewNode(ctx context.Context, id, root, stateDir string, coord contentv2.Coo
 // Close closes the node's metadata and store.
 func (n *Node) Close() error {
 	return errors.Join(n.Store.Close(), n.bolt.Close())
+}
+
+// PullImage pulls ref into the node as `ctr images pull` records an image
+// (without unpacking): under a lease of the node's metadata, so that a
+// garbage collection running meanwhile keeps what is already fetched, with
+// containerd's GC labels on every parent blob, and with an image record
+// named ref whose tree the node's garbage collector then keeps until
+// RemoveImage.
+func (n *Node) PullImage(ctx context.Context, ref string) (images.Image, error) {
+	lm := metadata.NewLeaseManager(n.DB)
+	l, err := lm.Create(ctx, leases.WithRandomID(), leases.WithExpiration(time.Hour))
+	if err != nil {
+		return images.Image{}, err
+	}
+	defer lm.Delete(context.WithoutCancel(ctx), l)
+	ctx = leases.WithLease(ctx, l.ID)
+
+	resolver := docker.NewResolver(docker.ResolverOptions{
+		Hosts: docker.ConfigureDefaultRegistries(docker.WithPlainHTTP(docker.MatchAllHosts)),
+	})
+	name, desc, err := resolver.Resolve(ctx, ref)
+	if err != nil {
+		return images.Image{}, err
+	}
+	fetcher, err := resolver.Fetcher(ctx, name)
+	if err != nil {
+		return images.Image{}, err
+	}
+	h := images.Handlers(remotes.FetchHandler(n.CS, fetcher), images.SetChildrenLabels(n.CS, images.ChildrenHandler(n.CS)))
+	if err := images.Dispatch(ctx, h, nil, desc); err != nil {
+		return images.Image{}, err
+	}
+	img := images.Image{Name: ref, Target: desc}
+	is := metadata.NewImageStore(n.DB)
+	if _, err := is.Create(ctx, img); errdefs.IsAlreadyExists(err) {
+		_, err = is.Update(ctx, img)
+		return img, err
+	} else if err != nil {
+		return images.Image{}, err
+	}
+	return img, nil
+}
+
+// RemoveImage removes the image record name, as `ctr images rm` does; its
+// blobs go at the node's next garbage collection.
+func (n *Node) RemoveImage(ctx context.Context, name string) error {
+	return metadata.NewImageStore(n.DB).Delete(ctx, name)
 }
 
 // PullOptions tune Pull.
