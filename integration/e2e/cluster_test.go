@@ -45,13 +45,15 @@ type lockServer struct {
 	e       *env
 	addr    string // host:port, stable across restarts
 	dataDir string
+	args    []string // extra flags, on every start
 	p       *proc
 }
 
-// startLockServer starts sharedcontent-lockserver on a free loopback port.
-func (e *env) startLockServer() *lockServer {
+// startLockServer starts sharedcontent-lockserver on a free loopback port,
+// with args added to the harness's flags.
+func (e *env) startLockServer(args ...string) *lockServer {
 	e.t.Helper()
-	l := &lockServer{e: e, addr: freePort(e.t), dataDir: e.path("lockserver")}
+	l := &lockServer{e: e, addr: freePort(e.t), dataDir: e.path("lockserver"), args: args}
 	if err := os.MkdirAll(l.dataDir, 0o700); err != nil {
 		e.t.Fatal(err)
 	}
@@ -63,9 +65,10 @@ func (e *env) startLockServer() *lockServer {
 func (l *lockServer) start() {
 	t := l.e.t
 	t.Helper()
-	l.p = l.e.start("lockserver", "lockserver.log", nil, bins.lockserver,
+	argv := append([]string{bins.lockserver,
 		"--listen", l.addr, "--data-dir", l.dataDir,
-		"--lease-ttl", leaseTTL.String(), "--log-level", "debug")
+		"--lease-ttl", leaseTTL.String(), "--log-level", "debug"}, l.args...)
+	l.p = l.e.start("lockserver", "lockserver.log", nil, argv...)
 	waitFor(t, "lock server /readyz", startTimeout, func() (bool, error) {
 		if l.p.exited() {
 			return false, dead(l.p)
@@ -144,7 +147,8 @@ type node struct {
 
 	// sharedcontent nodes only
 	pluginSock string
-	lockURL    string
+	lockURL    string   // empty: the plugin embeds a coordinator
+	pluginArgs []string // extra flags, on every start
 
 	containerd *proc
 	plugin     *proc // nil for stock nodes
@@ -178,14 +182,30 @@ func (e *env) startSharedNodes(n int, shared, lockURL string) []*node {
 	e.t.Helper()
 	var nodes []*node
 	for i := 1; i <= n; i++ {
-		nd := e.newNode("", fmt.Sprintf("n%d", i), shared)
-		nd.pluginSock = filepath.Join(nd.dir, "sc.sock")
-		nd.lockURL = lockURL
-		nd.startPlugin()
-		nd.startContainerd(nd.config(true))
-		nodes = append(nodes, nd)
+		nodes = append(nodes, e.startSharedNode(fmt.Sprintf("n%d", i), shared, lockURL))
 	}
 	return nodes
+}
+
+// startSharedNode starts one node: containerd-sharedcontent (root shared,
+// coordinator lockURL, or an embedded one when it is empty, and
+// pluginArgs) plus containerd.
+func (e *env) startSharedNode(id, shared, lockURL string, pluginArgs ...string) *node {
+	e.t.Helper()
+	nd := e.newSharedNode(id, shared, lockURL, pluginArgs...)
+	nd.startPlugin()
+	nd.startContainerd(nd.config(true))
+	return nd
+}
+
+// newSharedNode prepares a sharedcontent node without starting anything.
+func (e *env) newSharedNode(id, shared, lockURL string, pluginArgs ...string) *node {
+	e.t.Helper()
+	nd := e.newNode("", id, shared)
+	nd.pluginSock = filepath.Join(nd.dir, "sc.sock")
+	nd.lockURL = lockURL
+	nd.pluginArgs = pluginArgs
+	return nd
 }
 
 func (e *env) newNode(prefix, id, shared string) *node {
@@ -218,9 +238,7 @@ func (n *node) stop() {
 func (n *node) startPlugin() {
 	t := n.e.t
 	t.Helper()
-	n.plugin = n.e.start(n.id+" plugin", n.logName("plugin.log"), nil, bins.plugin,
-		"--root", n.shared, "--address", n.pluginSock, "--node-id", n.id,
-		"--lock-server", n.lockURL, "--log-level", "debug")
+	n.plugin = n.e.start(n.id+" plugin", n.logName("plugin.log"), nil, n.pluginArgv()...)
 	p := n.plugin
 	waitFor(t, n.id+" plugin socket", startTimeout, func() (bool, error) {
 		if p.exited() {
@@ -234,6 +252,21 @@ func (n *node) startPlugin() {
 		return true, nil
 	})
 }
+
+// pluginArgv is the plugin's command line. The node journal (--state-dir)
+// is the node's own, as on a real node's local disk.
+func (n *node) pluginArgv() []string {
+	argv := []string{bins.plugin,
+		"--root", n.shared, "--address", n.pluginSock, "--node-id", n.id,
+		"--state-dir", n.stateDir(), "--log-level", "debug"}
+	if n.lockURL != "" {
+		argv = append(argv, "--lock-server", n.lockURL)
+	}
+	return append(argv, n.pluginArgs...)
+}
+
+// stateDir is the plugin's --state-dir (the node journal).
+func (n *node) stateDir() string { return filepath.Join(n.dir, "sc-state") }
 
 // logName names a log file of the node relative to the env's directory.
 func (n *node) logName(name string) string {

@@ -31,6 +31,8 @@ const (
 // built; the matching skip reason says why.
 var bins struct {
 	containerd, ctr, plugin, lockserver string
+	// ctl is sharedcontentctl, the operator's tool (fault scenarios only).
+	ctl string
 }
 
 var (
@@ -41,6 +43,8 @@ var (
 	skipContainerd string
 	// skipSharedcontent is set when our daemons could not be built.
 	skipSharedcontent string
+	// skipCtl is set when sharedcontentctl could not be built.
+	skipCtl string
 	// raceBuild reports whether our daemons carry the race detector.
 	raceBuild bool
 )
@@ -114,6 +118,17 @@ func setup() {
 	if len(errs) > 0 {
 		skipSharedcontent = "e2e: skipped; cannot build our daemons:\n" + strings.Join(errs, "\n")
 	}
+
+	// sharedcontentctl: a short-lived command, built without the race
+	// detector; only the fault scenarios need it.
+	t0 = time.Now()
+	ctl := filepath.Join(binDir, "sharedcontentctl")
+	if msg, err := run(repoRoot, nil, "go", "build", "-trimpath", "-o", ctl, "./cmd/sharedcontentctl"); err != nil {
+		skipCtl = fmt.Sprintf("e2e: skipped; cannot build sharedcontentctl: %v\n%s", err, tail(msg, 30))
+	} else {
+		bins.ctl = ctl
+		fmt.Printf("e2e: built sharedcontentctl (%.1fs)\n", time.Since(t0).Seconds())
+	}
 }
 
 // needContainerd skips t unless containerd and ctr are available.
@@ -134,6 +149,16 @@ func needSharedcontent(t *testing.T) {
 	needContainerd(t)
 	if skipSharedcontent != "" {
 		t.Skip(skipSharedcontent)
+	}
+}
+
+// needCtl skips t unless everything needSharedcontent needs and
+// sharedcontentctl are available.
+func needCtl(t *testing.T) {
+	t.Helper()
+	needSharedcontent(t)
+	if skipCtl != "" {
+		t.Skip(skipCtl)
 	}
 }
 

@@ -1,0 +1,89 @@
+package e2e
+
+import (
+	"bufio"
+	"net"
+	"testing"
+	"time"
+)
+
+// TestNetProxy checks the cut-off proxy itself (it runs in `make test`
+// too): it forwards, resets while refusing, holds while dropping, and
+// forwards again once switched back.
+func TestNetProxy(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				sc := bufio.NewScanner(c)
+				for sc.Scan() {
+					if _, err := c.Write(append(sc.Bytes(), '\n')); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	p := startNetProxy(t, echo.Addr().String())
+	addr := p.ln.Addr().String()
+
+	// roundTrip sends a line and reads the echo within d.
+	roundTrip := func(c net.Conn, d time.Duration) error {
+		_ = c.SetDeadline(time.Now().Add(d))
+		if _, err := c.Write([]byte("ping\n")); err != nil {
+			return err
+		}
+		_, err := bufio.NewReader(c).ReadString('\n')
+		return err
+	}
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+
+	up := dial()
+	if err := roundTrip(up, 5*time.Second); err != nil {
+		t.Fatalf("up: %v", err)
+	}
+
+	p.set(proxyRefuse)
+	if err := roundTrip(up, 5*time.Second); err == nil {
+		t.Fatal("refuse: a connection forwarded before the cut still works")
+	}
+	if err := roundTrip(dial(), 5*time.Second); err == nil {
+		t.Fatal("refuse: a new connection works")
+	}
+
+	p.set(proxyDrop)
+	held := dial()
+	err = roundTrip(held, 300*time.Millisecond)
+	if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+		t.Fatalf("drop: want a timeout, got %v", err)
+	}
+
+	p.set(proxyUp)
+	if err := roundTrip(held, 5*time.Second); err == nil {
+		t.Fatal("up again: a connection held while dropping was not closed")
+	}
+	if err := roundTrip(dial(), 5*time.Second); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	for m, want := range map[proxyMode]int{proxyUp: 2, proxyRefuse: 1, proxyDrop: 1} {
+		if got := p.connections(m); got != want {
+			t.Errorf("connections accepted while %v: got %d, want %d", m, got, want)
+		}
+	}
+}
