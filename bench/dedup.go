@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/containerd/v2/plugins/content/local"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/integration/cluster"
 	"github.com/sharedcontent/sharedcontent/integration/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
