@@ -76,7 +76,7 @@ func (l *Locker) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, 
 			continue
 		}
 		rec := refcount.Member{ID: n, FirstSeen: now, LastSeen: now}
-		if err := l.state.PutMember(ctx, rec); err != nil {
+		if err := l.wrote(ctx, l.state.PutMember(ctx, rec)); err != nil {
 			return api.Cluster{}, fmt.Errorf("adopt: %w", err)
 		}
 		l.members[n] = &member{rec: rec}
@@ -85,11 +85,11 @@ func (l *Locker) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, 
 	for _, m := range l.members {
 		m.synced, m.sync = false, nil
 	}
-	if err := l.state.PutString(ctx, clusterIDKey, req.ClusterID); err != nil {
+	if err := l.wrote(ctx, l.state.PutString(ctx, clusterIDKey, req.ClusterID)); err != nil {
 		return api.Cluster{}, fmt.Errorf("adopt: %w", err)
 	}
 	c := api.Cluster{ClusterID: req.ClusterID, Epoch: cur.Epoch + 1}
-	if err := l.state.PutUint64(ctx, epochKey, c.Epoch); err != nil {
+	if err := l.wrote(ctx, l.state.PutUint64(ctx, epochKey, c.Epoch)); err != nil {
 		return api.Cluster{}, fmt.Errorf("adopt: %w", err)
 	}
 	l.cluster.Store(&c)

@@ -2,6 +2,7 @@ package lockserver
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -59,8 +60,10 @@ type Handler struct {
 	http   *fasthttp.Server
 	token  []byte // bearer token; empty disables auth
 	// admin is the bearer token of admin calls; empty: token (if any).
-	admin    []byte
-	routes   map[string]route
+	admin  []byte
+	routes map[string]route
+	// ready are the readiness checks of /readyz besides the Locker's.
+	ready    []func(context.Context) error
 	draining atomic.Bool
 	// streamsDone is closed by Drain to end every event stream.
 	streamsDone chan struct{}
@@ -108,6 +111,12 @@ func WithBearerToken(token string) HandlerOption {
 // (forget, adopt) instead of the WithBearerToken token.
 func WithAdminToken(token string) HandlerOption {
 	return func(h *Handler) { h.admin = []byte(token) }
+}
+
+// WithReadinessCheck adds a check to /readyz: while it fails, /readyz
+// answers 503 with its error.
+func WithReadinessCheck(check func(context.Context) error) HandlerOption {
+	return func(h *Handler) { h.ready = append(h.ready, check) }
 }
 
 // WithMetricsGatherer serves the gatherer's metrics on /metrics (the
@@ -257,6 +266,12 @@ func (h *Handler) readyz(ctx *fasthttp.RequestCtx) {
 	if h.draining.Load() {
 		writeError(ctx, fmt.Errorf("server is shutting down: %w", api.ErrUnavailable))
 		return
+	}
+	for _, check := range append([]func(context.Context) error{h.locker.Ready}, h.ready...) {
+		if err := check(ctx); err != nil {
+			writeError(ctx, err)
+			return
+		}
 	}
 	ctx.SetBodyString("ok\n")
 }

@@ -28,9 +28,12 @@ type Locker struct {
 	state   StateStore
 	fences  *fenceSource
 	cluster atomic.Pointer[api.Cluster] // the coordinator's identity
-	metrics *metrics
-	shards  []*shard
-	now     func() time.Time
+	// writeFailing is set from a failed database write until one
+	// succeeds (health.go).
+	writeFailing atomic.Bool
+	metrics      *metrics
+	shards       []*shard
+	now          func() time.Time
 	// trace, when set (by tests), is called under the shard mutex at every
 	// enqueue and grant.
 	trace func(event string, t typeIndex, resourceID, requestID string)
@@ -141,9 +144,10 @@ func (l *Locker) Close() error {
 				for s := range k.watchers {
 					s.end()
 				}
-				for _, w := range k.queue {
+				k.queue.Each(func(w *waiter) bool {
 					w.sub.end()
-				}
+					return true
+				})
 			}
 		}
 		sh.mu.Unlock()
@@ -208,9 +212,9 @@ func (l *Locker) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 		g.claimed = true
 		return l.grantResponse(g), nil
 	}
-	if i := k.waiterIndex(req.RequestID); i >= 0 {
-		k.queue[i].lastSeen = now
-		return api.LockResponse{RequestID: req.RequestID, Queued: true, Position: i + 1}, nil
+	if w := k.queue.Get(req.RequestID); w != nil {
+		w.lastSeen = now
+		return api.LockResponse{RequestID: req.RequestID, Queued: true, Position: k.queue.Position(w)}, nil
 	}
 
 	switch t {
@@ -239,7 +243,7 @@ func (l *Locker) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 		return api.LockResponse{RequestID: req.RequestID, Skip: true}, nil
 	}
 
-	if k.holder == nil && len(k.queue) == 0 && r.compatibleWith(t) {
+	if k.holder == nil && k.queue.Len() == 0 && r.compatibleWith(t) {
 		g, err := l.grant(r, request{typ: t, nodeID: req.NodeID, requestID: req.RequestID, reap: req.Reap}, now)
 		if err != nil {
 			return api.LockResponse{}, err
@@ -261,14 +265,14 @@ func (l *Locker) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 	if l.trace != nil {
 		l.trace("queued", t, req.ResourceID, req.RequestID)
 	}
-	k.queue = append(k.queue, &waiter{
+	k.queue.Push(&waiter{
 		request:  request{typ: t, nodeID: req.NodeID, requestID: req.RequestID, reap: req.Reap},
 		queued:   now,
 		lastSeen: now,
 	})
 	l.metrics.result(t, resultQueued)
 	l.metrics.queueDepth[t].Inc()
-	return api.LockResponse{RequestID: req.RequestID, Queued: true, Position: len(k.queue)}, nil
+	return api.LockResponse{RequestID: req.RequestID, Queued: true, Position: k.queue.Len()}, nil
 }
 
 // Unlock handles POST /unlock (SPEC §3 "Release"). Only the holder of the
@@ -296,11 +300,9 @@ func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 	defer sh.tidy(r)
 	g := r.keys[t].holder
 	if req.Success {
-		if t != idxUpdate {
-			l.complete(r, t, g, now)
-		}
-		// The referrer set changes on disk before the lock moves on: a
-		// queued delete reaching its turn must see the puller.
+		// The referrer set changes on disk first: if it cannot, the
+		// unlock changes nothing (the lock stays held, nobody is told)
+		// and the holder retries it.
 		var err error
 		switch t {
 		case idxPull:
@@ -309,8 +311,11 @@ func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 		case idxDelete:
 			_, err = l.refs.UpdateRefCount(ctx, refcount.OperationDelete, req.ResourceID, g.nodeID, true)
 		}
-		if err != nil {
+		if err := l.wrote(ctx, err); err != nil {
 			return api.UnlockResponse{}, fmt.Errorf("%s:%s: recording success: %w", req.Type, req.ResourceID, err)
+		}
+		if t != idxUpdate {
+			l.complete(r, t, g, now)
 		}
 	} else if req.Error != "" {
 		log.G(ctx).WithField("key", string(req.Type)+":"+req.ResourceID).WithField("node", g.nodeID).
@@ -372,8 +377,8 @@ func (l *Locker) Cancel(ctx context.Context, req api.CancelRequest) error {
 	}
 	defer sh.tidy(r)
 	k := &r.keys[t]
-	if i := k.waiterIndex(req.RequestID); i >= 0 {
-		l.dropWaiter(k, i)
+	if w := k.queue.Get(req.RequestID); w != nil {
+		l.dropWaiter(k, w)
 		return nil
 	}
 	if k.holder != nil && k.holder.requestID == req.RequestID {
@@ -385,7 +390,7 @@ func (l *Locker) Cancel(ctx context.Context, req api.CancelRequest) error {
 // grant makes req the holder of its key in r.
 func (l *Locker) grant(r *resource, req request, now time.Time) (*grant, error) {
 	fence, err := l.fences.next()
-	if err != nil {
+	if err := l.wrote(context.Background(), err); err != nil {
 		return nil, fmt.Errorf("%s: %w", typeNames[req.typ], err)
 	}
 	g := &grant{
@@ -440,11 +445,9 @@ func (l *Locker) release(ctx context.Context, sh *shard, r *resource, t typeInde
 
 // complete records that the holder g of r.keys[t] (a pull or a delete)
 // succeeded: everyone waiting on the key skips, and so do newcomers for
-// CompletedTTL. Unlock calls it before the referrer write because what the
-// waiters learn is already true on the shared storage (the holder committed,
-// or removed, the blob before unlocking) and each of them records its own
-// use before relying on the blob. Only grants read the referrer set, and
-// they wait for the write (release, advance).
+// CompletedTTL. Unlock calls it once the referrer set is written: an
+// unlock whose write fails must change nothing (issue 17), so no waiter may
+// have been told to skip.
 func (l *Locker) complete(r *resource, t typeIndex, g *grant, now time.Time) {
 	k := &r.keys[t]
 	k.completed = &completion{nodeID: g.nodeID, at: now}
@@ -453,7 +456,7 @@ func (l *Locker) complete(r *resource, t typeIndex, g *grant, now time.Time) {
 	} else {
 		r.keys[idxPull].completed = nil
 	}
-	for _, w := range k.queue {
+	k.queue.Each(func(w *waiter) bool {
 		if l.trace != nil {
 			l.trace("skipped", t, r.id, w.requestID)
 		}
@@ -461,9 +464,9 @@ func (l *Locker) complete(r *resource, t typeIndex, g *grant, now time.Time) {
 		l.metrics.result(t, resultSkipped)
 		l.metrics.wait[t].Observe(now.Sub(w.queued).Seconds())
 		l.metrics.queueDepth[t].Dec()
-	}
-	clear(k.queue)
-	k.queue = k.queue[:0]
+		return true
+	})
+	k.queue.Clear()
 }
 
 // advance grants the head of every queue of r that is free and compatible
@@ -473,10 +476,10 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 		next := typeIndex(-1)
 		for t := range numTypes {
 			k := &r.keys[t]
-			if k.holder != nil || len(k.queue) == 0 || !r.compatibleWith(t) {
+			if k.holder != nil || k.queue.Len() == 0 || !r.compatibleWith(t) {
 				continue
 			}
-			if next < 0 || k.queue[0].queued.Before(r.keys[next].queue[0].queued) {
+			if next < 0 || k.queue.Front().queued.Before(r.keys[next].queue.Front().queued) {
 				next = t
 			}
 		}
@@ -484,8 +487,8 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 			return
 		}
 		k := &r.keys[next]
-		w := k.queue[0]
-		l.dropWaiter(k, 0)
+		w := k.queue.Front()
+		l.dropWaiter(k, w)
 		l.metrics.wait[next].Observe(now.Sub(w.queued).Seconds())
 		if err := l.checkGrantRefs(ctx, r.id, w.request); err != nil {
 			// The resource gained referrers while the delete (or update)
@@ -508,8 +511,9 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 		}
 		g, err := l.grant(r, w.request, now)
 		if err != nil {
+			_, code := api.HTTPStatus(err)
 			ev := l.event(r, next, api.EventError, w.nodeID, w.requestID, false, "")
-			ev.Error = &api.ErrorResponse{Error: err.Error(), Code: api.CodeInternal}
+			ev.Error = &api.ErrorResponse{Error: err.Error(), Code: code}
 			w.sub.finish(ev)
 			continue
 		}
@@ -537,6 +541,7 @@ func (l *Locker) checkDelete(ctx context.Context, req api.LockRequest, now time.
 		// The requesting node's GC no longer uses the resource.
 		l.noteRef(req.NodeID, req.ResourceID, false)
 		rc, err = l.refs.RemoveRef(ctx, req.ResourceID, req.NodeID)
+		err = l.wrote(ctx, err)
 	case api.ReapOrphan:
 		rc, err = l.refs.GetRefCount(ctx, req.ResourceID)
 	}
@@ -596,12 +601,12 @@ func (l *Locker) lockedError(r *resource, t typeIndex) error {
 				typeNames[held], r.id, g.nodeID, l.now().Sub(g.acquired).Round(time.Millisecond), api.ErrLocked)
 		}
 	}
-	return fmt.Errorf("%s:%s: %d request(s) queued ahead: %w", typeNames[t], r.id, len(r.keys[t].queue), api.ErrLocked)
+	return fmt.Errorf("%s:%s: %d request(s) queued ahead: %w", typeNames[t], r.id, r.keys[t].queue.Len(), api.ErrLocked)
 }
 
-// dropWaiter removes k.queue[i].
-func (l *Locker) dropWaiter(k *key, i int) {
-	w := k.removeWaiter(i)
+// dropWaiter removes w from k's queue.
+func (l *Locker) dropWaiter(k *key, w *waiter) {
+	k.queue.Remove(w)
 	l.metrics.queueDepth[w.typ].Dec()
 }
 

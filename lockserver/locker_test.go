@@ -3,12 +3,12 @@ package lockserver
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
@@ -491,11 +491,10 @@ func newGatedLocker(t *testing.T) (*Locker, *gatedStorage) {
 	return l, store
 }
 
-// TestWaitersSkipBeforeReferrerWrite: a pull's waiters learn of its success
-// while the holder's referrer is still being written (what they are told is
-// already true of the blob), but a queued delete gets its turn only after
-// the write, and then sees the puller.
-func TestWaitersSkipBeforeReferrerWrite(t *testing.T) {
+// TestWaitersLearnOnceReferrerWritten: while the holder's referrer is
+// being written, no waiter is told anything; then the pull's waiter skips
+// and the queued delete sees the puller.
+func TestWaitersLearnOnceReferrerWritten(t *testing.T) {
 	ctx := context.Background()
 	l, store := newGatedLocker(t)
 	p := mustLock(t, l, api.OperationPull, "n1")
@@ -519,21 +518,14 @@ func TestWaitersSkipBeforeReferrerWrite(t *testing.T) {
 		_, err := l.Unlock(ctx, api.UnlockRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: p.LeaseID, Success: true})
 		unlocked <- err
 	}()
-	<-store.entered // the referrer write is in flight
-	ev := receive(t, sw.Events())
-	require.Equal(t, api.EventCompleted, ev.Name)
+	<-store.entered // the referrer write is in flight, under the shard's mutex
+	require.Empty(t, sw.Events(), "a waiter must not skip before the referrer is written")
 	require.Empty(t, sd.Events(), "the delete must not be decided before the puller's referrer is written")
-	refs := make(chan api.RefsResponse, 1)
-	go func() {
-		rc, err := l.Refs(ctx, blob)
-		assert.NoError(t, err)
-		refs <- rc
-	}()
 
 	store.release()
 	require.NoError(t, <-unlocked)
-	require.Equal(t, []string{"n1"}, (<-refs).Nodes, "a referrer read waits for the unlock to finish")
-	ev = receive(t, sd.Events())
+	require.Equal(t, api.EventCompleted, receive(t, sw.Events()).Name)
+	ev := receive(t, sd.Events())
 	require.Equal(t, api.EventError, ev.Name)
 	require.NotNil(t, ev.Error)
 	require.Equal(t, api.CodeInUse, ev.Error.Code, "the delete sees the puller's referrer")
@@ -552,11 +544,12 @@ func receive(t *testing.T, ch <-chan api.Event) api.Event {
 	}
 }
 
-// TestFailedReferrerWriteKeepsTheHolder: when the holder's referrer cannot
-// be written, its waiters have already skipped (the blob is there), but
-// the lock stays held and nothing is released: the client's retry of the
-// unlock records the referrer, releases, and skips whoever queued since.
-func TestFailedReferrerWriteKeepsTheHolder(t *testing.T) {
+// TestFailedUnlockChangesNothing (issue 17, a full disk): when the
+// holder's referrer cannot be written, the unlock answers 503 unavailable
+// and changes nothing: the lock stays held, no waiter is told, no
+// completion is recorded, and the coordinator is unready. The client's
+// retry then records the referrer, releases, and everyone skips.
+func TestFailedUnlockChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	l, store := newGatedLocker(t)
 	p := mustLock(t, l, api.OperationPull, "n1")
@@ -568,12 +561,22 @@ func TestFailedReferrerWriteKeepsTheHolder(t *testing.T) {
 	store.failNext()
 	req := api.UnlockRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: p.LeaseID, Success: true}
 	_, err = l.Unlock(ctx, req)
+	require.ErrorIs(t, err, api.ErrUnavailable)
 	require.ErrorContains(t, err, "disk on fire")
-	require.Equal(t, api.EventCompleted, receive(t, sw.Events()).Name)
+	status, code := api.HTTPStatus(err)
+	require.Equal(t, http.StatusServiceUnavailable, status)
+	require.Equal(t, api.CodeUnavailable, code)
+	require.Empty(t, sw.Events(), "no waiter is told anything")
 	st, err := l.Status(ctx, api.OperationPull, blob, "")
 	require.NoError(t, err)
 	require.NotNil(t, st.Holder, "the lock stays held")
 	require.Equal(t, p.RequestID, st.Holder.RequestID)
+	require.Nil(t, st.Completed, "no completion is recorded")
+	require.Equal(t, 1, st.QueueLength)
+	refs, err := l.Refs(ctx, blob)
+	require.NoError(t, err)
+	require.Empty(t, refs.Nodes)
+
 	n3 := mustLock(t, l, api.OperationPull, "n3")
 	require.True(t, n3.Queued, "a newcomer waits for the holder")
 	s3, err := l.Subscribe(api.OperationPull, blob, n3.RequestID)
@@ -582,8 +585,10 @@ func TestFailedReferrerWriteKeepsTheHolder(t *testing.T) {
 
 	_, err = l.Unlock(ctx, req)
 	require.NoError(t, err, "the retry succeeds")
+	require.NoError(t, l.Ready(ctx))
+	require.Equal(t, api.EventCompleted, receive(t, sw.Events()).Name)
 	require.Equal(t, api.EventCompleted, receive(t, s3.Events()).Name, "and the newcomer skips")
-	refs, err := l.Refs(ctx, blob)
+	refs, err = l.Refs(ctx, blob)
 	require.NoError(t, err)
 	require.Equal(t, []string{"n1"}, refs.Nodes)
 	st, err = l.Status(ctx, api.OperationPull, blob, "")

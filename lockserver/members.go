@@ -90,7 +90,7 @@ func (l *Locker) Session(ctx context.Context, req api.SessionRequest) (api.Sessi
 	if m.rec.LastSeen.IsZero() || now.Sub(m.rec.LastSeen) > l.persistSeenEvery() {
 		rec := m.rec
 		rec.LastSeen = now
-		if err := l.state.PutMember(ctx, rec); err != nil {
+		if err := l.wrote(ctx, l.state.PutMember(ctx, rec)); err != nil {
 			return api.SessionResponse{}, fmt.Errorf("session of node %s: %w", req.NodeID, err)
 		}
 		m.rec = rec
@@ -157,7 +157,7 @@ func (l *Locker) SyncRefs(ctx context.Context, nodeID string, req api.SyncReques
 		}
 	}
 	m.sync = nil
-	if err := l.refs.ReplaceNode(ctx, nodeID, s.refs); err != nil {
+	if err := l.wrote(ctx, l.refs.ReplaceNode(ctx, nodeID, s.refs)); err != nil {
 		return api.SyncResponse{}, fmt.Errorf("sync of node %s: %w", nodeID, err)
 	}
 	m.synced = true
@@ -218,10 +218,10 @@ func (l *Locker) Forget(ctx context.Context, nodeID string) error {
 
 // forgetLocked drops the member and its references. Callers hold mmu.
 func (l *Locker) forgetLocked(ctx context.Context, nodeID, why string) error {
-	if err := l.refs.ReplaceNode(ctx, nodeID, nil); err != nil {
+	if err := l.wrote(ctx, l.refs.ReplaceNode(ctx, nodeID, nil)); err != nil {
 		return fmt.Errorf("forget node %s: %w", nodeID, err)
 	}
-	if err := l.state.DeleteMember(ctx, nodeID); err != nil {
+	if err := l.wrote(ctx, l.state.DeleteMember(ctx, nodeID)); err != nil {
 		return fmt.Errorf("forget node %s: %w", nodeID, err)
 	}
 	delete(l.members, nodeID)

@@ -32,6 +32,8 @@ type metrics struct {
 	// unsyncedRefusals counts deletes refused (or revoked) because a
 	// member was not synced.
 	unsyncedRefusals prometheus.Counter
+	// writeFailures counts database writes that failed (health.go).
+	writeFailures prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -70,14 +72,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "sharedcontent_delete_unsynced_total",
 		Help: "Deletes refused, or revoked at their last check, because a member node was not synced; GC resumes once it is.",
 	})
+	writeFailures := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sharedcontent_db_write_failures_total",
+		Help: "Database writes that failed (full disk, I/O error): each request answered 503 and changed nothing; /readyz is unready until a write succeeds.",
+	})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{requests, handoffs, expiries, wait, hold, depth, members, unsynced} {
+		for _, c := range []prometheus.Collector{requests, handoffs, expiries, wait, hold, depth, members, unsynced, writeFailures} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
 		}
 	}
-	m := &metrics{expiries: expiries, members: members, unsyncedRefusals: unsynced}
+	m := &metrics{expiries: expiries, members: members, unsyncedRefusals: unsynced, writeFailures: writeFailures}
 	for t, name := range typeNames {
 		for res, rn := range resultNames {
 			m.results[t][res] = requests.WithLabelValues(string(name), rn)

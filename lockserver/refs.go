@@ -32,7 +32,7 @@ func (l *Locker) AddRef(ctx context.Context, resourceID, nodeID string) (api.Ref
 	}
 	l.noteRef(nodeID, resourceID, true)
 	rc, err := l.refs.AddRef(ctx, resourceID, nodeID)
-	if err != nil {
+	if err := l.wrote(ctx, err); err != nil {
 		return api.RefsResponse{}, fmt.Errorf("refs %s: %w", resourceID, err)
 	}
 	return api.RefsResponse{ResourceID: resourceID, Count: rc.Count, Nodes: rc.NodeList()}, nil

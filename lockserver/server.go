@@ -79,7 +79,7 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 		storage.Close()
 		return nil, err
 	}
-	opts := []HandlerOption{WithMetricsGatherer(reg)}
+	opts := []HandlerOption{WithMetricsGatherer(reg), WithReadinessCheck(freeSpaceCheck(cfg.DataDir))}
 	for _, tf := range []struct {
 		path string
 		opt  func(string) HandlerOption

@@ -47,7 +47,7 @@ type resource struct {
 // key is one (type, resource) lock: at most one holder and a FIFO queue.
 type key struct {
 	holder    *grant
-	queue     []*waiter
+	queue     waitQueue
 	completed *completion // retained success (pull and delete only)
 	watchers  map[*Subscription]struct{}
 }
@@ -79,6 +79,7 @@ type waiter struct {
 	queued   time.Time
 	lastSeen time.Time     // last /lock or /status poll, for stream-less waiters
 	sub      *Subscription // attached event stream; nil when polling
+	slot     int           // index in the queue's slots (waitQueue)
 }
 
 // completion is a retained successful pull or delete.
@@ -112,7 +113,7 @@ func leaseKeyOf(id string) (leaseKey, bool) {
 func (r *resource) empty() bool {
 	for i := range r.keys {
 		k := &r.keys[i]
-		if k.holder != nil || len(k.queue) > 0 || k.completed != nil || len(k.watchers) > 0 {
+		if k.holder != nil || k.queue.Len() > 0 || k.completed != nil || len(k.watchers) > 0 {
 			return false
 		}
 	}
@@ -128,21 +129,4 @@ func (r *resource) compatibleWith(t typeIndex) bool {
 		}
 	}
 	return true
-}
-
-func (k *key) waiterIndex(requestID string) int {
-	for i, w := range k.queue {
-		if w.requestID == requestID {
-			return i
-		}
-	}
-	return -1
-}
-
-func (k *key) removeWaiter(i int) *waiter {
-	w := k.queue[i]
-	copy(k.queue[i:], k.queue[i+1:])
-	k.queue[len(k.queue)-1] = nil
-	k.queue = k.queue[:len(k.queue)-1]
-	return w
 }

@@ -104,8 +104,8 @@ func (l *Locker) Subscribe(typ api.OperationType, resourceID, requestID string) 
 			k.watchers = make(map[*Subscription]struct{})
 		}
 		k.watchers[s] = struct{}{}
-	case k.waiterIndex(requestID) >= 0:
-		w := k.queue[k.waiterIndex(requestID)]
+	case k.queue.Get(requestID) != nil:
+		w := k.queue.Get(requestID)
 		w.sub.end() // a newer stream replaces an older one
 		w.sub = s
 	default:
@@ -131,8 +131,8 @@ func (s *Subscription) Close() {
 	k := &r.keys[s.typ]
 	if s.requestID == "" {
 		delete(k.watchers, s)
-	} else if i := k.waiterIndex(s.requestID); i >= 0 && k.queue[i].sub == s {
-		s.l.dropWaiter(k, i)
+	} else if w := k.queue.Get(s.requestID); w != nil && w.sub == s {
+		s.l.dropWaiter(k, w)
 	}
 	s.end()
 	sh.tidy(r)
@@ -173,11 +173,12 @@ func (l *Locker) Status(_ context.Context, typ api.OperationType, resourceID, re
 	return l.status(r, t, requestID, true, l.now()), nil
 }
 
-// status snapshots r.keys[t], with the queue when withQueue. Called with
+// status snapshots r.keys[t], with the head of the queue when withQueue.
+// Its size is bounded whatever the queue's length (issue 17). Called with
 // the shard mutex held.
 func (l *Locker) status(r *resource, t typeIndex, requestID string, withQueue bool, now time.Time) api.StatusResponse {
 	k := &r.keys[t]
-	st := api.StatusResponse{Type: typeNames[t], ResourceID: r.id, Queue: []api.Waiter{}}
+	st := api.StatusResponse{Type: typeNames[t], ResourceID: r.id, Queue: []api.Waiter{}, QueueLength: k.queue.Len()}
 	if g := k.holder; g != nil {
 		st.Holder = &api.Holder{NodeID: g.nodeID, RequestID: g.requestID, Fence: g.fence,
 			AcquiredAt: g.acquired.UTC().Format(time.RFC3339Nano), Claimed: g.claimed}
@@ -186,20 +187,19 @@ func (l *Locker) status(r *resource, t typeIndex, requestID string, withQueue bo
 	if completed {
 		st.Completed = &api.Completion{NodeID: k.completed.nodeID, CompletedAt: k.completed.at.UTC().Format(time.RFC3339Nano)}
 	}
-	for _, w := range k.queue {
-		if !withQueue {
-			break
+	if withQueue {
+		for _, w := range k.queue.Head(api.StatusQueueHead) {
+			st.Queue = append(st.Queue, api.Waiter{NodeID: w.nodeID, RequestID: w.requestID, QueuedAt: w.queued.UTC().Format(time.RFC3339Nano)})
 		}
-		st.Queue = append(st.Queue, api.Waiter{NodeID: w.nodeID, RequestID: w.requestID, QueuedAt: w.queued.UTC().Format(time.RFC3339Nano)})
 	}
 	if requestID == "" {
 		return st
 	}
 	req := &api.LockResponse{RequestID: requestID}
-	switch i := k.waiterIndex(requestID); {
-	case i >= 0:
-		k.queue[i].lastSeen = now
-		req.Queued, req.Position = true, i+1
+	switch w := k.queue.Get(requestID); {
+	case w != nil:
+		w.lastSeen = now
+		req.Queued, req.Position = true, k.queue.Position(w)
 	case k.holder != nil && k.holder.requestID == requestID:
 		k.holder.claimed = true
 		*req = l.grantResponse(k.holder)

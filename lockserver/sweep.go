@@ -39,11 +39,16 @@ func (l *Locker) sweep(sh *shard, now time.Time) {
 				}
 			}
 			// A waiter without a stream that stopped polling is gone.
-			for i := len(k.queue) - 1; i >= 0; i-- {
-				if w := k.queue[i]; w.sub == nil && now.Sub(w.lastSeen) > l.cfg.LeaseTTL {
-					l.dropWaiter(k, i)
-					changed = true
+			var gone []*waiter
+			k.queue.Each(func(w *waiter) bool {
+				if w.sub == nil && now.Sub(w.lastSeen) > l.cfg.LeaseTTL {
+					gone = append(gone, w)
 				}
+				return true
+			})
+			for _, w := range gone {
+				l.dropWaiter(k, w)
+				changed = true
 			}
 			if c := k.completed; c != nil && now.Sub(c.at) >= l.cfg.CompletedTTL {
 				k.completed = nil

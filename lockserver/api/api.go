@@ -234,6 +234,10 @@ type Completion struct {
 	CompletedAt string `json:"completed_at"`
 }
 
+// StatusQueueHead bounds the waiters a StatusResponse lists: a key may
+// have a hundred thousand, and every poll would carry them all.
+const StatusQueueHead = 16
+
 // StatusResponse is the answer to GET /lock/status and the payload of the
 // first SSE event. Request is filled when the query names a request_id. The
 // first event of a stream that follows one request leaves Queue empty: its
@@ -243,7 +247,10 @@ type StatusResponse struct {
 	ResourceID string        `json:"resource_id"`
 	Holder     *Holder       `json:"holder,omitempty"`
 	Completed  *Completion   `json:"completed,omitempty"`
-	Queue      []Waiter      `json:"queue"`
+	// Queue is the head of the queue: its first StatusQueueHead waiters
+	// at most. QueueLength counts them all.
+	Queue       []Waiter `json:"queue"`
+	QueueLength int      `json:"queue_length"`
 	// Request is the state of the request named in the query: its grant
 	// (Acquired and lease), its skip, or its queue position. A request the
 	// server does not know has none of them set.

@@ -1,0 +1,211 @@
+package lockserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/refcount"
+)
+
+// TestFullDisk (issue 17, finding 3): an unlock whose referrer write fails
+// answers 503 unavailable and changes nothing — the holder keeps its lock,
+// its waiter is not told to skip, no completion and no referrer appear —
+// and /readyz is unready. Once space returns, /readyz recovers by itself
+// and the holder's retry applies the unlock whole.
+//
+// "tmpfs" fills a real 4 MiB tmpfs under the real bbolt database (root
+// only); "injected" fails every write of the same interfaces the database
+// implements.
+func TestFullDisk(t *testing.T) {
+	t.Run("tmpfs", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("mounting a tmpfs needs root; the injected variant covers the logic")
+		}
+		dir := t.TempDir()
+		if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=4m"); err != nil {
+			t.Skipf("mounting a tmpfs: %v", err)
+		}
+		t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+		ts := startServer(t, filepath.Join(dir, "db"))
+		filler := filepath.Join(dir, "filler")
+		checkFullDisk(t, ts.url, func() { fill(t, filler) }, func() { require.NoError(t, os.Remove(filler)) })
+	})
+	t.Run("injected", func(t *testing.T) {
+		disk := &fullDisk{Storage: refcount.NewMemoryStorage(), memoryState: newMemoryState()}
+		l, err := NewLocker(DefaultConfig(), Options{Refs: refcount.NewManager(disk, refcount.Config{}), State: disk})
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		base := serveHandler(t, NewHandler(l))
+		checkFullDisk(t, base, func() { disk.full.Store(true) }, func() { disk.full.Store(false) })
+	})
+}
+
+func checkFullDisk(t *testing.T, base string, fill, free func()) {
+	lock := func(res, node string) api.LockResponse {
+		code, body := post(t, base, "/lock", api.LockRequest{Type: api.OperationPull, ResourceID: res, NodeID: node})
+		require.Equal(t, http.StatusOK, code, string(body))
+		return decodeAs[api.LockResponse](t, body)
+	}
+	// The first grant persists the fence high-water mark (a block of
+	// fences) and creates the database's buckets.
+	warm := lock("sha256:warm", "n1")
+	code, body := post(t, base, "/unlock", api.UnlockRequest{Type: api.OperationPull, ResourceID: "sha256:warm", LeaseID: warm.LeaseID, Success: true})
+	require.Equal(t, http.StatusOK, code, string(body))
+	fill()
+	// A full disk may still take a few writes into pages the database
+	// had already allocated: unlock new resources until one fails.
+	var (
+		res    string
+		holder api.LockResponse
+		waiter api.LockResponse
+		req    api.UnlockRequest
+	)
+	for i := 0; ; i++ {
+		require.Less(t, i, 100000, "no write failed on a full disk")
+		res = fmt.Sprintf("sha256:%064x", i)
+		holder, waiter = lock(res, "n1"), lock(res, "n2")
+		require.True(t, holder.Acquired)
+		require.True(t, waiter.Queued)
+		req = api.UnlockRequest{Type: api.OperationPull, ResourceID: res, LeaseID: holder.LeaseID, Success: true}
+		code, body := post(t, base, "/unlock", req)
+		if code == http.StatusOK {
+			continue
+		}
+		require.Equal(t, http.StatusServiceUnavailable, code, string(body))
+		require.Equal(t, api.CodeUnavailable, decodeAs[api.ErrorResponse](t, body).Code)
+		break
+	}
+
+	code, body = get(t, base, "/lock/status", url.Values{"type": {"pull"}, "resource_id": {res}, "request_id": {waiter.RequestID}})
+	require.Equal(t, http.StatusOK, code, string(body))
+	st := decodeAs[api.StatusResponse](t, body)
+	require.NotNil(t, st.Holder, "the lock stays held")
+	require.Equal(t, holder.RequestID, st.Holder.RequestID)
+	require.Nil(t, st.Completed, "no completion is recorded")
+	require.NotNil(t, st.Request)
+	require.True(t, st.Request.Queued, "the waiter is not told to skip")
+	require.False(t, st.Request.Skip)
+	code, body = get(t, base, "/refs", url.Values{"resource_id": {res}})
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.Empty(t, decodeAs[api.RefsResponse](t, body).Nodes)
+	code, body = get(t, base, "/readyz", nil)
+	require.Equal(t, http.StatusServiceUnavailable, code, "unready while the database cannot write: %s", body)
+
+	free()
+	code, body = get(t, base, "/readyz", nil)
+	require.Equal(t, http.StatusOK, code, "ready again once space returns, without a restart: %s", body)
+	code, body = post(t, base, "/unlock", req)
+	require.Equal(t, http.StatusOK, code, "the holder's retry: %s", body)
+	code, body = get(t, base, "/lock/status", url.Values{"type": {"pull"}, "resource_id": {res}, "request_id": {waiter.RequestID}})
+	require.Equal(t, http.StatusOK, code, string(body))
+	st = decodeAs[api.StatusResponse](t, body)
+	require.Nil(t, st.Holder)
+	require.NotNil(t, st.Completed)
+	require.True(t, st.Request.Skip, "the waiter skips now")
+	code, body = get(t, base, "/refs", url.Values{"resource_id": {res}})
+	require.Equal(t, http.StatusOK, code, string(body))
+	require.Equal(t, []string{"n1"}, decodeAs[api.RefsResponse](t, body).Nodes)
+}
+
+// fill writes path until the filesystem is full.
+func fill(t *testing.T, path string) {
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(buf); err != nil {
+			require.ErrorIs(t, err, syscall.ENOSPC)
+			return
+		}
+	}
+}
+
+// fullDisk is a referrer storage and state store that refuse every write
+// while full, as a database on a full disk does.
+type fullDisk struct {
+	refcount.Storage
+	*memoryState
+	full atomic.Bool
+}
+
+var errNoSpace = fmt.Errorf("write: %w", syscall.ENOSPC)
+
+func (d *fullDisk) check() error {
+	if d.full.Load() {
+		return errNoSpace
+	}
+	return nil
+}
+
+func (d *fullDisk) Set(ctx context.Context, id string, rc refcount.ReferenceCount) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	return d.Storage.Set(ctx, id, rc)
+}
+
+func (d *fullDisk) Delete(ctx context.Context, id string) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	return d.Storage.Delete(ctx, id)
+}
+
+func (d *fullDisk) ReplaceNode(ctx context.Context, node string, refs map[string]struct{}) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	return d.Storage.ReplaceNode(ctx, node, refs)
+}
+
+func (d *fullDisk) PutUint64(ctx context.Context, key string, v uint64) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	return d.memoryState.PutUint64(ctx, key, v)
+}
+
+func (d *fullDisk) PutString(ctx context.Context, key, v string) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	return d.memoryState.PutString(ctx, key, v)
+}
+
+func (d *fullDisk) PutMember(ctx context.Context, m refcount.Member) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	return d.memoryState.PutMember(ctx, m)
+}
+
+func (d *fullDisk) Close() error { return d.Storage.Close() }
+
+// serveHandler serves h on a loopback port until the test ends and returns
+// its base URL.
+func serveHandler(t *testing.T, h *Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := h.HTTPServer()
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		h.Drain()
+		require.NoError(t, srv.Shutdown())
+		require.NoError(t, <-done)
+	})
+	return "http://" + ln.Addr().String()
+}

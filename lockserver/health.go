@@ -1,0 +1,76 @@
+package lockserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"golang.org/x/sys/unix"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+// A write the database refuses (a full disk, an I/O error) changes
+// nothing: every method writes before it changes any state in memory or
+// tells anyone, and answers 503 unavailable, so the client retries. The
+// coordinator is unready (/readyz) from the first failed write until a
+// write succeeds again; while it is, /readyz itself probes with a write,
+// so it recovers once space returns, without traffic and without a
+// restart.
+
+// readinessKey is the StateStore key /readyz writes to while unready.
+const readinessKey = "readiness_probe"
+
+// wrote records the outcome of a database write and returns the error for
+// the caller to answer: nil, a 503 for a failed write, or err unchanged
+// when the write was refused for the request's own sake (a bad argument,
+// a cancelled request).
+func (l *Locker) wrote(ctx context.Context, err error) error {
+	if err == nil {
+		if l.writeFailing.Load() && l.writeFailing.CompareAndSwap(true, false) {
+			log.G(ctx).Warn("the database accepts writes again; ready")
+		}
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errdefs.IsInvalidArgument(err) || errors.Is(err, api.ErrInvalidArgument) {
+		return err
+	}
+	l.metrics.writeFailures.Inc()
+	if l.writeFailing.CompareAndSwap(false, true) {
+		log.G(ctx).WithError(err).Error("the database refused a write; unready until a write succeeds")
+	}
+	return fmt.Errorf("the coordinator cannot write its database: %w: %w", api.ErrUnavailable, err)
+}
+
+// Ready reports whether the coordinator can serve: nil, or an error
+// matching api.ErrUnavailable while its database refuses writes.
+func (l *Locker) Ready(ctx context.Context) error {
+	if !l.writeFailing.Load() {
+		return nil
+	}
+	return l.wrote(ctx, l.state.PutString(ctx, readinessKey, l.now().UTC().Format(time.RFC3339Nano)))
+}
+
+// minFreeBytes is the free space below which a coordinator's data
+// directory makes it unready: a write is about to fail, or already did
+// while the database could still take a small probe.
+const minFreeBytes = 1 << 20
+
+// freeSpaceCheck is a readiness check: unavailable while the filesystem
+// of dir has less than minFreeBytes free for the coordinator.
+func freeSpaceCheck(dir string) func(context.Context) error {
+	return func(context.Context) error {
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil {
+			return fmt.Errorf("checking free space of %s: %w: %w", dir, api.ErrUnavailable, err)
+		}
+		if free := st.Bavail * uint64(st.Bsize); free < minFreeBytes {
+			return fmt.Errorf("data directory %s has %d bytes free (less than %d): %w", dir, free, minFreeBytes, api.ErrUnavailable)
+		}
+		return nil
+	}
+}
