@@ -58,10 +58,16 @@ func takeOver(hijacked net.Conn, buf []byte) (net.Conn, []byte) {
 // start of the client's next request, already read) first.
 func resume(conn net.Conn, prefix []byte) net.Conn {
 	rc := &resumedConn{Conn: conn, prefix: prefix}
-	if tc, ok := conn.(*tls.Conn); ok {
+	if tc, ok := conn.(tlsConn); ok {
 		return resumedTLSConn{resumedConn: rc, tls: tc}
 	}
 	return rc
+}
+
+// tlsConn is what fasthttp looks for in a TLS connection.
+type tlsConn interface {
+	Handshake() error
+	ConnectionState() tls.ConnectionState
 }
 
 // resumedConn is a connection given back to the server after an event
@@ -69,6 +75,14 @@ func resume(conn net.Conn, prefix []byte) net.Conn {
 type resumedConn struct {
 	net.Conn
 	prefix []byte
+}
+
+// tracked returns the guardedListener's record of the connection, if any.
+func (c *resumedConn) tracked() *trackedConn {
+	if t, ok := c.Conn.(interface{ tracked() *trackedConn }); ok {
+		return t.tracked()
+	}
+	return nil
 }
 
 func (c *resumedConn) Read(p []byte) (int, error) {
@@ -84,7 +98,7 @@ func (c *resumedConn) Read(p []byte) (int, error) {
 // connection (RequestCtx.IsTLS, TLSConnectionState).
 type resumedTLSConn struct {
 	*resumedConn
-	tls *tls.Conn
+	tls tlsConn
 }
 
 func (c resumedTLSConn) Handshake() error                     { return c.tls.Handshake() }

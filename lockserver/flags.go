@@ -18,5 +18,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *ServerConfig) {
 	fs.StringVar(&cfg.AuthTokenFile, "auth-token-file", cfg.AuthTokenFile, "file holding the bearer token clients must send (empty: no auth)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "TLS certificate (PEM) to serve HTTPS")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "TLS private key (PEM)")
+	fs.IntVar(&cfg.Limits.Total, "max-conns", cfg.Limits.Total, "connections served at once; more are answered 503 with Retry-After (0: three quarters of the descriptor limit)")
+	fs.IntVar(&cfg.Limits.PerIP, "max-conns-per-ip", cfg.Limits.PerIP, "connections served at once from one IP address (0: 1024)")
 	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", cfg.TLSClientCA, "CA (PEM) that client certificates must chain to (enables mTLS)")
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -152,6 +153,9 @@ func NewHandler(l *Locker, opts ...HandlerOption) *Handler {
 		CloseOnShutdown:              true,
 		DisablePreParseMultipartForm: true,
 		Logger:                       fasthttpLogger{},
+		// A Server's guardedListener tracks connection states, to close
+		// at shutdown those that never sent a request.
+		ConnState: setConnState,
 	}
 	h.routes = map[string]route{
 		"/lock":           onPost(h.lock),
@@ -225,8 +229,16 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 }
 
 // HandleError answers a request fasthttp could not read (the server's
-// ErrorHandler) with a 400 invalid_argument error.
+// ErrorHandler) with a 400 invalid_argument error. A read that timed out
+// gets no answer: the connection is closed, as net/http does, since a
+// client that sent nothing would take an answer to a request it has not
+// made yet for the answer to its next one.
 func HandleError(ctx *fasthttp.RequestCtx, err error) {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		_ = ctx.Conn().Close()
+		return
+	}
 	writeError(ctx, fmt.Errorf("malformed HTTP request: %w: %w", api.ErrInvalidArgument, err))
 }
 

@@ -38,6 +38,9 @@ type ServerConfig struct {
 	TLSKey  string
 	// TLSClientCA, when set, requires client certificates signed by it (mTLS).
 	TLSClientCA string
+	// Limits bound the connections served; the zero value picks defaults
+	// below the descriptor limit.
+	Limits ConnLimits
 }
 
 // Server is a Locker with its persistent state and HTTP API.
@@ -49,10 +52,12 @@ type Server struct {
 	handler *Handler
 	http    *fasthttp.Server
 	tls     *tls.Config // nil serves plain HTTP
+	limits  ConnLimits
+	metrics *serverMetrics
 
 	mu       sync.Mutex
-	served   []net.Listener // protected by mu: listeners given to Serve
-	shutdown bool           // protected by mu
+	served   []*guardedListener // protected by mu: listeners given to Serve
+	shutdown bool               // protected by mu
 }
 
 // OpenServer opens the data directory and starts the Locker. Call Shutdown
@@ -95,7 +100,9 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 		}
 		opts = append(opts, tf.opt(token))
 	}
-	s := &Server{Locker: locker, storage: storage, handler: NewHandler(locker, opts...)}
+	sm := newServerMetrics()
+	reg.MustRegister(sm)
+	s := &Server{Locker: locker, storage: storage, handler: NewHandler(locker, opts...), limits: cfg.Limits, metrics: sm}
 	s.http = s.handler.HTTPServer()
 	if cfg.TLSCert != "" || cfg.TLSKey != "" {
 		s.tls, err = serverTLS(cfg)
@@ -151,17 +158,18 @@ func (s *Server) Handler() *Handler { return s.handler }
 func (s *Server) Serve(ln net.Listener) error {
 	// fasthttp's Shutdown closes only the listeners Serve has already
 	// registered: one that reaches Serve later would be served forever.
+	if s.tls != nil {
+		ln = tls.NewListener(ln, s.tls)
+	}
+	gl := newGuardedListener(ln, s.limits, s.metrics.rejected, s.metrics.acceptErrors.Inc)
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()
 		return ln.Close()
 	}
-	s.served = append(s.served, ln)
+	s.served = append(s.served, gl)
 	s.mu.Unlock()
-	if s.tls != nil {
-		ln = tls.NewListener(ln, s.tls)
-	}
-	err := s.http.Serve(ln)
+	err := s.http.Serve(gl)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.shutdown {
@@ -175,14 +183,19 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.shutdown = true
+	served := s.served
 	s.mu.Unlock()
 	s.handler.Drain()
-	err := s.http.ShutdownWithContext(ctx)
-	s.mu.Lock()
-	for _, ln := range s.served {
-		ln.Close() // a Serve that began after fasthttp's shutdown
+	// No new connections; those that have not sent a request (fasthttp
+	// would wait 5 s for them) and those idle between requests go now.
+	for _, ln := range served {
+		ln.Close()
+		ln.closeNew()
 	}
-	s.mu.Unlock()
+	err := s.http.ShutdownWithContext(ctx)
+	if errors.Is(err, net.ErrClosed) {
+		err = nil // fasthttp closing the listeners closed above
+	}
 	s.Locker.Close()
 	return errors.Join(err, s.storage.Close())
 }
