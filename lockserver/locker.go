@@ -156,9 +156,14 @@ func (l *Locker) Close() error {
 }
 
 func (l *Locker) shardFor(resourceID string) *shard {
+	return l.shards[hashID(resourceID)%uint32(len(l.shards))]
+}
+
+// hashID is FNV-1a of a resource ID.
+func hashID(resourceID string) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(resourceID))
-	return l.shards[h.Sum32()%uint32(len(l.shards))]
+	return h.Sum32()
 }
 
 // resource returns the resource's state, creating it. Callers hold sh.mu
@@ -290,7 +295,7 @@ func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 	r := sh.resources[req.ResourceID]
 	if r == nil || r.keys[t].holder == nil || r.keys[t].holder.leaseID != req.LeaseID {
 		if key, ok := leaseKeyOf(req.LeaseID); ok {
-			if rel, ok := sh.released[key]; ok && rel.success == req.Success {
+			if rel, ok := sh.released[key]; ok && rel.success == req.Success && rel.typ == t && rel.resource == hashID(req.ResourceID) {
 				return api.UnlockResponse{Released: true}, nil
 			}
 		}
@@ -425,7 +430,7 @@ func (l *Locker) release(ctx context.Context, sh *shard, r *resource, t typeInde
 	g := k.holder
 	k.holder = nil
 	if key, ok := leaseKeyOf(g.leaseID); ok {
-		sh.released[key] = released{success: success, at: now.UnixNano()}
+		sh.released[key] = released{success: success, typ: t, resource: hashID(r.id), at: now.UnixNano()}
 	}
 	l.metrics.hold[t].Observe(now.Sub(g.acquired).Seconds())
 	switch reason {

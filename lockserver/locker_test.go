@@ -440,6 +440,16 @@ func TestReleasedRemembersForALeaseTTL(t *testing.T) {
 	sh := l.shardFor(blob)
 	l.sweep(sh, time.Now().Add(l.cfg.LeaseTTL/2))
 	unlock(t, l, api.OperationPull, a.LeaseID, true)
+	// A retry must name the same key (issue 17: another type got 200).
+	for _, req := range []api.UnlockRequest{
+		{Type: api.OperationDelete, ResourceID: blob, LeaseID: a.LeaseID, Success: true},
+		{Type: api.OperationUpdate, ResourceID: blob, LeaseID: a.LeaseID, Success: true},
+		{Type: api.OperationPull, ResourceID: blob + "b", LeaseID: a.LeaseID, Success: true},
+		{Type: api.OperationPull, ResourceID: blob, LeaseID: a.LeaseID, Success: false},
+	} {
+		_, err := l.Unlock(context.Background(), req)
+		require.ErrorIs(t, err, api.ErrNotHolder, "%+v", req)
+	}
 
 	l.sweep(sh, time.Now().Add(l.cfg.LeaseTTL+time.Second))
 	_, err := l.Unlock(context.Background(), api.UnlockRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: a.LeaseID, Success: true})

@@ -93,8 +93,10 @@ type completion struct {
 // for a lease TTL (hundreds of thousands under load): the map's keys and
 // values hold no pointers, so the garbage collector does not scan it.
 type released struct {
-	success bool
-	at      int64 // UnixNano of the release
+	success  bool
+	typ      typeIndex
+	resource uint32 // FNV-1a of the resource ID: a retry must name the same key
+	at       int64  // UnixNano of the release
 }
 
 // leaseKey is a lease ID as a key of the released map. IDs are 32 hex
