@@ -68,6 +68,7 @@ type Handler struct {
 	draining atomic.Bool
 	// streamsDone is closed by Drain to end every event stream.
 	streamsDone chan struct{}
+	streams     *streamLimiter
 }
 
 // route is one endpoint: its method and handler. GET endpoints also answer
@@ -114,6 +115,12 @@ func WithAdminToken(token string) HandlerOption {
 	return func(h *Handler) { h.admin = []byte(token) }
 }
 
+// WithStreamLimits bounds the event streams open at once, in all and per
+// client IP address; more are refused with 429.
+func WithStreamLimits(total, perIP int) HandlerOption {
+	return func(h *Handler) { h.streams = newStreamLimiter(total, perIP) }
+}
+
 // WithReadinessCheck adds a check to /readyz: while it fails, /readyz
 // answers 503 with its error.
 func WithReadinessCheck(check func(context.Context) error) HandlerOption {
@@ -131,7 +138,7 @@ func WithMetricsGatherer(g prometheus.Gatherer) HandlerOption {
 // NewHandler returns the HTTP API of l. Serve it with HTTPServer, or
 // through a Server.
 func NewHandler(l *Locker, opts ...HandlerOption) *Handler {
-	h := &Handler{locker: l, streamsDone: make(chan struct{})}
+	h := &Handler{locker: l, streamsDone: make(chan struct{}), streams: newStreamLimiter(DefaultMaxStreams, DefaultMaxStreamsPerIP)}
 	h.http = &fasthttp.Server{
 		Handler:      h.Handle,
 		ErrorHandler: HandleError,

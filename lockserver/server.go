@@ -84,7 +84,9 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 		storage.Close()
 		return nil, err
 	}
-	opts := []HandlerOption{WithMetricsGatherer(reg), WithReadinessCheck(freeSpaceCheck(cfg.DataDir))}
+	limits := cfg.Limits.withDefaults()
+	opts := []HandlerOption{WithMetricsGatherer(reg), WithReadinessCheck(freeSpaceCheck(cfg.DataDir)),
+		WithStreamLimits(max(1, limits.Total/2), max(1, limits.PerIP/2))}
 	for _, tf := range []struct {
 		path string
 		opt  func(string) HandlerOption
@@ -102,7 +104,7 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 	}
 	sm := newServerMetrics()
 	reg.MustRegister(sm)
-	s := &Server{Locker: locker, storage: storage, handler: NewHandler(locker, opts...), limits: cfg.Limits, metrics: sm}
+	s := &Server{Locker: locker, storage: storage, handler: NewHandler(locker, opts...), limits: limits, metrics: sm}
 	s.http = s.handler.HTTPServer()
 	if cfg.TLSCert != "" || cfg.TLSKey != "" {
 		s.tls, err = serverTLS(cfg)

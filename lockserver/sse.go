@@ -20,6 +20,11 @@ const (
 	// sseWriteTimeout bounds one write of a stream: a client that stops
 	// reading for that long is dropped (a waiter leaves its queue).
 	sseWriteTimeout = 2 * sseHeartbeat
+	// watchIdle ends a stream that watches a key (no request_id) after
+	// this long without an event; a watcher that still cares subscribes
+	// again. A stream that follows a request lasts while the request
+	// waits: the stream limits bound those.
+	watchIdle = 10 * time.Minute
 )
 
 var (
@@ -51,14 +56,22 @@ func (h *Handler) subscribe(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 		return
 	}
+	release, err := h.streams.acquire(ctx.RemoteIP().String())
+	if err != nil {
+		ctx.Response.Header.Set("Retry-After", "1")
+		writeError(ctx, err)
+		return
+	}
 	q := ctx.QueryArgs()
 	sub, err := h.locker.Subscribe(api.OperationType(q.Peek("type")), string(q.Peek("resource_id")), string(q.Peek("request_id")))
 	if err != nil {
+		release()
 		writeError(ctx, err)
 		return
 	}
 	s := &eventStream{sub: sub, done: h.streamsDone, keepAlive: !ctx.Request.Header.ConnectionClose(), idle: h.http.IdleTimeout}
 	if err := s.add(api.EventState, sub.First); err != nil {
+		release()
 		sub.Close()
 		writeError(ctx, err)
 		return
@@ -73,16 +86,17 @@ func (h *Handler) subscribe(ctx *fasthttp.RequestCtx) {
 	}
 	s.out = hdr.AppendBytes(s.out)
 	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(c net.Conn) { h.serveStream(c, s) })
+	ctx.Hijack(func(c net.Conn) { h.serveStream(c, s, release) })
 }
 
 // serveStream writes the event stream on a hijacked connection, then
 // serves the client's next requests on it.
-func (h *Handler) serveStream(hijacked net.Conn, s *eventStream) {
+func (h *Handler) serveStream(hijacked net.Conn, s *eventStream, release func()) {
 	s.rbuf = make([]byte, 512)
 	conn, ahead := takeOver(hijacked, s.rbuf)
 	s.conn = conn
 	next, ok := s.run(ahead)
+	release()
 	// The server sets no write deadline of its own: lift the stream's.
 	if !ok || h.draining.Load() || conn.SetWriteDeadline(time.Time{}) != nil {
 		_ = conn.Close()
@@ -102,6 +116,7 @@ type eventStream struct {
 	idle      time.Duration   // how long it waits for the next one
 	conn      net.Conn
 	heartbeat *time.Ticker
+	lastEvent time.Time // of a watcher: when it last got an event
 
 	// events is the text of the events not yet written; out is the next
 	// write (the response head, then chunks).
@@ -128,6 +143,7 @@ type eventStream struct {
 func (s *eventStream) run(ahead []byte) ([]byte, bool) {
 	s.heartbeat = time.NewTicker(sseHeartbeat)
 	defer s.heartbeat.Stop()
+	s.lastEvent = time.Now()
 	s.read = make(chan []byte, 1)
 	go s.watch()
 
@@ -145,7 +161,12 @@ func (s *eventStream) run(ahead []byte) ([]byte, bool) {
 		case ev, ok := <-s.sub.Events():
 			s.take(ev, ok)
 			s.collect()
-		case <-s.heartbeat.C:
+		case now := <-s.heartbeat.C:
+			if s.sub.requestID == "" && now.Sub(s.lastEvent) >= watchIdle {
+				s.sub.Close() // ends the body at the next write
+				s.ended = true
+				break
+			}
 			s.events = append(s.events, sseKeepalive...)
 		case b := <-watching:
 			if len(b) == 0 {
@@ -224,6 +245,7 @@ func (s *eventStream) take(ev api.Event, ok bool) {
 		s.ended = true
 		return
 	}
+	s.lastEvent = time.Now()
 	if ev.Lease != nil {
 		s.claim = ev.Lease.LeaseID
 	}

@@ -308,6 +308,7 @@ const (
 	CodeUnsynced         = "unsynced"
 	CodeWrongCluster     = "wrong_cluster"
 	CodeMemberLive       = "member_live"
+	CodeTooManyRequests  = "too_many_requests"
 )
 
 // ErrorResponse is the body of every 4xx/5xx answer.

@@ -41,6 +41,9 @@ var (
 	ErrWrongCluster = errors.New("lock: wrong cluster")
 	// ErrMemberLive: a member with a live session cannot be forgotten.
 	ErrMemberLive = errors.New("lock: member has a live session")
+	// ErrTooManyRequests: a bound was reached (event streams); retry
+	// later.
+	ErrTooManyRequests = errors.New("lock: too many requests")
 )
 
 var codes = []struct {
@@ -61,6 +64,7 @@ var codes = []struct {
 	{ErrUnsynced, CodeUnsynced, http.StatusConflict},
 	{ErrWrongCluster, CodeWrongCluster, http.StatusConflict},
 	{ErrMemberLive, CodeMemberLive, http.StatusConflict},
+	{ErrTooManyRequests, CodeTooManyRequests, http.StatusTooManyRequests},
 }
 
 // HTTPStatus returns the HTTP status and code for err. Errors that match no
