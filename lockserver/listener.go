@@ -25,7 +25,9 @@ import (
 // ConnLimits bound the connections a Server serves.
 type ConnLimits struct {
 	// Total bounds open connections. Zero picks three quarters of the
-	// process's descriptor limit (RLIMIT_NOFILE).
+	// process's descriptor limit (RLIMIT_NOFILE), leaving at least
+	// maxRejecting+64 descriptors for answering 503s, the database and
+	// logs.
 	Total int
 	// PerIP bounds open connections from one IP address. Zero picks
 	// DefaultConnsPerIP.
@@ -42,7 +44,7 @@ func (c ConnLimits) withDefaults() ConnLimits {
 		c.Total = 4096
 		var rl unix.Rlimit
 		if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err == nil && rl.Cur < 1<<20 {
-			c.Total = max(16, int(rl.Cur)*3/4)
+			c.Total = max(16, min(int(rl.Cur)*3/4, int(rl.Cur)-maxRejecting-64))
 		}
 	}
 	if c.PerIP <= 0 {
@@ -58,6 +60,10 @@ const (
 	// rejectTimeout bounds writing one 503 (and, over TLS, the
 	// handshake before it).
 	rejectTimeout = time.Second
+	// rejectLinger is how long a rejected connection waits for the
+	// client's request before it closes: a close with unread data would
+	// reset the connection before the client reads the 503.
+	rejectLinger = 100 * time.Millisecond
 	// maxAcceptBackoff caps the wait between failed accepts.
 	maxAcceptBackoff = time.Second
 )
@@ -180,6 +186,7 @@ func (l *guardedListener) reject(c net.Conn, reason string) {
 		// close does not reset the connection before it reads the 503.
 		if tcp, ok := c.(interface{ CloseWrite() error }); ok {
 			_ = tcp.CloseWrite()
+			_ = c.SetReadDeadline(time.Now().Add(rejectLinger))
 			_, _ = c.Read(make([]byte, 4096))
 		}
 	}()
