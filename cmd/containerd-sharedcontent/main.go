@@ -129,6 +129,10 @@ func run(args []string) error {
 		return errors.Join(errs...)
 	}
 
+	// Refuse a bad root before opening anything (NewStore checks again).
+	if err := contentv2.CheckRoot(o.root); err != nil {
+		return err
+	}
 	coord, err := coordinator(ctx, o, errCh, &cleanups)
 	if err != nil {
 		return errors.Join(err, shutdown())
