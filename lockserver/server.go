@@ -61,8 +61,8 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("lockserver: data_dir is required")
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("lockserver: creating data dir: %w", err)
+	if err := checkDataDir(cfg.DataDir); err != nil {
+		return nil, err
 	}
 	storage, err := refcount.OpenBoltStorage(filepath.Join(cfg.DataDir, DBFile))
 	if err != nil {
