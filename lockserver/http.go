@@ -185,8 +185,11 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	c := h.locker.Cluster()
 	ctx.Response.Header.Set(api.ClusterHeader, c.ClusterID+"/"+strconv.FormatUint(c.Epoch, 10))
-	r, ok := h.routes[string(path)]
+	var r route
+	ok := canonicalPath(ctx.URI().PathOriginal(), path)
 	if !ok {
+		path = ctx.URI().PathOriginal() // routes nowhere: 404
+	} else if r, ok = h.routes[string(path)]; !ok {
 		r, ok = h.nodeRoute(ctx)
 	}
 	probe := string(path) == "/healthz" || string(path) == "/readyz"
