@@ -234,8 +234,19 @@ func (h *Handler) authorized(ctx *fasthttp.RequestCtx, admin bool) bool {
 	if len(want) == 0 {
 		return true
 	}
-	got, ok := bytes.CutPrefix(ctx.Request.Header.Peek("Authorization"), []byte("Bearer "))
+	got, ok := bearerToken(ctx.Request.Header.Peek("Authorization"))
 	return ok && subtle.ConstantTimeCompare(got, want) == 1
+}
+
+// bearerToken returns the credentials of an "Authorization: Bearer <token>"
+// header; the scheme is case-insensitive (RFC 7235 section 2.1).
+func bearerToken(h []byte) ([]byte, bool) {
+	scheme, token, ok := bytes.Cut(h, []byte(" "))
+	if !ok || !bytes.EqualFold(scheme, []byte("Bearer")) {
+		return nil, false
+	}
+	token = bytes.TrimLeft(token, " ")
+	return token, len(token) > 0
 }
 
 // nodeRoute routes /nodes/{id} (DELETE: forget, admin) and
