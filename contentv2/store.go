@@ -139,7 +139,9 @@ type store struct {
 // Labels are kept per node in memory: containerd keeps its own labels in
 // its metadata store.
 //
-// It records the node in the root and opens its session. A root that
+// The root must pass CheckRoot (an error matching
+// errdefs.ErrFailedPrecondition says what to fix). It records the node in
+// the root and opens its session. A root that
 // belongs to another cluster than the coordinator's is an error matching
 // ErrWrongCluster (a *WrongClusterError saying what to do); an unreachable
 // coordinator is not an error.
@@ -166,6 +168,9 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 	}
 	if s.stateDir == "" {
 		return nil, fmt.Errorf("a state directory for the node journal is required (WithStateDir): %w", errdefs.ErrInvalidArgument)
+	}
+	if err := CheckRoot(root); err != nil {
+		return nil, err
 	}
 	if s.local == nil {
 		cs, err := local.NewLabeledStore(root, newLabelStore())

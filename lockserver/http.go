@@ -205,8 +205,11 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	c := h.locker.Cluster()
 	ctx.Response.Header.Set(api.ClusterHeader, c.ClusterID+"/"+strconv.FormatUint(c.Epoch, 10))
-	r, ok := h.routes[string(path)]
+	var r route
+	ok := canonicalPath(ctx.URI().PathOriginal(), path)
 	if !ok {
+		path = ctx.URI().PathOriginal() // routes nowhere: 404
+	} else if r, ok = h.routes[string(path)]; !ok {
 		r, ok = h.nodeRoute(ctx)
 	}
 	probe := string(path) == "/healthz" || string(path) == "/readyz"
@@ -259,8 +262,19 @@ func (h *Handler) authorized(ctx *fasthttp.RequestCtx, admin bool) bool {
 	if len(want) == 0 {
 		return true
 	}
-	got, ok := bytes.CutPrefix(ctx.Request.Header.Peek("Authorization"), []byte("Bearer "))
+	got, ok := bearerToken(ctx.Request.Header.Peek("Authorization"))
 	return ok && subtle.ConstantTimeCompare(got, want) == 1
+}
+
+// bearerToken returns the credentials of an "Authorization: Bearer <token>"
+// header; the scheme is case-insensitive (RFC 7235 section 2.1).
+func bearerToken(h []byte) ([]byte, bool) {
+	scheme, token, ok := bytes.Cut(h, []byte(" "))
+	if !ok || !bytes.EqualFold(scheme, []byte("Bearer")) {
+		return nil, false
+	}
+	token = bytes.TrimLeft(token, " ")
+	return token, len(token) > 0
 }
 
 // nodeRoute routes /nodes/{id} (DELETE: forget, admin) and

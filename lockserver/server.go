@@ -9,13 +9,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/valyala/fasthttp"
 
+	"github.com/sharedcontent/sharedcontent/internal/tokenfile"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
@@ -66,8 +66,8 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("lockserver: data_dir is required")
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("lockserver: creating data dir: %w", err)
+	if err := checkDataDir(cfg.DataDir); err != nil {
+		return nil, err
 	}
 	storage, err := refcount.OpenBoltStorage(filepath.Join(cfg.DataDir, DBFile))
 	if err != nil {
@@ -117,19 +117,11 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// ReadTokenFile reads a bearer token: the file's content, trimmed; an
-// empty file is an error.
-func ReadTokenFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	token := strings.TrimSpace(string(b))
-	if err == nil && token == "" {
-		err = errors.New("file is empty")
-	}
-	if err != nil {
-		return "", fmt.Errorf("token file %s: %w", path, err)
-	}
-	return token, nil
-}
+// ReadTokenFile reads a bearer token: the file's content, trimmed. An
+// empty file is an error, and so is a file that grants other users any
+// permission (mode&0o007 != 0; the error says to chmod 600 and matches
+// tokenfile.ErrExposed).
+func ReadTokenFile(path string) (string, error) { return tokenfile.Read(path) }
 
 func serverTLS(cfg ServerConfig) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)

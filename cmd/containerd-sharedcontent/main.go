@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -129,6 +128,10 @@ func run(args []string) error {
 		return errors.Join(errs...)
 	}
 
+	// Refuse a bad root before opening anything (NewStore checks again).
+	if err := contentv2.CheckRoot(o.root); err != nil {
+		return err
+	}
 	coord, err := coordinator(ctx, o, errCh, &cleanups)
 	if err != nil {
 		return errors.Join(err, shutdown())
@@ -177,11 +180,11 @@ func run(args []string) error {
 func coordinator(ctx context.Context, o options, errCh chan<- error, cleanups *[]func(context.Context) error) (*lockclient.Client, error) {
 	opts := []lockclient.Option{lockclient.WithNodeID(o.nodeID)}
 	if o.embedded.AuthTokenFile != "" {
-		b, err := os.ReadFile(o.embedded.AuthTokenFile)
+		token, err := lockserver.ReadTokenFile(o.embedded.AuthTokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("auth token file: %w", err)
+			return nil, fmt.Errorf("auth token: %w", err)
 		}
-		opts = append(opts, lockclient.WithBearerToken(strings.TrimSpace(string(b))))
+		opts = append(opts, lockclient.WithBearerToken(token))
 	}
 	if o.lockServer != "" {
 		tc, err := clientTLS(o)

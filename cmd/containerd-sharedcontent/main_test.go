@@ -1,6 +1,9 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,4 +31,53 @@ func TestParse(t *testing.T) {
 	require.ErrorContains(t, err, "--root is required")
 	_, err = parse([]string{"--root", "/shared", "stray"})
 	require.ErrorContains(t, err, "unexpected arguments")
+}
+
+// startErr runs the daemon with args and returns the error it refused to
+// start with. A daemon that starts instead is stopped (run stops on
+// SIGTERM) and the test fails.
+func startErr(t *testing.T, args ...string) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- run(args) }()
+	select {
+	case err := <-done:
+		require.Error(t, err)
+		return err
+	case <-time.After(time.Minute):
+		require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+		<-done
+		t.Fatalf("containerd-sharedcontent started with %q", args)
+		return nil
+	}
+}
+
+// TestRunRefusesFileRoot (issue 17): a --root that is a regular file makes
+// the daemon refuse to start, with a message naming the path and the fix,
+// instead of serving calls that all fail with "not a directory".
+func TestRunRefusesFileRoot(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "content")
+	require.NoError(t, os.WriteFile(root, nil, 0o600))
+	sock := filepath.Join(dir, "sc.sock")
+	err := startErr(t, "--root", root, "--node-id", "n1", "--state-dir", filepath.Join(dir, "state"),
+		"--data-dir", filepath.Join(dir, "data"), "--address", sock)
+	require.ErrorContains(t, err, "shared root "+root+" is not a directory")
+	require.ErrorContains(t, err, "--root")
+	require.NoFileExists(t, sock, "nothing was served")
+}
+
+// TestRunRefusesExposedTokenFile (issue 17): the token the daemon sends to
+// a remote coordinator is refused when its file is readable by others.
+func TestRunRefusesExposedTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(token, []byte("s3cret\n"), 0o600))
+	require.NoError(t, os.Chmod(token, 0o644))
+	sock := filepath.Join(dir, "sc.sock")
+	err := startErr(t, "--root", filepath.Join(dir, "content"), "--node-id", "n1", "--state-dir", filepath.Join(dir, "state"),
+		"--lock-server", "http://127.0.0.1:1", "--auth-token-file", token, "--address", sock)
+	require.ErrorContains(t, err, "token file "+token)
+	require.ErrorContains(t, err, "chmod 600")
+	require.NoFileExists(t, sock, "nothing was served")
 }

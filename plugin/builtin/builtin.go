@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/plugin/registry"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/internal/tokenfile"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 )
 
@@ -30,7 +31,8 @@ type Config struct {
 	// LockServer is the coordinator's URL. Required: an in-process
 	// containerd plugin does not embed a coordinator.
 	LockServer string `toml:"lock_server"`
-	// AuthTokenFile holds the bearer token for the coordinator.
+	// AuthTokenFile holds the bearer token for the coordinator. It must not
+	// be readable by others (chmod 600).
 	AuthTokenFile string `toml:"auth_token_file"`
 	// StateDir holds the node journal (SPEC §8), on this node's own disk.
 	// Default: the plugin's state dir.
@@ -62,11 +64,11 @@ func init() {
 			}
 			opts := []lockclient.Option{lockclient.WithNodeID(cfg.NodeID)}
 			if cfg.AuthTokenFile != "" {
-				b, err := os.ReadFile(cfg.AuthTokenFile)
+				token, err := tokenfile.Read(cfg.AuthTokenFile)
 				if err != nil {
 					return nil, err
 				}
-				opts = append(opts, lockclient.WithBearerToken(string(b)))
+				opts = append(opts, lockclient.WithBearerToken(token))
 			}
 			client, err := lockclient.New(cfg.LockServer, opts...)
 			if err != nil {

@@ -1,0 +1,9 @@
+//go:build !unix
+
+package contentv2
+
+import "io/fs"
+
+// sameFilesystem cannot tell here; a rename across filesystems fails at
+// the first commit instead.
+func sameFilesystem(a, b fs.FileInfo) bool { return true }

@@ -1,0 +1,60 @@
+package lockserver
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestOpenServerRefusesBadDataDir (issue 17): a --data-dir that is not a
+// writable directory is refused at start with an error naming the path
+// and the flag; a missing one is created and served.
+func TestOpenServerRefusesBadDataDir(t *testing.T) {
+	refused := func(t *testing.T, dir string, want ...string) {
+		t.Helper()
+		s, err := OpenServer(ServerConfig{Config: DefaultConfig(), DataDir: dir})
+		if err == nil {
+			require.NoError(t, s.Shutdown(t.Context()))
+		}
+		require.Error(t, err)
+		require.ErrorContains(t, err, "data dir "+dir+" ")
+		require.ErrorContains(t, err, "--data-dir")
+		for _, w := range want {
+			require.ErrorContains(t, err, w)
+		}
+	}
+	t.Run("regular file", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "data")
+		require.NoError(t, os.WriteFile(dir, []byte("x"), 0o600))
+		refused(t, dir, "is not a directory")
+	})
+	t.Run("not writable, even for root", func(t *testing.T) {
+		// /proc is a directory in which nobody can create a file.
+		if fi, err := os.Stat("/proc"); err != nil || !fi.IsDir() {
+			t.Skip("no /proc here")
+		}
+		refused(t, "/proc", "is not writable")
+	})
+	t.Run("read-only permissions", func(t *testing.T) {
+		if os.Geteuid() == 0 {
+			t.Skip("running as root: permission bits do not stop root's writes (the /proc case covers an unwritable dir)")
+		}
+		dir := t.TempDir()
+		require.NoError(t, os.Chmod(dir, 0o555))
+		t.Cleanup(func() { os.Chmod(dir, 0o755) })
+		refused(t, dir, "is not writable", "permission denied")
+	})
+	t.Run("missing dir is created", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "a", "data")
+		ts := startServer(t, dir)
+		code, _ := get(t, ts.url, "/readyz", nil)
+		require.Equal(t, http.StatusOK, code)
+		require.FileExists(t, filepath.Join(dir, DBFile))
+		leftovers, err := filepath.Glob(filepath.Join(dir, ".datadircheck-*"))
+		require.NoError(t, err)
+		require.Empty(t, leftovers, "the check leaves nothing behind")
+	})
+}
