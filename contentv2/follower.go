@@ -50,6 +50,8 @@ const (
 	followPauseMax = 2 * time.Second
 )
 
+var _ Follower = (*follower)(nil)
+
 // follower implements Follower.
 type follower struct {
 	s       *store

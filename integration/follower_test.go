@@ -45,7 +45,7 @@ type followNode struct {
 	metrics *prometheus.Registry
 }
 
-func (c *testCluster) addFollowNode(t *testing.T, id string, proxied bool) *followNode {
+func (c *testCluster) addFollowNode(t *testing.T, id string, proxied bool, opts ...contentv2.Option) *followNode {
 	t.Helper()
 	client, err := lockclient.New(c.url, lockclient.WithNodeID(id))
 	require.NoError(t, err)
@@ -53,7 +53,7 @@ func (c *testCluster) addFollowNode(t *testing.T, id string, proxied bool) *foll
 	dir := t.TempDir()
 	reg := prometheus.NewRegistry()
 	store, err := contentv2.NewStore(c.root, id, contentv2.LockService(client),
-		contentv2.WithStateDir(filepath.Join(dir, "state")), contentv2.WithRegisterer(reg))
+		append([]contentv2.Option{contentv2.WithStateDir(filepath.Join(dir, "state")), contentv2.WithRegisterer(reg)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { store.Close() })
 	var backend content.Store = store
@@ -359,4 +359,41 @@ func TestFollowerLeavesMetadataFree(t *testing.T) {
 		requireHasBlob(t, ctx, follower, data, desc)
 		requireHasBlob(t, ctx, follower, other, odesc)
 	})
+}
+
+// TestLibraryModeWaitsInWriter: used directly (library mode), Writer for a
+// blob held elsewhere waits in the queue, and answers ErrAlreadyExists
+// once the holder has committed it, with this node registered as a user.
+func TestLibraryModeWaitsInWriter(t *testing.T) {
+	c := newCluster(t, 0)
+	admin := c.addNode(t, "observer")
+	holder := c.addFollowNode(t, "holder", false)
+	lib := c.addFollowNode(t, "library", false, contentv2.WithMode(contentv2.LibraryMode))
+	ctx := nsContext()
+	data, desc := followBlob("library ")
+	ref := "layer-" + desc.Digest.String()
+
+	hw, err := holder.store.Writer(ctx, content.WithRef(ref), content.WithDescriptor(desc))
+	require.NoError(t, err)
+	defer hw.Close()
+	opened := make(chan error, 1)
+	go func() {
+		w, err := lib.store.Writer(ctx, content.WithRef(ref), content.WithDescriptor(desc))
+		if err == nil {
+			w.Close()
+		}
+		opened <- err
+	}()
+	c.waitQueued(t, admin.client, desc.Digest, 1)
+	_, err = hw.Write(data)
+	require.NoError(t, err)
+	require.NoError(t, hw.Commit(ctx, desc.Size, desc.Digest))
+	err = <-opened
+	require.True(t, errdefs.IsAlreadyExists(err), "the blob was downloaded elsewhere: %v", err)
+	refs, err := admin.client.Refs(ctx, desc.Digest.String())
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"holder", "library"}, refs.Nodes)
+	got, err := content.ReadBlob(ctx, lib.store, desc)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(data, got))
 }
