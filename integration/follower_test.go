@@ -397,3 +397,45 @@ func TestLibraryModeWaitsInWriter(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(data, got))
 }
+
+// TestFollowerCoordinatorLost: the coordinator goes away while a follower
+// waits. The follower keeps asking until this node's session has surely
+// expired, then downloads uncoordinated (SPEC §8 fail-open) and journals
+// its use, which reaches the coordinator when it is back.
+func TestFollowerCoordinatorLost(t *testing.T) {
+	e := newFaultEnv(t, faultConfig())
+	holder, follower := e.addNode("holder"), e.addNode("follower")
+	e.coord.waitSynced(t, "holder", "follower")
+	ctx := nsContext()
+	data, desc := followBlob("coordinator lost ")
+	ref := "layer-" + desc.Digest.String()
+
+	hw, err := holder.Store.Writer(ctx, content.WithRef(ref), content.WithDescriptor(desc))
+	require.NoError(t, err)
+	defer hw.Close()
+	ff := &gatedFetcher{data: data}
+	fetched := make(chan error, 1)
+	go func() { fetched <- remotes.Fetch(ctx, follower.CS, ff, desc) }()
+	require.Eventually(t, func() bool {
+		st, err := e.coord.admin.Status(ctx, lockclient.OperationTypePull, desc.Digest.String())
+		return err == nil && len(st.Queue) == 1
+	}, 20*time.Second, 5*time.Millisecond, "the follower waits behind the holder")
+
+	e.coord.Stop()
+	stopped := time.Now()
+	require.NoError(t, <-fetched, "the follower downloads once its session has surely expired")
+	// The session's last answer came at most TTL/3 before the stop, so the
+	// node waits at least 2/3 TTL + TTL/10 + contentv2's 2 s margin.
+	require.GreaterOrEqual(t, time.Since(stopped), 2*time.Second, "not before this node's session could have expired")
+	require.Equal(t, int32(1), ff.gets.Load())
+	require.Equal(t, 1.0, follower.counter("sharedcontent_store_follows_total", "result", "uncoordinated"))
+	got, err := content.ReadBlob(ctx, follower.CS, desc)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(data, got))
+
+	e.coord.Start()
+	e.coord.waitSynced(t, "holder", "follower")
+	refs, err := e.coord.Refs(ctx, desc.Digest)
+	require.NoError(t, err)
+	require.Equal(t, []string{"follower"}, refs, "the uncoordinated use reached the coordinator with the sync")
+}
