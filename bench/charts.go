@@ -51,11 +51,11 @@ func writeCharts(dir string, res []dedupResult, imageBytes int64) error {
 	}
 	target := make(plotter.XYs, len(counts))
 	for i, n := range counts {
-		target[i] = plotter.XY{X: n, Y: 1.3 * single}
+		target[i] = plotter.XY{X: n, Y: targetWallN8VsN1 * single}
 	}
 	return chart(filepath.Join(dir, chartWall),
 		"Wall time until every node has the image",
-		"seconds", res, wallOf, target, "target: 1.3× sharedcontent at N=1")
+		"seconds", res, wallOf, target, fmt.Sprintf("target: %.1f× sharedcontent at N=1", targetWallN8VsN1))
 }
 
 func chart(path, title, ylabel string, res []dedupResult, y func(dedupResult) float64, ref plotter.XYs, refLabel string) error {

@@ -6,12 +6,14 @@ import (
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/pkg/filters"
+	"github.com/containerd/errdefs"
 )
 
 // Ingests are node-scoped: every ref is stored as "<node>/<ref>" in the
 // shared directory, so two nodes writing the same ref never share an ingest
 // directory, and one node's garbage collector sees (and aborts) only its
-// own ingests.
+// own ingests. A follower (follower.go) is an ingest of this node while it
+// waits.
 
 func (s *store) nodeRef(ref string) string { return s.nodeID + "/" + ref }
 
@@ -22,11 +24,23 @@ func (s *store) userRef(ref string) (string, bool) {
 
 func (s *store) Status(ctx context.Context, ref string) (content.Status, error) {
 	st, err := s.local.Status(ctx, s.nodeRef(ref))
+	if errdefs.IsNotFound(err) {
+		if f := s.follower(ref); f != nil {
+			return f.StatusNow()
+		}
+	}
 	if err != nil {
 		return st, err
 	}
 	st.Ref = ref
 	return st, nil
+}
+
+// follower returns the follower open under ref, if any.
+func (s *store) follower(ref string) *follower {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.followers[ref]
 }
 
 // ListStatuses lists this node's ingests; filters apply to the refs as the
@@ -41,21 +55,45 @@ func (s *store) ListStatuses(ctx context.Context, fs ...string) ([]content.Statu
 		return nil, err
 	}
 	var out []content.Status
+	seen := map[string]bool{}
 	for _, st := range all {
 		ref, ok := s.userRef(st.Ref)
 		if !ok {
 			continue
 		}
 		st.Ref = ref
+		seen[ref] = true
 		if filter.Match(statusAdaptor(st)) {
+			out = append(out, st)
+		}
+	}
+	s.mu.Lock()
+	followers := make([]*follower, 0, len(s.followers))
+	for ref, f := range s.followers {
+		if !seen[ref] {
+			followers = append(followers, f)
+		}
+	}
+	s.mu.Unlock()
+	for _, f := range followers {
+		if st, err := f.StatusNow(); err == nil && filter.Match(statusAdaptor(st)) {
 			out = append(out, st)
 		}
 	}
 	return out, nil
 }
 
+// Abort removes the ingest; a follower's wait ends.
 func (s *store) Abort(ctx context.Context, ref string) error {
-	return s.local.Abort(ctx, s.nodeRef(ref))
+	f := s.follower(ref)
+	if f != nil {
+		f.Close()
+	}
+	err := s.local.Abort(ctx, s.nodeRef(ref))
+	if f != nil && errdefs.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // statusAdaptor exposes a Status's fields to filters, as the local store

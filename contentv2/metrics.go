@@ -5,6 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	uncoordinated *prometheus.CounterVec
 	writes        *prometheus.CounterVec
+	follows       *prometheus.CounterVec
 	deletes       *prometheus.CounterVec
 	waits         prometheus.Counter
 	synced        prometheus.Gauge
@@ -21,7 +22,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"op"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sharedcontent_store_writers_total",
-			Help: "Writer calls by outcome: acquired (this node downloads), busy (another node holds it), skipped (another node finished it), exists (library mode), local (no digest), uncoordinated.",
+			Help: "Writer calls by outcome: acquired (this node downloads), follower (another node holds it; the writer waits for it), busy (another node holds it, size unknown), skipped (another node finished it), exists (library mode), local (no digest), uncoordinated.",
+		}, []string{"result"}),
+		follows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sharedcontent_store_follows_total",
+			Help: "Followers by outcome: shared (the holder succeeded; the blob is used without downloading), handed (the holder failed; this node downloads), uncoordinated (downloaded without the coordinator).",
 		}, []string{"result"}),
 		deletes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sharedcontent_store_deletes_total",
@@ -49,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.uncoordinated, m.writes, m.deletes, m.waits, m.synced, m.syncs, m.reaped, m.reapable} {
+		for _, c := range []prometheus.Collector{m.uncoordinated, m.writes, m.follows, m.deletes, m.waits, m.synced, m.syncs, m.reaped, m.reapable} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

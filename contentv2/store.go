@@ -26,9 +26,11 @@ type Mode int
 const (
 	// ContainerdMode (the plugin's default) never blocks in Writer: the
 	// metadata store calls it inside a bolt write transaction. A blob that
-	// another node is downloading, or has downloaded, is ErrUnavailable,
-	// which makes content.OpenWriter retry; the retry finds the blob
-	// through Info and records it without downloading.
+	// another node is downloading gets a Follower, which waits in Status
+	// (SPEC §5); one whose size is not given, or that another node has just
+	// downloaded, is ErrUnavailable, which makes content.OpenWriter retry;
+	// the retry finds the blob through Info and records it without
+	// downloading.
 	ContainerdMode Mode = iota
 	// LibraryMode (direct Go use) waits in the lock queue and answers
 	// ErrAlreadyExists when another node downloaded the blob meanwhile.
@@ -116,6 +118,7 @@ type store struct {
 
 	mu         sync.Mutex
 	registered map[digest.Digest]struct{} // protected by mu; refs the coordinator has (or will have at the next sync)
+	followers  map[string]*follower       // protected by mu; by the caller's ref (follower.go)
 	// downUntil is when to ask the coordinator again after it was found
 	// unreachable; until then operations fail at once instead of each
 	// waiting out a timeout. Protected by mu.
@@ -160,6 +163,7 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 		coordTimeout: DefaultCoordinationTimeout,
 		sessionTTL:   defaultSessionTTL,
 		registered:   map[digest.Digest]struct{}{},
+		followers:    map[string]*follower{},
 		kick:         make(chan struct{}, 1),
 		stop:         make(chan struct{}),
 	}

@@ -17,8 +17,10 @@ import (
 // comes from the descriptor or, as containerd's metadata store clears it,
 // from the ref; a ref without one is a plain node-local write.
 //
-// In ContainerdMode a blob another node holds, or just downloaded, is
-// ErrUnavailable at once (content.OpenWriter retries and then finds it via
+// In ContainerdMode a blob another node holds gets a Follower at once,
+// which waits in Status (follower.go); without the blob's size (a
+// follower could not report it) it is ErrUnavailable, as is a blob another
+// node just downloaded (content.OpenWriter retries and then finds it via
 // Info). In LibraryMode Writer waits and answers ErrAlreadyExists when the
 // blob was downloaded elsewhere or is already here.
 //
@@ -57,6 +59,9 @@ func (s *store) Writer(ctx context.Context, opts ...content.WriterOpt) (content.
 
 	lk, err := s.pullLock(ctx, dgst)
 	switch {
+	case errors.Is(err, ErrBusy) && s.mode == ContainerdMode && wo.Desc.Size > 0:
+		s.metrics.writes.WithLabelValues("follower").Inc()
+		return s.newFollower(ctx, wo, dgst), nil
 	case errors.Is(err, ErrBusy):
 		s.metrics.writes.WithLabelValues("busy").Inc()
 		return nil, fmt.Errorf("content %v: another node is downloading it: %w", dgst, errdefs.ErrUnavailable)

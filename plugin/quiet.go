@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 
+	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
@@ -16,8 +17,16 @@ import (
 // dozens of errors per layer for the protocol working as designed. The
 // interceptor below gives Write streams a logger that reports those
 // expected refusals at debug level; every other error stays an error.
+//
+// Likewise, when a follower's blob was committed by another node, the
+// content server finds it at the commit, closes the writer and aborts its
+// ref: a follower has no ingest to abort, and the NotFound it answers is
+// the protocol working as designed (docs/design.md).
 
-const writeFailed = "(*service).Write failed"
+const (
+	writeFailed = "(*service).Write failed"
+	abortFailed = "failed to abort write"
+)
 
 // quietFormatter drops the expected-refusal lines below debug level and
 // marks them as debug otherwise.
@@ -27,15 +36,25 @@ type quietFormatter struct {
 }
 
 func (f quietFormatter) Format(e *logrus.Entry) ([]byte, error) {
-	if e.Level == logrus.ErrorLevel && e.Message == writeFailed {
-		if err, ok := e.Data[logrus.ErrorKey].(error); ok && status.Code(err) == codes.Unavailable {
-			if !f.logger.IsLevelEnabled(logrus.DebugLevel) {
-				return nil, nil
-			}
-			e = e.Dup()
-			e.Level = logrus.DebugLevel
-			e.Message = "write refused: blob busy on another node; containerd retries"
+	if e.Level != logrus.ErrorLevel {
+		return f.Formatter.Format(e)
+	}
+	err, _ := e.Data[logrus.ErrorKey].(error)
+	var quiet string
+	switch {
+	case err == nil:
+	case e.Message == writeFailed && status.Code(err) == codes.Unavailable:
+		quiet = "write refused: blob busy on another node; containerd retries"
+	case e.Message == abortFailed && errdefs.IsNotFound(err):
+		quiet = "nothing to abort: the blob was committed by another node"
+	}
+	if quiet != "" {
+		if !f.logger.IsLevelEnabled(logrus.DebugLevel) {
+			return nil, nil
 		}
+		e = e.Dup()
+		e.Level = logrus.DebugLevel
+		e.Message = quiet
 	}
 	return f.Formatter.Format(e)
 }

@@ -48,7 +48,7 @@ func Listen(address string, cs content.Store) (*Server, error) {
 		return nil, fmt.Errorf("plugin: socket mode: %w", err)
 	}
 	gs := grpc.NewServer(grpc.MaxRecvMsgSize(MaxMsgSize), grpc.MaxSendMsgSize(MaxMsgSize), grpc.StreamInterceptor(quietWrites()))
-	contentapi.RegisterContentServer(gs, contentserver.New(cs))
+	contentapi.RegisterContentServer(gs, contentserver.New(following(cs)))
 	return &Server{grpc: gs, ln: ln, address: address}, nil
 }
 
