@@ -4,7 +4,7 @@ BIN       ?= bin
 PKGS      := ./...
 BINARIES  := containerd-sharedcontent sharedcontent-lockserver sharedcontent-demo sharedcontentctl
 
-.PHONY: all build test bench demo lint check e2e chaos clean $(BINARIES)
+.PHONY: all build test bench bench-containerd demo lint check e2e chaos clean $(BINARIES)
 
 all: build
 
@@ -31,6 +31,16 @@ bench:
 	  $(GO) test -run '^$$' -bench Notify -benchtime 400x -benchmem ./lockclient/ 2>&1; \
 	  echo $$? > $(BENCH_GO_OUT).rc; } | tee $(BENCH_GO_OUT); exit $$(cat $(BENCH_GO_OUT).rc)
 	cd bench && $(GO) run . -out ../docs -gobench $(BENCH_GO_OUT)
+	$(MAKE) bench-containerd
+
+# Real containerd daemons (as `make e2e` starts them, without the race
+# detector), one node: `ctr images pull` of 256 MiB and 1 GiB images, stock
+# containerd against sharedcontent without and with its diff plugin,
+# alternating rounds, median. About 3 minutes on 2 cores. Needs root (else
+# it skips). Regenerates docs/bench-containerd.md.
+bench-containerd:
+	SHAREDCONTENT_E2E=1 SHAREDCONTENT_E2E_RACE=0 SHAREDCONTENT_E2E_BENCH=$(CURDIR)/docs/bench-containerd.md \
+	  $(GO) test -count=1 -timeout 30m -v -run '^TestBenchContainerdPull$$' ./integration/e2e/
 
 # The main job on the embedded default: a registry, the embedded coordinator
 # and N nodes sharing one temp dir, all in one process. DEMO_FLAGS=--nodes 5

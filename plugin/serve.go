@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	contentapi "github.com/containerd/containerd/api/services/content/v1"
+	diffapi "github.com/containerd/containerd/api/services/diff/v1"
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/plugins/services/content/contentserver"
 	"github.com/containerd/log"
@@ -19,7 +20,8 @@ import (
 // 16 MiB; content writes stream in chunks far smaller.
 const MaxMsgSize = 16 << 20
 
-// Server is the content gRPC service of one store on a unix socket.
+// Server is the content and diff gRPC services of one store on a unix
+// socket.
 type Server struct {
 	grpc    *grpc.Server
 	ln      net.Listener
@@ -49,6 +51,7 @@ func Listen(address string, cs content.Store) (*Server, error) {
 	}
 	gs := grpc.NewServer(grpc.MaxRecvMsgSize(MaxMsgSize), grpc.MaxSendMsgSize(MaxMsgSize), grpc.StreamInterceptor(quietWrites()))
 	contentapi.RegisterContentServer(gs, contentserver.New(following(cs)))
+	diffapi.RegisterDiffServer(gs, newDiffService(cs))
 	return &Server{grpc: gs, ln: ln, address: address}, nil
 }
 
@@ -74,7 +77,7 @@ func removeStaleSocket(address string) error {
 
 // Serve serves until Stop. It returns nil after a Stop.
 func (s *Server) Serve(ctx context.Context) error {
-	log.G(ctx).WithField("address", s.address).Info("serving content API")
+	log.G(ctx).WithField("address", s.address).Info("serving content and diff APIs")
 	err := s.grpc.Serve(s.ln)
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil

@@ -1,6 +1,7 @@
 // Command containerd-sharedcontent is the sharedcontent proxy-plugin
-// daemon, one per node. It serves containerd's content API on a unix socket
-// over a content directory that several nodes share, coordinating every
+// daemon, one per node. It serves containerd's content API, and its Diff API
+// for unpacking (as root: applying a layer mounts the snapshot), on a unix
+// socket over a content directory that several nodes share, coordinating every
 // download and delete through a lock server. With no --lock-server it
 // embeds one (the default), used in-process and, with --lock-listen, served
 // to the other nodes.
@@ -165,6 +166,9 @@ func run(args []string) error {
 	cleanups = append(cleanups, func(ctx context.Context) error { srv.Stop(ctx); return nil })
 	go func() { errCh <- srv.Serve(ctx) }()
 
+	if os.Geteuid() != 0 {
+		log.G(ctx).Warn("not running as root: the diff API cannot mount snapshots, so containerd must not use sharedcontent-diff on this node (it still works without it, only slower)")
+	}
 	log.G(ctx).WithField("root", o.root).WithField("address", o.address).
 		WithField("lock_server", or(o.lockServer, "embedded")).Info("containerd-sharedcontent ready")
 	select {

@@ -149,6 +149,10 @@ type node struct {
 	pluginSock string
 	lockURL    string   // empty: the plugin embeds a coordinator
 	pluginArgs []string // extra flags, on every start
+	// noDiffer leaves the sharedcontent-diff plugin out of containerd's
+	// config (content proxy only: containerd unpacks with its own differ,
+	// reading layers through the content proxy).
+	noDiffer bool
 
 	containerd *proc
 	plugin     *proc // nil for stock nodes
@@ -341,10 +345,17 @@ func (n *node) config(sharedcontent bool) []byte {
 		}
 		proxies, _ := cfg["proxy_plugins"].(map[string]any)
 		found := false
-		for _, p := range proxies {
-			if p, ok := p.(map[string]any); ok && p["type"] == "content" {
+		for name, p := range proxies {
+			p, ok := p.(map[string]any)
+			switch {
+			case !ok:
+			case p["type"] == "content":
 				p["address"] = n.pluginSock
 				found = true
+			case p["type"] == "diff" && n.noDiffer:
+				delete(proxies, name)
+			case p["type"] == "diff":
+				p["address"] = n.pluginSock
 			}
 		}
 		if !found {
@@ -370,15 +381,42 @@ func (n *node) config(sharedcontent bool) []byte {
 	if plugins == nil {
 		plugins = map[string]any{}
 	}
-	plugins["io.containerd.transfer.v1.local"] = map[string]any{
-		"unpack_config": []any{map[string]any{"platform": "linux/" + runtime.GOARCH, "snapshotter": "overlayfs"}},
-	}
+	n.unpackConfig(plugins)
 	cfg["plugins"] = plugins
 	b, err := toml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// Plugin sections of containerd's config that select the differ.
+const (
+	diffServicePlugin = "io.containerd.service.v1.diff-service"
+	transferPlugin    = "io.containerd.transfer.v1.local"
+)
+
+// unpackConfig makes the transfer service unpack this host's platform into
+// overlayfs, with the differ the deploy config names (none on stock and
+// noDiffer nodes: containerd's own walking differ); a noDiffer node also
+// drops the diff service's differ list.
+func (n *node) unpackConfig(plugins map[string]any) {
+	differ := ""
+	if tp, ok := plugins[transferPlugin].(map[string]any); ok && !n.noDiffer {
+		if ucs, ok := tp["unpack_config"].([]any); ok && len(ucs) > 0 {
+			if uc, ok := ucs[0].(map[string]any); ok {
+				differ, _ = uc["differ"].(string)
+			}
+		}
+	}
+	uc := map[string]any{"platform": "linux/" + runtime.GOARCH, "snapshotter": "overlayfs"}
+	if differ != "" {
+		uc["differ"] = differ
+	}
+	plugins[transferPlugin] = map[string]any{"unpack_config": []any{uc}}
+	if n.noDiffer {
+		delete(plugins, diffServicePlugin)
+	}
 }
 
 // ctr runs ctr against the node with a total timeout and returns its

@@ -1,0 +1,255 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/integration/registry"
+)
+
+// envBench names the markdown file TestBenchContainerdPull writes its
+// figures to; the benchmark runs only when it is set (`make
+// bench-containerd`, which `make bench` calls).
+const envBench = "SHAREDCONTENT_E2E_BENCH"
+
+// benchSetup is one way to run a node in the pull benchmark.
+type benchSetup struct {
+	name string
+	// start starts a fresh node under dir name id.
+	start func(e *env, id string) *node
+	// applies reports whether our daemon must apply every layer.
+	applies bool
+}
+
+var benchSetups = []benchSetup{
+	{name: "stock containerd", start: func(e *env, id string) *node {
+		return e.startStockNodes(id, 1, e.path(id, "content"))[0]
+	}},
+	{name: "sharedcontent, content proxy only (before)", start: func(e *env, id string) *node {
+		nd := e.newSharedNode(id, e.path(id, "shared"), "", "--data-dir", e.path(id, "coordinator"))
+		nd.noDiffer = true
+		nd.startPlugin()
+		nd.startContainerd(nd.config(true))
+		return nd
+	}},
+	{name: "sharedcontent, content + diff proxy (after)", applies: true, start: func(e *env, id string) *node {
+		return e.startSharedNode(id, e.path(id, "shared"), "", "--data-dir", e.path(id, "coordinator"))
+	}},
+}
+
+// benchImage is one image shape of the benchmark.
+type benchImage struct {
+	layers   int
+	layerMiB int64
+	rounds   int
+	// fetchRounds of `ctr content fetch` (no unpack), stock against
+	// sharedcontent, show how much of the gap is the write path.
+	fetchRounds int
+}
+
+var benchImages = []benchImage{
+	{layers: 4, layerMiB: 64, rounds: 5, fetchRounds: 5}, // 256 MiB
+	{layers: 4, layerMiB: 256, rounds: 3},                // 1 GiB
+}
+
+// fetchSetups are the setups of the fetch-only rounds (indexes into
+// benchSetups): the diff plugin plays no part in a fetch.
+var fetchSetups = []int{0, 2}
+
+// TestBenchContainerdPull times `ctr images pull` (fetch + unpack, through
+// the transfer service) on one node from a loopback registry: stock
+// containerd against sharedcontent with and without its diff plugin. Each
+// pull runs on a fresh node (its own containerd, plugin, embedded
+// coordinator and directories, removed after the pull); the setups take
+// turns, in a rotated order every round, and the median is reported. For
+// the smaller image it also times `ctr content fetch` alone, stock against
+// sharedcontent.
+func TestBenchContainerdPull(t *testing.T) {
+	out := os.Getenv(envBench)
+	if out == "" {
+		t.Skipf("benchmark: set %s=<report.md> (or run `make bench-containerd`)", envBench)
+	}
+	needSharedcontent(t)
+	if raceBuild {
+		t.Fatalf("benchmark: our daemons are race-built; set %s=0", envRace)
+	}
+	e := newEnv(t)
+	reg, err := registry.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { reg.Close() })
+
+	start := time.Now()
+	load0 := loadAvg()
+	var rows []string
+	for _, bi := range benchImages {
+		sizes := repeat(bi.layerMiB<<20, bi.layers)
+		img := pushImage(t, reg, fmt.Sprintf("bench/%dx%d", bi.layers, bi.layerMiB), sizes...)
+		all := []int{0, 1, 2}
+		times := benchRounds(t, e, img, bi, "pull", all, bi.rounds)
+		rows = append(rows, benchRows(t, bi, "pull", all, times)...)
+		if bi.fetchRounds > 0 {
+			times := benchRounds(t, e, img, bi, "fetch", fetchSetups, bi.fetchRounds)
+			rows = append(rows, benchRows(t, bi, "content fetch only", fetchSetups, times)...)
+		}
+	}
+	require.NoError(t, writeBenchDoc(out, rows, time.Since(start), load0, loadAvg()))
+	t.Logf("benchmark: wrote %s", out)
+}
+
+// benchRounds runs rounds of op ("pull" or "fetch") on the setups, which
+// take turns in an order rotated each round, and returns the times per
+// setup index.
+func benchRounds(t *testing.T, e *env, img testImage, bi benchImage, op string, setups []int, rounds int) map[int][]time.Duration {
+	t.Helper()
+	times := map[int][]time.Duration{}
+	for r := range rounds {
+		for k := range setups {
+			i := setups[(r+k)%len(setups)]
+			d := benchPull(t, e, benchSetups[i], fmt.Sprintf("b%d-%s-%d-%d", bi.layerMiB, op, r, i), img, op == "fetch")
+			times[i] = append(times[i], d)
+			t.Logf("%d × %d MiB, %s round %d, %s: %.2fs", bi.layers, bi.layerMiB, op, r+1, benchSetups[i].name, d.Seconds())
+		}
+	}
+	return times
+}
+
+// benchRows reports the medians of times against the stock setup's
+// (index 0): the ratio of the medians, and the median of the per-round
+// ratios (each against the stock pull of the same round).
+func benchRows(t *testing.T, bi benchImage, what string, setups []int, times map[int][]time.Duration) []string {
+	t.Helper()
+	stock := median(times[0])
+	size := int64(bi.layers) * bi.layerMiB
+	var rows []string
+	for _, i := range setups {
+		ts := times[i]
+		var ratios []float64
+		for r := range ts {
+			ratios = append(ratios, ts[r].Seconds()/times[0][r].Seconds())
+		}
+		m := median(ts)
+		rows = append(rows, fmt.Sprintf("| %d MiB (%d × %d MiB) | %s | %s | %d | %.2f s | %.2f–%.2f s | **%.2f×** | %.2f× |",
+			size, bi.layers, bi.layerMiB, what, benchSetups[i].name, len(ts), m.Seconds(),
+			slices.Min(ts).Seconds(), slices.Max(ts).Seconds(), m.Seconds()/stock.Seconds(), medianFloat(ratios)))
+		report(t, "bench %d MiB %s, %s: median %.2fs (%.2f× stock; per-round ratio median %.2f×)",
+			size, what, benchSetups[i].name, m.Seconds(), m.Seconds()/stock.Seconds(), medianFloat(ratios))
+	}
+	return rows
+}
+
+// benchPull starts a fresh node of setup s and times one pull of img
+// (with fetchOnly, `ctr content fetch`: no unpack). It checks the image is
+// complete and unpacked (through our differ exactly when s says so), or
+// for a fetch that every blob is in the node's content store, then stops
+// the node and removes its directory (content included).
+func benchPull(t *testing.T, e *env, s benchSetup, id string, img testImage, fetchOnly bool) time.Duration {
+	t.Helper()
+	nd := s.start(e, id)
+	start := time.Now()
+	if fetchOnly {
+		_, err := nd.ctr(pullTimeout, "content", "fetch", "--plain-http", img.Ref)
+		require.NoError(t, err, "%s: content fetch", s.name)
+	} else {
+		require.NoError(t, nd.pull(img.Ref, pullTimeout), "%s: pull", s.name)
+	}
+	d := time.Since(start)
+	if fetchOnly {
+		have, err := nd.contentList()
+		require.NoError(t, err)
+		for _, dg := range img.all() {
+			require.Contains(t, have, dg, "%s: fetched blobs", s.name)
+		}
+	} else {
+		requireReady(t, img, []*node{nd})
+	}
+	if nd.plugin != nil && !fetchOnly {
+		applied, err := nd.appliedByPlugin()
+		require.NoError(t, err)
+		want := 0
+		if s.applies {
+			want = len(img.Layers)
+		}
+		total := 0
+		for _, n := range applied {
+			total += n
+		}
+		require.Equal(t, want, total, "%s: layers applied by sharedcontent-diff", s.name)
+	}
+	nd.stop()
+	dir := e.path(id)
+	require.False(t, unmountUnder(t, dir), "mounts left under %s", dir)
+	require.NoError(t, os.RemoveAll(dir))
+	return d
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func medianFloat(fs []float64) float64 {
+	s := slices.Clone(fs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+// writeBenchDoc writes the benchmark's markdown report.
+func writeBenchDoc(path string, rows []string, took time.Duration, load0, load1 string) error {
+	containerdVersion, _ := run(repoRoot, nil, bins.containerd, "--version")
+	var b strings.Builder
+	fmt.Fprintf(&b, `# Pull with real containerd: stock against sharedcontent
+
+Generated by `+"`make bench-containerd`"+` (also run by `+"`make bench`"+`): `+"`SHAREDCONTENT_E2E=1 SHAREDCONTENT_E2E_RACE=0 %s=docs/bench-containerd.md go test -run '^TestBenchContainerdPull$' ./integration/e2e/`"+`
+(integration/e2e/bench_test.go). Do not edit by hand: rerun it. Needs root.
+
+- **Date:** %s UTC; the run took %s
+- **Machine:** %d cores, Go %s %s/%s; %s
+- **Load average** (1, 5, 15 min) at the start: %s; at the end: %s
+- **What is timed:** `+"`ctr images pull --plain-http`"+` (the transfer service: fetch and unpack into overlayfs) of an image
+  of one random file per layer (gzip with stored blocks), from an in-process registry on loopback, no bandwidth limit.
+- **Nodes:** every pull runs on a fresh node started as `+"`make e2e`"+` starts them (daemons without the race detector),
+  removed afterwards. Stock: containerd's built-in content store. Before: the sharedcontent daemon as content proxy only
+  (containerd unpacks with its own walking differ, reading each layer through the proxy). After: content and diff proxy
+  (deploy/containerd-config.toml: layers applied by the daemon, from the shared directory); each of its pulls is checked
+  to have applied every layer through the daemon, and each "before" pull none.
+- **Order:** the setups take turns, the order rotated each round. Median of the rounds; "vs stock" = median / stock
+  median; "per round" = median over rounds of (this pull / the stock pull of the same round), less sensitive to load that
+  drifts during the run. The machine may be shared: see the load average.
+- **Content fetch only:** `+"`ctr content fetch --plain-http`"+` (no unpack), to show the share of the write path
+  (content written through the proxy) in what is left; the diff plugin plays no part in it.
+
+| image | what | setup | rounds | median | min–max | vs stock | per round |
+| --- | --- | --- | --- | --- | --- | --- | --- |
+`, envBench, time.Now().UTC().Format("2006-01-02 15:04"), took.Round(time.Second), runtime.NumCPU(), runtime.Version(),
+		runtime.GOOS, runtime.GOARCH, strings.TrimSpace(containerdVersion), load0, load1)
+	for _, r := range rows {
+		b.WriteString(r + "\n")
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
