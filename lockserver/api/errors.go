@@ -41,6 +41,12 @@ var (
 	ErrWrongCluster = errors.New("lock: wrong cluster")
 	// ErrMemberLive: a member with a live session cannot be forgotten.
 	ErrMemberLive = errors.New("lock: member has a live session")
+	// ErrUnsupportedProtocol: the client and the coordinator speak
+	// different versions of this protocol (ProtocolHeader).
+	ErrUnsupportedProtocol = errors.New("lock: unsupported protocol version")
+	// ErrForbidden: the caller is authenticated but may not do this: act
+	// as another node, or make an admin call without the admin identity.
+	ErrForbidden = errors.New("lock: forbidden")
 	// ErrTooManyRequests: a bound was reached (event streams); retry
 	// later.
 	ErrTooManyRequests = errors.New("lock: too many requests")
@@ -65,6 +71,8 @@ var codes = []struct {
 	{ErrWrongCluster, CodeWrongCluster, http.StatusConflict},
 	{ErrMemberLive, CodeMemberLive, http.StatusConflict},
 	{ErrTooManyRequests, CodeTooManyRequests, http.StatusTooManyRequests},
+	{ErrForbidden, CodeForbidden, http.StatusForbidden},
+	{ErrUnsupportedProtocol, CodeUnsupportedProtocol, http.StatusBadRequest},
 }
 
 // HTTPStatus returns the HTTP status and code for err. Errors that match no
