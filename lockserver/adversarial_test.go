@@ -143,7 +143,7 @@ func TestAttackReleaseOthersLease(t *testing.T) {
 	p := startPeers(t)
 	a := p.lock(t, "node-a", "node-a")
 	for _, req := range []api.UnlockRequest{
-		{Type: api.OperationPull, ResourceID: blob, LeaseID: a.LeaseID, Success: true},                   // node_id filled in: mallory
+		{Type: api.OperationPull, ResourceID: blob, LeaseID: a.LeaseID, Success: true},                    // node_id filled in: mallory
 		{Type: api.OperationPull, ResourceID: blob, LeaseID: a.LeaseID, Success: true, NodeID: "mallory"}, // not the holder
 	} {
 		code, body := p.call(t, "mallory", http.MethodPost, "/unlock", nil, req)
