@@ -216,44 +216,21 @@ func (l *Locker) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 	defer sh.tidy(r)
 	k := &r.keys[t]
 
-	// A retry of a call we already answered gets the same answer.
-	if g := k.holder; g != nil && g.is(req.NodeID, req.RequestID) {
-		g.claimed = true
-		return l.grantResponse(g), nil
+	if resp, ok := l.answered(k, req, now); ok {
+		return resp, nil
 	}
-	if w := k.queue.Get(req.NodeID, req.RequestID); w != nil {
-		w.lastSeen = now
-		return api.LockResponse{RequestID: req.RequestID, Queued: true, Position: k.queue.Position(w)}, nil
+	if err := l.admit(ctx, t, req, now); err != nil {
+		return api.LockResponse{}, err
 	}
-
-	switch t {
-	case idxDelete:
-		if err := l.checkDelete(ctx, req, now); err != nil {
-			if errors.Is(err, api.ErrUnsynced) {
-				l.metrics.result(t, resultUnsynced)
-			} else {
-				l.metrics.result(t, resultInUse)
-			}
-			return api.LockResponse{}, err
-		}
-	case idxUpdate:
-		if l.cfg.UpdateRequiresNoRef {
-			if err := l.checkNoOtherRefs(ctx, req.ResourceID, req.NodeID); err != nil {
-				l.metrics.result(t, resultInUse)
-				return api.LockResponse{}, err
-			}
-		}
-	}
-
 	// A retained success is only an answer while nothing incompatible is
 	// in flight: a pull must not skip while a delete removes the blob.
 	if c := k.completed; c != nil && now.Sub(c.at) < l.cfg.CompletedTTL && r.compatibleWith(t) {
 		l.metrics.result(t, resultSkipped)
 		return api.LockResponse{RequestID: req.RequestID, Skip: true}, nil
 	}
-
+	q := request{typ: t, nodeID: req.NodeID, requestID: req.RequestID, reap: req.Reap}
 	if k.holder == nil && k.queue.Len() == 0 && r.compatibleWith(t) {
-		g, err := l.grant(r, request{typ: t, nodeID: req.NodeID, requestID: req.RequestID, reap: req.Reap}, now)
+		g, err := l.grant(r, q, now)
 		if err != nil {
 			return api.LockResponse{}, err
 		}
@@ -262,30 +239,70 @@ func (l *Locker) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 		l.notifyWatchers(r, t, api.EventGranted, g.nodeID, true, "")
 		return l.grantResponse(g), nil
 	}
+	return l.enqueue(r, q, req.Wait, now)
+}
 
-	wait := l.cfg.AllowMultiNodeDownload
-	if req.Wait != nil {
-		wait = *req.Wait
+// answered returns the answer already given to this request, if any: a
+// retry gets its grant or its place in the queue again.
+func (l *Locker) answered(k *key, req api.LockRequest, now time.Time) (api.LockResponse, bool) {
+	if g := k.holder; g != nil && g.is(req.NodeID, req.RequestID) {
+		g.claimed = true
+		return l.grantResponse(g), true
 	}
-	if !wait {
+	if w := k.queue.Get(req.NodeID, req.RequestID); w != nil {
+		w.lastSeen = now
+		return api.LockResponse{RequestID: req.RequestID, Queued: true, Position: k.queue.Position(w)}, true
+	}
+	return api.LockResponse{}, false
+}
+
+// admit applies the referrer rules of a new delete (SPEC §8) or update
+// (update_requires_no_ref).
+func (l *Locker) admit(ctx context.Context, t typeIndex, req api.LockRequest, now time.Time) error {
+	switch t {
+	case idxDelete:
+		if err := l.checkDelete(ctx, req, now); err != nil {
+			if errors.Is(err, api.ErrUnsynced) {
+				l.metrics.result(t, resultUnsynced)
+			} else {
+				l.metrics.result(t, resultInUse)
+			}
+			return err
+		}
+	case idxUpdate:
+		if l.cfg.UpdateRequiresNoRef {
+			if err := l.checkNoOtherRefs(ctx, req.ResourceID, req.NodeID); err != nil {
+				l.metrics.result(t, resultInUse)
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// enqueue queues q behind the holders of r, if it asked to wait (nil: the
+// server's default) and its node is under its bound.
+func (l *Locker) enqueue(r *resource, q request, wait *bool, now time.Time) (api.LockResponse, error) {
+	t, k := q.typ, &r.keys[q.typ]
+	waits := l.cfg.AllowMultiNodeDownload
+	if wait != nil {
+		waits = *wait
+	}
+	if !waits {
 		l.metrics.result(t, resultLocked)
 		return api.LockResponse{}, l.lockedError(r, t)
 	}
-	if !l.waiting.tryAdd(req.NodeID) {
+	if !l.waiting.tryAdd(q.nodeID) {
 		l.metrics.result(t, resultLocked)
-		return api.LockResponse{}, fmt.Errorf("node %s has %d requests queued (the limit): %w", req.NodeID, l.cfg.MaxWaitersPerNode, api.ErrTooManyRequests)
+		return api.LockResponse{}, fmt.Errorf("node %s has %d requests queued (the limit): %w", q.nodeID, l.cfg.MaxWaitersPerNode, api.ErrTooManyRequests)
 	}
 	if l.trace != nil {
-		l.trace("queued", t, req.ResourceID, req.RequestID)
+		l.trace("queued", t, r.id, q.requestID)
 	}
-	k.queue.Push(&waiter{
-		request:  request{typ: t, nodeID: req.NodeID, requestID: req.RequestID, reap: req.Reap},
-		queued:   now,
-		lastSeen: now,
-	})
+	k.queue.Push(&waiter{request: q, queued: now, lastSeen: now})
 	l.metrics.result(t, resultQueued)
 	l.metrics.queueDepth[t].Inc()
-	return api.LockResponse{RequestID: req.RequestID, Queued: true, Position: k.queue.Len()}, nil
+	return api.LockResponse{RequestID: q.requestID, Queued: true, Position: k.queue.Len()}, nil
 }
 
 // Unlock handles POST /unlock (SPEC §3 "Release"). Only the holder of the
