@@ -22,6 +22,8 @@ import (
 	"github.com/sharedcontent/sharedcontent/integration/testnet"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 const (
@@ -106,7 +108,7 @@ type oursClient struct {
 }
 
 func (o *oursClient) lock(ctx context.Context, key string) error {
-	res, err := o.c.Lock(ctx, lockclient.Request{Type: lockclient.OperationTypeUpdate, ResourceID: key})
+	res, err := o.c.Lock(ctx, lockclient.Request{Type: api.OperationUpdate, ResourceID: key})
 	if err != nil {
 		return err
 	}

@@ -75,7 +75,7 @@ func benchNotify(b *testing.B, refs string, n int, idle time.Duration) {
 	errs := make([]error, n)
 	b.ResetTimer()
 	for i := range b.N {
-		req := Request{Type: OperationTypePull, ResourceID: fmt.Sprintf("sha256:bench-%s-%d-%d-%d", refs, n, b.N, i)}
+		req := Request{Type: api.OperationPull, ResourceID: fmt.Sprintf("sha256:bench-%s-%d-%d-%d", refs, n, b.N, i)}
 		res, err := holder.Lock(ctx, req)
 		if err != nil || !res.Acquired {
 			b.Fatalf("holder: %+v %v", res, err)
@@ -156,7 +156,7 @@ func BenchmarkLockUnlockHTTP(b *testing.B) {
 			return
 		}
 		defer c.Close()
-		req := Request{Type: OperationTypeUpdate, ResourceID: fmt.Sprintf("sha256:bench-cycle-%d", i)}
+		req := Request{Type: api.OperationUpdate, ResourceID: fmt.Sprintf("sha256:bench-cycle-%d", i)}
 		ctx := context.Background()
 		for pb.Next() {
 			res, err := c.Lock(ctx, req)

@@ -109,7 +109,7 @@ func (c *Client) Close() error {
 
 // Status returns the state of the lock (typ, resourceID): holder,
 // retained completion and queue. Transient errors are retried.
-func (c *Client) Status(ctx context.Context, typ OperationType, resourceID string) (*api.StatusResponse, error) {
+func (c *Client) Status(ctx context.Context, typ api.OperationType, resourceID string) (*api.StatusResponse, error) {
 	var st api.StatusResponse
 	err := c.retry(ctx, call{op: "status", typ: typ, id: resourceID}, func(ctx context.Context) error {
 		var err error

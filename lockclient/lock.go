@@ -10,26 +10,9 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// OperationType is the kind of lock: pull, update or delete.
-type OperationType = api.OperationType
-
-// The lock types (SPEC §3). Pull and update of one resource may run
-// together; everything else on one resource excludes each other.
-const (
-	// OperationTypePull downloads a resource; on success the holder's node
-	// references it and every waiter skips.
-	OperationTypePull = api.OperationPull
-	// OperationTypeUpdate changes a resource's metadata; waiters run one
-	// after the other.
-	OperationTypeUpdate = api.OperationUpdate
-	// OperationTypeDelete removes a resource nobody else references; on
-	// success every waiter skips.
-	OperationTypeDelete = api.OperationDelete
-)
-
 // Request names a lock and who asks for it.
 type Request struct {
-	Type       OperationType
+	Type       api.OperationType
 	ResourceID string
 	// NodeID is the node the lock is taken for; empty means the client's
 	// node (WithNodeID).

@@ -31,7 +31,7 @@ func TestTLSWithToken(t *testing.T) {
 	waiter := newHTTPClient(t, url, "node-b", WithTLSConfig(tc), WithBearerToken("s3cret"))
 	queued := make(chan struct{}, 1)
 	waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
-	req := Request{Type: OperationTypePull, ResourceID: blob}
+	req := Request{Type: api.OperationPull, ResourceID: blob}
 
 	res, err := holder.Lock(context.Background(), req)
 	require.NoError(t, err)

@@ -344,7 +344,7 @@ func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 			l.noteRef(g.nodeID, req.ResourceID, true)
 			_, err = l.refs.AddRef(ctx, req.ResourceID, g.nodeID)
 		case idxDelete:
-			_, err = l.refs.UpdateRefCount(ctx, refcount.OperationDelete, req.ResourceID, g.nodeID, true)
+			_, err = l.refs.UpdateRefCount(ctx, api.OperationDelete, req.ResourceID, g.nodeID, true)
 		}
 		if err := l.wrote(ctx, err); err != nil {
 			return api.UnlockResponse{}, fmt.Errorf("%s:%s: recording success: %w", req.Type, req.ResourceID, err)
