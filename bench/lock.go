@@ -66,7 +66,7 @@ type lockSystem struct {
 // startOurs starts the lock server in this process, on a loopback TCP
 // port, with its default configuration and a bbolt data directory. The
 // benchmark takes `update` locks: exclusive per key, FIFO, no retained
-// completion and no referrer write, the analogue of a mutex.
+// completion and no reference write, the analogue of a mutex.
 func startOurs() (*lockSystem, error) {
 	dir, err := os.MkdirTemp("", "bench-lockserver-")
 	if err != nil {

@@ -37,7 +37,7 @@ type notifyResult struct {
 	Samples  int // waiter latencies measured
 	P50, P99 time.Duration
 	// Unlock is the median duration of the holder's Unlock(success) call
-	// (push only): a pull's success persists its referrer first.
+	// (push only): a pull's success persists its reference first.
 	Unlock time.Duration
 }
 

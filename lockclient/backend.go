@@ -38,7 +38,7 @@ type Backend interface {
 	AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error)
 	// Refs returns the nodes that use the resource.
 	Refs(ctx context.Context, resourceID string) (api.RefsResponse, error)
-	// RefsList returns the referrer sets after `after`, a page at a time.
+	// RefsList returns the reference sets after `after`, a page at a time.
 	RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error)
 
 	// Session opens or renews a node's session (SPEC §8).

@@ -75,7 +75,7 @@ func (ts *testServer) stop(t testing.TB) {
 }
 
 // newMemoryLocker returns an in-process coordinator with in-memory
-// referrer sets.
+// reference sets.
 func newMemoryLocker(t testing.TB, mutate ...func(*lockserver.Config)) *lockserver.Locker {
 	t.Helper()
 	cfg := lockserver.DefaultConfig()

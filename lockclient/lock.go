@@ -152,7 +152,7 @@ func (c *Client) lockRequest(req Request) (api.LockRequest, error) {
 }
 
 // Unlock releases lease with the outcome of the work: success records the
-// result (a pull's node becomes a referrer, and waiters of a pull or delete
+// result (a pull's node becomes a reference, and waiters of a pull or delete
 // skip); failure hands the lock to the next waiter. opErr, when not
 // success, is reported to the coordinator for its logs.
 //

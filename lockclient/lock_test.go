@@ -59,7 +59,7 @@ func TestCore(t *testing.T) {
 }
 
 // testSuccessSkips: the holder succeeds; every waiter returns Skipped with
-// nothing held, and the holder's node is the referrer.
+// nothing held, and the holder's node is the reference.
 func testSuccessSkips(t *testing.T, h backendHarness) {
 	newClient := h.setup(t)
 	ctx := context.Background()

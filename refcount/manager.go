@@ -122,14 +122,14 @@ func (m *Manager) GetRefCount(ctx context.Context, resourceID string) (Reference
 	return rc, err
 }
 
-// AddRef adds nodeID to the resource's referrers and returns the result.
+// AddRef adds nodeID to the resource's references and returns the result.
 // Adding a node that is already there writes nothing.
 func (m *Manager) AddRef(ctx context.Context, resourceID, nodeID string) (ReferenceCount, error) {
 	return m.modify(ctx, resourceID, nodeID, (*ReferenceCount).Add)
 }
 
-// RemoveRef removes nodeID from the resource's referrers and returns the
-// result. The entry is dropped when no referrer is left; removing a node
+// RemoveRef removes nodeID from the resource's references and returns the
+// result. The entry is dropped when no reference is left; removing a node
 // that is not there writes nothing.
 func (m *Manager) RemoveRef(ctx context.Context, resourceID, nodeID string) (ReferenceCount, error) {
 	return m.modify(ctx, resourceID, nodeID, (*ReferenceCount).Remove)
@@ -161,7 +161,7 @@ func (m *Manager) modify(ctx context.Context, resourceID, nodeID string, change 
 	return rc, nil
 }
 
-// ReplaceNode makes nodeID a referrer of exactly refs (SPEC §8: a node's
+// ReplaceNode makes nodeID a reference of exactly refs (SPEC §8: a node's
 // full sync, or forgetting a node with nil refs), atomically with respect
 // to every other mutation made through this Manager.
 func (m *Manager) ReplaceNode(ctx context.Context, nodeID string, refs map[string]struct{}) error {
@@ -179,7 +179,7 @@ func (m *Manager) ReplaceNode(ctx context.Context, nodeID string, refs map[strin
 	return m.storage.ReplaceNode(ctx, nodeID, refs)
 }
 
-// List calls fn for every resource with referrers, in resource ID order
+// List calls fn for every resource with references, in resource ID order
 // (a snapshot; see Storage.List).
 func (m *Manager) List(ctx context.Context, fn func(resourceID string, rc ReferenceCount) error) error {
 	return m.storage.List(ctx, fn)

@@ -305,7 +305,7 @@ func TestManagerConcurrent(t *testing.T) {
 	})
 }
 
-// requireNodes asserts the resource's stored referrers; nil means no entry.
+// requireNodes asserts the resource's stored references; nil means no entry.
 func requireNodes(t *testing.T, s refcount.Storage, resource string, want []string) {
 	t.Helper()
 	rc, err := s.Get(t.Context(), resource)

@@ -55,7 +55,7 @@ type LockRequest struct {
 	// Reap marks a delete taken by the reaper (SPEC §8) rather than by a
 	// node's own garbage collection: it leaves the requester's references
 	// alone. ReapOrphan is granted only when nobody references the
-	// resource; ReapDangling ignores the referrers (the reaper found no
+	// resource; ReapDangling ignores the references (the reaper found no
 	// blob) and its success drops them. Both obey the synced rule.
 	Reap ReapMode `json:"reap,omitempty"`
 }
