@@ -14,9 +14,12 @@ $(BINARIES):
 	$(GO) build -trimpath -o $(BIN)/$@ ./cmd/$@
 
 # Unit and in-process integration tests, always with the race detector.
-# Fuzz targets run their seed corpus here.
+# Fuzz targets run their seed corpus here. Then deploy/check, a module of
+# its own (it needs k8s.io/api, which the main module does not): the
+# Kubernetes manifests, systemd units and Grafana dashboard.
 test:
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	cd deploy/check && $(GO) test -race -count=1 -timeout 5m ./...
 
 # Benchmarks, about six minutes on 2 cores: the Go benchmarks of the
 # coordinator and the client (BenchmarkNotify for 400 rounds, for its p99),
@@ -75,6 +78,7 @@ chaos:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	cd deploy/check && $(GO) vet ./...
 
 check: lint
 

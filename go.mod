@@ -8,6 +8,7 @@ require (
 	github.com/containerd/errdefs v1.0.0
 	github.com/containerd/log v0.2.0
 	github.com/containerd/plugin v1.1.0
+	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/go-json-experiment/json v1.27.2
 	github.com/google/go-containerregistry v0.21.6
 	github.com/opencontainers/go-digest v1.0.0

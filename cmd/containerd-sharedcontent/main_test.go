@@ -1,13 +1,19 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
+	contentapi "github.com/containerd/containerd/api/services/content/v1"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sharedcontent/sharedcontent/cmd/internal/notifytest"
 )
 
 func TestParse(t *testing.T) {
@@ -80,4 +86,35 @@ func TestRunRefusesExposedTokenFile(t *testing.T) {
 	require.ErrorContains(t, err, "token file "+token)
 	require.ErrorContains(t, err, "chmod 600")
 	require.NoFileExists(t, sock, "nothing was served")
+}
+
+// TestRunNotifiesReady (issue 16): under systemd (Type=notify) the daemon
+// sends READY=1 once its socket serves, so containerd, ordered after it,
+// finds its content and diff proxies answering; it sends STOPPING=1 on
+// SIGTERM.
+func TestRunNotifiesReady(t *testing.T) {
+	notes := notifytest.Listen(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "sc.sock")
+	done := make(chan error, 1)
+	go func() {
+		done <- run([]string{"--root", filepath.Join(dir, "content"), "--node-id", "n1",
+			"--state-dir", filepath.Join(dir, "state"), "--data-dir", filepath.Join(dir, "data"), "--address", sock})
+	}()
+
+	msg := notifytest.Wait(t, notes, "READY", time.Minute)
+	require.Equal(t, "1", msg["READY"])
+	require.Equal(t, "serving on "+sock, msg["STATUS"])
+	// Served at once: a call that does not wait for the connection.
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = contentapi.NewContentClient(conn).ListStatuses(ctx, &contentapi.ListStatusesRequest{})
+	require.NoError(t, err, "the content API answers when READY=1 arrives")
+
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	notifytest.Wait(t, notes, "STOPPING", time.Minute)
+	require.NoError(t, <-done)
 }

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/cmd/internal/notifytest"
+)
+
+// TestRunNotifiesReady (issue 16): under systemd (Type=notify) the lock
+// server sends READY=1, with the address it serves in STATUS, once its
+// listener is bound and served; it sends STOPPING=1 on SIGTERM.
+func TestRunNotifiesReady(t *testing.T) {
+	notes := notifytest.Listen(t)
+	done := make(chan error, 1)
+	go func() {
+		done <- run([]string{"--listen", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data")})
+	}()
+
+	msg := notifytest.Wait(t, notes, "READY", time.Minute)
+	require.Equal(t, "1", msg["READY"])
+	addr, ok := strings.CutPrefix(msg["STATUS"], "serving on ")
+	require.True(t, ok, "STATUS names the address: %q", msg["STATUS"])
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + addr + "/healthz")
+	require.NoError(t, err, "the API answers when READY=1 arrives")
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "ok\n", string(body))
+
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	notifytest.Wait(t, notes, "STOPPING", time.Minute)
+	require.NoError(t, <-done)
+}
