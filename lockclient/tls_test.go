@@ -3,29 +3,22 @@ package lockclient
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/integration/testca"
-	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
 // TestTLSWithToken: over HTTPS with a bearer token, both the short
 // requests and the event stream of a waiter work with WithTLSConfig.
 func TestTLSWithToken(t *testing.T) {
-	dir := t.TempDir()
-	ca := testca.New(t)
-	cert, key := ca.Issue(t, "lockserver", x509.ExtKeyUsageServerAuth)
-	ts := startServer(t, func(c *lockserver.ServerConfig) {
-		c.TLSCert = testca.WriteFile(t, dir, "server.crt", cert)
-		c.TLSKey = testca.WriteFile(t, dir, "server.key", key)
-		c.AuthTokenFile = writeToken(t, "s3cret")
-	})
-	url := "https://" + ts.addr
-	tc := &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}
+	ts := lockservertest.Start(t, lockservertest.WithTLS(testca.New(t)), lockservertest.WithToken("s3cret"))
+	url := ts.URL()
+	require.Equal(t, "https://"+ts.Addr(), url)
+	tc := ts.ClientTLS(t, "")
 
 	holder := newHTTPClient(t, url, "node-a", WithTLSConfig(tc), WithBearerToken("s3cret"))
 	waiter := newHTTPClient(t, url, "node-b", WithTLSConfig(tc), WithBearerToken("s3cret"))

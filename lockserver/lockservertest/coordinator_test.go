@@ -1,0 +1,106 @@
+package lockservertest_test
+
+import (
+	"context"
+	"crypto/tls"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/integration/testca"
+	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
+)
+
+const blob = "sha256:aaaa"
+
+// get sends GET url with client and returns the status code.
+func get(t *testing.T, client *http.Client, url, token string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestStartRestartWipe: a coordinator keeps its address and referrers
+// across a restart, and loses them (a new cluster) when wiped.
+func TestStartRestartWipe(t *testing.T) {
+	ctx := context.Background()
+	c := lockservertest.Start(t)
+	require.Equal(t, "http://"+c.Addr(), c.URL())
+	require.Equal(t, http.StatusOK, get(t, http.DefaultClient, c.URL()+"/refs?resource_id="+blob, ""))
+	require.Positive(t, c.Accepted())
+	_, err := c.Locker().AddRef(ctx, blob, "node-a")
+	require.NoError(t, err)
+	cluster := c.Locker().Cluster()
+
+	c.Restart()
+	require.True(t, c.Running())
+	refs, err := c.Locker().Refs(ctx, blob)
+	require.NoError(t, err)
+	require.Equal(t, []string{"node-a"}, refs.Nodes, "referrers survive a restart")
+	require.Equal(t, cluster.ClusterID, c.Locker().Cluster().ClusterID)
+	require.Equal(t, http.StatusOK, get(t, http.DefaultClient, c.URL()+"/healthz", ""), "served on the same address")
+
+	c.Wipe()
+	refs, err = c.Locker().Refs(ctx, blob)
+	require.NoError(t, err)
+	require.Empty(t, refs.Nodes, "a wiped coordinator knows no referrer")
+	require.NotEqual(t, cluster.ClusterID, c.Locker().Cluster().ClusterID, "a wiped coordinator is a new cluster")
+
+	c.Stop()
+	require.False(t, c.Running())
+	c.Stop() // idempotent
+}
+
+// TestOptions: WithConfig, WithServerConfig and WithToken reach the server.
+func TestOptions(t *testing.T) {
+	cfg := lockserver.DefaultConfig()
+	cfg.UpdateRequiresNoRef = true
+	var seen lockserver.ServerConfig
+	c := lockservertest.Start(t, lockservertest.WithConfig(cfg), lockservertest.WithToken("s3cret"),
+		lockservertest.WithServerConfig(func(sc *lockserver.ServerConfig) { seen = *sc }))
+	require.True(t, c.Config().UpdateRequiresNoRef)
+	require.Equal(t, c.Config(), seen, "WithServerConfig sees the final configuration")
+	require.NotEmpty(t, c.Config().AuthTokenFile)
+	require.Equal(t, http.StatusUnauthorized, get(t, http.DefaultClient, c.URL()+"/refs?resource_id="+blob, ""))
+	require.Equal(t, http.StatusOK, get(t, http.DefaultClient, c.URL()+"/refs?resource_id="+blob, "s3cret"))
+}
+
+// TestTLS: WithTLS serves HTTPS that ClientTLS trusts; WithMTLS also
+// wants a client certificate of the CA.
+func TestTLS(t *testing.T) {
+	client := func(tc *tls.Config) *http.Client {
+		tr := &http.Transport{TLSClientConfig: tc}
+		t.Cleanup(tr.CloseIdleConnections)
+		return &http.Client{Transport: tr}
+	}
+	t.Run("tls", func(t *testing.T) {
+		c := lockservertest.Start(t, lockservertest.WithTLS(testca.New(t)))
+		require.Equal(t, "https://"+c.Addr(), c.URL())
+		require.Equal(t, http.StatusOK, get(t, client(c.ClientTLS(t, "")), c.URL()+"/healthz", ""))
+	})
+	t.Run("mtls", func(t *testing.T) {
+		c := lockservertest.Start(t, lockservertest.WithMTLS(testca.New(t)))
+		require.Equal(t, http.StatusOK, get(t, client(c.ClientTLS(t, "node-a")), c.URL()+"/healthz", ""))
+		_, err := client(c.ClientTLS(t, "")).Get(c.URL() + "/healthz")
+		require.Error(t, err, "no client certificate")
+	})
+}
+
+// TestNewLockerAndServeHandler: an in-memory Locker served by a bare
+// Handler answers over HTTP.
+func TestNewLockerAndServeHandler(t *testing.T) {
+	l := lockservertest.NewLocker(t)
+	_, err := l.AddRef(context.Background(), blob, "node-a")
+	require.NoError(t, err)
+	url := lockservertest.ServeHandler(t, lockserver.NewHandler(l), nil)
+	require.Equal(t, http.StatusOK, get(t, http.DefaultClient, url+"/refs?resource_id="+blob, ""))
+}

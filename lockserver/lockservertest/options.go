@@ -1,0 +1,73 @@
+package lockservertest
+
+import (
+	"github.com/sharedcontent/sharedcontent/integration/testca"
+	"github.com/sharedcontent/sharedcontent/lockserver"
+)
+
+// Option configures a Coordinator started by Start.
+type Option func(*options)
+
+type options struct {
+	addr       string
+	dataDir    string
+	config     lockserver.Config
+	token      string
+	adminToken string
+	ca         *testca.CA
+	mtls       bool
+	mutate     []func(*lockserver.ServerConfig)
+}
+
+// DefaultAddr is where a Coordinator listens unless WithAddr says
+// otherwise: a free loopback port, chosen at the first start and kept
+// across restarts.
+const DefaultAddr = "127.0.0.1:0"
+
+func newOptions(opts []Option) options {
+	o := options{addr: DefaultAddr, config: lockserver.DefaultConfig()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithConfig replaces the coordinator's Config (lockserver.DefaultConfig
+// otherwise).
+func WithConfig(cfg lockserver.Config) Option { return func(o *options) { o.config = cfg } }
+
+// WithServerConfig changes the ServerConfig after every other option has
+// set it, before the first start.
+func WithServerConfig(mutate func(*lockserver.ServerConfig)) Option {
+	return func(o *options) { o.mutate = append(o.mutate, mutate) }
+}
+
+// WithAddr listens on addr (for example one a client already tries to
+// reach) instead of a free port.
+func WithAddr(addr string) Option { return func(o *options) { o.addr = addr } }
+
+// WithDataDir keeps the coordinator's database in dir instead of a new
+// temp directory, for example to start a second coordinator on the data
+// of a first.
+func WithDataDir(dir string) Option { return func(o *options) { o.dataDir = dir } }
+
+// WithToken makes clients send token as their bearer token (written to a
+// private token file, AuthTokenFile).
+func WithToken(token string) Option { return func(o *options) { o.token = token } }
+
+// WithAdminToken makes admin calls (forget, adopt) need token
+// (AdminTokenFile).
+func WithAdminToken(token string) Option { return func(o *options) { o.adminToken = token } }
+
+// WithTLS serves HTTPS with a certificate for 127.0.0.1 issued by ca.
+// Clients trust it through Coordinator.ClientTLS.
+func WithTLS(ca *testca.CA) Option { return func(o *options) { o.ca = ca } }
+
+// WithMTLS serves HTTPS as WithTLS does and requires client certificates
+// issued by ca (TLSClientCA).
+func WithMTLS(ca *testca.CA) Option {
+	return func(o *options) {
+		o.ca = ca
+		o.mtls = true
+	}
+}
