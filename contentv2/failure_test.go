@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -36,11 +35,7 @@ func blobFile(root string, d digest.Digest) string {
 // removes nothing (fail-closed). Once the server is up, the node syncs
 // and the coordinator has the uses made while it was down.
 func TestUnreachableCoordinator(t *testing.T) {
-	// Reserve a port, then free it: nothing listens there for now.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := lockservertest.FreeAddr(t) // nothing listens there for now
 
 	client, err := lockclient.New("http://"+addr, lockclient.WithNodeID("node-1"),
 		lockclient.WithMaxRetries(1), lockclient.WithRetryInterval(10*time.Millisecond))

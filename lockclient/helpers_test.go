@@ -3,7 +3,6 @@ package lockclient
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"sync"
 	"testing"
@@ -18,17 +17,6 @@ import (
 // testTimeout bounds every wait of a test: reaching it is a failure, never
 // a synchronisation.
 const testTimeout = 20 * time.Second
-
-// freeAddr returns a loopback address nothing listens on (connections to
-// it are refused).
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
 
 // testOptions make retries fast.
 func testOptions(node string) []Option {

@@ -20,7 +20,7 @@ import (
 // TestRetryUntilServerUp: the lock server is down (connections refused)
 // for the first two attempts and comes up; the third attempt acquires.
 func TestRetryUntilServerUp(t *testing.T) {
-	addr := freeAddr(t)
+	addr := lockservertest.FreeAddr(t)
 	ct := newCountingClient(t, "http://"+addr)
 	var (
 		mu       sync.Mutex
@@ -56,7 +56,7 @@ func TestRetryUntilServerUp(t *testing.T) {
 // TestRetryGivesUp: a server that never comes up costs 1+MaxRetries
 // attempts, and the error says unavailable.
 func TestRetryGivesUp(t *testing.T) {
-	down := "http://" + freeAddr(t)
+	down := "http://" + lockservertest.FreeAddr(t)
 	ct := newCountingClient(t, down)
 	c := newHTTPClient(t, down, "node-a", WithMaxRetries(2), WithShortClient(ct))
 	res, err := c.Lock(context.Background(), Request{Type: OperationTypePull, ResourceID: blob})
@@ -155,7 +155,7 @@ func TestNoRetryOn4xx(t *testing.T) {
 // TestRetryWaitHonoursContext: a Lock whose context ends between attempts
 // stops at once instead of sleeping through the retry interval.
 func TestRetryWaitHonoursContext(t *testing.T) {
-	down := "http://" + freeAddr(t)
+	down := "http://" + lockservertest.FreeAddr(t)
 	ct := newCountingClient(t, down)
 	ctx, cancel := context.WithCancel(context.Background())
 	ct.after = func(_ *fasthttp.Request, n int, _ error) {
