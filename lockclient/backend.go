@@ -33,7 +33,7 @@ type Backend interface {
 	Cancel(ctx context.Context, req api.CancelRequest) error
 	// Status reports a key's holder, completion and queue, and the state
 	// of requestID when it is not empty.
-	Status(ctx context.Context, typ OperationType, resourceID, requestID string) (api.StatusResponse, error)
+	Status(ctx context.Context, typ OperationType, resourceID, nodeID, requestID string) (api.StatusResponse, error)
 	// AddRef records that nodeID uses the resource.
 	AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error)
 	// Refs returns the nodes that use the resource.

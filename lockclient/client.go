@@ -113,7 +113,7 @@ func (c *Client) Status(ctx context.Context, typ OperationType, resourceID strin
 	var st api.StatusResponse
 	err := c.retry(ctx, call{op: "status", typ: typ, id: resourceID}, func(ctx context.Context) error {
 		var err error
-		st, err = c.backend.Status(ctx, typ, resourceID, "")
+		st, err = c.backend.Status(ctx, typ, resourceID, c.opts.nodeID, "")
 		return err
 	})
 	if err != nil {
@@ -233,7 +233,7 @@ func (c *Client) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, 
 // Renew renews lease now, once, and reports whether the coordinator still
 // knows it. A deleter calls it right before it removes a file (SPEC §5).
 func (c *Client) Renew(ctx context.Context, lease *Lease) error {
-	_, err := c.backend.Keepalive(ctx, api.KeepaliveRequest{Type: lease.Type, ResourceID: lease.ResourceID, LeaseID: lease.ID})
+	_, err := c.backend.Keepalive(ctx, api.KeepaliveRequest{Type: lease.Type, ResourceID: lease.ResourceID, LeaseID: lease.ID, NodeID: lease.NodeID})
 	return err
 }
 

@@ -174,8 +174,11 @@ func (b *httpBackend) Cancel(ctx context.Context, req api.CancelRequest) error {
 	return b.do(ctx, http.MethodPost, "/lock/cancel", nil, req, nil)
 }
 
-func (b *httpBackend) Status(ctx context.Context, typ OperationType, resourceID, requestID string) (api.StatusResponse, error) {
+func (b *httpBackend) Status(ctx context.Context, typ OperationType, resourceID, nodeID, requestID string) (api.StatusResponse, error) {
 	q := url.Values{"type": {string(typ)}, "resource_id": {resourceID}}
+	if nodeID != "" {
+		q.Set("node_id", nodeID)
+	}
 	if requestID != "" {
 		q.Set("request_id", requestID)
 	}
@@ -270,6 +273,7 @@ func (b *httpBackend) do(ctx context.Context, method, path string, q url.Values,
 		req.Header.SetContentType(jsonMediaType)
 	}
 	req.Header.Set("Accept", jsonMediaType)
+	req.Header.Set(api.ProtocolHeader, api.ProtocolVersion)
 	if b.auth != "" {
 		req.Header.Set("Authorization", b.auth)
 	}
@@ -286,6 +290,9 @@ func (b *httpBackend) do(ctx context.Context, method, path string, q url.Values,
 		}
 		return fmt.Errorf("%s %s: %w", method, target, err)
 	}
+	if err := checkProtocol(string(resp.Header.Peek(api.ProtocolHeader))); err != nil {
+		return err
+	}
 	data := resp.Body()
 	if resp.StatusCode() != http.StatusOK {
 		return responseError(resp.StatusCode(), data)
@@ -300,7 +307,19 @@ func (b *httpBackend) do(ctx context.Context, method, path string, q url.Values,
 	return nil
 }
 
+// checkProtocol refuses an answer from a coordinator that speaks another
+// version of the protocol (an answer without the header comes from one
+// older than it, which speaks version 1).
+func checkProtocol(v string) error {
+	if v == "" || v == api.ProtocolVersion {
+		return nil
+	}
+	return fmt.Errorf("lockclient: the coordinator speaks sharedcontent protocol %q, this client speaks %q; upgrade the older of the two: %w",
+		v, api.ProtocolVersion, api.ErrUnsupportedProtocol)
+}
+
 func (b *httpBackend) authorize(req *http.Request) {
+	req.Header.Set(api.ProtocolHeader, api.ProtocolVersion)
 	if b.auth != "" {
 		req.Header.Set("Authorization", b.auth)
 	}

@@ -136,7 +136,7 @@ func (l *Lease) renew() {
 		deadline = expires
 	}
 	cctx, cancel := context.WithDeadline(l.ctx, deadline)
-	_, err := l.backend.Keepalive(cctx, api.KeepaliveRequest{Type: l.Type, ResourceID: l.ResourceID, LeaseID: l.ID})
+	_, err := l.backend.Keepalive(cctx, api.KeepaliveRequest{Type: l.Type, ResourceID: l.ResourceID, LeaseID: l.ID, NodeID: l.NodeID})
 	cancel()
 	next := interval
 	switch {

@@ -97,7 +97,7 @@ func TestLeaseLostWhenTakenBack(t *testing.T) {
 	res, err := c.Lock(context.Background(), Request{Type: OperationTypeUpdate, ResourceID: blob})
 	require.NoError(t, err)
 
-	require.NoError(t, l.Cancel(context.Background(), api.CancelRequest{Type: api.OperationUpdate, ResourceID: blob, RequestID: res.Lease.requestID}))
+	require.NoError(t, l.Cancel(context.Background(), api.CancelRequest{Type: api.OperationUpdate, ResourceID: blob, NodeID: "node-a", RequestID: res.Lease.requestID}))
 	select {
 	case <-res.Lease.Lost():
 	case <-time.After(testTimeout):

@@ -193,7 +193,7 @@ func (c *Client) Unlock(ctx context.Context, lease *Lease, success bool, opErr e
 	// 1+MaxRetries attempts.
 	ctx = context.WithoutCancel(ctx)
 	ctx = withCallFields(ctx, callFields{typ: lease.Type, resourceID: lease.ResourceID, fence: lease.Fence})
-	req := api.UnlockRequest{Type: lease.Type, ResourceID: lease.ResourceID, LeaseID: lease.ID, Success: success}
+	req := api.UnlockRequest{Type: lease.Type, ResourceID: lease.ResourceID, LeaseID: lease.ID, NodeID: lease.NodeID, Success: success}
 	if !success && opErr != nil {
 		req.Error = opErr.Error()
 	}

@@ -98,7 +98,7 @@ func TestRetry5xx(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 	require.EqualValues(t, 3, locks.Load())
-	st, err := l.Status(context.Background(), api.OperationPull, blob, "")
+	st, err := l.Status(context.Background(), api.OperationPull, blob, "", "")
 	require.NoError(t, err)
 	require.Equal(t, "node-a", st.Holder.NodeID)
 }

@@ -249,7 +249,7 @@ func (b *httpBackend) poll(ctx context.Context, req api.LockRequest) (api.LockRe
 	t := time.NewTicker(b.pollInterval)
 	defer t.Stop()
 	for {
-		st, err := b.Status(ctx, req.Type, req.ResourceID, req.RequestID)
+		st, err := b.Status(ctx, req.Type, req.ResourceID, req.NodeID, req.RequestID)
 		if err != nil {
 			return api.LockResponse{}, err
 		}
@@ -279,7 +279,7 @@ func (b *httpBackend) poll(ctx context.Context, req api.LockRequest) (api.LockRe
 func giveBack(ctx context.Context, b Backend, req api.LockRequest, timeout time.Duration) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	if err := b.Cancel(cctx, api.CancelRequest{Type: req.Type, ResourceID: req.ResourceID, RequestID: req.RequestID}); err != nil {
+	if err := b.Cancel(cctx, api.CancelRequest{Type: req.Type, ResourceID: req.ResourceID, NodeID: req.NodeID, RequestID: req.RequestID}); err != nil {
 		logger(ctx).WithError(err).Warn("cancelling the lock request failed; the coordinator drops it by itself")
 	}
 }

@@ -30,7 +30,7 @@ func (l *Locker) Acquire(ctx context.Context, req api.LockRequest) (api.LockResp
 // await follows a queued request's events. retry means the subscription
 // ended without an outcome and the request must be re-sent.
 func (l *Locker) await(ctx context.Context, req api.LockRequest) (resp api.LockResponse, retry bool, err error) {
-	sub, err := l.Subscribe(req.Type, req.ResourceID, req.RequestID)
+	sub, err := l.Subscribe(req.Type, req.ResourceID, req.NodeID, req.RequestID)
 	if err != nil {
 		return api.LockResponse{}, false, err
 	}
@@ -65,7 +65,7 @@ func (l *Locker) await(ctx context.Context, req api.LockRequest) (resp api.LockR
 			}
 		case <-ctx.Done():
 			// Leave the queue, or give back what was granted meanwhile.
-			_ = l.Cancel(context.WithoutCancel(ctx), api.CancelRequest{Type: req.Type, ResourceID: req.ResourceID, RequestID: req.RequestID})
+			_ = l.Cancel(context.WithoutCancel(ctx), api.CancelRequest{Type: req.Type, ResourceID: req.ResourceID, NodeID: req.NodeID, RequestID: req.RequestID})
 			return api.LockResponse{}, false, ctx.Err()
 		}
 	}

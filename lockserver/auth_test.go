@@ -37,21 +37,22 @@ func TestHTTPAuthSchemeCaseInsensitive(t *testing.T) {
 	ts := startServer(t, filepath.Join(dir, "data"), func(c *ServerConfig) {
 		c.AuthTokenFile, c.AdminTokenFile = token, admin
 	})
-	for _, auth := range []string{"Bearer s3cret", "bearer s3cret", "BEARER s3cret", "bEaReR s3cret", "bearer  s3cret"} {
+	// The admin identity may read too.
+	for _, auth := range []string{"Bearer s3cret", "bearer s3cret", "BEARER s3cret", "bEaReR s3cret", "bearer  s3cret", "bearer adm1n"} {
 		require.Equal(t, http.StatusOK, do(t, http.MethodGet, ts.url+"/nodes", auth), auth)
 	}
 	for _, auth := range []string{"", "s3cret", "bearer", "bearer ", "Bearers3cret", "Basic s3cret", "bearer S3CRET",
-		"bearer s3cret2", "bearer s3cre", "bearer\ts3cret", "bearer adm1n"} {
+		"bearer s3cret2", "bearer s3cre", "bearer\ts3cret"} {
 		require.Equal(t, http.StatusUnauthorized, do(t, http.MethodGet, ts.url+"/nodes", auth), "%q", auth)
 	}
 	// A lowercase scheme acts, not just reads.
 	code, body := post(t, ts.url, "/lock", api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n1"},
 		"Authorization", "bearer s3cret")
 	require.Equal(t, http.StatusOK, code, string(body))
-	st, err := ts.Locker.Status(context.Background(), api.OperationPull, blob, "")
+	st, err := ts.Locker.Status(context.Background(), api.OperationPull, blob, "", "")
 	require.NoError(t, err)
 	require.NotNil(t, st.Holder, "the lock was taken")
 	// Admin calls: the admin token, in any case of the scheme; not the client token.
-	require.Equal(t, http.StatusUnauthorized, do(t, http.MethodDelete, ts.url+"/nodes/gone", "bearer s3cret"))
+	require.Equal(t, http.StatusForbidden, do(t, http.MethodDelete, ts.url+"/nodes/gone", "bearer s3cret"))
 	require.Equal(t, http.StatusOK, do(t, http.MethodDelete, ts.url+"/nodes/gone", "BEARER adm1n"))
 }

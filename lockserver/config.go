@@ -50,6 +50,9 @@ type Config struct {
 	SessionTTL time.Duration
 	// NodeExpiry forgets a member after this long without a session.
 	NodeExpiry time.Duration
+	// MaxWaitersPerNode bounds the requests one node may have queued at
+	// once; more are refused with 429 (SPEC §9).
+	MaxWaitersPerNode int
 }
 
 // DefaultConfig returns the documented defaults.
@@ -62,6 +65,7 @@ func DefaultConfig() Config {
 		AllowMultiNodeDownload: true,
 		SessionTTL:             DefaultSessionTTL,
 		NodeExpiry:             DefaultNodeExpiry,
+		MaxWaitersPerNode:      DefaultMaxWaitersPerNode,
 	}
 }
 
@@ -78,6 +82,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("claim_timeout must be at least 10ms, got %s", c.ClaimTimeout)
 	case c.SessionTTL < 10*time.Millisecond:
 		return fmt.Errorf("session_ttl must be at least 10ms, got %s", c.SessionTTL)
+	case c.MaxWaitersPerNode < 1:
+		return fmt.Errorf("max_waiters_per_node must be at least 1, got %d", c.MaxWaitersPerNode)
 	case c.NodeExpiry < c.SessionTTL:
 		return fmt.Errorf("node_expiry (%s) must be at least session_ttl (%s)", c.NodeExpiry, c.SessionTTL)
 	}

@@ -87,11 +87,11 @@ func checkFullDisk(t *testing.T, base string, fill, free func()) {
 		break
 	}
 
-	code, body = get(t, base, "/lock/status", url.Values{"type": {"pull"}, "resource_id": {res}, "request_id": {waiter.RequestID}})
+	code, body = get(t, base, "/lock/status", url.Values{"type": {"pull"}, "resource_id": {res}, "node_id": {"n2"}, "request_id": {waiter.RequestID}})
 	require.Equal(t, http.StatusOK, code, string(body))
 	st := decodeAs[api.StatusResponse](t, body)
 	require.NotNil(t, st.Holder, "the lock stays held")
-	require.Equal(t, holder.RequestID, st.Holder.RequestID)
+	require.Equal(t, "n1", st.Holder.NodeID)
 	require.Nil(t, st.Completed, "no completion is recorded")
 	require.NotNil(t, st.Request)
 	require.True(t, st.Request.Queued, "the waiter is not told to skip")
@@ -107,7 +107,7 @@ func checkFullDisk(t *testing.T, base string, fill, free func()) {
 	require.Equal(t, http.StatusOK, code, "ready again once space returns, without a restart: %s", body)
 	code, body = post(t, base, "/unlock", req)
 	require.Equal(t, http.StatusOK, code, "the holder's retry: %s", body)
-	code, body = get(t, base, "/lock/status", url.Values{"type": {"pull"}, "resource_id": {res}, "request_id": {waiter.RequestID}})
+	code, body = get(t, base, "/lock/status", url.Values{"type": {"pull"}, "resource_id": {res}, "node_id": {"n2"}, "request_id": {waiter.RequestID}})
 	require.Equal(t, http.StatusOK, code, string(body))
 	st = decodeAs[api.StatusResponse](t, body)
 	require.Nil(t, st.Holder)

@@ -8,7 +8,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// FuzzLockRequest feeds arbitrary bodies through the strict decoder and the
+// FuzzLockRequest feeds arbitrary bodies through the decoder and the
 // Locker. Whatever the input, nothing panics, every refusal is an
 // invalid-argument error, and an accepted request leaves a consistent state.
 func FuzzLockRequest(f *testing.F) {
@@ -56,7 +56,7 @@ func FuzzLockRequest(f *testing.F) {
 			}
 		}
 		if resp.Queued {
-			if err := l.Cancel(context.Background(), api.CancelRequest{Type: req.Type, ResourceID: req.ResourceID, RequestID: resp.RequestID}); err != nil {
+			if err := l.Cancel(context.Background(), api.CancelRequest{Type: req.Type, ResourceID: req.ResourceID, NodeID: req.NodeID, RequestID: resp.RequestID}); err != nil {
 				t.Fatalf("waiter cannot cancel: %v", err)
 			}
 		}

@@ -3,7 +3,6 @@ package lockserver
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,8 +60,12 @@ type Handler struct {
 	http   *fasthttp.Server
 	token  []byte // bearer token; empty disables auth
 	// admin is the bearer token of admin calls; empty: token (if any).
-	admin  []byte
-	routes map[string]route
+	admin []byte
+	// nodeTokens maps the SHA-256 of each node token to its node
+	// (auth.go); certIdentity names nodes by client certificate.
+	nodeTokens   map[[32]byte]string
+	certIdentity bool
+	routes       map[string]route
 	// ready are the readiness checks of /readyz besides the Locker's.
 	ready    []func(context.Context) error
 	draining atomic.Bool
@@ -115,10 +118,10 @@ func WithAdminToken(token string) HandlerOption {
 	return func(h *Handler) { h.admin = []byte(token) }
 }
 
-// WithStreamLimits bounds the event streams open at once, in all and per
-// client IP address; more are refused with 429.
-func WithStreamLimits(total, perIP int) HandlerOption {
-	return func(h *Handler) { h.streams = newStreamLimiter(total, perIP) }
+// WithStreamLimits bounds the event streams open at once, in all, per
+// client IP address and per node; more are refused with 429.
+func WithStreamLimits(total, perIP, perNode int) HandlerOption {
+	return func(h *Handler) { h.streams = newStreamLimiter(total, perIP, perNode) }
 }
 
 // WithReadinessCheck adds a check to /readyz: while it fails, /readyz
@@ -138,7 +141,7 @@ func WithMetricsGatherer(g prometheus.Gatherer) HandlerOption {
 // NewHandler returns the HTTP API of l. Serve it with HTTPServer, or
 // through a Server.
 func NewHandler(l *Locker, opts ...HandlerOption) *Handler {
-	h := &Handler{locker: l, streamsDone: make(chan struct{}), streams: newStreamLimiter(DefaultMaxStreams, DefaultMaxStreamsPerIP)}
+	h := &Handler{locker: l, streamsDone: make(chan struct{}), streams: newStreamLimiter(DefaultMaxStreams, DefaultMaxStreamsPerIP, DefaultMaxStreamsPerNode)}
 	h.http = &fasthttp.Server{
 		Handler:      h.Handle,
 		ErrorHandler: HandleError,
@@ -205,6 +208,7 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	c := h.locker.Cluster()
 	ctx.Response.Header.Set(api.ClusterHeader, c.ClusterID+"/"+strconv.FormatUint(c.Epoch, 10))
+	ctx.Response.Header.Set(api.ProtocolHeader, api.ProtocolVersion)
 	var r route
 	ok := canonicalPath(ctx.URI().PathOriginal(), path)
 	if !ok {
@@ -213,17 +217,33 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 		r, ok = h.nodeRoute(ctx)
 	}
 	probe := string(path) == "/healthz" || string(path) == "/readyz"
-	if !probe && !h.authorized(ctx, r.admin) {
+	who, known := h.authenticate(ctx)
+	if !probe && !known {
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="sharedcontent"`)
-		writeError(ctx, fmt.Errorf("missing or wrong bearer token: %w", api.ErrUnauthorized))
+		writeError(ctx, fmt.Errorf("missing or wrong credentials (bearer token or client certificate): %w", api.ErrUnauthorized))
 		return
 	}
+	if r.admin && !who.admin {
+		err := fmt.Errorf("%s needs the admin identity (--admin-token-file, or a client certificate with URI %s): %w", path, adminURI, api.ErrForbidden)
+		if who.anonymous {
+			ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="sharedcontent"`)
+			err = fmt.Errorf("%s needs the admin token: %w", path, api.ErrUnauthorized)
+		}
+		writeError(ctx, err)
+		return
+	}
+	ctx.SetUserValue(callerKey, who)
 	if h.draining.Load() && string(path) != "/healthz" && string(path) != "/metrics" {
 		writeError(ctx, fmt.Errorf("server is shutting down: %w", api.ErrUnavailable))
 		return
 	}
 	if !ok {
 		writeError(ctx, fmt.Errorf("no endpoint %q: %w", path, api.ErrNotFound))
+		return
+	}
+	if v := ctx.Request.Header.Peek(api.ProtocolHeader); len(v) > 0 && string(v) != api.ProtocolVersion {
+		writeError(ctx, fmt.Errorf("the client speaks sharedcontent protocol %q, this coordinator speaks %q; upgrade the older of the two: %w",
+			v, api.ProtocolVersion, api.ErrUnsupportedProtocol))
 		return
 	}
 	if want := ctx.Request.Header.Peek(api.ClusterHeader); len(want) > 0 && string(want) != c.ClusterID {
@@ -250,31 +270,6 @@ func HandleError(ctx *fasthttp.RequestCtx, err error) {
 		return
 	}
 	writeError(ctx, fmt.Errorf("malformed HTTP request: %w: %w", api.ErrInvalidArgument, err))
-}
-
-// authorized checks the bearer token: the admin token on admin calls when
-// one is set, else the token, if any.
-func (h *Handler) authorized(ctx *fasthttp.RequestCtx, admin bool) bool {
-	want := h.token
-	if admin && len(h.admin) > 0 {
-		want = h.admin
-	}
-	if len(want) == 0 {
-		return true
-	}
-	got, ok := bearerToken(ctx.Request.Header.Peek("Authorization"))
-	return ok && subtle.ConstantTimeCompare(got, want) == 1
-}
-
-// bearerToken returns the credentials of an "Authorization: Bearer <token>"
-// header; the scheme is case-insensitive (RFC 7235 section 2.1).
-func bearerToken(h []byte) ([]byte, bool) {
-	scheme, token, ok := bytes.Cut(h, []byte(" "))
-	if !ok || !bytes.EqualFold(scheme, []byte("Bearer")) {
-		return nil, false
-	}
-	token = bytes.TrimLeft(token, " ")
-	return token, len(token) > 0
 }
 
 // nodeRoute routes /nodes/{id} (DELETE: forget, admin) and
@@ -311,7 +306,7 @@ func (h *Handler) readyz(ctx *fasthttp.RequestCtx) {
 
 func (h *Handler) lock(ctx *fasthttp.RequestCtx) {
 	var req api.LockRequest
-	if !decode(ctx, &req) {
+	if !decode(ctx, &req) || !actAs(ctx, &req.NodeID) {
 		return
 	}
 	resp, err := h.locker.Lock(ctx, req)
@@ -320,7 +315,7 @@ func (h *Handler) lock(ctx *fasthttp.RequestCtx) {
 
 func (h *Handler) unlock(ctx *fasthttp.RequestCtx) {
 	var req api.UnlockRequest
-	if !decode(ctx, &req) {
+	if !decode(ctx, &req) || !actAs(ctx, &req.NodeID) {
 		return
 	}
 	resp, err := h.locker.Unlock(ctx, req)
@@ -329,7 +324,7 @@ func (h *Handler) unlock(ctx *fasthttp.RequestCtx) {
 
 func (h *Handler) keepalive(ctx *fasthttp.RequestCtx) {
 	var req api.KeepaliveRequest
-	if !decode(ctx, &req) {
+	if !decode(ctx, &req) || !actAs(ctx, &req.NodeID) {
 		return
 	}
 	resp, err := h.locker.Keepalive(ctx, req)
@@ -338,7 +333,7 @@ func (h *Handler) keepalive(ctx *fasthttp.RequestCtx) {
 
 func (h *Handler) cancel(ctx *fasthttp.RequestCtx) {
 	var req api.CancelRequest
-	if !decode(ctx, &req) {
+	if !decode(ctx, &req) || !actAs(ctx, &req.NodeID) {
 		return
 	}
 	err := h.locker.Cancel(ctx, req)
@@ -347,13 +342,17 @@ func (h *Handler) cancel(ctx *fasthttp.RequestCtx) {
 
 func (h *Handler) status(ctx *fasthttp.RequestCtx) {
 	q := ctx.QueryArgs()
-	resp, err := h.locker.Status(ctx, api.OperationType(q.Peek("type")), string(q.Peek("resource_id")), string(q.Peek("request_id")))
+	node := string(q.Peek("node_id"))
+	if !actAs(ctx, &node) {
+		return
+	}
+	resp, err := h.locker.Status(ctx, api.OperationType(q.Peek("type")), string(q.Peek("resource_id")), node, string(q.Peek("request_id")))
 	reply(ctx, resp, err)
 }
 
 func (h *Handler) refsAdd(ctx *fasthttp.RequestCtx) {
 	var req api.RefsAddRequest
-	if !decode(ctx, &req) {
+	if !decode(ctx, &req) || !actAs(ctx, &req.NodeID) {
 		return
 	}
 	resp, err := h.locker.AddRef(ctx, req.ResourceID, req.NodeID)
@@ -374,7 +373,7 @@ func (h *Handler) refsList(ctx *fasthttp.RequestCtx) {
 
 func (h *Handler) session(ctx *fasthttp.RequestCtx) {
 	var req api.SessionRequest
-	if !decode(ctx, &req) {
+	if !decode(ctx, &req) || !actAs(ctx, &req.NodeID) {
 		return
 	}
 	resp, err := h.locker.Session(ctx, req)
@@ -383,7 +382,7 @@ func (h *Handler) session(ctx *fasthttp.RequestCtx) {
 
 func (h *Handler) syncRefs(ctx *fasthttp.RequestCtx, nodeID string) {
 	var req api.SyncRequest
-	if !decode(ctx, &req) {
+	if !actAs(ctx, &nodeID) || !decode(ctx, &req) {
 		return
 	}
 	resp, err := h.locker.SyncRefs(ctx, nodeID, req)
@@ -462,8 +461,11 @@ func (b *bodyBuffer) put() {
 // it answers 413 and closes the connection.
 const maxDrainBytes = 64 << 20
 
-// DecodeRequest strictly decodes one JSON request body into v: exactly one
-// object, no unknown or duplicate members, valid UTF-8, nothing after it.
+// DecodeRequest decodes one JSON request body into v: exactly one object,
+// no duplicate members, members of the right types, valid UTF-8, nothing
+// after it. Unknown members are ignored (SPEC §9): nodes of different
+// versions talk to one coordinator during a rolling upgrade, and a field a
+// newer client adds must not break an older coordinator.
 // Errors match api.ErrInvalidArgument; a body over api.MaxBodyBytes matches
 // api.ErrTooLarge.
 //
@@ -475,7 +477,7 @@ func DecodeRequest(body []byte, v any) error {
 	if len(body) > api.MaxBodyBytes {
 		return fmt.Errorf("request body exceeds %d bytes: %w", api.MaxBodyBytes, api.ErrTooLarge)
 	}
-	if err := jsonv2.Unmarshal(body, v, jsonv2.RejectUnknownMembers(true)); err != nil {
+	if err := jsonv2.Unmarshal(body, v); err != nil {
 		return fmt.Errorf("malformed JSON request: %w: %w", api.ErrInvalidArgument, err)
 	}
 	return nil

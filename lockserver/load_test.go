@@ -113,7 +113,7 @@ func TestMutualExclusionUnderLoad(t *testing.T) {
 
 	for k := range keys {
 		id := fmt.Sprintf("sha256:%064d", k)
-		st, err := l.Status(context.Background(), api.OperationUpdate, id, "")
+		st, err := l.Status(context.Background(), api.OperationUpdate, id, "", "")
 		require.NoError(t, err)
 		require.Nil(t, st.Holder)
 		require.Empty(t, st.Queue)

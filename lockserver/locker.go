@@ -43,6 +43,9 @@ type Locker struct {
 	mmu     sync.Mutex
 	members map[string]*member // protected by mmu
 
+	// waiting counts each node's queued requests (bounds.go).
+	waiting *nodeCounter
+
 	stop chan struct{} // closed by Close; stops the sweepers
 	wg   sync.WaitGroup
 }
@@ -102,6 +105,7 @@ func NewLocker(cfg Config, opts Options) (*Locker, error) {
 		shards:  make([]*shard, cfg.Shards),
 		now:     time.Now,
 		members: map[string]*member{},
+		waiting: newNodeCounter(cfg.MaxWaitersPerNode),
 		stop:    make(chan struct{}),
 	}
 	ctx := context.Background()
@@ -212,16 +216,49 @@ func (l *Locker) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 	defer sh.tidy(r)
 	k := &r.keys[t]
 
-	// A retry of a call we already answered gets the same answer.
-	if g := k.holder; g != nil && g.requestID == req.RequestID {
+	if resp, ok := l.answered(k, req, now); ok {
+		return resp, nil
+	}
+	if err := l.admit(ctx, t, req, now); err != nil {
+		return api.LockResponse{}, err
+	}
+	// A retained success is only an answer while nothing incompatible is
+	// in flight: a pull must not skip while a delete removes the blob.
+	if c := k.completed; c != nil && now.Sub(c.at) < l.cfg.CompletedTTL && r.compatibleWith(t) {
+		l.metrics.result(t, resultSkipped)
+		return api.LockResponse{RequestID: req.RequestID, Skip: true}, nil
+	}
+	q := request{typ: t, nodeID: req.NodeID, requestID: req.RequestID, reap: req.Reap}
+	if k.holder == nil && k.queue.Len() == 0 && r.compatibleWith(t) {
+		g, err := l.grant(r, q, now)
+		if err != nil {
+			return api.LockResponse{}, err
+		}
 		g.claimed = true
+		l.metrics.result(t, resultAcquired)
+		l.notifyWatchers(r, t, api.EventGranted, g.nodeID, true, "")
 		return l.grantResponse(g), nil
 	}
-	if w := k.queue.Get(req.RequestID); w != nil {
-		w.lastSeen = now
-		return api.LockResponse{RequestID: req.RequestID, Queued: true, Position: k.queue.Position(w)}, nil
-	}
+	return l.enqueue(r, q, req.Wait, now)
+}
 
+// answered returns the answer already given to this request, if any: a
+// retry gets its grant or its place in the queue again.
+func (l *Locker) answered(k *key, req api.LockRequest, now time.Time) (api.LockResponse, bool) {
+	if g := k.holder; g != nil && g.is(req.NodeID, req.RequestID) {
+		g.claimed = true
+		return l.grantResponse(g), true
+	}
+	if w := k.queue.Get(req.NodeID, req.RequestID); w != nil {
+		w.lastSeen = now
+		return api.LockResponse{RequestID: req.RequestID, Queued: true, Position: k.queue.Position(w)}, true
+	}
+	return api.LockResponse{}, false
+}
+
+// admit applies the referrer rules of a new delete (SPEC §8) or update
+// (update_requires_no_ref).
+func (l *Locker) admit(ctx context.Context, t typeIndex, req api.LockRequest, now time.Time) error {
 	switch t {
 	case idxDelete:
 		if err := l.checkDelete(ctx, req, now); err != nil {
@@ -230,54 +267,42 @@ func (l *Locker) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 			} else {
 				l.metrics.result(t, resultInUse)
 			}
-			return api.LockResponse{}, err
+			return err
 		}
 	case idxUpdate:
 		if l.cfg.UpdateRequiresNoRef {
 			if err := l.checkNoOtherRefs(ctx, req.ResourceID, req.NodeID); err != nil {
 				l.metrics.result(t, resultInUse)
-				return api.LockResponse{}, err
+				return err
 			}
 		}
 	}
+	return nil
+}
 
-	// A retained success is only an answer while nothing incompatible is
-	// in flight: a pull must not skip while a delete removes the blob.
-	if c := k.completed; c != nil && now.Sub(c.at) < l.cfg.CompletedTTL && r.compatibleWith(t) {
-		l.metrics.result(t, resultSkipped)
-		return api.LockResponse{RequestID: req.RequestID, Skip: true}, nil
+// enqueue queues q behind the holders of r, if it asked to wait (nil: the
+// server's default) and its node is under its bound.
+func (l *Locker) enqueue(r *resource, q request, wait *bool, now time.Time) (api.LockResponse, error) {
+	t, k := q.typ, &r.keys[q.typ]
+	waits := l.cfg.AllowMultiNodeDownload
+	if wait != nil {
+		waits = *wait
 	}
-
-	if k.holder == nil && k.queue.Len() == 0 && r.compatibleWith(t) {
-		g, err := l.grant(r, request{typ: t, nodeID: req.NodeID, requestID: req.RequestID, reap: req.Reap}, now)
-		if err != nil {
-			return api.LockResponse{}, err
-		}
-		g.claimed = true
-		l.metrics.result(t, resultAcquired)
-		l.notifyWatchers(r, t, api.EventGranted, g.nodeID, g.requestID, true, "")
-		return l.grantResponse(g), nil
-	}
-
-	wait := l.cfg.AllowMultiNodeDownload
-	if req.Wait != nil {
-		wait = *req.Wait
-	}
-	if !wait {
+	if !waits {
 		l.metrics.result(t, resultLocked)
 		return api.LockResponse{}, l.lockedError(r, t)
 	}
-	if l.trace != nil {
-		l.trace("queued", t, req.ResourceID, req.RequestID)
+	if !l.waiting.tryAdd(q.nodeID) {
+		l.metrics.result(t, resultLocked)
+		return api.LockResponse{}, fmt.Errorf("node %s has %d requests queued (the limit): %w", q.nodeID, l.cfg.MaxWaitersPerNode, api.ErrTooManyRequests)
 	}
-	k.queue.Push(&waiter{
-		request:  request{typ: t, nodeID: req.NodeID, requestID: req.RequestID, reap: req.Reap},
-		queued:   now,
-		lastSeen: now,
-	})
+	if l.trace != nil {
+		l.trace("queued", t, r.id, q.requestID)
+	}
+	k.queue.Push(&waiter{request: q, queued: now, lastSeen: now})
 	l.metrics.result(t, resultQueued)
 	l.metrics.queueDepth[t].Inc()
-	return api.LockResponse{RequestID: req.RequestID, Queued: true, Position: k.queue.Len()}, nil
+	return api.LockResponse{RequestID: q.requestID, Queued: true, Position: k.queue.Len()}, nil
 }
 
 // Unlock handles POST /unlock (SPEC §3 "Release"). Only the holder of the
@@ -295,15 +320,20 @@ func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 	r := sh.resources[req.ResourceID]
 	if r == nil || r.keys[t].holder == nil || r.keys[t].holder.leaseID != req.LeaseID {
 		if key, ok := leaseKeyOf(req.LeaseID); ok {
-			if rel, ok := sh.released[key]; ok && rel.success == req.Success && rel.typ == t && rel.resource == hashID(req.ResourceID) {
+			rel, ok := sh.released[key]
+			if ok && rel.success == req.Success && rel.typ == t && rel.resource == hashID(req.ResourceID) &&
+				(req.NodeID == "" || rel.node == hashID(req.NodeID)) {
 				return api.UnlockResponse{Released: true}, nil
 			}
 		}
 		return api.UnlockResponse{}, fmt.Errorf("%s:%s: lease %s is not held (expired, released or wrong key): %w",
 			req.Type, req.ResourceID, req.LeaseID, api.ErrNotHolder)
 	}
-	defer sh.tidy(r)
 	g := r.keys[t].holder
+	if err := ownedBy(g, req.NodeID); err != nil {
+		return api.UnlockResponse{}, err
+	}
+	defer sh.tidy(r)
 	if req.Success {
 		// The referrer set changes on disk first: if it cannot, the
 		// unlock changes nothing (the lock stays held, nobody is told)
@@ -346,6 +376,9 @@ func (l *Locker) Keepalive(ctx context.Context, req api.KeepaliveRequest) (api.K
 	if r == nil || r.keys[t].holder == nil || r.keys[t].holder.leaseID != req.LeaseID {
 		return api.KeepaliveResponse{}, fmt.Errorf("%s:%s: lease %s is not held: %w", req.Type, req.ResourceID, req.LeaseID, api.ErrNotHolder)
 	}
+	if err := ownedBy(r.keys[t].holder, req.NodeID); err != nil {
+		return api.KeepaliveResponse{}, err
+	}
 	now := l.now()
 	if t == idxDelete {
 		// A delete is still granted only while every member is synced: a
@@ -368,6 +401,9 @@ func (l *Locker) Keepalive(ctx context.Context, req api.KeepaliveRequest) (api.K
 func (l *Locker) Cancel(ctx context.Context, req api.CancelRequest) error {
 	t, err := validateKey(req.Type, req.ResourceID)
 	if err == nil {
+		err = validateID("node_id", req.NodeID)
+	}
+	if err == nil {
 		err = validateID("request_id", req.RequestID)
 	}
 	if err != nil {
@@ -382,12 +418,22 @@ func (l *Locker) Cancel(ctx context.Context, req api.CancelRequest) error {
 	}
 	defer sh.tidy(r)
 	k := &r.keys[t]
-	if w := k.queue.Get(req.RequestID); w != nil {
+	if w := k.queue.Get(req.NodeID, req.RequestID); w != nil {
 		l.dropWaiter(k, w)
 		return nil
 	}
-	if k.holder != nil && k.holder.requestID == req.RequestID {
+	if k.holder != nil && k.holder.is(req.NodeID, req.RequestID) {
 		l.release(ctx, sh, r, t, false, "cancelled", l.now())
+	}
+	return nil
+}
+
+// ownedBy checks that a request naming node (an unlock, a keepalive)
+// comes from the holder of g. An empty node names nobody: the lease ID
+// alone is the holder's proof.
+func ownedBy(g *grant, node string) error {
+	if node != "" && node != g.nodeID {
+		return fmt.Errorf("%s: the lease belongs to another node than %s: %w", typeNames[g.typ], node, api.ErrNotHolder)
 	}
 	return nil
 }
@@ -430,7 +476,7 @@ func (l *Locker) release(ctx context.Context, sh *shard, r *resource, t typeInde
 	g := k.holder
 	k.holder = nil
 	if key, ok := leaseKeyOf(g.leaseID); ok {
-		sh.released[key] = released{success: success, typ: t, resource: hashID(r.id), at: now.UnixNano()}
+		sh.released[key] = released{success: success, typ: t, resource: hashID(r.id), node: hashID(g.nodeID), at: now.UnixNano()}
 	}
 	l.metrics.hold[t].Observe(now.Sub(g.acquired).Seconds())
 	switch reason {
@@ -441,9 +487,9 @@ func (l *Locker) release(ctx context.Context, sh *shard, r *resource, t typeInde
 	}
 
 	if success && t != idxUpdate {
-		l.notifyWatchers(r, t, api.EventCompleted, g.nodeID, g.requestID, true, reason)
+		l.notifyWatchers(r, t, api.EventCompleted, g.nodeID, true, reason)
 	} else {
-		l.notifyWatchers(r, t, api.EventReleased, g.nodeID, g.requestID, success, reason)
+		l.notifyWatchers(r, t, api.EventReleased, g.nodeID, success, reason)
 	}
 	l.advance(ctx, r, now)
 }
@@ -469,6 +515,7 @@ func (l *Locker) complete(r *resource, t typeIndex, g *grant, now time.Time) {
 		l.metrics.result(t, resultSkipped)
 		l.metrics.wait[t].Observe(now.Sub(w.queued).Seconds())
 		l.metrics.queueDepth[t].Dec()
+		l.waiting.done(w.nodeID)
 		return true
 	})
 	k.queue.Clear()
@@ -529,7 +576,7 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 			ev.Lease = &lease
 			w.sub.finish(ev) // from now on keepalives keep the lease
 		}
-		l.notifyWatchers(r, next, api.EventGranted, g.nodeID, g.requestID, true, "")
+		l.notifyWatchers(r, next, api.EventGranted, g.nodeID, true, "")
 	}
 }
 
@@ -613,6 +660,7 @@ func (l *Locker) lockedError(r *resource, t typeIndex) error {
 func (l *Locker) dropWaiter(k *key, w *waiter) {
 	k.queue.Remove(w)
 	l.metrics.queueDepth[w.typ].Dec()
+	l.waiting.done(w.nodeID)
 }
 
 // newID returns an unguessable identifier (128 random bits).

@@ -37,11 +37,18 @@ func lockReq(typ api.OperationType, node string) api.LockRequest {
 	return api.LockRequest{Type: typ, ResourceID: blob, NodeID: node}
 }
 
-func mustLock(t *testing.T, l *Locker, typ api.OperationType, node string) api.LockResponse {
+// locked is a Lock answer with the node that asked: a request is known by
+// both.
+type locked struct {
+	api.LockResponse
+	Node string
+}
+
+func mustLock(t *testing.T, l *Locker, typ api.OperationType, node string) locked {
 	t.Helper()
 	resp, err := l.Lock(context.Background(), lockReq(typ, node))
 	require.NoError(t, err)
-	return resp
+	return locked{resp, node}
 }
 
 func unlock(t *testing.T, l *Locker, typ api.OperationType, lease string, success bool) {
@@ -84,7 +91,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 		a := mustLock(t, l, api.OperationPull, "n1")
 		w := mustLock(t, l, api.OperationPull, "n2")
 		require.True(t, w.Queued)
-		sub, err := l.Subscribe(api.OperationPull, blob, w.RequestID)
+		sub, err := l.Subscribe(api.OperationPull, blob, w.Node, w.RequestID)
 		require.NoError(t, err)
 		defer sub.Close()
 		unlock(t, l, api.OperationPull, a.LeaseID, true)
@@ -103,8 +110,8 @@ func TestAcquireReleasePaths(t *testing.T) {
 		a := mustLock(t, l, api.OperationPull, "n1")
 		b := mustLock(t, l, api.OperationPull, "n2")
 		c := mustLock(t, l, api.OperationPull, "n3")
-		sb, _ := l.Subscribe(api.OperationPull, blob, b.RequestID)
-		sc, _ := l.Subscribe(api.OperationPull, blob, c.RequestID)
+		sb, _ := l.Subscribe(api.OperationPull, blob, b.Node, b.RequestID)
+		sc, _ := l.Subscribe(api.OperationPull, blob, c.Node, c.RequestID)
 		defer sb.Close()
 		defer sc.Close()
 		unlock(t, l, api.OperationPull, a.LeaseID, false)
@@ -113,7 +120,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 		require.NotNil(t, ev.Lease)
 		require.Greater(t, ev.Lease.Fence, a.Fence)
 		require.Empty(t, sc.Events(), "the third waiter must not be woken")
-		st, err := l.Status(context.Background(), api.OperationPull, blob, c.RequestID)
+		st, err := l.Status(context.Background(), api.OperationPull, blob, c.Node, c.RequestID)
 		require.NoError(t, err)
 		require.Equal(t, "n2", st.Holder.NodeID)
 		require.Equal(t, 1, st.Request.Position)
@@ -156,7 +163,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 		p := mustLock(t, l, api.OperationPull, "n1")
 		d := mustLock(t, l, api.OperationDelete, "n2")
 		require.True(t, d.Queued)
-		sd, _ := l.Subscribe(api.OperationDelete, blob, d.RequestID)
+		sd, _ := l.Subscribe(api.OperationDelete, blob, d.Node, d.RequestID)
 		defer sd.Close()
 		unlock(t, l, api.OperationPull, p.LeaseID, true)
 		ev := <-sd.Events()
@@ -170,7 +177,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 		l := newTestLocker(t)
 		p := mustLock(t, l, api.OperationPull, "n1")
 		d := mustLock(t, l, api.OperationDelete, "n2")
-		sd, _ := l.Subscribe(api.OperationDelete, blob, d.RequestID)
+		sd, _ := l.Subscribe(api.OperationDelete, blob, d.Node, d.RequestID)
 		defer sd.Close()
 		unlock(t, l, api.OperationPull, p.LeaseID, false)
 		ev := <-sd.Events()
@@ -182,8 +189,8 @@ func TestAcquireReleasePaths(t *testing.T) {
 		d := mustLock(t, l, api.OperationDelete, "n1")
 		p := mustLock(t, l, api.OperationPull, "n2")
 		u := mustLock(t, l, api.OperationUpdate, "n3")
-		sp, _ := l.Subscribe(api.OperationPull, blob, p.RequestID)
-		su, _ := l.Subscribe(api.OperationUpdate, blob, u.RequestID)
+		sp, _ := l.Subscribe(api.OperationPull, blob, p.Node, p.RequestID)
+		su, _ := l.Subscribe(api.OperationUpdate, blob, u.Node, u.RequestID)
 		defer sp.Close()
 		defer su.Close()
 		unlock(t, l, api.OperationDelete, d.LeaseID, true)
@@ -195,11 +202,11 @@ func TestAcquireReleasePaths(t *testing.T) {
 		l := newTestLocker(t)
 		a := mustLock(t, l, api.OperationUpdate, "n1")
 		b := mustLock(t, l, api.OperationUpdate, "n2")
-		sb, _ := l.Subscribe(api.OperationUpdate, blob, b.RequestID)
+		sb, _ := l.Subscribe(api.OperationUpdate, blob, b.Node, b.RequestID)
 		defer sb.Close()
 		unlock(t, l, api.OperationUpdate, a.LeaseID, true)
 		require.Equal(t, api.EventGranted, (<-sb.Events()).Name)
-		st, _ := l.Status(context.Background(), api.OperationUpdate, blob, "")
+		st, _ := l.Status(context.Background(), api.OperationUpdate, blob, "", "")
 		require.Nil(t, st.Completed)
 	})
 
@@ -226,7 +233,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 		resp, err := l.Lock(ctx, req)
 		require.NoError(t, err)
 		require.True(t, resp.Queued, "wait=true overrides the server default")
-		st, _ := l.Status(context.Background(), api.OperationPull, blob, "")
+		st, _ := l.Status(context.Background(), api.OperationPull, blob, "", "")
 		require.Len(t, st.Queue, 1)
 	})
 
@@ -244,7 +251,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 		q1, _ := l.Lock(ctx, req2)
 		q2, _ := l.Lock(ctx, req2)
 		require.Equal(t, q1, q2)
-		st, _ := l.Status(context.Background(), api.OperationPull, blob, "")
+		st, _ := l.Status(context.Background(), api.OperationPull, blob, "", "")
 		require.Len(t, st.Queue, 1)
 	})
 
@@ -255,7 +262,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 		require.ErrorIs(t, err, api.ErrNotHolder)
 		_, err = l.Unlock(ctx, api.UnlockRequest{Type: api.OperationUpdate, ResourceID: blob, LeaseID: a.LeaseID, Success: true})
 		require.ErrorIs(t, err, api.ErrNotHolder, "a lease is bound to its key")
-		st, _ := l.Status(context.Background(), api.OperationPull, blob, "")
+		st, _ := l.Status(context.Background(), api.OperationPull, blob, "", "")
 		require.NotNil(t, st.Holder)
 		unlock(t, l, api.OperationPull, a.LeaseID, true)
 		unlock(t, l, api.OperationPull, a.LeaseID, true)
@@ -278,9 +285,9 @@ func TestAcquireReleasePaths(t *testing.T) {
 		a := mustLock(t, l, api.OperationPull, "n1")
 		b := mustLock(t, l, api.OperationPull, "n2")
 		c := mustLock(t, l, api.OperationPull, "n3")
-		require.NoError(t, l.Cancel(ctx, api.CancelRequest{Type: api.OperationPull, ResourceID: blob, RequestID: b.RequestID}))
-		require.NoError(t, l.Cancel(ctx, api.CancelRequest{Type: api.OperationPull, ResourceID: blob, RequestID: a.RequestID}))
-		st, _ := l.Status(context.Background(), api.OperationPull, blob, c.RequestID)
+		require.NoError(t, l.Cancel(ctx, api.CancelRequest{Type: api.OperationPull, ResourceID: blob, NodeID: b.Node, RequestID: b.RequestID}))
+		require.NoError(t, l.Cancel(ctx, api.CancelRequest{Type: api.OperationPull, ResourceID: blob, NodeID: a.Node, RequestID: a.RequestID}))
+		st, _ := l.Status(context.Background(), api.OperationPull, blob, c.Node, c.RequestID)
 		require.True(t, st.Request.Acquired, "the cancelled holder handed over to the next live waiter")
 		require.Empty(t, st.Queue)
 	})
@@ -304,7 +311,7 @@ func TestLeaseExpiryHandsOver(t *testing.T) {
 	ctx := context.Background()
 	a := mustLock(t, l, api.OperationPull, "n1")
 	b := mustLock(t, l, api.OperationPull, "n2")
-	sb, err := l.Subscribe(api.OperationPull, blob, b.RequestID)
+	sb, err := l.Subscribe(api.OperationPull, blob, b.Node, b.RequestID)
 	require.NoError(t, err)
 	defer sb.Close()
 	sh := l.shardFor(blob)
@@ -331,12 +338,12 @@ func TestUnclaimedGrantIsReleased(t *testing.T) {
 	a := mustLock(t, l, api.OperationPull, "n1")
 	b := mustLock(t, l, api.OperationPull, "n2") // polls, never subscribes
 	c := mustLock(t, l, api.OperationPull, "n3")
-	sc, _ := l.Subscribe(api.OperationPull, blob, c.RequestID)
+	sc, _ := l.Subscribe(api.OperationPull, blob, c.Node, c.RequestID)
 	defer sc.Close()
 	unlock(t, l, api.OperationPull, a.LeaseID, false) // b is granted but never claims
 	ev := <-sc.Events()
 	require.Equal(t, api.EventGranted, ev.Name, "b's unclaimed grant passed to c")
-	st, _ := l.Status(context.Background(), api.OperationPull, blob, b.RequestID)
+	st, _ := l.Status(context.Background(), api.OperationPull, blob, b.Node, b.RequestID)
 	require.False(t, st.Request.Acquired)
 }
 
@@ -344,11 +351,11 @@ func TestClosedStreamLeavesQueue(t *testing.T) {
 	l := newTestLocker(t)
 	mustLock(t, l, api.OperationPull, "n1")
 	b := mustLock(t, l, api.OperationPull, "n2")
-	sb, err := l.Subscribe(api.OperationPull, blob, b.RequestID)
+	sb, err := l.Subscribe(api.OperationPull, blob, b.Node, b.RequestID)
 	require.NoError(t, err)
 	require.Equal(t, 1, sb.First.Request.Position)
 	sb.Close()
-	st, _ := l.Status(context.Background(), api.OperationPull, blob, b.RequestID)
+	st, _ := l.Status(context.Background(), api.OperationPull, blob, b.Node, b.RequestID)
 	require.Empty(t, st.Queue)
 	require.False(t, st.Request.Queued)
 }
@@ -358,7 +365,7 @@ func TestSubscribeAfterCompletionSeesIt(t *testing.T) {
 	a := mustLock(t, l, api.OperationPull, "n1")
 	b := mustLock(t, l, api.OperationPull, "n2")
 	unlock(t, l, api.OperationPull, a.LeaseID, true) // before b subscribes
-	sb, err := l.Subscribe(api.OperationPull, blob, b.RequestID)
+	sb, err := l.Subscribe(api.OperationPull, blob, b.Node, b.RequestID)
 	require.NoError(t, err)
 	defer sb.Close()
 	require.NotNil(t, sb.First.Request)
@@ -377,11 +384,11 @@ func TestTargetedWakeups(t *testing.T) {
 	o2, err := l.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: other, NodeID: "n2"})
 	require.NoError(t, err)
 	require.True(t, o1.Acquired)
-	sOther, _ := l.Subscribe(api.OperationPull, other, o2.RequestID)
+	sOther, _ := l.Subscribe(api.OperationPull, other, "n2", o2.RequestID)
 	defer sOther.Close()
-	sUpd, _ := l.Subscribe(api.OperationUpdate, blob, "") // a watcher of another type of the same blob
+	sUpd, _ := l.Subscribe(api.OperationUpdate, blob, "", "") // a watcher of another type of the same blob
 	defer sUpd.Close()
-	sb, _ := l.Subscribe(api.OperationPull, blob, b.RequestID)
+	sb, _ := l.Subscribe(api.OperationPull, blob, b.Node, b.RequestID)
 	defer sb.Close()
 	unlock(t, l, api.OperationPull, a.LeaseID, true)
 	require.Equal(t, api.EventCompleted, (<-sb.Events()).Name)
@@ -428,7 +435,7 @@ func TestNoPullSkipWhileDeleteInFlight(t *testing.T) {
 	require.False(t, resp.Skip, "a pull must not skip while a delete removes the blob")
 	require.True(t, resp.Queued)
 	unlock(t, l, api.OperationDelete, d.LeaseID, true)
-	st, err := l.Status(context.Background(), api.OperationPull, blob, resp.RequestID)
+	st, err := l.Status(context.Background(), api.OperationPull, blob, resp.Node, resp.RequestID)
 	require.NoError(t, err)
 	require.True(t, st.Request.Acquired, "after the delete, the pull downloads again")
 }
@@ -513,13 +520,14 @@ func TestWaitersLearnOnceReferrerWritten(t *testing.T) {
 	w := mustLock(t, l, api.OperationPull, "n2")
 	wait := true
 	d, err := l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: blob, NodeID: "n3", Wait: &wait})
+	dNode := "n3"
 	require.NoError(t, err)
 	require.True(t, w.Queued)
 	require.True(t, d.Queued)
-	sw, err := l.Subscribe(api.OperationPull, blob, w.RequestID)
+	sw, err := l.Subscribe(api.OperationPull, blob, w.Node, w.RequestID)
 	require.NoError(t, err)
 	t.Cleanup(sw.Close)
-	sd, err := l.Subscribe(api.OperationDelete, blob, d.RequestID)
+	sd, err := l.Subscribe(api.OperationDelete, blob, dNode, d.RequestID)
 	require.NoError(t, err)
 	t.Cleanup(sd.Close)
 
@@ -566,7 +574,7 @@ func TestFailedUnlockChangesNothing(t *testing.T) {
 	l, store := newGatedLocker(t)
 	p := mustLock(t, l, api.OperationPull, "n1")
 	w := mustLock(t, l, api.OperationPull, "n2")
-	sw, err := l.Subscribe(api.OperationPull, blob, w.RequestID)
+	sw, err := l.Subscribe(api.OperationPull, blob, w.Node, w.RequestID)
 	require.NoError(t, err)
 	t.Cleanup(sw.Close)
 
@@ -579,10 +587,11 @@ func TestFailedUnlockChangesNothing(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, status)
 	require.Equal(t, api.CodeUnavailable, code)
 	require.Empty(t, sw.Events(), "no waiter is told anything")
-	st, err := l.Status(ctx, api.OperationPull, blob, "")
+	st, err := l.Status(ctx, api.OperationPull, blob, "", "")
 	require.NoError(t, err)
 	require.NotNil(t, st.Holder, "the lock stays held")
-	require.Equal(t, p.RequestID, st.Holder.RequestID)
+	require.Equal(t, "n1", st.Holder.NodeID)
+	require.Empty(t, st.Holder.RequestID, "request IDs are shown only to their node")
 	require.Nil(t, st.Completed, "no completion is recorded")
 	require.Equal(t, 1, st.QueueLength)
 	refs, err := l.Refs(ctx, blob)
@@ -591,7 +600,7 @@ func TestFailedUnlockChangesNothing(t *testing.T) {
 
 	n3 := mustLock(t, l, api.OperationPull, "n3")
 	require.True(t, n3.Queued, "a newcomer waits for the holder")
-	s3, err := l.Subscribe(api.OperationPull, blob, n3.RequestID)
+	s3, err := l.Subscribe(api.OperationPull, blob, n3.Node, n3.RequestID)
 	require.NoError(t, err)
 	t.Cleanup(s3.Close)
 
@@ -603,7 +612,7 @@ func TestFailedUnlockChangesNothing(t *testing.T) {
 	refs, err = l.Refs(ctx, blob)
 	require.NoError(t, err)
 	require.Equal(t, []string{"n1"}, refs.Nodes)
-	st, err = l.Status(ctx, api.OperationPull, blob, "")
+	st, err = l.Status(ctx, api.OperationPull, blob, "", "")
 	require.NoError(t, err)
 	require.Nil(t, st.Holder)
 }

@@ -49,7 +49,7 @@ func TestHTTPPathNotNormalized(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Close()
 	br := bufio.NewReader(conn)
-	cancel, err := json.Marshal(api.CancelRequest{Type: api.OperationPull, ResourceID: blob, RequestID: "r2"})
+	cancel, err := json.Marshal(api.CancelRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n2", RequestID: "r2"})
 	require.NoError(t, err)
 	for _, target := range []string{
 		"/lock%2fcancel",
@@ -68,7 +68,7 @@ func TestHTTPPathNotNormalized(t *testing.T) {
 		require.Contains(t, e.Error, fmt.Sprintf("no endpoint %q", target))
 	}
 	// None of them cancelled r2: it is still queued.
-	q := url.Values{"type": {"pull"}, "resource_id": {blob}, "request_id": {"r2"}}
+	q := url.Values{"type": {"pull"}, "resource_id": {blob}, "node_id": {"n2"}, "request_id": {"r2"}}
 	code, body = rawRequest(t, conn, br, http.MethodGet, "/lock/status?"+q.Encode(), "")
 	require.Equal(t, http.StatusOK, code, string(body))
 	st := decodeAs[api.StatusResponse](t, body)

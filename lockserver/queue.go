@@ -15,10 +15,10 @@ package lockserver
 // rebuilt, when empty slots outnumber the waiters, so space stays O(n)
 // and the rebuilds cost O(1) amortised per removal.
 type waitQueue struct {
-	slots []*waiter          // in arrival order; nil: removed
-	tree  []int32            // Fenwick tree over slots (1-based): occupied counts
-	head  int                // slots[:head] are all nil
-	byID  map[string]*waiter // occupied slots by request ID
+	slots []*waiter              // in arrival order; nil: removed
+	tree  []int32                // Fenwick tree over slots (1-based): occupied counts
+	head  int                    // slots[:head] are all nil
+	byID  map[requestKey]*waiter // occupied slots by (node, request ID)
 }
 
 // minCompact is the number of empty slots below which the queue is never
@@ -28,17 +28,17 @@ const minCompact = 64
 // Len returns the number of waiters.
 func (q *waitQueue) Len() int { return len(q.byID) }
 
-// Get returns the waiter of requestID, or nil.
-func (q *waitQueue) Get(requestID string) *waiter { return q.byID[requestID] }
+// Get returns the waiter of the request (node, requestID), or nil.
+func (q *waitQueue) Get(node, requestID string) *waiter { return q.byID[requestKey{node, requestID}] }
 
-// Push appends w at the tail. Its request ID must not be queued already.
+// Push appends w at the tail. Its request must not be queued already.
 func (q *waitQueue) Push(w *waiter) {
 	if q.byID == nil {
-		q.byID = make(map[string]*waiter)
+		q.byID = make(map[requestKey]*waiter)
 	}
 	w.slot = len(q.slots)
 	q.slots = append(q.slots, w)
-	q.byID[w.requestID] = w
+	q.byID[w.key()] = w
 	// Appending to a Fenwick tree: node i covers (i-lowbit(i), i].
 	i := len(q.slots)
 	q.tree = append(q.tree, 1+q.prefix(i-1)-q.prefix(i-i&-i))
@@ -60,10 +60,10 @@ func (q *waitQueue) Position(w *waiter) int { return int(q.prefix(w.slot + 1)) }
 
 // Remove takes w out of the queue.
 func (q *waitQueue) Remove(w *waiter) {
-	if q.byID[w.requestID] != w {
+	if q.byID[w.key()] != w {
 		return
 	}
-	delete(q.byID, w.requestID)
+	delete(q.byID, w.key())
 	q.slots[w.slot] = nil
 	for i := w.slot + 1; i <= len(q.tree); i += i & -i {
 		q.tree[i-1]--

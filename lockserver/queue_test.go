@@ -47,7 +47,7 @@ func TestWaitQueueMatchesASlice(t *testing.T) {
 			require.Equal(t, want, got, "step %d", step)
 			for i, w := range want {
 				require.Equal(t, i+1, q.Position(w), "step %d", step)
-				require.Same(t, w, q.Get(w.requestID))
+				require.Same(t, w, q.Get(w.nodeID, w.requestID))
 			}
 		}
 	}
@@ -70,13 +70,14 @@ func TestStatusIsBounded(t *testing.T) {
 		require.Equal(t, i+1, resp.Position)
 		reqs = append(reqs, resp)
 	}
-	require.NoError(t, l.Cancel(ctx, api.CancelRequest{Type: api.OperationPull, ResourceID: blob, RequestID: "r10"}))
-	st, err := l.Status(ctx, api.OperationPull, blob, "r4000")
+	require.NoError(t, l.Cancel(ctx, api.CancelRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n10", RequestID: "r10"}))
+	st, err := l.Status(ctx, api.OperationPull, blob, "n4000", "r4000")
 	require.NoError(t, err)
 	require.Len(t, st.Queue, api.StatusQueueHead)
 	require.Equal(t, n-1, st.QueueLength)
-	require.Equal(t, "r0", st.Queue[0].RequestID)
-	require.Equal(t, "r11", st.Queue[10].RequestID, "the cancelled waiter is gone")
+	require.Equal(t, "n0", st.Queue[0].NodeID)
+	require.Empty(t, st.Queue[0].RequestID, "request IDs are shown only to their own node")
+	require.Equal(t, "n11", st.Queue[10].NodeID, "the cancelled waiter is gone")
 	require.True(t, st.Request.Queued)
 	require.Equal(t, 4000, st.Request.Position, "4000 ahead of it, less the cancelled one")
 	again, err := l.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n4000", RequestID: "r4000"})
@@ -90,7 +91,7 @@ func TestStatusIsBounded(t *testing.T) {
 func BenchmarkEnqueue(b *testing.B) {
 	for _, n := range []int{1000, 10000, 100000} {
 		b.Run(fmt.Sprint("waiters=", n), func(b *testing.B) {
-			l := newTestLocker(b)
+			l := newTestLocker(b, func(c *Config) { c.MaxWaitersPerNode = 1 << 30 })
 			ctx := context.Background()
 			if _, err := l.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "holder"}); err != nil {
 				b.Fatal(err)
@@ -110,7 +111,7 @@ func BenchmarkEnqueue(b *testing.B) {
 				if err != nil || resp.Position != n+1 {
 					b.Fatal(err, resp.Position)
 				}
-				if err := l.Cancel(ctx, api.CancelRequest{Type: api.OperationPull, ResourceID: blob, RequestID: ids[i]}); err != nil {
+				if err := l.Cancel(ctx, api.CancelRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n", RequestID: ids[i]}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -123,7 +124,7 @@ func BenchmarkEnqueue(b *testing.B) {
 func BenchmarkStatusPoll(b *testing.B) {
 	for _, n := range []int{1000, 100000} {
 		b.Run(fmt.Sprint("waiters=", n), func(b *testing.B) {
-			l := newTestLocker(b)
+			l := newTestLocker(b, func(c *Config) { c.MaxWaitersPerNode = 1 << 30 })
 			ctx := context.Background()
 			if _, err := l.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "holder"}); err != nil {
 				b.Fatal(err)
@@ -136,7 +137,7 @@ func BenchmarkStatusPoll(b *testing.B) {
 			last := fmt.Sprintf("w%d", n-1)
 			b.ResetTimer()
 			for range b.N {
-				st, err := l.Status(ctx, api.OperationPull, blob, last)
+				st, err := l.Status(ctx, api.OperationPull, blob, "n", last)
 				if err != nil || st.Request.Position != n {
 					b.Fatal(err)
 				}

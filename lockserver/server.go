@@ -38,6 +38,12 @@ type ServerConfig struct {
 	TLSKey  string
 	// TLSClientCA, when set, requires client certificates signed by it (mTLS).
 	TLSClientCA string
+	// TLSNodeIdentity names each client by its certificate (auth.go):
+	// a node may act only as itself. Needs TLSClientCA.
+	TLSNodeIdentity bool
+	// NodeTokensFile, when set, holds one "NODE_ID TOKEN" line per node:
+	// each token authenticates its node, which may act only as itself.
+	NodeTokensFile string
 	// Limits bound the connections served; the zero value picks defaults
 	// below the descriptor limit.
 	Limits ConnLimits
@@ -69,6 +75,11 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 	if err := checkDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
+	limits := cfg.Limits.withDefaults()
+	opts, err := cfg.authOptions()
+	if err != nil {
+		return nil, err
+	}
 	storage, err := refcount.OpenBoltStorage(filepath.Join(cfg.DataDir, DBFile))
 	if err != nil {
 		return nil, fmt.Errorf("lockserver: %w", err)
@@ -84,24 +95,8 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 		storage.Close()
 		return nil, err
 	}
-	limits := cfg.Limits.withDefaults()
-	opts := []HandlerOption{WithMetricsGatherer(reg), WithReadinessCheck(freeSpaceCheck(cfg.DataDir)),
-		WithStreamLimits(max(1, limits.Total/2), max(1, limits.PerIP/2))}
-	for _, tf := range []struct {
-		path string
-		opt  func(string) HandlerOption
-	}{{cfg.AuthTokenFile, WithBearerToken}, {cfg.AdminTokenFile, WithAdminToken}} {
-		if tf.path == "" {
-			continue
-		}
-		token, err := ReadTokenFile(tf.path)
-		if err != nil {
-			locker.Close()
-			storage.Close()
-			return nil, fmt.Errorf("lockserver: %w", err)
-		}
-		opts = append(opts, tf.opt(token))
-	}
+	opts = append(opts, WithMetricsGatherer(reg), WithReadinessCheck(freeSpaceCheck(cfg.DataDir)),
+		WithStreamLimits(max(1, limits.Total/2), max(1, limits.PerIP/2), DefaultMaxStreamsPerNode))
 	sm := newServerMetrics()
 	reg.MustRegister(sm)
 	s := &Server{Locker: locker, storage: storage, handler: NewHandler(locker, opts...), limits: limits, metrics: sm}
@@ -115,6 +110,38 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 		}
 	}
 	return s, nil
+}
+
+// authOptions returns the Handler options of the configured identities.
+func (cfg ServerConfig) authOptions() ([]HandlerOption, error) {
+	var opts []HandlerOption
+	for _, tf := range []struct {
+		path string
+		opt  func(string) HandlerOption
+	}{{cfg.AuthTokenFile, WithBearerToken}, {cfg.AdminTokenFile, WithAdminToken}} {
+		if tf.path == "" {
+			continue
+		}
+		token, err := ReadTokenFile(tf.path)
+		if err != nil {
+			return nil, fmt.Errorf("lockserver: %w", err)
+		}
+		opts = append(opts, tf.opt(token))
+	}
+	if cfg.NodeTokensFile != "" {
+		tokens, err := tokenfile.ReadNodes(cfg.NodeTokensFile)
+		if err != nil {
+			return nil, fmt.Errorf("lockserver: %w", err)
+		}
+		opts = append(opts, WithNodeTokens(tokens))
+	}
+	if cfg.TLSNodeIdentity {
+		if cfg.TLSClientCA == "" {
+			return nil, errors.New("lockserver: --tls-node-identity needs --tls-client-ca (client certificates)")
+		}
+		opts = append(opts, WithCertIdentity())
+	}
+	return opts, nil
 }
 
 // ReadTokenFile reads a bearer token: the file's content, trimmed. An

@@ -162,7 +162,9 @@ func TestHTTPBadInput(t *testing.T) {
 	}{
 		{"malformed", "/lock", `{"type":`, 400, api.CodeInvalidArgument},
 		{"not an object", "/lock", `[1,2]`, 400, api.CodeInvalidArgument},
-		{"unknown field", "/lock", `{"type":"pull","resource_id":"x","node_id":"n","resourceId":"y"}`, 400, api.CodeInvalidArgument},
+		{"duplicate member", "/lock", `{"type":"pull","resource_id":"x","node_id":"n","node_id":"m"}`, 400, api.CodeInvalidArgument},
+		{"wrong member type", "/lock", `{"type":"pull","resource_id":"x","node_id":7}`, 400, api.CodeInvalidArgument},
+		{"invalid UTF-8", "/lock", "{\"type\":\"pull\",\"resource_id\":\"x\xff\",\"node_id\":\"n\"}", 400, api.CodeInvalidArgument},
 		{"trailing data", "/lock", `{"type":"pull","resource_id":"x","node_id":"n"} {}`, 400, api.CodeInvalidArgument},
 		{"missing node", "/lock", `{"type":"pull","resource_id":"x"}`, 400, api.CodeInvalidArgument},
 		{"unknown type", "/lock", `{"type":"merge","resource_id":"x","node_id":"n"}`, 400, api.CodeInvalidArgument},
@@ -219,7 +221,7 @@ func TestHTTPBadInput(t *testing.T) {
 	require.Equal(t, api.CodeTooLarge, decodeAs[api.ErrorResponse](t, body).Code)
 
 	// Nothing changed: the holder still holds, nobody queued, refs intact.
-	st, err := ts.Locker.Status(context.Background(), api.OperationPull, blob, "")
+	st, err := ts.Locker.Status(context.Background(), api.OperationPull, blob, "", "")
 	require.NoError(t, err)
 	require.Equal(t, "n1", st.Holder.NodeID)
 	require.Empty(t, st.Queue)
@@ -241,7 +243,7 @@ func TestHTTPAuth(t *testing.T) {
 	require.Equal(t, api.CodeUnauthorized, decodeAs[api.ErrorResponse](t, body).Code)
 	code, _ = post(t, ts.url, "/lock", req, "Authorization", "Bearer wrong")
 	require.Equal(t, 401, code)
-	st, _ := ts.Locker.Status(context.Background(), api.OperationPull, blob, "")
+	st, _ := ts.Locker.Status(context.Background(), api.OperationPull, blob, "", "")
 	require.Nil(t, st.Holder, "an unauthorized request changes nothing")
 	code, body = post(t, ts.url, "/lock", req, "Authorization", "Bearer s3cret")
 	require.Equal(t, 200, code, string(body))
@@ -300,19 +302,19 @@ func TestHTTPSubscribe(t *testing.T) {
 	require.True(t, lock("n2", "rb").Queued)
 	require.True(t, lock("n3", "rc").Queued)
 
-	evB, closeB := subscribeHTTP(t, ts, url.Values{"type": {"pull"}, "resource_id": {blob}, "request_id": {"rb"}})
+	evB, closeB := subscribeHTTP(t, ts, url.Values{"type": {"pull"}, "resource_id": {blob}, "node_id": {"n2"}, "request_id": {"rb"}})
 	defer closeB()
 	first := <-evB
 	require.Equal(t, api.EventState, first.name)
 	st := decodeAs[api.StatusResponse](t, []byte(first.data))
 	require.Equal(t, 1, st.Request.Position)
 
-	evC, closeC := subscribeHTTP(t, ts, url.Values{"type": {"pull"}, "resource_id": {blob}, "request_id": {"rc"}})
+	evC, closeC := subscribeHTTP(t, ts, url.Values{"type": {"pull"}, "resource_id": {blob}, "node_id": {"n3"}, "request_id": {"rc"}})
 	require.Equal(t, api.EventState, (<-evC).name)
 	// C's stream closes: C leaves the queue at once.
 	closeC()
 	require.Eventually(t, func() bool {
-		st, _ := ts.Locker.Status(context.Background(), api.OperationPull, blob, "")
+		st, _ := ts.Locker.Status(context.Background(), api.OperationPull, blob, "", "")
 		return len(st.Queue) == 1
 	}, 5*time.Second, 5*time.Millisecond)
 
@@ -368,7 +370,7 @@ func TestShutdownEndsStreams(t *testing.T) {
 	ts := startServer(t, t.TempDir())
 	_, _ = post(t, ts.url, "/lock", api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n1"})
 	_, _ = post(t, ts.url, "/lock", api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n2", RequestID: "rb"})
-	ev, closeB := subscribeHTTP(t, ts, url.Values{"type": {"pull"}, "resource_id": {blob}, "request_id": {"rb"}})
+	ev, closeB := subscribeHTTP(t, ts, url.Values{"type": {"pull"}, "resource_id": {blob}, "node_id": {"n2"}, "request_id": {"rb"}})
 	defer closeB()
 	<-ev
 	ts.Stop() // returns only once the stream has ended

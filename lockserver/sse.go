@@ -56,14 +56,18 @@ func (h *Handler) subscribe(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 		return
 	}
-	release, err := h.streams.acquire(ctx.RemoteIP().String())
+	q := ctx.QueryArgs()
+	node := string(q.Peek("node_id"))
+	if !actAs(ctx, &node) {
+		return
+	}
+	release, err := h.streams.acquire(ctx.RemoteIP().String(), node)
 	if err != nil {
 		ctx.Response.Header.Set("Retry-After", "1")
 		writeError(ctx, err)
 		return
 	}
-	q := ctx.QueryArgs()
-	sub, err := h.locker.Subscribe(api.OperationType(q.Peek("type")), string(q.Peek("resource_id")), string(q.Peek("request_id")))
+	sub, err := h.locker.Subscribe(api.OperationType(q.Peek("type")), string(q.Peek("resource_id")), node, string(q.Peek("request_id")))
 	if err != nil {
 		release()
 		writeError(ctx, err)

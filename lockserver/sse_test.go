@@ -53,7 +53,7 @@ func (c *rawConn) response(t *testing.T) (*http.Response, string) {
 }
 
 func subscribeReq(requestID string, headers ...string) string {
-	return "GET /lock/subscribe?type=pull&resource_id=" + blob + "&request_id=" + requestID + " HTTP/1.1\r\nHost: lock\r\n" +
+	return "GET /lock/subscribe?type=pull&resource_id=" + blob + "&node_id=n2&request_id=" + requestID + " HTTP/1.1\r\nHost: lock\r\n" +
 		strings.Join(headers, "") + "\r\n"
 }
 

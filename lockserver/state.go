@@ -52,13 +52,23 @@ type key struct {
 	watchers  map[*Subscription]struct{}
 }
 
-// request identifies one Lock call.
+// request is one Lock call. A request is known by its node and its
+// request ID together (SPEC §9): two nodes may use the same request ID, and
+// neither can reach the other's request with it.
 type request struct {
 	typ       typeIndex
 	nodeID    string
 	requestID string
 	reap      api.ReapMode // deletes only
 }
+
+// requestKey identifies a request: (node_id, request_id).
+type requestKey struct{ node, id string }
+
+func (r *request) key() requestKey { return requestKey{r.nodeID, r.requestID} }
+
+// is reports whether r is the request (node, id).
+func (r *request) is(node, id string) bool { return r.nodeID == node && r.requestID == id }
 
 // grant is a held lock.
 type grant struct {
@@ -96,6 +106,7 @@ type released struct {
 	success  bool
 	typ      typeIndex
 	resource uint32 // FNV-1a of the resource ID: a retry must name the same key
+	node     uint32 // FNV-1a of the holder's node ID: a retry naming a node must name it
 	at       int64  // UnixNano of the release
 }
 

@@ -15,28 +15,32 @@ import (
 // bounded.
 
 // Default stream limits of a Handler. A Server uses half of its
-// connection limits.
+// connection limits for the first two.
 const (
-	DefaultMaxStreams      = 8192
-	DefaultMaxStreamsPerIP = 512
+	DefaultMaxStreams        = 8192
+	DefaultMaxStreamsPerIP   = 512
+	DefaultMaxStreamsPerNode = 512
 )
 
-// streamLimiter counts open event streams.
+// streamLimiter counts open event streams, in all, per client IP and per
+// node.
 type streamLimiter struct {
-	total, perIP int
+	total, perIP, perNode int
 
-	mu   sync.Mutex
-	open int            // protected by mu
-	byIP map[string]int // protected by mu
+	mu     sync.Mutex
+	open   int            // protected by mu
+	byIP   map[string]int // protected by mu
+	byNode map[string]int // protected by mu
 }
 
-func newStreamLimiter(total, perIP int) *streamLimiter {
-	return &streamLimiter{total: total, perIP: perIP, byIP: map[string]int{}}
+func newStreamLimiter(total, perIP, perNode int) *streamLimiter {
+	return &streamLimiter{total: total, perIP: perIP, perNode: perNode, byIP: map[string]int{}, byNode: map[string]int{}}
 }
 
-// acquire counts a stream from ip in, or refuses it with an error matching
-// api.ErrTooManyRequests. release must be called once the stream is over.
-func (l *streamLimiter) acquire(ip string) (release func(), err error) {
+// acquire counts a stream from ip, for node (may be empty), in, or refuses
+// it with an error matching api.ErrTooManyRequests. release must be called
+// once the stream is over.
+func (l *streamLimiter) acquire(ip, node string) (release func(), err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -44,18 +48,28 @@ func (l *streamLimiter) acquire(ip string) (release func(), err error) {
 		return nil, fmt.Errorf("%d event streams open (the limit); poll /lock/status or retry later: %w", l.open, api.ErrTooManyRequests)
 	case l.byIP[ip] >= l.perIP:
 		return nil, fmt.Errorf("%d event streams open from %s (the per-IP limit); poll /lock/status or retry later: %w", l.byIP[ip], ip, api.ErrTooManyRequests)
+	case node != "" && l.byNode[node] >= l.perNode:
+		return nil, fmt.Errorf("%d event streams open for node %s (the per-node limit); poll /lock/status or retry later: %w", l.byNode[node], node, api.ErrTooManyRequests)
 	}
 	l.open++
 	l.byIP[ip]++
+	if node != "" {
+		l.byNode[node]++
+	}
 	var once sync.Once
-	return func() {
-		once.Do(func() {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			l.open--
-			if l.byIP[ip]--; l.byIP[ip] <= 0 {
-				delete(l.byIP, ip)
-			}
-		})
-	}, nil
+	return func() { once.Do(func() { l.release(ip, node) }) }, nil
+}
+
+func (l *streamLimiter) release(ip, node string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.open--
+	if l.byIP[ip]--; l.byIP[ip] <= 0 {
+		delete(l.byIP, ip)
+	}
+	if node != "" {
+		if l.byNode[node]--; l.byNode[node] <= 0 {
+			delete(l.byNode, node)
+		}
+	}
 }

@@ -21,7 +21,7 @@ import (
 // Retry-After, and once a stream ends a new one is served again.
 func TestStreamLimits(t *testing.T) {
 	l := newTestLocker(t)
-	base := serveHandler(t, NewHandler(l, WithStreamLimits(3, 2)))
+	base := serveHandler(t, NewHandler(l, WithStreamLimits(3, 2, 100)))
 	addr := strings.TrimPrefix(base, "http://")
 	mustLock(t, l, api.OperationPull, "holder")
 	n := 0
@@ -35,7 +35,7 @@ func TestStreamLimits(t *testing.T) {
 		c, err := d.Dial("tcp", addr)
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
-		q := url.Values{"type": {"pull"}, "resource_id": {blob}, "request_id": {resp.RequestID}}
+		q := url.Values{"type": {"pull"}, "resource_id": {blob}, "node_id": {resp.Node}, "request_id": {resp.RequestID}}
 		require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
 		_, err = io.WriteString(c, "GET /lock/subscribe?"+q.Encode()+" HTTP/1.1\r\nHost: x\r\n\r\n")
 		require.NoError(t, err)

@@ -29,6 +29,7 @@ type Subscription struct {
 	l         *Locker
 	typ       typeIndex
 	id        string
+	nodeID    string
 	requestID string
 	events    chan api.Event
 	ended     bool // protected by the shard mutex
@@ -68,13 +69,11 @@ func (s *Subscription) end() {
 	close(s.events)
 }
 
-// Subscribe opens an event stream for (typ, resourceID), following
-// requestID when it is not empty. The caller must Close it.
-func (l *Locker) Subscribe(typ api.OperationType, resourceID, requestID string) (*Subscription, error) {
-	t, err := validateKey(typ, resourceID)
-	if err == nil && requestID != "" {
-		err = validateID("request_id", requestID)
-	}
+// Subscribe opens an event stream for (typ, resourceID), following the
+// request (nodeID, requestID) when requestID is not empty. The caller must
+// Close it.
+func (l *Locker) Subscribe(typ api.OperationType, resourceID, nodeID, requestID string) (*Subscription, error) {
+	t, err := validateQuery(typ, resourceID, nodeID, requestID)
 	if err != nil {
 		return nil, err
 	}
@@ -88,10 +87,10 @@ func (l *Locker) Subscribe(typ api.OperationType, resourceID, requestID string) 
 	if requestID == "" {
 		buffer = watcherBuffer
 	}
-	s := &Subscription{l: l, typ: t, id: resourceID, requestID: requestID, events: make(chan api.Event, buffer)}
-	// A stream following one request needs its own state, not the whole
-	// queue: with n waiters that would be O(n²) JSON per hand-over.
-	s.First = l.status(r, t, requestID, requestID == "", now)
+	s := &Subscription{l: l, typ: t, id: resourceID, nodeID: nodeID, requestID: requestID, events: make(chan api.Event, buffer)}
+	// A stream following one request needs its own state, not the head
+	// of the queue.
+	s.First = l.status(r, t, nodeID, requestID, requestID == "", now)
 	select {
 	case <-l.stop:
 		s.end()
@@ -104,8 +103,8 @@ func (l *Locker) Subscribe(typ api.OperationType, resourceID, requestID string) 
 			k.watchers = make(map[*Subscription]struct{})
 		}
 		k.watchers[s] = struct{}{}
-	case k.queue.Get(requestID) != nil:
-		w := k.queue.Get(requestID)
+	case k.queue.Get(nodeID, requestID) != nil:
+		w := k.queue.Get(nodeID, requestID)
 		w.sub.end() // a newer stream replaces an older one
 		w.sub = s
 	default:
@@ -131,7 +130,7 @@ func (s *Subscription) Close() {
 	k := &r.keys[s.typ]
 	if s.requestID == "" {
 		delete(k.watchers, s)
-	} else if w := k.queue.Get(s.requestID); w != nil && w.sub == s {
+	} else if w := k.queue.Get(s.nodeID, s.requestID); w != nil && w.sub == s {
 		s.l.dropWaiter(k, w)
 	}
 	s.end()
@@ -155,11 +154,8 @@ func (s *Subscription) Claimed(leaseID string) {
 // request's own state, counts as a poll that keeps a stream-less waiter in
 // its queue, and claims a grant made to it.
 // It never blocks; ctx is there for the Backend interface of lockclient.
-func (l *Locker) Status(_ context.Context, typ api.OperationType, resourceID, requestID string) (api.StatusResponse, error) {
-	t, err := validateKey(typ, resourceID)
-	if err == nil && requestID != "" {
-		err = validateID("request_id", requestID)
-	}
+func (l *Locker) Status(_ context.Context, typ api.OperationType, resourceID, nodeID, requestID string) (api.StatusResponse, error) {
+	t, err := validateQuery(typ, resourceID, nodeID, requestID)
 	if err != nil {
 		return api.StatusResponse{}, err
 	}
@@ -170,17 +166,26 @@ func (l *Locker) Status(_ context.Context, typ api.OperationType, resourceID, re
 	if r == nil {
 		r = &resource{id: resourceID}
 	}
-	return l.status(r, t, requestID, true, l.now()), nil
+	return l.status(r, t, nodeID, requestID, true, l.now()), nil
 }
 
 // status snapshots r.keys[t], with the head of the queue when withQueue.
 // Its size is bounded whatever the queue's length (issue 17). Called with
 // the shard mutex held.
-func (l *Locker) status(r *resource, t typeIndex, requestID string, withQueue bool, now time.Time) api.StatusResponse {
+//
+// Request IDs are shown only to their own node (nodeID): with a request ID
+// and its node, the lease of a grant can be had (SPEC §9).
+func (l *Locker) status(r *resource, t typeIndex, nodeID, requestID string, withQueue bool, now time.Time) api.StatusResponse {
 	k := &r.keys[t]
 	st := api.StatusResponse{Type: typeNames[t], ResourceID: r.id, Queue: []api.Waiter{}, QueueLength: k.queue.Len()}
+	own := func(q *request) string {
+		if nodeID != "" && q.nodeID == nodeID {
+			return q.requestID
+		}
+		return ""
+	}
 	if g := k.holder; g != nil {
-		st.Holder = &api.Holder{NodeID: g.nodeID, RequestID: g.requestID, Fence: g.fence,
+		st.Holder = &api.Holder{NodeID: g.nodeID, RequestID: own(&g.request), Fence: g.fence,
 			AcquiredAt: g.acquired.UTC().Format(time.RFC3339Nano), Claimed: g.claimed}
 	}
 	completed := k.completed != nil && now.Sub(k.completed.at) < l.cfg.CompletedTTL
@@ -189,18 +194,18 @@ func (l *Locker) status(r *resource, t typeIndex, requestID string, withQueue bo
 	}
 	if withQueue {
 		for _, w := range k.queue.Head(api.StatusQueueHead) {
-			st.Queue = append(st.Queue, api.Waiter{NodeID: w.nodeID, RequestID: w.requestID, QueuedAt: w.queued.UTC().Format(time.RFC3339Nano)})
+			st.Queue = append(st.Queue, api.Waiter{NodeID: w.nodeID, RequestID: own(&w.request), QueuedAt: w.queued.UTC().Format(time.RFC3339Nano)})
 		}
 	}
 	if requestID == "" {
 		return st
 	}
 	req := &api.LockResponse{RequestID: requestID}
-	switch w := k.queue.Get(requestID); {
+	switch w := k.queue.Get(nodeID, requestID); {
 	case w != nil:
 		w.lastSeen = now
 		req.Queued, req.Position = true, k.queue.Position(w)
-	case k.holder != nil && k.holder.requestID == requestID:
+	case k.holder != nil && k.holder.is(nodeID, requestID):
 		k.holder.claimed = true
 		*req = l.grantResponse(k.holder)
 	case completed:
@@ -215,13 +220,14 @@ func (l *Locker) event(r *resource, t typeIndex, name, node, requestID string, s
 	return api.Event{Name: name, Type: typeNames[t], ResourceID: r.id, NodeID: node, RequestID: requestID, Success: success, Reason: reason}
 }
 
-// notifyWatchers sends an event to every watcher of r.keys[t].
-func (l *Locker) notifyWatchers(r *resource, t typeIndex, name, node, requestID string, success bool, reason string) {
+// notifyWatchers sends an event to every watcher of r.keys[t]. Watchers
+// see which node an event is about, not its request ID.
+func (l *Locker) notifyWatchers(r *resource, t typeIndex, name, node string, success bool, reason string) {
 	k := &r.keys[t]
 	if len(k.watchers) == 0 {
 		return
 	}
-	ev := l.event(r, t, name, node, requestID, success, reason)
+	ev := l.event(r, t, name, node, "", success, reason)
 	for s := range k.watchers {
 		s.send(ev)
 		if s.ended {

@@ -42,6 +42,23 @@ func validateString(field, v string, max int) error {
 	return nil
 }
 
+// validateQuery checks a status or subscription query: a request is named
+// by its node and its request ID together.
+func validateQuery(typ api.OperationType, resourceID, nodeID, requestID string) (typeIndex, error) {
+	t, err := validateKey(typ, resourceID)
+	if err == nil && nodeID != "" {
+		err = validateID("node_id", nodeID)
+	}
+	if err == nil && requestID != "" {
+		if nodeID == "" {
+			err = fmt.Errorf("request_id %q needs its node_id: a request is known by both: %w", requestID, api.ErrInvalidArgument)
+		} else {
+			err = validateID("request_id", requestID)
+		}
+	}
+	return t, err
+}
+
 // validateLock checks a lock request and gives it a request_id if it has none.
 func validateLock(req *api.LockRequest) (typeIndex, error) {
 	t, err := validateKey(req.Type, req.ResourceID)

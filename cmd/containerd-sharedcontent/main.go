@@ -59,6 +59,7 @@ type options struct {
 	adopt                               bool
 	lockServer, lockListen              string
 	lockServerCA, clientCert, clientKey string
+	nodeTokenFile                       string
 	metricsListen, logLevel             string
 	embedded                            lockserver.ServerConfig
 }
@@ -79,8 +80,11 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.lockServer, "lock-server", "", "coordinator URL (http:// or https://); empty embeds one")
 	fs.StringVar(&o.lockListen, "lock-listen", "", "with the embedded coordinator: also serve it to other nodes on this address")
 	fs.StringVar(&o.lockServerCA, "lock-server-ca", "", "CA (PEM) to verify an https coordinator")
-	fs.StringVar(&o.clientCert, "lock-client-cert", "", "client certificate (PEM) for a coordinator that requires mTLS")
-	fs.StringVar(&o.clientKey, "lock-client-key", "", "client key (PEM) for --lock-client-cert")
+	fs.StringVar(&o.clientCert, "node-cert", "", "this node's client certificate (PEM) for a coordinator that requires mTLS; with --tls-node-identity there, it names the node (URI SAN urn:sharedcontent:node:ID or CN)")
+	fs.StringVar(&o.clientKey, "node-key", "", "the private key (PEM) of --node-cert")
+	fs.StringVar(&o.clientCert, "lock-client-cert", "", "old name of --node-cert")
+	fs.StringVar(&o.clientKey, "lock-client-key", "", "old name of --node-key")
+	fs.StringVar(&o.nodeTokenFile, "node-token-file", "", "this node's own bearer token for a remote coordinator with --node-tokens-file (default: --auth-token-file)")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address (empty: off)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	lockserver.RegisterFlags(fs, &o.embedded)
@@ -183,8 +187,12 @@ func run(args []string) error {
 // coordinator connects to the lock server, or embeds one.
 func coordinator(ctx context.Context, o options, errCh chan<- error, cleanups *[]func(context.Context) error) (*lockclient.Client, error) {
 	opts := []lockclient.Option{lockclient.WithNodeID(o.nodeID)}
-	if o.embedded.AuthTokenFile != "" {
-		token, err := lockserver.ReadTokenFile(o.embedded.AuthTokenFile)
+	tokenFile := o.embedded.AuthTokenFile
+	if o.nodeTokenFile != "" {
+		tokenFile = o.nodeTokenFile
+	}
+	if tokenFile != "" {
+		token, err := lockserver.ReadTokenFile(tokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("auth token: %w", err)
 		}

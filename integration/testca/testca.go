@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -54,12 +55,24 @@ func (ca *CA) Pool() *x509.CertPool {
 // client authentication), and its key, both PEM-encoded.
 func (ca *CA) Issue(t testing.TB, cn string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
 	t.Helper()
+	return ca.IssueURIs(t, cn, nil, usage)
+}
+
+// IssueURIs is Issue with URI subject alternative names (such as
+// urn:sharedcontent:node:ID).
+func (ca *CA) IssueURIs(t testing.TB, cn string, uris []string, usage x509.ExtKeyUsage) (certPEM, keyPEM []byte) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	for _, s := range uris {
+		u, err := url.Parse(s)
+		require.NoError(t, err)
+		tmpl.URIs = append(tmpl.URIs, u)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	require.NoError(t, err)

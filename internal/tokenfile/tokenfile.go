@@ -28,7 +28,46 @@ func Read(path string) (string, error) {
 	return token, nil
 }
 
-func read(path string) (string, error) {
+// ReadNodes returns the node tokens in the file at path, token → node
+// ID: one "NODE_ID TOKEN" pair per line; blank lines and lines starting
+// with # are skipped. The mode rule is Read's. A token given twice, or a
+// line that is not a pair, is an error.
+func ReadNodes(path string) (map[string]string, error) {
+	text, err := readAll(path)
+	if err == nil {
+		var nodes map[string]string
+		if nodes, err = parseNodes(text); err == nil {
+			return nodes, nil
+		}
+	}
+	return nil, fmt.Errorf("node token file %s: %w", path, err)
+}
+
+func parseNodes(text string) (map[string]string, error) {
+	nodes := map[string]string{}
+	for i, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			return nil, fmt.Errorf("line %d: want \"NODE_ID TOKEN\", got %d field(s)", i+1, len(f))
+		}
+		if _, dup := nodes[f[1]]; dup {
+			return nil, fmt.Errorf("line %d: a token is given twice", i+1)
+		}
+		nodes[f[1]] = f[0]
+	}
+	if len(nodes) == 0 {
+		return nil, errors.New("no node tokens")
+	}
+	return nodes, nil
+}
+
+// readAll returns the content of the token file at path, after checking
+// its mode.
+func readAll(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err
@@ -42,10 +81,15 @@ func read(path string) (string, error) {
 		return "", fmt.Errorf("%w (mode %#o); chmod 600 it (a Kubernetes secret volume: set defaultMode to 0400 or 0440)", ErrExposed, perm)
 	}
 	b, err := io.ReadAll(f)
+	return string(b), err
+}
+
+func read(path string) (string, error) {
+	b, err := readAll(path)
 	if err != nil {
 		return "", err
 	}
-	token := strings.TrimSpace(string(b))
+	token := strings.TrimSpace(b)
 	if token == "" {
 		return "", errors.New("file is empty")
 	}

@@ -76,7 +76,9 @@ type UnlockRequest struct {
 	Type       OperationType `json:"type"`
 	ResourceID string        `json:"resource_id"`
 	LeaseID    string        `json:"lease_id"`
-	Success    bool          `json:"success"`
+	// NodeID, when set, must be the lease holder's node (SPEC §9).
+	NodeID  string `json:"node_id,omitempty"`
+	Success bool   `json:"success"`
 	// Error is the holder's failure message, for logs and operators.
 	Error string `json:"error,omitempty"`
 }
@@ -91,6 +93,8 @@ type KeepaliveRequest struct {
 	Type       OperationType `json:"type"`
 	ResourceID string        `json:"resource_id"`
 	LeaseID    string        `json:"lease_id"`
+	// NodeID, when set, must be the lease holder's node (SPEC §9).
+	NodeID string `json:"node_id,omitempty"`
 }
 
 // KeepaliveResponse is the answer to POST /lock/keepalive.
@@ -103,7 +107,10 @@ type KeepaliveResponse struct {
 type CancelRequest struct {
 	Type       OperationType `json:"type"`
 	ResourceID string        `json:"resource_id"`
-	RequestID  string        `json:"request_id"`
+	// NodeID and RequestID name the request: a request is known by both
+	// (SPEC §9).
+	NodeID    string `json:"node_id"`
+	RequestID string `json:"request_id"`
 }
 
 // RefsAddRequest is the body of POST /refs/add.
@@ -125,6 +132,17 @@ type RefsResponse struct {
 // cluster ID in the same header; a coordinator of another cluster refuses
 // the request (409 wrong_cluster) before acting on it.
 const ClusterHeader = "Sharedcontent-Cluster"
+
+// ProtocolHeader carries the version of this protocol a client speaks, on
+// its requests, and the coordinator's, on every answer. A request naming
+// another version is refused (400 unsupported_protocol) before it acts; a
+// request without it is taken as ProtocolVersion (clients older than the
+// header). The version changes only for incompatible changes: fields are
+// added without one, since unknown members are ignored.
+const ProtocolHeader = "Sharedcontent-Protocol"
+
+// ProtocolVersion is the version of this protocol.
+const ProtocolVersion = "1"
 
 // Cluster is the coordinator's identity: ClusterID is created with its
 // database, Epoch counts its starts. The answer to GET /cluster.
@@ -294,21 +312,23 @@ type Event struct {
 
 // Error codes of ErrorResponse.Code.
 const (
-	CodeInvalidArgument  = "invalid_argument"
-	CodeUnauthorized     = "unauthorized"
-	CodeNotHolder        = "not_holder"
-	CodeNotFound         = "not_found"
-	CodeInUse            = "in_use"
-	CodeLocked           = "locked"
-	CodeDeleting         = "deleting"
-	CodeTooLarge         = "too_large"
-	CodeUnavailable      = "unavailable"
-	CodeInternal         = "internal"
-	CodeMethodNotAllowed = "method_not_allowed"
-	CodeUnsynced         = "unsynced"
-	CodeWrongCluster     = "wrong_cluster"
-	CodeMemberLive       = "member_live"
-	CodeTooManyRequests  = "too_many_requests"
+	CodeInvalidArgument     = "invalid_argument"
+	CodeUnauthorized        = "unauthorized"
+	CodeNotHolder           = "not_holder"
+	CodeNotFound            = "not_found"
+	CodeInUse               = "in_use"
+	CodeLocked              = "locked"
+	CodeDeleting            = "deleting"
+	CodeTooLarge            = "too_large"
+	CodeUnavailable         = "unavailable"
+	CodeInternal            = "internal"
+	CodeMethodNotAllowed    = "method_not_allowed"
+	CodeUnsynced            = "unsynced"
+	CodeWrongCluster        = "wrong_cluster"
+	CodeMemberLive          = "member_live"
+	CodeTooManyRequests     = "too_many_requests"
+	CodeForbidden           = "forbidden"
+	CodeUnsupportedProtocol = "unsupported_protocol"
 )
 
 // ErrorResponse is the body of every 4xx/5xx answer.

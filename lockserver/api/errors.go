@@ -4,47 +4,71 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/containerd/errdefs"
 )
 
 // Sentinel outcomes of the lock protocol. The server returns them (wrapped,
 // naming the key) from its in-process API and maps them to HTTP codes at the
 // edge; lockclient maps the codes back, so errors.Is works the same against
-// an embedded and a remote coordinator.
+// an embedded and a remote coordinator. Each wraps the errdefs class it
+// belongs to (ErrInUse is a failed precondition, ErrUnavailable is
+// unavailable, ...), so one check, errdefs.IsUnavailable say, works on
+// every error of the project.
 var (
 	// ErrInvalidArgument: the request is malformed.
-	ErrInvalidArgument = errors.New("lock: invalid argument")
+	ErrInvalidArgument = newSentinel("lock: invalid argument", errdefs.ErrInvalidArgument)
 	// ErrUnauthorized: missing or wrong bearer token.
-	ErrUnauthorized = errors.New("lock: unauthorized")
+	ErrUnauthorized = newSentinel("lock: unauthorized", errdefs.ErrUnauthenticated)
 	// ErrNotHolder: the lease is unknown, expired or belongs to another grant.
-	ErrNotHolder = errors.New("lock: not the holder of this lease")
+	ErrNotHolder = newSentinel("lock: not the holder of this lease", errdefs.ErrPermissionDenied)
 	// ErrNotFound: the request or key is unknown.
-	ErrNotFound = errors.New("lock: not found")
+	ErrNotFound = newSentinel("lock: not found", errdefs.ErrNotFound)
 	// ErrInUse: a delete (or, with update_requires_no_ref, an update) was
 	// refused because other nodes reference the resource.
-	ErrInUse = errors.New("lock: resource in use by other nodes")
+	ErrInUse = newSentinel("lock: resource in use by other nodes", errdefs.ErrFailedPrecondition)
 	// ErrLocked: the lock is held and the request asked not to wait.
-	ErrLocked = errors.New("lock: held by another request")
+	ErrLocked = newSentinel("lock: held by another request", errdefs.ErrConflict)
 	// ErrDeleting: a reference cannot be added while a delete is in flight.
-	ErrDeleting = errors.New("lock: resource is being deleted")
+	ErrDeleting = newSentinel("lock: resource is being deleted", errdefs.ErrConflict)
 	// ErrTooLarge: the request body exceeds MaxBodyBytes.
-	ErrTooLarge = errors.New("lock: request body too large")
+	ErrTooLarge = newSentinel("lock: request body too large", errdefs.ErrInvalidArgument)
 	// ErrUnavailable: the server is shutting down or cannot serve.
-	ErrUnavailable = errors.New("lock: unavailable")
+	ErrUnavailable = newSentinel("lock: unavailable", errdefs.ErrUnavailable)
 	// ErrMethodNotAllowed: the endpoint exists but not with this method.
-	ErrMethodNotAllowed = errors.New("lock: method not allowed")
+	ErrMethodNotAllowed = newSentinel("lock: method not allowed", errdefs.ErrNotImplemented)
 	// ErrUnsynced: a delete was refused because a member node is not
 	// synced (SPEC §8): its references may be missing. The error is an
 	// *UnsyncedError naming them.
-	ErrUnsynced = errors.New("lock: members not synced")
+	ErrUnsynced = newSentinel("lock: members not synced", errdefs.ErrFailedPrecondition)
 	// ErrWrongCluster: the request named another cluster than the
 	// coordinator's (a wiped coordinator, or a node of another cluster).
-	ErrWrongCluster = errors.New("lock: wrong cluster")
+	ErrWrongCluster = newSentinel("lock: wrong cluster", errdefs.ErrFailedPrecondition)
 	// ErrMemberLive: a member with a live session cannot be forgotten.
-	ErrMemberLive = errors.New("lock: member has a live session")
+	ErrMemberLive = newSentinel("lock: member has a live session", errdefs.ErrFailedPrecondition)
+	// ErrUnsupportedProtocol: the client and the coordinator speak
+	// different versions of this protocol (ProtocolHeader).
+	ErrUnsupportedProtocol = newSentinel("lock: unsupported protocol version", errdefs.ErrNotImplemented)
+	// ErrForbidden: the caller is authenticated but may not do this: act
+	// as another node, or make an admin call without the admin identity.
+	ErrForbidden = newSentinel("lock: forbidden", errdefs.ErrPermissionDenied)
 	// ErrTooManyRequests: a bound was reached (event streams); retry
 	// later.
-	ErrTooManyRequests = errors.New("lock: too many requests")
+	ErrTooManyRequests = newSentinel("lock: too many requests", errdefs.ErrResourceExhausted)
 )
+
+// sentinel is a protocol outcome of an errdefs class.
+type sentinel struct {
+	msg   string
+	class error
+}
+
+func newSentinel(msg string, class error) error { return &sentinel{msg: msg, class: class} }
+
+func (e *sentinel) Error() string { return e.msg }
+
+// Unwrap makes errors.Is(err, class) and errdefs.IsXxx true.
+func (e *sentinel) Unwrap() error { return e.class }
 
 var codes = []struct {
 	err    error
@@ -65,6 +89,8 @@ var codes = []struct {
 	{ErrWrongCluster, CodeWrongCluster, http.StatusConflict},
 	{ErrMemberLive, CodeMemberLive, http.StatusConflict},
 	{ErrTooManyRequests, CodeTooManyRequests, http.StatusTooManyRequests},
+	{ErrForbidden, CodeForbidden, http.StatusForbidden},
+	{ErrUnsupportedProtocol, CodeUnsupportedProtocol, http.StatusBadRequest},
 }
 
 // HTTPStatus returns the HTTP status and code for err. Errors that match no
@@ -88,8 +114,8 @@ func (e *InUseError) Error() string {
 	return fmt.Sprintf("%s %s: %d other node(s) %v", ErrInUse, e.Refs.ResourceID, e.Refs.Count, e.Refs.Nodes)
 }
 
-// Is makes errors.Is(err, ErrInUse) true.
-func (e *InUseError) Is(target error) bool { return target == ErrInUse }
+// Unwrap makes errors.Is(err, ErrInUse) true, and its errdefs class.
+func (e *InUseError) Unwrap() error { return ErrInUse }
 
 // UnsyncedError is the error of a delete refused under the synced rule: it
 // names the members that are not synced. It matches ErrUnsynced.
@@ -102,8 +128,8 @@ func (e *UnsyncedError) Error() string {
 	return fmt.Sprintf("%s: delete %s refused until node(s) %v sync their references", ErrUnsynced, e.ResourceID, e.Nodes)
 }
 
-// Is makes errors.Is(err, ErrUnsynced) true.
-func (e *UnsyncedError) Is(target error) bool { return target == ErrUnsynced }
+// Unwrap makes errors.Is(err, ErrUnsynced) true, and its errdefs class.
+func (e *UnsyncedError) Unwrap() error { return ErrUnsynced }
 
 // FromResponse turns an error body back into an error that matches the
 // sentinel of its code (and carries the message). Unknown codes give a

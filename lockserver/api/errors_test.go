@@ -1,0 +1,45 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/containerd/errdefs"
+)
+
+// TestSentinelsWrapErrdefs: every protocol sentinel, wrapped as the server
+// and the client wrap them, matches both itself and its errdefs class, and
+// no other sentinel.
+func TestSentinelsWrapErrdefs(t *testing.T) {
+	for _, c := range codes {
+		err := fmt.Errorf("pull:sha256:x: %w", c.err)
+		if !errors.Is(err, c.err) {
+			t.Errorf("%v does not match itself", c.err)
+		}
+		class := errors.Unwrap(c.err)
+		if class == nil || !errors.Is(err, class) {
+			t.Errorf("%v wraps no errdefs class", c.err)
+		}
+		for _, other := range codes {
+			if other.err != c.err && errors.Is(err, other.err) {
+				t.Errorf("%v matches %v", c.err, other.err)
+			}
+		}
+		back := FromResponse(c.status, ErrorResponse{Error: err.Error(), Code: c.code})
+		if !errors.Is(back, c.err) || !errors.Is(back, class) {
+			t.Errorf("code %s comes back as %v", c.code, back)
+		}
+	}
+	inUse := fmt.Errorf("delete: %w", &InUseError{Refs: RefsResponse{ResourceID: "x", Count: 1, Nodes: []string{"n"}}})
+	if !errors.Is(inUse, ErrInUse) || !errdefs.IsFailedPrecondition(inUse) {
+		t.Errorf("InUseError: %v", inUse)
+	}
+	unsynced := &UnsyncedError{ResourceID: "x", Nodes: []string{"n"}}
+	if !errors.Is(unsynced, ErrUnsynced) || !errdefs.IsFailedPrecondition(unsynced) {
+		t.Errorf("UnsyncedError: %v", unsynced)
+	}
+	if !errdefs.IsUnavailable(fmt.Errorf("x: %w", ErrUnavailable)) {
+		t.Error("ErrUnavailable is not errdefs unavailable")
+	}
+}
