@@ -2,9 +2,13 @@ package lockservertest
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -71,11 +75,15 @@ func (c *Coordinator) serverConfig(o options) lockserver.ServerConfig {
 	if o.adminToken != "" {
 		cfg.AdminTokenFile = writeToken(c.t, files, "admin-token", o.adminToken)
 	}
+	if o.nodeTokens != nil {
+		cfg.NodeTokensFile = writeNodeTokens(c.t, files, o.nodeTokens)
+	}
 	if o.ca != nil {
 		c.scheme = "https"
 		cfg.TLSCert, cfg.TLSKey = serverCert(c.t, o.ca, files)
 		if o.mtls {
 			cfg.TLSClientCA = testca.WriteFile(c.t, files, "client-ca.crt", o.ca.PEM)
+			cfg.TLSNodeIdentity = o.identity
 		}
 	}
 	for _, m := range o.mutate {
@@ -90,6 +98,19 @@ func writeToken(t testing.TB, dir, name, token string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
 	require.NoError(t, os.WriteFile(p, []byte(token+"\n"), 0o600))
+	return p
+}
+
+// writeNodeTokens writes a node tokens file: one "NODE_ID TOKEN" line per
+// node, sorted, readable by its owner only.
+func writeNodeTokens(t testing.TB, dir string, tokens map[string]string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, node := range slices.Sorted(maps.Keys(tokens)) {
+		fmt.Fprintf(&b, "%s %s\n", node, tokens[node])
+	}
+	p := filepath.Join(dir, "node-tokens")
+	require.NoError(t, os.WriteFile(p, []byte(b.String()), 0o600))
 	return p
 }
 

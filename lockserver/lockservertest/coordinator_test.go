@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,7 +19,14 @@ const blob = "sha256:aaaa"
 // get sends GET url with client and returns the status code.
 func get(t *testing.T, client *http.Client, url, token string) int {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
+	return call(t, client, http.MethodGet, url, token, "")
+}
+
+// call sends a request with client, and token as bearer token when set,
+// and returns the status code.
+func call(t *testing.T, client *http.Client, method, url, token, body string) int {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	require.NoError(t, err)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -28,6 +36,9 @@ func get(t *testing.T, client *http.Client, url, token string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// refsAdd is the body of POST /refs/add for blob as node.
+func refsAdd(node string) string { return `{"resource_id":"` + blob + `","node_id":"` + node + `"}` }
 
 // TestStartRestartWipe: a coordinator keeps its address and referrers
 // across a restart, and loses them (a new cluster) when wiped.
@@ -93,6 +104,35 @@ func TestTLS(t *testing.T) {
 		_, err := client(c.ClientTLS(t, "")).Get(c.URL() + "/healthz")
 		require.Error(t, err, "no client certificate")
 	})
+}
+
+// TestNodeTokens: WithNodeTokens gives each node its token, and a node
+// may act only as itself.
+func TestNodeTokens(t *testing.T) {
+	c := lockservertest.Start(t, lockservertest.WithNodeTokens(map[string]string{"node-a": "tok-a", "node-b": "tok-b"}))
+	require.NotEmpty(t, c.Config().NodeTokensFile)
+	require.Equal(t, http.StatusUnauthorized, call(t, http.DefaultClient, http.MethodPost, c.URL()+"/refs/add", "", refsAdd("node-a")))
+	require.Equal(t, http.StatusOK, call(t, http.DefaultClient, http.MethodPost, c.URL()+"/refs/add", "tok-a", refsAdd("node-a")))
+	require.Equal(t, http.StatusForbidden, call(t, http.DefaultClient, http.MethodPost, c.URL()+"/refs/add", "tok-b", refsAdd("node-a")))
+}
+
+// TestNodeIdentity: with WithNodeIdentity a client certificate from
+// ClientTLS names its node, by common name or URI SAN.
+func TestNodeIdentity(t *testing.T) {
+	c := lockservertest.Start(t, lockservertest.WithNodeIdentity(testca.New(t)))
+	require.True(t, c.Config().TLSNodeIdentity)
+	client := func(tc *tls.Config) *http.Client {
+		tr := &http.Transport{TLSClientConfig: tc}
+		t.Cleanup(tr.CloseIdleConnections)
+		return &http.Client{Transport: tr}
+	}
+	nodeA := client(c.ClientTLS(t, "node-a"))
+	nodeB := client(c.ClientTLS(t, "ignored-cn", "urn:sharedcontent:node:node-b"))
+	require.Equal(t, http.StatusOK, call(t, nodeA, http.MethodPost, c.URL()+"/refs/add", "", refsAdd("node-a")))
+	require.Equal(t, http.StatusForbidden, call(t, nodeA, http.MethodPost, c.URL()+"/refs/add", "", refsAdd("node-b")))
+	require.Equal(t, http.StatusOK, call(t, nodeB, http.MethodPost, c.URL()+"/refs/add", "", refsAdd("node-b")))
+	_, err := client(c.ClientTLS(t, "")).Get(c.URL() + "/healthz")
+	require.Error(t, err, "no client certificate")
 }
 
 // TestNewLockerAndServeHandler: an in-memory Locker served by a bare

@@ -14,8 +14,10 @@ type options struct {
 	config     lockserver.Config
 	token      string
 	adminToken string
+	nodeTokens map[string]string
 	ca         *testca.CA
 	mtls       bool
+	identity   bool
 	mutate     []func(*lockserver.ServerConfig)
 }
 
@@ -59,6 +61,12 @@ func WithToken(token string) Option { return func(o *options) { o.token = token 
 // (AdminTokenFile).
 func WithAdminToken(token string) Option { return func(o *options) { o.adminToken = token } }
 
+// WithNodeTokens gives each node its own bearer token (NodeTokensFile,
+// node ID → token): a node may then act only as itself.
+func WithNodeTokens(tokens map[string]string) Option {
+	return func(o *options) { o.nodeTokens = tokens }
+}
+
 // WithTLS serves HTTPS with a certificate for 127.0.0.1 issued by ca.
 // Clients trust it through Coordinator.ClientTLS.
 func WithTLS(ca *testca.CA) Option { return func(o *options) { o.ca = ca } }
@@ -69,5 +77,17 @@ func WithMTLS(ca *testca.CA) Option {
 	return func(o *options) {
 		o.ca = ca
 		o.mtls = true
+	}
+}
+
+// WithNodeIdentity serves mTLS as WithMTLS does, and a client
+// certificate names its node (TLSNodeIdentity: URI SAN
+// urn:sharedcontent:node:ID, else the common name; the URI SAN
+// urn:sharedcontent:admin is the admin). See Coordinator.ClientTLS.
+func WithNodeIdentity(ca *testca.CA) Option {
+	return func(o *options) {
+		o.ca = ca
+		o.mtls = true
+		o.identity = true
 	}
 }
