@@ -45,3 +45,52 @@ func TestTLSWithToken(t *testing.T) {
 	require.ErrorAs(t, err, &badCert)
 	require.Equal(t, 1, ct.count("GET /refs"))
 }
+
+// TestNodeIdentity (issue 15): against a coordinator that knows each node
+// by its client certificate, or by its own token, a client with its
+// node's credentials locks, waits on its event stream and unlocks; one
+// acting as another node is refused with ErrForbidden.
+func TestNodeIdentity(t *testing.T) {
+	ca := testca.New(t)
+	tokens := map[string]string{"node-a": "tok-a", "node-b": "tok-b", "node-c": "tok-c"}
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) *lockservertest.Coordinator
+		// as returns the option of node's credentials.
+		as func(t *testing.T, ts *lockservertest.Coordinator, node string) Option
+	}{
+		{"mtls", func(t *testing.T) *lockservertest.Coordinator {
+			return lockservertest.Start(t, lockservertest.WithNodeIdentity(ca))
+		}, func(t *testing.T, ts *lockservertest.Coordinator, node string) Option {
+			return WithTLSConfig(ts.ClientTLS(t, node))
+		}},
+		{"node tokens", func(t *testing.T) *lockservertest.Coordinator {
+			return lockservertest.Start(t, lockservertest.WithNodeTokens(tokens))
+		}, func(_ *testing.T, _ *lockservertest.Coordinator, node string) Option {
+			return WithBearerToken(tokens[node])
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := tc.start(t)
+			holder := newHTTPClient(t, ts.URL(), "node-a", tc.as(t, ts, "node-a"))
+			waiter := newHTTPClient(t, ts.URL(), "node-b", tc.as(t, ts, "node-b"))
+			queued := make(chan struct{}, 1)
+			waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
+			req := Request{Type: OperationTypePull, ResourceID: blob}
+
+			res, err := holder.Lock(context.Background(), req)
+			require.NoError(t, err)
+			require.True(t, res.Acquired)
+			ch := lockAsync(context.Background(), waiter, req)
+			signalled(t, queued) // waiting on its event stream
+			require.NoError(t, holder.Unlock(context.Background(), res.Lease, true, nil))
+			o := recv(t, ch)
+			require.NoError(t, o.err)
+			require.True(t, o.res.Skipped)
+
+			impostor := newHTTPClient(t, ts.URL(), "node-a", tc.as(t, ts, "node-c"), WithMaxRetries(3))
+			_, err = impostor.Lock(context.Background(), Request{Type: OperationTypePull, ResourceID: blob + "-other"})
+			require.ErrorIs(t, err, api.ErrForbidden, "node-c's credentials acting as node-a")
+		})
+	}
+}
