@@ -22,6 +22,8 @@ import (
 	"github.com/sharedcontent/sharedcontent/integration/testnet"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 const (
@@ -64,7 +66,7 @@ type lockSystem struct {
 // startOurs starts the lock server in this process, on a loopback TCP
 // port, with its default configuration and a bbolt data directory. The
 // benchmark takes `update` locks: exclusive per key, FIFO, no retained
-// completion and no referrer write, the analogue of a mutex.
+// completion and no reference write, the analogue of a mutex.
 func startOurs() (*lockSystem, error) {
 	dir, err := os.MkdirTemp("", "bench-lockserver-")
 	if err != nil {
@@ -106,7 +108,7 @@ type oursClient struct {
 }
 
 func (o *oursClient) lock(ctx context.Context, key string) error {
-	res, err := o.c.Lock(ctx, lockclient.Request{Type: lockclient.OperationTypeUpdate, ResourceID: key})
+	res, err := o.c.Lock(ctx, lockclient.Request{Type: api.OperationUpdate, ResourceID: key})
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 const (
@@ -35,7 +37,7 @@ type notifyResult struct {
 	Samples  int // waiter latencies measured
 	P50, P99 time.Duration
 	// Unlock is the median duration of the holder's Unlock(success) call
-	// (push only): a pull's success persists its referrer first.
+	// (push only): a pull's success persists its reference first.
 	Unlock time.Duration
 }
 
@@ -157,7 +159,7 @@ func notifyPush(ns *notifyServer, holder *lockclient.Client, waiters []*lockclie
 	end := time.Now().Add(caseDur)
 	for reps := 0; reps < 5 || time.Now().Before(end); reps++ {
 		key := notifyKey("push")
-		req := lockclient.Request{Type: lockclient.OperationTypePull, ResourceID: key}
+		req := lockclient.Request{Type: api.OperationPull, ResourceID: key}
 		hr, err := holder.Lock(ctx, req)
 		if err != nil || !hr.Acquired {
 			return res, fmt.Errorf("push holder: %+v %v", hr, err)
@@ -236,7 +238,7 @@ func notifySimulated(method string, holder *lockclient.Client, pool []*lockclien
 			// Stagger the keys so their holders do not all unlock at once.
 			time.Sleep(rand.N(200 * time.Millisecond))
 			key := notifyKey("sim")
-			req := lockclient.Request{Type: lockclient.OperationTypePull, ResourceID: key}
+			req := lockclient.Request{Type: api.OperationPull, ResourceID: key}
 			hr, err := holder.Lock(ctx, req)
 			if err != nil || !hr.Acquired {
 				fail(fmt.Errorf("%s holder: %+v %v", method, hr, err))
@@ -294,7 +296,7 @@ func pollUntilDone(ctx context.Context, c *lockclient.Client, key string) (time.
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
 	for {
-		st, err := c.Status(ctx, lockclient.OperationTypePull, key)
+		st, err := c.Status(ctx, api.OperationPull, key)
 		if err != nil {
 			return time.Time{}, err
 		}

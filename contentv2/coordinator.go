@@ -35,7 +35,7 @@ type Coordinator interface {
 	// elsewhere. A delete is ErrInUse or ErrUnsynced under the delete
 	// rule; either way this node's reference is gone.
 	Lock(ctx context.Context, req LockRequest) (Lock, error)
-	// Refs calls fn for every resource the coordinator has referrers of.
+	// Refs calls fn for every resource the coordinator has references of.
 	Refs(ctx context.Context, fn func(resource string, nodes []string) error) error
 	// Members returns the IDs of the cluster's member nodes.
 	Members(ctx context.Context) ([]string, error)
@@ -62,8 +62,8 @@ const (
 )
 
 // ReapMode marks a delete of the reaper, which leaves this node's own
-// reference alone: ReapOrphan needs no referrer at all, ReapDangling drops
-// the referrers of a blob that does not exist.
+// reference alone: ReapOrphan needs no reference at all, ReapDangling drops
+// the references of a blob that does not exist.
 type ReapMode string
 
 // The reap modes.

@@ -103,7 +103,7 @@ func (lostLock) Check(context.Context) error               { return errLost }
 
 // TestLostLeaseStillRecordsReference (issue 13, scenario 6): the reference
 // is recorded before the blob is renamed into blobs/, so a lost lease does
-// not leave a committed blob without its referrer.
+// not leave a committed blob without its reference.
 func TestLostLeaseStillRecordsReference(t *testing.T) {
 	l := lockservertest.NewLocker(t)
 	client, err := lockclient.NewEmbedded(l, lockclient.WithNodeID("node-1"))

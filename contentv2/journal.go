@@ -19,7 +19,7 @@ var journalBucket = []byte("refs")
 // journal is the node's own record of the blobs it uses (SPEC §8), on
 // local disk: an entry is written (and fsync'd) before the coordinator is
 // asked, and dropped once the coordinator has dropped this node's
-// reference. The coordinator's referrer sets are rebuilt from it.
+// reference. The coordinator's reference sets are rebuilt from it.
 type journal struct {
 	db *bolt.DB
 

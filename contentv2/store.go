@@ -227,7 +227,7 @@ func (s *store) Info(ctx context.Context, dgst digest.Digest) (content.Info, err
 }
 
 // use returns the info of a blob that exists and that this node is now a
-// registered referrer of, so that no other node's delete removes it. A
+// registered reference of, so that no other node's delete removes it. A
 // blob that is absent or being deleted is ErrNotFound; a coordinator that
 // cannot be reached while this node's session may still be live is
 // ErrUnavailable (SPEC §8: reference before use).

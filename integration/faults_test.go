@@ -96,7 +96,7 @@ func TestFaultCoordinatorLosesItsData(t *testing.T) {
 // the coordinator, pulls a new image: it goes ahead only once its session
 // has surely expired. Node 1's GCs, run over and over meanwhile, keep it
 // (node 3 is unsynced by then); once node 3 is back it syncs, and later
-// GCs keep its image because it is a referrer.
+// GCs keep its image because it is a reference.
 //
 // Before issue 13 node 3 pulled at once, unregistered, and node 1's GC
 // deleted the new image's blobs: node 3's image was destroyed. (So does a
@@ -405,7 +405,7 @@ func TestFaultPluginRestartKeepsUses(t *testing.T) {
 //
 // Before issue 13 the holder's reference was recorded when it released
 // its pull lock with success: a lost lease left the committed blob
-// without a referrer, and the next GC of another node deleted it. And a
+// without a reference, and the next GC of another node deleted it. And a
 // deleter unlinked blobs/<digest> whenever it got round to it: after its
 // lease had expired and another node had committed the blob again, the
 // unlink removed that node's new file.

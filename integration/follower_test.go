@@ -27,6 +27,8 @@ import (
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/plugin"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // The follower writer (SPEC §5): a node that finds a blob held by another
@@ -132,7 +134,7 @@ func (c *testCluster) waitQueued(t *testing.T, client *lockclient.Client, dgst d
 	t.Helper()
 	var holder string
 	require.Eventually(t, func() bool {
-		st, err := client.Status(context.Background(), lockclient.OperationTypePull, dgst.String())
+		st, err := client.Status(context.Background(), api.OperationPull, dgst.String())
 		if err != nil || st.Holder == nil {
 			return false
 		}
@@ -417,7 +419,7 @@ func TestFollowerCoordinatorLost(t *testing.T) {
 	fetched := make(chan error, 1)
 	go func() { fetched <- remotes.Fetch(ctx, follower.CS, ff, desc) }()
 	require.Eventually(t, func() bool {
-		st, err := e.coord.admin.Status(ctx, lockclient.OperationTypePull, desc.Digest.String())
+		st, err := e.coord.admin.Status(ctx, api.OperationPull, desc.Digest.String())
 		return err == nil && len(st.Queue) == 1
 	}, 20*time.Second, 5*time.Millisecond, "the follower waits behind the holder")
 

@@ -64,7 +64,7 @@ func TestConcurrentPullDownloadsEachBlobOnce(t *testing.T) {
 	t.Logf("registry sent %d bytes for a %d-byte image pulled by %d nodes", reg.BlobBytes(), img.Size(), len(c.nodes))
 	require.LessOrEqual(t, reg.BlobBytes(), img.Size())
 
-	// Every node is a referrer of every blob.
+	// Every node is a reference of every blob.
 	for _, d := range img.Blobs() {
 		refs, err := c.nodes[0].client.Refs(ctx, d)
 		require.NoError(t, err)

@@ -33,12 +33,12 @@ type Backend interface {
 	Cancel(ctx context.Context, req api.CancelRequest) error
 	// Status reports a key's holder, completion and queue, and the state
 	// of requestID when it is not empty.
-	Status(ctx context.Context, typ OperationType, resourceID, nodeID, requestID string) (api.StatusResponse, error)
+	Status(ctx context.Context, typ api.OperationType, resourceID, nodeID, requestID string) (api.StatusResponse, error)
 	// AddRef records that nodeID uses the resource.
 	AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error)
 	// Refs returns the nodes that use the resource.
 	Refs(ctx context.Context, resourceID string) (api.RefsResponse, error)
-	// RefsList returns the referrer sets after `after`, a page at a time.
+	// RefsList returns the reference sets after `after`, a page at a time.
 	RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error)
 
 	// Session opens or renews a node's session (SPEC §8).

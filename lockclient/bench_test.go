@@ -21,12 +21,12 @@ import (
 // separate nodes) on one key. Reported: p50-ms, p90-ms, p99-ms and max-ms
 // of that latency; first-p50-ms, until the first waiter returned; and
 // unlock-p50-ms and unlock-p99-ms, the Unlock call itself (a pull's success
-// persists its referrer before that call returns, so a slow fsync shows
+// persists its reference before that call returns, so a slow fsync shows
 // there). ns/op is the whole round (queueing the waiters included) and
 // means little. A p99 needs a few hundred rounds: make bench runs 400.
 //
-// refs=bolt is the real server (bbolt, fsync per referrer change);
-// refs=memory keeps referrer sets in memory, isolating the notification
+// refs=bolt is the real server (bbolt, fsync per reference change);
+// refs=memory keeps reference sets in memory, isolating the notification
 // path.
 //
 // The holder unlocks as soon as every waiter is queued, so the process is
@@ -76,7 +76,7 @@ func benchNotify(b *testing.B, refs string, n int, idle time.Duration) {
 	errs := make([]error, n)
 	b.ResetTimer()
 	for i := range b.N {
-		req := Request{Type: OperationTypePull, ResourceID: fmt.Sprintf("sha256:bench-%s-%d-%d-%d", refs, n, b.N, i)}
+		req := Request{Type: api.OperationPull, ResourceID: fmt.Sprintf("sha256:bench-%s-%d-%d-%d", refs, n, b.N, i)}
 		res, err := holder.Lock(ctx, req)
 		if err != nil || !res.Acquired {
 			b.Fatalf("holder: %+v %v", res, err)
@@ -157,7 +157,7 @@ func BenchmarkLockUnlockHTTP(b *testing.B) {
 			return
 		}
 		defer c.Close()
-		req := Request{Type: OperationTypeUpdate, ResourceID: fmt.Sprintf("sha256:bench-cycle-%d", i)}
+		req := Request{Type: api.OperationUpdate, ResourceID: fmt.Sprintf("sha256:bench-cycle-%d", i)}
 		ctx := context.Background()
 		for pb.Next() {
 			res, err := c.Lock(ctx, req)

@@ -109,7 +109,7 @@ func (c *Client) Close() error {
 
 // Status returns the state of the lock (typ, resourceID): holder,
 // retained completion and queue. Transient errors are retried.
-func (c *Client) Status(ctx context.Context, typ OperationType, resourceID string) (*api.StatusResponse, error) {
+func (c *Client) Status(ctx context.Context, typ api.OperationType, resourceID string) (*api.StatusResponse, error) {
 	var st api.StatusResponse
 	err := c.retry(ctx, call{op: "status", typ: typ, id: resourceID}, func(ctx context.Context) error {
 		var err error
@@ -125,7 +125,7 @@ func (c *Client) Status(ctx context.Context, typ OperationType, resourceID strin
 // AddRef records that this client's node uses the resource (for example a
 // blob it found already present). It fails with ErrDeleting while a delete
 // of the resource is in flight. Transient errors are retried (adding a
-// referrer is idempotent).
+// reference is idempotent).
 func (c *Client) AddRef(ctx context.Context, resourceID string) (api.RefsResponse, error) {
 	var refs api.RefsResponse
 	err := c.retry(ctx, call{op: "add ref", id: resourceID}, func(ctx context.Context) error {
@@ -188,7 +188,7 @@ func (c *Client) SyncRefs(ctx context.Context, req api.SyncRequest) (api.SyncRes
 	return resp, err
 }
 
-// RefsList returns one page of the referrer sets. Transient errors are
+// RefsList returns one page of the reference sets. Transient errors are
 // retried.
 func (c *Client) RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error) {
 	var resp api.RefsListResponse

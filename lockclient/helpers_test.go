@@ -124,7 +124,7 @@ func requireWaiting(t testing.TB, ch <-chan outcome, who string) {
 }
 
 // status returns the state of (typ, id) as c sees it.
-func status(t testing.TB, c *Client, typ OperationType, id string) *api.StatusResponse {
+func status(t testing.TB, c *Client, typ api.OperationType, id string) *api.StatusResponse {
 	t.Helper()
 	st, err := c.Status(context.Background(), typ, id)
 	require.NoError(t, err)
@@ -141,7 +141,7 @@ func queueNodes(st *api.StatusResponse) []string {
 
 // waitQueue waits until the queue of (typ, id) holds exactly nodes, in
 // order.
-func waitQueue(t testing.TB, c *Client, typ OperationType, id string, nodes ...string) {
+func waitQueue(t testing.TB, c *Client, typ api.OperationType, id string, nodes ...string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		return fmt.Sprint(queueNodes(status(t, c, typ, id))) == fmt.Sprint(nodes)

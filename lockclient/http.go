@@ -174,7 +174,7 @@ func (b *httpBackend) Cancel(ctx context.Context, req api.CancelRequest) error {
 	return b.do(ctx, http.MethodPost, "/lock/cancel", nil, req, nil)
 }
 
-func (b *httpBackend) Status(ctx context.Context, typ OperationType, resourceID, nodeID, requestID string) (api.StatusResponse, error) {
+func (b *httpBackend) Status(ctx context.Context, typ api.OperationType, resourceID, nodeID, requestID string) (api.StatusResponse, error) {
 	q := url.Values{"type": {string(typ)}, "resource_id": {resourceID}}
 	if nodeID != "" {
 		q.Set("node_id", nodeID)

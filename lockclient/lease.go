@@ -24,7 +24,7 @@ type Lease struct {
 	ID string
 	// Fence is strictly increasing across all grants of the coordinator.
 	Fence      uint64
-	Type       OperationType
+	Type       api.OperationType
 	ResourceID string
 	NodeID     string
 	// TTL is the lease's lifetime without renewal.

@@ -30,7 +30,7 @@ func TestLeaseHeldAcrossTTLs(t *testing.T) {
 	ct := newCountingClient(t, ts.URL())
 	holder := newHTTPClient(t, ts.URL(), "node-a", WithShortClient(ct))
 	waiter := newHTTPClient(t, ts.URL(), "node-b")
-	req := Request{Type: OperationTypePull, ResourceID: blob}
+	req := Request{Type: api.OperationPull, ResourceID: blob}
 
 	start := time.Now()
 	res, err := holder.Lock(context.Background(), req)
@@ -65,7 +65,7 @@ func TestLeaseHeldAcrossTTLs(t *testing.T) {
 func TestLeaseLostWhenServerDies(t *testing.T) {
 	ts := lockservertest.Start(t, withShortTTL)
 	c := newHTTPClient(t, ts.URL(), "node-a", WithMaxRetries(1))
-	res, err := c.Lock(context.Background(), Request{Type: OperationTypePull, ResourceID: blob})
+	res, err := c.Lock(context.Background(), Request{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.NoError(t, res.Lease.Err())
 
@@ -94,7 +94,7 @@ func TestLeaseLostWhenTakenBack(t *testing.T) {
 	c, err := NewEmbedded(l, testOptions("node-a")...)
 	require.NoError(t, err)
 	defer c.Close()
-	res, err := c.Lock(context.Background(), Request{Type: OperationTypeUpdate, ResourceID: blob})
+	res, err := c.Lock(context.Background(), Request{Type: api.OperationUpdate, ResourceID: blob})
 	require.NoError(t, err)
 
 	require.NoError(t, l.Cancel(context.Background(), api.CancelRequest{Type: api.OperationUpdate, ResourceID: blob, NodeID: "node-a", RequestID: res.Lease.requestID}))
@@ -116,13 +116,13 @@ func TestUnlockAfterCancel(t *testing.T) {
 	ts := lockservertest.Start(t)
 	c := newHTTPClient(t, ts.URL(), "node-a")
 	ctx, cancel := context.WithCancel(context.Background())
-	res, err := c.Lock(ctx, Request{Type: OperationTypePull, ResourceID: blob})
+	res, err := c.Lock(ctx, Request{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 	cancel()
 
 	require.NoError(t, c.Unlock(ctx, res.Lease, true, nil))
-	st := status(t, c, OperationTypePull, blob)
+	st := status(t, c, api.OperationPull, blob)
 	require.Nil(t, st.Holder)
 	require.NotNil(t, st.Completed)
 	refs, err := c.Refs(context.Background(), blob)
@@ -137,12 +137,12 @@ func TestUnlockAfterCancel(t *testing.T) {
 func TestCloseStopsKeepalives(t *testing.T) {
 	ts := lockservertest.Start(t, withShortTTL)
 	c := newHTTPClient(t, ts.URL(), "node-a")
-	res, err := c.Lock(context.Background(), Request{Type: OperationTypePull, ResourceID: blob})
+	res, err := c.Lock(context.Background(), Request{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
 	require.True(t, res.Lease.keepaliveEnded(), "Close returned before the keepalive ended")
 	other := newHTTPClient(t, ts.URL(), "node-b")
-	require.Eventually(t, func() bool { return status(t, other, OperationTypePull, blob).Holder == nil },
+	require.Eventually(t, func() bool { return status(t, other, api.OperationPull, blob).Holder == nil },
 		testTimeout, 10*time.Millisecond, "the unrenewed lease expires")
 }
 
@@ -158,7 +158,7 @@ func (l *Lease) keepaliveEnded() bool {
 // TestLostAskedAfterTheLoss: Lost, asked for the first time after the
 // lease lapsed, is already closed.
 func TestLostAskedAfterTheLoss(t *testing.T) {
-	l := newLease(api.LockRequest{Type: OperationTypePull, ResourceID: blob}, api.LockResponse{LeaseID: "l1"})
+	l := newLease(api.LockRequest{Type: api.OperationPull, ResourceID: blob}, api.LockResponse{LeaseID: "l1"})
 	l.ctx = context.Background()
 	l.lose(ErrLeaseLost)
 	select {

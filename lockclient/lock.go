@@ -10,26 +10,9 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// OperationType is the kind of lock: pull, update or delete.
-type OperationType = api.OperationType
-
-// The lock types (SPEC §3). Pull and update of one resource may run
-// together; everything else on one resource excludes each other.
-const (
-	// OperationTypePull downloads a resource; on success the holder's node
-	// references it and every waiter skips.
-	OperationTypePull = api.OperationPull
-	// OperationTypeUpdate changes a resource's metadata; waiters run one
-	// after the other.
-	OperationTypeUpdate = api.OperationUpdate
-	// OperationTypeDelete removes a resource nobody else references; on
-	// success every waiter skips.
-	OperationTypeDelete = api.OperationDelete
-)
-
 // Request names a lock and who asks for it.
 type Request struct {
-	Type       OperationType
+	Type       api.OperationType
 	ResourceID string
 	// NodeID is the node the lock is taken for; empty means the client's
 	// node (WithNodeID).
@@ -169,7 +152,7 @@ func (c *Client) lockRequest(req Request) (api.LockRequest, error) {
 }
 
 // Unlock releases lease with the outcome of the work: success records the
-// result (a pull's node becomes a referrer, and waiters of a pull or delete
+// result (a pull's node becomes a reference, and waiters of a pull or delete
 // skip); failure hands the lock to the next waiter. opErr, when not
 // success, is reported to the coordinator for its logs.
 //

@@ -60,12 +60,12 @@ func TestCore(t *testing.T) {
 }
 
 // testSuccessSkips: the holder succeeds; every waiter returns Skipped with
-// nothing held, and the holder's node is the referrer.
+// nothing held, and the holder's node is the reference.
 func testSuccessSkips(t *testing.T, h backendHarness) {
 	newClient := h.setup(t)
 	ctx := context.Background()
 	a, b, c := newClient("node-a"), newClient("node-b"), newClient("node-c")
-	req := Request{Type: OperationTypePull, ResourceID: blob + "-skip"}
+	req := Request{Type: api.OperationPull, ResourceID: blob + "-skip"}
 
 	res, err := a.Lock(ctx, req)
 	require.NoError(t, err)
@@ -111,7 +111,7 @@ func testFailureHandsOver(t *testing.T, h backendHarness) {
 	newClient := h.setup(t)
 	ctx := context.Background()
 	a, b, c, d := newClient("node-a"), newClient("node-b"), newClient("node-c"), newClient("node-d")
-	req := Request{Type: OperationTypePull, ResourceID: blob + "-handoff"}
+	req := Request{Type: api.OperationPull, ResourceID: blob + "-handoff"}
 
 	resA, err := a.Lock(ctx, req)
 	require.NoError(t, err)
@@ -159,7 +159,7 @@ func testCancelLeavesQueue(t *testing.T, h backendHarness) {
 	newClient := h.setup(t)
 	ctx := context.Background()
 	a, b := newClient("node-a"), newClient("node-b")
-	req := Request{Type: OperationTypePull, ResourceID: blob + "-cancel"}
+	req := Request{Type: api.OperationPull, ResourceID: blob + "-cancel"}
 	resA, err := a.Lock(ctx, req)
 	require.NoError(t, err)
 	require.True(t, resA.Acquired)
@@ -189,7 +189,7 @@ func testTryLock(t *testing.T, h backendHarness) {
 	newClient := h.setup(t)
 	ctx := context.Background()
 	a, b := newClient("node-a"), newClient("node-b")
-	req := Request{Type: OperationTypeUpdate, ResourceID: blob + "-try"}
+	req := Request{Type: api.OperationUpdate, ResourceID: blob + "-try"}
 	resA, err := a.TryLock(ctx, req)
 	require.NoError(t, err)
 	require.True(t, resA.Acquired)
@@ -217,14 +217,14 @@ func testDeleteInUse(t *testing.T, h backendHarness) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"node-a"}, refs.Nodes)
 
-	res, err := ClusterLock(ctx, b, &Request{Type: OperationTypeDelete, ResourceID: id})
+	res, err := ClusterLock(ctx, b, &Request{Type: api.OperationDelete, ResourceID: id})
 	require.ErrorIs(t, err, ErrInUse)
 	require.Equal(t, err, res.Error)
 	var inUse *api.InUseError
 	require.ErrorAs(t, err, &inUse)
 	require.Equal(t, []string{"node-a"}, inUse.Refs.Nodes)
 
-	res, err = a.Lock(ctx, Request{Type: OperationTypeDelete, ResourceID: id})
+	res, err = a.Lock(ctx, Request{Type: api.OperationDelete, ResourceID: id})
 	require.NoError(t, err)
 	require.True(t, res.Acquired, "the last user may delete")
 	_, err = b.AddRef(ctx, id)
@@ -241,7 +241,7 @@ func TestRequestValidation(t *testing.T) {
 	ctx := context.Background()
 	for _, req := range []Request{
 		{Type: "merge", ResourceID: blob},
-		{Type: OperationTypePull},
+		{Type: api.OperationPull},
 	} {
 		res, err := c.Lock(ctx, req)
 		require.ErrorIs(t, err, ErrInvalidArgument)
@@ -269,7 +269,7 @@ func TestRequestValidation(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 
 	require.NoError(t, c.Close())
-	res, err = c.Lock(ctx, Request{Type: OperationTypePull, ResourceID: blob})
+	res, err = c.Lock(ctx, Request{Type: api.OperationPull, ResourceID: blob})
 	require.ErrorIs(t, err, ErrUnavailable, "a closed client takes no locks")
 	require.Equal(t, err, res.Error)
 }

@@ -4,13 +4,15 @@ import (
 	"context"
 
 	"github.com/containerd/log"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // callFields are the log fields of one Lock or Unlock call. They ride in the
 // context and become a log entry only when a line is written: building
 // logrus entries up front cost a tenth of a lock cycle's allocations.
 type callFields struct {
-	typ        OperationType
+	typ        api.OperationType
 	resourceID string
 	requestID  string // Lock
 	fence      uint64 // Unlock
@@ -53,7 +55,7 @@ func debugEnabled(ctx context.Context) bool {
 // written.
 type call struct {
 	op  string
-	typ OperationType // empty for operations on a resource of any type
+	typ api.OperationType // empty for operations on a resource of any type
 	id  string
 }
 

@@ -103,7 +103,7 @@ func (o *options) validate() error {
 }
 
 // WithNodeID sets the node this client speaks for: the holder of its locks
-// and the referrer its AddRef records. The default is the host name.
+// and the reference its AddRef records. The default is the host name.
 func WithNodeID(id string) Option { return func(o *options) { o.nodeID = id } }
 
 // WithMaxRetries sets how many times a call is retried after a transient

@@ -6,7 +6,7 @@ import "flag"
 // as defaults. Both daemons (the stand-alone server and the plugin with its
 // embedded coordinator) use it, so they spell every option the same way.
 func RegisterFlags(fs *flag.FlagSet, cfg *ServerConfig) {
-	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the coordinator's database (referrer sets, fence high-water mark)")
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the coordinator's database (reference sets, fence high-water mark)")
 	fs.IntVar(&cfg.Shards, "shards", cfg.Shards, "number of lock shards")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "lease lifetime without keepalive; a crashed holder delays others at most this long")
 	fs.DurationVar(&cfg.CompletedTTL, "completed-ttl", cfg.CompletedTTL, "how long a successful pull or delete is remembered so late requesters skip it")

@@ -18,9 +18,9 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// TestFullDisk (issue 17, finding 3): an unlock whose referrer write fails
+// TestFullDisk (issue 17, finding 3): an unlock whose reference write fails
 // answers 503 unavailable and changes nothing — the holder keeps its lock,
-// its waiter is not told to skip, no completion and no referrer appear —
+// its waiter is not told to skip, no completion and no reference appear —
 // and /readyz is unready. Once space returns, /readyz recovers by itself
 // and the holder's retry applies the unlock whole.
 //
@@ -132,7 +132,7 @@ func fill(t *testing.T, path string) {
 	}
 }
 
-// fullDisk is a referrer storage and state store that refuse every write
+// fullDisk is a reference storage and state store that refuse every write
 // while full, as a database on a full disk does.
 type fullDisk struct {
 	refcount.Storage

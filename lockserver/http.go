@@ -33,9 +33,9 @@ import (
 //	POST /lock/cancel     leave a queue or give back a grant
 //	GET  /lock/subscribe  Server-Sent Events for a key or a request
 //	GET  /lock/status     a key's holder, completion and queue
-//	POST /refs/add        add a referrer
-//	GET  /refs            a resource's referrers
-//	GET  /refs/list       every referrer set, a page at a time
+//	POST /refs/add        add a reference
+//	GET  /refs            a resource's references
+//	GET  /refs/list       every reference set, a page at a time
 //	POST /nodes/session   open or renew a node's session (SPEC §8)
 //	PUT  /nodes/{id}/refs a node's full sync, chunked
 //	DELETE /nodes/{id}    forget a member (admin)

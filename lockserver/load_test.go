@@ -15,7 +15,7 @@ import (
 
 // TestMutualExclusionUnderLoad: 64 goroutines × 200 cycles over 8 keys.
 // Never two holders of one key, grants in FIFO order per key, no lost
-// waiter, and exact referrer sets.
+// waiter, and exact reference sets.
 func TestMutualExclusionUnderLoad(t *testing.T) {
 	const (
 		workers = 64
@@ -123,7 +123,7 @@ func TestMutualExclusionUnderLoad(t *testing.T) {
 		for n := range wantRefs[k] {
 			want = append(want, n)
 		}
-		require.ElementsMatch(t, want, refs.Nodes, "referrers of key %d", k)
+		require.ElementsMatch(t, want, refs.Nodes, "references of key %d", k)
 		require.Equal(t, len(want), refs.Count)
 	}
 }

@@ -65,7 +65,7 @@ const maxFreeResources = 64
 
 // Options are the collaborators of a Locker.
 type Options struct {
-	// Refs holds the referrer sets. Required.
+	// Refs holds the reference sets. Required.
 	Refs *refcount.Manager
 	// State persists the fence high-water mark, the coordinator's
 	// identity and its members. Nil keeps them in memory only: fences
@@ -256,7 +256,7 @@ func (l *Locker) answered(k *key, req api.LockRequest, now time.Time) (api.LockR
 	return api.LockResponse{}, false
 }
 
-// admit applies the referrer rules of a new delete (SPEC §8) or update
+// admit applies the reference rules of a new delete (SPEC §8) or update
 // (update_requires_no_ref).
 func (l *Locker) admit(ctx context.Context, t typeIndex, req api.LockRequest, now time.Time) error {
 	switch t {
@@ -335,7 +335,7 @@ func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 	}
 	defer sh.tidy(r)
 	if req.Success {
-		// The referrer set changes on disk first: if it cannot, the
+		// The reference set changes on disk first: if it cannot, the
 		// unlock changes nothing (the lock stays held, nobody is told)
 		// and the holder retries it.
 		var err error
@@ -344,7 +344,7 @@ func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 			l.noteRef(g.nodeID, req.ResourceID, true)
 			_, err = l.refs.AddRef(ctx, req.ResourceID, g.nodeID)
 		case idxDelete:
-			_, err = l.refs.UpdateRefCount(ctx, refcount.OperationDelete, req.ResourceID, g.nodeID, true)
+			_, err = l.refs.UpdateRefCount(ctx, api.OperationDelete, req.ResourceID, g.nodeID, true)
 		}
 		if err := l.wrote(ctx, err); err != nil {
 			return api.UnlockResponse{}, fmt.Errorf("%s:%s: recording success: %w", req.Type, req.ResourceID, err)
@@ -470,7 +470,7 @@ func (l *Locker) grantResponse(g *grant) api.LockResponse {
 }
 
 // release ends the holder of r.keys[t] and advances the resource's queues.
-// The referrer set has already been updated for a success.
+// The reference set has already been updated for a success.
 func (l *Locker) release(ctx context.Context, sh *shard, r *resource, t typeIndex, success bool, reason string, now time.Time) {
 	k := &r.keys[t]
 	g := k.holder
@@ -496,7 +496,7 @@ func (l *Locker) release(ctx context.Context, sh *shard, r *resource, t typeInde
 
 // complete records that the holder g of r.keys[t] (a pull or a delete)
 // succeeded: everyone waiting on the key skips, and so do newcomers for
-// CompletedTTL. Unlock calls it once the referrer set is written: an
+// CompletedTTL. Unlock calls it once the reference set is written: an
 // unlock whose write fails must change nothing (issue 17), so no waiter may
 // have been told to skip.
 func (l *Locker) complete(r *resource, t typeIndex, g *grant, now time.Time) {
@@ -543,7 +543,7 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 		l.dropWaiter(k, w)
 		l.metrics.wait[next].Observe(now.Sub(w.queued).Seconds())
 		if err := l.checkGrantRefs(ctx, r.id, w.request); err != nil {
-			// The resource gained referrers while the delete (or update)
+			// The resource gained references while the delete (or update)
 			// waited: refuse it now instead of breaking them.
 			l.metrics.result(next, resultInUse)
 			if l.trace != nil {
@@ -607,7 +607,7 @@ func (l *Locker) checkDelete(ctx context.Context, req api.LockRequest, now time.
 }
 
 // checkGrantRefs re-checks, when a queued delete or update reaches the
-// head, the referrer rule that was checked when it queued.
+// head, the reference rule that was checked when it queued.
 func (l *Locker) checkGrantRefs(ctx context.Context, id string, req request) error {
 	switch {
 	case req.typ == idxDelete:

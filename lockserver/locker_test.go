@@ -140,7 +140,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 		require.ErrorIs(t, err, api.ErrInUse)
 		require.Equal(t, []string{"n2"}, inUse.Refs.Nodes)
 		d := mustLock(t, l, api.OperationDelete, "n2")
-		require.True(t, d.Acquired, "the last referrer may delete")
+		require.True(t, d.Acquired, "the last reference may delete")
 	})
 
 	t.Run("delete success forgets the pull completion and is itself retained", func(t *testing.T) {
@@ -468,7 +468,7 @@ func TestReleasedRemembersForALeaseTTL(t *testing.T) {
 	require.Empty(t, sh.released)
 }
 
-// gatedStorage holds referrer writes at a gate once armed, to observe what
+// gatedStorage holds reference writes at a gate once armed, to observe what
 // the Locker does while one is in flight.
 type gatedStorage struct {
 	refcount.Storage
@@ -499,7 +499,7 @@ func (s *gatedStorage) Set(ctx context.Context, id string, rc refcount.Reference
 	return s.Storage.Set(ctx, id, rc)
 }
 
-// newGatedLocker returns a Locker whose referrer writes go through a
+// newGatedLocker returns a Locker whose reference writes go through a
 // gatedStorage.
 func newGatedLocker(t *testing.T) (*Locker, *gatedStorage) {
 	t.Helper()
@@ -510,10 +510,10 @@ func newGatedLocker(t *testing.T) (*Locker, *gatedStorage) {
 	return l, store
 }
 
-// TestWaitersLearnOnceReferrerWritten: while the holder's referrer is
+// TestWaitersLearnOnceReferenceWritten: while the holder's reference is
 // being written, no waiter is told anything; then the pull's waiter skips
 // and the queued delete sees the puller.
-func TestWaitersLearnOnceReferrerWritten(t *testing.T) {
+func TestWaitersLearnOnceReferenceWritten(t *testing.T) {
 	ctx := context.Background()
 	l, store := newGatedLocker(t)
 	p := mustLock(t, l, api.OperationPull, "n1")
@@ -538,9 +538,9 @@ func TestWaitersLearnOnceReferrerWritten(t *testing.T) {
 		_, err := l.Unlock(ctx, api.UnlockRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: p.LeaseID, Success: true})
 		unlocked <- err
 	}()
-	<-store.entered // the referrer write is in flight, under the shard's mutex
-	require.Empty(t, sw.Events(), "a waiter must not skip before the referrer is written")
-	require.Empty(t, sd.Events(), "the delete must not be decided before the puller's referrer is written")
+	<-store.entered // the reference write is in flight, under the shard's mutex
+	require.Empty(t, sw.Events(), "a waiter must not skip before the reference is written")
+	require.Empty(t, sd.Events(), "the delete must not be decided before the puller's reference is written")
 
 	store.release()
 	require.NoError(t, <-unlocked)
@@ -548,7 +548,7 @@ func TestWaitersLearnOnceReferrerWritten(t *testing.T) {
 	ev := receive(t, sd.Events())
 	require.Equal(t, api.EventError, ev.Name)
 	require.NotNil(t, ev.Error)
-	require.Equal(t, api.CodeInUse, ev.Error.Code, "the delete sees the puller's referrer")
+	require.Equal(t, api.CodeInUse, ev.Error.Code, "the delete sees the puller's reference")
 	require.Equal(t, []string{"n1"}, ev.Error.Refs.Nodes)
 }
 
@@ -565,10 +565,10 @@ func receive(t *testing.T, ch <-chan api.Event) api.Event {
 }
 
 // TestFailedUnlockChangesNothing (issue 17, a full disk): when the
-// holder's referrer cannot be written, the unlock answers 503 unavailable
+// holder's reference cannot be written, the unlock answers 503 unavailable
 // and changes nothing: the lock stays held, no waiter is told, no
 // completion is recorded, and the coordinator is unready. The client's
-// retry then records the referrer, releases, and everyone skips.
+// retry then records the reference, releases, and everyone skips.
 func TestFailedUnlockChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	l, store := newGatedLocker(t)

@@ -44,7 +44,7 @@ const (
 	defaultRefsPage = 1000
 )
 
-// RefsList handles GET /refs/list: the referrer sets in resource ID order,
+// RefsList handles GET /refs/list: the reference sets in resource ID order,
 // a page at a time (for the reaper and operators).
 func (l *Locker) RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error) {
 	if limit <= 0 {
@@ -72,7 +72,7 @@ func (l *Locker) RefsList(ctx context.Context, after string, limit int) (api.Ref
 
 // Refs handles GET /refs: the nodes that reference the resource. It reads
 // under the shard mutex, so it never sees an unlock half done (waiters told
-// to skip, the holder's referrer still being written).
+// to skip, the holder's reference still being written).
 func (l *Locker) Refs(ctx context.Context, resourceID string) (api.RefsResponse, error) {
 	if err := validateResourceID(resourceID); err != nil {
 		return api.RefsResponse{}, err

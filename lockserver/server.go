@@ -19,7 +19,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// DBFile is the bbolt file under the data directory that holds referrer
+// DBFile is the bbolt file under the data directory that holds reference
 // sets and the fence high-water mark.
 const DBFile = "sharedcontent-lockserver.db"
 

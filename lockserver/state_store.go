@@ -10,9 +10,9 @@ import (
 )
 
 // StateStore persists what the coordinator must keep across restarts
-// besides the referrer sets: the fence high-water mark, its identity and
+// besides the reference sets: the fence high-water mark, its identity and
 // its members (SPEC §8). refcount's bolt storage implements it, in the
-// same database as the referrer sets.
+// same database as the reference sets.
 type StateStore interface {
 	FenceStore
 	refcount.MemberStore

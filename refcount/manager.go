@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // lockStripes is the number of mutexes that serialize per-resource updates.
@@ -28,7 +30,7 @@ type Config struct {
 // through it alone. The Manager does not own the Storage: closing it is the
 // caller's job.
 //
-// Invalid arguments (an unknown OperationType, an empty resource or node ID)
+// Invalid arguments (an unknown api.OperationType, an empty resource or node ID)
 // are errors wrapping errdefs.ErrInvalidArgument. Storage errors are
 // returned as they are.
 type Manager struct {
@@ -49,11 +51,11 @@ func NewManager(storage Storage, cfg Config) *Manager {
 // because its effect is already there: a pull is skipped when nodeID already
 // references the resource; an update or delete is never skipped. reason is
 // set only when skip is true.
-func (m *Manager) ShouldSkipOperation(ctx context.Context, op OperationType, resourceID, nodeID string) (skip bool, reason string, err error) {
+func (m *Manager) ShouldSkipOperation(ctx context.Context, op api.OperationType, resourceID, nodeID string) (skip bool, reason string, err error) {
 	if err := validate(op, resourceID, nodeID); err != nil {
 		return false, "", err
 	}
-	if op != OperationPull {
+	if op != api.OperationPull {
 		return false, "", nil
 	}
 	rc, err := m.GetRefCount(ctx, resourceID)
@@ -70,11 +72,11 @@ func (m *Manager) ShouldSkipOperation(ctx context.Context, op OperationType, res
 // A pull is always allowed. A delete is refused while nodes other than nodeID
 // reference the resource, and so is an update when Config.UpdateRequiresNoRef
 // is set. reason, set only when ok is false, names the other nodes.
-func (m *Manager) CanPerformOperation(ctx context.Context, op OperationType, resourceID, nodeID string) (ok bool, reason string, err error) {
+func (m *Manager) CanPerformOperation(ctx context.Context, op api.OperationType, resourceID, nodeID string) (ok bool, reason string, err error) {
 	if err := validate(op, resourceID, nodeID); err != nil {
 		return false, "", err
 	}
-	if op == OperationPull || (op == OperationUpdate && !m.cfg.UpdateRequiresNoRef) {
+	if op == api.OperationPull || (op == api.OperationUpdate && !m.cfg.UpdateRequiresNoRef) {
 		return true, "", nil
 	}
 	rc, err := m.GetRefCount(ctx, resourceID)
@@ -92,14 +94,14 @@ func (m *Manager) CanPerformOperation(ctx context.Context, op OperationType, res
 // change nothing; a successful pull adds nodeID (writing nothing if it was
 // there already); a successful delete drops the resource's entry, so the
 // result is the empty set.
-func (m *Manager) UpdateRefCount(ctx context.Context, op OperationType, resourceID, nodeID string, success bool) (ReferenceCount, error) {
+func (m *Manager) UpdateRefCount(ctx context.Context, op api.OperationType, resourceID, nodeID string, success bool) (ReferenceCount, error) {
 	if err := validate(op, resourceID, nodeID); err != nil {
 		return ReferenceCount{}, err
 	}
 	switch {
-	case success && op == OperationPull:
+	case success && op == api.OperationPull:
 		return m.AddRef(ctx, resourceID, nodeID)
-	case success && op == OperationDelete:
+	case success && op == api.OperationDelete:
 		unlock := m.lock(resourceID)
 		defer unlock()
 		return ReferenceCount{}, m.storage.Delete(ctx, resourceID)
@@ -120,14 +122,14 @@ func (m *Manager) GetRefCount(ctx context.Context, resourceID string) (Reference
 	return rc, err
 }
 
-// AddRef adds nodeID to the resource's referrers and returns the result.
+// AddRef adds nodeID to the resource's references and returns the result.
 // Adding a node that is already there writes nothing.
 func (m *Manager) AddRef(ctx context.Context, resourceID, nodeID string) (ReferenceCount, error) {
 	return m.modify(ctx, resourceID, nodeID, (*ReferenceCount).Add)
 }
 
-// RemoveRef removes nodeID from the resource's referrers and returns the
-// result. The entry is dropped when no referrer is left; removing a node
+// RemoveRef removes nodeID from the resource's references and returns the
+// result. The entry is dropped when no reference is left; removing a node
 // that is not there writes nothing.
 func (m *Manager) RemoveRef(ctx context.Context, resourceID, nodeID string) (ReferenceCount, error) {
 	return m.modify(ctx, resourceID, nodeID, (*ReferenceCount).Remove)
@@ -159,7 +161,7 @@ func (m *Manager) modify(ctx context.Context, resourceID, nodeID string, change 
 	return rc, nil
 }
 
-// ReplaceNode makes nodeID a referrer of exactly refs (SPEC §8: a node's
+// ReplaceNode makes nodeID a reference of exactly refs (SPEC §8: a node's
 // full sync, or forgetting a node with nil refs), atomically with respect
 // to every other mutation made through this Manager.
 func (m *Manager) ReplaceNode(ctx context.Context, nodeID string, refs map[string]struct{}) error {
@@ -177,7 +179,7 @@ func (m *Manager) ReplaceNode(ctx context.Context, nodeID string, refs map[strin
 	return m.storage.ReplaceNode(ctx, nodeID, refs)
 }
 
-// List calls fn for every resource with referrers, in resource ID order
+// List calls fn for every resource with references, in resource ID order
 // (a snapshot; see Storage.List).
 func (m *Manager) List(ctx context.Context, fn func(resourceID string, rc ReferenceCount) error) error {
 	return m.storage.List(ctx, fn)
@@ -192,7 +194,7 @@ func (m *Manager) lock(resourceID string) (unlock func()) {
 	return mu.Unlock
 }
 
-func validate(op OperationType, resourceID, nodeID string) error {
+func validate(op api.OperationType, resourceID, nodeID string) error {
 	if !op.Valid() {
 		return fmt.Errorf("operation type %q: %w", op, errdefs.ErrInvalidArgument)
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/refcount"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // storages are the Storage implementations the Manager is tested on.
@@ -61,18 +63,18 @@ var seed = map[string][]string{
 
 func TestShouldSkipOperation(t *testing.T) {
 	tests := []struct {
-		op       refcount.OperationType
+		op       api.OperationType
 		resource string
 		skip     bool
 	}{
-		{refcount.OperationPull, "mine", true},
-		{refcount.OperationPull, "shared", true},
-		{refcount.OperationPull, "theirs", false},
-		{refcount.OperationPull, "absent", false},
-		{refcount.OperationUpdate, "mine", false},
-		{refcount.OperationUpdate, "absent", false},
-		{refcount.OperationDelete, "mine", false},
-		{refcount.OperationDelete, "shared", false},
+		{api.OperationPull, "mine", true},
+		{api.OperationPull, "shared", true},
+		{api.OperationPull, "theirs", false},
+		{api.OperationPull, "absent", false},
+		{api.OperationUpdate, "mine", false},
+		{api.OperationUpdate, "absent", false},
+		{api.OperationDelete, "mine", false},
+		{api.OperationDelete, "shared", false},
 	}
 	forEachStorage(t, refcount.Config{}, seed, func(t *testing.T, m *refcount.Manager, _ *countingStorage) {
 		for _, tt := range tests {
@@ -90,29 +92,29 @@ func TestShouldSkipOperation(t *testing.T) {
 
 func TestCanPerformOperation(t *testing.T) {
 	tests := []struct {
-		op                  refcount.OperationType
+		op                  api.OperationType
 		resource            string
 		updateRequiresNoRef bool
 		ok                  bool
 		others              string
 	}{
-		{op: refcount.OperationPull, resource: "shared", ok: true},
-		{op: refcount.OperationPull, resource: "absent", ok: true},
-		{op: refcount.OperationDelete, resource: "absent", ok: true},
-		{op: refcount.OperationDelete, resource: "mine", ok: true},
-		{op: refcount.OperationDelete, resource: "shared", others: "n2, n3"},
-		{op: refcount.OperationDelete, resource: "theirs", others: "n2"},
-		{op: refcount.OperationUpdate, resource: "shared", ok: true},
-		{op: refcount.OperationUpdate, resource: "shared", updateRequiresNoRef: true, others: "n2, n3"},
-		{op: refcount.OperationUpdate, resource: "mine", updateRequiresNoRef: true, ok: true},
-		{op: refcount.OperationUpdate, resource: "absent", updateRequiresNoRef: true, ok: true},
+		{op: api.OperationPull, resource: "shared", ok: true},
+		{op: api.OperationPull, resource: "absent", ok: true},
+		{op: api.OperationDelete, resource: "absent", ok: true},
+		{op: api.OperationDelete, resource: "mine", ok: true},
+		{op: api.OperationDelete, resource: "shared", others: "n2, n3"},
+		{op: api.OperationDelete, resource: "theirs", others: "n2"},
+		{op: api.OperationUpdate, resource: "shared", ok: true},
+		{op: api.OperationUpdate, resource: "shared", updateRequiresNoRef: true, others: "n2, n3"},
+		{op: api.OperationUpdate, resource: "mine", updateRequiresNoRef: true, ok: true},
+		{op: api.OperationUpdate, resource: "absent", updateRequiresNoRef: true, ok: true},
 	}
 	for _, noRef := range []bool{false, true} {
 		cfg := refcount.Config{UpdateRequiresNoRef: noRef}
 		t.Run(fmt.Sprintf("UpdateRequiresNoRef=%t", noRef), func(t *testing.T) {
 			forEachStorage(t, cfg, seed, func(t *testing.T, m *refcount.Manager, _ *countingStorage) {
 				for _, tt := range tests {
-					if tt.op == refcount.OperationUpdate && tt.updateRequiresNoRef != noRef {
+					if tt.op == api.OperationUpdate && tt.updateRequiresNoRef != noRef {
 						continue
 					}
 					ok, reason, err := m.CanPerformOperation(t.Context(), tt.op, tt.resource, "n1")
@@ -132,22 +134,22 @@ func TestCanPerformOperation(t *testing.T) {
 func TestUpdateRefCount(t *testing.T) {
 	tests := []struct {
 		name     string
-		op       refcount.OperationType
+		op       api.OperationType
 		resource string
 		success  bool
 		want     []string // nodes afterwards; nil means no entry
 		writes   int64
 	}{
-		{"pull adds", refcount.OperationPull, "theirs", true, []string{"n1", "n2"}, 1},
-		{"pull creates", refcount.OperationPull, "absent", true, []string{"n1"}, 1},
-		{"pull again counts once", refcount.OperationPull, "mine", true, []string{"n1"}, 0},
-		{"failed pull", refcount.OperationPull, "theirs", false, []string{"n2"}, 0},
-		{"failed pull of absent", refcount.OperationPull, "absent", false, nil, 0},
-		{"update", refcount.OperationUpdate, "theirs", true, []string{"n2"}, 0},
-		{"failed update", refcount.OperationUpdate, "mine", false, []string{"n1"}, 0},
-		{"delete drops", refcount.OperationDelete, "shared", true, nil, 1},
-		{"delete absent", refcount.OperationDelete, "absent", true, nil, 1},
-		{"failed delete", refcount.OperationDelete, "mine", false, []string{"n1"}, 0},
+		{"pull adds", api.OperationPull, "theirs", true, []string{"n1", "n2"}, 1},
+		{"pull creates", api.OperationPull, "absent", true, []string{"n1"}, 1},
+		{"pull again counts once", api.OperationPull, "mine", true, []string{"n1"}, 0},
+		{"failed pull", api.OperationPull, "theirs", false, []string{"n2"}, 0},
+		{"failed pull of absent", api.OperationPull, "absent", false, nil, 0},
+		{"update", api.OperationUpdate, "theirs", true, []string{"n2"}, 0},
+		{"failed update", api.OperationUpdate, "mine", false, []string{"n1"}, 0},
+		{"delete drops", api.OperationDelete, "shared", true, nil, 1},
+		{"delete absent", api.OperationDelete, "absent", true, nil, 1},
+		{"failed delete", api.OperationDelete, "mine", false, []string{"n1"}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -166,7 +168,7 @@ func TestUpdateRefCount(t *testing.T) {
 func TestPullTwiceCountsOnce(t *testing.T) {
 	forEachStorage(t, refcount.Config{}, nil, func(t *testing.T, m *refcount.Manager, s *countingStorage) {
 		for range 2 {
-			_, err := m.UpdateRefCount(t.Context(), refcount.OperationPull, "r", "n1", true)
+			_, err := m.UpdateRefCount(t.Context(), api.OperationPull, "r", "n1", true)
 			require.NoError(t, err)
 			_, err = m.AddRef(t.Context(), "r", "n1")
 			require.NoError(t, err)
@@ -212,7 +214,7 @@ func TestDeleteFlow(t *testing.T) {
 		for resource, want := range map[string]bool{"mine": true, "shared": false} {
 			_, err := m.RemoveRef(ctx, resource, "n1")
 			require.NoError(t, err)
-			ok, _, err := m.CanPerformOperation(ctx, refcount.OperationDelete, resource, "n1")
+			ok, _, err := m.CanPerformOperation(ctx, api.OperationDelete, resource, "n1")
 			require.NoError(t, err)
 			require.Equal(t, want, ok, resource)
 		}
@@ -237,7 +239,7 @@ func TestManagerInvalidArgument(t *testing.T) {
 			{"pull", "", "n"},
 			{"pull", "r", ""},
 		} {
-			op := refcount.OperationType(c.op)
+			op := api.OperationType(c.op)
 			_, _, err := m.ShouldSkipOperation(ctx, op, c.resource, c.node)
 			requireInvalid(t, err, c)
 			_, _, err = m.CanPerformOperation(ctx, op, c.resource, c.node)
@@ -303,7 +305,7 @@ func TestManagerConcurrent(t *testing.T) {
 	})
 }
 
-// requireNodes asserts the resource's stored referrers; nil means no entry.
+// requireNodes asserts the resource's stored references; nil means no entry.
 func requireNodes(t *testing.T, s refcount.Storage, resource string, want []string) {
 	t.Helper()
 	rc, err := s.Get(t.Context(), resource)

@@ -5,30 +5,6 @@ import (
 	"sort"
 )
 
-// OperationType is the kind of operation on a shared resource. It is also
-// the lock type of the lock server.
-type OperationType string
-
-// The three operations.
-const (
-	// OperationPull fetches a resource; on success the node references it.
-	OperationPull OperationType = "pull"
-	// OperationUpdate changes a resource's metadata; references are unchanged.
-	OperationUpdate OperationType = "update"
-	// OperationDelete removes a resource; it is allowed only when no other
-	// node references it, and on success the resource's entry is dropped.
-	OperationDelete OperationType = "delete"
-)
-
-// Valid reports whether t is one of the three operation types.
-func (t OperationType) Valid() bool {
-	switch t {
-	case OperationPull, OperationUpdate, OperationDelete:
-		return true
-	}
-	return false
-}
-
 // ReferenceCount is the set of nodes that reference one resource. Count is
 // always len(Nodes): a node that pulls twice counts once. The zero value is
 // an empty set ready to use.

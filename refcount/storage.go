@@ -25,7 +25,7 @@ type Storage interface {
 	// an error, which List returns. fn sees a snapshot taken when List
 	// starts and is called with no lock held, so it may call the Storage.
 	List(ctx context.Context, fn func(resourceID string, rc ReferenceCount) error) error
-	// ReplaceNode makes node a referrer of exactly the resources in refs,
+	// ReplaceNode makes node a reference of exactly the resources in refs,
 	// in one atomic step: node is added to every entry of refs and removed
 	// from every other entry (entries left empty are dropped). A nil refs
 	// removes node everywhere. An empty node is an error wrapping

@@ -1,5 +1,5 @@
 // Command sharedcontent-lockserver runs the sharedcontent coordinator (SPEC
-// §3) as a stand-alone server: the lock service, lease keeper and referrer
+// §3) as a stand-alone server: the lock service, lease keeper and reference
 // registry that every node's containerd-sharedcontent talks to.
 package main
 

@@ -94,7 +94,7 @@ func (l *lockServer) restart() {
 
 func (l *lockServer) url() string { return "http://" + l.addr }
 
-// refs returns the nodes the coordinator records as referrers of dgst,
+// refs returns the nodes the coordinator records as references of dgst,
 // sorted.
 func (l *lockServer) refs(dgst string) ([]string, error) {
 	var r api.RefsResponse

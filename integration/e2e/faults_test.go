@@ -199,17 +199,17 @@ func requireGone(t *testing.T, shared string, img testImage) {
 }
 
 // requireNotReferencedBy checks that the coordinator does not list node as
-// a referrer of any blob of img.
+// a reference of any blob of img.
 func (c *cluster) requireNotReferencedBy(t *testing.T, img testImage, n *node) {
 	t.Helper()
 	for _, d := range img.all() {
 		got, err := c.ls.refs(d)
 		require.NoError(t, err)
-		require.NotContains(t, got, n.id, "referrers of %s", short(d))
+		require.NotContains(t, got, n.id, "references of %s", short(d))
 	}
 }
 
-// refsSummary describes the coordinator's referrers of img's blobs, for
+// refsSummary describes the coordinator's references of img's blobs, for
 // reports.
 func (c *cluster) refsSummary(img testImage) string {
 	seen := map[string]int{}
@@ -290,7 +290,7 @@ func TestFaultCoordinatorWiped(t *testing.T) {
 		got, err := c.ls.refs(d)
 		require.NoError(t, err)
 		for _, n := range others {
-			require.Contains(t, got, n.id, "referrers of %s after the re-sync", short(d))
+			require.Contains(t, got, n.id, "references of %s after the re-sync", short(d))
 		}
 	}
 
@@ -305,7 +305,7 @@ func TestFaultCoordinatorWiped(t *testing.T) {
 	requireGone(t, c.shared, fresh)
 	c.requireSharedBlobs(t, img)
 	reads += requireReadable(t, img, others)
-	report(t, "7 coordinator wiped: restart with an empty data dir %.2fs, new cluster id; GC on n1 (%.2fs) deleted 0 of %d blobs (%d used by n2,n3, %d only by n1); adopt, all 3 nodes synced %.2fs later; referrers then: image %s, n1-only image %s; GC of a fresh n1-only image deleted %d/%d blobs (%.2fs); n2,n3 read back %d/%d blobs",
+	report(t, "7 coordinator wiped: restart with an empty data dir %.2fs, new cluster id; GC on n1 (%.2fs) deleted 0 of %d blobs (%d used by n2,n3, %d only by n1); adopt, all 3 nodes synced %.2fs later; references then: image %s, n1-only image %s; GC of a fresh n1-only image deleted %d/%d blobs (%.2fs); n2,n3 read back %d/%d blobs",
 		wipe.Seconds(), gcForeign.Seconds(), len(img.all())+len(solo.all()), len(img.all()), len(solo.all()),
 		resync.Seconds(), refsImg, refsSolo, len(fresh.all()), len(fresh.all()), gcAdopted.Seconds(), reads, reads)
 }
@@ -383,7 +383,7 @@ func testNodeCutOff(t *testing.T, mode proxyMode) {
 	requireGone(t, c.shared, fresh)
 	c.requireSharedBlobs(t, img)
 	reads += requireReadable(t, img, []*node{n2, n3})
-	report(t, "8 node cut off (%s): n3's pull while cut off took %.2fs (session TTL %v; %d connection attempts); n1 pulled it too, GC on n1 (%.2fs) kept all %d blobs; n3 synced %.2fs after reconnecting, referrers n3 / n2,n3; n3's GC then deleted %d/%d blobs (%.2fs); %d/%d blob reads ok",
+	report(t, "8 node cut off (%s): n3's pull while cut off took %.2fs (session TTL %v; %d connection attempts); n1 pulled it too, GC on n1 (%.2fs) kept all %d blobs; n3 synced %.2fs after reconnecting, references n3 / n2,n3; n3's GC then deleted %d/%d blobs (%.2fs); %d/%d blob reads ok",
 		mode, cutPull.Seconds(), faultSessionTTL, attempts, gc.Seconds(), len(fresh.all())+len(img.all()), resync.Seconds(),
 		len(fresh.all()), len(fresh.all()), gcAfter.Seconds(), reads, reads)
 }

@@ -97,7 +97,7 @@ func TestFollowerHandOff(t *testing.T) {
 	assert.Equal(t, 2, per[layer], "GETs of the layer: the killed holder's and one follower's")
 	refs, err := c.ls.refs(layer)
 	require.NoError(t, err)
-	assert.Equal(t, sorted(nodeIDs(followers)), refs, "referrers of the layer: both followers, not the dead holder")
+	assert.Equal(t, sorted(nodeIDs(followers)), refs, "references of the layer: both followers, not the dead holder")
 	st, err := c.ls.status("pull", layer)
 	require.NoError(t, err)
 	takenBy := "?"

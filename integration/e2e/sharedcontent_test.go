@@ -49,14 +49,14 @@ func nodeIDs(nodes []*node) []string {
 }
 
 // requireRefs checks that the coordinator records exactly nodes as the
-// referrers of every digest of img.
+// references of every digest of img.
 func (c *cluster) requireRefs(t *testing.T, img testImage, nodes []*node) {
 	t.Helper()
 	want := sorted(nodeIDs(nodes))
 	for _, d := range img.all() {
 		got, err := c.ls.refs(d)
 		require.NoError(t, err)
-		require.True(t, slices.Equal(want, got), "referrers of %s: want %v, got %v", short(d), want, got)
+		require.True(t, slices.Equal(want, got), "references of %s: want %v, got %v", short(d), want, got)
 	}
 }
 
@@ -128,7 +128,7 @@ func TestSharedContent(t *testing.T) {
 		requireReady(t, img, c.nodes)
 		c.requireSharedBlobs(t, img)
 		c.requireRefs(t, img, c.nodes)
-		report(t, "1 concurrent pulls, sharedcontent on 3 nodes: 3/3 ok in %.2fs (%s); %d GETs for %d blobs + manifest, %.1f MB; complete and unpacked on 3/3; referrers n1,n2,n3",
+		report(t, "1 concurrent pulls, sharedcontent on 3 nodes: 3/3 ok in %.2fs (%s); %d GETs for %d blobs + manifest, %.1f MB; complete and unpacked on 3/3; references n1,n2,n3",
 			elapsed.Seconds(), strings.Join(times, ", "), gets, len(img.blobs()), mb(c.reg.BlobBytes()))
 	})
 	if !ok {
@@ -150,7 +150,7 @@ func TestSharedContent(t *testing.T) {
 		reads := requireReadable(t, img, c.nodes[1:])
 		c.requireRefs(t, img, c.nodes[1:])
 		_, gets := getsOf(c.reg, img.all())
-		report(t, "2 GC on n1 (`images rm --sync`, %.2fs): all %d blobs kept in the shared dir; n2,n3 complete and unpacked, %d/%d blobs read back; referrers now n2,n3; registry GETs still %d, %.1f MB",
+		report(t, "2 GC on n1 (`images rm --sync`, %.2fs): all %d blobs kept in the shared dir; n2,n3 complete and unpacked, %d/%d blobs read back; references now n2,n3; registry GETs still %d, %.1f MB",
 			gc.Seconds(), len(img.all()), reads, reads, gets, mb(c.reg.BlobBytes()))
 	})
 	if !ok {
@@ -176,7 +176,7 @@ func TestSharedContent(t *testing.T) {
 		assert.Empty(t, ingests, "shared ingest/ after every node removed the image")
 		c.requireRefs(t, img, nil)
 		_, gets := getsOf(c.reg, img.all())
-		report(t, "3 no leak: rm --sync on n2 (%.2fs, blobs kept for n3) then n3 (%.2fs): shared blobs/ %d entries, ingest/ %d entries; referrers 0; registry GETs still %d, %.1f MB",
+		report(t, "3 no leak: rm --sync on n2 (%.2fs, blobs kept for n3) then n3 (%.2fs): shared blobs/ %d entries, ingest/ %d entries; references 0; registry GETs still %d, %.1f MB",
 			rm2.Seconds(), rm3.Seconds(), len(blobs), len(ingests), gets, mb(c.reg.BlobBytes()))
 	})
 }
@@ -320,7 +320,7 @@ func TestHolderKilled(t *testing.T) {
 }
 
 // TestLockServerRestart is scenario 5: the coordinator restarts between
-// pulls; referrer sets survive, so a GC after the restart still keeps the
+// pulls; reference sets survive, so a GC after the restart still keeps the
 // blobs the other nodes use.
 func TestLockServerRestart(t *testing.T) {
 	c := newCluster(t, registry.WithBandwidth(concurrentBandwidth))
@@ -350,7 +350,7 @@ func TestLockServerRestart(t *testing.T) {
 	requireReady(t, img, c.nodes[1:])
 	reads := requireReadable(t, img, c.nodes[1:])
 	c.requireRefs(t, img, c.nodes[1:])
-	report(t, "5 lock server restart: n1 pulled; restart (%.2fs); referrers kept; n2,n3 pulled in %.2fs, total %d GETs for %d blobs + manifest, %.1f MB (no re-download); restart; GC on n1 kept all %d blobs, n2,n3 complete, %d/%d read back; referrers n2,n3",
+	report(t, "5 lock server restart: n1 pulled; restart (%.2fs); references kept; n2,n3 pulled in %.2fs, total %d GETs for %d blobs + manifest, %.1f MB (no re-download); restart; GC on n1 kept all %d blobs, n2,n3 complete, %d/%d read back; references n2,n3",
 		restart1.Seconds(), pulls.Seconds(), gets, len(img.blobs()), mb(c.reg.BlobBytes()), len(img.all()), reads, reads)
 }
 

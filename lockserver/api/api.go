@@ -1,19 +1,31 @@
 package api
 
-import (
-	"github.com/sharedcontent/sharedcontent/refcount"
-)
+// OperationType is the kind of operation on a shared resource, and so the
+// kind of lock (SPEC §3): pull, update or delete. It is defined here, once,
+// for the protocol, the client and refcount's callback API.
+type OperationType string
 
-// OperationType is the kind of lock: pull, update or delete. It is the same
-// type the refcount callback API uses.
-type OperationType = refcount.OperationType
-
-// The three lock types.
+// The three operations.
 const (
-	OperationPull   = refcount.OperationPull
-	OperationUpdate = refcount.OperationUpdate
-	OperationDelete = refcount.OperationDelete
+	// OperationPull fetches a resource; on success the node references it
+	// and every waiter skips.
+	OperationPull OperationType = "pull"
+	// OperationUpdate changes a resource's metadata; references are
+	// unchanged, and waiters run one after the other.
+	OperationUpdate OperationType = "update"
+	// OperationDelete removes a resource no other node references; on
+	// success its references are dropped and every waiter skips.
+	OperationDelete OperationType = "delete"
 )
+
+// Valid reports whether t is one of the three operation types.
+func (t OperationType) Valid() bool {
+	switch t {
+	case OperationPull, OperationUpdate, OperationDelete:
+		return true
+	}
+	return false
+}
 
 // Limits on request fields.
 const (
@@ -43,7 +55,7 @@ type LockRequest struct {
 	// Reap marks a delete taken by the reaper (SPEC §8) rather than by a
 	// node's own garbage collection: it leaves the requester's references
 	// alone. ReapOrphan is granted only when nobody references the
-	// resource; ReapDangling ignores the referrers (the reaper found no
+	// resource; ReapDangling ignores the references (the reaper found no
 	// blob) and its success drops them. Both obey the synced rule.
 	Reap ReapMode `json:"reap,omitempty"`
 }

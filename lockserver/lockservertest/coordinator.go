@@ -130,7 +130,7 @@ func (c *Coordinator) serve(ln net.Listener) {
 }
 
 // Start starts a stopped coordinator again on its address, with its data
-// directory as it is: a new epoch, the same referrers and members.
+// directory as it is: a new epoch, the same references and members.
 func (c *Coordinator) Start() {
 	c.t.Helper()
 	var ln net.Listener
@@ -160,7 +160,7 @@ func (c *Coordinator) Stop() {
 	require.NoError(c.t, <-done, "coordinator Serve")
 }
 
-// Restart stops and starts it: locks and sessions are lost, referrers and
+// Restart stops and starts it: locks and sessions are lost, references and
 // members kept.
 func (c *Coordinator) Restart() {
 	c.t.Helper()
@@ -169,7 +169,7 @@ func (c *Coordinator) Restart() {
 }
 
 // Wipe stops it, removes its data directory (a new machine, a lost disk)
-// and starts it: a new cluster that knows no node and no referrer.
+// and starts it: a new cluster that knows no node and no reference.
 func (c *Coordinator) Wipe() {
 	c.t.Helper()
 	c.Stop()

@@ -40,7 +40,7 @@ func call(t *testing.T, client *http.Client, method, url, token, body string) in
 // refsAdd is the body of POST /refs/add for blob as node.
 func refsAdd(node string) string { return `{"resource_id":"` + blob + `","node_id":"` + node + `"}` }
 
-// TestStartRestartWipe: a coordinator keeps its address and referrers
+// TestStartRestartWipe: a coordinator keeps its address and references
 // across a restart, and loses them (a new cluster) when wiped.
 func TestStartRestartWipe(t *testing.T) {
 	ctx := context.Background()
@@ -56,14 +56,14 @@ func TestStartRestartWipe(t *testing.T) {
 	require.True(t, c.Running())
 	refs, err := c.Locker().Refs(ctx, blob)
 	require.NoError(t, err)
-	require.Equal(t, []string{"node-a"}, refs.Nodes, "referrers survive a restart")
+	require.Equal(t, []string{"node-a"}, refs.Nodes, "references survive a restart")
 	require.Equal(t, cluster.ClusterID, c.Locker().Cluster().ClusterID)
 	require.Equal(t, http.StatusOK, get(t, http.DefaultClient, c.URL()+"/healthz", ""), "served on the same address")
 
 	c.Wipe()
 	refs, err = c.Locker().Refs(ctx, blob)
 	require.NoError(t, err)
-	require.Empty(t, refs.Nodes, "a wiped coordinator knows no referrer")
+	require.Empty(t, refs.Nodes, "a wiped coordinator knows no reference")
 	require.NotEqual(t, cluster.ClusterID, c.Locker().Cluster().ClusterID, "a wiped coordinator is a new cluster")
 
 	c.Stop()

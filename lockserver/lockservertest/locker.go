@@ -10,7 +10,7 @@ import (
 )
 
 // NewLocker returns an in-process coordinator (the embedded mode) with
-// in-memory referrers, lockserver.DefaultConfig changed by mutate. It is
+// in-memory references, lockserver.DefaultConfig changed by mutate. It is
 // closed when the test ends; a Close error fails the test.
 func NewLocker(t testing.TB, mutate ...func(*lockserver.Config)) *lockserver.Locker {
 	t.Helper()
