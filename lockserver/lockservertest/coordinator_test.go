@@ -106,6 +106,20 @@ func TestTLS(t *testing.T) {
 	})
 }
 
+// TestDataDir: a coordinator started WithDataDir on the directory a
+// stopped one left has its references.
+func TestDataDir(t *testing.T) {
+	ctx := context.Background()
+	first := lockservertest.Start(t)
+	_, err := first.Locker().AddRef(ctx, blob, "node-a")
+	require.NoError(t, err)
+	first.Stop()
+	second := lockservertest.Start(t, lockservertest.WithDataDir(first.DataDir()))
+	refs, err := second.Locker().Refs(ctx, blob)
+	require.NoError(t, err)
+	require.Equal(t, []string{"node-a"}, refs.Nodes)
+}
+
 // TestNodeTokens: WithNodeTokens gives each node its token, and a node
 // may act only as itself.
 func TestNodeTokens(t *testing.T) {

@@ -49,8 +49,8 @@ func WithServerConfig(mutate func(*lockserver.ServerConfig)) Option {
 func WithAddr(addr string) Option { return func(o *options) { o.addr = addr } }
 
 // WithDataDir keeps the coordinator's database in dir instead of a new
-// temp directory, for example to start a second coordinator on the data
-// of a first.
+// temp directory: one a test prepared, or one a stopped coordinator left
+// (two running on one database would wait on its file lock).
 func WithDataDir(dir string) Option { return func(o *options) { o.dataDir = dir } }
 
 // WithToken makes clients send token as their bearer token (written to a
