@@ -107,47 +107,28 @@ func main() {
 }
 
 func run() error {
-	var cfg config
-	var sections, lockClients, nodes, waiters string
-	flag.StringVar(&cfg.out, "out", "", "directory for BENCHMARKS.md and the PNG charts (empty: stdout only)")
-	flag.StringVar(&sections, "only", "lock,dedup,notify,plugin", "sections to run, comma-separated")
-	flag.DurationVar(&cfg.lockRound, "lock-round", defaultLockRound, "duration of one lock round")
-	flag.IntVar(&cfg.lockRounds, "lock-rounds", defaultLockRounds, "lock rounds per system and scenario (median reported)")
-	flag.StringVar(&lockClients, "lock-clients", "16,64", "concurrent lock clients")
-	flag.IntVar(&cfg.layers, "layers", defaultLayers, "image layers of the pull test")
-	flag.IntVar(&cfg.layerMiB, "layer-mib", defaultLayerMiB, "MiB per layer")
-	flag.IntVar(&cfg.bandwidthMBs, "bandwidth-mbps", defaultBandwidth, "registry uplink in MB/s, shared by all downloads")
-	flag.StringVar(&nodes, "nodes", "1,2,4,8", "node counts of the pull test")
-	flag.IntVar(&cfg.dedupReps, "dedup-reps", defaultDedupReps, "repetitions of each sharedcontent pull (median wall reported)")
-	flag.DurationVar(&cfg.notifyCase, "notify-case", defaultNotifyCase, "time box of each push-notification case")
-	flag.DurationVar(&cfg.download, "download", defaultDownload, "the holder's download in the polling and backoff simulations")
-	flag.StringVar(&waiters, "waiters", "1,10,100", "waiters per key in the notification test")
-	flag.IntVar(&cfg.blobMiB, "blob-mib", defaultBlobMiB, "blob size of the plugin test")
-	flag.IntVar(&cfg.pluginReps, "plugin-reps", defaultPluginReps, "runs per path in the plugin test (median reported)")
-	flag.StringVar(&cfg.profileDir, "profile", "", "write CPU profiles of sharedcontent's part of each section here")
-	flag.StringVar(&cfg.goBench, "gobench", "", "output of the Go benchmarks (go test -bench) to include in the doc")
-	flag.Parse()
-	var err error
-	if cfg.lockClients, err = ints(lockClients); err != nil {
+	cfg, err := parseFlags()
+	if err != nil {
 		return err
-	}
-	if cfg.nodes, err = ints(nodes); err != nil {
-		return err
-	}
-	if cfg.waiters, err = ints(waiters); err != nil {
-		return err
-	}
-	cfg.sections = map[string]bool{}
-	for _, s := range strings.Split(sections, ",") {
-		cfg.sections[strings.TrimSpace(s)] = true
 	}
 	log.SetLevel("error")
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	r := &report{cfg: cfg, started: time.Now(), loadBefore: loadavg()}
-	progress := func(s string) { fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(r.started).Seconds(), s) }
+	if err := r.runSections(ctx); err != nil {
+		return err
+	}
+	r.took = time.Since(r.started)
+	r.loadAfter = loadavg()
+	return r.write()
+}
 
+// runSections runs the sections cfg.sections names, in order, reporting
+// progress on stderr.
+func (r *report) runSections(ctx context.Context) error {
+	cfg := r.cfg
+	progress := func(s string) { fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(r.started).Seconds(), s) }
 	if cfg.sections["lock"] {
 		if err := r.runLock(ctx, progress); err != nil {
 			return fmt.Errorf("lock: %w", err)
@@ -172,25 +153,67 @@ func run() error {
 		}
 		r.plugin = res
 	}
-	r.took = time.Since(r.started)
-	r.loadAfter = loadavg()
+	return nil
+}
 
+// write prints the tables and, with cfg.out set, writes the charts and
+// BENCHMARKS.md there.
+func (r *report) write() error {
 	var table bytes.Buffer
 	r.writeTables(&table)
 	r.writeTargets(&table)
 	os.Stdout.Write(table.Bytes())
-	if cfg.out == "" {
+	if r.cfg.out == "" {
 		return nil
 	}
-	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+	if err := os.MkdirAll(r.cfg.out, 0o755); err != nil {
 		return err
 	}
 	if r.dedup != nil {
-		if err := writeCharts(cfg.out, r.dedup, r.imageBytes); err != nil {
+		if err := writeCharts(r.cfg.out, r.dedup, r.imageBytes); err != nil {
 			return fmt.Errorf("charts: %w", err)
 		}
 	}
-	return r.writeDoc(filepath.Join(cfg.out, "BENCHMARKS.md"))
+	return r.writeDoc(filepath.Join(r.cfg.out, "BENCHMARKS.md"))
+}
+
+// parseFlags reads the command line into a config.
+func parseFlags() (config, error) {
+	var cfg config
+	var sections, lockClients, nodes, waiters string
+	flag.StringVar(&cfg.out, "out", "", "directory for BENCHMARKS.md and the PNG charts (empty: stdout only)")
+	flag.StringVar(&sections, "only", "lock,dedup,notify,plugin", "sections to run, comma-separated")
+	flag.DurationVar(&cfg.lockRound, "lock-round", defaultLockRound, "duration of one lock round")
+	flag.IntVar(&cfg.lockRounds, "lock-rounds", defaultLockRounds, "lock rounds per system and scenario (median reported)")
+	flag.StringVar(&lockClients, "lock-clients", "16,64", "concurrent lock clients")
+	flag.IntVar(&cfg.layers, "layers", defaultLayers, "image layers of the pull test")
+	flag.IntVar(&cfg.layerMiB, "layer-mib", defaultLayerMiB, "MiB per layer")
+	flag.IntVar(&cfg.bandwidthMBs, "bandwidth-mbps", defaultBandwidth, "registry uplink in MB/s, shared by all downloads")
+	flag.StringVar(&nodes, "nodes", "1,2,4,8", "node counts of the pull test")
+	flag.IntVar(&cfg.dedupReps, "dedup-reps", defaultDedupReps, "repetitions of each sharedcontent pull (median wall reported)")
+	flag.DurationVar(&cfg.notifyCase, "notify-case", defaultNotifyCase, "time box of each push-notification case")
+	flag.DurationVar(&cfg.download, "download", defaultDownload, "the holder's download in the polling and backoff simulations")
+	flag.StringVar(&waiters, "waiters", "1,10,100", "waiters per key in the notification test")
+	flag.IntVar(&cfg.blobMiB, "blob-mib", defaultBlobMiB, "blob size of the plugin test")
+	flag.IntVar(&cfg.pluginReps, "plugin-reps", defaultPluginReps, "runs per path in the plugin test (median reported)")
+	flag.StringVar(&cfg.profileDir, "profile", "", "write CPU profiles of sharedcontent's part of each section here")
+	flag.StringVar(&cfg.goBench, "gobench", "", "output of the Go benchmarks (go test -bench) to include in the doc")
+	flag.Parse()
+	var err error
+	if cfg.lockClients, err = ints(lockClients); err != nil {
+		return cfg, err
+	}
+	if cfg.nodes, err = ints(nodes); err != nil {
+		return cfg, err
+	}
+	if cfg.waiters, err = ints(waiters); err != nil {
+		return cfg, err
+	}
+	cfg.sections = map[string]bool{}
+	for _, s := range strings.Split(sections, ",") {
+		cfg.sections[strings.TrimSpace(s)] = true
+	}
+	return cfg, nil
 }
 
 func ints(s string) ([]int, error) {

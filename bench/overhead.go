@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
@@ -52,38 +53,11 @@ func overheadBench(size int64, reps int, profileDir string, progress func(string
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-
-	srv, err := lockserver.OpenServer(lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: filepath.Join(dir, "coordinator")})
+	env, err := startOverheadEnv(ctx, dir)
+	defer env.close()
 	if err != nil {
 		return nil, err
 	}
-	defer srv.Shutdown(context.Background())
-	coord, err := lockclient.NewEmbedded(srv.Locker, lockclient.WithNodeID("node-1"))
-	if err != nil {
-		return nil, err
-	}
-	defer coord.Close()
-	store, err := contentv2.NewStore(filepath.Join(dir, "shared"), "node-1", contentv2.LockService(coord), contentv2.WithStateDir(filepath.Join(dir, "state")))
-	if err != nil {
-		return nil, err
-	}
-	defer store.Close()
-
-	sock := filepath.Join(dir, "run", "content.sock")
-	ps, err := plugin.Listen(sock, store)
-	if err != nil {
-		return nil, err
-	}
-	go ps.Serve(ctx)
-	defer ps.Stop(context.Background())
-	conn, err := grpc.NewClient("unix://"+sock,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(plugin.MaxMsgSize), grpc.MaxCallSendMsgSize(plugin.MaxMsgSize)))
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	remote := proxy.NewContentStore(conn)
 
 	progress(fmt.Sprintf("plugin: generating a %d MiB blob", size>>20))
 	data := make([]byte, size)
@@ -91,16 +65,90 @@ func overheadBench(size int64, reps int, profileDir string, progress func(string
 	rng.Read(data)
 	desc := ocispec.Descriptor{MediaType: "application/octet-stream", Digest: digest.FromBytes(data), Size: size}
 
-	paths := []struct {
-		name string
-		cs   content.Store
-	}{{"direct", store}, {"proxy", remote}}
-	type op struct {
-		name    string
-		prepare func() error // untimed
-		run     func(cs content.Store) error
+	paths := []overheadPath{{"direct", env.store}, {"proxy", env.remote}}
+	var out []overheadResult
+	for _, o := range overheadOps(ctx, env.store, data, desc) {
+		times, err := o.time(paths, reps, profileDir, progress)
+		if err != nil {
+			return nil, err
+		}
+		mbps := func(ds []time.Duration) float64 { return float64(size) / 1e6 / medianDuration(ds).Seconds() }
+		out = append(out, overheadResult{Op: o.name, Direct: mbps(times["direct"]), Proxy: mbps(times["proxy"])})
 	}
-	ops := []op{{
+	return out, nil
+}
+
+// overheadEnv is one node as the daemon runs it, under one directory: an
+// embedded coordinator, a contentv2 store, the proxy plugin's gRPC server
+// on a unix socket, and containerd's proxy client of it.
+type overheadEnv struct {
+	store   contentv2.Store
+	remote  content.Store // the proxy client
+	closers []func()      // run last first by close
+}
+
+// startOverheadEnv starts the node under dir. On an error, env.close
+// still stops what was started.
+func startOverheadEnv(ctx context.Context, dir string) (env *overheadEnv, err error) {
+	env = &overheadEnv{}
+	srv, err := lockserver.OpenServer(lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: filepath.Join(dir, "coordinator")})
+	if err != nil {
+		return env, err
+	}
+	env.closers = append(env.closers, func() { srv.Shutdown(context.Background()) })
+	coord, err := lockclient.NewEmbedded(srv.Locker, lockclient.WithNodeID("node-1"))
+	if err != nil {
+		return env, err
+	}
+	env.closers = append(env.closers, func() { coord.Close() })
+	env.store, err = contentv2.NewStore(filepath.Join(dir, "shared"), "node-1", contentv2.LockService(coord), contentv2.WithStateDir(filepath.Join(dir, "state")))
+	if err != nil {
+		return env, err
+	}
+	env.closers = append(env.closers, func() { env.store.Close() })
+
+	sock := filepath.Join(dir, "run", "content.sock")
+	ps, err := plugin.Listen(sock, env.store)
+	if err != nil {
+		return env, err
+	}
+	go ps.Serve(ctx)
+	env.closers = append(env.closers, func() { ps.Stop(context.Background()) })
+	conn, err := grpc.NewClient("unix://"+sock,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(plugin.MaxMsgSize), grpc.MaxCallSendMsgSize(plugin.MaxMsgSize)))
+	if err != nil {
+		return env, err
+	}
+	env.closers = append(env.closers, func() { conn.Close() })
+	env.remote = proxy.NewContentStore(conn)
+	return env, nil
+}
+
+// close stops the node, the proxy client first and the coordinator last.
+func (e *overheadEnv) close() {
+	for _, c := range slices.Backward(e.closers) {
+		c()
+	}
+}
+
+// overheadPath is one way to the store: "direct" or "proxy".
+type overheadPath struct {
+	name string
+	cs   content.Store
+}
+
+// overheadOp is one timed operation of the plugin test.
+type overheadOp struct {
+	name    string
+	prepare func() error // untimed
+	run     func(cs content.Store) error
+}
+
+// overheadOps are the operations on the blob data (desc): a write into an
+// emptied store, and a read with each of readBuffers.
+func overheadOps(ctx context.Context, store content.Store, data []byte, desc ocispec.Descriptor) []overheadOp {
+	ops := []overheadOp{{
 		name: "write",
 		prepare: func() error {
 			// Start from an empty store, through the store itself (a
@@ -117,8 +165,9 @@ func overheadBench(size int64, reps int, profileDir string, progress func(string
 			return content.WriteBlob(ctx, cs, "bench-"+desc.Digest.Encoded(), bytes.NewReader(data), desc)
 		},
 	}}
+	size := desc.Size
 	for _, bs := range readBuffers {
-		ops = append(ops, op{name: fmt.Sprintf("read (%s ReadAt)", sizeName(bs)), prepare: func() error { return nil }, run: func(cs content.Store) error {
+		ops = append(ops, overheadOp{name: fmt.Sprintf("read (%s ReadAt)", sizeName(bs)), prepare: func() error { return nil }, run: func(cs content.Store) error {
 			ra, err := cs.ReaderAt(ctx, desc)
 			if err != nil {
 				return err
@@ -131,39 +180,41 @@ func overheadBench(size int64, reps int, profileDir string, progress func(string
 			return err
 		}})
 	}
+	return ops
+}
 
-	var out []overheadResult
-	for _, o := range ops {
-		times := map[string][]time.Duration{}
-		for r := range reps {
-			// Alternate which path goes first.
-			for j := range paths {
-				p := paths[(j+r)%len(paths)]
-				progress(fmt.Sprintf("plugin: %s, %s, run %d/%d", o.name, p.name, r+1, reps))
-				if err := o.prepare(); err != nil {
-					return nil, fmt.Errorf("plugin %s: %w", o.name, err)
-				}
-				stopProfile := func() {}
-				if profileDir != "" && p.name == "proxy" && r == 0 {
-					stopProfile, err = startProfile(filepath.Join(profileDir, "plugin-"+slug(o.name)+".pprof"))
-					if err != nil {
-						return nil, err
-					}
-				}
-				t0 := time.Now()
-				err := o.run(p.cs)
-				d := time.Since(t0)
-				stopProfile()
-				if err != nil {
-					return nil, fmt.Errorf("plugin %s %s: %w", o.name, p.name, err)
-				}
-				times[p.name] = append(times[p.name], d)
+// time runs o reps times on each path, alternating which path goes
+// first, and returns the durations by path name. With profileDir set, the
+// first proxied run is CPU-profiled there.
+func (o overheadOp) time(paths []overheadPath, reps int, profileDir string, progress func(string)) (map[string][]time.Duration, error) {
+	times := map[string][]time.Duration{}
+	for r := range reps {
+		// Alternate which path goes first.
+		for j := range paths {
+			p := paths[(j+r)%len(paths)]
+			progress(fmt.Sprintf("plugin: %s, %s, run %d/%d", o.name, p.name, r+1, reps))
+			if err := o.prepare(); err != nil {
+				return nil, fmt.Errorf("plugin %s: %w", o.name, err)
 			}
+			stopProfile := func() {}
+			if profileDir != "" && p.name == "proxy" && r == 0 {
+				var err error
+				stopProfile, err = startProfile(filepath.Join(profileDir, "plugin-"+slug(o.name)+".pprof"))
+				if err != nil {
+					return nil, err
+				}
+			}
+			t0 := time.Now()
+			err := o.run(p.cs)
+			d := time.Since(t0)
+			stopProfile()
+			if err != nil {
+				return nil, fmt.Errorf("plugin %s %s: %w", o.name, p.name, err)
+			}
+			times[p.name] = append(times[p.name], d)
 		}
-		mbps := func(ds []time.Duration) float64 { return float64(size) / 1e6 / medianDuration(ds).Seconds() }
-		out = append(out, overheadResult{Op: o.name, Direct: mbps(times["direct"]), Proxy: mbps(times["proxy"])})
 	}
-	return out, nil
+	return times, nil
 }
 
 func sizeName(n int) string {

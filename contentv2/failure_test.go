@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -18,7 +17,7 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/lockclient"
-	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
 func blob(s string) ([]byte, ocispec.Descriptor) {
@@ -36,11 +35,7 @@ func blobFile(root string, d digest.Digest) string {
 // removes nothing (fail-closed). Once the server is up, the node syncs
 // and the coordinator has the uses made while it was down.
 func TestUnreachableCoordinator(t *testing.T) {
-	// Reserve a port, then free it: nothing listens there for now.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := lockservertest.FreeAddr(t) // nothing listens there for now
 
 	client, err := lockclient.New("http://"+addr, lockclient.WithNodeID("node-1"),
 		lockclient.WithMaxRetries(1), lockclient.WithRetryInterval(10*time.Millisecond))
@@ -76,12 +71,7 @@ func TestUnreachableCoordinator(t *testing.T) {
 	require.NoError(t, content.WriteBlob(ctx, cs, "layer-"+odesc.Digest.String(), bytes.NewReader(other), odesc))
 
 	// The coordinator comes up on that address; the node syncs its journal.
-	srv, err := lockserver.OpenServer(lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: t.TempDir()})
-	require.NoError(t, err)
-	ln, err = net.Listen("tcp", addr)
-	require.NoError(t, err)
-	go srv.Serve(ln)
-	defer srv.Shutdown(context.Background())
+	srv := lockservertest.Start(t, lockservertest.WithAddr(addr)).Server()
 	require.Eventually(t, func() bool {
 		refs, err := srv.Locker.Refs(ctx, odesc.Digest.String())
 		return err == nil && refs.Count == 1 && refs.Nodes[0] == "node-1"
@@ -115,9 +105,7 @@ func (lostLock) Check(context.Context) error               { return errLost }
 // is recorded before the blob is renamed into blobs/, so a lost lease does
 // not leave a committed blob without its reference.
 func TestLostLeaseStillRecordsReference(t *testing.T) {
-	l, err := lockserver.NewLocker(lockserver.DefaultConfig(), lockserver.Options{Refs: newRefs()})
-	require.NoError(t, err)
-	defer l.Close()
+	l := lockservertest.NewLocker(t)
 	client, err := lockclient.NewEmbedded(l, lockclient.WithNodeID("node-1"))
 	require.NoError(t, err)
 	root := t.TempDir()

@@ -2,7 +2,6 @@ package contentv2_test
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,25 +13,17 @@ import (
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
 // httpCoordinator starts a real lock server on loopback and returns it
 // and a client of it for node.
 func httpCoordinator(t *testing.T, node string) (*lockserver.Server, contentv2.Coordinator) {
 	t.Helper()
-	srv, err := lockserver.OpenServer(lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: t.TempDir()})
+	coord := lockservertest.Start(t)
+	c, err := lockclient.New(coord.URL(), lockclient.WithNodeID(node))
 	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		require.NoError(t, srv.Shutdown(context.Background()))
-		require.NoError(t, <-done)
-	})
-	c, err := lockclient.New("http://"+ln.Addr().String(), lockclient.WithNodeID(node))
-	require.NoError(t, err)
-	return srv, contentv2.LockService(c)
+	return coord.Server(), contentv2.LockService(c)
 }
 
 // TestNewStoreRefusesBadRoot (issue 17): a root that is not a writable

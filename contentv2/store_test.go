@@ -16,20 +16,12 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/lockclient"
-	"github.com/sharedcontent/sharedcontent/lockserver"
-	"github.com/sharedcontent/sharedcontent/refcount"
+	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
-
-func newRefs() *refcount.Manager {
-	return refcount.NewManager(refcount.NewMemoryStorage(), refcount.Config{})
-}
 
 // embedded returns a fresh in-process coordinator, as node sees it.
 func embedded(t testing.TB, node string) contentv2.Coordinator {
-	l, err := lockserver.NewLocker(lockserver.DefaultConfig(), lockserver.Options{Refs: newRefs()})
-	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
-	c, err := lockclient.NewEmbedded(l, lockclient.WithNodeID(node))
+	c, err := lockclient.NewEmbedded(lockservertest.NewLocker(t), lockclient.WithNodeID(node))
 	require.NoError(t, err)
 	return contentv2.LockService(c)
 }

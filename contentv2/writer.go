@@ -28,25 +28,13 @@ import (
 // delete of it may be in flight: the lock waits for the delete, so a commit
 // never lands just before the file is removed.
 func (s *store) Writer(ctx context.Context, opts ...content.WriterOpt) (content.Writer, error) {
-	var wo content.WriterOpts
-	for _, o := range opts {
-		if err := o(&wo); err != nil {
-			return nil, err
-		}
-	}
-	if wo.Ref == "" {
-		return nil, fmt.Errorf("ref must not be empty: %w", errdefs.ErrInvalidArgument)
-	}
-	dgst := wo.Desc.Digest
-	if dgst == "" {
-		dgst = digestFromRef(wo.Ref)
+	wo, dgst, err := writerOpts(opts)
+	if err != nil {
+		return nil, err
 	}
 	if dgst == "" {
 		s.metrics.writes.WithLabelValues("local").Inc()
 		return s.openLocal(ctx, wo, nil, "")
-	}
-	if err := dgst.Validate(); err != nil {
-		return nil, fmt.Errorf("content %v: %w: %w", dgst, errdefs.ErrInvalidArgument, err)
 	}
 	if s.mode == LibraryMode {
 		if _, err := s.use(ctx, dgst); err == nil {
@@ -56,16 +44,51 @@ func (s *store) Writer(ctx context.Context, opts ...content.WriterOpt) (content.
 		// Absent or being deleted: take the pull lock, which waits for a
 		// delete in flight.
 	}
-
 	lk, err := s.pullLock(ctx, dgst)
+	if err != nil {
+		return s.writerWithoutLock(ctx, wo, dgst, err)
+	}
+	s.metrics.writes.WithLabelValues("acquired").Inc()
+	return s.openLocked(ctx, wo, lk, dgst)
+}
+
+// writerOpts applies a Writer's options and returns them with the blob's
+// digest: the descriptor's, else the ref's, else "" (a node-local write).
+func writerOpts(opts []content.WriterOpt) (content.WriterOpts, digest.Digest, error) {
+	var wo content.WriterOpts
+	for _, o := range opts {
+		if err := o(&wo); err != nil {
+			return wo, "", err
+		}
+	}
+	if wo.Ref == "" {
+		return wo, "", fmt.Errorf("ref must not be empty: %w", errdefs.ErrInvalidArgument)
+	}
+	dgst := wo.Desc.Digest
+	if dgst == "" {
+		dgst = digestFromRef(wo.Ref)
+	}
+	if dgst == "" {
+		return wo, "", nil
+	}
+	if err := dgst.Validate(); err != nil {
+		return wo, "", fmt.Errorf("content %v: %w: %w", dgst, errdefs.ErrInvalidArgument, err)
+	}
+	return wo, dgst, nil
+}
+
+// writerWithoutLock answers a Writer whose pull lock was not granted
+// (lockErr): a Follower of the node downloading the blob, an error the
+// caller retries, or an uncoordinated ingest.
+func (s *store) writerWithoutLock(ctx context.Context, wo content.WriterOpts, dgst digest.Digest, lockErr error) (content.Writer, error) {
 	switch {
-	case errors.Is(err, ErrBusy) && s.mode == ContainerdMode && wo.Desc.Size > 0:
+	case errors.Is(lockErr, ErrBusy) && s.mode == ContainerdMode && wo.Desc.Size > 0:
 		s.metrics.writes.WithLabelValues("follower").Inc()
 		return s.newFollower(ctx, wo, dgst), nil
-	case errors.Is(err, ErrBusy):
+	case errors.Is(lockErr, ErrBusy):
 		s.metrics.writes.WithLabelValues("busy").Inc()
 		return nil, fmt.Errorf("content %v: another node is downloading it: %w", dgst, errdefs.ErrUnavailable)
-	case errors.Is(err, ErrSkipped):
+	case errors.Is(lockErr, ErrSkipped):
 		if _, err := s.local.Info(ctx, dgst); err != nil {
 			// Done elsewhere but not visible here (or removed outside the
 			// protocol): download it ourselves rather than wait forever.
@@ -74,23 +97,31 @@ func (s *store) Writer(ctx context.Context, opts ...content.WriterOpt) (content.
 			return s.openLocal(ctx, wo, nil, dgst)
 		}
 		return nil, s.downloadedElsewhere(ctx, dgst)
-	case err != nil && ctx.Err() != nil:
-		return nil, err
-	case err != nil:
-		// Fail-open (SPEC §8), only once this node's session has surely
-		// expired: the coordinator then refuses every delete until this
-		// node syncs. The content is addressed by digest and the ingest is
-		// ours alone; Commit journals the use.
-		if ok, wait := s.mayFailOpen(); !ok {
-			s.metrics.waits.Inc()
-			return nil, fmt.Errorf("content %v: coordinator unreachable (%w); downloading uncoordinated in %s, once this node's session has surely expired: %w",
-				dgst, err, wait.Round(time.Millisecond), errdefs.ErrUnavailable)
-		}
-		s.metrics.writes.WithLabelValues("uncoordinated").Inc()
-		s.uncoordinated(ctx, "write", dgst, err)
-		return s.openLocal(ctx, wo, nil, dgst)
+	case ctx.Err() != nil:
+		return nil, lockErr
 	}
-	s.metrics.writes.WithLabelValues("acquired").Inc()
+	return s.failOpenWriter(ctx, wo, dgst, lockErr)
+}
+
+// failOpenWriter opens an uncoordinated ingest while the coordinator is
+// unreachable (SPEC §8), only once this node's session has surely expired:
+// the coordinator then refuses every delete until this node syncs. The
+// content is addressed by digest and the ingest is ours alone; Commit
+// journals the use. Before that it is ErrUnavailable, saying how long.
+func (s *store) failOpenWriter(ctx context.Context, wo content.WriterOpts, dgst digest.Digest, lockErr error) (content.Writer, error) {
+	if ok, wait := s.mayFailOpen(); !ok {
+		s.metrics.waits.Inc()
+		return nil, fmt.Errorf("content %v: coordinator unreachable (%w); downloading uncoordinated in %s, once this node's session has surely expired: %w",
+			dgst, lockErr, wait.Round(time.Millisecond), errdefs.ErrUnavailable)
+	}
+	s.metrics.writes.WithLabelValues("uncoordinated").Inc()
+	s.uncoordinated(ctx, "write", dgst, lockErr)
+	return s.openLocal(ctx, wo, nil, dgst)
+}
+
+// openLocked opens the ingest under the pull lock lk, giving the lock
+// back when that fails.
+func (s *store) openLocked(ctx context.Context, wo content.WriterOpts, lk Lock, dgst digest.Digest) (content.Writer, error) {
 	w, err := s.openLocal(ctx, wo, lk, dgst)
 	if err != nil {
 		if uerr := lk.Unlock(context.WithoutCancel(ctx), false, err); uerr != nil {

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 
@@ -16,7 +15,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/integration/cluster"
 	"github.com/sharedcontent/sharedcontent/integration/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
-	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
 // node is an in-process containerd node with its lock client.
@@ -36,13 +35,7 @@ type testCluster struct {
 func newCluster(t *testing.T, n int, opts ...contentv2.Option) *testCluster {
 	t.Helper()
 	c := &testCluster{root: t.TempDir()}
-	srv, err := lockserver.OpenServer(lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: t.TempDir()})
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Shutdown(context.Background()) })
-	c.url = "http://" + ln.Addr().String()
+	c.url = lockservertest.Start(t).URL()
 	for i := range n {
 		c.nodes = append(c.nodes, c.addNode(t, fmt.Sprintf("node-%d", i+1), opts...))
 	}

@@ -7,11 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +25,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
 // The fault tests (issue 13, SPEC §8) run nodes the way faultEnv builds
@@ -49,103 +48,26 @@ func faultConfig() lockserver.Config {
 	return cfg
 }
 
-// coordinator is a lock server with a data directory, on a fixed loopback
-// address, that a test stops, restarts and wipes.
+// coordinator is the harness's coordinator (on a fixed loopback address,
+// stopped, restarted and wiped by the tests) with an operator's client.
 type coordinator struct {
-	t       testing.TB
-	cfg     lockserver.Config
-	addr    string
-	dataDir string
-	admin   *lockclient.Client // operator's client: no session, so not a member
-
-	mu  sync.Mutex
-	srv *lockserver.Server // protected by mu; nil while stopped
+	*lockservertest.Coordinator
+	admin *lockclient.Client // operator's client: no session, so not a member
 }
 
 func startCoordinator(t testing.TB, cfg lockserver.Config) *coordinator {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	c := &coordinator{t: t, cfg: cfg, addr: ln.Addr().String(), dataDir: t.TempDir()}
-	c.serve(ln)
+	c := &coordinator{Coordinator: lockservertest.Start(t, lockservertest.WithConfig(cfg))}
+	var err error
 	c.admin, err = lockclient.New(c.URL(), lockclient.WithNodeID("operator"),
 		lockclient.WithMaxRetries(2), lockclient.WithRetryInterval(50*time.Millisecond))
 	require.NoError(t, err)
-	t.Cleanup(func() {
-		c.Stop()
-		c.admin.Close()
-	})
+	t.Cleanup(func() { c.admin.Close() })
 	return c
 }
 
-func (c *coordinator) URL() string { return "http://" + c.addr }
-
-func (c *coordinator) serve(ln net.Listener) {
-	srv, err := lockserver.OpenServer(lockserver.ServerConfig{Config: c.cfg, DataDir: c.dataDir})
-	require.NoError(c.t, err)
-	go srv.Serve(ln)
-	c.mu.Lock()
-	c.srv = srv
-	c.mu.Unlock()
-}
-
-// Start starts a stopped coordinator on its address, with its data
-// directory as it is.
-func (c *coordinator) Start() {
-	c.t.Helper()
-	var ln net.Listener
-	require.Eventually(c.t, func() bool {
-		var err error
-		ln, err = net.Listen("tcp", c.addr)
-		return err == nil
-	}, 10*time.Second, 10*time.Millisecond, "listening again on %s", c.addr)
-	c.serve(ln)
-}
-
-// Stop stops the coordinator (idempotent).
-func (c *coordinator) Stop() {
-	c.mu.Lock()
-	srv := c.srv
-	c.srv = nil
-	c.mu.Unlock()
-	if srv == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(ctx); err != nil {
-		c.t.Logf("coordinator shutdown: %v", err)
-	}
-}
-
-func (c *coordinator) Running() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.srv != nil
-}
-
-// Restart stops and starts it: locks and sessions are lost, references
-// and members kept; a new epoch.
-func (c *coordinator) Restart() {
-	c.Stop()
-	c.Start()
-}
-
-// Wipe stops it, loses its data directory (a new machine, a wiped disk)
-// and starts it: a new cluster, knowing no node and no reference.
-func (c *coordinator) Wipe() {
-	c.t.Helper()
-	c.Stop()
-	require.NoError(c.t, os.RemoveAll(c.dataDir))
-	c.Start()
-}
-
 // Cluster is the running coordinator's identity.
-func (c *coordinator) Cluster() api.Cluster {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.srv.Locker.Cluster()
-}
+func (c *coordinator) Cluster() api.Cluster { return c.Locker().Cluster() }
 
 // Adopt makes the coordinator take the shared root's cluster and members,
 // as `sharedcontentctl cluster adopt --root` does.
@@ -265,7 +187,7 @@ func (e *faultEnv) addNodeClient(id string, clientOpts []lockclient.Option, opts
 
 // startNode starts a node, or returns why it refused to.
 func (e *faultEnv) startNode(id string, clientOpts []lockclient.Option, opts ...contentv2.Option) (*faultNode, error) {
-	n := &faultNode{id: id, stateDir: e.t.TempDir(), proxy: startProxy(e.t, e.coord.addr),
+	n := &faultNode{id: id, stateDir: e.t.TempDir(), proxy: startProxy(e.t, e.coord.Addr()),
 		opts: nodeOptions(opts...), clientOpts: clientOpts, env: e}
 	e.t.Cleanup(n.Close)
 	if err := n.Open(); err != nil {

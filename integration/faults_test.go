@@ -19,7 +19,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/integration/cluster"
 	"github.com/sharedcontent/sharedcontent/integration/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
-	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
 // The regression tests of issue 13: one per fault it lists, each with
@@ -251,10 +251,8 @@ func TestFaultSlowCallDoesNotStallNode(t *testing.T) {
 // embeddedClient is a node's client of an embedded coordinator of its
 // own (a node started without --lock-server).
 func embeddedClient(t *testing.T, id string) *lockclient.Client {
-	srv, err := lockserver.OpenServer(lockserver.ServerConfig{Config: faultConfig(), DataDir: t.TempDir()})
-	require.NoError(t, err)
-	t.Cleanup(func() { srv.Shutdown(context.Background()) })
-	c, err := lockclient.NewEmbedded(srv.Locker, lockclient.WithNodeID(id))
+	l := lockservertest.Start(t, lockservertest.WithConfig(faultConfig())).Locker()
+	c, err := lockclient.NewEmbedded(l, lockclient.WithNodeID(id))
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
 // BenchmarkNotify measures the notification latency over real HTTP on
@@ -46,10 +47,10 @@ func benchNotify(b *testing.B, refs string, n int, idle time.Duration) {
 	var url string
 	switch refs {
 	case "bolt":
-		url = startServer(b).url
+		url = lockservertest.Start(b).URL()
 	case "memory":
-		h := lockserver.NewHandler(newMemoryLocker(b))
-		url = serveHandler(b, h, nil)
+		h := lockserver.NewHandler(lockservertest.NewLocker(b))
+		url = lockservertest.ServeHandler(b, h, nil)
 	}
 	newClient := func(node string) *Client {
 		c, err := New(url, WithNodeID(node))
@@ -143,7 +144,7 @@ func percentileMs(ds []time.Duration, q float64) float64 {
 // clients (one per goroutine, as on separate nodes) on distinct keys. ns/op
 // is the wall time per cycle over all clients; allocs/op counts both ends.
 func BenchmarkLockUnlockHTTP(b *testing.B) {
-	url := startServer(b).url
+	url := lockservertest.Start(b).URL()
 	var next atomic.Int64
 	b.SetParallelism(8) // × GOMAXPROCS (2 here): 16 clients
 	b.ReportAllocs()

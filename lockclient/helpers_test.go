@@ -3,10 +3,7 @@ package lockclient
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -14,113 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 
-	"github.com/sharedcontent/sharedcontent/integration/testnet"
-	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
-	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
 // testTimeout bounds every wait of a test: reaching it is a failure, never
 // a synchronisation.
 const testTimeout = 20 * time.Second
-
-// testServer is a real lock server (bbolt data dir, HTTP on loopback).
-type testServer struct {
-	*lockserver.Server
-	addr string
-	url  string
-	// ln counts the TCP connections the server has accepted.
-	ln *testnet.CountingListener
-
-	mu      sync.Mutex
-	done    chan error
-	stopped bool // protected by mu
-}
-
-// startServer starts a lock server on a free loopback port.
-func startServer(t testing.TB, mutate ...func(*lockserver.ServerConfig)) *testServer {
-	t.Helper()
-	return startServerAt(t, "127.0.0.1:0", mutate...)
-}
-
-// startServerAt starts a lock server listening on addr. It is stopped when
-// the test ends.
-func startServerAt(t testing.TB, addr string, mutate ...func(*lockserver.ServerConfig)) *testServer {
-	t.Helper()
-	cfg := lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: t.TempDir()}
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	s, err := lockserver.OpenServer(cfg)
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", addr)
-	require.NoError(t, err)
-	ts := &testServer{Server: s, addr: ln.Addr().String(), url: "http://" + ln.Addr().String(), done: make(chan error, 1)}
-	ts.ln = testnet.Count(ln)
-	go func() { ts.done <- s.Serve(ts.ln) }()
-	t.Cleanup(func() { ts.stop(t) })
-	return ts
-}
-
-// stop shuts the server down (ending its event streams) and waits for it.
-func (ts *testServer) stop(t testing.TB) {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	if ts.stopped {
-		return
-	}
-	ts.stopped = true
-	require.NoError(t, ts.Shutdown(context.Background()))
-	require.NoError(t, <-ts.done)
-}
-
-// newMemoryLocker returns an in-process coordinator with in-memory
-// reference sets.
-func newMemoryLocker(t testing.TB, mutate ...func(*lockserver.Config)) *lockserver.Locker {
-	t.Helper()
-	cfg := lockserver.DefaultConfig()
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	l, err := lockserver.NewLocker(cfg, lockserver.Options{Refs: refcount.NewManager(refcount.NewMemoryStorage(), refcount.Config{})})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, l.Close()) })
-	return l
-}
-
-// serveHandler serves h (its own server, HTTPServer) on a free loopback
-// port until the test ends, draining it first. wrap, when set, wraps the
-// server's handler.
-func serveHandler(t testing.TB, h *lockserver.Handler, wrap func(fasthttp.RequestHandler) fasthttp.RequestHandler) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	srv := h.HTTPServer()
-	if wrap != nil {
-		srv.Handler = wrap(srv.Handler)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-		defer cancel()
-		h.Drain()
-		require.NoError(t, srv.ShutdownWithContext(ctx))
-		require.NoError(t, <-done)
-	})
-	return "http://" + ln.Addr().String()
-}
-
-// freeAddr returns a loopback address nothing listens on (connections to
-// it are refused).
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
-}
 
 // testOptions make retries fast.
 func testOptions(node string) []Option {
@@ -250,13 +146,4 @@ func waitQueue(t testing.TB, c *Client, typ api.OperationType, id string, nodes 
 	require.Eventually(t, func() bool {
 		return fmt.Sprint(queueNodes(status(t, c, typ, id))) == fmt.Sprint(nodes)
 	}, testTimeout, 2*time.Millisecond, "queue of %s:%s never became %v", typ, id, nodes)
-}
-
-// writeToken writes a bearer token file (with a trailing newline, as
-// editors leave it).
-func writeToken(t testing.TB, token string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), "token")
-	require.NoError(t, os.WriteFile(p, []byte(token+"\n"), 0o600))
-	return p
 }

@@ -9,12 +9,13 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
 // shortTTL makes leases expire fast: keepalives every 100 ms.
 const shortTTL = 300 * time.Millisecond
 
-func withShortTTL(c *lockserver.ServerConfig) { c.LeaseTTL = shortTTL }
+var withShortTTL = withLeaseTTL(shortTTL)
 
 // heldTTL is the lease TTL of tests whose lease must not lapse by timing:
 // long enough that a loaded machine (race detector, parallel packages) does
@@ -25,10 +26,10 @@ const heldTTL = time.Second
 // lock for several TTLs; the waiter keeps waiting, and Unlock stops the
 // keepalive.
 func TestLeaseHeldAcrossTTLs(t *testing.T) {
-	ts := startServer(t, func(c *lockserver.ServerConfig) { c.LeaseTTL = heldTTL })
-	ct := newCountingClient(t, ts.url)
-	holder := newHTTPClient(t, ts.url, "node-a", WithShortClient(ct))
-	waiter := newHTTPClient(t, ts.url, "node-b")
+	ts := lockservertest.Start(t, withLeaseTTL(heldTTL))
+	ct := newCountingClient(t, ts.URL())
+	holder := newHTTPClient(t, ts.URL(), "node-a", WithShortClient(ct))
+	waiter := newHTTPClient(t, ts.URL(), "node-b")
 	req := Request{Type: api.OperationPull, ResourceID: blob}
 
 	start := time.Now()
@@ -62,13 +63,13 @@ func TestLeaseHeldAcrossTTLs(t *testing.T) {
 // TestLeaseLostWhenServerDies: with the lock server gone, renewals fail and
 // Lost closes once the TTL has passed; Unlock then reports both.
 func TestLeaseLostWhenServerDies(t *testing.T) {
-	ts := startServer(t, withShortTTL)
-	c := newHTTPClient(t, ts.url, "node-a", WithMaxRetries(1))
+	ts := lockservertest.Start(t, withShortTTL)
+	c := newHTTPClient(t, ts.URL(), "node-a", WithMaxRetries(1))
 	res, err := c.Lock(context.Background(), Request{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.NoError(t, res.Lease.Err())
 
-	ts.stop(t)
+	ts.Stop()
 	killed := time.Now()
 	select {
 	case <-res.Lease.Lost():
@@ -89,7 +90,7 @@ func TestLeaseLostWhenServerDies(t *testing.T) {
 // lease (here: its grant was cancelled behind the holder's back, as after a
 // coordinator restart), the next renewal says not_holder and Lost closes.
 func TestLeaseLostWhenTakenBack(t *testing.T) {
-	l := newMemoryLocker(t, func(c *lockserver.Config) { c.LeaseTTL = heldTTL })
+	l := lockservertest.NewLocker(t, func(c *lockserver.Config) { c.LeaseTTL = heldTTL })
 	c, err := NewEmbedded(l, testOptions("node-a")...)
 	require.NoError(t, err)
 	defer c.Close()
@@ -112,8 +113,8 @@ func TestLeaseLostWhenTakenBack(t *testing.T) {
 // TestUnlockAfterCancel: Unlock with an already cancelled context still
 // releases, and records the success.
 func TestUnlockAfterCancel(t *testing.T) {
-	ts := startServer(t)
-	c := newHTTPClient(t, ts.url, "node-a")
+	ts := lockservertest.Start(t)
+	c := newHTTPClient(t, ts.URL(), "node-a")
 	ctx, cancel := context.WithCancel(context.Background())
 	res, err := c.Lock(ctx, Request{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
@@ -134,13 +135,13 @@ func TestUnlockAfterCancel(t *testing.T) {
 // TestCloseStopsKeepalives: Close ends the keepalive of a lease that was
 // never unlocked; the coordinator then lets it expire.
 func TestCloseStopsKeepalives(t *testing.T) {
-	ts := startServer(t, withShortTTL)
-	c := newHTTPClient(t, ts.url, "node-a")
+	ts := lockservertest.Start(t, withShortTTL)
+	c := newHTTPClient(t, ts.URL(), "node-a")
 	res, err := c.Lock(context.Background(), Request{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
 	require.True(t, res.Lease.keepaliveEnded(), "Close returned before the keepalive ended")
-	other := newHTTPClient(t, ts.url, "node-b")
+	other := newHTTPClient(t, ts.URL(), "node-b")
 	require.Eventually(t, func() bool { return status(t, other, api.OperationPull, blob).Holder == nil },
 		testTimeout, 10*time.Millisecond, "the unrenewed lease expires")
 }
@@ -166,4 +167,9 @@ func TestLostAskedAfterTheLoss(t *testing.T) {
 		t.Fatal("Lost is open after the loss")
 	}
 	require.ErrorIs(t, l.Err(), ErrLeaseLost)
+}
+
+// withLeaseTTL starts the coordinator with lease TTL d.
+func withLeaseTTL(d time.Duration) lockservertest.Option {
+	return lockservertest.WithServerConfig(func(c *lockserver.ServerConfig) { c.LeaseTTL = d })
 }

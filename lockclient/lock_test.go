@@ -10,6 +10,7 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
 // The embedded coordinator is a Backend.
@@ -29,11 +30,11 @@ type backendHarness struct {
 func harnesses() []backendHarness {
 	return []backendHarness{
 		{"http", func(t *testing.T) func(string) *Client {
-			ts := startServer(t)
-			return func(node string) *Client { return newHTTPClient(t, ts.url, node) }
+			ts := lockservertest.Start(t)
+			return func(node string) *Client { return newHTTPClient(t, ts.URL(), node) }
 		}},
 		{"embedded", func(t *testing.T) func(string) *Client {
-			l := newMemoryLocker(t)
+			l := lockservertest.NewLocker(t)
 			return func(node string) *Client {
 				c, err := NewEmbedded(l, testOptions(node)...)
 				require.NoError(t, err)
@@ -235,7 +236,7 @@ func testDeleteInUse(t *testing.T, h backendHarness) {
 }
 
 func TestRequestValidation(t *testing.T) {
-	c, err := NewEmbedded(newMemoryLocker(t), WithNodeID("n"))
+	c, err := NewEmbedded(lockservertest.NewLocker(t), WithNodeID("n"))
 	require.NoError(t, err)
 	ctx := context.Background()
 	for _, req := range []Request{

@@ -14,12 +14,13 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
 // TestRetryUntilServerUp: the lock server is down (connections refused)
 // for the first two attempts and comes up; the third attempt acquires.
 func TestRetryUntilServerUp(t *testing.T) {
-	addr := freeAddr(t)
+	addr := lockservertest.FreeAddr(t)
 	ct := newCountingClient(t, "http://"+addr)
 	var (
 		mu       sync.Mutex
@@ -37,7 +38,7 @@ func TestRetryUntilServerUp(t *testing.T) {
 		if n == 2 {
 			// The second attempt has just failed: bring the server up
 			// before the client retries.
-			startServerAt(t, addr)
+			lockservertest.Start(t, lockservertest.WithAddr(addr))
 		}
 	}
 	c := newHTTPClient(t, "http://"+addr, "node-a", WithMaxRetries(3), WithShortClient(ct))
@@ -55,7 +56,7 @@ func TestRetryUntilServerUp(t *testing.T) {
 // TestRetryGivesUp: a server that never comes up costs 1+MaxRetries
 // attempts, and the error says unavailable.
 func TestRetryGivesUp(t *testing.T) {
-	down := "http://" + freeAddr(t)
+	down := "http://" + lockservertest.FreeAddr(t)
 	ct := newCountingClient(t, down)
 	c := newHTTPClient(t, down, "node-a", WithMaxRetries(2), WithShortClient(ct))
 	res, err := c.Lock(context.Background(), Request{Type: api.OperationPull, ResourceID: blob})
@@ -71,10 +72,10 @@ func TestRetryGivesUp(t *testing.T) {
 // TestRetry5xx: 5xx answers (the server's own 503 and a proxy's 502 page)
 // are retried; the attempt after them acquires.
 func TestRetry5xx(t *testing.T) {
-	l := newMemoryLocker(t)
+	l := lockservertest.NewLocker(t)
 	inner := lockserver.NewHandler(l)
 	var locks atomic.Int32
-	url := serveHandler(t, inner, func(next fasthttp.RequestHandler) fasthttp.RequestHandler {
+	url := lockservertest.ServeHandler(t, inner, func(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 		return func(ctx *fasthttp.RequestCtx) {
 			if string(ctx.Path()) == "/lock" {
 				switch locks.Add(1) {
@@ -105,10 +106,10 @@ func TestRetry5xx(t *testing.T) {
 // TestNoRetryOn4xx: refusals are returned at once, typed, after exactly one
 // attempt.
 func TestNoRetryOn4xx(t *testing.T) {
-	ts := startServer(t, func(c *lockserver.ServerConfig) { c.AuthTokenFile = writeToken(t, "s3cret") })
-	_, err := ts.Locker.AddRef(context.Background(), blob+"-used", "other")
+	ts := lockservertest.Start(t, lockservertest.WithToken("s3cret"))
+	_, err := ts.Locker().AddRef(context.Background(), blob+"-used", "other")
 	require.NoError(t, err)
-	held, err := ts.Locker.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "other"})
+	held, err := ts.Locker().Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "other"})
 	require.NoError(t, err)
 	require.True(t, held.Acquired)
 
@@ -125,8 +126,8 @@ func TestNoRetryOn4xx(t *testing.T) {
 		{"invalid", "s3cret", false, Request{Type: api.OperationPull, ResourceID: "sha256:\x07bell"}, ErrInvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ct := newCountingClient(t, ts.url)
-			c := newHTTPClient(t, ts.url, "node-a", WithMaxRetries(3), WithBearerToken(tc.token+"\n"), WithShortClient(ct))
+			ct := newCountingClient(t, ts.URL())
+			c := newHTTPClient(t, ts.URL(), "node-a", WithMaxRetries(3), WithBearerToken(tc.token+"\n"), WithShortClient(ct))
 			lock := c.Lock
 			if tc.try {
 				lock = c.TryLock
@@ -144,7 +145,7 @@ func TestNoRetryOn4xx(t *testing.T) {
 	}
 
 	// The right token (read from a file, newline and all) is accepted.
-	c := newHTTPClient(t, ts.url, "node-a", WithBearerToken("s3cret\n"))
+	c := newHTTPClient(t, ts.URL(), "node-a", WithBearerToken("s3cret\n"))
 	res, err := c.Lock(context.Background(), Request{Type: api.OperationPull, ResourceID: blob + "-other"})
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
@@ -154,7 +155,7 @@ func TestNoRetryOn4xx(t *testing.T) {
 // TestRetryWaitHonoursContext: a Lock whose context ends between attempts
 // stops at once instead of sleeping through the retry interval.
 func TestRetryWaitHonoursContext(t *testing.T) {
-	down := "http://" + freeAddr(t)
+	down := "http://" + lockservertest.FreeAddr(t)
 	ct := newCountingClient(t, down)
 	ctx, cancel := context.WithCancel(context.Background())
 	ct.after = func(_ *fasthttp.Request, n int, _ error) {

@@ -3,29 +3,22 @@ package lockclient
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/integration/testca"
-	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
 // TestTLSWithToken: over HTTPS with a bearer token, both the short
 // requests and the event stream of a waiter work with WithTLSConfig.
 func TestTLSWithToken(t *testing.T) {
-	dir := t.TempDir()
-	ca := testca.New(t)
-	cert, key := ca.Issue(t, "lockserver", x509.ExtKeyUsageServerAuth)
-	ts := startServer(t, func(c *lockserver.ServerConfig) {
-		c.TLSCert = testca.WriteFile(t, dir, "server.crt", cert)
-		c.TLSKey = testca.WriteFile(t, dir, "server.key", key)
-		c.AuthTokenFile = writeToken(t, "s3cret")
-	})
-	url := "https://" + ts.addr
-	tc := &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}
+	ts := lockservertest.Start(t, lockservertest.WithTLS(testca.New(t)), lockservertest.WithToken("s3cret"))
+	url := ts.URL()
+	require.Equal(t, "https://"+ts.Addr(), url)
+	tc := ts.ClientTLS(t, "")
 
 	holder := newHTTPClient(t, url, "node-a", WithTLSConfig(tc), WithBearerToken("s3cret"))
 	waiter := newHTTPClient(t, url, "node-b", WithTLSConfig(tc), WithBearerToken("s3cret"))
@@ -51,4 +44,53 @@ func TestTLSWithToken(t *testing.T) {
 	var badCert *tls.CertificateVerificationError
 	require.ErrorAs(t, err, &badCert)
 	require.Equal(t, 1, ct.count("GET /refs"))
+}
+
+// TestNodeIdentity (issue 15): against a coordinator that knows each node
+// by its client certificate, or by its own token, a client with its
+// node's credentials locks, waits on its event stream and unlocks; one
+// acting as another node is refused with ErrForbidden.
+func TestNodeIdentity(t *testing.T) {
+	ca := testca.New(t)
+	tokens := map[string]string{"node-a": "tok-a", "node-b": "tok-b", "node-c": "tok-c"}
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) *lockservertest.Coordinator
+		// as returns the option of node's credentials.
+		as func(t *testing.T, ts *lockservertest.Coordinator, node string) Option
+	}{
+		{"mtls", func(t *testing.T) *lockservertest.Coordinator {
+			return lockservertest.Start(t, lockservertest.WithNodeIdentity(ca))
+		}, func(t *testing.T, ts *lockservertest.Coordinator, node string) Option {
+			return WithTLSConfig(ts.ClientTLS(t, node))
+		}},
+		{"node tokens", func(t *testing.T) *lockservertest.Coordinator {
+			return lockservertest.Start(t, lockservertest.WithNodeTokens(tokens))
+		}, func(_ *testing.T, _ *lockservertest.Coordinator, node string) Option {
+			return WithBearerToken(tokens[node])
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := tc.start(t)
+			holder := newHTTPClient(t, ts.URL(), "node-a", tc.as(t, ts, "node-a"))
+			waiter := newHTTPClient(t, ts.URL(), "node-b", tc.as(t, ts, "node-b"))
+			queued := make(chan struct{}, 1)
+			waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
+			req := Request{Type: api.OperationPull, ResourceID: blob}
+
+			res, err := holder.Lock(context.Background(), req)
+			require.NoError(t, err)
+			require.True(t, res.Acquired)
+			ch := lockAsync(context.Background(), waiter, req)
+			signalled(t, queued) // waiting on its event stream
+			require.NoError(t, holder.Unlock(context.Background(), res.Lease, true, nil))
+			o := recv(t, ch)
+			require.NoError(t, o.err)
+			require.True(t, o.res.Skipped)
+
+			impostor := newHTTPClient(t, ts.URL(), "node-a", tc.as(t, ts, "node-c"), WithMaxRetries(3))
+			_, err = impostor.Lock(context.Background(), Request{Type: api.OperationPull, ResourceID: blob + "-other"})
+			require.ErrorIs(t, err, api.ErrForbidden, "node-c's credentials acting as node-a")
+		})
+	}
 }

@@ -81,14 +81,31 @@ func (b *httpBackend) follow(ctx context.Context, req api.LockRequest) (api.Lock
 	// first after requestTimeout, then after streamIdleTimeout.
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var silent atomic.Bool
-	watchdog := time.AfterFunc(b.requestTimeout, func() { silent.Store(true); cancel() })
-	defer watchdog.Stop()
+	f := &follower{b: b, req: req}
+	f.watchdog = time.AfterFunc(b.requestTimeout, func() { f.silent.Store(true); cancel() })
+	defer f.watchdog.Stop()
 
+	body, end, err := b.subscribe(ctx, sctx, req)
+	if body == nil {
+		return api.LockResponse{}, end, err
+	}
+	defer body.Close()
+	f.body = body
+	f.events = newSSEReader(body)
+	defer f.events.close()
+	r := f.read(ctx)
+	return r.resp, r.end, r.err
+}
+
+// subscribe opens req's event stream (GET /lock/subscribe) on sctx and
+// returns its body. A stream that cannot be opened or is refused is
+// streamUnusable (and no body); the error is ctx's, or a request that
+// cannot be built.
+func (b *httpBackend) subscribe(ctx, sctx context.Context, req api.LockRequest) (io.ReadCloser, streamEnd, error) {
 	q := url.Values{"type": {string(req.Type)}, "resource_id": {req.ResourceID}, "node_id": {req.NodeID}, "request_id": {req.RequestID}}
 	hreq, err := http.NewRequestWithContext(sctx, http.MethodGet, b.base+"/lock/subscribe?"+q.Encode(), nil)
 	if err != nil {
-		return api.LockResponse{}, streamUnusable, fmt.Errorf("lockclient: %w", err)
+		return nil, streamUnusable, fmt.Errorf("lockclient: %w", err)
 	}
 	hreq.Header.Set("Accept", "text/event-stream")
 	hreq.Header.Set("Cache-Control", "no-cache")
@@ -96,91 +113,132 @@ func (b *httpBackend) follow(ctx context.Context, req api.LockRequest) (api.Lock
 	resp, err := b.long.Do(hreq)
 	if err != nil {
 		if ctx.Err() != nil {
-			return api.LockResponse{}, 0, ctx.Err()
+			return nil, 0, ctx.Err()
 		}
 		logger(ctx).WithError(err).Debug("subscribe failed")
-		return api.LockResponse{}, streamUnusable, nil
+		return nil, streamUnusable, nil
 	}
-	defer resp.Body.Close()
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		resp.Body.Close()
 		logger(ctx).WithField("status", resp.StatusCode).WithField("content_type", ct).Debug("subscribe refused")
-		return api.LockResponse{}, streamUnusable, nil
+		return nil, streamUnusable, nil
 	}
+	return resp.Body, 0, nil
+}
 
-	events := newSSEReader(resp.Body)
-	defer events.close()
-	// outcome returns the request's outcome after reading the rest of the
-	// stream, which the server ends after it.
-	outcome := func(r api.LockResponse, end streamEnd, err error) (api.LockResponse, streamEnd, error) {
-		watchdog.Reset(streamEndTimeout)
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxEventBytes))
-		return r, end, err
-	}
+// followed is what follow returns: the request's outcome (a response or an
+// error), or how the stream ended without one.
+type followed struct {
+	resp api.LockResponse
+	end  streamEnd
+	err  error
+}
+
+// follower reads the event stream of one queued request, for follow. It
+// is used by one goroutine, apart from silent.
+type follower struct {
+	b        *httpBackend
+	req      api.LockRequest
+	body     io.Reader
+	events   *sseReader
+	watchdog *time.Timer // cuts the stream when it stays silent
+	silent   atomic.Bool // set by the watchdog when it cut the stream
+}
+
+// read reads events until the request's outcome or the stream's end.
+func (f *follower) read(ctx context.Context) followed {
 	first := true
 	for {
-		ev, err := events.next()
+		ev, err := f.events.next()
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
-				return api.LockResponse{}, 0, ctx.Err()
+				return followed{err: ctx.Err()}
 			case first:
-				logger(ctx).WithError(err).WithField("timed_out", silent.Load()).Debug("event stream ended before its first event")
-				return api.LockResponse{}, streamUnusable, nil
+				logger(ctx).WithError(err).WithField("timed_out", f.silent.Load()).Debug("event stream ended before its first event")
+				return followed{end: streamUnusable}
 			}
-			return api.LockResponse{}, streamDropped, nil
+			return followed{end: streamDropped}
 		}
-		watchdog.Reset(streamIdleTimeout)
+		f.watchdog.Reset(streamIdleTimeout)
 		if ev.comment {
 			continue
 		}
+		var r followed
+		var done bool
 		if first {
 			first = false
-			if ev.name != api.EventState {
-				return api.LockResponse{}, streamUnusable, nil
-			}
-			// Only the request's own state matters here, not the queue.
-			var st struct {
-				Request *api.LockResponse `json:"request"`
-			}
-			if err := jsonv2.Unmarshal(ev.data, &st); err != nil || st.Request == nil {
-				return api.LockResponse{}, streamUnusable, nil
-			}
-			switch r := st.Request; {
-			case r.Acquired || r.Skip:
-				return outcome(*r, 0, nil)
-			case r.Queued:
-				if b.onQueued != nil {
-					b.onQueued(req)
-				}
-			default:
-				return outcome(api.LockResponse{}, streamForgotten, nil)
-			}
-			continue
+			r, done = f.state(ev)
+		} else {
+			r, done = f.event(ev)
 		}
-		var e api.Event
-		if err := jsonv2.Unmarshal(ev.data, &e); err != nil {
-			return api.LockResponse{}, streamDropped, nil
-		}
-		if e.RequestID != "" && e.RequestID != req.RequestID {
-			continue
-		}
-		switch ev.name {
-		case api.EventGranted:
-			if e.Lease != nil {
-				return outcome(*e.Lease, 0, nil)
-			}
-		case api.EventCompleted:
-			return outcome(api.LockResponse{RequestID: req.RequestID, Skip: true}, 0, nil)
-		case api.EventError:
-			if e.Error == nil {
-				e.Error = &api.ErrorResponse{Error: "refused without a reason", Code: api.CodeInternal}
-			}
-			return outcome(api.LockResponse{}, 0, api.FromResponse(0, *e.Error))
-		case api.EventReleased:
-			return api.LockResponse{}, streamForgotten, nil
+		if done {
+			return r
 		}
 	}
+}
+
+// state reads the stream's first event, the request's state: done with
+// its outcome when it is already decided, not done while it is queued.
+func (f *follower) state(ev sseEvent) (followed, bool) {
+	if ev.name != api.EventState {
+		return followed{end: streamUnusable}, true
+	}
+	// Only the request's own state matters here, not the queue.
+	var st struct {
+		Request *api.LockResponse `json:"request"`
+	}
+	if err := jsonv2.Unmarshal(ev.data, &st); err != nil || st.Request == nil {
+		return followed{end: streamUnusable}, true
+	}
+	switch r := st.Request; {
+	case r.Acquired || r.Skip:
+		return f.outcome(followed{resp: *r})
+	case r.Queued:
+		if f.b.onQueued != nil {
+			f.b.onQueued(f.req)
+		}
+		return followed{}, false
+	default:
+		return f.outcome(followed{end: streamForgotten})
+	}
+}
+
+// event reads a later event: done when it decides the request (or drops
+// it from the queue), not done for other requests' events.
+func (f *follower) event(ev sseEvent) (followed, bool) {
+	var e api.Event
+	if err := jsonv2.Unmarshal(ev.data, &e); err != nil {
+		return followed{end: streamDropped}, true
+	}
+	if e.RequestID != "" && e.RequestID != f.req.RequestID {
+		return followed{}, false
+	}
+	switch ev.name {
+	case api.EventGranted:
+		if e.Lease != nil {
+			return f.outcome(followed{resp: *e.Lease})
+		}
+	case api.EventCompleted:
+		return f.outcome(followed{resp: api.LockResponse{RequestID: f.req.RequestID, Skip: true}})
+	case api.EventError:
+		if e.Error == nil {
+			e.Error = &api.ErrorResponse{Error: "refused without a reason", Code: api.CodeInternal}
+		}
+		return f.outcome(followed{err: api.FromResponse(0, *e.Error)})
+	case api.EventReleased:
+		return followed{end: streamForgotten}, true
+	}
+	return followed{}, false
+}
+
+// outcome returns the request's outcome r after reading the rest of the
+// stream, which the server ends after it.
+func (f *follower) outcome(r followed) (followed, bool) {
+	f.watchdog.Reset(streamEndTimeout)
+	_, _ = io.Copy(io.Discard, io.LimitReader(f.body, maxEventBytes))
+	return r, true
 }
 
 // poll follows a queued request by polling /lock/status every

@@ -11,14 +11,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
 // TestLostResponseGetsSameGrant: a proxy swallows the answer to the first
 // POST /lock after the server granted it. The retry, with the same request
 // ID, gets that same grant instead of queuing behind itself.
 func TestLostResponseGetsSameGrant(t *testing.T) {
-	ts := startServer(t)
-	px := startProxy(t, ts.addr, func(r *http.Request, n int) proxyAction {
+	ts := lockservertest.Start(t)
+	px := startProxy(t, ts.Addr(), func(r *http.Request, n int) proxyAction {
 		if r.Method == http.MethodPost && r.URL.Path == "/lock" && n == 1 {
 			return dropResponse
 		}
@@ -38,7 +39,7 @@ func TestLostResponseGetsSameGrant(t *testing.T) {
 	require.Equal(t, first.LeaseID, res.Lease.ID)
 	require.Equal(t, first.Fence, res.Lease.Fence)
 
-	st, err := ts.Locker.Status(context.Background(), api.OperationPull, blob, "node-a", "")
+	st, err := ts.Locker().Status(context.Background(), api.OperationPull, blob, "node-a", "")
 	require.NoError(t, err)
 	require.Equal(t, first.RequestID, st.Holder.RequestID)
 	require.Equal(t, first.Fence, st.Holder.Fence)
@@ -49,9 +50,9 @@ func TestLostResponseGetsSameGrant(t *testing.T) {
 // TestWaitUsesEventStream: through a transparent proxy, a waiter learns of
 // its turn from /lock/subscribe and never polls.
 func TestWaitUsesEventStream(t *testing.T) {
-	ts := startServer(t)
-	px := startProxy(t, ts.addr, func(*http.Request, int) proxyAction { return forward })
-	holder := newHTTPClient(t, ts.url, "node-a")
+	ts := lockservertest.Start(t)
+	px := startProxy(t, ts.Addr(), func(*http.Request, int) proxyAction { return forward })
+	holder := newHTTPClient(t, ts.URL(), "node-a")
 	waiter := newHTTPClient(t, px.url, "node-b")
 	req := Request{Type: api.OperationPull, ResourceID: blob}
 
@@ -82,14 +83,14 @@ func TestPollingFallback(t *testing.T) {
 				name = refusal.name + "/grant"
 			}
 			t.Run(name, func(t *testing.T) {
-				ts := startServer(t)
-				px := startProxy(t, ts.addr, func(r *http.Request, _ int) proxyAction {
+				ts := lockservertest.Start(t)
+				px := startProxy(t, ts.Addr(), func(r *http.Request, _ int) proxyAction {
 					if r.URL.Path == "/lock/subscribe" {
 						return refusal.action
 					}
 					return forward
 				})
-				holder := newHTTPClient(t, ts.url, "node-a")
+				holder := newHTTPClient(t, ts.URL(), "node-a")
 				waiter := newHTTPClient(t, px.url, "node-b")
 				req := Request{Type: api.OperationPull, ResourceID: blob}
 
@@ -124,9 +125,9 @@ func TestPollingFallback(t *testing.T) {
 // its first event; the waiter subscribes again (re-queueing if the server
 // dropped it) and still gets the grant.
 func TestStreamDropResubscribes(t *testing.T) {
-	ts := startServer(t)
-	px := startProxy(t, ts.addr, func(*http.Request, int) proxyAction { return forward })
-	holder := newHTTPClient(t, ts.url, "node-a")
+	ts := lockservertest.Start(t)
+	px := startProxy(t, ts.Addr(), func(*http.Request, int) proxyAction { return forward })
+	holder := newHTTPClient(t, ts.URL(), "node-a")
 	waiter := newHTTPClient(t, px.url, "node-b")
 	queued := make(chan struct{}, 4)
 	waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
@@ -156,9 +157,9 @@ func TestStreamDropResubscribes(t *testing.T) {
 // its event stream to the end, so the next request reuses the connection
 // instead of dialing a new one.
 func TestWaitsReuseConnections(t *testing.T) {
-	ts := startServer(t)
-	holder := newHTTPClient(t, ts.url, "holder")
-	waiter := newHTTPClient(t, ts.url, "waiter")
+	ts := lockservertest.Start(t)
+	holder := newHTTPClient(t, ts.URL(), "holder")
+	waiter := newHTTPClient(t, ts.URL(), "waiter")
 	queued := make(chan struct{}, 1)
 	waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -197,5 +198,5 @@ func TestWaitsReuseConnections(t *testing.T) {
 	}
 	// One connection for each client's requests and one for the waiter's
 	// streams; a dropped stream connection would make one per round.
-	require.LessOrEqual(t, ts.ln.Accepted(), int64(4), "connections for %d waits", rounds)
+	require.LessOrEqual(t, ts.Accepted(), int64(4), "connections for %d waits", rounds)
 }

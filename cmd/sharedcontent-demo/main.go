@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -37,14 +38,29 @@ func main() {
 	}
 }
 
-func run() error {
-	nodes := flag.Int("nodes", 3, "number of nodes sharing the content directory")
-	layers := flag.Int("layers", 6, "image layers")
-	layerMiB := flag.Int("layer-mib", 16, "size of each layer in MiB")
-	bandwidth := flag.Int("bandwidth-mbps", 400, "registry uplink in MB/s, shared by all downloads (0: unlimited)")
+// demoFlags are the demo's command-line settings.
+type demoFlags struct {
+	nodes, layers, layerMiB int
+	bandwidthMBps           int // 0: unlimited
+}
+
+func parseFlags() (demoFlags, error) {
+	var f demoFlags
+	flag.IntVar(&f.nodes, "nodes", 3, "number of nodes sharing the content directory")
+	flag.IntVar(&f.layers, "layers", 6, "image layers")
+	flag.IntVar(&f.layerMiB, "layer-mib", 16, "size of each layer in MiB")
+	flag.IntVar(&f.bandwidthMBps, "bandwidth-mbps", 400, "registry uplink in MB/s, shared by all downloads (0: unlimited)")
 	flag.Parse()
-	if *nodes < 1 || *layers < 1 || *layerMiB < 1 {
-		return errors.New("--nodes, --layers and --layer-mib must be positive")
+	if f.nodes < 1 || f.layers < 1 || f.layerMiB < 1 {
+		return f, errors.New("--nodes, --layers and --layer-mib must be positive")
+	}
+	return f, nil
+}
+
+func run() error {
+	f, err := parseFlags()
+	if err != nil {
+		return err
 	}
 	log.SetLevel("error")
 	ctx := cluster.Context(context.Background())
@@ -55,21 +71,11 @@ func run() error {
 	}
 	defer os.RemoveAll(dir)
 
-	var ropts []registry.Option
-	if *bandwidth > 0 {
-		ropts = append(ropts, registry.WithBandwidth(*bandwidth*1_000_000))
-	}
-	reg, err := registry.Start(ropts...)
+	reg, img, err := startRegistry(ctx, f)
 	if err != nil {
 		return err
 	}
 	defer reg.Close()
-	fmt.Printf("generating a %d × %d MiB image in the registry at %s ...\n", *layers, *layerMiB, reg.Host)
-	img, err := reg.PushRandom(ctx, "demo/app:latest", *layers, int64(*layerMiB)<<20)
-	if err != nil {
-		return err
-	}
-	reg.ResetCounters()
 
 	srv, err := lockserver.OpenServer(lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: dir + "/coordinator"})
 	if err != nil {
@@ -78,35 +84,96 @@ func run() error {
 	defer srv.Shutdown(context.Background())
 
 	root := dir + "/shared"
-	ns := make([]*cluster.Node, *nodes)
-	for i := range ns {
-		id := fmt.Sprintf("node-%d", i+1)
-		state := fmt.Sprintf("%s/%s", dir, id)
-		if err := os.MkdirAll(state, 0o700); err != nil {
-			return err
-		}
-		client, err := lockclient.NewEmbedded(srv.Locker, lockclient.WithNodeID(id))
-		if err != nil {
-			return err
-		}
-		n, err := cluster.NewNode(ctx, id, root, state, contentv2.LockService(client))
-		if err != nil {
-			return err
-		}
-		defer n.Close()
-		ns[i] = n
+	ns, err := startNodes(ctx, srv.Locker, dir, root, f.nodes)
+	defer closeNodes(ns)
+	if err != nil {
+		return err
 	}
 
 	fmt.Printf("pulling %s (%s) on %d nodes sharing %s\n\n", img.Ref, mib(img.Size()), len(ns), root)
+	p := pullAll(ctx, ns, reg, img)
+	for i, err := range p.errs {
+		if err != nil {
+			return fmt.Errorf("%s: pull failed: %w", ns[i].ID, err)
+		}
+	}
+	if err := verify(ctx, ns, img); err != nil {
+		return err
+	}
+	report(ns, reg, img, p)
+	return nil
+}
+
+// startRegistry starts the in-process registry with the demo's uplink and
+// pushes a generated image to it.
+func startRegistry(ctx context.Context, f demoFlags) (*registry.Registry, registry.Image, error) {
+	var ropts []registry.Option
+	if f.bandwidthMBps > 0 {
+		ropts = append(ropts, registry.WithBandwidth(f.bandwidthMBps*1_000_000))
+	}
+	reg, err := registry.Start(ropts...)
+	if err != nil {
+		return nil, registry.Image{}, err
+	}
+	fmt.Printf("generating a %d × %d MiB image in the registry at %s ...\n", f.layers, f.layerMiB, reg.Host)
+	img, err := reg.PushRandom(ctx, "demo/app:latest", f.layers, int64(f.layerMiB)<<20)
+	if err != nil {
+		reg.Close()
+		return nil, registry.Image{}, err
+	}
+	reg.ResetCounters()
+	return reg, img, nil
+}
+
+// startNodes starts n nodes on the shared root, each a client of the
+// embedded coordinator l with its state under dir. On an error it returns
+// the nodes started so far, for closeNodes.
+func startNodes(ctx context.Context, l *lockserver.Locker, dir, root string, n int) ([]*cluster.Node, error) {
+	var ns []*cluster.Node
+	for i := range n {
+		id := fmt.Sprintf("node-%d", i+1)
+		state := fmt.Sprintf("%s/%s", dir, id)
+		if err := os.MkdirAll(state, 0o700); err != nil {
+			return ns, err
+		}
+		client, err := lockclient.NewEmbedded(l, lockclient.WithNodeID(id))
+		if err != nil {
+			return ns, err
+		}
+		node, err := cluster.NewNode(ctx, id, root, state, contentv2.LockService(client))
+		if err != nil {
+			return ns, err
+		}
+		ns = append(ns, node)
+	}
+	return ns, nil
+}
+
+// closeNodes closes the nodes, the last started first.
+func closeNodes(ns []*cluster.Node) {
+	for _, n := range slices.Backward(ns) {
+		n.Close()
+	}
+}
+
+// pulled is the outcome of pullAll.
+type pulled struct {
+	errs []error         // each node's pull error
+	took []time.Duration // each node's time to have the image
+	wall time.Duration   // until every node was done
+}
+
+// pullAll pulls img on every node at once, showing each node's progress
+// and the registry's bytes sent until all are done.
+func pullAll(ctx context.Context, ns []*cluster.Node, reg *registry.Registry, img registry.Image) pulled {
 	received := make([]atomic.Int64, len(ns))
-	errs := make([]error, len(ns))
-	took := make([]time.Duration, len(ns))
+	p := pulled{errs: make([]error, len(ns)), took: make([]time.Duration, len(ns))}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i, n := range ns {
 		wg.Go(func() {
-			_, errs[i] = cluster.Pull(ctx, n.CS, img.Ref, cluster.PullOptions{Received: &received[i]})
-			took[i] = time.Since(start)
+			_, p.errs[i] = cluster.Pull(ctx, n.CS, img.Ref, cluster.PullOptions{Received: &received[i]})
+			p.took[i] = time.Since(start)
 		})
 	}
 	done := make(chan struct{})
@@ -125,13 +192,14 @@ func run() error {
 		}
 		fmt.Printf("\r%5.1fs  downloaded: %s  | registry sent %s   ", time.Since(start).Seconds(), strings.Join(parts, "  "), mib(reg.BlobBytes()))
 	}
-	wall := time.Since(start)
+	p.wall = time.Since(start)
 	fmt.Print("\n\n")
-	for i, err := range errs {
-		if err != nil {
-			return fmt.Errorf("%s: pull failed: %w", ns[i].ID, err)
-		}
-	}
+	return p
+}
+
+// verify reads every blob of img back through every node and checks its
+// digest.
+func verify(ctx context.Context, ns []*cluster.Node, img registry.Image) error {
 	for _, n := range ns {
 		for _, d := range img.Descriptors() {
 			b, err := content.ReadBlob(ctx, n.CS, d)
@@ -143,7 +211,12 @@ func run() error {
 			}
 		}
 	}
+	return nil
+}
 
+// report prints how often each blob was downloaded, the registry's egress
+// against uncoordinated pulls, and the wall time.
+func report(ns []*cluster.Node, reg *registry.Registry, img registry.Image, p pulled) {
 	gets := reg.BlobGets()
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "blob\tkind\tsize\tdownloads\tnodes that have it\t")
@@ -158,10 +231,9 @@ func run() error {
 	uncoordinated := img.Size() * int64(len(ns))
 	fmt.Printf("\nregistry bytes: %s with sharedcontent vs %s for %d uncoordinated pulls (%.2f× the image, %.1f× less egress)\n",
 		mib(reg.BlobBytes()), mib(uncoordinated), len(ns), float64(reg.BlobBytes())/float64(img.Size()), float64(uncoordinated)/float64(max(reg.BlobBytes(), 1)))
-	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+	sort.Slice(p.took, func(i, j int) bool { return p.took[i] < p.took[j] })
 	fmt.Printf("wall time: %s for all %d nodes to have the image (first node done at %s)\n",
-		wall.Round(time.Millisecond), len(ns), took[0].Round(time.Millisecond))
-	return nil
+		p.wall.Round(time.Millisecond), len(ns), p.took[0].Round(time.Millisecond))
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

@@ -1,0 +1,26 @@
+package lockservertest
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/refcount"
+)
+
+// NewLocker returns an in-process coordinator (the embedded mode) with
+// in-memory references, lockserver.DefaultConfig changed by mutate. It is
+// closed when the test ends; a Close error fails the test.
+func NewLocker(t testing.TB, mutate ...func(*lockserver.Config)) *lockserver.Locker {
+	t.Helper()
+	cfg := lockserver.DefaultConfig()
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	refs := refcount.NewManager(refcount.NewMemoryStorage(), refcount.Config{UpdateRequiresNoRef: cfg.UpdateRequiresNoRef})
+	l, err := lockserver.NewLocker(cfg, lockserver.Options{Refs: refs})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	return l
+}
