@@ -52,6 +52,7 @@ var refusals = []error{
 	api.ErrInvalidArgument, api.ErrUnauthorized, api.ErrNotHolder, api.ErrNotFound,
 	api.ErrInUse, api.ErrLocked, api.ErrDeleting, api.ErrTooLarge,
 	api.ErrUnsynced, api.ErrWrongCluster, api.ErrMemberLive,
+	api.ErrForbidden, api.ErrUnsupportedProtocol,
 }
 
 // retryable reports whether err is transient: a network error, a timeout, a
