@@ -54,7 +54,9 @@ type benchImage struct {
 	// sharedcontent, show how much of the gap is the write path.
 	fetchRounds int
 	// clusterRounds of benchClusterNodes sharedcontent nodes pulling at
-	// once against one node alone (issue 14: within 1.3×).
+	// once against one node alone (issue 14: within 1.3×), then as many
+	// of `ctr content fetch` (no unpack), to show the share of the
+	// unpacks, which every node does itself.
 	clusterRounds int
 }
 
@@ -106,7 +108,8 @@ func TestBenchContainerdPull(t *testing.T) {
 			rows = append(rows, benchRows(t, bi, "content fetch only", fetchSetups, times)...)
 		}
 		if bi.clusterRounds > 0 {
-			clusterRows = append(clusterRows, benchCluster(t, e, reg, img, bi)...)
+			clusterRows = append(clusterRows, benchCluster(t, e, reg, img, bi, "pull")...)
+			clusterRows = append(clusterRows, benchCluster(t, e, reg, img, bi, "fetch")...)
 		}
 	}
 	require.NoError(t, writeBenchDoc(out, rows, clusterRows, time.Since(start), load0, loadAvg()))
@@ -199,29 +202,30 @@ func benchPull(t *testing.T, e *env, s benchSetup, id string, img testImage, fet
 	return d
 }
 
-// benchCluster times `ctr images pull` of img on benchClusterNodes
-// sharedcontent nodes at once (wall: from the start until the last pull
-// ends) against one node alone, taking turns, and reports the medians and
-// the registry's bytes per cluster pull.
-func benchCluster(t *testing.T, e *env, reg *registry.Registry, img testImage, bi benchImage) []string {
+// benchCluster times op ("pull", or "fetch": `ctr content fetch`) of img
+// on benchClusterNodes sharedcontent nodes at once (wall: from the start
+// until the last one ends) against one node alone, taking turns, and
+// reports the medians and the registry's bytes per cluster round.
+func benchCluster(t *testing.T, e *env, reg *registry.Registry, img testImage, bi benchImage, op string) []string {
 	t.Helper()
+	fetchOnly := op == "fetch"
 	var alone, cluster []time.Duration
 	var bytes []float64
 	for r := range bi.clusterRounds {
 		for k := range 2 {
-			id := fmt.Sprintf("b%d-cluster-%d", bi.layerMiB, r)
+			id := fmt.Sprintf("b%d-cluster-%s-%d", bi.layerMiB, op, r)
 			if (r+k)%2 == 0 {
-				d := benchPull(t, e, benchSetups[2], id+"-alone", img, false)
+				d := benchPull(t, e, benchSetups[2], id+"-alone", img, fetchOnly)
 				alone = append(alone, d)
-				t.Logf("%d × %d MiB, cluster round %d, one node alone: %.2fs", bi.layers, bi.layerMiB, r+1, d.Seconds())
+				t.Logf("%d × %d MiB, cluster %s round %d, one node alone: %.2fs", bi.layers, bi.layerMiB, op, r+1, d.Seconds())
 				continue
 			}
 			reg.ResetCounters()
-			d := benchClusterPull(t, e, id, img)
+			d := benchClusterPull(t, e, id, img, fetchOnly)
 			cluster = append(cluster, d)
 			bytes = append(bytes, float64(reg.BlobBytes())/float64(img.size()))
-			t.Logf("%d × %d MiB, cluster round %d, %d nodes at once: %.2fs wall, registry bytes %.2f× the image",
-				bi.layers, bi.layerMiB, r+1, benchClusterNodes, d.Seconds(), bytes[len(bytes)-1])
+			t.Logf("%d × %d MiB, cluster %s round %d, %d nodes at once: %.2fs wall, registry bytes %.2f× the image",
+				bi.layers, bi.layerMiB, op, r+1, benchClusterNodes, d.Seconds(), bytes[len(bytes)-1])
 		}
 	}
 	size := int64(bi.layers) * bi.layerMiB
@@ -230,11 +234,12 @@ func benchCluster(t *testing.T, e *env, reg *registry.Registry, img testImage, b
 	for r := range cluster {
 		ratios = append(ratios, cluster[r].Seconds()/alone[r].Seconds())
 	}
-	report(t, "bench %d MiB, %d nodes at once: median wall %.2fs, one node alone %.2fs (%.2f×; per-round ratio median %.2f×); registry bytes %.2f–%.2f× the image",
-		size, benchClusterNodes, mn.Seconds(), m1.Seconds(), mn.Seconds()/m1.Seconds(), medianFloat(ratios), slices.Min(bytes), slices.Max(bytes))
-	row := func(what string, ts []time.Duration, vs string, bytes string) string {
-		return fmt.Sprintf("| %d MiB (%d × %d MiB) | %s | %d | %.2f s | %.2f–%.2f s | %s | %s |",
-			size, bi.layers, bi.layerMiB, what, len(ts), median(ts).Seconds(), slices.Min(ts).Seconds(), slices.Max(ts).Seconds(), vs, bytes)
+	what := map[string]string{"pull": "pull", "fetch": "content fetch only"}[op]
+	report(t, "bench %d MiB %s, %d nodes at once: median wall %.2fs, one node alone %.2fs (%.2f×; per-round ratio median %.2f×); registry bytes %.2f–%.2f× the image",
+		size, what, benchClusterNodes, mn.Seconds(), m1.Seconds(), mn.Seconds()/m1.Seconds(), medianFloat(ratios), slices.Min(bytes), slices.Max(bytes))
+	row := func(setup string, ts []time.Duration, vs string, bytes string) string {
+		return fmt.Sprintf("| %d MiB (%d × %d MiB) | %s | %s | %d | %.2f s | %.2f–%.2f s | %s | %s |",
+			size, bi.layers, bi.layerMiB, what, setup, len(ts), median(ts).Seconds(), slices.Min(ts).Seconds(), slices.Max(ts).Seconds(), vs, bytes)
 	}
 	return []string{
 		row("one node alone", alone, "**1.00×** | 1.00×", "1.00×"),
@@ -246,10 +251,12 @@ func benchCluster(t *testing.T, e *env, reg *registry.Registry, img testImage, b
 
 // benchClusterPull starts benchClusterNodes fresh sharedcontent nodes on
 // one shared root (the first embeds the coordinator and serves it to the
-// others on loopback), pulls img on all of them at once and returns the
-// wall time. It checks every node's image is complete and unpacked
-// through our differ, then stops the nodes and removes their directories.
-func benchClusterPull(t *testing.T, e *env, id string, img testImage) time.Duration {
+// others on loopback), pulls img on all of them at once (with fetchOnly,
+// `ctr content fetch`) and returns the wall time. It checks every node's
+// image is complete and unpacked through our differ (or, for a fetch,
+// that every blob is in its content store), then stops the nodes and
+// removes their directories.
+func benchClusterPull(t *testing.T, e *env, id string, img testImage, fetchOnly bool) time.Duration {
 	t.Helper()
 	shared := e.path(id, "shared")
 	addr := freePort(t)
@@ -265,12 +272,35 @@ func benchClusterPull(t *testing.T, e *env, id string, img testImage) time.Durat
 		nodes = append(nodes, nd)
 	}
 	start := time.Now()
-	for _, res := range pullAll(nodes, img.Ref, pullTimeout) {
-		require.NoError(t, res.err, "%s: pull", res.node.id)
+	errs := make(chan error, len(nodes))
+	for _, nd := range nodes {
+		go func() {
+			var err error
+			if fetchOnly {
+				_, err = nd.ctr(pullTimeout, "content", "fetch", "--plain-http", img.Ref)
+			} else {
+				err = nd.pull(img.Ref, pullTimeout)
+			}
+			if err != nil {
+				err = fmt.Errorf("%s: %w", nd.id, err)
+			}
+			errs <- err
+		}()
+	}
+	for range nodes {
+		require.NoError(t, <-errs)
 	}
 	d := time.Since(start)
-	requireReady(t, img, nodes)
 	for _, nd := range nodes {
+		if fetchOnly {
+			have, err := nd.contentList()
+			require.NoError(t, err)
+			for _, dg := range img.all() {
+				require.Contains(t, have, dg, "%s: fetched blobs", nd.id)
+			}
+			continue
+		}
+		requireReady(t, img, []*node{nd})
 		applied, err := nd.appliedByPlugin()
 		require.NoError(t, err)
 		total := 0
@@ -279,15 +309,12 @@ func benchClusterPull(t *testing.T, e *env, id string, img testImage) time.Durat
 		}
 		require.Equal(t, len(img.Layers), total, "%s: layers applied by sharedcontent-diff", nd.id)
 	}
+	dirs := []string{e.path(id)}
 	for i := len(nodes) - 1; i >= 0; i-- { // the coordinator's node last
 		nodes[i].stop()
+		dirs = append(dirs, nodes[i].dir)
 	}
-	for _, dir := range append([]string{e.path(id)}, func() (ds []string) {
-		for _, nd := range nodes {
-			ds = append(ds, nd.dir)
-		}
-		return ds
-	}()...) {
+	for _, dir := range dirs {
 		require.False(t, unmountUnder(t, dir), "mounts left under %s", dir)
 		require.NoError(t, os.RemoveAll(dir))
 	}
@@ -360,9 +387,10 @@ coordinator and serves it to the others on loopback (`+"`--lock-listen`"+`), eac
 pull the image at once; "wall" is from the start until the last pull ends, and each node's image is checked complete and
 unpacked through its daemon. The rounds alternate with a pull on one fresh node alone (the "after" setup above).
 "Registry bytes" is what the registry sent per cluster pull, against the image's size. Target (issue 14): within 1.3×.
+Then the same with `+"`ctr content fetch`"+` (no unpack): the download is shared, each node's unpack is its own.
 
-| image | setup | rounds | median | min–max | vs one node | per round | registry bytes |
-| --- | --- | --- | --- | --- | --- | --- | --- |
+| image | what | setup | rounds | median | min–max | vs one node | per round | registry bytes |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- |
 `, benchClusterNodes, benchClusterNodes)
 	for _, r := range clusterRows {
 		b.WriteString(r + "\n")
