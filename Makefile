@@ -45,9 +45,12 @@ bench-abuse: sharedcontent-lockserver
 
 # Real containerd daemons (as `make e2e` starts them, without the race
 # detector), one node: `ctr images pull` of 256 MiB and 1 GiB images, stock
-# containerd against sharedcontent without and with its diff plugin,
-# alternating rounds, median. About 3 minutes on 2 cores. Needs root (else
-# it skips). Regenerates docs/bench-containerd.md.
+# containerd against sharedcontent without and with its diff plugin; then
+# 3 sharedcontent nodes pulling (then only fetching) the 256 MiB image at
+# once against one node alone. Alternating rounds, median. About 8 minutes
+# on 2 cores. Needs root (else it skips). Regenerates
+# docs/bench-containerd.md. The proxied write alone:
+# go test -run '^$$' -bench ProxiedWrite -benchtime 6x ./plugin/
 bench-containerd:
 	SHAREDCONTENT_E2E=1 SHAREDCONTENT_E2E_RACE=0 SHAREDCONTENT_E2E_BENCH=$(CURDIR)/docs/bench-containerd.md \
 	  $(GO) test -count=1 -timeout 30m -v -run '^TestBenchContainerdPull$$' ./integration/e2e/

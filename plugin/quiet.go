@@ -24,6 +24,7 @@ import (
 // the protocol working as designed (docs/design.md).
 
 const (
+	writeMethod = "/containerd.services.content.v1.Content/Write"
 	writeFailed = "(*service).Write failed"
 	abortFailed = "failed to abort write"
 )
@@ -71,7 +72,7 @@ func quietWrites() grpc.StreamServerInterceptor {
 		ExitFunc:     base.ExitFunc,
 	}
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if info.FullMethod != "/containerd.services.content.v1.Content/Write" {
+		if info.FullMethod != writeMethod {
 			return handler(srv, ss)
 		}
 		quiet.SetLevel(base.GetLevel())

@@ -49,7 +49,8 @@ func Listen(address string, cs content.Store) (*Server, error) {
 		ln.Close()
 		return nil, fmt.Errorf("plugin: socket mode: %w", err)
 	}
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(MaxMsgSize), grpc.MaxSendMsgSize(MaxMsgSize), grpc.StreamInterceptor(quietWrites()))
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(MaxMsgSize), grpc.MaxSendMsgSize(MaxMsgSize),
+		grpc.ForceServerCodecV2(newCodec()), grpc.ChainStreamInterceptor(quietWrites(), aliasedWrites()))
 	contentapi.RegisterContentServer(gs, contentserver.New(following(cs)))
 	diffapi.RegisterDiffServer(gs, newDiffService(cs))
 	return &Server{grpc: gs, ln: ln, address: address}, nil

@@ -53,12 +53,20 @@ type benchImage struct {
 	// fetchRounds of `ctr content fetch` (no unpack), stock against
 	// sharedcontent, show how much of the gap is the write path.
 	fetchRounds int
+	// clusterRounds of benchClusterNodes sharedcontent nodes pulling at
+	// once against one node alone (issue 14: within 1.3×), then as many
+	// of `ctr content fetch` (no unpack), to show the share of the
+	// unpacks, which every node does itself.
+	clusterRounds int
 }
 
 var benchImages = []benchImage{
-	{layers: 4, layerMiB: 64, rounds: 5, fetchRounds: 5}, // 256 MiB
-	{layers: 4, layerMiB: 256, rounds: 3},                // 1 GiB
+	{layers: 4, layerMiB: 64, rounds: 5, fetchRounds: 5, clusterRounds: 5}, // 256 MiB
+	{layers: 4, layerMiB: 256, rounds: 3},                                  // 1 GiB
 }
+
+// benchClusterNodes is the number of nodes of the cluster rounds.
+const benchClusterNodes = 3
 
 // fetchSetups are the setups of the fetch-only rounds (indexes into
 // benchSetups): the diff plugin plays no part in a fetch.
@@ -88,7 +96,7 @@ func TestBenchContainerdPull(t *testing.T) {
 
 	start := time.Now()
 	load0 := loadAvg()
-	var rows []string
+	var rows, clusterRows []string
 	for _, bi := range benchImages {
 		sizes := repeat(bi.layerMiB<<20, bi.layers)
 		img := pushImage(t, reg, fmt.Sprintf("bench/%dx%d", bi.layers, bi.layerMiB), sizes...)
@@ -99,8 +107,12 @@ func TestBenchContainerdPull(t *testing.T) {
 			times := benchRounds(t, e, img, bi, "fetch", fetchSetups, bi.fetchRounds)
 			rows = append(rows, benchRows(t, bi, "content fetch only", fetchSetups, times)...)
 		}
+		if bi.clusterRounds > 0 {
+			clusterRows = append(clusterRows, benchCluster(t, e, reg, img, bi, "pull")...)
+			clusterRows = append(clusterRows, benchCluster(t, e, reg, img, bi, "fetch")...)
+		}
 	}
-	require.NoError(t, writeBenchDoc(out, rows, time.Since(start), load0, loadAvg()))
+	require.NoError(t, writeBenchDoc(out, rows, clusterRows, time.Since(start), load0, loadAvg()))
 	t.Logf("benchmark: wrote %s", out)
 }
 
@@ -190,6 +202,125 @@ func benchPull(t *testing.T, e *env, s benchSetup, id string, img testImage, fet
 	return d
 }
 
+// benchCluster times op ("pull", or "fetch": `ctr content fetch`) of img
+// on benchClusterNodes sharedcontent nodes at once (wall: from the start
+// until the last one ends) against one node alone, taking turns, and
+// reports the medians and the registry's bytes per cluster round.
+func benchCluster(t *testing.T, e *env, reg *registry.Registry, img testImage, bi benchImage, op string) []string {
+	t.Helper()
+	fetchOnly := op == "fetch"
+	var alone, cluster []time.Duration
+	var bytes []float64
+	for r := range bi.clusterRounds {
+		for k := range 2 {
+			id := fmt.Sprintf("b%d-cluster-%s-%d", bi.layerMiB, op, r)
+			if (r+k)%2 == 0 {
+				d := benchPull(t, e, benchSetups[2], id+"-alone", img, fetchOnly)
+				alone = append(alone, d)
+				t.Logf("%d × %d MiB, cluster %s round %d, one node alone: %.2fs", bi.layers, bi.layerMiB, op, r+1, d.Seconds())
+				continue
+			}
+			reg.ResetCounters()
+			d := benchClusterPull(t, e, id, img, fetchOnly)
+			cluster = append(cluster, d)
+			bytes = append(bytes, float64(reg.BlobBytes())/float64(img.size()))
+			t.Logf("%d × %d MiB, cluster %s round %d, %d nodes at once: %.2fs wall, registry bytes %.2f× the image",
+				bi.layers, bi.layerMiB, op, r+1, benchClusterNodes, d.Seconds(), bytes[len(bytes)-1])
+		}
+	}
+	size := int64(bi.layers) * bi.layerMiB
+	m1, mn := median(alone), median(cluster)
+	var ratios []float64
+	for r := range cluster {
+		ratios = append(ratios, cluster[r].Seconds()/alone[r].Seconds())
+	}
+	what := map[string]string{"pull": "pull", "fetch": "content fetch only"}[op]
+	report(t, "bench %d MiB %s, %d nodes at once: median wall %.2fs, one node alone %.2fs (%.2f×; per-round ratio median %.2f×); registry bytes %.2f–%.2f× the image",
+		size, what, benchClusterNodes, mn.Seconds(), m1.Seconds(), mn.Seconds()/m1.Seconds(), medianFloat(ratios), slices.Min(bytes), slices.Max(bytes))
+	row := func(setup string, ts []time.Duration, vs string, bytes string) string {
+		return fmt.Sprintf("| %d MiB (%d × %d MiB) | %s | %s | %d | %.2f s | %.2f–%.2f s | %s | %s |",
+			size, bi.layers, bi.layerMiB, what, setup, len(ts), median(ts).Seconds(), slices.Min(ts).Seconds(), slices.Max(ts).Seconds(), vs, bytes)
+	}
+	return []string{
+		row("one node alone", alone, "**1.00×** | 1.00×", "1.00×"),
+		row(fmt.Sprintf("%d nodes at once (wall)", benchClusterNodes), cluster,
+			fmt.Sprintf("**%.2f×** | %.2f×", mn.Seconds()/m1.Seconds(), medianFloat(ratios)),
+			fmt.Sprintf("%.2f–%.2f×", slices.Min(bytes), slices.Max(bytes))),
+	}
+}
+
+// benchClusterPull starts benchClusterNodes fresh sharedcontent nodes on
+// one shared root (the first embeds the coordinator and serves it to the
+// others on loopback), pulls img on all of them at once (with fetchOnly,
+// `ctr content fetch`) and returns the wall time. It checks every node's
+// image is complete and unpacked through our differ (or, for a fetch,
+// that every blob is in its content store), then stops the nodes and
+// removes their directories.
+func benchClusterPull(t *testing.T, e *env, id string, img testImage, fetchOnly bool) time.Duration {
+	t.Helper()
+	shared := e.path(id, "shared")
+	addr := freePort(t)
+	var nodes []*node
+	for i := 1; i <= benchClusterNodes; i++ {
+		var nd *node
+		if i == 1 {
+			nd = e.startSharedNode(fmt.Sprintf("%s-n%d", id, i), shared, "",
+				"--data-dir", e.path(id, "coordinator"), "--lock-listen", addr)
+		} else {
+			nd = e.startSharedNode(fmt.Sprintf("%s-n%d", id, i), shared, "http://"+addr)
+		}
+		nodes = append(nodes, nd)
+	}
+	start := time.Now()
+	errs := make(chan error, len(nodes))
+	for _, nd := range nodes {
+		go func() {
+			var err error
+			if fetchOnly {
+				_, err = nd.ctr(pullTimeout, "content", "fetch", "--plain-http", img.Ref)
+			} else {
+				err = nd.pull(img.Ref, pullTimeout)
+			}
+			if err != nil {
+				err = fmt.Errorf("%s: %w", nd.id, err)
+			}
+			errs <- err
+		}()
+	}
+	for range nodes {
+		require.NoError(t, <-errs)
+	}
+	d := time.Since(start)
+	for _, nd := range nodes {
+		if fetchOnly {
+			have, err := nd.contentList()
+			require.NoError(t, err)
+			for _, dg := range img.all() {
+				require.Contains(t, have, dg, "%s: fetched blobs", nd.id)
+			}
+			continue
+		}
+		requireReady(t, img, []*node{nd})
+		applied, err := nd.appliedByPlugin()
+		require.NoError(t, err)
+		total := 0
+		for _, n := range applied {
+			total += n
+		}
+		require.Equal(t, len(img.Layers), total, "%s: layers applied by sharedcontent-diff", nd.id)
+	}
+	dirs := []string{e.path(id)}
+	for i := len(nodes) - 1; i >= 0; i-- { // the coordinator's node last
+		nodes[i].stop()
+		dirs = append(dirs, nodes[i].dir)
+	}
+	for _, dir := range dirs {
+		require.False(t, unmountUnder(t, dir), "mounts left under %s", dir)
+		require.NoError(t, os.RemoveAll(dir))
+	}
+	return d
+}
+
 func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
@@ -217,7 +348,7 @@ func loadAvg() string {
 }
 
 // writeBenchDoc writes the benchmark's markdown report.
-func writeBenchDoc(path string, rows []string, took time.Duration, load0, load1 string) error {
+func writeBenchDoc(path string, rows, clusterRows []string, took time.Duration, load0, load1 string) error {
 	containerdVersion, _ := run(repoRoot, nil, bins.containerd, "--version")
 	var b strings.Builder
 	fmt.Fprintf(&b, `# Pull with real containerd: stock against sharedcontent
@@ -246,6 +377,22 @@ Generated by `+"`make bench-containerd`"+` (also run by `+"`make bench`"+`): `+"
 `, envBench, time.Now().UTC().Format("2006-01-02 15:04"), took.Round(time.Second), runtime.NumCPU(), runtime.Version(),
 		runtime.GOOS, runtime.GOARCH, strings.TrimSpace(containerdVersion), load0, load1)
 	for _, r := range rows {
+		b.WriteString(r + "\n")
+	}
+	fmt.Fprintf(&b, `
+## %d nodes pulling one image at once
+
+Each round starts %d fresh sharedcontent nodes (content + diff proxy) on one new shared root: the first embeds the
+coordinator and serves it to the others on loopback (`+"`--lock-listen`"+`), each node its own containerd and daemon. All
+pull the image at once; "wall" is from the start until the last pull ends, and each node's image is checked complete and
+unpacked through its daemon. The rounds alternate with a pull on one fresh node alone (the "after" setup above).
+"Registry bytes" is what the registry sent per cluster pull, against the image's size. Target (issue 14): within 1.3×.
+Then the same with `+"`ctr content fetch`"+` (no unpack): the download is shared, each node's unpack is its own.
+
+| image | what | setup | rounds | median | min–max | vs one node | per round | registry bytes |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- |
+`, benchClusterNodes, benchClusterNodes)
+	for _, r := range clusterRows {
 		b.WriteString(r + "\n")
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
