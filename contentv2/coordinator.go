@@ -24,10 +24,10 @@ type Coordinator interface {
 	Session(ctx context.Context, clusterID string) (SessionInfo, error)
 	// SyncRefs replaces the coordinator's record of this node's
 	// references with the node's journal. It announces the sync before it
-	// calls snapshot, so that no reference registered after the snapshot
+	// calls snapshot, so that no reference referenced after the snapshot
 	// is lost by the replacement.
 	SyncRefs(ctx context.Context, snapshot func() ([]digest.Digest, error)) error
-	// AddRef registers this node as a user of the blob; ErrDeleting while
+	// AddRef references it for this node as a user of the blob; ErrDeleting while
 	// a delete of it is in flight.
 	AddRef(ctx context.Context, dgst digest.Digest) error
 	// Lock takes a lock. Without req.Wait a held lock is ErrBusy at once.

@@ -6,6 +6,6 @@
 //
 // Failure rules: when the coordinator cannot be reached, writes proceed
 // uncoordinated (content is addressed by digest and ingests are
-// node-scoped, so this is safe) and register their references once it is
+// node-scoped, so this is safe) and record their references once it is
 // back; deletes never happen (fail-closed). Both are logged and counted.
 package contentv2

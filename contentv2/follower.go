@@ -21,9 +21,9 @@ import (
 // its ref). It ends in one of two ways:
 //
 //   - the holder succeeded: the blob is in the shared directory and this
-//     node is registered as its user; Status reports Offset == Total ==
+//     node is referenced as its user; Status reports Offset == Total ==
 //     its size, fetch calls Commit without downloading, and Commit
-//     returns nil (it checks the registration again, never waits);
+//     returns nil (it checks the reference again, never waits);
 //   - the lock was handed to this node (the holder failed or died): the
 //     follower becomes the holder, an empty ingest under the pull lock;
 //     Status reports offset 0 and fetch downloads into it.
@@ -65,7 +65,7 @@ type follower struct {
 
 	mu     sync.Mutex
 	w      content.Writer // protected by mu; the ingest once this node downloads
-	done   bool           // protected by mu; the holder succeeded, this node is registered
+	done   bool           // protected by mu; the holder succeeded, this node is referenced
 	size   int64          // protected by mu; the blob's size when done
 	err    error          // protected by mu; why the wait failed (final)
 	closed bool           // protected by mu
@@ -223,9 +223,9 @@ func (f *follower) Commit(ctx context.Context, size int64, expected digest.Diges
 	if expected != "" && expected != f.dgst {
 		return fmt.Errorf("content %v: expected %v: %w", f.dgst, expected, errdefs.ErrFailedPrecondition)
 	}
-	// Registered when the wait ended; this checks again, so that a delete
-	// by this node meanwhile (which drops the registration) cannot leave
-	// the blob used unregistered. The call is bounded by the coordination
+	// Referenced when the wait ended; this checks again, so that a delete
+	// by this node meanwhile (which drops the reference) cannot leave
+	// the blob used unreferenced. The call is bounded by the coordination
 	// timeout.
 	if _, err := f.s.use(ctx, f.dgst); err != nil {
 		return err
@@ -260,7 +260,7 @@ func (s *store) dropFollower(f *follower) {
 
 // follow waits on the coordinator until the blob's holder has finished.
 // It returns either the blob's size (the holder succeeded; this node is
-// registered as a user) or an ingest for this node to download into: under
+// referenced as a user) or an ingest for this node to download into: under
 // the pull lock after a hand-off, or uncoordinated where Writer would be
 // (SPEC §8). It waits until ctx ends.
 func (s *store) follow(ctx context.Context, wo content.WriterOpts, dgst digest.Digest) (content.Writer, int64, error) {
@@ -322,7 +322,7 @@ func (s *store) handedOver(ctx context.Context, wo content.WriterOpts, lk Lock, 
 	return nil, err
 }
 
-// finishedElsewhere handles a holder's success: the blob, registered as
+// finishedElsewhere handles a holder's success: the blob, referenced as
 // used by this node, and its size. retry: it is being deleted (wait for
 // the pull lock again), or this node's use could not be recorded yet. A
 // blob that is not visible here is downloaded by this node, as Writer

@@ -22,7 +22,7 @@ import (
 // the journal carries those uses to it.
 
 // failOpenDelay is how long after the last session answer a node waits
-// before it uses blobs unregistered: the session TTL, a tenth more for
+// before it uses blobs unreferenced: the session TTL, a tenth more for
 // clock rate, and failOpenMargin for a delete granted just before the
 // session lapsed (a deleter checks its lease right before it renames).
 func failOpenDelay(ttl time.Duration) time.Duration { return ttl + ttl/10 + failOpenMargin }

@@ -86,7 +86,7 @@ func WithCoordinationTimeout(d time.Duration) Option { return func(s *store) { s
 // WithSessionTTL sets the session TTL the store assumes until the
 // coordinator states its own (default 15 s, the coordinator's default). A
 // node that cannot reach the coordinator at start waits this long, plus a
-// margin, before it uses blobs unregistered.
+// margin, before it uses blobs unreferenced.
 func WithSessionTTL(d time.Duration) Option { return func(s *store) { s.sessionTTL = d } }
 
 // WithReaper runs the reaper every interval (0: never), reclaiming what is
@@ -117,7 +117,7 @@ type store struct {
 	metrics      *metrics
 
 	mu         sync.Mutex
-	registered map[digest.Digest]struct{} // protected by mu; refs the coordinator has (or will have at the next sync)
+	referenced map[digest.Digest]struct{} // protected by mu; refs the coordinator has (or will have at the next sync)
 	followers  map[string]*follower       // protected by mu; by the caller's ref (follower.go)
 	// downUntil is when to ask the coordinator again after it was found
 	// unreachable; until then operations fail at once instead of each
@@ -162,7 +162,7 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 		refRetry:     DefaultRefRetryInterval,
 		coordTimeout: DefaultCoordinationTimeout,
 		sessionTTL:   defaultSessionTTL,
-		registered:   map[digest.Digest]struct{}{},
+		referenced:   map[digest.Digest]struct{}{},
 		followers:    map[string]*follower{},
 		kick:         make(chan struct{}, 1),
 		stop:         make(chan struct{}),
@@ -227,7 +227,7 @@ func (s *store) Info(ctx context.Context, dgst digest.Digest) (content.Info, err
 }
 
 // use returns the info of a blob that exists and that this node is now a
-// registered reference of, so that no other node's delete removes it. A
+// referenced reference of, so that no other node's delete removes it. A
 // blob that is absent or being deleted is ErrNotFound; a coordinator that
 // cannot be reached while this node's session may still be live is
 // ErrUnavailable (SPEC §8: reference before use).
@@ -237,35 +237,35 @@ func (s *store) use(ctx context.Context, dgst digest.Digest) (content.Info, erro
 		return info, err
 	}
 	s.mu.Lock()
-	_, known := s.registered[dgst]
+	_, known := s.referenced[dgst]
 	s.mu.Unlock()
 	if known {
-		// Registered: no other node's delete can remove it.
+		// Referenced: no other node's delete can remove it.
 		return info, nil
 	}
-	if err := s.register(ctx, dgst); err != nil {
+	if err := s.reference(ctx, dgst); err != nil {
 		return content.Info{}, err
 	}
 	// A delete may have removed the blob between the first look and the
-	// registration; once registered, none can. Look again.
+	// reference; once referenced, none can. Look again.
 	info, err = s.local.Info(ctx, dgst)
 	if err != nil {
 		s.mu.Lock()
-		delete(s.registered, dgst)
+		delete(s.referenced, dgst)
 		s.mu.Unlock()
 	}
 	return info, err
 }
 
-// register records this node as a user of dgst: in its journal, then with
+// reference records this node as a user of dgst: in its journal, then with
 // the coordinator (cached until this node deletes it). An unreachable
 // coordinator is tolerated only once this node's session has surely
 // expired (the journal carries the use to the next sync); before that the
 // error is ErrUnavailable, so the caller retries. A delete in flight is
 // ErrNotFound.
-func (s *store) register(ctx context.Context, dgst digest.Digest) error {
+func (s *store) reference(ctx context.Context, dgst digest.Digest) error {
 	s.mu.Lock()
-	_, done := s.registered[dgst]
+	_, done := s.referenced[dgst]
 	s.mu.Unlock()
 	if done {
 		return nil
@@ -291,7 +291,7 @@ func (s *store) register(ctx context.Context, dgst digest.Digest) error {
 		s.uncoordinated(ctx, "ref", dgst, err)
 	}
 	s.mu.Lock()
-	s.registered[dgst] = struct{}{}
+	s.referenced[dgst] = struct{}{}
 	s.mu.Unlock()
 	return nil
 }
@@ -376,7 +376,7 @@ func (s *store) Delete(ctx context.Context, dgst digest.Digest) error {
 	}
 	// This node no longer uses the blob, whatever happens next.
 	s.mu.Lock()
-	delete(s.registered, dgst)
+	delete(s.referenced, dgst)
 	s.mu.Unlock()
 
 	var lk Lock

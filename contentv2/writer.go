@@ -154,7 +154,7 @@ func (s *store) downloadedElsewhere(ctx context.Context, dgst digest.Digest) err
 		// Never ErrAlreadyExists here: the fetch would count the blob as
 		// done while this node's metadata never records it. The retry finds
 		// it through Info (content_sharing_policy "shared", containerd's
-		// default), which also registers this node.
+		// default), which also references it for this node.
 		return fmt.Errorf("content %v: downloaded by another node, retry to share it: %w", dgst, errdefs.ErrUnavailable)
 	}
 	if _, err := s.use(ctx, dgst); err != nil {
@@ -206,7 +206,7 @@ func (w *writer) Commit(ctx context.Context, size int64, expected digest.Digest,
 		committed = w.Writer.Digest()
 	}
 	if w.dgst != "" {
-		if err := w.s.register(ctx, committed); err != nil {
+		if err := w.s.reference(ctx, committed); err != nil {
 			return err
 		}
 	}
