@@ -683,8 +683,8 @@ func (r *report) writeDoc(path string) error {
 	b.WriteString(methodology)
 	if r.cfg.goBench != "" {
 		if gb, err := os.ReadFile(r.cfg.goBench); err == nil && len(gb) > 0 {
-			fmt.Fprintf(&b, "\n## Go benchmarks (`go test -run '^$' -bench . -skip Notify -benchmem ./lockserver/ ./lockclient/`, then `go test -run '^$' -bench Notify -benchtime 400x -benchmem ./lockclient/`; same run)\n\n")
-			fmt.Fprintf(&b, "Memory per held lock and per queued waiter (issue 2 §6) are `B/held-lock` and `B/waiter`. `BenchmarkNotify` is the push latency with a bbolt (fsync per reference change) or in-memory reference store.\n\n```\n%s```\n\n", benchLines(gb))
+			fmt.Fprintf(&b, "\n## Go benchmarks (`go test -run '^$' -bench . -skip Notify -benchmem ./lockserver/ ./lockclient/`, then `go test -run '^$' -bench Notify -benchtime 400x -benchmem ./lockclient/`, then `go test -v -run '^$' -bench . -benchtime 1x ./cmd/sharedcontent-lockserver/`; same run)\n\n")
+			fmt.Fprintf(&b, "Memory per held lock and per queued waiter (issue 2 §6) are `B/held-lock` and `B/waiter`. `BenchmarkNotify` is the push latency with a bbolt (fsync per reference change) or in-memory reference store. `BenchmarkMemoryIdleKeys` and `BenchmarkWaiters` run the stand-alone coordinator in its own process (issue 15, memory under abuse): its VmRSS and Go heap in MiB with 200k keys held, released, forgotten and after its next collection; and the time until each of 5,000 waiters has its outcome.\n\n```\n%s```\n\n", benchLines(gb))
 		}
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

@@ -57,7 +57,8 @@ type shard struct {
 	released  map[leaseKey]released // lease id → outcome; protected by mu
 	// free holds forgotten resources for reuse: a lock on an idle key
 	// (the common case) would otherwise allocate one per acquire.
-	free []*resource // protected by mu
+	free  []*resource // protected by mu
+	peaks mapPeaks    // protected by mu; for shrink (sweep.go)
 }
 
 // maxFreeResources bounds a shard's free list.
@@ -182,6 +183,7 @@ func (sh *shard) resource(id string) *resource {
 			r = &resource{id: id}
 		}
 		sh.resources[id] = r
+		sh.peaks.resources = max(sh.peaks.resources, len(sh.resources))
 	}
 	return r
 }

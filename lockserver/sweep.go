@@ -65,4 +65,61 @@ func (l *Locker) sweep(sh *shard, now time.Time) {
 			delete(sh.released, lease)
 		}
 	}
+	sh.shrink()
+}
+
+// Go maps never give memory back: a map keeps the buckets of its largest
+// size after its entries are deleted. A shard that once held 200k idle
+// keys or released leases (issue 15, "Memory under abuse") would keep
+// them, and the sweep would scan their empty buckets, for the life of the
+// process. So the sweep rebuilds a shard's map once its length has fallen
+// to 1/shrinkFactor of its peak.
+const (
+	shrinkFactor = 4
+	// minShrinkPeak is the peak below which a map is left alone: its
+	// buckets cost a few tens of KiB at most, and rebuilding it would be
+	// churn.
+	minShrinkPeak = 1024
+)
+
+// mapPeaks are the largest lengths of a shard's maps since each was last
+// rebuilt. resources is updated at every insert (shard.resource), since
+// a resource can come and go between two sweeps; released is sampled by
+// the sweep, since a released lease stays at least a lease TTL, four
+// sweeps or more.
+type mapPeaks struct {
+	resources int
+	released  int
+}
+
+// shrink rebuilds the shard's maps that have emptied well below their
+// peak. Called by the sweep with sh.mu held. A rebuild copies len(m) <=
+// peak/shrinkFactor entries, after at least peak-len(m) deletions since
+// the map was at its peak (and after the previous rebuild): O(1)
+// amortised per deletion.
+func (sh *shard) shrink() {
+	sh.peaks.released = max(sh.peaks.released, len(sh.released))
+	if shrinkable(len(sh.released), sh.peaks.released) {
+		sh.released = rebuilt(sh.released)
+		sh.peaks.released = len(sh.released)
+	}
+	if shrinkable(len(sh.resources), sh.peaks.resources) {
+		sh.resources = rebuilt(sh.resources)
+		sh.peaks.resources = len(sh.resources)
+	}
+}
+
+func shrinkable(n, peak int) bool {
+	return peak >= minShrinkPeak && n <= peak/shrinkFactor
+}
+
+// rebuilt returns a copy of m sized for its current length (maps.Clone
+// would keep m's buckets: an emptied map of 200k released leases and its
+// clone both hold 18 MiB).
+func rebuilt[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }
