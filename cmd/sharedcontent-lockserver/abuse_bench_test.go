@@ -186,7 +186,7 @@ const (
 )
 
 // BenchmarkMemoryIdleKeys: idleKeys distinct resources are locked (update:
-// no referrers are recorded), all at once, over idleWorkers keep-alive
+// no references are recorded), all at once, over idleWorkers keep-alive
 // connections; then all are released, and the server is left idle.
 // Reported in MiB, VmRSS and the Go heap in use: base-* before the load,
 // held-* with every lock held, released-* right after the last unlock,
@@ -314,7 +314,7 @@ const waitersN = 5000
 // with success. Reported: the time from the start of that Unlock until
 // each waiter's Lock returned Skipped, p50-ms, p99-ms and max-ms (all
 // waiters have their outcome: the total), first-ms, and unlock-ms (the
-// holder's Unlock call, which persists the holder's referrer first). The
+// holder's Unlock call, which persists the holder's reference first). The
 // server runs with --max-conns 16000 --max-conns-per-ip 16000: its
 // defaults allow 512 event streams per IP address, and every client here
 // is 127.0.0.1.
@@ -340,7 +340,7 @@ func benchWaiters(b *testing.B) {
 		return c
 	}
 	ctx := context.Background()
-	req := lockclient.Request{Type: lockclient.OperationTypePull, ResourceID: fmt.Sprintf("sha256:waiters-%d", time.Now().UnixNano())}
+	req := lockclient.Request{Type: api.OperationPull, ResourceID: fmt.Sprintf("sha256:waiters-%d", time.Now().UnixNano())}
 	holder := newClient("holder")
 	res, err := holder.Lock(ctx, req)
 	if err != nil || !res.Acquired {
