@@ -1,16 +1,17 @@
 // Command sharedcontentctl is the operator's tool for a sharedcontent
-// cluster. This first version covers what SPEC §8 asks of an operator:
-// adopting a shared root after the coordinator lost its database, and
-// listing and forgetting member nodes.
+// cluster: it shows the coordinator's state and, with --root, the shared
+// directory's, and it adopts a root or forgets a node. Output is a table,
+// or JSON with -o json.
 //
-//	sharedcontentctl [--lock-server URL] [--token-file F] cluster adopt --root DIR [--force]
-//	sharedcontentctl [--lock-server URL] [--token-file F] node ls
-//	sharedcontentctl [--lock-server URL] [--token-file F] node forget ID
+//	sharedcontentctl [--lock-server URL] [--token-file F] [-o json] status
+//	sharedcontentctl ... [--root DIR] refs DIGEST
+//	sharedcontentctl ... node ls | node forget ID
+//	sharedcontentctl ... --root DIR du | reap --dry-run
+//	sharedcontentctl ... cluster adopt --root DIR [--force]
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -39,9 +40,13 @@ func main() {
 
 const usage = `usage: sharedcontentctl [flags] COMMAND
 commands:
-  cluster adopt --root DIR [--force]  make the coordinator take the shared root's cluster (after it lost its database)
+  status                              cluster id and epoch, members (live, synced), locks queued, requests refused and why
+  refs DIGEST                         the nodes that reference a blob, and (with --root) whether its file is there
   node ls                             list member nodes: live session, synced
   node forget ID                      forget a node gone for good (drops its references)
+  du                                  bytes in the shared directory (--root), per node, and reclaimable
+  reap --dry-run                      what the reaper would reclaim now (--root), and its bytes
+  cluster adopt --root DIR [--force]  make the coordinator take the shared root's cluster (after it lost its database)
 flags:`
 
 func run(args []string, out io.Writer) error {
@@ -49,6 +54,7 @@ func run(args []string, out io.Writer) error {
 	server := fs.String("lock-server", envOr("SHAREDCONTENT_LOCK_SERVER", defaultServer), "coordinator URL (env SHAREDCONTENT_LOCK_SERVER)")
 	tokenFile := fs.String("token-file", os.Getenv("SHAREDCONTENT_TOKEN_FILE"), "file with the bearer token (admin token for adopt and forget)")
 	output := fs.String("o", "table", "output: table or json")
+	root := fs.String("root", os.Getenv("SHAREDCONTENT_ROOT"), "the shared content directory, for refs, du and reap (env SHAREDCONTENT_ROOT)")
 	fs.Usage = func() { fmt.Fprintln(fs.Output(), usage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -56,10 +62,16 @@ func run(args []string, out io.Writer) error {
 		}
 		return err
 	}
-	var opts []lockclient.Option
+	p, err := newPrinter(out, *output)
+	if err != nil {
+		return err
+	}
+	var (
+		opts  []lockclient.Option
+		token string
+	)
 	if *tokenFile != "" {
-		token, err := lockserver.ReadTokenFile(*tokenFile)
-		if err != nil {
+		if token, err = lockserver.ReadTokenFile(*tokenFile); err != nil {
 			return err
 		}
 		opts = append(opts, lockclient.WithBearerToken(token))
@@ -75,8 +87,18 @@ func run(args []string, out io.Writer) error {
 	switch {
 	case len(rest) >= 2 && rest[0] == "cluster" && rest[1] == "adopt":
 		return adopt(ctx, c, rest[2:], out)
+	case len(rest) == 1 && rest[0] == "status":
+		return status(ctx, c, *server, token, p)
+	case len(rest) == 2 && rest[0] == "refs":
+		return refs(ctx, c, *root, rest[1], p)
+	case len(rest) == 1 && rest[0] == "du":
+		return du(ctx, c, *root, p)
+	case len(rest) == 2 && rest[0] == "reap" && rest[1] == "--dry-run":
+		return reapDryRun(ctx, c, *root, p)
+	case len(rest) >= 1 && rest[0] == "reap":
+		return errors.New("reap: only --dry-run; the nodes' reapers reclaim (--reap-interval), one at a time")
 	case len(rest) == 2 && rest[0] == "node" && rest[1] == "ls":
-		return nodes(ctx, c, *output, out)
+		return nodes(ctx, c, p)
 	case len(rest) == 3 && rest[0] == "node" && rest[1] == "forget":
 		if err := c.Forget(ctx, rest[2]); err != nil {
 			return err
@@ -118,23 +140,18 @@ func adopt(ctx context.Context, c *lockclient.Client, args []string, out io.Writ
 	return nil
 }
 
-func nodes(ctx context.Context, c *lockclient.Client, output string, out io.Writer) error {
+func nodes(ctx context.Context, c *lockclient.Client, p printer) error {
 	resp, err := c.Nodes(ctx)
 	if err != nil {
 		return err
 	}
-	if output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(resp)
-	}
-	fmt.Fprintf(out, "cluster %s, epoch %d\n", resp.ClusterID, resp.Epoch)
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tLIVE\tSYNCED\tLAST SEEN")
-	for _, n := range resp.Nodes {
-		fmt.Fprintf(tw, "%s\t%v\t%v\t%s\n", n.NodeID, n.Live, n.Synced, n.LastSeen)
-	}
-	return tw.Flush()
+	return p.print(resp, func(tw *tabwriter.Writer) {
+		fmt.Fprintf(tw, "cluster %s, epoch %d\n", resp.ClusterID, resp.Epoch)
+		fmt.Fprintln(tw, "NODE\tLIVE\tSYNCED\tLAST SEEN")
+		for _, n := range resp.Nodes {
+			fmt.Fprintf(tw, "%s\t%v\t%v\t%s\n", n.NodeID, n.Live, n.Synced, n.LastSeen)
+		}
+	})
 }
 
 func envOr(k, def string) string {

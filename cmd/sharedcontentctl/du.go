@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/sharedcontent/sharedcontent/lockclient"
+)
+
+// diskUsage is what `du` and `reap --dry-run` compute from the shared root and
+// the coordinator's references.
+type diskUsage struct {
+	Blobs      int              `json:"blobs"`
+	Bytes      int64            `json:"bytes"`
+	PerNode    map[string]int64 `json:"bytes_per_node"`
+	Orphans    []blob           `json:"orphans"`
+	Dangling   []string         `json:"dangling"`
+	TrashFiles int              `json:"trash_files"`
+	TrashBytes int64            `json:"trash_bytes"`
+	// Reclaimable is what the reaper would free now: orphans and trash.
+	Reclaimable int64 `json:"reclaimable_bytes"`
+}
+
+func measure(ctx context.Context, c *lockclient.Client, root string) (diskUsage, error) {
+	if root == "" {
+		return diskUsage{}, fmt.Errorf("--root is required: the shared content directory")
+	}
+	blobs, err := listBlobs(root)
+	if err != nil {
+		return diskUsage{}, err
+	}
+	refs, err := allRefs(ctx, c)
+	if err != nil {
+		return diskUsage{}, err
+	}
+	u := diskUsage{PerNode: map[string]int64{}, Orphans: []blob{}, Dangling: []string{}}
+	for _, d := range sortedKeys(blobs) {
+		size := blobs[d]
+		u.Blobs++
+		u.Bytes += size
+		nodes := refs[d]
+		if len(nodes) == 0 {
+			u.Orphans = append(u.Orphans, blob{Digest: d, Size: size})
+			u.Reclaimable += size
+		}
+		for _, n := range nodes {
+			u.PerNode[n] += size
+		}
+	}
+	for _, d := range sortedKeys(refs) {
+		if _, ok := blobs[d]; !ok {
+			u.Dangling = append(u.Dangling, d)
+		}
+	}
+	u.TrashFiles, u.TrashBytes, err = trashBytes(root)
+	u.Reclaimable += u.TrashBytes
+	return u, err
+}
+
+func du(ctx context.Context, c *lockclient.Client, root string, p printer) error {
+	u, err := measure(ctx, c, root)
+	if err != nil {
+		return err
+	}
+	return p.print(u, func(tw *tabwriter.Writer) {
+		fmt.Fprintf(tw, "shared directory\t%d blobs\t%s\n", u.Blobs, bytesOf(u.Bytes))
+		for _, n := range sortedKeys(u.PerNode) {
+			fmt.Fprintf(tw, "  used by %s\t\t%s\n", n, bytesOf(u.PerNode[n]))
+		}
+		fmt.Fprintf(tw, "reclaimable\t%d orphans, %d in .trash\t%s\n", len(u.Orphans), u.TrashFiles, bytesOf(u.Reclaimable))
+		fmt.Fprintf(tw, "dangling references\t%d\t\n", len(u.Dangling))
+	})
+}
+
+// reapDryRun lists what the reaper would reclaim now. The reaper itself
+// waits --reap-grace before it takes an orphan, and deletes only while
+// every member is synced.
+func reapDryRun(ctx context.Context, c *lockclient.Client, root string, p printer) error {
+	u, err := measure(ctx, c, root)
+	if err != nil {
+		return err
+	}
+	return p.print(u, func(tw *tabwriter.Writer) {
+		fmt.Fprintln(tw, "WHAT\tDIGEST\tBYTES")
+		for _, o := range u.Orphans {
+			fmt.Fprintf(tw, "orphan (no node references it)\t%s\t%s\n", o.Digest, bytesOf(o.Size))
+		}
+		for _, d := range u.Dangling {
+			fmt.Fprintf(tw, "dangling reference (no file)\t%s\t\n", d)
+		}
+		if u.TrashFiles > 0 {
+			fmt.Fprintf(tw, ".trash\t%d entries\t%s\n", u.TrashFiles, bytesOf(u.TrashBytes))
+		}
+		fmt.Fprintf(tw, "total reclaimable\t\t%s\n", bytesOf(u.Reclaimable))
+		fmt.Fprintln(tw, "(dry run: nothing was removed; the reaper waits --reap-grace and for every member to be synced)")
+	})
+}

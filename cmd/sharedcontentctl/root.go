@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/lockclient"
+)
+
+// blob is a file under <root>/blobs/<alg>/.
+type blob struct {
+	Digest string `json:"digest"`
+	Size   int64  `json:"size"`
+}
+
+// blobPath is where the shared root keeps dgst ("sha256:<hex>").
+func blobPath(root, dgst string) (string, error) {
+	alg, hex, ok := cut(dgst, ':')
+	if !ok || alg == "" || hex == "" {
+		return "", fmt.Errorf("%q is not a digest (want sha256:<hex>)", dgst)
+	}
+	return filepath.Join(root, "blobs", alg, hex), nil
+}
+
+func cut(s string, sep byte) (string, string, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == sep {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+// listBlobs returns every blob of the shared root, by digest.
+func listBlobs(root string) (map[string]int64, error) {
+	if fi, err := os.Stat(root); err != nil {
+		return nil, err
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("%s is not a directory", root)
+	}
+	blobs := map[string]int64{}
+	base := filepath.Join(root, "blobs")
+	err := filepath.WalkDir(base, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && path == base {
+				return fs.SkipDir
+			}
+			return err
+		}
+		if d.IsDir() || !d.Type().IsRegular() {
+			return nil
+		}
+		rel, err := filepath.Rel(base, path)
+		if err != nil {
+			return err
+		}
+		alg, hex := filepath.Split(rel)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		blobs[filepath.Clean(alg)+":"+hex] = fi.Size()
+		return nil
+	})
+	return blobs, err
+}
+
+// trashBytes returns the entries and bytes under <root>/.trash.
+func trashBytes(root string) (int, int64, error) {
+	entries, err := os.ReadDir(filepath.Join(root, contentv2.TrashDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	var n int64
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil {
+			n += fi.Size()
+		}
+	}
+	return len(entries), n, nil
+}
+
+// allRefs returns the coordinator's references, resource → nodes, a page
+// at a time.
+func allRefs(ctx context.Context, c *lockclient.Client) (map[string][]string, error) {
+	refs := map[string][]string{}
+	after := ""
+	for {
+		page, err := c.RefsList(ctx, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range page.Entries {
+			refs[e.ResourceID] = e.Nodes
+		}
+		if page.Next == "" {
+			return refs, nil
+		}
+		after = page.Next
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
