@@ -26,6 +26,8 @@ import (
 const (
 	defaultContainerdConfig = "/etc/containerd/config.toml"
 	socketTimeout           = 5 * time.Second
+	// deploySocket is containerd-sharedcontent's --address in deploy/.
+	deploySocket = "/run/sharedcontent/sharedcontent.sock"
 )
 
 // The results of one check.
@@ -147,8 +149,13 @@ func (d *doctorRun) containerd(ctx context.Context, path string) {
 			fmt.Sprintf(`add to %s, at the top level: disabled_plugins = [%q] (append to the list if there is one)`, path, builtinContent))
 	}
 
-	d.proxy(ctx, cfg, path, "content", "sharedcontent")
-	diff := d.proxy(ctx, cfg, path, "diff", "sharedcontent-diff")
+	content := d.proxy(ctx, cfg, path, "content", "sharedcontent", deploySocket)
+	// The diff proxy is served on the content proxy's socket.
+	address := deploySocket
+	if a := cfg.ProxyPlugins[content].Address; content != "" && a != "" {
+		address = a
+	}
+	diff := d.proxy(ctx, cfg, path, "diff", "sharedcontent-diff", address)
 	d.differ(cfg, path, diff)
 
 	switch policy, _ := cfg.plugin(metadataPlugin, "content_sharing_policy").(string); policy {
@@ -164,12 +171,12 @@ func (d *doctorRun) containerd(ctx context.Context, path string) {
 
 // proxy checks for a proxy plugin of type typ and dials its socket; it
 // returns the plugin's name, or "".
-func (d *doctorRun) proxy(ctx context.Context, cfg *containerdConfig, path, typ, want string) string {
+func (d *doctorRun) proxy(ctx context.Context, cfg *containerdConfig, path, typ, want, address string) string {
 	check := typ + " proxy"
 	names := cfg.proxies(typ)
 	if len(names) == 0 {
 		d.problem(check, fmt.Sprintf("no proxy plugin of type %q", typ),
-			fmt.Sprintf("add to %s:\n  [proxy_plugins.%s]\n    type = %q\n    address = \"/run/sharedcontent/sharedcontent.sock\"\n(the address is containerd-sharedcontent's --address)", path, want, typ))
+			fmt.Sprintf("add to %s:\n  [proxy_plugins.%s]\n    type = %q\n    address = %q\n(the address is containerd-sharedcontent's --address)", path, want, typ, address))
 		d.skip(check+" socket", "no %s proxy plugin", typ)
 		return ""
 	}

@@ -22,8 +22,6 @@ import (
 	"github.com/sharedcontent/sharedcontent/plugin"
 )
 
-const deploySocket = "/run/sharedcontent/sharedcontent.sock"
-
 // shortDir is a temporary directory with a path short enough for a unix
 // socket (t.TempDir's names the test, and may not be).
 func shortDir(t *testing.T) string {
@@ -215,7 +213,7 @@ func TestDoctorBrokenConfig(t *testing.T) {
 		config:   without(t, good, diffPP+"  address = \""+n.socket+"\"\n"),
 		problems: []string{"diff proxy"},
 		skipped:  []string{"diff proxy socket", "transfer unpack differ", "diff service default"},
-		fix:      map[string]string{"diff proxy": "[proxy_plugins.sharedcontent-diff]\n    type = \"diff\"\n"},
+		fix:      map[string]string{"diff proxy": "[proxy_plugins.sharedcontent-diff]\n    type = \"diff\"\n    address = \"" + n.socket + "\"\n"},
 		inFile:   true,
 	}, {
 		name:     "dead socket",
