@@ -4,6 +4,7 @@
 // or JSON with -o json.
 //
 //	sharedcontentctl [--lock-server URL] [--token-file F] [-o json] status
+//	sharedcontentctl ... [--root DIR] doctor [--containerd-config PATH]
 //	sharedcontentctl ... [--root DIR] refs DIGEST
 //	sharedcontentctl ... node ls | node forget ID
 //	sharedcontentctl ... --root DIR du | reap --dry-run
@@ -40,6 +41,7 @@ func main() {
 
 const usage = `usage: sharedcontentctl [flags] COMMAND
 commands:
+  doctor [--containerd-config PATH]   check this node's setup (containerd's config, the plugin's socket, the coordinator, --root); says what to fix
   status                              cluster id and epoch, members (live, synced), locks queued, requests refused and why
   refs DIGEST                         the nodes that reference a blob, and (with --root) whether its file is there
   node ls                             list member nodes: live session, synced
@@ -76,6 +78,12 @@ func run(args []string, out io.Writer) error {
 		}
 		opts = append(opts, lockclient.WithBearerToken(token))
 	}
+	rest := fs.Args()
+	if len(rest) > 0 && rest[0] == "doctor" {
+		// doctor reports how the coordinator answers now: one retry, not
+		// the default few that ride out a restart.
+		opts = append(opts, lockclient.WithMaxRetries(1))
+	}
 	c, err := lockclient.New(*server, append(opts, lockclient.WithNodeID("sharedcontentctl"))...)
 	if err != nil {
 		return err
@@ -83,10 +91,11 @@ func run(args []string, out io.Writer) error {
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	rest := fs.Args()
 	switch {
 	case len(rest) >= 2 && rest[0] == "cluster" && rest[1] == "adopt":
 		return adopt(ctx, c, rest[2:], out)
+	case len(rest) >= 1 && rest[0] == "doctor":
+		return doctor(ctx, c, *server, *root, rest[1:], p)
 	case len(rest) == 1 && rest[0] == "status":
 		return status(ctx, c, *server, token, p)
 	case len(rest) == 2 && rest[0] == "refs":
