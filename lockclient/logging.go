@@ -60,7 +60,10 @@ type call struct {
 }
 
 func (c call) String() string {
-	if c.typ == "" {
+	switch {
+	case c.id == "":
+		return c.op
+	case c.typ == "":
 		return c.op + " " + c.id
 	}
 	return c.op + " " + string(c.typ) + ":" + c.id
