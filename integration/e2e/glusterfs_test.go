@@ -30,6 +30,15 @@ const glusterMountTimeout = 30 * time.Second
 // fuseSuperMagic is statfs(2)'s f_type of a FUSE filesystem.
 const fuseSuperMagic = 0x65735546
 
+// glusterMountOptions and glusterVolumeOptions turn off the caches that
+// answer a lookup of a name another client has just removed for up to a
+// second (the defaults, measured here): the kernel's FUSE entry and
+// attribute caches (1 s) and GlusterFS's md-cache (stat-prefetch,
+// md-cache-timeout 1 s). See requireNoStaleEntry and the README.
+const glusterMountOptions = "entry-timeout=0,attribute-timeout=0"
+
+var glusterVolumeOptions = [][2]string{{"performance.stat-prefetch", "off"}}
+
 // glusterPkgs are the Debian packages that provide glusterBinaries.
 var glusterPkgs = []string{"glusterfs-server", "glusterfs-client"}
 
@@ -214,6 +223,11 @@ func glusterRoots(e *env, n int) ([]string, string) {
 	}
 	var mounts []string
 	e.onCleanup(func() { removeGlusterVolume(e, name, brick, mounts) })
+	for _, kv := range glusterVolumeOptions {
+		if _, err := glusterCLI("volume", "set", name, kv[0], kv[1]); err != nil {
+			t.Fatalf("e2e: %v", err)
+		}
+	}
 	if _, err := glusterCLI("volume", "start", name); err != nil {
 		t.Fatalf("e2e: %v", err)
 	}
@@ -224,7 +238,7 @@ func glusterRoots(e *env, n int) ([]string, string) {
 		}
 		log := e.path(fmt.Sprintf("g%d.log", i))
 		e.addLog(log)
-		if out, err := run("/", nil, "mount", "-t", "glusterfs", "-o", "log-file="+log, "127.0.0.1:/"+name, mp); err != nil {
+		if out, err := run("/", nil, "mount", "-t", "glusterfs", "-o", "log-file="+log+","+glusterMountOptions, "127.0.0.1:/"+name, mp); err != nil {
 			t.Fatalf("e2e: mount -t glusterfs 127.0.0.1:/%s %s: %v: %s", name, mp, err, strings.TrimSpace(out))
 		}
 		mounts = append(mounts, mp)
@@ -234,6 +248,7 @@ func glusterRoots(e *env, n int) ([]string, string) {
 		}
 	}
 	requireCrossVisible(t, mounts)
+	requireNoStaleEntry(t, mounts)
 	t.Logf("e2e: glusterfs volume %s (brick %s:%s) mounted at %s", name, host, brick, strings.Join(mounts, ", "))
 	return mounts, mounts[0]
 }
@@ -261,6 +276,42 @@ func requireCrossVisible(t *testing.T, mounts []string) {
 			_, err := os.Stat(filepath.Join(mp, probe))
 			return errors.Is(err, fs.ErrNotExist), err
 		})
+	}
+}
+
+// requireNoStaleEntry checks that a blob another client has just moved away
+// is gone at once, with no wait, through a client that looked it up just
+// before. The store relies on that: a node that starts using a blob
+// references it with the coordinator and then looks again, because a
+// delete may have moved the blob into .trash between the two looks
+// (contentv2 store.use). A client that answers the second look from its
+// cache would use a blob that is gone.
+func requireNoStaleEntry(t *testing.T, mounts []string) {
+	t.Helper()
+	dir := filepath.Join(mounts[0], ".e2e-stale")
+	if err := os.MkdirAll(filepath.Join(dir, "trash"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	blob := filepath.Join(dir, "blob")
+	if err := os.WriteFile(blob, []byte("blob\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, mp := range mounts[1:] {
+		waitFor(t, "the blob through "+mp, glusterMountTimeout, func() (bool, error) {
+			_, err := os.Stat(filepath.Join(mp, ".e2e-stale", "blob"))
+			return err == nil, err
+		})
+	}
+	if err := os.Rename(blob, filepath.Join(dir, "trash", "blob")); err != nil {
+		t.Fatal(err)
+	}
+	for _, mp := range mounts[1:] {
+		_, err := os.Stat(filepath.Join(mp, ".e2e-stale", "blob"))
+		require.ErrorIs(t, err, fs.ErrNotExist, "through %s, right after another client moved the blob away (stale cache; mount options %q, volume options %v)",
+			mp, glusterMountOptions, glusterVolumeOptions)
+		_, err = os.ReadFile(filepath.Join(mp, ".e2e-stale", "blob"))
+		require.ErrorIs(t, err, fs.ErrNotExist, "read through %s, right after another client moved the blob away", mp)
 	}
 }
 
