@@ -143,7 +143,7 @@ type node struct {
 	id     string
 	dir    string
 	sock   string // containerd's gRPC socket
-	shared string // the shared content directory
+	shared string // the shared content directory, as this node mounts it (its --root)
 
 	// sharedcontent nodes only
 	pluginSock string
@@ -179,14 +179,14 @@ func (e *env) startStockNodes(prefix string, n int, shared string) []*node {
 	return nodes
 }
 
-// startSharedNodes starts n nodes, each containerd-sharedcontent (root
-// shared, coordinator lockURL) plus a containerd configured from
-// deploy/containerd-config.toml.
-func (e *env) startSharedNodes(n int, shared, lockURL string) []*node {
+// startSharedNodes starts one node per root, n1, n2, …, each
+// containerd-sharedcontent (root roots[i], coordinator lockURL) plus a
+// containerd configured from deploy/containerd-config.toml.
+func (e *env) startSharedNodes(roots []string, lockURL string) []*node {
 	e.t.Helper()
 	var nodes []*node
-	for i := 1; i <= n; i++ {
-		nodes = append(nodes, e.startSharedNode(fmt.Sprintf("n%d", i), shared, lockURL))
+	for i, root := range roots {
+		nodes = append(nodes, e.startSharedNode(fmt.Sprintf("n%d", i+1), root, lockURL))
 	}
 	return nodes
 }

@@ -20,23 +20,49 @@ import (
 // and three nodes (containerd-sharedcontent + containerd) sharing one
 // content directory.
 type cluster struct {
-	e      *env
-	reg    *registry.Registry
-	ls     *lockServer
+	e   *env
+	reg *registry.Registry
+	ls  *lockServer
+	// shared is where the test itself looks at the shared directory.
 	shared string
 	nodes  []*node
+	// tag prefixes the scenarios' summary lines ("" on local disk).
+	tag string
 }
 
+// rootProvider gives each of n nodes its --root, and the path through
+// which the test observes the shared directory.
+type rootProvider func(e *env, n int) (roots []string, observe string)
+
+// localRoots is one directory on the local disk, every node's root.
+func localRoots(e *env, n int) ([]string, string) {
+	shared := e.path("shared")
+	roots := make([]string, n)
+	for i := range roots {
+		roots[i] = shared
+	}
+	return roots, shared
+}
+
+// newCluster is a cluster on the local disk.
 func newCluster(t *testing.T, regOpts ...registry.Option) *cluster {
+	t.Helper()
+	return newClusterOn(t, localRoots, "", regOpts...)
+}
+
+// newClusterOn is a cluster whose nodes' roots come from roots; tag
+// prefixes its summary lines.
+func newClusterOn(t *testing.T, roots rootProvider, tag string, regOpts ...registry.Option) *cluster {
 	t.Helper()
 	needSharedcontent(t)
 	e := newEnv(t)
 	reg, err := registry.Start(regOpts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { reg.Close() })
-	c := &cluster{e: e, reg: reg, shared: e.path("shared")}
+	nodeRoots, observe := roots(e, 3)
+	c := &cluster{e: e, reg: reg, shared: observe, tag: tag}
 	c.ls = e.startLockServer()
-	c.nodes = e.startSharedNodes(3, c.shared, c.ls.url())
+	c.nodes = e.startSharedNodes(nodeRoots, c.ls.url())
 	return c
 }
 
@@ -112,7 +138,11 @@ func requireSingleDownload(t *testing.T, reg *registry.Registry, img testImage) 
 // TestSharedContent runs scenarios 1–3 on one cluster, in order: each
 // starts from the state the previous one left.
 func TestSharedContent(t *testing.T) {
-	c := newCluster(t, registry.WithBandwidth(concurrentBandwidth))
+	runSharedContent(t, newCluster(t, registry.WithBandwidth(concurrentBandwidth)))
+}
+
+// runSharedContent is scenarios 1–3 on c (registry at concurrentBandwidth).
+func runSharedContent(t *testing.T, c *cluster) {
 	img := pushImage(t, c.reg, "e2e/shared", repeat(concurrentLayerSize, concurrentLayers)...)
 
 	ok := t.Run("1-concurrent-pulls", func(t *testing.T) {
@@ -128,8 +158,8 @@ func TestSharedContent(t *testing.T) {
 		requireReady(t, img, c.nodes)
 		c.requireSharedBlobs(t, img)
 		c.requireRefs(t, img, c.nodes)
-		report(t, "1 concurrent pulls, sharedcontent on 3 nodes: 3/3 ok in %.2fs (%s); %d GETs for %d blobs + manifest, %.1f MB; complete and unpacked on 3/3; references n1,n2,n3",
-			elapsed.Seconds(), strings.Join(times, ", "), gets, len(img.blobs()), mb(c.reg.BlobBytes()))
+		report(t, "%s1 concurrent pulls, sharedcontent on 3 nodes: 3/3 ok in %.2fs (%s); %d GETs for %d blobs + manifest, %.1f MB; complete and unpacked on 3/3; references n1,n2,n3",
+			c.tag, elapsed.Seconds(), strings.Join(times, ", "), gets, len(img.blobs()), mb(c.reg.BlobBytes()))
 	})
 	if !ok {
 		t.Fatal("scenario 1 failed; 2 and 3 depend on it")
@@ -150,8 +180,8 @@ func TestSharedContent(t *testing.T) {
 		reads := requireReadable(t, img, c.nodes[1:])
 		c.requireRefs(t, img, c.nodes[1:])
 		_, gets := getsOf(c.reg, img.all())
-		report(t, "2 GC on n1 (`images rm --sync`, %.2fs): all %d blobs kept in the shared dir; n2,n3 complete and unpacked, %d/%d blobs read back; references now n2,n3; registry GETs still %d, %.1f MB",
-			gc.Seconds(), len(img.all()), reads, reads, gets, mb(c.reg.BlobBytes()))
+		report(t, "%s2 GC on n1 (`images rm --sync`, %.2fs): all %d blobs kept in the shared dir; n2,n3 complete and unpacked, %d/%d blobs read back; references now n2,n3; registry GETs still %d, %.1f MB",
+			c.tag, gc.Seconds(), len(img.all()), reads, reads, gets, mb(c.reg.BlobBytes()))
 	})
 	if !ok {
 		t.Fatal("scenario 2 failed; 3 depends on it")
@@ -176,8 +206,8 @@ func TestSharedContent(t *testing.T) {
 		assert.Empty(t, ingests, "shared ingest/ after every node removed the image")
 		c.requireRefs(t, img, nil)
 		_, gets := getsOf(c.reg, img.all())
-		report(t, "3 no leak: rm --sync on n2 (%.2fs, blobs kept for n3) then n3 (%.2fs): shared blobs/ %d entries, ingest/ %d entries; references 0; registry GETs still %d, %.1f MB",
-			rm2.Seconds(), rm3.Seconds(), len(blobs), len(ingests), gets, mb(c.reg.BlobBytes()))
+		report(t, "%s3 no leak: rm --sync on n2 (%.2fs, blobs kept for n3) then n3 (%.2fs): shared blobs/ %d entries, ingest/ %d entries; references 0; registry GETs still %d, %.1f MB",
+			c.tag, rm2.Seconds(), rm3.Seconds(), len(blobs), len(ingests), gets, mb(c.reg.BlobBytes()))
 	})
 }
 
@@ -199,7 +229,11 @@ const (
 // TestHolderKilled is scenario 4: kill -9 the plugin of the node that holds
 // the pull lock of a large layer while it downloads.
 func TestHolderKilled(t *testing.T) {
-	c := newCluster(t, registry.WithBandwidth(bigBandwidth))
+	runHolderKilled(t, newCluster(t, registry.WithBandwidth(bigBandwidth)))
+}
+
+// runHolderKilled is scenario 4 on c (registry at bigBandwidth).
+func runHolderKilled(t *testing.T, c *cluster) {
 	img := pushImage(t, c.reg, "e2e/big", bigLayerSize)
 	layer := img.Layers[0].Digest.String()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -313,8 +347,8 @@ func TestHolderKilled(t *testing.T) {
 	ingests, err = ingestRefs(c.shared)
 	require.NoError(t, err)
 	assert.Empty(t, ingests, "ingests left after %s's GC", holder.id)
-	report(t, "4 holder killed: %s held the %.0f MB layer, killed -9 at %.1f MB; %s took over and committed it %.1fs after the kill (bound %.0fs = TTL %v + download %.1fs + %v); pulls done after the kill: %s; restarted %s: interrupted pull %s; next pull ok in %.2fs; GETs %d (layer %d), %.1f MB; ingest left: %s, aborted by %s's GC (rm --sync)",
-		holder.id, mb(img.Layers[0].Size), mb(sent), takenBy, committed.Seconds(), bound.Seconds(), leaseTTL,
+	report(t, "%s4 holder killed: %s held the %.0f MB layer, killed -9 at %.1f MB; %s took over and committed it %.1fs after the kill (bound %.0fs = TTL %v + download %.1fs + %v); pulls done after the kill: %s; restarted %s: interrupted pull %s; next pull ok in %.2fs; GETs %d (layer %d), %.1f MB; ingest left: %s, aborted by %s's GC (rm --sync)",
+		c.tag, holder.id, mb(img.Layers[0].Size), mb(sent), takenBy, committed.Seconds(), bound.Seconds(), leaseTTL,
 		download.Seconds(), commitSlack, strings.Join(afterKill, ", "), holder.id, first, repull.Seconds(), gets, per[layer],
 		mb(c.reg.BlobBytes()), orNone(left), holder.id)
 }
