@@ -27,9 +27,13 @@ type Coordinator interface {
 	// calls snapshot, so that no reference referenced after the snapshot
 	// is lost by the replacement.
 	SyncRefs(ctx context.Context, snapshot func() ([]digest.Digest, error)) error
-	// AddRef references it for this node as a user of the blob; ErrDeleting while
-	// a delete of it is in flight.
-	AddRef(ctx context.Context, dgst digest.Digest) error
+	// AddRef records this node as a user of the blob; ErrDeleting while a
+	// delete of it is in flight. found says the node found the blob in
+	// the shared directory (rather than committing it): then ErrDeleting
+	// also when a delete succeeded since the blob's last pull or
+	// reference, since a shared filesystem's caches can show a deleted
+	// file for a while (docs/design.md, "Stale views").
+	AddRef(ctx context.Context, dgst digest.Digest, found bool) error
 	// Lock takes a lock. Without req.Wait a held lock is ErrBusy at once.
 	// ErrSkipped: a pull or delete of the resource just succeeded
 	// elsewhere. A delete is ErrInUse or ErrUnsynced under the delete

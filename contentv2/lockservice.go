@@ -76,8 +76,12 @@ func (s *lockService) SyncRefs(ctx context.Context, snapshot func() ([]digest.Di
 	}
 }
 
-func (s *lockService) AddRef(ctx context.Context, dgst digest.Digest) error {
-	_, err := s.c.AddRef(ctx, dgst.String())
+func (s *lockService) AddRef(ctx context.Context, dgst digest.Digest, found bool) error {
+	add := s.c.AddRef
+	if found {
+		add = s.c.AddFoundRef
+	}
+	_, err := add(ctx, dgst.String())
 	return mapErr(err)
 }
 

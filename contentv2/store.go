@@ -243,7 +243,7 @@ func (s *store) use(ctx context.Context, dgst digest.Digest) (content.Info, erro
 		// Referenced: no other node's delete can remove it.
 		return info, nil
 	}
-	if err := s.reference(ctx, dgst); err != nil {
+	if err := s.reference(ctx, dgst, true); err != nil {
 		return content.Info{}, err
 	}
 	// A delete may have removed the blob between the first look and the
@@ -262,8 +262,10 @@ func (s *store) use(ctx context.Context, dgst digest.Digest) (content.Info, erro
 // coordinator is tolerated only once this node's session has surely
 // expired (the journal carries the use to the next sync); before that the
 // error is ErrUnavailable, so the caller retries. A delete in flight is
-// ErrNotFound.
-func (s *store) reference(ctx context.Context, dgst digest.Digest) error {
+// ErrNotFound, and so is, when the blob was found in the shared directory
+// (found), a delete that succeeded since its last pull or reference: the
+// lookup may have seen the deleted file through a filesystem cache.
+func (s *store) reference(ctx context.Context, dgst digest.Digest, found bool) error {
 	s.mu.Lock()
 	_, done := s.referenced[dgst]
 	s.mu.Unlock()
@@ -273,7 +275,7 @@ func (s *store) reference(ctx context.Context, dgst digest.Digest) error {
 	if err := s.journal.add(dgst); err != nil {
 		return fmt.Errorf("content %v: %w: %w", dgst, errdefs.ErrUnavailable, err)
 	}
-	err := s.coordinate(ctx, func(ctx context.Context) error { return s.coord.AddRef(ctx, dgst) })
+	err := s.coordinate(ctx, func(ctx context.Context) error { return s.coord.AddRef(ctx, dgst, found) })
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrDeleting):

@@ -36,6 +36,10 @@ type Backend interface {
 	Status(ctx context.Context, typ api.OperationType, resourceID, nodeID, requestID string) (api.StatusResponse, error)
 	// AddRef records that nodeID uses the resource.
 	AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error)
+	// AddFoundRef records that nodeID uses the resource it found present;
+	// refused also when a delete of it succeeded since its last pull or
+	// reference (api.RefsAddRequest.Found).
+	AddFoundRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error)
 	// Refs returns the nodes that use the resource.
 	Refs(ctx context.Context, resourceID string) (api.RefsResponse, error)
 	// RefsList returns the reference sets after `after`, a page at a time.

@@ -123,14 +123,26 @@ func (c *Client) Status(ctx context.Context, typ api.OperationType, resourceID s
 }
 
 // AddRef records that this client's node uses the resource (for example a
-// blob it found already present). It fails with ErrDeleting while a delete
-// of the resource is in flight. Transient errors are retried (adding a
+// blob it is about to commit). It fails with ErrDeleting while a delete of
+// the resource is in flight. Transient errors are retried (adding a
 // reference is idempotent).
 func (c *Client) AddRef(ctx context.Context, resourceID string) (api.RefsResponse, error) {
+	return c.addRef(ctx, resourceID, c.backend.AddRef)
+}
+
+// AddFoundRef is AddRef for a resource this node found present (a blob in
+// the shared directory): it fails with ErrDeleting also when a delete of
+// the resource succeeded since its last pull or reference, because what
+// the node found may be a cached view of the deleted file.
+func (c *Client) AddFoundRef(ctx context.Context, resourceID string) (api.RefsResponse, error) {
+	return c.addRef(ctx, resourceID, c.backend.AddFoundRef)
+}
+
+func (c *Client) addRef(ctx context.Context, resourceID string, add func(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error)) (api.RefsResponse, error) {
 	var refs api.RefsResponse
 	err := c.retry(ctx, call{op: "add ref", id: resourceID}, func(ctx context.Context) error {
 		var err error
-		refs, err = c.backend.AddRef(ctx, resourceID, c.opts.nodeID)
+		refs, err = add(ctx, resourceID, c.opts.nodeID)
 		return err
 	})
 	return refs, err

@@ -188,8 +188,16 @@ func (b *httpBackend) Status(ctx context.Context, typ api.OperationType, resourc
 }
 
 func (b *httpBackend) AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
+	return b.addRef(ctx, api.RefsAddRequest{ResourceID: resourceID, NodeID: nodeID})
+}
+
+func (b *httpBackend) AddFoundRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
+	return b.addRef(ctx, api.RefsAddRequest{ResourceID: resourceID, NodeID: nodeID, Found: true})
+}
+
+func (b *httpBackend) addRef(ctx context.Context, req api.RefsAddRequest) (api.RefsResponse, error) {
 	var resp api.RefsResponse
-	err := b.do(ctx, http.MethodPost, "/refs/add", nil, api.RefsAddRequest{ResourceID: resourceID, NodeID: nodeID}, &resp)
+	err := b.do(ctx, http.MethodPost, "/refs/add", nil, req, &resp)
 	return resp, err
 }
 

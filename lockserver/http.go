@@ -355,7 +355,11 @@ func (h *Handler) refsAdd(ctx *fasthttp.RequestCtx) {
 	if !decode(ctx, &req) || !actAs(ctx, &req.NodeID) {
 		return
 	}
-	resp, err := h.locker.AddRef(ctx, req.ResourceID, req.NodeID)
+	add := h.locker.AddRef
+	if req.Found {
+		add = h.locker.AddFoundRef
+	}
+	resp, err := add(ctx, req.ResourceID, req.NodeID)
 	reply(ctx, resp, err)
 }
 

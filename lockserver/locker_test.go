@@ -280,6 +280,35 @@ func TestAcquireReleasePaths(t *testing.T) {
 		require.NoError(t, err)
 	})
 
+	// A node that found the blob after a delete succeeded may have seen
+	// the deleted file through its filesystem's caches (GlusterFS shows it
+	// for about a second): its reference is refused and recorded nowhere,
+	// until a pull or a committing node's reference follows the delete.
+	t.Run("refs/add found refused after a delete, until a pull or reference", func(t *testing.T) {
+		l := newTestLocker(t)
+		d := mustLock(t, l, api.OperationDelete, "n1")
+		unlock(t, l, api.OperationDelete, d.LeaseID, true)
+		_, err := l.AddFoundRef(ctx, blob, "n2")
+		require.ErrorIs(t, err, api.ErrDeleting)
+		require.ErrorContains(t, err, "deleted by node n1")
+		refs, err := l.Refs(ctx, blob)
+		require.NoError(t, err)
+		require.Zero(t, refs.Count, "a refused reference is recorded nowhere")
+
+		_, err = l.AddRef(ctx, blob, "n3") // n3 commits the blob again
+		require.NoError(t, err)
+		_, err = l.AddFoundRef(ctx, blob, "n2")
+		require.NoError(t, err, "found after the blob's new reference")
+
+		l2 := newTestLocker(t)
+		d = mustLock(t, l2, api.OperationDelete, "n1")
+		unlock(t, l2, api.OperationDelete, d.LeaseID, true)
+		p := mustLock(t, l2, api.OperationPull, "n3")
+		unlock(t, l2, api.OperationPull, p.LeaseID, true)
+		_, err = l2.AddFoundRef(ctx, blob, "n2")
+		require.NoError(t, err, "found after the blob's new pull")
+	})
+
 	t.Run("cancel removes a waiter; cancel of a grant hands over", func(t *testing.T) {
 		l := newTestLocker(t)
 		a := mustLock(t, l, api.OperationPull, "n1")

@@ -3,16 +3,30 @@ package lockserver
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
 // AddRef handles POST /refs/add: it records that node uses the resource
-// (for example a blob it found already present). It is refused with
+// (for example a blob it is about to commit). It is refused with
 // api.ErrDeleting while a delete of the resource is in flight, because that
 // delete already decided nobody uses it.
 func (l *Locker) AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
+	return l.addRef(ctx, resourceID, nodeID, false)
+}
+
+// AddFoundRef is AddRef for a blob the node found present (POST /refs/add
+// with found): it is refused with api.ErrDeleting also once a delete of
+// the resource has succeeded and no pull or reference has followed it
+// (for CompletedTTL), because the node may have seen the deleted file
+// through a cache of the shared filesystem.
+func (l *Locker) AddFoundRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
+	return l.addRef(ctx, resourceID, nodeID, true)
+}
+
+func (l *Locker) addRef(ctx context.Context, resourceID, nodeID string, found bool) (api.RefsResponse, error) {
 	if err := validateResourceID(resourceID); err != nil {
 		return api.RefsResponse{}, err
 	}
@@ -25,6 +39,10 @@ func (l *Locker) AddRef(ctx context.Context, resourceID, nodeID string) (api.Ref
 	if r := sh.resources[resourceID]; r != nil {
 		if g := r.keys[idxDelete].holder; g != nil {
 			return api.RefsResponse{}, fmt.Errorf("refs %s: delete by node %s in flight: %w", resourceID, g.nodeID, api.ErrDeleting)
+		}
+		if c := r.keys[idxDelete].completed; found && c != nil && time.Since(c.at) < l.cfg.CompletedTTL {
+			return api.RefsResponse{}, fmt.Errorf("refs %s: deleted by node %s %s ago; what this node found is a stale view: %w",
+				resourceID, c.nodeID, time.Since(c.at).Round(time.Millisecond), api.ErrDeleting)
 		}
 		// The resource is in use again, so a later delete must really run.
 		r.keys[idxDelete].completed = nil

@@ -129,6 +129,13 @@ type CancelRequest struct {
 type RefsAddRequest struct {
 	ResourceID string `json:"resource_id"`
 	NodeID     string `json:"node_id"`
+	// Found says the node found the blob in the shared directory and is
+	// about to use it. A delete that succeeded since the resource's last
+	// pull or reference may still look present to that node (a shared
+	// filesystem's attribute and entry caches), so such a reference is
+	// refused with ErrDeleting and recorded nowhere. A node committing the
+	// blob itself leaves it false.
+	Found bool `json:"found,omitempty"`
 }
 
 // RefsResponse is the answer to GET /refs and POST /refs/add, and the extra
