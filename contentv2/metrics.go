@@ -12,6 +12,7 @@ type metrics struct {
 	syncs         prometheus.Counter
 	reaped        *prometheus.CounterVec
 	reapable      prometheus.Gauge
+	sharedBytes   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -52,9 +53,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sharedcontent_reaper_reclaimable_bytes",
 			Help: "Bytes of blobs nobody references, found by the last reaper pass (reclaimed once older than the grace).",
 		}),
+		sharedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sharedcontent_store_shared_bytes_total",
+			Help: "Bytes of blobs this node started using without downloading them: found in the shared directory, downloaded by another node (or by this one before its journal was lost). The registry bytes this node saved.",
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.uncoordinated, m.writes, m.follows, m.deletes, m.waits, m.synced, m.syncs, m.reaped, m.reapable} {
+		for _, c := range []prometheus.Collector{m.uncoordinated, m.writes, m.follows, m.deletes, m.waits, m.synced, m.syncs, m.reaped, m.reapable, m.sharedBytes} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -243,6 +243,7 @@ func (s *store) use(ctx context.Context, dgst digest.Digest) (content.Info, erro
 		// Referenced: no other node's delete can remove it.
 		return info, nil
 	}
+	fresh := !s.journal.has(dgst) // not this node's own blob, nor one it used before
 	if err := s.reference(ctx, dgst, true); err != nil {
 		return content.Info{}, err
 	}
@@ -253,8 +254,12 @@ func (s *store) use(ctx context.Context, dgst digest.Digest) (content.Info, erro
 		s.mu.Lock()
 		delete(s.referenced, dgst)
 		s.mu.Unlock()
+		return info, err
 	}
-	return info, err
+	if fresh {
+		s.metrics.sharedBytes.Add(float64(info.Size))
+	}
+	return info, nil
 }
 
 // reference records this node as a user of dgst: in its journal, then with
