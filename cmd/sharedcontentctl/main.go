@@ -21,6 +21,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/containerd/log"
+	"github.com/sirupsen/logrus"
+
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
@@ -33,6 +36,11 @@ const (
 )
 
 func main() {
+	// The client's retry warnings are for daemons' logs; here the command's
+	// own answer (or error) says what happened.
+	if os.Getenv("SHAREDCONTENT_DEBUG") == "" {
+		log.L.Logger.SetLevel(logrus.ErrorLevel)
+	}
 	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "sharedcontentctl:", err)
 		os.Exit(1)
