@@ -24,7 +24,7 @@ type Coordinator interface {
 	Session(ctx context.Context, clusterID string) (SessionInfo, error)
 	// SyncRefs replaces the coordinator's record of this node's
 	// references with the node's journal. It announces the sync before it
-	// calls snapshot, so that no reference referenced after the snapshot
+	// calls snapshot, so that no reference added after the snapshot
 	// is lost by the replacement.
 	SyncRefs(ctx context.Context, snapshot func() ([]digest.Digest, error)) error
 	// AddRef records this node as a user of the blob; ErrDeleting while a

@@ -226,9 +226,8 @@ func (s *store) Info(ctx context.Context, dgst digest.Digest) (content.Info, err
 	return s.use(ctx, dgst)
 }
 
-// use returns the info of a blob that exists and that this node is now a
-// referenced reference of, so that no other node's delete removes it. A
-// blob that is absent or being deleted is ErrNotFound; a coordinator that
+// use returns the info of a blob that exists and that this node now holds
+// a reference to, so that no other node's delete removes it. A blob that is absent or being deleted is ErrNotFound; a coordinator that
 // cannot be reached while this node's session may still be live is
 // ErrUnavailable (SPEC §8: reference before use).
 func (s *store) use(ctx context.Context, dgst digest.Digest) (content.Info, error) {

@@ -168,14 +168,14 @@ func (s *store) downloadedElsewhere(ctx context.Context, dgst digest.Digest) err
 // when uncoordinated); dgst is the blob the lock is about.
 func (s *store) openLocal(ctx context.Context, wo content.WriterOpts, lk Lock, dgst digest.Digest) (content.Writer, error) {
 	lw, err := s.local.Writer(ctx, content.WithRef(s.nodeRef(wo.Ref)), content.WithDescriptor(wo.Desc))
-	if errdefs.IsAlreadyExists(err) && lk != nil && s.mode == LibraryMode {
-		// This node's use of the blob was refused (it reached the pull
-		// lock), yet its view shows the file: a stale view of a deleted
-		// blob, or one put back uncoordinated since. ErrAlreadyExists
-		// would have the caller use it unreferenced; download it instead:
-		// Commit references it, then finds it there or puts it back.
-		// (containerd's metadata store opens backend writers without the
-		// digest, so in ContainerdMode this does not arise.)
+	if errdefs.IsAlreadyExists(err) && lk != nil {
+		// Under the pull lock, yet this node's view shows the file: a
+		// stale view of a deleted blob, or one put back uncoordinated
+		// (its use, if tried, was refused). ErrAlreadyExists would have
+		// the caller use it unreferenced; download it instead, as
+		// containerd's metadata store always does (it opens backend
+		// writers without the digest): Commit references it, then finds
+		// it there or puts it back.
 		desc := wo.Desc
 		desc.Digest = ""
 		lw, err = s.local.Writer(ctx, content.WithRef(s.nodeRef(wo.Ref)), content.WithDescriptor(desc))
