@@ -156,6 +156,47 @@ func requireHasBlob(t *testing.T, ctx context.Context, n *followNode, data []byt
 	require.True(t, bytes.Equal(data, got), "%s reads the blob's bytes", n.id)
 }
 
+// followScene is what every follower test starts from: a cluster with an
+// observer (to read the lock's queue and the references) and a node that
+// will hold the blob's pull lock.
+type followScene struct {
+	c      *testCluster
+	admin  *node
+	holder *followNode
+	ctx    context.Context
+	data   []byte
+	desc   ocispec.Descriptor
+	ref    string
+}
+
+func newFollowScene(t *testing.T, blob string, proxied bool) *followScene {
+	c := newCluster(t, 0)
+	data, desc := followBlob(blob)
+	return &followScene{c: c, admin: c.addNode(t, "observer"), holder: c.addFollowNode(t, "holder", proxied),
+		ctx: nsContext(), data: data, desc: desc, ref: "layer-" + desc.Digest.String()}
+}
+
+// holdLock opens the holder's writer, which holds the pull lock until it
+// commits or closes (closed at the end of the test).
+func (s *followScene) holdLock(t *testing.T) content.Writer {
+	t.Helper()
+	w, err := s.holder.store.Writer(s.ctx, content.WithRef(s.ref), content.WithDescriptor(s.desc))
+	require.NoError(t, err)
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+// holderFetching starts the holder's fetch through a gated registry and
+// returns once it is downloading; the fetch's outcome arrives on done.
+func (s *followScene) holderFetching(t *testing.T) (gate *gatedFetcher, done <-chan error) {
+	t.Helper()
+	gate = &gatedFetcher{data: s.data, gate: make(chan error)}
+	errc := make(chan error, 1)
+	go func() { errc <- remotes.Fetch(s.ctx, s.holder.cs, gate, s.desc) }()
+	require.Eventually(t, func() bool { return gate.gets.Load() == 1 }, 20*time.Second, 5*time.Millisecond, "the holder is downloading")
+	return gate, errc
+}
+
 func forBothPaths(t *testing.T, run func(t *testing.T, proxied bool)) {
 	for _, proxied := range []bool{false, true} {
 		name := "in-process"
@@ -172,17 +213,10 @@ func forBothPaths(t *testing.T, run func(t *testing.T, proxied bool)) {
 // GET, and the follower is registered as a user at the coordinator.
 func TestFollowerSharesFinishedBlob(t *testing.T) {
 	forBothPaths(t, func(t *testing.T, proxied bool) {
-		c := newCluster(t, 0)
-		admin := c.addNode(t, "observer")
-		holder := c.addFollowNode(t, "holder", proxied)
+		sc := newFollowScene(t, "shared ", proxied)
+		c, admin, holder, ctx, data, desc := sc.c, sc.admin, sc.holder, sc.ctx, sc.data, sc.desc
 		follower := c.addFollowNode(t, "follower", proxied)
-		ctx := nsContext()
-		data, desc := followBlob("shared ")
-
-		hf := &gatedFetcher{data: data, gate: make(chan error)}
-		holderDone := make(chan error, 1)
-		go func() { holderDone <- remotes.Fetch(ctx, holder.cs, hf, desc) }()
-		require.Eventually(t, func() bool { return hf.gets.Load() == 1 }, 20*time.Second, 5*time.Millisecond, "the holder is downloading")
+		hf, holderDone := sc.holderFetching(t)
 
 		ff := &gatedFetcher{data: data}
 		followerDone := make(chan error, 1)
@@ -214,17 +248,10 @@ func TestFollowerSharesFinishedBlob(t *testing.T) {
 // while the other keeps waiting and then shares its blob.
 func TestFollowerHandOff(t *testing.T) {
 	forBothPaths(t, func(t *testing.T, proxied bool) {
-		c := newCluster(t, 0)
-		admin := c.addNode(t, "observer")
-		holder := c.addFollowNode(t, "holder", proxied)
+		sc := newFollowScene(t, "handed ", proxied)
+		c, admin, ctx, data, desc := sc.c, sc.admin, sc.ctx, sc.data, sc.desc
 		followers := []*followNode{c.addFollowNode(t, "follower-1", proxied), c.addFollowNode(t, "follower-2", proxied)}
-		ctx := nsContext()
-		data, desc := followBlob("handed ")
-
-		hf := &gatedFetcher{data: data, gate: make(chan error)}
-		holderDone := make(chan error, 1)
-		go func() { holderDone <- remotes.Fetch(ctx, holder.cs, hf, desc) }()
-		require.Eventually(t, func() bool { return hf.gets.Load() == 1 }, 20*time.Second, 5*time.Millisecond, "the holder is downloading")
+		hf, holderDone := sc.holderFetching(t)
 
 		fetchers := make([]*gatedFetcher, len(followers))
 		errs := make([]error, len(followers))
@@ -258,17 +285,10 @@ func TestFollowerHandOff(t *testing.T) {
 // transaction); Writer and the first Status do not wait either; Close ends
 // a wait in progress and leaves the lock to the others.
 func TestFollowerCommitNeverWaits(t *testing.T) {
-	c := newCluster(t, 0)
-	admin := c.addNode(t, "observer")
-	holder := c.addFollowNode(t, "holder", false)
+	sc := newFollowScene(t, "never waits ", false)
+	c, admin, ctx, data, desc, ref := sc.c, sc.admin, sc.ctx, sc.data, sc.desc, sc.ref
 	follower := c.addFollowNode(t, "follower", false)
-	ctx := nsContext()
-	data, desc := followBlob("never waits ")
-	ref := "layer-" + desc.Digest.String()
-
-	hw, err := holder.store.Writer(ctx, content.WithRef(ref), content.WithDescriptor(desc))
-	require.NoError(t, err)
-	defer hw.Close()
+	hw := sc.holdLock(t)
 	_, isFollower := hw.(contentv2.Follower)
 	require.False(t, isFollower, "the first node holds the lock")
 
@@ -313,17 +333,10 @@ func TestFollowerCommitNeverWaits(t *testing.T) {
 // follower then commits the holder's blob.
 func TestFollowerLeavesMetadataFree(t *testing.T) {
 	forBothPaths(t, func(t *testing.T, proxied bool) {
-		c := newCluster(t, 0)
-		admin := c.addNode(t, "observer")
-		holder := c.addFollowNode(t, "holder", proxied)
+		sc := newFollowScene(t, "metadata free ", proxied)
+		c, admin, ctx, data, desc, ref := sc.c, sc.admin, sc.ctx, sc.data, sc.desc, sc.ref
 		follower := c.addFollowNode(t, "follower", proxied)
-		ctx := nsContext()
-		data, desc := followBlob("metadata free ")
-		ref := "layer-" + desc.Digest.String()
-
-		hw, err := holder.store.Writer(ctx, content.WithRef(ref), content.WithDescriptor(desc))
-		require.NoError(t, err)
-		defer hw.Close()
+		hw := sc.holdLock(t)
 
 		// The holder finishes only at the end: a wait in Writer would end
 		// in this deadline instead.
@@ -367,17 +380,10 @@ func TestFollowerLeavesMetadataFree(t *testing.T) {
 // blob held elsewhere waits in the queue, and answers ErrAlreadyExists
 // once the holder has committed it, with this node registered as a user.
 func TestLibraryModeWaitsInWriter(t *testing.T) {
-	c := newCluster(t, 0)
-	admin := c.addNode(t, "observer")
-	holder := c.addFollowNode(t, "holder", false)
+	sc := newFollowScene(t, "library ", false)
+	c, admin, ctx, data, desc, ref := sc.c, sc.admin, sc.ctx, sc.data, sc.desc, sc.ref
 	lib := c.addFollowNode(t, "library", false, contentv2.WithMode(contentv2.LibraryMode))
-	ctx := nsContext()
-	data, desc := followBlob("library ")
-	ref := "layer-" + desc.Digest.String()
-
-	hw, err := holder.store.Writer(ctx, content.WithRef(ref), content.WithDescriptor(desc))
-	require.NoError(t, err)
-	defer hw.Close()
+	hw := sc.holdLock(t)
 	opened := make(chan error, 1)
 	go func() {
 		w, err := lib.store.Writer(ctx, content.WithRef(ref), content.WithDescriptor(desc))
@@ -387,7 +393,7 @@ func TestLibraryModeWaitsInWriter(t *testing.T) {
 		opened <- err
 	}()
 	c.waitQueued(t, admin.client, desc.Digest, 1)
-	_, err = hw.Write(data)
+	_, err := hw.Write(data)
 	require.NoError(t, err)
 	require.NoError(t, hw.Commit(ctx, desc.Size, desc.Digest))
 	err = <-opened
