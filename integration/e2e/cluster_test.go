@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
+	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
@@ -577,6 +578,70 @@ func pullAsync(ctx context.Context, n *node, ref string, timeout time.Duration) 
 		ch <- pullResult{node: n, err: err, elapsed: time.Since(start), end: time.Now()}
 	}()
 	return ch
+}
+
+// startPulls starts pulling ref on every node of c; the map delivers each
+// node's result by its ID.
+func startPulls(ctx context.Context, c *cluster, ref string) map[string]<-chan pullResult {
+	pulls := map[string]<-chan pullResult{}
+	for _, n := range c.nodes {
+		pulls[n.id] = pullAsync(ctx, n, ref, pullTimeout)
+	}
+	return pulls
+}
+
+// layerHolder waits until a node holds layer's pull lock with at least
+// queued requests behind it and the registry has sent inFlight bytes of
+// the layer; it returns that node and the others.
+func layerHolder(t *testing.T, c *cluster, layer string, queued int, inFlight int64) (holder *node, others []*node) {
+	t.Helper()
+	var holderID string
+	waitFor(t, fmt.Sprintf("a holder of the layer's pull lock, %d queued behind it", queued), time.Minute, func() (bool, error) {
+		st, err := c.ls.status("pull", layer)
+		if err != nil || st.Holder == nil {
+			return false, err
+		}
+		holderID = st.Holder.NodeID
+		return len(st.Queue) >= queued, nil
+	})
+	waitFor(t, "the layer in flight", time.Minute, func() (bool, error) {
+		return c.reg.BlobBytes() >= inFlight, nil
+	})
+	for _, n := range c.nodes {
+		if n.id == holderID {
+			holder = n
+		} else {
+			others = append(others, n)
+		}
+	}
+	require.NotNil(t, holder, "holder %q is not a node", holderID)
+	return holder, others
+}
+
+// awaitSuccessor waits (at most wait) until another node has committed
+// the layer the holder killed at killed was downloading, then for the
+// pulls of others, each within bound + unpackAllowance of the kill. It
+// returns the time from the kill to the commit, and each pull's "node
+// seconds-after-the-kill".
+func awaitSuccessor(t *testing.T, c *cluster, layer string, killed time.Time, bound, wait time.Duration,
+	pulls map[string]<-chan pullResult, others []*node) (committed time.Duration, done []string) {
+	t.Helper()
+	blobPath := filepath.Join(c.shared, "blobs", "sha256", strings.TrimPrefix(layer, "sha256:"))
+	waitFor(t, "the layer committed by another node", wait, func() (bool, error) {
+		_, err := os.Stat(blobPath)
+		return err == nil, nil
+	})
+	committed = time.Since(killed)
+	for _, n := range others {
+		select {
+		case r := <-pulls[n.id]:
+			require.NoError(t, r.err, "pull on %s after the holder was killed", n.id)
+			done = append(done, fmt.Sprintf("%s %.1fs", n.id, r.end.Sub(killed).Seconds()))
+		case <-time.After(bound + unpackAllowance):
+			t.Fatalf("pull on %s still running %v after the holder was killed", n.id, time.Since(killed))
+		}
+	}
+	return committed, done
 }
 
 // pullAll pulls ref on every node at once and waits for all of them.

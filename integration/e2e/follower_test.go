@@ -2,9 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -37,32 +34,8 @@ func TestFollowerHandOff(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	pulls := map[string]<-chan pullResult{}
-	for _, n := range c.nodes {
-		pulls[n.id] = pullAsync(ctx, n, img.Ref, pullTimeout)
-	}
-	var holderID string
-	waitFor(t, "a holder of the layer and two followers queued behind it", time.Minute, func() (bool, error) {
-		st, err := c.ls.status("pull", layer)
-		if err != nil || st.Holder == nil {
-			return false, err
-		}
-		holderID = st.Holder.NodeID
-		return len(st.Queue) == 2, nil
-	})
-	waitFor(t, "the layer in flight", time.Minute, func() (bool, error) {
-		return c.reg.BlobBytes() >= handOffLayerSize/5, nil
-	})
-	var holder *node
-	var followers []*node
-	for _, n := range c.nodes {
-		if n.id == holderID {
-			holder = n
-		} else {
-			followers = append(followers, n)
-		}
-	}
-	require.NotNil(t, holder, "holder %q is not a node", holderID)
+	pulls := startPulls(ctx, c, img.Ref)
+	holder, followers := layerHolder(t, c, layer, 2, handOffLayerSize/5)
 	sent := c.reg.BlobBytes()
 
 	holder.containerd.kill()
@@ -73,24 +46,9 @@ func TestFollowerHandOff(t *testing.T) {
 	// lease expires: the layer is committed within the download's time.
 	download := time.Duration(float64(handOffLayerSize) / float64(handOffBandwidth) * float64(time.Second))
 	bound := download + commitSlack
-	blobPath := filepath.Join(c.shared, "blobs", "sha256", strings.TrimPrefix(layer, "sha256:"))
-	waitFor(t, "the layer committed by a follower", bound+leaseTTL+time.Minute, func() (bool, error) {
-		_, err := os.Stat(blobPath)
-		return err == nil, nil
-	})
-	committed := time.Since(killed)
+	committed, done := awaitSuccessor(t, c, layer, killed, bound, bound+leaseTTL+time.Minute, pulls, followers)
 	assert.Less(t, committed, bound, "layer committed %v after the kill; bound: download %v + %v (a lease expiry would add %v)",
 		committed, download, commitSlack, leaseTTL)
-	var done []string
-	for _, n := range followers {
-		select {
-		case r := <-pulls[n.id]:
-			require.NoError(t, r.err, "pull on %s after the holder's containerd died", n.id)
-			done = append(done, fmt.Sprintf("%s %.1fs", n.id, r.end.Sub(killed).Seconds()))
-		case <-time.After(bound + unpackAllowance):
-			t.Fatalf("pull on %s still running %v after the holder's containerd died", n.id, time.Since(killed))
-		}
-	}
 	requireReady(t, img, followers)
 	reads := requireReadable(t, img, followers)
 	per, _ := getsOf(c.reg, []string{layer})

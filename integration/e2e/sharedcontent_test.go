@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -240,34 +238,9 @@ func runHolderKilled(t *testing.T, c *cluster) {
 	defer cancel()
 
 	start := time.Now()
-	pulls := map[string]<-chan pullResult{}
-	for _, n := range c.nodes {
-		pulls[n.id] = pullAsync(ctx, n, img.Ref, pullTimeout)
-	}
-
+	pulls := startPulls(ctx, c, img.Ref)
 	// Wait until one node holds the layer's pull lock and has 20% of it.
-	var holderID string
-	waitFor(t, "a holder of the layer's pull lock", time.Minute, func() (bool, error) {
-		st, err := c.ls.status("pull", layer)
-		if err != nil || st.Holder == nil {
-			return false, err
-		}
-		holderID = st.Holder.NodeID
-		return true, nil
-	})
-	waitFor(t, "the layer in flight", time.Minute, func() (bool, error) {
-		return c.reg.BlobBytes() >= inFlightBytes, nil
-	})
-	var holder *node
-	var others []*node
-	for _, n := range c.nodes {
-		if n.id == holderID {
-			holder = n
-		} else {
-			others = append(others, n)
-		}
-	}
-	require.NotNil(t, holder, "holder %q is not a node", holderID)
+	holder, others := layerHolder(t, c, layer, 0, inFlightBytes)
 	per, _ := getsOf(c.reg, []string{layer})
 	require.Equal(t, 1, per[layer], "only the holder downloads the layer")
 	ingests, _ := ingestRefs(c.shared)
@@ -283,24 +256,9 @@ func runHolderKilled(t *testing.T, c *cluster) {
 	// the layer back through the plugin).
 	download := time.Duration(float64(img.size()) / float64(bigBandwidth) * float64(time.Second))
 	bound := leaseTTL + download + commitSlack
-	blobPath := filepath.Join(c.shared, "blobs", "sha256", strings.TrimPrefix(layer, "sha256:"))
-	waitFor(t, "the layer committed by another node", bound+time.Minute, func() (bool, error) {
-		_, err := os.Stat(blobPath)
-		return err == nil, nil
-	})
-	committed := time.Since(killed)
+	committed, afterKill := awaitSuccessor(t, c, layer, killed, bound, bound+time.Minute, pulls, others)
 	assert.LessOrEqual(t, committed, bound, "layer committed %v after the kill; bound: lease TTL %v + download %v + %v",
 		committed, leaseTTL, download, commitSlack)
-	var afterKill []string
-	for _, n := range others {
-		select {
-		case r := <-pulls[n.id]:
-			require.NoError(t, r.err, "pull on %s after the holder died", n.id)
-			afterKill = append(afterKill, fmt.Sprintf("%s %.1fs", n.id, r.end.Sub(killed).Seconds()))
-		case <-time.After(bound + unpackAllowance):
-			t.Fatalf("pull on %s still running %v after the holder died", n.id, time.Since(killed))
-		}
-	}
 	st, err := c.ls.status("pull", layer)
 	require.NoError(t, err)
 	takenBy := "?"
