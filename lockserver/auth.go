@@ -139,7 +139,8 @@ func bearerToken(h []byte) ([]byte, bool) {
 	return token, len(token) > 0
 }
 
-// callerOf returns the caller Handle authenticated.
+// callerOf returns the caller Handle authenticated as a node, or the zero
+// caller (who may act as any node): Handle stores only node callers.
 func callerOf(ctx *fasthttp.RequestCtx) caller {
 	c, _ := ctx.UserValue(callerKey).(caller)
 	return c

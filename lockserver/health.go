@@ -35,8 +35,8 @@ func (l *Locker) wrote(ctx context.Context, err error) error {
 		}
 		return nil
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		errdefs.IsInvalidArgument(err) || errors.Is(err, api.ErrInvalidArgument) {
+	// api.ErrInvalidArgument is of errdefs' invalid-argument class.
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errdefs.IsInvalidArgument(err) {
 		return err
 	}
 	l.metrics.writeFailures.Inc()

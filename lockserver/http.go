@@ -232,7 +232,12 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
-	ctx.SetUserValue(callerKey, who)
+	if who.node != "" {
+		// Only a node identity restricts what a call may do (actAs); the
+		// zero caller callerOf returns otherwise acts as anyone, and
+		// boxing one per request would allocate on every call.
+		ctx.SetUserValue(callerKey, who)
+	}
 	if h.draining.Load() && string(path) != "/healthz" && string(path) != "/metrics" {
 		writeError(ctx, fmt.Errorf("server is shutting down: %w", api.ErrUnavailable))
 		return

@@ -40,9 +40,11 @@ func (l *Locker) addRef(ctx context.Context, resourceID, nodeID string, found bo
 		if g := r.keys[idxDelete].holder; g != nil {
 			return api.RefsResponse{}, fmt.Errorf("refs %s: delete by node %s in flight: %w", resourceID, g.nodeID, api.ErrDeleting)
 		}
-		if c := r.keys[idxDelete].completed; found && c != nil && time.Since(c.at) < l.cfg.CompletedTTL {
-			return api.RefsResponse{}, fmt.Errorf("refs %s: deleted by node %s %s ago; what this node found is a stale view: %w",
-				resourceID, c.nodeID, time.Since(c.at).Round(time.Millisecond), api.ErrDeleting)
+		if c := r.keys[idxDelete].completed; found && c != nil {
+			if ago := l.now().Sub(c.at); ago < l.cfg.CompletedTTL {
+				return api.RefsResponse{}, fmt.Errorf("refs %s: deleted by node %s %s ago; what this node found is a stale view: %w",
+					resourceID, c.nodeID, ago.Round(time.Millisecond), api.ErrDeleting)
+			}
 		}
 		// The resource is in use again, so a later delete must really run.
 		r.keys[idxDelete].completed = nil

@@ -97,17 +97,15 @@ func (l *Locker) Subscribe(typ api.OperationType, resourceID, nodeID, requestID 
 		return s, nil
 	default:
 	}
-	switch {
-	case requestID == "":
+	if requestID == "" {
 		if k.watchers == nil {
 			k.watchers = make(map[*Subscription]struct{})
 		}
 		k.watchers[s] = struct{}{}
-	case k.queue.Get(nodeID, requestID) != nil:
-		w := k.queue.Get(nodeID, requestID)
+	} else if w := k.queue.Get(nodeID, requestID); w != nil {
 		w.sub.end() // a newer stream replaces an older one
 		w.sub = s
-	default:
+	} else {
 		// Acquired, skipped, refused, or unknown: First says which and
 		// nothing follows.
 		s.end()
