@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 )
@@ -21,20 +23,11 @@ type blob struct {
 
 // blobPath is where the shared root keeps dgst ("sha256:<hex>").
 func blobPath(root, dgst string) (string, error) {
-	alg, hex, ok := cut(dgst, ':')
-	if !ok || alg == "" || hex == "" {
-		return "", fmt.Errorf("%q is not a digest (want sha256:<hex>)", dgst)
+	d, err := digest.Parse(dgst)
+	if err != nil {
+		return "", fmt.Errorf("%q is not a digest (want sha256:<hex>): %w", dgst, err)
 	}
-	return filepath.Join(root, "blobs", alg, hex), nil
-}
-
-func cut(s string, sep byte) (string, string, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == sep {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
+	return filepath.Join(root, "blobs", d.Algorithm().String(), d.Encoded()), nil
 }
 
 // listBlobs returns every blob of the shared root, by digest.
