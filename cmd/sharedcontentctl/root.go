@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 
 	"github.com/opencontainers/go-digest"
 
@@ -100,13 +99,4 @@ func allRefs(ctx context.Context, c *lockclient.Client) (map[string][]string, er
 		}
 		after = page.Next
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
