@@ -30,8 +30,9 @@ import (
 // keeps nothing of a request once it receives the next.
 
 // heldMessage is what a Write stream receives from the codec: the
-// message's bytes, referenced (not copied) until Free.
-type heldMessage struct{ data mem.BufferSlice }
+// message's bytes in one buffer, referenced (not copied) when gRPC
+// received them in one, until Free.
+type heldMessage struct{ buf mem.Buffer }
 
 // codec is gRPC's proto codec, except that a heldMessage keeps the bytes.
 type codec struct{ encoding.CodecV2 }
@@ -40,8 +41,7 @@ func newCodec() codec { return codec{encoding.GetCodecV2("proto")} }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if h, ok := v.(*heldMessage); ok {
-		data.Ref()
-		h.data = data
+		h.buf = data.MaterializeToBuffer(mem.DefaultBufferPool())
 		return nil
 	}
 	return c.CodecV2.Unmarshal(data, v)
@@ -64,8 +64,7 @@ func (s *aliasingWrites) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(&h); err != nil {
 		return err
 	}
-	buf := h.data.MaterializeToBuffer(mem.DefaultBufferPool())
-	h.data.Free()
+	buf := h.buf
 	if err := unmarshalWrite(buf.ReadOnlyData(), req); err != nil {
 		buf.Free()
 		return err

@@ -176,26 +176,18 @@ func run(args []string) error {
 	}
 	log.G(ctx).WithField("root", o.root).WithField("address", o.address).
 		WithField("lock_server", or(o.lockServer, "embedded")).Info("containerd-sharedcontent ready")
-	notify(ctx, daemon.SdNotifyReady+"\nSTATUS=serving on "+o.address)
+	// READY=1 once the socket is listening, so that a unit ordered
+	// Before=containerd.service starts containerd only when its content and
+	// diff proxies can connect.
+	cli.Notify(ctx, daemon.SdNotifyReady+"\nSTATUS=serving on "+o.address)
 	select {
 	case err = <-errCh:
 		log.G(ctx).WithError(err).Error("stopping after a server error")
 	case <-ctx.Done():
 		log.G(ctx).Info("shutting down")
 	}
-	notify(ctx, daemon.SdNotifyStopping)
+	cli.Notify(ctx, daemon.SdNotifyStopping)
 	return errors.Join(err, shutdown())
-}
-
-// notify tells systemd (Type=notify units, NOTIFY_SOCKET) the daemon's
-// state. READY=1 is sent once the socket is listening, so a unit ordered
-// Before=containerd.service starts containerd only when its content and
-// diff proxies can connect. Without NOTIFY_SOCKET it does nothing; a
-// failure is logged, not returned: readiness is advisory.
-func notify(ctx context.Context, state string) {
-	if _, err := daemon.SdNotify(false, state); err != nil {
-		log.G(ctx).WithError(err).Warn("systemd notification failed")
-	}
 }
 
 // coordinator connects to the lock server, or embeds one.

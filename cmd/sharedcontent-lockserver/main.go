@@ -73,24 +73,15 @@ func run(args []string) error {
 	errCh := make(chan error, 1)
 	go func() { errCh <- srv.Serve(ln) }()
 	// The listener is bound: connections queue until Serve accepts them.
-	notify(ctx, daemon.SdNotifyReady+"\nSTATUS=serving on "+ln.Addr().String())
+	cli.Notify(ctx, daemon.SdNotifyReady+"\nSTATUS=serving on "+ln.Addr().String())
 	select {
 	case err = <-errCh:
 		log.G(ctx).WithError(err).Error("serve failed")
 	case <-ctx.Done():
 		log.G(ctx).Info("shutting down")
 	}
-	notify(ctx, daemon.SdNotifyStopping)
+	cli.Notify(ctx, daemon.SdNotifyStopping)
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	return errors.Join(err, srv.Shutdown(sctx))
-}
-
-// notify tells systemd (Type=notify units, NOTIFY_SOCKET) the server's
-// state; READY=1 once the listener is bound and served. Without
-// NOTIFY_SOCKET it does nothing; a failure is logged, not returned.
-func notify(ctx context.Context, state string) {
-	if _, err := daemon.SdNotify(false, state); err != nil {
-		log.G(ctx).WithError(err).Warn("systemd notification failed")
-	}
 }

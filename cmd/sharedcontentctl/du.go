@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/sharedcontent/sharedcontent/lockclient"
@@ -35,7 +37,7 @@ func measure(ctx context.Context, c *lockclient.Client, root string) (diskUsage,
 		return diskUsage{}, err
 	}
 	u := diskUsage{PerNode: map[string]int64{}, Orphans: []blob{}, Dangling: []string{}}
-	for _, d := range sortedKeys(blobs) {
+	for _, d := range slices.Sorted(maps.Keys(blobs)) {
 		size := blobs[d]
 		u.Blobs++
 		u.Bytes += size
@@ -48,7 +50,7 @@ func measure(ctx context.Context, c *lockclient.Client, root string) (diskUsage,
 			u.PerNode[n] += size
 		}
 	}
-	for _, d := range sortedKeys(refs) {
+	for _, d := range slices.Sorted(maps.Keys(refs)) {
 		if _, ok := blobs[d]; !ok {
 			u.Dangling = append(u.Dangling, d)
 		}
@@ -65,7 +67,7 @@ func du(ctx context.Context, c *lockclient.Client, root string, p printer) error
 	}
 	return p.print(u, func(tw *tabwriter.Writer) {
 		fmt.Fprintf(tw, "shared directory\t%d blobs\t%s\n", u.Blobs, bytesOf(u.Bytes))
-		for _, n := range sortedKeys(u.PerNode) {
+		for _, n := range slices.Sorted(maps.Keys(u.PerNode)) {
 			fmt.Fprintf(tw, "  used by %s\t\t%s\n", n, bytesOf(u.PerNode[n]))
 		}
 		fmt.Fprintf(tw, "reclaimable\t%d orphans, %d in .trash\t%s\n", len(u.Orphans), u.TrashFiles, bytesOf(u.Reclaimable))

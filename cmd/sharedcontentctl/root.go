@@ -7,7 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
+
+	"github.com/opencontainers/go-digest"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/lockclient"
@@ -21,20 +22,11 @@ type blob struct {
 
 // blobPath is where the shared root keeps dgst ("sha256:<hex>").
 func blobPath(root, dgst string) (string, error) {
-	alg, hex, ok := cut(dgst, ':')
-	if !ok || alg == "" || hex == "" {
-		return "", fmt.Errorf("%q is not a digest (want sha256:<hex>)", dgst)
+	d, err := digest.Parse(dgst)
+	if err != nil {
+		return "", fmt.Errorf("%q is not a digest (want sha256:<hex>): %w", dgst, err)
 	}
-	return filepath.Join(root, "blobs", alg, hex), nil
-}
-
-func cut(s string, sep byte) (string, string, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == sep {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
+	return filepath.Join(root, "blobs", d.Algorithm().String(), d.Encoded()), nil
 }
 
 // listBlobs returns every blob of the shared root, by digest.
@@ -107,13 +99,4 @@ func allRefs(ctx context.Context, c *lockclient.Client) (map[string][]string, er
 		}
 		after = page.Next
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
