@@ -528,6 +528,13 @@ func (s *gatedStorage) Set(ctx context.Context, id string, rc refcount.Reference
 	return s.Storage.Set(ctx, id, rc)
 }
 
+func (s *gatedStorage) Delete(ctx context.Context, id string) error {
+	if s.fail.CompareAndSwap(true, false) {
+		return errors.New("disk on fire")
+	}
+	return s.Storage.Delete(ctx, id)
+}
+
 // newGatedLocker returns a Locker whose reference writes go through a
 // gatedStorage.
 func newGatedLocker(t *testing.T) (*Locker, *gatedStorage) {
@@ -598,6 +605,43 @@ func receive(t *testing.T, ch <-chan api.Event) api.Event {
 // and changes nothing: the lock stays held, no waiter is told, no
 // completion is recorded, and the coordinator is unready. The client's
 // retry then records the reference, releases, and everyone skips.
+// TestFailedDeleteUnlockChangesNothing: a delete's unlock whose write
+// fails keeps the delete in flight: a queued pull is not started, a node
+// that finds the (already trashed) blob is refused, nothing is completed;
+// the retry applies it whole.
+func TestFailedDeleteUnlockChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	l, store := newGatedLocker(t)
+	d := mustLock(t, l, api.OperationDelete, "n1")
+	p := mustLock(t, l, api.OperationPull, "n2")
+	require.True(t, p.Queued, "a pull waits for the delete")
+	sp, err := l.Subscribe(api.OperationPull, blob, p.Node, p.RequestID)
+	require.NoError(t, err)
+	t.Cleanup(sp.Close)
+
+	store.failNext()
+	req := api.UnlockRequest{Type: api.OperationDelete, ResourceID: blob, LeaseID: d.LeaseID, Success: true}
+	_, err = l.Unlock(ctx, req)
+	require.ErrorIs(t, err, api.ErrUnavailable)
+	require.Empty(t, sp.Events(), "the queued pull is not started")
+	st, err := l.Status(ctx, api.OperationDelete, blob, "", "")
+	require.NoError(t, err)
+	require.NotNil(t, st.Holder, "the delete stays in flight")
+	require.Nil(t, st.Completed)
+	_, err = l.AddFoundRef(ctx, blob, "n3")
+	require.ErrorIs(t, err, api.ErrDeleting, "no node may take up the blob meanwhile")
+
+	_, err = l.Unlock(ctx, req)
+	require.NoError(t, err, "the retry succeeds")
+	require.Equal(t, api.EventGranted, receive(t, sp.Events()).Name, "then the pull starts")
+	st, err = l.Status(ctx, api.OperationDelete, blob, "", "")
+	require.NoError(t, err)
+	require.Nil(t, st.Holder)
+	require.NotNil(t, st.Completed)
+	_, err = l.AddFoundRef(ctx, blob, "n3")
+	require.ErrorIs(t, err, api.ErrDeleting, "a found blob is a stale view until a pull or reference follows")
+}
+
 func TestFailedUnlockChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	l, store := newGatedLocker(t)
