@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -82,6 +84,31 @@ func (p *proc) stop(grace time.Duration) (killed bool) {
 		p.kill()
 		return true
 	}
+}
+
+// clockTicks is Linux's USER_HZ, the unit of /proc/PID/stat's times.
+const clockTicks = 100
+
+// cpu is the CPU time (user and system) the process and its reaped
+// children have used so far, from /proc/PID/stat; zero once it has exited.
+func (p *proc) cpu() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// The command (field 2) may hold spaces: the fields after it follow
+	// its closing parenthesis. f[0] is field 3; utime, stime, cutime and
+	// cstime are fields 14 to 17.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 15 {
+		return 0
+	}
+	var ticks int64
+	for _, s := range f[11:15] {
+		n, _ := strconv.ParseInt(s, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
 }
 
 // exitErr describes how the process ended, for messages.
