@@ -48,10 +48,13 @@ bench-abuse: sharedcontent-lockserver
 
 # Real containerd daemons (as `make e2e` starts them, without the race
 # detector), one node: `ctr images pull` of 256 MiB and 1 GiB images, stock
-# containerd against sharedcontent without and with its diff plugin; then
-# 3 sharedcontent nodes pulling (then only fetching) the 256 MiB image at
-# once against one node alone. Alternating rounds, median. About 8 minutes
-# on 2 cores. Needs root (else it skips). Regenerates
+# containerd against sharedcontent without and with its diff plugin, and
+# (the control for the proxy's cost) containerd at the main module's
+# containerd version, stock against sharedcontent compiled in
+# (integration/tools/builtin, built first); then 3 sharedcontent nodes
+# pulling (then only fetching) the 256 MiB image at once against one node
+# alone, and 3 stock nodes against one. Alternating rounds, median. About
+# 10 minutes on 2 cores. Needs root (else it skips). Regenerates
 # docs/bench-containerd.md. The proxied write alone:
 # go test -run '^$$' -bench ProxiedWrite -benchtime 6x ./plugin/
 bench-containerd:

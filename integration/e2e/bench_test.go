@@ -27,7 +27,22 @@ type benchSetup struct {
 	start func(e *env, id string) *node
 	// applies reports whether our daemon must apply every layer.
 	applies bool
+	// peer is the index of the stock setup this one is compared with:
+	// the one of the same containerd version.
+	peer int
+	// builtin marks sharedcontent compiled into containerd: every blob
+	// must be in its shared root, referenced by the node.
+	builtin bool
 }
+
+// Indexes of benchSetups.
+const (
+	setupStock = iota
+	setupBefore
+	setupAfter
+	setupStockBuiltinVersion
+	setupBuiltin
+)
 
 var benchSetups = []benchSetup{
 	{name: "stock containerd", start: func(e *env, id string) *node {
@@ -43,6 +58,35 @@ var benchSetups = []benchSetup{
 	{name: "sharedcontent, content + diff proxy (after)", applies: true, start: func(e *env, id string) *node {
 		return e.startSharedNode(id, e.path(id, "shared"), "", "--data-dir", e.path(id, "coordinator"))
 	}},
+	{name: "stock containerd, compiled-in version", peer: setupStockBuiltinVersion, start: func(e *env, id string) *node {
+		nd := e.newNode("", id, e.path(id, "content"))
+		nd.containerdBin = builtinBins.stock
+		nd.startStock()
+		return nd
+	}},
+	{name: "sharedcontent compiled into containerd (plugin/builtin)", peer: setupStockBuiltinVersion, builtin: true, start: func(e *env, id string) *node {
+		return e.startBuiltinNode(id, e.path(id, "shared"))
+	}},
+}
+
+// builtinBins are the containerd binaries of the compiled-in setups,
+// built by integration/tools/builtin/build.sh at the containerd version
+// of the main module (not the pinned one): containerd's own, and the same
+// with plugin/builtin.
+var builtinBins struct{ stock, builtin, version string }
+
+// buildBuiltin builds builtinBins next to the pinned binaries.
+func buildBuiltin(t *testing.T) {
+	t.Helper()
+	dir := filepath.Join(filepath.Dir(bins.containerd), "builtin")
+	out, err := run(repoRoot, nil, "bash", filepath.Join(repoRoot, "integration", "tools", "builtin", "build.sh"), dir)
+	require.NoError(t, err, "integration/tools/builtin/build.sh:\n%s", tail(out, 30))
+	t.Logf("benchmark: %s", lastLine(out))
+	builtinBins.stock = filepath.Join(dir, "containerd")
+	builtinBins.builtin = filepath.Join(dir, "containerd-sharedcontent")
+	v, err := run(repoRoot, nil, builtinBins.stock, "--version")
+	require.NoError(t, err)
+	builtinBins.version = strings.TrimSpace(v)
 }
 
 // benchImage is one image shape of the benchmark.
@@ -70,7 +114,7 @@ const benchClusterNodes = 3
 
 // fetchSetups are the setups of the fetch-only rounds (indexes into
 // benchSetups): the diff plugin plays no part in a fetch.
-var fetchSetups = []int{0, 2}
+var fetchSetups = []int{setupStock, setupAfter, setupStockBuiltinVersion, setupBuiltin}
 
 // TestBenchContainerdPull times `ctr images pull` (fetch + unpack, through
 // the transfer service) on one node from a loopback registry: stock
@@ -89,6 +133,7 @@ func TestBenchContainerdPull(t *testing.T) {
 	if raceBuild {
 		t.Fatalf("benchmark: our daemons are race-built; set %s=0", envRace)
 	}
+	buildBuiltin(t)
 	e := newEnv(t)
 	reg, err := registry.Start()
 	require.NoError(t, err)
@@ -100,7 +145,7 @@ func TestBenchContainerdPull(t *testing.T) {
 	for _, bi := range benchImages {
 		sizes := repeat(bi.layerMiB<<20, bi.layers)
 		img := pushImage(t, reg, fmt.Sprintf("bench/%dx%d", bi.layers, bi.layerMiB), sizes...)
-		all := []int{0, 1, 2}
+		all := []int{setupStock, setupBefore, setupAfter, setupStockBuiltinVersion, setupBuiltin}
 		times := benchRounds(t, e, img, bi, "pull", all, bi.rounds)
 		rows = append(rows, benchRows(t, bi, "pull", all, times)...)
 		if bi.fetchRounds > 0 {
@@ -133,19 +178,19 @@ func benchRounds(t *testing.T, e *env, img testImage, bi benchImage, op string, 
 	return times
 }
 
-// benchRows reports the medians of times against the stock setup's
-// (index 0): the ratio of the medians, and the median of the per-round
-// ratios (each against the stock pull of the same round).
+// benchRows reports the medians of times against the setup's stock
+// peer's: the ratio of the medians, and the median of the per-round
+// ratios (each against the peer's pull of the same round).
 func benchRows(t *testing.T, bi benchImage, what string, setups []int, times map[int][]time.Duration) []string {
 	t.Helper()
-	stock := median(times[0])
 	size := int64(bi.layers) * bi.layerMiB
 	var rows []string
 	for _, i := range setups {
-		ts := times[i]
+		ts, peer := times[i], times[benchSetups[i].peer]
+		stock := median(peer)
 		var ratios []float64
 		for r := range ts {
-			ratios = append(ratios, ts[r].Seconds()/times[0][r].Seconds())
+			ratios = append(ratios, ts[r].Seconds()/peer[r].Seconds())
 		}
 		m := median(ts)
 		rows = append(rows, fmt.Sprintf("| %d MiB (%d × %d MiB) | %s | %s | %d | %.2f s | %.2f–%.2f s | **%.2f×** | %.2f× |",
@@ -181,6 +226,9 @@ func benchPull(t *testing.T, e *env, s benchSetup, id string, img testImage, fet
 		}
 	} else {
 		requireReady(t, img, []*node{nd})
+	}
+	if s.builtin {
+		requireBuiltinBlobs(t, nd, img)
 	}
 	if nd.plugin != nil && !fetchOnly {
 		applied, err := nd.appliedByPlugin()
@@ -226,6 +274,20 @@ type clusterRound struct {
 	wall  time.Duration // from the start until the last node's pull ended
 	cpu   time.Duration // the nodes' daemons' CPU time during it
 	bytes float64       // registry bytes sent, per image size
+}
+
+// requireBuiltinBlobs checks that a compiled-in node's blobs went to its
+// shared root through sharedcontent: every blob is there and its
+// coordinator records the node's reference.
+func requireBuiltinBlobs(t *testing.T, nd *node, img testImage) {
+	t.Helper()
+	for _, dg := range img.all() {
+		hex := strings.TrimPrefix(dg, "sha256:")
+		require.FileExists(t, filepath.Join(nd.shared, "blobs", "sha256", hex), "compiled-in node %s: blob in the shared root", nd.id)
+		refs, err := nd.coordinator.refs(dg)
+		require.NoError(t, err)
+		require.Contains(t, refs, nd.id, "compiled-in node %s: its coordinator's references of %s", nd.id, dg)
+	}
 }
 
 // benchCluster times op ("pull", or "fetch": `ctr content fetch`) of img
@@ -418,7 +480,7 @@ Generated by `+"`make bench-containerd`"+` (also run by `+"`make bench`"+`): `+"
 (integration/e2e/bench_test.go). Do not edit by hand: rerun it. Needs root.
 
 - **Date:** %s UTC; the run took %s
-- **Machine:** %d cores, Go %s %s/%s; %s
+- **Machine:** %d cores, Go %s %s/%s; %s (the compiled-in pair: %s)
 - **Load average** (1, 5, 15 min) at the start: %s; at the end: %s
 - **What is timed:** `+"`ctr images pull --plain-http`"+` (the transfer service: fetch and unpack into overlayfs) of an image
   of one random file per layer (gzip with stored blocks), from an in-process registry on loopback, no bandwidth limit.
@@ -427,6 +489,13 @@ Generated by `+"`make bench-containerd`"+` (also run by `+"`make bench`"+`): `+"
   (containerd unpacks with its own walking differ, reading each layer through the proxy). After: content and diff proxy
   (deploy/containerd-config.toml: layers applied by the daemon, from the shared directory); each of its pulls is checked
   to have applied every layer through the daemon, and each "before" pull none.
+- **Compiled in:** the control experiment for the proxy's cost. containerd built here at the containerd version of the
+  main module, stock and with sharedcontent compiled in (`+"`plugin/builtin`"+`, integration/tools/builtin: the same
+  store, coordinator and shared root, called in-process by containerd's metadata store, without the gRPC hop; containerd
+  unpacks with its own differ, reading the shared root in-process), each node with its own coordinator
+  (sharedcontent-lockserver). Each such pull is checked to have put every blob in the shared root with the node's
+  reference recorded by the coordinator. These two compare with each other: "vs stock" is against the stock
+  containerd of the same version.
 - **Order:** the setups take turns, the order rotated each round. Median of the rounds; "vs stock" = median / stock
   median; "per round" = median over rounds of (this pull / the stock pull of the same round), less sensitive to load that
   drifts during the run. The machine may be shared: see the load average.
@@ -436,7 +505,7 @@ Generated by `+"`make bench-containerd`"+` (also run by `+"`make bench`"+`): `+"
 | image | what | setup | rounds | median | min–max | vs stock | per round |
 | --- | --- | --- | --- | --- | --- | --- | --- |
 `, envBench, time.Now().UTC().Format("2006-01-02 15:04"), took.Round(time.Second), runtime.NumCPU(), runtime.Version(),
-		runtime.GOOS, runtime.GOARCH, strings.TrimSpace(containerdVersion), load0, load1)
+		runtime.GOOS, runtime.GOARCH, strings.TrimSpace(containerdVersion), builtinBins.version, load0, load1)
 	for _, r := range rows {
 		b.WriteString(r + "\n")
 	}

@@ -54,7 +54,13 @@ type lockServer struct {
 // with args added to the harness's flags.
 func (e *env) startLockServer(args ...string) *lockServer {
 	e.t.Helper()
-	l := &lockServer{e: e, addr: freePort(e.t), dataDir: e.path("lockserver"), args: args}
+	return e.startLockServerAt(e.path("lockserver"), args...)
+}
+
+// startLockServerAt is startLockServer with its data in dataDir.
+func (e *env) startLockServerAt(dataDir string, args ...string) *lockServer {
+	e.t.Helper()
+	l := &lockServer{e: e, addr: freePort(e.t), dataDir: dataDir, args: args}
 	if err := os.MkdirAll(l.dataDir, 0o700); err != nil {
 		e.t.Fatal(err)
 	}
@@ -157,6 +163,12 @@ type node struct {
 
 	containerd *proc
 	plugin     *proc // nil for stock nodes
+	// containerdBin is the containerd binary to run; empty: the pinned
+	// containerd (bins.containerd).
+	containerdBin string
+	// coordinator is the node's own lock server (compiled-in nodes), or
+	// nil; stopped with the node.
+	coordinator *lockServer
 }
 
 // startStockNodes starts n containerd daemons with the built-in content
@@ -168,16 +180,51 @@ func (e *env) startStockNodes(prefix string, n int, shared string) []*node {
 	var nodes []*node
 	for i := 1; i <= n; i++ {
 		nd := e.newNode(prefix, fmt.Sprintf("n%d", i), shared)
-		if err := os.MkdirAll(filepath.Join(nd.dir, "root"), 0o711); err != nil {
-			e.t.Fatal(err)
-		}
-		if err := os.Symlink(shared, filepath.Join(nd.dir, "root", localContentPlugin)); err != nil {
-			e.t.Fatal(err)
-		}
-		nd.startContainerd(nd.config(false))
+		nd.startStock()
 		nodes = append(nodes, nd)
 	}
 	return nodes
+}
+
+// startStock starts the node's containerd with the built-in content
+// store, its content directory a symlink to the node's shared directory.
+func (n *node) startStock() {
+	if err := os.MkdirAll(filepath.Join(n.dir, "root"), 0o711); err != nil {
+		n.e.t.Fatal(err)
+	}
+	if err := os.Symlink(n.shared, filepath.Join(n.dir, "root", localContentPlugin)); err != nil {
+		n.e.t.Fatal(err)
+	}
+	n.startContainerd(n.config(false))
+}
+
+// builtinContentPlugin is the content plugin of plugin/builtin.
+const builtinContentPlugin = "io.containerd.content.v1.sharedcontent"
+
+// startBuiltinNode starts a node running containerd with sharedcontent
+// compiled in (builtinBins.builtin), on root shared, with a coordinator of
+// its own (plugin/builtin embeds none). containerd unpacks with its own
+// differ.
+func (e *env) startBuiltinNode(id, shared string) *node {
+	e.t.Helper()
+	nd := e.newNode("", id, shared)
+	nd.coordinator = e.startLockServerAt(filepath.Join(nd.dir, "coordinator"))
+	nd.containerdBin = builtinBins.builtin
+	cfg := map[string]any{}
+	if err := toml.Unmarshal(nd.config(false), &cfg); err != nil {
+		e.t.Fatal(err)
+	}
+	disabled, _ := cfg["disabled_plugins"].([]any)
+	cfg["disabled_plugins"] = append(disabled, localContentPlugin)
+	cfg["plugins"].(map[string]any)[builtinContentPlugin] = map[string]any{
+		"root": shared, "node_id": id, "lock_server": nd.coordinator.url(), "state_dir": filepath.Join(nd.dir, "sharedcontent-state"),
+	}
+	b, err := toml.Marshal(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	nd.startContainerd(b)
+	return nd
 }
 
 // startSharedNodes starts one node per root, n1, n2, …, each
@@ -228,13 +275,17 @@ func (e *env) newNode(prefix, id, shared string) *node {
 	return nd
 }
 
-// stop stops containerd, then its plugin (containerd talks to the plugin).
+// stop stops containerd, then its plugin (containerd talks to the plugin),
+// then its own coordinator.
 func (n *node) stop() {
 	if n.containerd != nil {
 		n.containerd.stop(stopGrace)
 	}
 	if n.plugin != nil {
 		n.plugin.stop(stopGrace)
+	}
+	if n.coordinator != nil {
+		n.coordinator.p.stop(stopGrace)
 	}
 }
 
@@ -289,8 +340,11 @@ func (n *node) startContainerd(cfg []byte) {
 	if err := os.WriteFile(path, cfg, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n.containerd = n.e.start(n.id+" containerd", n.logName("containerd.log"), nil,
-		bins.containerd, "--config", path)
+	bin := n.containerdBin
+	if bin == "" {
+		bin = bins.containerd
+	}
+	n.containerd = n.e.start(n.id+" containerd", n.logName("containerd.log"), nil, bin, "--config", path)
 	p := n.containerd
 	waitFor(t, n.id+" containerd", startTimeout, func() (bool, error) {
 		if p.exited() {
