@@ -466,6 +466,40 @@ func TestFaultLostLease(t *testing.T) {
 		requireReadable(t, ctx, n1, n2)
 	})
 
+	// The same with the lease in the coordinator's memory lost instead of
+	// lapsed: node 2's GC holds the delete lock of A's first blob and is
+	// about to check it before the removal when the coordinator restarts;
+	// node 1 pulls image A from the restarted coordinator. The check must
+	// fail (the restarted coordinator knows no such lease), and nothing of
+	// A may be lost.
+	t.Run("CoordinatorRestartsBeforeRemoval", func(t *testing.T) {
+		e := newFaultEnv(t, faultConfig())
+		ctx := nsContext()
+		img := e.push("a")
+		n1, n2 := e.addNode("node-1"), e.addNode("node-2")
+		require.NoError(t, n2.pullImage(time.Minute, img))
+		require.NoError(t, n2.RemoveImage(ctx, img.Ref))
+		e.coord.waitSynced(t, "node-1", "node-2")
+
+		// Every keepalive of node 2 (the check is one) waits until after
+		// the restart.
+		check := n2.proxy.holdRequests(-1, 0, "POST /lock/keepalive HTTP")
+		defer check.release()
+		gc := make(chan error, 1)
+		go func() { _, err := n2.DB.GarbageCollect(ctx); gc <- err }()
+		check.waitHeld(t, 30*time.Second)
+		e.coord.Restart()
+		e.coord.waitSynced(t, "node-1", "node-2")
+		require.NoError(t, n1.pullImage(time.Minute, img))
+		check.release()
+		require.NoError(t, <-gc)
+		e.requireFiles(t, img, "node 2's GC across a coordinator restart")
+		requireImage(t, ctx, n1.Node, img)
+		requireReadable(t, ctx, n1, n2)
+		e.requireRefs(t, ctx, img, "node-1")
+		require.Positive(t, n2.counter(storeDeletes, "result", "revoked"), "the deleter's check after the restart")
+	})
+
 	// Node 2's GC renames A's first blob into .trash, then stalls before
 	// it unlinks it (its unlock does not come back) while its lease
 	// lapses. Node 1 pulls A: it downloads that blob again and commits it
