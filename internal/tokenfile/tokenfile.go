@@ -1,5 +1,3 @@
-// Package tokenfile reads bearer tokens from files, for the coordinator
-// and its clients alike.
 package tokenfile
 
 import (
