@@ -1,12 +1,3 @@
-// Package builtin registers sharedcontent as containerd's content plugin
-// for custom containerd builds that import it (instead of running the
-// containerd-sharedcontent proxy daemon). The local content plugin must not
-// be linked in or must be disabled: metadata needs exactly one.
-//
-//	[plugins."io.containerd.content.v1.sharedcontent"]
-//	  root = "/mnt/shared/content"
-//	  node_id = "node-1"
-//	  lock_server = "http://coordinator:8642"
 package builtin
 
 import (
