@@ -15,7 +15,10 @@ import (
 // config name them alike; version 1 used short names, which doctor does
 // not read.
 const (
-	builtinContent  = "io.containerd.content.v1.content"
+	builtinContent = "io.containerd.content.v1.content"
+	// compiledIn is sharedcontent's own content plugin in a containerd
+	// built with plugin/builtin.
+	compiledIn      = "io.containerd.content.v1.sharedcontent"
 	metadataPlugin  = "io.containerd.metadata.v1.bolt"
 	diffService     = "io.containerd.service.v1.diff-service"
 	transferService = "io.containerd.transfer.v1.local"

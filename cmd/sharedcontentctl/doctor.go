@@ -149,14 +149,18 @@ func (d *doctorRun) containerd(ctx context.Context, path string) {
 			fmt.Sprintf(`add to %s, at the top level: disabled_plugins = [%q] (append to the list if there is one)`, path, builtinContent))
 	}
 
-	content := d.proxy(ctx, cfg, path, "content", "sharedcontent", deploySocket)
-	// The diff proxy is served on the content proxy's socket.
-	address := deploySocket
-	if a := cfg.ProxyPlugins[content].Address; content != "" && a != "" {
-		address = a
+	if _, ok := cfg.Plugins[compiledIn]; ok {
+		d.compiledIn(cfg, path)
+	} else {
+		content := d.proxy(ctx, cfg, path, "content", "sharedcontent", deploySocket)
+		// The diff proxy is served on the content proxy's socket.
+		address := deploySocket
+		if a := cfg.ProxyPlugins[content].Address; content != "" && a != "" {
+			address = a
+		}
+		diff := d.proxy(ctx, cfg, path, "diff", "sharedcontent-diff", address)
+		d.differ(cfg, path, diff)
 	}
-	diff := d.proxy(ctx, cfg, path, "diff", "sharedcontent-diff", address)
-	d.differ(cfg, path, diff)
 
 	switch policy, _ := cfg.plugin(metadataPlugin, "content_sharing_policy").(string); policy {
 	case "isolated":
@@ -166,6 +170,34 @@ func (d *doctorRun) containerd(ctx context.Context, path string) {
 		d.ok("content sharing policy", "shared (the default)")
 	default:
 		d.ok("content sharing policy", "%s", policy)
+	}
+}
+
+// compiledIn checks the configuration of sharedcontent compiled into
+// containerd (plugin/builtin): no proxies then, and containerd unpacks
+// with its own differ, reading the store in-process.
+func (d *doctorRun) compiledIn(cfg *containerdConfig, path string) {
+	const check = "compiled-in store"
+	server, _ := cfg.plugin(compiledIn, "lock_server").(string)
+	root, _ := cfg.plugin(compiledIn, "root").(string)
+	if root == "" {
+		root = "containerd's plugin root (default)"
+	}
+	if server == "" {
+		d.problem(check, fmt.Sprintf("[plugins.'%s'] has no lock_server: the compiled-in store embeds no coordinator, and containerd fails to load it", compiledIn),
+			fmt.Sprintf("in [plugins.'%s'] of %s set lock_server = \"http://<coordinator>:8642\"", compiledIn, path))
+	} else {
+		d.ok(check, "sharedcontent compiled into containerd: root %s, coordinator %s", root, server)
+	}
+	if proxies := cfg.proxies("content"); len(proxies) > 0 {
+		d.problem("content proxy", fmt.Sprintf("content proxy plugin %s as well as the compiled-in store: containerd's metadata store takes exactly one content plugin", strings.Join(proxies, ", ")),
+			fmt.Sprintf("remove [proxy_plugins.%s] from %s, or the [plugins.'%s'] table to use the proxy", proxies[0], path, compiledIn))
+	} else {
+		d.skip("content proxy", "compiled in: no content proxy")
+	}
+	const inProcess = "compiled in: containerd unpacks with its own differ, reading the store in-process"
+	for _, c := range []string{"content proxy socket", "diff proxy", "diff proxy socket", "transfer unpack differ", "diff service default"} {
+		d.skip(c, inProcess)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -406,4 +407,43 @@ disabled_plugins = ["a", "b"]
 	writeFile(t, filepath.Join(dir, "bad.toml"), "version = 3\n[plugins\n")
 	_, err = loadContainerdConfig(filepath.Join(dir, "bad.toml"))
 	require.ErrorContains(t, err, "bad.toml")
+}
+
+// TestDoctorCompiledIn: a containerd with sharedcontent compiled in
+// (plugin/builtin) has no proxies and unpacks with its own differ; doctor
+// checks its plugin table instead, and flags a content proxy configured as
+// well, or a missing coordinator.
+func TestDoctorCompiledIn(t *testing.T) {
+	n := newNode(t)
+	dir := t.TempDir()
+	table := fmt.Sprintf("[plugins.'io.containerd.content.v1.sharedcontent']\n  root = %q\n  lock_server = %q\n", n.root, n.coord.URL())
+	const header = "version = 3\ndisabled_plugins = [\"io.containerd.content.v1.content\"]\n"
+
+	results, problems, err := n.doctor(t, writeFile(t, filepath.Join(dir, "ok.toml"), header+table))
+	require.NoError(t, err)
+	require.Empty(t, problems)
+	require.Len(t, results, len(allChecks)+1)
+	require.Equal(t, checkOK, results["compiled-in store"].Result)
+	require.Contains(t, results["compiled-in store"].Message, "coordinator "+n.coord.URL())
+	for _, c := range []string{"content proxy", "content proxy socket", "diff proxy", "diff proxy socket", "transfer unpack differ", "diff service default"} {
+		require.Equal(t, checkSkipped, results[c].Result, "%s: %+v", c, results[c])
+	}
+	for _, c := range []string{"containerd config", "content plugin disabled", "content sharing policy", "coordinator", "shared root", "root cluster"} {
+		require.Equal(t, checkOK, results[c].Result, "%s: %+v", c, results[c])
+	}
+
+	// A content proxy as well: two content plugins.
+	both := header + table + "[proxy_plugins.sharedcontent]\n  type = \"content\"\n  address = \"/run/sharedcontent/sharedcontent.sock\"\n"
+	results, problems, err = n.doctor(t, writeFile(t, filepath.Join(dir, "both.toml"), both))
+	require.EqualError(t, err, "1 problem")
+	require.Equal(t, []string{"content proxy"}, problems)
+	require.Contains(t, results["content proxy"].Message, "exactly one content plugin")
+	require.Contains(t, results["content proxy"].Fix, "remove [proxy_plugins.sharedcontent]")
+
+	// No coordinator.
+	noServer := header + fmt.Sprintf("[plugins.'io.containerd.content.v1.sharedcontent']\n  root = %q\n", n.root)
+	results, problems, err = n.doctor(t, writeFile(t, filepath.Join(dir, "noserver.toml"), noServer))
+	require.EqualError(t, err, "1 problem")
+	require.Equal(t, []string{"compiled-in store"}, problems)
+	require.Contains(t, results["compiled-in store"].Fix, "set lock_server")
 }
