@@ -65,28 +65,8 @@ var benchSetups = []benchSetup{
 		return nd
 	}},
 	{name: "sharedcontent compiled into containerd (plugin/builtin)", peer: setupStockBuiltinVersion, builtin: true, start: func(e *env, id string) *node {
-		return e.startBuiltinNode(id, e.path(id, "shared"))
+		return e.startBuiltinNode(id, e.path(id, "shared"), "")
 	}},
-}
-
-// builtinBins are the containerd binaries of the compiled-in setups,
-// built by integration/tools/builtin/build.sh at the containerd version
-// of the main module (not the pinned one): containerd's own, and the same
-// with plugin/builtin.
-var builtinBins struct{ stock, builtin, version string }
-
-// buildBuiltin builds builtinBins next to the pinned binaries.
-func buildBuiltin(t *testing.T) {
-	t.Helper()
-	dir := filepath.Join(filepath.Dir(bins.containerd), "builtin")
-	out, err := run(repoRoot, nil, "bash", filepath.Join(repoRoot, "integration", "tools", "builtin", "build.sh"), dir)
-	require.NoError(t, err, "integration/tools/builtin/build.sh:\n%s", tail(out, 30))
-	t.Logf("benchmark: %s", lastLine(out))
-	builtinBins.stock = filepath.Join(dir, "containerd")
-	builtinBins.builtin = filepath.Join(dir, "containerd-sharedcontent")
-	v, err := run(repoRoot, nil, builtinBins.stock, "--version")
-	require.NoError(t, err)
-	builtinBins.version = strings.TrimSpace(v)
 }
 
 // benchImage is one image shape of the benchmark.

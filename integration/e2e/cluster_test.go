@@ -198,17 +198,40 @@ func (n *node) startStock() {
 	n.startContainerd(n.config(false))
 }
 
+// builtinBins are the containerd binaries of the compiled-in nodes,
+// built by integration/tools/builtin/build.sh at the containerd version
+// of the main module (not the pinned one): containerd's own, and the same
+// with plugin/builtin.
+var builtinBins struct{ stock, builtin, version string }
+
+// buildBuiltin builds builtinBins next to the pinned binaries.
+func buildBuiltin(t *testing.T) {
+	t.Helper()
+	dir := filepath.Join(filepath.Dir(bins.containerd), "builtin")
+	out, err := run(repoRoot, nil, "bash", filepath.Join(repoRoot, "integration", "tools", "builtin", "build.sh"), dir)
+	require.NoError(t, err, "integration/tools/builtin/build.sh:\n%s", tail(out, 30))
+	t.Logf("e2e: %s", lastLine(out))
+	builtinBins.stock = filepath.Join(dir, "containerd")
+	builtinBins.builtin = filepath.Join(dir, "containerd-sharedcontent")
+	v, err := run(repoRoot, nil, builtinBins.stock, "--version")
+	require.NoError(t, err)
+	builtinBins.version = strings.TrimSpace(v)
+}
+
 // builtinContentPlugin is the content plugin of plugin/builtin.
 const builtinContentPlugin = "io.containerd.content.v1.sharedcontent"
 
 // startBuiltinNode starts a node running containerd with sharedcontent
-// compiled in (builtinBins.builtin), on root shared, with a coordinator of
-// its own (plugin/builtin embeds none). containerd unpacks with its own
-// differ.
-func (e *env) startBuiltinNode(id, shared string) *node {
+// compiled in (builtinBins.builtin), on root shared, with the coordinator
+// at lockURL, or one of its own when lockURL is empty (plugin/builtin
+// embeds none). containerd unpacks with its own differ.
+func (e *env) startBuiltinNode(id, shared, lockURL string) *node {
 	e.t.Helper()
 	nd := e.newNode("", id, shared)
-	nd.coordinator = e.startLockServerAt(filepath.Join(nd.dir, "coordinator"))
+	if lockURL == "" {
+		nd.coordinator = e.startLockServerAt(filepath.Join(nd.dir, "coordinator"))
+		lockURL = nd.coordinator.url()
+	}
 	nd.containerdBin = builtinBins.builtin
 	cfg := map[string]any{}
 	if err := toml.Unmarshal(nd.config(false), &cfg); err != nil {
@@ -217,7 +240,7 @@ func (e *env) startBuiltinNode(id, shared string) *node {
 	disabled, _ := cfg["disabled_plugins"].([]any)
 	cfg["disabled_plugins"] = append(disabled, localContentPlugin)
 	cfg["plugins"].(map[string]any)[builtinContentPlugin] = map[string]any{
-		"root": shared, "node_id": id, "lock_server": nd.coordinator.url(), "state_dir": filepath.Join(nd.dir, "sharedcontent-state"),
+		"root": shared, "node_id": id, "lock_server": lockURL, "state_dir": filepath.Join(nd.dir, "sharedcontent-state"),
 	}
 	b, err := toml.Marshal(cfg)
 	if err != nil {

@@ -139,6 +139,27 @@ func TestSharedContent(t *testing.T) {
 	runSharedContent(t, newCluster(t, registry.WithBandwidth(concurrentBandwidth)))
 }
 
+// TestCompiledIn runs scenarios 1–3 on three nodes whose containerd has
+// sharedcontent compiled in (plugin/builtin; README "Compiled into
+// containerd"), built by integration/tools/builtin at the main module's
+// containerd version, with a stand-alone coordinator: the same guarantees
+// without the proxy daemon.
+func TestCompiledIn(t *testing.T) {
+	needSharedcontent(t)
+	buildBuiltin(t)
+	e := newEnv(t)
+	reg, err := registry.Start(registry.WithBandwidth(concurrentBandwidth))
+	require.NoError(t, err)
+	t.Cleanup(func() { reg.Close() })
+	shared := e.path("shared")
+	c := &cluster{e: e, reg: reg, shared: shared, tag: "compiled in: "}
+	c.ls = e.startLockServer()
+	for i := 1; i <= 3; i++ {
+		c.nodes = append(c.nodes, e.startBuiltinNode(fmt.Sprintf("n%d", i), shared, c.ls.url()))
+	}
+	runSharedContent(t, c)
+}
+
 // runSharedContent is scenarios 1–3 on c (registry at concurrentBandwidth).
 func runSharedContent(t *testing.T, c *cluster) {
 	img := pushImage(t, c.reg, "e2e/shared", repeat(concurrentLayerSize, concurrentLayers)...)
