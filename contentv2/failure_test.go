@@ -17,6 +17,7 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/lockclient"
+	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
@@ -29,14 +30,70 @@ func blobFile(root string, d digest.Digest) string {
 	return filepath.Join(root, "blobs", d.Algorithm().String(), d.Encoded())
 }
 
-// TestUnreachableCoordinator: with the lock server down, a write waits
-// (ErrUnavailable, so containerd retries) until this node's session has
-// surely expired, then proceeds (fail-open) and is journaled; a delete
-// removes nothing (fail-closed). Once the server is up, the node syncs
-// and the coordinator has the uses made while it was down.
+// TestUnreachableCoordinator: with the lock server of its cluster down, a
+// member node's write waits (ErrUnavailable, so containerd retries) until
+// its session has surely expired, then proceeds (fail-open) and is
+// journaled; a delete removes nothing (fail-closed). Once the server is
+// up again, the node syncs and the coordinator has the uses made while it
+// was down.
 func TestUnreachableCoordinator(t *testing.T) {
-	addr := lockservertest.FreeAddr(t) // nothing listens there for now
+	const ttl = 100 * time.Millisecond
+	cfg := lockserver.DefaultConfig()
+	cfg.SessionTTL = ttl
+	coord := lockservertest.Start(t, lockservertest.WithConfig(cfg))
+	client, err := lockclient.New(coord.URL(), lockclient.WithNodeID("node-1"),
+		lockclient.WithMaxRetries(1), lockclient.WithRetryInterval(10*time.Millisecond))
+	require.NoError(t, err)
+	root := t.TempDir()
+	cs, err := contentv2.NewStore(root, "node-1", contentv2.LockService(client), contentv2.WithStateDir(t.TempDir()),
+		contentv2.WithRefRetryInterval(50*time.Millisecond), contentv2.WithSessionTTL(ttl))
+	require.NoError(t, err)
+	defer cs.Close()
+	ctx := context.Background()
+	id, err := contentv2.ReadClusterID(root)
+	require.NoError(t, err)
+	require.Equal(t, coord.Locker().Cluster().ClusterID, id, "the first node records the root's cluster")
 
+	coord.Stop()
+	start := time.Now()
+	data, desc := blob("fail-open ")
+	write := func() error {
+		return content.WriteBlob(ctx, cs, "layer-"+desc.Digest.String(), bytes.NewReader(data), desc)
+	}
+	_, err = cs.Writer(ctx, content.WithRef("layer-"+desc.Digest.String()), content.WithDescriptor(desc))
+	require.ErrorIs(t, err, errdefs.ErrUnavailable, "no uncoordinated write while the session may be live")
+	require.ErrorContains(t, err, "once this node's session has surely expired")
+	require.NoFileExists(t, blobFile(root, desc.Digest))
+	// content.WriteBlob retries ErrUnavailable with backoff, as containerd's
+	// fetch does.
+	require.NoError(t, write())
+	waited := time.Since(start)
+	// The last session answer came at most one renewal (ttl/3) before the
+	// stop.
+	require.GreaterOrEqual(t, waited, ttl+ttl/10+2*time.Second-ttl/3, "the fail-open write waited out the session")
+	require.FileExists(t, blobFile(root, desc.Digest), "the write went ahead")
+	t.Logf("first uncoordinated write %s after the coordinator stopped", waited)
+
+	require.NoError(t, cs.Delete(ctx, desc.Digest), "an unreachable coordinator is not a GC error")
+	require.FileExists(t, blobFile(root, desc.Digest), "nothing is deleted without the coordinator")
+	other, odesc := blob("second ")
+	require.NoError(t, content.WriteBlob(ctx, cs, "layer-"+odesc.Digest.String(), bytes.NewReader(other), odesc))
+
+	// The coordinator comes back; the node syncs its journal.
+	coord.Start()
+	require.Eventually(t, func() bool {
+		refs, err := coord.Locker().Refs(ctx, odesc.Digest.String())
+		return err == nil && refs.Count == 1 && refs.Nodes[0] == "node-1"
+	}, 10*time.Second, 20*time.Millisecond, "the use made while the coordinator was down is recorded")
+}
+
+// TestNeverJoinedNodeDoesNotFailOpen: a node whose coordinator has never
+// accepted a session of it is no member: no delete would wait for it, so
+// it uses no blob without the coordinator, however long the coordinator
+// stays unreachable. Once the coordinator answers, the node joins and
+// writes.
+func TestNeverJoinedNodeDoesNotFailOpen(t *testing.T) {
+	addr := lockservertest.FreeAddr(t) // nothing listens there for now
 	client, err := lockclient.New("http://"+addr, lockclient.WithNodeID("node-1"),
 		lockclient.WithMaxRetries(1), lockclient.WithRetryInterval(10*time.Millisecond))
 	require.NoError(t, err)
@@ -47,38 +104,52 @@ func TestUnreachableCoordinator(t *testing.T) {
 		contentv2.WithRefRetryInterval(50*time.Millisecond), contentv2.WithSessionTTL(ttl))
 	require.NoError(t, err)
 	defer cs.Close()
-	t.Logf("store started after %s", time.Since(start))
 	ctx := context.Background()
-
-	data, desc := blob("fail-open ")
-	write := func() error {
-		return content.WriteBlob(ctx, cs, "layer-"+desc.Digest.String(), bytes.NewReader(data), desc)
+	data, desc := blob("never joined ")
+	// Past the time a member would have gone ahead.
+	for time.Since(start) < ttl+ttl/10+2*time.Second+time.Second {
+		_, err = cs.Writer(ctx, content.WithRef("layer-"+desc.Digest.String()), content.WithDescriptor(desc))
+		require.ErrorIs(t, err, errdefs.ErrUnavailable)
+		require.ErrorContains(t, err, "never joined the cluster of its root")
+		time.Sleep(100 * time.Millisecond) // polling the answer over time, not synchronisation
 	}
-	_, err = cs.Writer(ctx, content.WithRef("layer-"+desc.Digest.String()), content.WithDescriptor(desc))
-	require.ErrorIs(t, err, errdefs.ErrUnavailable, "no uncoordinated write while the session may be live")
 	require.NoFileExists(t, blobFile(root, desc.Digest))
-	// content.WriteBlob retries ErrUnavailable with backoff, as containerd's
-	// fetch does.
-	require.NoError(t, write())
-	waited := time.Since(start)
-	require.GreaterOrEqual(t, waited, ttl+ttl/10+2*time.Second, "the fail-open write waited out the session")
-	require.FileExists(t, blobFile(root, desc.Digest), "the write went ahead")
-	t.Logf("first uncoordinated write after %s", waited)
 
-	require.NoError(t, cs.Delete(ctx, desc.Digest), "an unreachable coordinator is not a GC error")
-	require.FileExists(t, blobFile(root, desc.Digest), "nothing is deleted without the coordinator")
-	other, odesc := blob("second ")
-	require.NoError(t, content.WriteBlob(ctx, cs, "layer-"+odesc.Digest.String(), bytes.NewReader(other), odesc))
-
-	// The coordinator comes up on that address; the node syncs its journal.
-	srv := lockservertest.Start(t, lockservertest.WithAddr(addr)).Server()
-	require.Eventually(t, func() bool {
-		refs, err := srv.Locker.Refs(ctx, odesc.Digest.String())
-		return err == nil && refs.Count == 1 && refs.Nodes[0] == "node-1"
-	}, 10*time.Second, 20*time.Millisecond, "the use made while the coordinator was down is recorded")
-	id, err := contentv2.ReadClusterID(root)
+	coord := lockservertest.Start(t, lockservertest.WithAddr(addr))
+	require.NoError(t, content.WriteBlob(ctx, cs, "layer-"+desc.Digest.String(), bytes.NewReader(data), desc))
+	refs, err := coord.Locker().Refs(ctx, desc.Digest.String())
 	require.NoError(t, err)
-	require.Equal(t, srv.Locker.Cluster().ClusterID, id, "the first node records the root's cluster")
+	require.Equal(t, []string{"node-1"}, refs.Nodes)
+}
+
+// TestRefusedIdentityDoesNotFailOpen: a coordinator that answers and
+// refuses the node's credentials (a token of another node) is no outage:
+// the node never uses a blob without it, and says so.
+func TestRefusedIdentityDoesNotFailOpen(t *testing.T) {
+	coord := lockservertest.Start(t, lockservertest.WithNodeTokens(map[string]string{"node-1": "token-1", "node-2": "token-2"}))
+	client, err := lockclient.New(coord.URL(), lockclient.WithNodeID("node-2"), lockclient.WithBearerToken("token-1"),
+		lockclient.WithMaxRetries(1), lockclient.WithRetryInterval(10*time.Millisecond))
+	require.NoError(t, err)
+	root := t.TempDir()
+	const ttl = 100 * time.Millisecond
+	start := time.Now()
+	cs, err := contentv2.NewStore(root, "node-2", contentv2.LockService(client), contentv2.WithStateDir(t.TempDir()),
+		contentv2.WithRefRetryInterval(50*time.Millisecond), contentv2.WithSessionTTL(ttl))
+	require.NoError(t, err)
+	defer cs.Close()
+	ctx := context.Background()
+	_, desc := blob("refused ")
+	for time.Since(start) < ttl+ttl/10+2*time.Second+time.Second {
+		_, err = cs.Writer(ctx, content.WithRef("layer-"+desc.Digest.String()), content.WithDescriptor(desc))
+		require.Error(t, err)
+		require.True(t, errdefs.IsPermissionDenied(err), "%v", err)
+		require.ErrorContains(t, err, "fix this node's credentials")
+		time.Sleep(100 * time.Millisecond) // polling the answer over time, not synchronisation
+	}
+	require.NoFileExists(t, blobFile(root, desc.Digest))
+	nodes, err := coord.Locker().Nodes(ctx)
+	require.NoError(t, err)
+	require.Empty(t, nodes.Nodes, "a refused node is no member")
 }
 
 // lostLease wraps a coordinator whose locks are lost before they are

@@ -283,7 +283,7 @@ func (s *store) follow(ctx context.Context, wo content.WriterOpts, dgst digest.D
 		case isRefusal(err):
 			return nil, 0, err
 		default:
-			if ok, _ := s.mayFailOpen(); ok {
+			if s.failOpenRefused(err) == nil {
 				s.metrics.follows.WithLabelValues("uncoordinated").Inc()
 				s.uncoordinated(ctx, "write", dgst, err)
 				w, err := s.openLocal(ctx, wo, nil, dgst)

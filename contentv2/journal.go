@@ -14,7 +14,13 @@ import (
 // JournalFile is the node journal's bbolt file in the state directory.
 const JournalFile = "journal.db"
 
-var journalBucket = []byte("refs")
+var (
+	journalBucket = []byte("refs")
+	// metaBucket holds memberKey: the cluster whose coordinator has
+	// accepted a session of this node.
+	metaBucket = []byte("meta")
+	memberKey  = []byte("member")
+)
 
 // journal is the node's own record of the blobs it uses (SPEC §8), on
 // local disk: an entry is written (and fsync'd) before the coordinator is
@@ -23,8 +29,9 @@ var journalBucket = []byte("refs")
 type journal struct {
 	db *bolt.DB
 
-	mu   sync.Mutex
-	refs map[digest.Digest]struct{} // protected by mu; mirrors the file
+	mu     sync.Mutex
+	refs   map[digest.Digest]struct{} // protected by mu; mirrors the file
+	member string                     // protected by mu; mirrors memberKey
 }
 
 func openJournal(stateDir string) (*journal, error) {
@@ -38,6 +45,11 @@ func openJournal(stateDir string) (*journal, error) {
 	}
 	j := &journal{db: db, refs: map[digest.Digest]struct{}{}}
 	err = db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(metaBucket)
+		if err != nil {
+			return err
+		}
+		j.member = string(meta.Get(memberKey))
 		b, err := tx.CreateBucketIfNotExists(journalBucket)
 		if err != nil {
 			return err
@@ -107,6 +119,30 @@ func (j *journal) snapshot() ([]digest.Digest, error) {
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// memberOf returns the cluster whose coordinator has accepted a session of
+// this node ("" if none has).
+func (j *journal) memberOf() string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.member
+}
+
+// setMember records, durably, that the coordinator of cluster accepted a
+// session of this node.
+func (j *journal) setMember(cluster string) error {
+	if j.memberOf() == cluster {
+		return nil
+	}
+	err := j.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(metaBucket).Put(memberKey, []byte(cluster)) })
+	if err != nil {
+		return fmt.Errorf("node journal: membership: %w", err)
+	}
+	j.mu.Lock()
+	j.member = cluster
+	j.mu.Unlock()
+	return nil
 }
 
 func (j *journal) close() error { return j.db.Close() }

@@ -3,8 +3,10 @@ package contentv2
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 )
 
@@ -121,6 +123,9 @@ func (s *store) sessionRound(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := s.journal.setMember(info.ClusterID); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	s.downUntil = time.Time{} // it answers again
 	s.mu.Unlock()
@@ -156,12 +161,40 @@ func (s *store) setSynced(v bool) {
 	}
 }
 
-// mayFailOpen reports whether this node's session has surely expired, so
-// that it may use a blob without the coordinator; else how long until it
-// has.
-func (s *store) mayFailOpen() (bool, time.Duration) {
+// failOpenRefused says why this node may not use a blob without the
+// coordinator after cause, or returns nil when it may. It may only when
+//   - the coordinator could not be reached: one that answered and refused
+//     this node's credentials (unauthenticated, forbidden) is no outage,
+//     and the node goes on failing until its credentials are fixed;
+//   - this node is a member of the root's cluster: that cluster's
+//     coordinator accepted a session of it once (the journal records it).
+//     A node it never counted has no session to lapse, and no delete
+//     would wait for it;
+//   - its session has surely expired: failOpenDelay after the last
+//     session answer. Until then the error is ErrUnavailable and says how
+//     long, so containerd retries.
+func (s *store) failOpenRefused(cause error) error {
+	if errdefs.IsUnauthorized(cause) || errdefs.IsPermissionDenied(cause) {
+		return fmt.Errorf("the coordinator refuses this node (%w); no blob is used without it: fix this node's credentials", cause)
+	}
 	s.smu.Lock()
-	defer s.smu.Unlock()
+	cluster := s.clusterID
 	wait := time.Until(s.lastAck.Add(failOpenDelay(s.sessionTTL)))
-	return wait <= 0, wait
+	s.smu.Unlock()
+	if member := s.journal.memberOf(); cluster == "" || member != cluster {
+		return fmt.Errorf("coordinator unreachable (%w), and this node has never joined the cluster of its root (%s): no blob is used without the coordinator until it has: %w",
+			cause, or(cluster, "none yet"), errdefs.ErrUnavailable)
+	}
+	if wait > 0 {
+		return fmt.Errorf("coordinator unreachable (%w); uncoordinated use starts in %s, once this node's session has surely expired: %w",
+			cause, wait.Round(time.Millisecond), errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

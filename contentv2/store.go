@@ -263,9 +263,9 @@ func (s *store) use(ctx context.Context, dgst digest.Digest) (content.Info, erro
 
 // reference records this node as a user of dgst: in its journal, then with
 // the coordinator (cached until this node deletes it). An unreachable
-// coordinator is tolerated only once this node's session has surely
-// expired (the journal carries the use to the next sync); before that the
-// error is ErrUnavailable, so the caller retries. A delete in flight is
+// coordinator is tolerated only as failOpenRefused allows (a member whose
+// session has surely expired; the journal carries the use to the next
+// sync); before that the error is ErrUnavailable, so the caller retries. A delete in flight is
 // ErrNotFound, and so is, when the blob was found in the shared directory
 // (found), a delete that succeeded since its last pull or reference: the
 // lookup may have seen the deleted file through a filesystem cache.
@@ -288,11 +288,9 @@ func (s *store) reference(ctx context.Context, dgst digest.Digest, found bool) e
 		}
 		return fmt.Errorf("content %v: being deleted: %w", dgst, errdefs.ErrNotFound)
 	default:
-		ok, wait := s.mayFailOpen()
-		if !ok {
+		if rerr := s.failOpenRefused(err); rerr != nil {
 			s.metrics.waits.Inc()
-			return fmt.Errorf("content %v: cannot record this node's use (%w); uncoordinated use starts in %s, once this node's session has surely expired: %w",
-				dgst, err, wait.Round(time.Millisecond), errdefs.ErrUnavailable)
+			return fmt.Errorf("content %v: cannot record this node's use: %w", dgst, rerr)
 		}
 		s.uncoordinated(ctx, "ref", dgst, err)
 	}

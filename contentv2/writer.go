@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/errdefs"
@@ -109,10 +108,9 @@ func (s *store) writerWithoutLock(ctx context.Context, wo content.WriterOpts, dg
 // content is addressed by digest and the ingest is ours alone; Commit
 // journals the use. Before that it is ErrUnavailable, saying how long.
 func (s *store) failOpenWriter(ctx context.Context, wo content.WriterOpts, dgst digest.Digest, lockErr error) (content.Writer, error) {
-	if ok, wait := s.mayFailOpen(); !ok {
+	if err := s.failOpenRefused(lockErr); err != nil {
 		s.metrics.waits.Inc()
-		return nil, fmt.Errorf("content %v: coordinator unreachable (%w); downloading uncoordinated in %s, once this node's session has surely expired: %w",
-			dgst, lockErr, wait.Round(time.Millisecond), errdefs.ErrUnavailable)
+		return nil, fmt.Errorf("content %v: %w", dgst, err)
 	}
 	s.metrics.writes.WithLabelValues("uncoordinated").Inc()
 	s.uncoordinated(ctx, "write", dgst, lockErr)
