@@ -9,8 +9,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -205,7 +203,7 @@ func coordinator(ctx context.Context, o options, errCh chan<- error, cleanups *[
 		opts = append(opts, lockclient.WithBearerToken(token))
 	}
 	if o.lockServer != "" {
-		tc, err := clientTLS(o)
+		tc, err := lockclient.TLSConfigFromFiles(o.lockServerCA, o.clientCert, o.clientKey)
 		if err != nil {
 			return nil, err
 		}
@@ -256,31 +254,6 @@ func adopt(ctx context.Context, l *lockserver.Locker, root string) error {
 	log.G(ctx).WithField("cluster_id", c.ClusterID).WithField("epoch", c.Epoch).WithField("members", nodes).
 		Warn("adopted the shared root's cluster; deletes wait until every member has synced")
 	return nil
-}
-
-func clientTLS(o options) (*tls.Config, error) {
-	if o.lockServerCA == "" && o.clientCert == "" {
-		return nil, nil
-	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if o.lockServerCA != "" {
-		pem, err := os.ReadFile(o.lockServerCA)
-		if err != nil {
-			return nil, fmt.Errorf("lock server CA: %w", err)
-		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("lock server CA %s: no certificate found", o.lockServerCA)
-		}
-	}
-	if o.clientCert != "" {
-		pair, err := tls.LoadX509KeyPair(o.clientCert, o.clientKey)
-		if err != nil {
-			return nil, fmt.Errorf("lock client certificate: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{pair}
-	}
-	return tc, nil
 }
 
 func or(s, def string) string {

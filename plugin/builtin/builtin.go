@@ -28,6 +28,17 @@ type Config struct {
 	// StateDir holds the node journal (SPEC §8), on this node's own disk.
 	// Default: the plugin's state dir.
 	StateDir string `toml:"state_dir"`
+	// NodeTokenFile holds this node's own bearer token, for a coordinator
+	// with --node-tokens-file (default: AuthTokenFile).
+	NodeTokenFile string `toml:"node_token_file"`
+	// CAFile is the CA (PEM) that signed an https coordinator's
+	// certificate. Default: the system's roots.
+	CAFile string `toml:"ca_file"`
+	// NodeCert and NodeKey are this node's client certificate and key
+	// (PEM) for a coordinator that requires mTLS; with its
+	// --tls-node-identity the certificate names the node.
+	NodeCert string `toml:"node_cert"`
+	NodeKey  string `toml:"node_key"`
 }
 
 func init() {
@@ -54,12 +65,19 @@ func init() {
 				return nil, errors.New("sharedcontent: lock_server is required")
 			}
 			opts := []lockclient.Option{lockclient.WithNodeID(cfg.NodeID)}
-			if cfg.AuthTokenFile != "" {
-				token, err := tokenfile.Read(cfg.AuthTokenFile)
+			if file := or(cfg.NodeTokenFile, cfg.AuthTokenFile); file != "" {
+				token, err := tokenfile.Read(file)
 				if err != nil {
 					return nil, err
 				}
 				opts = append(opts, lockclient.WithBearerToken(token))
+			}
+			tc, err := lockclient.TLSConfigFromFiles(cfg.CAFile, cfg.NodeCert, cfg.NodeKey)
+			if err != nil {
+				return nil, err
+			}
+			if tc != nil {
+				opts = append(opts, lockclient.WithTLSConfig(tc))
 			}
 			client, err := lockclient.New(cfg.LockServer, opts...)
 			if err != nil {
@@ -69,4 +87,11 @@ func init() {
 			return contentv2.NewStore(cfg.Root, cfg.NodeID, contentv2.LockService(client), contentv2.WithStateDir(cfg.StateDir))
 		},
 	})
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

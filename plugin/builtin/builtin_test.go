@@ -3,6 +3,7 @@ package builtin_test
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/integration/testca"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 	"github.com/sharedcontent/sharedcontent/plugin/builtin"
 )
@@ -73,6 +75,41 @@ func TestCompiledIn(t *testing.T) {
 	require.DirExists(t, filepath.Join(dir, "state"))
 }
 
+// TestCompiledInNodeIdentity: against a coordinator that requires mTLS and
+// names nodes by their certificates, the plugin configured with ca_file,
+// node_cert and node_key writes as its node; with another node's
+// certificate it is refused.
+func TestCompiledInNodeIdentity(t *testing.T) {
+	ca := testca.New(t)
+	coord := lockservertest.Start(t, lockservertest.WithNodeIdentity(ca))
+	files := t.TempDir()
+	caFile := testca.WriteFile(t, files, "ca.crt", ca.PEM)
+	cert, key := ca.Issue(t, "node-1", x509.ExtKeyUsageClientAuth)
+	certFile, keyFile := testca.WriteFile(t, files, "node-1.crt", cert), testca.WriteFile(t, files, "node-1.key", key)
+
+	write := func(nodeID string) error {
+		dir := t.TempDir()
+		_, p := initPlugin(t, &builtin.Config{Root: filepath.Join(dir, "shared"), NodeID: nodeID, LockServer: coord.URL(),
+			CAFile: caFile, NodeCert: certFile, NodeKey: keyFile}, dir)
+		inst, err := p.Instance()
+		if err != nil {
+			return err
+		}
+		data := []byte("a layer of " + nodeID)
+		desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: digest.FromBytes(data), Size: int64(len(data))}
+		return content.WriteBlob(context.Background(), inst.(content.Store), "layer", bytes.NewReader(data), desc)
+	}
+	require.NoError(t, write("node-1"))
+	nodes, err := coord.Locker().Nodes(context.Background())
+	require.NoError(t, err)
+	require.Len(t, nodes.Nodes, 1)
+	require.Equal(t, "node-1", nodes.Nodes[0].NodeID)
+
+	err = write("node-2") // node-1's certificate, acting as node-2
+	require.Error(t, err)
+	require.ErrorContains(t, err, "forbidden")
+}
+
 // TestCompiledInConfigErrors: a configuration containerd cannot run the
 // plugin with fails its initialization with a clear error.
 func TestCompiledInConfigErrors(t *testing.T) {
@@ -88,6 +125,8 @@ func TestCompiledInConfigErrors(t *testing.T) {
 		{"no coordinator", builtin.Config{NodeID: "node-1"}, "lock_server is required"},
 		{"exposed token file", builtin.Config{NodeID: "node-1", LockServer: coord.URL(), AuthTokenFile: exposed}, "chmod 600"},
 		{"bad coordinator URL", builtin.Config{NodeID: "node-1", LockServer: "ftp://coordinator"}, "ftp"},
+		{"missing CA file", builtin.Config{NodeID: "node-1", LockServer: coord.URL(), CAFile: "/nonexistent/ca.crt"}, "lock server CA"},
+		{"certificate without its key", builtin.Config{NodeID: "node-1", LockServer: coord.URL(), NodeCert: exposed}, "lock client certificate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, p := initPlugin(t, &tc.cfg, t.TempDir())
