@@ -37,7 +37,7 @@ func blobFile(root string, d digest.Digest) string {
 // up again, the node syncs and the coordinator has the uses made while it
 // was down.
 func TestUnreachableCoordinator(t *testing.T) {
-	const ttl = 100 * time.Millisecond
+	const ttl = failOpenTTL
 	cfg := lockserver.DefaultConfig()
 	cfg.SessionTTL = ttl
 	coord := lockservertest.Start(t, lockservertest.WithConfig(cfg))
@@ -45,10 +45,7 @@ func TestUnreachableCoordinator(t *testing.T) {
 		lockclient.WithMaxRetries(1), lockclient.WithRetryInterval(10*time.Millisecond))
 	require.NoError(t, err)
 	root := t.TempDir()
-	cs, err := contentv2.NewStore(root, "node-1", contentv2.LockService(client), contentv2.WithStateDir(t.TempDir()),
-		contentv2.WithRefRetryInterval(50*time.Millisecond), contentv2.WithSessionTTL(ttl))
-	require.NoError(t, err)
-	defer cs.Close()
+	cs := failOpenStore(t, root, "node-1", client)
 	ctx := context.Background()
 	id, err := contentv2.ReadClusterID(root)
 	require.NoError(t, err)
@@ -98,22 +95,14 @@ func TestNeverJoinedNodeDoesNotFailOpen(t *testing.T) {
 		lockclient.WithMaxRetries(1), lockclient.WithRetryInterval(10*time.Millisecond))
 	require.NoError(t, err)
 	root := t.TempDir()
-	const ttl = 100 * time.Millisecond
 	start := time.Now()
-	cs, err := contentv2.NewStore(root, "node-1", contentv2.LockService(client), contentv2.WithStateDir(t.TempDir()),
-		contentv2.WithRefRetryInterval(50*time.Millisecond), contentv2.WithSessionTTL(ttl))
-	require.NoError(t, err)
-	defer cs.Close()
+	cs := failOpenStore(t, root, "node-1", client)
 	ctx := context.Background()
 	data, desc := blob("never joined ")
-	// Past the time a member would have gone ahead.
-	for time.Since(start) < ttl+ttl/10+2*time.Second+time.Second {
-		_, err = cs.Writer(ctx, content.WithRef("layer-"+desc.Digest.String()), content.WithDescriptor(desc))
+	requireNoFailOpen(t, cs, root, desc, start, func(err error) {
 		require.ErrorIs(t, err, errdefs.ErrUnavailable)
 		require.ErrorContains(t, err, "never joined the cluster of its root")
-		time.Sleep(100 * time.Millisecond) // polling the answer over time, not synchronisation
-	}
-	require.NoFileExists(t, blobFile(root, desc.Digest))
+	})
 
 	coord := lockservertest.Start(t, lockservertest.WithAddr(addr))
 	require.NoError(t, content.WriteBlob(ctx, cs, "layer-"+desc.Digest.String(), bytes.NewReader(data), desc))
@@ -131,25 +120,46 @@ func TestRefusedIdentityDoesNotFailOpen(t *testing.T) {
 		lockclient.WithMaxRetries(1), lockclient.WithRetryInterval(10*time.Millisecond))
 	require.NoError(t, err)
 	root := t.TempDir()
-	const ttl = 100 * time.Millisecond
 	start := time.Now()
-	cs, err := contentv2.NewStore(root, "node-2", contentv2.LockService(client), contentv2.WithStateDir(t.TempDir()),
-		contentv2.WithRefRetryInterval(50*time.Millisecond), contentv2.WithSessionTTL(ttl))
-	require.NoError(t, err)
-	defer cs.Close()
-	ctx := context.Background()
+	cs := failOpenStore(t, root, "node-2", client)
 	_, desc := blob("refused ")
-	for time.Since(start) < ttl+ttl/10+2*time.Second+time.Second {
-		_, err = cs.Writer(ctx, content.WithRef("layer-"+desc.Digest.String()), content.WithDescriptor(desc))
-		require.Error(t, err)
+	requireNoFailOpen(t, cs, root, desc, start, func(err error) {
 		require.True(t, errdefs.IsPermissionDenied(err), "%v", err)
 		require.ErrorContains(t, err, "fix this node's credentials")
-		time.Sleep(100 * time.Millisecond) // polling the answer over time, not synchronisation
-	}
-	require.NoFileExists(t, blobFile(root, desc.Digest))
-	nodes, err := coord.Locker().Nodes(ctx)
+	})
+	nodes, err := coord.Locker().Nodes(context.Background())
 	require.NoError(t, err)
 	require.Empty(t, nodes.Nodes, "a refused node is no member")
+}
+
+// failOpenTTL is the session TTL of the fail-open tests: a member goes
+// ahead failOpenTTL + 10 % + 2 s after its last session answer.
+const failOpenTTL = 100 * time.Millisecond
+
+// failOpenStore is a store of nodeID on root, coordinated through client,
+// with the fail-open tests' session TTL.
+func failOpenStore(t *testing.T, root, nodeID string, client *lockclient.Client) content.Store {
+	t.Helper()
+	cs, err := contentv2.NewStore(root, nodeID, contentv2.LockService(client), contentv2.WithStateDir(t.TempDir()),
+		contentv2.WithRefRetryInterval(50*time.Millisecond), contentv2.WithSessionTTL(failOpenTTL))
+	require.NoError(t, err)
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// requireNoFailOpen asks cs for a writer of desc, every 100 ms, until a
+// second after a member started at start would have gone ahead, checks
+// each refusal with check, and that nothing was written. The property is
+// one of time (no fail-open however long), so the test lets time pass.
+func requireNoFailOpen(t *testing.T, cs content.Store, root string, desc ocispec.Descriptor, start time.Time, check func(error)) {
+	t.Helper()
+	for time.Since(start) < failOpenTTL+failOpenTTL/10+2*time.Second+time.Second {
+		_, err := cs.Writer(context.Background(), content.WithRef("layer-"+desc.Digest.String()), content.WithDescriptor(desc))
+		require.Error(t, err)
+		check(err)
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.NoFileExists(t, blobFile(root, desc.Digest))
 }
 
 // lostLease wraps a coordinator whose locks are lost before they are
