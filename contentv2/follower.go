@@ -283,11 +283,16 @@ func (s *store) follow(ctx context.Context, wo content.WriterOpts, dgst digest.D
 		case isRefusal(err):
 			return nil, 0, err
 		default:
-			if s.failOpenRefused(err) == nil {
+			rerr := s.failOpenRefused(err)
+			if rerr == nil {
 				s.metrics.follows.WithLabelValues("uncoordinated").Inc()
 				s.uncoordinated(ctx, "write", dgst, err)
 				w, err := s.openLocal(ctx, wo, nil, dgst)
 				return w, 0, err
+			}
+			if !errdefs.IsUnavailable(rerr) {
+				// The coordinator refuses this node: waiting changes nothing.
+				return nil, 0, rerr
 			}
 		}
 		select {

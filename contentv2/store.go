@@ -227,9 +227,10 @@ func (s *store) Info(ctx context.Context, dgst digest.Digest) (content.Info, err
 }
 
 // use returns the info of a blob that exists and that this node now holds
-// a reference to, so that no other node's delete removes it. A blob that is absent or being deleted is ErrNotFound; a coordinator that
-// cannot be reached while this node's session may still be live is
-// ErrUnavailable (SPEC §8: reference before use).
+// a reference to, so that no other node's delete removes it. A blob that
+// is absent or being deleted is ErrNotFound; a coordinator that cannot be
+// reached while this node may not fail open is ErrUnavailable (SPEC §8:
+// reference before use).
 func (s *store) use(ctx context.Context, dgst digest.Digest) (content.Info, error) {
 	info, err := s.local.Info(ctx, dgst)
 	if err != nil {
@@ -265,10 +266,11 @@ func (s *store) use(ctx context.Context, dgst digest.Digest) (content.Info, erro
 // the coordinator (cached until this node deletes it). An unreachable
 // coordinator is tolerated only as failOpenRefused allows (a member whose
 // session has surely expired; the journal carries the use to the next
-// sync); before that the error is ErrUnavailable, so the caller retries. A delete in flight is
-// ErrNotFound, and so is, when the blob was found in the shared directory
-// (found), a delete that succeeded since its last pull or reference: the
-// lookup may have seen the deleted file through a filesystem cache.
+// sync); before that the error is ErrUnavailable, so the caller retries.
+// A delete in flight is ErrNotFound, and so is, when the blob was found in
+// the shared directory (found), a delete that succeeded since its last
+// pull or reference: the lookup may have seen the deleted file through a
+// filesystem cache.
 func (s *store) reference(ctx context.Context, dgst digest.Digest, found bool) error {
 	s.mu.Lock()
 	_, done := s.referenced[dgst]
