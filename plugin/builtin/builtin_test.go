@@ -110,6 +110,29 @@ func TestCompiledInNodeIdentity(t *testing.T) {
 	require.ErrorContains(t, err, "forbidden")
 }
 
+// TestCompiledInNodeToken: with a coordinator that gives each node its own
+// token, node_token_file is this node's, and it takes precedence over
+// auth_token_file.
+func TestCompiledInNodeToken(t *testing.T) {
+	coord := lockservertest.Start(t, lockservertest.WithNodeTokens(map[string]string{"node-1": "token-1", "node-2": "token-2"}))
+	files := t.TempDir()
+	own := filepath.Join(files, "node-token")
+	other := filepath.Join(files, "token")
+	require.NoError(t, os.WriteFile(own, []byte("token-1\n"), 0o600))
+	require.NoError(t, os.WriteFile(other, []byte("token-2\n"), 0o600))
+	dir := t.TempDir()
+	_, p := initPlugin(t, &builtin.Config{Root: filepath.Join(dir, "shared"), NodeID: "node-1", LockServer: coord.URL(),
+		AuthTokenFile: other, NodeTokenFile: own}, dir)
+	inst, err := p.Instance()
+	require.NoError(t, err)
+	data := []byte("a layer of node-1")
+	desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: digest.FromBytes(data), Size: int64(len(data))}
+	require.NoError(t, content.WriteBlob(context.Background(), inst.(content.Store), "layer", bytes.NewReader(data), desc))
+	refs, err := coord.Locker().Refs(context.Background(), desc.Digest.String())
+	require.NoError(t, err)
+	require.Equal(t, []string{"node-1"}, refs.Nodes)
+}
+
 // TestCompiledInConfigErrors: a configuration containerd cannot run the
 // plugin with fails its initialization with a clear error.
 func TestCompiledInConfigErrors(t *testing.T) {
