@@ -76,7 +76,8 @@ type ReapPlan struct {
 	ReclaimableBytes int64 `json:"reclaimable_bytes"`
 	// Waiting counts what is not yet old enough: unreferenced blobs and
 	// dangling references within the grace.
-	WaitingOrphans, WaitingDangling int `json:"-"`
+	WaitingOrphans  int `json:"waiting_orphans"`
+	WaitingDangling int `json:"waiting_dangling"`
 }
 
 // ReapBlob is a blob file of the shared root.

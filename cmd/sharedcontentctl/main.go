@@ -7,7 +7,7 @@
 //	sharedcontentctl ... [--root DIR] doctor [--containerd-config PATH]
 //	sharedcontentctl ... [--root DIR] refs DIGEST
 //	sharedcontentctl ... node ls | node forget ID
-//	sharedcontentctl ... --root DIR du | reap --dry-run
+//	sharedcontentctl ... --root DIR du | reap --dry-run [--reap-grace D]
 //	sharedcontentctl ... cluster adopt --root DIR [--force]
 package main
 
@@ -55,7 +55,7 @@ commands:
   node ls                             list member nodes: live session, synced
   node forget ID                      forget a node gone for good (drops its references)
   du                                  bytes in the shared directory (--root), per node, and reclaimable
-  reap --dry-run                      what the reaper would reclaim now (--root), and its bytes
+  reap --dry-run [--reap-grace D]     what a reaper pass would remove now (--root) and why: the reaper's own decision code
   cluster adopt --root DIR [--force]  make the coordinator take the shared root's cluster (after it lost its database)
 flags:`
 
@@ -110,10 +110,8 @@ func run(args []string, out io.Writer) error {
 		return refs(ctx, c, *root, rest[1], p)
 	case len(rest) == 1 && rest[0] == "du":
 		return du(ctx, c, *root, p)
-	case len(rest) == 2 && rest[0] == "reap" && rest[1] == "--dry-run":
-		return reapDryRun(ctx, c, *root, p)
 	case len(rest) >= 1 && rest[0] == "reap":
-		return errors.New("reap: only --dry-run; the nodes' reapers reclaim (--reap-interval), one at a time")
+		return reapDryRun(ctx, c, *root, rest[1:], p)
 	case len(rest) == 2 && rest[0] == "node" && rest[1] == "ls":
 		return nodes(ctx, c, p)
 	case len(rest) == 3 && rest[0] == "node" && rest[1] == "forget":
