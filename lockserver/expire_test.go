@@ -73,6 +73,18 @@ func TestAbsenceCountsOnlyUptime(t *testing.T) {
 	}
 }
 
+// TestExpireRefusesLiveMember: a member with a live session is not
+// expired, whatever the reaper reports (409 member_live over HTTP).
+func TestExpireRefusesLiveMember(t *testing.T) {
+	l := newTestLocker(t, func(c *Config) { c.SessionTTL, c.NodeExpiry = time.Hour, time.Hour })
+	session(t, l, "n3")
+	_, err := l.Expire(context.Background(), "n3", api.ExpireRequest{MarkerUnchangedMs: (2 * time.Hour).Milliseconds()})
+	require.ErrorIs(t, err, api.ErrMemberLive)
+	status, _ := api.HTTPStatus(err)
+	require.Equal(t, http.StatusConflict, status)
+	require.True(t, nodeLive(t, l, "n3"), "n3 is still a live member")
+}
+
 // TestExpireRefusesShortAbsence: a member unheard of for less than
 // node_expiry of the coordinator's uptime is not expired, whatever the
 // reaper reports of its marker.
@@ -113,23 +125,18 @@ func TestExpireRefusals(t *testing.T) {
 	}
 	long := api.ExpireRequest{MarkerUnchangedMs: 10 * expiry.Milliseconds()}
 
-	// A live member.
 	session(t, l, "n3")
 	_, err := l.AddRef(ctx, blob, "n3")
 	require.NoError(t, err)
 	lease := reapLease(t, l, "n1")
 	reaper := long
 	reaper.NodeID, reaper.LeaseID = "n1", lease
-	status, e := expire("n3", "tok1", reaper)
-	require.Equal(t, http.StatusConflict, status)
-	require.Equal(t, api.CodeMemberLive, e.Code)
-
 	require.Eventually(t, func() bool { return absentMs(t, l, "n3") >= expiry.Milliseconds() }, 5*time.Second, 5*time.Millisecond)
 
 	// Absent long enough, but the marker was seen unchanged too briefly.
 	short := reaper
 	short.MarkerUnchangedMs = expiry.Milliseconds() - 1
-	status, e = expire("n3", "tok1", short)
+	status, e := expire("n3", "tok1", short)
 	require.Equal(t, http.StatusConflict, status)
 	require.Equal(t, api.CodeNotExpired, e.Code)
 	require.Contains(t, e.Error, "marker")
