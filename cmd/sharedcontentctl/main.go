@@ -52,7 +52,7 @@ commands:
   doctor [--containerd-config PATH]   check this node's setup (containerd's config, the plugin's socket, the coordinator, --root); says what to fix
   status                              cluster id and epoch, members (live, synced), locks queued, requests refused and why
   refs DIGEST                         the nodes that reference a blob, and (with --root) whether its file is there
-  node ls                             list member nodes: live session, synced
+  node ls                             list member nodes: live session, synced, absence in the coordinator's uptime
   node forget ID                      forget a node gone for good (drops its references)
   du                                  bytes in the shared directory (--root), per node, and reclaimable
   reap --dry-run [--reap-grace D]     what a reaper pass would remove now (--root) and why: the reaper's own decision code
@@ -161,10 +161,10 @@ func nodes(ctx context.Context, c *lockclient.Client, p printer) error {
 		return err
 	}
 	return p.print(resp, func(tw *tabwriter.Writer) {
-		fmt.Fprintf(tw, "cluster %s, epoch %d\n", resp.ClusterID, resp.Epoch)
-		fmt.Fprintln(tw, "NODE\tLIVE\tSYNCED\tLAST SEEN")
+		fmt.Fprintf(tw, "cluster %s, epoch %d, node expiry %s\n", resp.ClusterID, resp.Epoch, time.Duration(resp.NodeExpiryMs)*time.Millisecond)
+		fmt.Fprintln(tw, "NODE\tLIVE\tSYNCED\tLAST SEEN\tABSENT (COORDINATOR UPTIME)")
 		for _, n := range resp.Nodes {
-			fmt.Fprintf(tw, "%s\t%v\t%v\t%s\n", n.NodeID, n.Live, n.Synced, n.LastSeen)
+			fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%s\n", n.NodeID, n.Live, n.Synced, n.LastSeen, (time.Duration(n.AbsentMs) * time.Millisecond).Round(time.Second))
 		}
 	})
 }
