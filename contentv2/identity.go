@@ -83,7 +83,7 @@ func claimRoot(root, id, nodeID string) (string, error) {
 // WriteNodeMarker records nodeID as a member in the shared root.
 func WriteNodeMarker(root, nodeID string) error {
 	now := time.Now().UTC()
-	return writeMarker(root, NodeMarker{NodeID: nodeID, StartedAt: now, WrittenAt: now})
+	return writeMarker(root, NodeMarker{NodeID: nodeID, StartedAt: now, WrittenAt: now}, true)
 }
 
 // NodeMarkers returns the IDs of the nodes recorded in the shared root.

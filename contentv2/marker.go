@@ -27,14 +27,16 @@ import (
 func (s *store) refreshMarker() {
 	s.markerSeq++
 	m := NodeMarker{NodeID: s.nodeID, StartedAt: s.startedAt, Seq: s.markerSeq, WrittenAt: time.Now().UTC()}
-	if err := writeMarker(s.root, m); err != nil {
+	if err := writeMarker(s.root, m, false); err != nil {
 		log.L.WithError(err).WithField("node", s.nodeID).Warn("refreshing this node's marker in the shared root; " +
 			"a node whose marker stops changing may be expired once the coordinator has not heard from it for --node-expiry")
 	}
 }
 
-// writeMarker writes m as its node's marker, atomically.
-func writeMarker(root string, m NodeMarker) error {
+// writeMarker writes m as its node's marker, atomically; durably when
+// sync. A refresh needs no fsync: an update lost in a crash makes the
+// marker change back, which only restarts the reaper's observation.
+func writeMarker(root string, m NodeMarker, sync bool) error {
 	if err := os.MkdirAll(nodesDir(root), 0o755); err != nil {
 		return err
 	}
@@ -43,7 +45,11 @@ func writeMarker(root string, m NodeMarker) error {
 		return err
 	}
 	path := filepath.Join(nodesDir(root), m.NodeID)
-	if err := writeFileSync(path+".tmp", b); err != nil {
+	write := writeFileSync
+	if !sync {
+		write = func(p string, b []byte) error { return os.WriteFile(p, b, 0o644) }
+	}
+	if err := write(path+".tmp", b); err != nil {
 		return err
 	}
 	return os.Rename(path+".tmp", path)
