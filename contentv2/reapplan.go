@@ -121,7 +121,8 @@ func PlanReap(ctx context.Context, root string, src ReapSource, opts ReapOptions
 	if mem.dangling == nil {
 		mem.dangling, mem.markers = map[string]time.Time{}, map[string]markerSeen{}
 	}
-	plan := ReapPlan{Grace: opts.Grace}
+	plan := ReapPlan{Grace: opts.Grace, Orphans: []ReapBlob{}, Dangling: []ReapRef{}, Ingests: []ReapFile{},
+		Markers: []ReapFile{}, Trash: []ReapFile{}, Expire: []ReapMember{}, Absent: []ReapMember{}}
 	refs := map[string][]string{}
 	err := src.Refs(ctx, func(resource string, nodes []string) error {
 		refs[resource] = nodes
