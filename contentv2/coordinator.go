@@ -41,8 +41,34 @@ type Coordinator interface {
 	Lock(ctx context.Context, req LockRequest) (Lock, error)
 	// Refs calls fn for every resource the coordinator has references of.
 	Refs(ctx context.Context, fn func(resource string, nodes []string) error) error
-	// Members returns the IDs of the cluster's member nodes.
-	Members(ctx context.Context) ([]string, error)
+	// Members returns the cluster's member nodes, each with how long the
+	// coordinator has not heard from it, and the coordinator's node
+	// expiry.
+	Members(ctx context.Context) (Membership, error)
+	// ExpireMember asks the coordinator to forget nodeID, which the
+	// reaper (holding reapLock, the reap lock) has seen leave its marker
+	// unchanged for markerUnchanged (SPEC §8 "Membership"). The
+	// coordinator checks its own measure of the node's absence too;
+	// ErrNotExpired when the node is live or either measure falls short
+	// of the node expiry. It returns the coordinator's measure.
+	ExpireMember(ctx context.Context, reapLock Lock, nodeID string, markerUnchanged time.Duration) (absent time.Duration, err error)
+}
+
+// Membership is the coordinator's view of the cluster's members.
+type Membership struct {
+	Nodes []MemberInfo
+	// NodeExpiry: a member is expired only once it has been absent this
+	// long and its marker unchanged this long.
+	NodeExpiry time.Duration
+}
+
+// MemberInfo is one member node.
+type MemberInfo struct {
+	ID   string
+	Live bool
+	// Absent is how long the coordinator has not heard from it, counted
+	// in the coordinator's own uptime (zero while live).
+	Absent time.Duration
 }
 
 // Lock is a held lock.
@@ -108,6 +134,9 @@ var (
 	ErrDeleting = errors.New("contentv2: being deleted")
 	// ErrWrongCluster: the coordinator belongs to another cluster.
 	ErrWrongCluster = errors.New("contentv2: coordinator of another cluster")
+	// ErrNotExpired: the coordinator refused to expire a member: it is
+	// live, or not yet gone for the node expiry by both measures.
+	ErrNotExpired = errors.New("contentv2: member not expired")
 )
 
 // isRefusal reports whether err is the coordinator's answer rather than a

@@ -31,6 +31,11 @@ type ClusterFile struct {
 type NodeMarker struct {
 	NodeID    string    `json:"node_id"`
 	StartedAt time.Time `json:"started_at"`
+	// Seq and WrittenAt change at every refresh (every session interval,
+	// marker.go): a marker that stops changing is evidence that its node
+	// is gone.
+	Seq       uint64    `json:"seq,omitempty"`
+	WrittenAt time.Time `json:"written_at,omitzero"`
 }
 
 func clusterFilePath(root string) string { return filepath.Join(root, MetaDir, "cluster.json") }
@@ -77,18 +82,8 @@ func claimRoot(root, id, nodeID string) (string, error) {
 
 // WriteNodeMarker records nodeID as a member in the shared root.
 func WriteNodeMarker(root, nodeID string) error {
-	if err := os.MkdirAll(nodesDir(root), 0o755); err != nil {
-		return err
-	}
-	b, err := json.Marshal(NodeMarker{NodeID: nodeID, StartedAt: time.Now().UTC()})
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(nodesDir(root), nodeID)
-	if err := writeFileSync(path+".tmp", b); err != nil {
-		return err
-	}
-	return os.Rename(path+".tmp", path)
+	now := time.Now().UTC()
+	return writeMarker(root, NodeMarker{NodeID: nodeID, StartedAt: now, WrittenAt: now}, true)
 }
 
 // NodeMarkers returns the IDs of the nodes recorded in the shared root.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/sharedcontent/sharedcontent/lockclient"
@@ -27,6 +28,8 @@ var refusals = []struct{ from, to error }{
 	{lockclient.ErrUnsynced, ErrUnsynced},
 	{lockclient.ErrDeleting, ErrDeleting},
 	{lockclient.ErrWrongCluster, ErrWrongCluster},
+	{api.ErrNotExpired, ErrNotExpired},
+	{api.ErrMemberLive, ErrNotExpired},
 }
 
 func mapErr(err error) error {
@@ -124,16 +127,28 @@ func (s *lockService) Refs(ctx context.Context, fn func(resource string, nodes [
 	}
 }
 
-func (s *lockService) Members(ctx context.Context) ([]string, error) {
+func (s *lockService) Members(ctx context.Context) (Membership, error) {
 	resp, err := s.c.Nodes(ctx)
 	if err != nil {
-		return nil, mapErr(err)
+		return Membership{}, mapErr(err)
 	}
-	out := make([]string, len(resp.Nodes))
+	out := Membership{NodeExpiry: time.Duration(resp.NodeExpiryMs) * time.Millisecond, Nodes: make([]MemberInfo, len(resp.Nodes))}
 	for i, n := range resp.Nodes {
-		out[i] = n.NodeID
+		out.Nodes[i] = MemberInfo{ID: n.NodeID, Live: n.Live, Absent: time.Duration(n.AbsentMs) * time.Millisecond}
 	}
 	return out, nil
+}
+
+func (s *lockService) ExpireMember(ctx context.Context, reapLock Lock, nodeID string, markerUnchanged time.Duration) (time.Duration, error) {
+	l, ok := reapLock.(*lease)
+	if !ok || l.l.ResourceID != api.ReapLockResource {
+		return 0, fmt.Errorf("expire node %s: not the reap lock: %w", nodeID, errdefs.ErrInvalidArgument)
+	}
+	resp, err := s.c.Expire(ctx, nodeID, l.l, markerUnchanged)
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	return time.Duration(resp.AbsentMs) * time.Millisecond, nil
 }
 
 // lease is a Lock held through a lockclient lease.

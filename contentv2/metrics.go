@@ -47,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		reaped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sharedcontent_reaper_reclaimed_total",
-			Help: "What the reaper removed, by kind: orphan (blob nobody references), dangling (reference to a missing blob), ingest (of a forgotten node), trash.",
+			Help: "What the reaper removed, by kind: orphan (blob nobody references), dangling (reference to a missing blob), ingest (of a forgotten node), marker (of a forgotten node), trash, member (expired: gone by both measures).",
 		}, []string{"kind"}),
 		reapable: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sharedcontent_reaper_reclaimable_bytes",

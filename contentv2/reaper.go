@@ -7,37 +7,43 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/log"
-	"github.com/opencontainers/go-digest"
 )
 
 // The reaper (SPEC §8). containerd offers a blob for deletion only when its
 // own metadata changed, so a blob kept for another node may never be
 // offered again once that node lets go of it, and a forgotten node's blobs
 // are nobody's. One node at a time, holding the reap lock, walks the
-// shared directory and reclaims, under the delete rule:
+// shared directory, decides (PlanReap, reapplan.go) and reclaims, under
+// the delete rule:
 //   - blobs nobody references, older than the grace (ReapOrphan);
 //   - references to blobs that do not exist, seen so for the grace
 //     (ReapDangling);
 //   - ingests and node markers of nodes that are no longer members, and
-//     leftovers in .trash, older than the grace.
+//     leftovers in .trash, older than the grace;
+//   - members gone by both measures: the coordinator has not heard from
+//     them, and their marker has not changed, for the node expiry (the
+//     coordinator checks its own measure again before it forgets).
 //
 // A blob being pulled is safe: its pull lock excludes the delete lock. A
 // blob used by a node cut off from the coordinator is safe: that node is
-// unsynced, and the delete rule refuses every delete until it syncs.
+// unsynced, and the delete rule refuses every delete until it syncs; and
+// while it runs its marker changes, so it is never expired.
 
-// reapLockResource is the resource whose update lock the reaper holds.
+// reapLockResource is the resource whose update lock the reaper holds
+// (api.ReapLockResource at the lock server).
 const reapLockResource = "sharedcontent/reap"
 
 // ReapReport is what one reaper pass did.
 type ReapReport struct {
 	// Ran is false when another node's reaper held the lock.
 	Ran bool
+	// Plan is what the pass decided; Done the part of it that was
+	// removed (the coordinator may refuse the rest).
+	Plan, Done ReapPlan
 	// Orphans and OrphanBytes count the unreferenced blobs removed;
 	// ReclaimableBytes counts every unreferenced blob found, also those
 	// still within the grace or kept by the delete rule.
@@ -46,14 +52,14 @@ type ReapReport struct {
 	Dangling int
 	// Ingests, Markers and Trash count leftovers removed.
 	Ingests, Markers, Trash int
+	// Expired counts members forgotten.
+	Expired int
 }
 
-// reaperState is what the reaper remembers between passes.
+// reaperState is what the reaper keeps between passes.
 type reaperState struct {
-	mu sync.Mutex
-	// dangling maps a referenced resource whose blob was missing to when
-	// that was first seen. Protected by mu, held for a whole pass.
-	dangling map[string]time.Time
+	pass sync.Mutex // one pass at a time on this node
+	mem  ReapMemory
 }
 
 func (s *store) reapLoop() {
@@ -74,15 +80,16 @@ func (s *store) reapLoop() {
 			l.WithError(err).Warn("reaper pass failed")
 		} else if rep.Ran {
 			l.WithField("orphans", rep.Orphans).WithField("bytes", rep.OrphanBytes).WithField("dangling", rep.Dangling).
-				WithField("ingests", rep.Ingests).WithField("reclaimable_bytes", rep.ReclaimableBytes).Debug("reaper pass")
+				WithField("ingests", rep.Ingests).WithField("expired", rep.Expired).
+				WithField("reclaimable_bytes", rep.ReclaimableBytes).Debug("reaper pass")
 		}
 	}
 }
 
-// Reap runs one reaper pass.
+// Reap runs one reaper pass: it takes the reap lock, plans and acts.
 func (s *store) Reap(ctx context.Context) (ReapReport, error) {
-	s.reaper.mu.Lock() // one pass at a time on this node
-	defer s.reaper.mu.Unlock()
+	s.reaper.pass.Lock()
+	defer s.reaper.pass.Unlock()
 	var rep ReapReport
 	lk, err := s.coord.Lock(ctx, LockRequest{Op: OpUpdate, Resource: reapLockResource})
 	if errors.Is(err, ErrBusy) {
@@ -97,152 +104,98 @@ func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 		}
 	}()
 	rep.Ran = true
-	refs := map[string]bool{}
-	err = s.coord.Refs(ctx, func(resource string, nodes []string) error {
-		refs[resource] = len(nodes) > 0
-		return nil
-	})
+	plan, err := PlanReap(ctx, s.root, s.coord, ReapOptions{Grace: s.reapGrace, Self: s.nodeID}, &s.reaper.mem)
 	if err != nil {
-		return rep, fmt.Errorf("reaper: listing references: %w", err)
-	}
-	if err := s.reapOrphans(ctx, refs, &rep); err != nil {
 		return rep, err
 	}
-	s.reapDangling(ctx, refs, &rep)
-	if err := s.reapLeftovers(ctx, &rep); err != nil {
+	rep.Plan, rep.ReclaimableBytes = plan, plan.ReclaimableBytes
+	rep.Done = ReapPlan{Grace: plan.Grace, NodeExpiry: plan.NodeExpiry}
+	if err := s.reapOrphans(ctx, plan.Orphans, &rep); err != nil {
 		return rep, err
 	}
+	s.reapDangling(ctx, plan.Dangling, &rep)
+	s.reapLeftovers(plan, &rep)
+	s.expireMembers(ctx, lk, plan.Expire, &rep)
 	s.metrics.reapable.Set(float64(rep.ReclaimableBytes))
 	return rep, nil
 }
 
-// reapOrphans deletes the blobs nobody references, older than the grace.
-func (s *store) reapOrphans(ctx context.Context, refs map[string]bool, rep *ReapReport) error {
-	var orphans []content.Info
-	err := s.local.Walk(ctx, func(info content.Info) error {
-		if !refs[info.Digest.String()] {
-			rep.ReclaimableBytes += info.Size
-			if time.Since(info.CreatedAt) >= s.reapGrace {
-				orphans = append(orphans, info)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("reaper: walking blobs: %w", err)
-	}
-	for _, info := range orphans {
-		lk, err := s.coord.Lock(ctx, LockRequest{Op: OpDelete, Resource: info.Digest.String(), Reap: ReapOrphan})
+// reapOrphans deletes the planned orphans, each under the delete rule.
+func (s *store) reapOrphans(ctx context.Context, orphans []ReapBlob, rep *ReapReport) error {
+	for _, o := range orphans {
+		lk, err := s.coord.Lock(ctx, LockRequest{Op: OpDelete, Resource: o.Digest.String(), Reap: ReapOrphan})
 		if err != nil {
 			if !isRefusal(err) {
 				return fmt.Errorf("reaper: %w", err)
 			}
 			continue // referenced meanwhile, being pulled, or a member unsynced
 		}
-		if err := s.removeLocked(ctx, info.Digest, lk); err != nil {
+		if err := s.removeLocked(ctx, o.Digest, lk); err != nil {
 			return fmt.Errorf("reaper: %w", err)
 		}
-		if _, err := os.Stat(s.blobPath(info.Digest)); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(s.blobPath(o.Digest)); errors.Is(err, fs.ErrNotExist) {
 			rep.Orphans++
-			rep.OrphanBytes += info.Size
+			rep.OrphanBytes += o.Size
+			rep.Done.Orphans = append(rep.Done.Orphans, o)
 			s.metrics.reaped.WithLabelValues("orphan").Inc()
 		}
 	}
 	return nil
 }
 
-// reapDangling drops the references to blobs that have been missing for
-// the grace.
-func (s *store) reapDangling(ctx context.Context, refs map[string]bool, rep *ReapReport) {
-	now := time.Now()
-	seen := s.reaper.dangling
-	if seen == nil {
-		seen = map[string]time.Time{}
-		s.reaper.dangling = seen
-	}
-	for id := range seen {
-		if !refs[id] {
-			delete(seen, id)
-		}
-	}
-	for id := range refs {
-		d, err := digest.Parse(id)
-		if err != nil {
-			continue
-		}
-		if _, err := os.Stat(s.blobPath(d)); !errors.Is(err, fs.ErrNotExist) {
-			delete(seen, id)
-			continue
-		}
-		first, ok := seen[id]
-		if !ok {
-			seen[id], first = now, now
-		}
-		if now.Sub(first) < s.reapGrace {
-			continue
-		}
-		lk, err := s.coord.Lock(ctx, LockRequest{Op: OpDelete, Resource: id, Reap: ReapDangling})
+// reapDangling drops the planned dangling references, each under the
+// delete rule, once the delete lock shows the blob still missing.
+func (s *store) reapDangling(ctx context.Context, dangling []ReapRef, rep *ReapReport) {
+	for _, r := range dangling {
+		lk, err := s.coord.Lock(ctx, LockRequest{Op: OpDelete, Resource: r.Resource, Reap: ReapDangling})
 		if err != nil {
 			continue
 		}
 		// Under the delete lock no pull can commit it: look once more.
-		_, err = os.Stat(s.blobPath(d))
+		_, err = os.Stat(s.blobPath(r.blobMissing))
 		missing := errors.Is(err, fs.ErrNotExist)
 		if uerr := lk.Unlock(context.WithoutCancel(ctx), missing, nil); uerr == nil && missing {
 			rep.Dangling++
-			delete(seen, id)
+			rep.Done.Dangling = append(rep.Done.Dangling, r)
 			s.metrics.reaped.WithLabelValues("dangling").Inc()
 		}
 	}
 }
 
-// reapLeftovers removes the ingests and node markers of nodes that are no
-// longer members, and old trash, all older than the grace.
-func (s *store) reapLeftovers(ctx context.Context, rep *ReapReport) error {
-	members, err := s.coord.Members(ctx)
-	if err != nil {
-		return fmt.Errorf("reaper: listing members: %w", err)
+// reapLeftovers removes the planned ingests, markers and trash.
+func (s *store) reapLeftovers(plan ReapPlan, rep *ReapReport) {
+	for _, kind := range []struct {
+		files []ReapFile
+		done  *[]ReapFile
+		n     *int
+		label string
+	}{{plan.Ingests, &rep.Done.Ingests, &rep.Ingests, "ingest"}, {plan.Markers, &rep.Done.Markers, &rep.Markers, "marker"},
+		{plan.Trash, &rep.Done.Trash, &rep.Trash, "trash"}} {
+		for _, f := range kind.files {
+			if os.RemoveAll(filepath.Join(s.root, f.Path)) == nil {
+				*kind.n++
+				*kind.done = append(*kind.done, f)
+				s.metrics.reaped.WithLabelValues(kind.label).Inc()
+			}
+		}
 	}
-	member := map[string]bool{s.nodeID: true}
-	for _, m := range members {
-		member[m] = true
-	}
-	old := func(fi fs.FileInfo) bool { return time.Since(fi.ModTime()) >= s.reapGrace }
+}
 
-	ingests, _ := os.ReadDir(filepath.Join(s.root, "ingest"))
-	for _, e := range ingests {
-		dir := filepath.Join(s.root, "ingest", e.Name())
-		ref, err := os.ReadFile(filepath.Join(dir, "ref"))
-		node, _, ok := strings.Cut(string(ref), "/")
-		fi, serr := os.Stat(dir)
-		if err != nil || !ok || member[node] || serr != nil || !old(fi) {
+// expireMembers asks the coordinator to forget the planned members, and
+// says so loudly.
+func (s *store) expireMembers(ctx context.Context, lk Lock, members []ReapMember, rep *ReapReport) {
+	for _, m := range members {
+		l := log.G(ctx).WithField("node", m.Node).WithField("marker_unchanged", m.MarkerUnchanged).
+			WithField("reaper", s.nodeID)
+		absent, err := s.coord.ExpireMember(ctx, lk, m.Node, m.MarkerUnchanged)
+		if err != nil {
+			l.WithError(err).WithField("absent", m.Absent).Info("reaper: the coordinator kept a member the reaper found gone")
 			continue
 		}
-		if os.RemoveAll(dir) == nil {
-			rep.Ingests++
-			s.metrics.reaped.WithLabelValues("ingest").Inc()
-		}
+		rep.Expired++
+		rep.Done.Expire = append(rep.Done.Expire, ReapMember{Node: m.Node, Absent: absent, MarkerUnchanged: m.MarkerUnchanged})
+		s.metrics.reaped.WithLabelValues("member").Inc()
+		l.WithField("absent", absent).WithField("node_expiry", rep.Plan.NodeExpiry).
+			Warn("reaper: MEMBER EXPIRED (unheard of by the coordinator and its marker unchanged for the node expiry); its references are dropped")
 	}
-	markers, _ := os.ReadDir(nodesDir(s.root))
-	for _, e := range markers {
-		fi, err := e.Info()
-		if err != nil || member[e.Name()] || !old(fi) {
-			continue
-		}
-		if os.Remove(filepath.Join(nodesDir(s.root), e.Name())) == nil {
-			rep.Markers++
-		}
-	}
-	trash, _ := os.ReadDir(filepath.Join(s.root, TrashDir))
-	for _, e := range trash {
-		fi, err := e.Info()
-		if err != nil || !old(fi) {
-			continue
-		}
-		if os.RemoveAll(filepath.Join(s.root, TrashDir, e.Name())) == nil {
-			rep.Trash++
-			s.metrics.reaped.WithLabelValues("trash").Inc()
-		}
-	}
-	return nil
 }

@@ -84,6 +84,7 @@ func (s *store) sessionLoop() {
 			}
 		}
 		cancel()
+		s.refreshMarker() // answered or not: this node is alive
 		t.Reset(s.sessionInterval())
 	}
 }

@@ -115,6 +115,10 @@ type store struct {
 	reapGrace    time.Duration
 	reaper       reaperState
 	metrics      *metrics
+	// startedAt, and markerSeq (the session loop's only), go into this
+	// node's marker (marker.go).
+	startedAt time.Time
+	markerSeq uint64
 
 	mu         sync.Mutex
 	referenced map[digest.Digest]struct{} // protected by mu; refs the coordinator has (or will have at the next sync)
@@ -166,6 +170,7 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 		followers:    map[string]*follower{},
 		kick:         make(chan struct{}, 1),
 		stop:         make(chan struct{}),
+		startedAt:    time.Now().UTC(),
 	}
 	for _, o := range opts {
 		o(s)

@@ -326,7 +326,7 @@ func TestFaultTwoCoordinatorsOnOneRoot(t *testing.T) {
 // member of the root's cluster. If it leaves a member marker in the root,
 // the next adoption (the coordinator lost its database) makes it a member
 // that never syncs, and every delete of the cluster waits for it until an
-// operator forgets it or --node-expiry (24 h) passes.
+// operator forgets it or the reaper expires it (after --node-expiry).
 func TestFaultRefusedNodeIsNoMember(t *testing.T) {
 	e := newFaultEnv(t, faultConfig())
 	ctx := nsContext()

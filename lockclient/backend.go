@@ -55,4 +55,6 @@ type Backend interface {
 	Forget(ctx context.Context, nodeID string) error
 	// Adopt makes the coordinator take a shared root's cluster (admin).
 	Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error)
+	// Expire forgets a member shown gone (the reaper, or admin).
+	Expire(ctx context.Context, nodeID string, req api.ExpireRequest) (api.ExpireResponse, error)
 }

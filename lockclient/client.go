@@ -230,6 +230,25 @@ func (c *Client) Forget(ctx context.Context, nodeID string) error {
 	})
 }
 
+// Expire asks the coordinator to forget nodeID, shown gone (SPEC §8
+// "Membership"): this client's node holds lease, the reap lock's, and has
+// seen nodeID's marker unchanged for markerUnchanged. The coordinator
+// checks its own measure of the node's absence too; api.ErrNotExpired
+// when either is short of its node expiry.
+func (c *Client) Expire(ctx context.Context, nodeID string, lease *Lease, markerUnchanged time.Duration) (api.ExpireResponse, error) {
+	req := api.ExpireRequest{NodeID: c.opts.nodeID, MarkerUnchangedMs: markerUnchanged.Milliseconds()}
+	if lease != nil {
+		req.NodeID, req.LeaseID = lease.NodeID, lease.ID
+	}
+	var resp api.ExpireResponse
+	err := c.retry(ctx, call{op: "expire", id: nodeID}, func(ctx context.Context) error {
+		var err error
+		resp, err = c.backend.Expire(ctx, nodeID, req)
+		return err
+	})
+	return resp, err
+}
+
 // Adopt makes the coordinator take a shared root's cluster (admin; SPEC
 // §8).
 func (c *Client) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {

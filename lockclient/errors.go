@@ -51,7 +51,7 @@ var ErrLeaseLost = errors.New("lock: lease lost")
 var refusals = []error{
 	api.ErrInvalidArgument, api.ErrUnauthorized, api.ErrNotHolder, api.ErrNotFound,
 	api.ErrInUse, api.ErrLocked, api.ErrDeleting, api.ErrTooLarge,
-	api.ErrUnsynced, api.ErrWrongCluster, api.ErrMemberLive,
+	api.ErrUnsynced, api.ErrWrongCluster, api.ErrMemberLive, api.ErrNotExpired,
 	api.ErrForbidden, api.ErrUnsupportedProtocol,
 }
 

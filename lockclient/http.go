@@ -236,6 +236,12 @@ func (b *httpBackend) Forget(ctx context.Context, nodeID string) error {
 	return b.do(ctx, http.MethodDelete, "/nodes/"+url.PathEscape(nodeID), nil, nil, nil)
 }
 
+func (b *httpBackend) Expire(ctx context.Context, nodeID string, req api.ExpireRequest) (api.ExpireResponse, error) {
+	var resp api.ExpireResponse
+	err := b.do(ctx, http.MethodPost, "/nodes/"+url.PathEscape(nodeID)+"/expire", nil, req, &resp)
+	return resp, err
+}
+
 func (b *httpBackend) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {
 	var resp api.Cluster
 	err := b.do(ctx, http.MethodPost, "/cluster/adopt", nil, req, &resp)

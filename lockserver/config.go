@@ -21,9 +21,12 @@ const (
 	// keepalive (nodes renew every TTL/3). A node cut off from the
 	// coordinator uses blobs unregistered only after about this long.
 	DefaultSessionTTL = 15 * time.Second
-	// DefaultNodeExpiry is how long a member may be away before it is
-	// forgotten (its references dropped). Until then, deletes wait for it.
-	DefaultNodeExpiry = 24 * time.Hour
+	// DefaultNodeExpiry is how long a member must be both unheard of (in
+	// the coordinator's uptime) and its marker in the shared root
+	// unchanged before the reaper may forget it (its references dropped;
+	// SPEC §8). Until then, deletes wait for it. A week outlasts a long
+	// weekend's outage and a node's repair.
+	DefaultNodeExpiry = 7 * 24 * time.Hour
 	// DefaultFenceBlock is how many fences are reserved per persisted
 	// high-water mark write.
 	DefaultFenceBlock = 4096
@@ -48,7 +51,9 @@ type Config struct {
 	UpdateRequiresNoRef bool
 	// SessionTTL is the lifetime of a node's session without keepalive.
 	SessionTTL time.Duration
-	// NodeExpiry forgets a member after this long without a session.
+	// NodeExpiry: a member is forgotten (by the reaper, through Expire)
+	// only once the coordinator has not heard from it for this long of its
+	// own uptime and its marker has not changed for this long.
 	NodeExpiry time.Duration
 	// MaxWaitersPerNode bounds the requests one node may have queued at
 	// once; more are refused with 429 (SPEC §9).

@@ -13,7 +13,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *ServerConfig) {
 	fs.BoolVar(&cfg.AllowMultiNodeDownload, "allow-multi-node-download", cfg.AllowMultiNodeDownload, "queue contenders (false: answer 409 locked unless the request asks to wait)")
 	fs.BoolVar(&cfg.UpdateRequiresNoRef, "update-requires-no-ref", cfg.UpdateRequiresNoRef, "refuse updates while other nodes reference the resource")
 	fs.DurationVar(&cfg.SessionTTL, "session-ttl", cfg.SessionTTL, "node session lifetime without keepalive; a node cut off from the coordinator uses blobs unregistered only after this long")
-	fs.DurationVar(&cfg.NodeExpiry, "node-expiry", cfg.NodeExpiry, "forget a member node (and drop its references) after this long without a session; deletes wait for it until then")
+	fs.DurationVar(&cfg.NodeExpiry, "node-expiry", cfg.NodeExpiry, "forget a member node (and drop its references) only once the coordinator has not heard from it for this long of its own uptime (downtime does not count) and the reaper has seen its marker in the shared root unchanged this long; deletes wait for it until then")
 	fs.IntVar(&cfg.MaxWaitersPerNode, "max-waiters-per-node", cfg.MaxWaitersPerNode, "requests one node may have queued at once; more get 429")
 	fs.StringVar(&cfg.AdminTokenFile, "admin-token-file", cfg.AdminTokenFile, "file holding the bearer token of admin calls (forget, adopt); empty: the auth token, if any")
 	fs.StringVar(&cfg.AuthTokenFile, "auth-token-file", cfg.AuthTokenFile, "file holding the bearer token clients must send (empty: no auth)")

@@ -39,6 +39,7 @@ import (
 //	POST /nodes/session   open or renew a node's session (SPEC §8)
 //	PUT  /nodes/{id}/refs a node's full sync, chunked
 //	DELETE /nodes/{id}    forget a member (admin)
+//	POST /nodes/{id}/expire  forget a member shown gone (the reaper, or admin)
 //	GET  /nodes           members and their state
 //	GET  /cluster         the coordinator's identity
 //	POST /cluster/adopt   take the shared root's cluster (admin)
@@ -277,8 +278,8 @@ func HandleError(ctx *fasthttp.RequestCtx, err error) {
 	writeError(ctx, fmt.Errorf("malformed HTTP request: %w: %w", api.ErrInvalidArgument, err))
 }
 
-// nodeRoute routes /nodes/{id} (DELETE: forget, admin) and
-// /nodes/{id}/refs (PUT: sync).
+// nodeRoute routes /nodes/{id} (DELETE: forget, admin),
+// /nodes/{id}/refs (PUT: sync) and /nodes/{id}/expire (POST).
 func (h *Handler) nodeRoute(ctx *fasthttp.RequestCtx) (route, bool) {
 	rest, ok := strings.CutPrefix(string(ctx.Path()), "/nodes/")
 	if !ok || rest == "" {
@@ -286,6 +287,9 @@ func (h *Handler) nodeRoute(ctx *fasthttp.RequestCtx) (route, bool) {
 	}
 	if id, ok := strings.CutSuffix(rest, "/refs"); ok && !strings.Contains(id, "/") {
 		return route{method: http.MethodPut, handle: func(ctx *fasthttp.RequestCtx) { h.syncRefs(ctx, id) }}, true
+	}
+	if id, ok := strings.CutSuffix(rest, "/expire"); ok && !strings.Contains(id, "/") {
+		return onPost(func(ctx *fasthttp.RequestCtx) { h.expire(ctx, id) }), true
 	}
 	if strings.Contains(rest, "/") {
 		return route{}, false
@@ -395,6 +399,20 @@ func (h *Handler) syncRefs(ctx *fasthttp.RequestCtx, nodeID string) {
 		return
 	}
 	resp, err := h.locker.SyncRefs(ctx, nodeID, req)
+	reply(ctx, resp, err)
+}
+
+// expire: the reaper (its reap lock's lease) or an admin (no lease).
+func (h *Handler) expire(ctx *fasthttp.RequestCtx, nodeID string) {
+	var req api.ExpireRequest
+	if !decode(ctx, &req) || !actAs(ctx, &req.NodeID) {
+		return
+	}
+	if who, _ := h.authenticate(ctx); req.LeaseID == "" && !who.admin {
+		writeError(ctx, fmt.Errorf("expiring a member needs the reap lock's lease (lease_id) or the admin identity: %w", api.ErrForbidden))
+		return
+	}
+	resp, err := h.locker.Expire(ctx, nodeID, req)
 	reply(ctx, resp, err)
 }
 

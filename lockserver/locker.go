@@ -34,6 +34,9 @@ type Locker struct {
 	metrics      *metrics
 	shards       []*shard
 	now          func() time.Time
+	// started is when this Locker started (monotonic): members' absence
+	// counts from here at the earliest (members.go).
+	started time.Time
 	// trace, when set (by tests), is called under the shard mutex at every
 	// enqueue and grant.
 	trace func(event string, t typeIndex, resourceID, requestID string)
@@ -109,6 +112,7 @@ func NewLocker(cfg Config, opts Options) (*Locker, error) {
 		waiting: newNodeCounter(cfg.MaxWaitersPerNode),
 		stop:    make(chan struct{}),
 	}
+	l.started = l.now()
 	ctx := context.Background()
 	if err := l.startEpoch(ctx); err != nil {
 		return nil, err
@@ -123,8 +127,6 @@ func NewLocker(cfg Config, opts Options) (*Locker, error) {
 		l.wg.Add(1)
 		go l.sweepLoop(sh)
 	}
-	l.wg.Add(1)
-	go l.memberLoop()
 	return l, nil
 }
 

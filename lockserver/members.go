@@ -14,7 +14,8 @@ import (
 )
 
 // Membership (SPEC §8). A node is a member from its first session until it
-// is forgotten (Forget, or NodeExpiry without a session). A member is
+// is forgotten: by an operator (Forget), or by the reaper once the node is
+// shown gone (Expire, expire.go). Time alone never forgets it. A member is
 // synced while it holds a live session and the coordinator has received
 // its full journal in that session; a delete is granted only while every
 // member is synced, because an unsynced member's references may be
@@ -235,7 +236,8 @@ func (l *Locker) Nodes(context.Context) (api.NodesResponse, error) {
 	now := l.now()
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
-	out := api.NodesResponse{Cluster: l.Cluster(), Nodes: make([]api.NodeStatus, 0, len(l.members))}
+	out := api.NodesResponse{Cluster: l.Cluster(), NodeExpiryMs: l.cfg.NodeExpiry.Milliseconds(),
+		Nodes: make([]api.NodeStatus, 0, len(l.members))}
 	for _, m := range l.members {
 		seen := m.rec.LastSeen
 		if m.live(now) {
@@ -244,42 +246,25 @@ func (l *Locker) Nodes(context.Context) (api.NodesResponse, error) {
 		out.Nodes = append(out.Nodes, api.NodeStatus{
 			NodeID: m.rec.ID, Live: m.live(now), Synced: m.synced && m.live(now),
 			FirstSeen: m.rec.FirstSeen.UTC().Format(time.RFC3339Nano), LastSeen: seen.UTC().Format(time.RFC3339Nano),
+			AbsentMs: l.absence(m, now).Milliseconds(),
 		})
 	}
 	slices.SortFunc(out.Nodes, func(a, b api.NodeStatus) int { return strings.Compare(a.NodeID, b.NodeID) })
 	return out, nil
 }
 
-// expireMembers forgets the members that have had no session for
-// NodeExpiry.
-func (l *Locker) expireMembers(ctx context.Context, now time.Time) {
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
-	for id, m := range l.members {
-		last := m.rec.LastSeen
-		if m.sessionUntil.After(last) {
-			last = m.sessionUntil
-		}
-		if m.live(now) || now.Sub(last) < l.cfg.NodeExpiry {
-			continue
-		}
-		if err := l.forgetLocked(ctx, id, fmt.Sprintf("no session for %s (node_expiry)", l.cfg.NodeExpiry)); err != nil {
-			log.G(ctx).WithError(err).WithField("node", id).Error("expiring member")
-		}
+// absence is how long the coordinator has not heard from m, in its own
+// uptime: since the end of m's last session or since this coordinator
+// started, whichever is later, measured on the monotonic clock. Time the
+// coordinator was down never counts (a weekend's outage expires nobody).
+// Zero while m is live. Callers hold mmu.
+func (l *Locker) absence(m *member, now time.Time) time.Duration {
+	if m.live(now) {
+		return 0
 	}
-}
-
-// memberLoop expires members until the Locker closes.
-func (l *Locker) memberLoop() {
-	defer l.wg.Done()
-	t := time.NewTicker(max(10*time.Millisecond, min(time.Minute, l.cfg.NodeExpiry/10)))
-	defer t.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-t.C:
-			l.expireMembers(context.Background(), l.now())
-		}
+	from := l.started
+	if m.sessionUntil.After(from) {
+		from = m.sessionUntil
 	}
+	return max(0, now.Sub(from))
 }

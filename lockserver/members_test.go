@@ -198,19 +198,6 @@ func TestAdoptAndForget(t *testing.T) {
 	require.True(t, mustLock(t, ts.Locker, api.OperationDelete, "n1").Acquired)
 }
 
-// TestNodeExpiry: a member away for node_expiry is forgotten.
-func TestNodeExpiry(t *testing.T) {
-	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 20 * time.Millisecond; c.NodeExpiry = 100 * time.Millisecond })
-	session(t, l, "n1")
-	_, err := l.AddRef(context.Background(), blob, "n1")
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		nodes, err := l.Nodes(context.Background())
-		return err == nil && len(nodes.Nodes) == 0
-	}, 5*time.Second, 10*time.Millisecond)
-	require.Empty(t, refsOf(t, l, blob))
-}
-
 func writeFile(t *testing.T, path, s string) {
 	t.Helper()
 	require.NoError(t, os.WriteFile(path, []byte(s), 0o600))

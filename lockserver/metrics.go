@@ -34,6 +34,8 @@ type metrics struct {
 	unsyncedRefusals prometheus.Counter
 	// writeFailures counts database writes that failed (health.go).
 	writeFailures prometheus.Counter
+	// membersExpired counts members the reaper expired (expire.go).
+	membersExpired prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -76,14 +78,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "sharedcontent_db_write_failures_total",
 		Help: "Database writes that failed (full disk, I/O error): each request answered 503 and changed nothing; /readyz is unready until a write succeeds.",
 	})
+	expired := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sharedcontent_members_expired_total",
+		Help: "Members forgotten automatically: unheard of for node_expiry of the coordinator's uptime and their marker unchanged that long (the log line gives both measures).",
+	})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{requests, handoffs, expiries, wait, hold, depth, members, unsynced, writeFailures} {
+		for _, c := range []prometheus.Collector{requests, handoffs, expiries, wait, hold, depth, members, unsynced, writeFailures, expired} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
 		}
 	}
-	m := &metrics{expiries: expiries, members: members, unsyncedRefusals: unsynced, writeFailures: writeFailures}
+	m := &metrics{expiries: expiries, members: members, unsyncedRefusals: unsynced, writeFailures: writeFailures, membersExpired: expired}
 	for t, name := range typeNames {
 		for res, rn := range resultNames {
 			m.results[t][res] = requests.WithLabelValues(string(name), rn)

@@ -10,8 +10,8 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockclient"
 )
 
-// diskUsage is what `du` and `reap --dry-run` compute from the shared root and
-// the coordinator's references.
+// diskUsage is what `du` computes from the shared root and the
+// coordinator's references.
 type diskUsage struct {
 	Blobs      int              `json:"blobs"`
 	Bytes      int64            `json:"bytes"`
@@ -72,29 +72,5 @@ func du(ctx context.Context, c *lockclient.Client, root string, p printer) error
 		}
 		fmt.Fprintf(tw, "reclaimable\t%d orphans, %d in .trash\t%s\n", len(u.Orphans), u.TrashFiles, bytesOf(u.Reclaimable))
 		fmt.Fprintf(tw, "dangling references\t%d\t\n", len(u.Dangling))
-	})
-}
-
-// reapDryRun lists what the reaper would reclaim now. The reaper itself
-// waits --reap-grace before it takes an orphan, and deletes only while
-// every member is synced.
-func reapDryRun(ctx context.Context, c *lockclient.Client, root string, p printer) error {
-	u, err := measure(ctx, c, root)
-	if err != nil {
-		return err
-	}
-	return p.print(u, func(tw *tabwriter.Writer) {
-		fmt.Fprintln(tw, "WHAT\tDIGEST\tBYTES")
-		for _, o := range u.Orphans {
-			fmt.Fprintf(tw, "orphan (no node references it)\t%s\t%s\n", o.Digest, bytesOf(o.Size))
-		}
-		for _, d := range u.Dangling {
-			fmt.Fprintf(tw, "dangling reference (no file)\t%s\t\n", d)
-		}
-		if u.TrashFiles > 0 {
-			fmt.Fprintf(tw, ".trash\t%d entries\t%s\n", u.TrashFiles, bytesOf(u.TrashBytes))
-		}
-		fmt.Fprintf(tw, "total reclaimable\t\t%s\n", bytesOf(u.Reclaimable))
-		fmt.Fprintln(tw, "(dry run: nothing was removed; the reaper waits --reap-grace and for every member to be synced)")
 	})
 }

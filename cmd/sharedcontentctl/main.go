@@ -7,7 +7,7 @@
 //	sharedcontentctl ... [--root DIR] doctor [--containerd-config PATH]
 //	sharedcontentctl ... [--root DIR] refs DIGEST
 //	sharedcontentctl ... node ls | node forget ID
-//	sharedcontentctl ... --root DIR du | reap --dry-run
+//	sharedcontentctl ... --root DIR du | reap --dry-run [--reap-grace D]
 //	sharedcontentctl ... cluster adopt --root DIR [--force]
 package main
 
@@ -52,10 +52,10 @@ commands:
   doctor [--containerd-config PATH]   check this node's setup (containerd's config, the plugin's socket, the coordinator, --root); says what to fix
   status                              cluster id and epoch, members (live, synced), locks queued, requests refused and why
   refs DIGEST                         the nodes that reference a blob, and (with --root) whether its file is there
-  node ls                             list member nodes: live session, synced
+  node ls                             list member nodes: live session, synced, absence in the coordinator's uptime
   node forget ID                      forget a node gone for good (drops its references)
   du                                  bytes in the shared directory (--root), per node, and reclaimable
-  reap --dry-run                      what the reaper would reclaim now (--root), and its bytes
+  reap --dry-run [--reap-grace D]     what a reaper pass would remove now (--root) and why: the reaper's own decision code
   cluster adopt --root DIR [--force]  make the coordinator take the shared root's cluster (after it lost its database)
 flags:`
 
@@ -110,10 +110,8 @@ func run(args []string, out io.Writer) error {
 		return refs(ctx, c, *root, rest[1], p)
 	case len(rest) == 1 && rest[0] == "du":
 		return du(ctx, c, *root, p)
-	case len(rest) == 2 && rest[0] == "reap" && rest[1] == "--dry-run":
-		return reapDryRun(ctx, c, *root, p)
 	case len(rest) >= 1 && rest[0] == "reap":
-		return errors.New("reap: only --dry-run; the nodes' reapers reclaim (--reap-interval), one at a time")
+		return reapDryRun(ctx, c, *root, rest[1:], p)
 	case len(rest) == 2 && rest[0] == "node" && rest[1] == "ls":
 		return nodes(ctx, c, p)
 	case len(rest) == 3 && rest[0] == "node" && rest[1] == "forget":
@@ -163,10 +161,10 @@ func nodes(ctx context.Context, c *lockclient.Client, p printer) error {
 		return err
 	}
 	return p.print(resp, func(tw *tabwriter.Writer) {
-		fmt.Fprintf(tw, "cluster %s, epoch %d\n", resp.ClusterID, resp.Epoch)
-		fmt.Fprintln(tw, "NODE\tLIVE\tSYNCED\tLAST SEEN")
+		fmt.Fprintf(tw, "cluster %s, epoch %d, node expiry %s\n", resp.ClusterID, resp.Epoch, time.Duration(resp.NodeExpiryMs)*time.Millisecond)
+		fmt.Fprintln(tw, "NODE\tLIVE\tSYNCED\tLAST SEEN\tABSENT (COORDINATOR UPTIME)")
 		for _, n := range resp.Nodes {
-			fmt.Fprintf(tw, "%s\t%v\t%v\t%s\n", n.NodeID, n.Live, n.Synced, n.LastSeen)
+			fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%s\n", n.NodeID, n.Live, n.Synced, n.LastSeen, (time.Duration(n.AbsentMs) * time.Millisecond).Round(time.Second))
 		}
 	})
 }

@@ -82,7 +82,7 @@ func TestDuAndReapDryRun(t *testing.T) {
 	require.Equal(t, 1, u.TrashFiles)
 	require.EqualValues(t, 570, u.Reclaimable, "the orphan and the trash")
 
-	dry := ctl(t, "--lock-server", server, "--root", root, "reap", "--dry-run")
+	dry := ctl(t, "--lock-server", server, "--root", root, "reap", "--dry-run", "--reap-grace", "0s")
 	require.Contains(t, dry, orphan)
 	require.Contains(t, dry, gone)
 	require.Contains(t, dry, "nothing was removed")

@@ -217,12 +217,47 @@ type NodeStatus struct {
 	Synced    bool   `json:"synced"`
 	FirstSeen string `json:"first_seen"`
 	LastSeen  string `json:"last_seen"`
+	// AbsentMs is how long the coordinator has not heard from the node,
+	// counted in the coordinator's own uptime (since the end of the node's
+	// last session, or since the coordinator started, whichever is later;
+	// SPEC §8 "Membership"). Zero while live.
+	AbsentMs int64 `json:"absent_ms"`
 }
 
 // NodesResponse is the answer to GET /nodes.
 type NodesResponse struct {
 	Cluster
-	Nodes []NodeStatus `json:"nodes"`
+	// NodeExpiryMs is the coordinator's --node-expiry: a member is
+	// expired only once both its absence and its marker's staleness
+	// reach it.
+	NodeExpiryMs int64        `json:"node_expiry_ms"`
+	Nodes        []NodeStatus `json:"nodes"`
+}
+
+// ReapLockResource is the resource whose update lock the reaper holds
+// (SPEC §8 "Reaper"); expiring a member needs its live lease.
+const ReapLockResource = "sharedcontent/reap"
+
+// ExpireRequest is the body of POST /nodes/{id}/expire: the reaper asks
+// the coordinator to forget a member it believes gone (SPEC §8
+// "Membership"). The caller is the node holding the reap lock, named by
+// NodeID with that lock's LeaseID, or an admin (no lease).
+type ExpireRequest struct {
+	NodeID  string `json:"node_id,omitempty"`
+	LeaseID string `json:"lease_id,omitempty"`
+	// MarkerUnchangedMs is how long the caller has itself seen the
+	// member's marker in the shared root unchanged (its own monotonic
+	// clock).
+	MarkerUnchangedMs int64 `json:"marker_unchanged_ms"`
+}
+
+// ExpireResponse is the answer to POST /nodes/{id}/expire: the member was
+// forgotten, with both measures.
+type ExpireResponse struct {
+	NodeID            string `json:"node_id"`
+	AbsentMs          int64  `json:"absent_ms"`
+	MarkerUnchangedMs int64  `json:"marker_unchanged_ms"`
+	NodeExpiryMs      int64  `json:"node_expiry_ms"`
 }
 
 // AdoptRequest is the body of POST /cluster/adopt (admin): the coordinator
@@ -348,6 +383,7 @@ const (
 	CodeTooManyRequests     = "too_many_requests"
 	CodeForbidden           = "forbidden"
 	CodeUnsupportedProtocol = "unsupported_protocol"
+	CodeNotExpired          = "not_expired"
 )
 
 // ErrorResponse is the body of every 4xx/5xx answer.

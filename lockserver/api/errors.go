@@ -46,6 +46,10 @@ var (
 	ErrWrongCluster = newSentinel("lock: wrong cluster", errdefs.ErrFailedPrecondition)
 	// ErrMemberLive: a member with a live session cannot be forgotten.
 	ErrMemberLive = newSentinel("lock: member has a live session", errdefs.ErrFailedPrecondition)
+	// ErrNotExpired: a member may not be expired yet (SPEC §8
+	// "Membership"): the coordinator has heard from it, or the marker
+	// staleness reported, within node_expiry.
+	ErrNotExpired = newSentinel("lock: member not expired", errdefs.ErrFailedPrecondition)
 	// ErrUnsupportedProtocol: the client and the coordinator speak
 	// different versions of this protocol (ProtocolHeader).
 	ErrUnsupportedProtocol = newSentinel("lock: unsupported protocol version", errdefs.ErrNotImplemented)
@@ -88,6 +92,7 @@ var codes = []struct {
 	{ErrUnsynced, CodeUnsynced, http.StatusConflict},
 	{ErrWrongCluster, CodeWrongCluster, http.StatusConflict},
 	{ErrMemberLive, CodeMemberLive, http.StatusConflict},
+	{ErrNotExpired, CodeNotExpired, http.StatusConflict},
 	{ErrTooManyRequests, CodeTooManyRequests, http.StatusTooManyRequests},
 	{ErrForbidden, CodeForbidden, http.StatusForbidden},
 	{ErrUnsupportedProtocol, CodeUnsupportedProtocol, http.StatusBadRequest},

@@ -1,0 +1,113 @@
+package lockserver
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/containerd/log"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+// Expiry (SPEC §8 "Membership"; docs/design.md, "Never lose a blob"). Time
+// alone never proves a node dead: one cut off from the coordinator may
+// still run and use its blobs. A member is forgotten automatically only
+// when both hold for NodeExpiry:
+//   - the coordinator has not heard from it, in the coordinator's own
+//     uptime (absence, members.go: downtime never counts);
+//   - its marker in the shared root has not changed. The coordinator does
+//     not see the root; the reaper does, and reports how long it has
+//     itself seen the marker unchanged.
+//
+// The coordinator runs no expiry of its own: the reaper asks (Expire), and
+// the coordinator checks what it can know itself before it forgets.
+
+// Expire handles POST /nodes/{id}/expire: it forgets nodeID when the
+// caller holds the reap lock (req.NodeID with the live lease req.LeaseID)
+// and the member is not live, has been absent for NodeExpiry of this
+// coordinator's uptime, and req reports its marker unchanged for at least
+// NodeExpiry. Refusals: ErrForbidden (not the reaper), ErrNotFound (no
+// such member), ErrMemberLive, ErrNotExpired (either measure too short).
+// A request without a lease is an admin's: the HTTP handler lets only an
+// admin send one.
+func (l *Locker) Expire(ctx context.Context, nodeID string, req api.ExpireRequest) (api.ExpireResponse, error) {
+	if err := validateID("node_id", nodeID); err != nil {
+		return api.ExpireResponse{}, err
+	}
+	if req.MarkerUnchangedMs < 0 {
+		return api.ExpireResponse{}, fmt.Errorf("marker_unchanged_ms %d is negative: %w", req.MarkerUnchangedMs, api.ErrInvalidArgument)
+	}
+	now := l.now()
+	if req.LeaseID != "" {
+		// Hold the reap lock's shard until the member is forgotten, so
+		// that the lease is live throughout (lock order: shard, then mmu).
+		sh := l.shardFor(api.ReapLockResource)
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		if err := l.checkReaper(sh, req, now); err != nil {
+			return api.ExpireResponse{}, err
+		}
+	}
+	l.mmu.Lock()
+	defer l.mmu.Unlock()
+	m := l.members[nodeID]
+	if m == nil {
+		return api.ExpireResponse{}, fmt.Errorf("expire node %s: not a member: %w", nodeID, api.ErrNotFound)
+	}
+	if m.live(now) {
+		return api.ExpireResponse{}, fmt.Errorf("expire node %s: it has a live session: %w", nodeID, api.ErrMemberLive)
+	}
+	resp := api.ExpireResponse{NodeID: nodeID, AbsentMs: l.absence(m, now).Milliseconds(),
+		MarkerUnchangedMs: req.MarkerUnchangedMs, NodeExpiryMs: l.cfg.NodeExpiry.Milliseconds()}
+	if err := expiryDue(resp); err != nil {
+		return api.ExpireResponse{}, fmt.Errorf("expire node %s: %w", nodeID, err)
+	}
+	why := fmt.Sprintf("expired: unheard of for %s of the coordinator's uptime and its marker unchanged for %s (node_expiry %s)",
+		ms(resp.AbsentMs), ms(resp.MarkerUnchangedMs), l.cfg.NodeExpiry)
+	if err := l.forgetLocked(ctx, nodeID, why); err != nil {
+		return api.ExpireResponse{}, err
+	}
+	l.metrics.membersExpired.Inc()
+	log.G(ctx).WithField("node", nodeID).WithField("absent", ms(resp.AbsentMs)).
+		WithField("marker_unchanged", ms(resp.MarkerUnchangedMs)).WithField("node_expiry", l.cfg.NodeExpiry).
+		WithField("by", or(req.NodeID, "admin")).Warn("MEMBER EXPIRED: its references are dropped and its blobs may be reclaimed")
+	return resp, nil
+}
+
+// checkReaper fails with ErrForbidden unless req names the live lease of
+// the reap lock's holder. Callers hold sh, the reap lock's shard.
+func (l *Locker) checkReaper(sh *shard, req api.ExpireRequest, now time.Time) error {
+	var g *grant
+	if r := sh.resources[api.ReapLockResource]; r != nil {
+		g = r.keys[idxUpdate].holder
+	}
+	if g == nil || g.leaseID != req.LeaseID || g.nodeID != req.NodeID || !now.Before(g.expires) {
+		return fmt.Errorf("only the reaper expires members: node %q does not hold the %s lock of %s with that lease: %w",
+			req.NodeID, api.OperationUpdate, api.ReapLockResource, api.ErrForbidden)
+	}
+	return nil
+}
+
+// expiryDue fails with ErrNotExpired unless both measures of r reach the
+// node expiry.
+func expiryDue(r api.ExpireResponse) error {
+	switch {
+	case r.AbsentMs < r.NodeExpiryMs:
+		return fmt.Errorf("the coordinator has not heard from it for only %s of its uptime, less than node_expiry %s: %w",
+			ms(r.AbsentMs), ms(r.NodeExpiryMs), api.ErrNotExpired)
+	case r.MarkerUnchangedMs < r.NodeExpiryMs:
+		return fmt.Errorf("its marker was seen unchanged for only %s, less than node_expiry %s: %w",
+			ms(r.MarkerUnchangedMs), ms(r.NodeExpiryMs), api.ErrNotExpired)
+	}
+	return nil
+}
+
+func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
