@@ -41,12 +41,16 @@ func (d *interruptedDB) Commit(ctx context.Context, b *refcount.Batch) error {
 // startOn starts a Locker on the database file at path, cutting the
 // commit that matches cut once armed; the Locker and the file are closed
 // by stop or when t ends.
-func startOn(t *testing.T, path string, cut func(refcount.Op) bool) (l *Locker, db *interruptedDB, stop func()) {
+func startOn(t *testing.T, path string, cut func(refcount.Op) bool, mutate ...func(*Config)) (l *Locker, db *interruptedDB, stop func()) {
 	t.Helper()
 	s, err := refcount.OpenBoltStorage(path)
 	require.NoError(t, err)
 	db = &interruptedDB{BoltStorage: s, cut: cut}
-	l, err = NewLocker(DefaultConfig(), Options{Refs: refcount.NewManager(db, refcount.Config{}), State: db})
+	cfg := DefaultConfig()
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	l, err = NewLocker(cfg, Options{Refs: refcount.NewManager(db, refcount.Config{}), State: db})
 	require.NoError(t, err)
 	var once atomic.Bool
 	stop = func() {
