@@ -22,19 +22,19 @@ type OpKind uint8
 
 // The writes of a Batch.
 const (
-	OpSetRefs        OpKind = iota // Key's reference set becomes Refs (Storage.Set)
-	OpDropRefs                     // Key's reference set is dropped (Storage.Delete)
-	OpAddRef                       // Node is added to Key's reference set
-	OpRemoveRef                    // Node is removed from Key's set; an emptied set is dropped
-	OpReplaceNode                  // Node references exactly NodeRefs (Storage.ReplaceNode)
-	OpPutMember                    // Member is stored under Member.ID
-	OpDeleteMember                 // member Key is forgotten
-	OpPutString                    // meta Key is String
-	OpPutUint64                    // meta Key is Uint64
-	OpPutDeleting                  // Key's delete is in flight: Deleting
-	OpDropDeleting                 // Key's in-flight delete marker is dropped
-	OpPutDeleted                   // Key's delete completed: Deleted
-	OpDropDeleted                  // Key's delete completion is dropped
+	OpSetRefs      OpKind = iota // Key's reference set becomes Refs (Storage.Set)
+	OpDropRefs                   // Key's reference set is dropped (Storage.Delete)
+	OpAddRef                     // Node is added to Key's reference set
+	OpRemoveRef                  // Node is removed from Key's set; an emptied set is dropped
+	OpReplaceNode                // Node references exactly NodeRefs (Storage.ReplaceNode)
+	OpPutMember                  // Member is stored under Member.ID
+	OpDeleteMember               // member Key is forgotten
+	OpPutString                  // meta Key is String
+	OpPutUint64                  // meta Key is Uint64
+	OpPutDeleting                // Key's delete is in flight: Deleting
+	OpDropDeleting               // Key's in-flight delete marker is dropped
+	OpPutDeleted                 // Key's delete completed: Deleted
+	OpDropDeleted                // Key's delete completion is dropped
 )
 
 // Op is one write of a Batch. Key is the resource ID, the member ID or
