@@ -60,7 +60,8 @@ type Op struct {
 type DeleteMarker struct {
 	Node  string `json:"node_id"`
 	Fence uint64 `json:"fence"`
-	// Expires is the end of the lease the delete was granted with.
+	// Expires is the end of the lease the delete was granted with;
+	// keepalives do not rewrite it (a write per renewal).
 	Expires time.Time `json:"expires"`
 }
 
