@@ -3,6 +3,7 @@ package lockserver
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/containerd/log"
 
@@ -22,25 +23,25 @@ const (
 	epochKey     = "epoch"
 )
 
-// startEpoch reads (creating) the cluster ID and starts a new epoch.
+// startEpoch reads (creating) the cluster ID and starts a new epoch, in
+// one transaction.
 func (l *Locker) startEpoch(ctx context.Context) error {
 	id, err := l.state.GetString(ctx, clusterIDKey)
 	if err != nil {
 		return fmt.Errorf("lockserver: reading the cluster id: %w", err)
 	}
-	if id == "" {
-		id = newID()
-		if err := l.state.PutString(ctx, clusterIDKey, id); err != nil {
-			return fmt.Errorf("lockserver: creating the cluster id: %w", err)
-		}
-	}
 	epoch, err := l.state.GetUint64(ctx, epochKey)
 	if err != nil {
 		return fmt.Errorf("lockserver: reading the epoch: %w", err)
 	}
+	b := new(refcount.Batch)
+	if id == "" {
+		id = newID()
+		b.PutString(clusterIDKey, id)
+	}
 	epoch++
-	if err := l.state.PutUint64(ctx, epochKey, epoch); err != nil {
-		return fmt.Errorf("lockserver: writing the epoch: %w", err)
+	if err := l.refs.Commit(ctx, b.PutUint64(epochKey, epoch)); err != nil {
+		return fmt.Errorf("lockserver: writing the cluster id and epoch: %w", err)
 	}
 	l.cluster.Store(&api.Cluster{ClusterID: id, Epoch: epoch})
 	return nil
@@ -52,8 +53,13 @@ func (l *Locker) Cluster() api.Cluster { return *l.cluster.Load() }
 // Adopt handles POST /cluster/adopt (admin): a coordinator whose database
 // was lost takes the shared root's cluster ID, starts a new epoch and
 // learns the root's members, none of them synced, so that it grants no
-// delete until every one of them has sent its journal. A coordinator that
-// already has members is refused unless req.Force.
+// delete until every one of them has sent its journal. A coordinator of
+// another cluster that already has members is refused unless req.Force.
+//
+// The members, the cluster ID and the epoch are written in one
+// transaction (SPEC §8): an adopt interrupted at any point leaves the old
+// state or the new one, and adopting the same cluster again completes it
+// (it is idempotent: nothing is refused, the epoch moves on).
 func (l *Locker) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {
 	if err := validateID("cluster_id", req.ClusterID); err != nil {
 		return api.Cluster{}, err
@@ -68,29 +74,32 @@ func (l *Locker) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, 
 	defer l.mmu.Unlock()
 	cur := l.Cluster()
 	if len(l.members) > 0 && !req.Force && cur.ClusterID != req.ClusterID {
-		return api.Cluster{}, fmt.Errorf("cluster %s already has %d member(s); adopt with force to merge them: %w",
-			cur.ClusterID, len(l.members), api.ErrMemberLive)
+		return api.Cluster{}, fmt.Errorf("this coordinator is cluster %s and already has %d member(s); "+
+			"adopting cluster %s would merge them into it. If the shared root is the right one, run "+
+			"`sharedcontentctl cluster adopt --root DIR --force`: %w",
+			cur.ClusterID, len(l.members), req.ClusterID, api.ErrMemberLive)
 	}
+	b := new(refcount.Batch)
+	var added []refcount.Member
 	for _, n := range req.Nodes {
-		if l.members[n] != nil {
+		if l.members[n] != nil || slices.ContainsFunc(added, func(m refcount.Member) bool { return m.ID == n }) {
 			continue
 		}
 		rec := refcount.Member{ID: n, FirstSeen: now, LastSeen: now}
-		if err := l.wrote(ctx, l.state.PutMember(ctx, rec)); err != nil {
-			return api.Cluster{}, fmt.Errorf("adopt: %w", err)
-		}
-		l.members[n] = &member{rec: rec}
+		b.PutMember(rec)
+		added = append(added, rec)
+	}
+	c := api.Cluster{ClusterID: req.ClusterID, Epoch: cur.Epoch + 1}
+	b.PutString(clusterIDKey, c.ClusterID).PutUint64(epochKey, c.Epoch)
+	if err := l.commit(ctx, b); err != nil {
+		return api.Cluster{}, fmt.Errorf("adopt: nothing was changed; run the same command again: %w", err)
+	}
+	for _, rec := range added {
+		l.members[rec.ID] = &member{rec: rec}
 	}
 	// Everyone syncs again: under the adopted identity nothing is known.
 	for _, m := range l.members {
 		m.synced, m.sync = false, nil
-	}
-	if err := l.wrote(ctx, l.state.PutString(ctx, clusterIDKey, req.ClusterID)); err != nil {
-		return api.Cluster{}, fmt.Errorf("adopt: %w", err)
-	}
-	c := api.Cluster{ClusterID: req.ClusterID, Epoch: cur.Epoch + 1}
-	if err := l.wrote(ctx, l.state.PutUint64(ctx, epochKey, c.Epoch)); err != nil {
-		return api.Cluster{}, fmt.Errorf("adopt: %w", err)
 	}
 	l.cluster.Store(&c)
 	l.metrics.members.Set(float64(len(l.members)))

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// FenceStore persists the fence high-water mark. refcount's bolt storage
-// implements it.
+// FenceStore persists the fence high-water mark. refcount's storages
+// implement it.
 type FenceStore interface {
 	GetUint64(ctx context.Context, key string) (uint64, error)
 	PutUint64(ctx context.Context, key string, v uint64) error
@@ -19,7 +21,7 @@ const fenceKey = "fence_high_water_mark"
 // blocks: before handing out fences up to hwm it persists hwm, so after a
 // restart it starts above every fence ever handed out.
 type fenceSource struct {
-	store FenceStore
+	put   func(hwm uint64) error // persists the high-water mark
 	block uint64
 
 	mu   sync.Mutex
@@ -27,18 +29,17 @@ type fenceSource struct {
 	hwm  uint64 // protected by mu; fences ≤ hwm are reserved on disk
 }
 
-func newFenceSource(store FenceStore, block uint64) (*fenceSource, error) {
-	f := &fenceSource{store: store, block: block}
-	if store == nil {
-		f.hwm = ^uint64(0)
-		return f, nil
-	}
-	hwm, err := store.GetUint64(context.Background(), fenceKey)
+// newFenceSource reads the persisted high-water mark and returns the
+// Locker's fence source, which persists the next ones with commit.
+func (l *Locker) newFenceSource(ctx context.Context, block uint64) (*fenceSource, error) {
+	hwm, err := l.state.GetUint64(ctx, fenceKey)
 	if err != nil {
 		return nil, fmt.Errorf("reading fence high-water mark: %w", err)
 	}
-	f.last, f.hwm = hwm, hwm
-	return f, nil
+	put := func(hwm uint64) error {
+		return l.refs.Commit(context.Background(), new(refcount.Batch).PutUint64(fenceKey, hwm))
+	}
+	return &fenceSource{put: put, block: block, last: hwm, hwm: hwm}, nil
 }
 
 // next returns a fence greater than every fence returned before, also by
@@ -48,7 +49,7 @@ func (f *fenceSource) next() (uint64, error) {
 	defer f.mu.Unlock()
 	if f.last == f.hwm {
 		hwm := f.hwm + f.block
-		if err := f.store.PutUint64(context.Background(), fenceKey, hwm); err != nil {
+		if err := f.put(hwm); err != nil {
 			return 0, fmt.Errorf("persisting fence high-water mark: %w", err)
 		}
 		f.hwm = hwm

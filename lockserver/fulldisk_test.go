@@ -42,7 +42,7 @@ func TestFullDisk(t *testing.T) {
 		checkFullDisk(t, ts.url, func() { fill(t, filler) }, func() { require.NoError(t, os.Remove(filler)) })
 	})
 	t.Run("injected", func(t *testing.T) {
-		disk := &fullDisk{Storage: refcount.NewMemoryStorage(), memoryState: newMemoryState()}
+		disk := &fullDisk{Storage: refcount.NewMemoryStorage()}
 		l, err := NewLocker(DefaultConfig(), Options{Refs: refcount.NewManager(disk, refcount.Config{}), State: disk})
 		require.NoError(t, err)
 		t.Cleanup(func() { l.Close() })
@@ -132,66 +132,21 @@ func fill(t *testing.T, path string) {
 	}
 }
 
-// fullDisk is a reference storage and state store that refuse every write
-// while full, as a database on a full disk does.
+// fullDisk is a coordinator storage that refuses every write while full,
+// as a database on a full disk does.
 type fullDisk struct {
 	refcount.Storage
-	*memoryState
 	full atomic.Bool
 }
 
 var errNoSpace = fmt.Errorf("write: %w", syscall.ENOSPC)
 
-func (d *fullDisk) check() error {
+func (d *fullDisk) Commit(ctx context.Context, b *refcount.Batch) error {
 	if d.full.Load() {
 		return errNoSpace
 	}
-	return nil
+	return d.Storage.Commit(ctx, b)
 }
-
-func (d *fullDisk) Set(ctx context.Context, id string, rc refcount.ReferenceCount) error {
-	if err := d.check(); err != nil {
-		return err
-	}
-	return d.Storage.Set(ctx, id, rc)
-}
-
-func (d *fullDisk) Delete(ctx context.Context, id string) error {
-	if err := d.check(); err != nil {
-		return err
-	}
-	return d.Storage.Delete(ctx, id)
-}
-
-func (d *fullDisk) ReplaceNode(ctx context.Context, node string, refs map[string]struct{}) error {
-	if err := d.check(); err != nil {
-		return err
-	}
-	return d.Storage.ReplaceNode(ctx, node, refs)
-}
-
-func (d *fullDisk) PutUint64(ctx context.Context, key string, v uint64) error {
-	if err := d.check(); err != nil {
-		return err
-	}
-	return d.memoryState.PutUint64(ctx, key, v)
-}
-
-func (d *fullDisk) PutString(ctx context.Context, key, v string) error {
-	if err := d.check(); err != nil {
-		return err
-	}
-	return d.memoryState.PutString(ctx, key, v)
-}
-
-func (d *fullDisk) PutMember(ctx context.Context, m refcount.Member) error {
-	if err := d.check(); err != nil {
-		return err
-	}
-	return d.memoryState.PutMember(ctx, m)
-}
-
-func (d *fullDisk) Close() error { return d.Storage.Close() }
 
 // serveHandler serves h on a loopback port until the test ends and returns
 // its base URL.

@@ -167,6 +167,24 @@ func snapshot(t *testing.T, l *Locker) string {
 	}
 	c := l.Cluster()
 	lines = append(lines, fmt.Sprintf("cluster %s %d", c.ClusterID, c.Epoch))
+	// What a restart would load: persisted members and deletes.
+	ms, err := l.state.ListMembers(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		lines = append(lines, fmt.Sprintf("persisted member %s %v", m.ID, m.FirstSeen.UnixNano()))
+	}
+	d, err := l.state.Deletes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, m := range d.InFlight {
+		lines = append(lines, fmt.Sprintf("persisted deleting %s %s %d", id, m.Node, m.Fence))
+	}
+	for id, c := range d.Completed {
+		lines = append(lines, fmt.Sprintf("persisted deleted %s %s %v", id, c.Node, c.Lapsed))
+	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
 }

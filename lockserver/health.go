@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
 // A write the database refuses (a full disk, an I/O error) changes
@@ -52,7 +53,7 @@ func (l *Locker) Ready(ctx context.Context) error {
 	if !l.writeFailing.Load() {
 		return nil
 	}
-	return l.wrote(ctx, l.state.PutString(ctx, readinessKey, l.now().UTC().Format(time.RFC3339Nano)))
+	return l.commit(ctx, new(refcount.Batch).PutString(readinessKey, l.now().UTC().Format(time.RFC3339Nano)))
 }
 
 // minFreeBytes is the free space below which a coordinator's data

@@ -25,7 +25,7 @@ import (
 type Locker struct {
 	cfg     Config
 	refs    *refcount.Manager
-	state   StateStore
+	state   refcount.Storage // the Manager's storage; written only through commit
 	fences  *fenceSource
 	cluster atomic.Pointer[api.Cluster] // the coordinator's identity
 	// writeFailing is set from a failed database write until one
@@ -71,9 +71,12 @@ const maxFreeResources = 64
 type Options struct {
 	// Refs holds the reference sets. Required.
 	Refs *refcount.Manager
-	// State persists the fence high-water mark, the coordinator's
-	// identity and its members. Nil keeps them in memory only: fences
-	// restart from 1 and every Locker is a new cluster.
+	// State, when set, must be Refs' storage: the fence high-water mark,
+	// the coordinator's identity, its members and its deletes live in the
+	// same database as the reference sets, so that one transaction can
+	// change them together. Refs' storage is used whether or not it is
+	// set (a memory storage: fences restart from 1 and every Locker is a
+	// new cluster).
 	State StateStore
 	// Registerer receives the Prometheus metrics. Nil registers nowhere.
 	Registerer prometheus.Registerer
@@ -88,13 +91,9 @@ func NewLocker(cfg Config, opts Options) (*Locker, error) {
 	if opts.Refs == nil {
 		return nil, fmt.Errorf("lockserver: refcount manager is required: %w", api.ErrInvalidArgument)
 	}
-	var state StateStore = newMemoryState()
-	if opts.State != nil {
-		state = opts.State
-	}
-	fences, err := newFenceSource(state, DefaultFenceBlock)
-	if err != nil {
-		return nil, err
+	state := opts.Refs.Storage()
+	if opts.State != nil && any(opts.State) != any(state) {
+		return nil, fmt.Errorf("lockserver: the state store must be the reference storage (one database): %w", api.ErrInvalidArgument)
 	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
@@ -104,7 +103,6 @@ func NewLocker(cfg Config, opts Options) (*Locker, error) {
 		cfg:     cfg,
 		refs:    opts.Refs,
 		state:   state,
-		fences:  fences,
 		metrics: m,
 		shards:  make([]*shard, cfg.Shards),
 		now:     time.Now,
@@ -114,6 +112,9 @@ func NewLocker(cfg Config, opts Options) (*Locker, error) {
 	}
 	l.started = l.now()
 	ctx := context.Background()
+	if l.fences, err = l.newFenceSource(ctx, DefaultFenceBlock); err != nil {
+		return nil, err
+	}
 	if err := l.startEpoch(ctx); err != nil {
 		return nil, err
 	}
@@ -122,6 +123,9 @@ func NewLocker(cfg Config, opts Options) (*Locker, error) {
 	}
 	for i := range l.shards {
 		l.shards[i] = &shard{resources: make(map[string]*resource), released: make(map[leaseKey]released)}
+	}
+	if err := l.loadDeletes(ctx); err != nil {
+		return nil, err
 	}
 	for _, sh := range l.shards {
 		l.wg.Add(1)
@@ -228,7 +232,7 @@ func (l *Locker) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 	}
 	// A retained success is only an answer while nothing incompatible is
 	// in flight: a pull must not skip while a delete removes the blob.
-	if c := k.completed; c != nil && now.Sub(c.at) < l.cfg.CompletedTTL && r.compatibleWith(t) {
+	if c := k.completed; c != nil && !c.lapsed && now.Sub(c.at) < l.cfg.CompletedTTL && r.compatibleWith(t) {
 		l.metrics.result(t, resultSkipped)
 		return api.LockResponse{RequestID: req.RequestID, Skip: true}, nil
 	}
@@ -346,9 +350,14 @@ func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 		switch t {
 		case idxPull:
 			l.noteRef(g.nodeID, req.ResourceID, true)
-			_, err = l.refs.AddRef(ctx, req.ResourceID, g.nodeID)
+			if r.keys[idxDelete].completed != nil {
+				// The pull ends the delete's completion, on disk too.
+				err = l.refs.Commit(ctx, new(refcount.Batch).AddRef(req.ResourceID, g.nodeID).DropDeleted(req.ResourceID))
+			} else {
+				_, err = l.refs.AddRef(ctx, req.ResourceID, g.nodeID)
+			}
 		case idxDelete:
-			_, err = l.refs.UpdateRefCount(ctx, api.OperationDelete, req.ResourceID, g.nodeID, true)
+			err = l.refs.Commit(ctx, deleted(req.ResourceID, g.nodeID, now))
 		}
 		if err := l.wrote(ctx, err); err != nil {
 			return api.UnlockResponse{}, fmt.Errorf("%s:%s: recording success: %w", req.Type, req.ResourceID, err)
@@ -456,6 +465,11 @@ func (l *Locker) grant(r *resource, req request, now time.Time) (*grant, error) 
 		expires:  now.Add(l.cfg.LeaseTTL),
 		claimBy:  now.Add(l.cfg.ClaimTimeout),
 	}
+	if req.typ == idxDelete {
+		if err := l.markDelete(context.Background(), r.id, g); err != nil {
+			return nil, fmt.Errorf("%s: %w", typeNames[req.typ], err)
+		}
+	}
 	r.keys[req.typ].holder = g
 	if l.trace != nil {
 		l.trace("granted", req.typ, r.id, req.requestID)
@@ -483,6 +497,9 @@ func (l *Locker) release(ctx context.Context, sh *shard, r *resource, t typeInde
 		sh.released[key] = released{success: success, typ: t, resource: hashID(r.id), node: hashID(g.nodeID), at: now.UnixNano()}
 	}
 	l.metrics.hold[t].Observe(now.Sub(g.acquired).Seconds())
+	if t == idxDelete && !success {
+		l.endDelete(ctx, r, g, reason, now)
+	}
 	switch reason {
 	case "expired", "unclaimed":
 		l.metrics.expiries.WithLabelValues(string(typeNames[t]), reason).Inc()

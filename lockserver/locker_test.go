@@ -517,7 +517,7 @@ func (s *gatedStorage) release() {
 	s.opened.Do(func() { close(s.open) })
 }
 
-func (s *gatedStorage) Set(ctx context.Context, id string, rc refcount.ReferenceCount) error {
+func (s *gatedStorage) Commit(ctx context.Context, b *refcount.Batch) error {
 	if s.fail.CompareAndSwap(true, false) {
 		return errors.New("disk on fire")
 	}
@@ -525,14 +525,7 @@ func (s *gatedStorage) Set(ctx context.Context, id string, rc refcount.Reference
 		s.entered <- struct{}{}
 		<-s.open
 	}
-	return s.Storage.Set(ctx, id, rc)
-}
-
-func (s *gatedStorage) Delete(ctx context.Context, id string) error {
-	if s.fail.CompareAndSwap(true, false) {
-		return errors.New("disk on fire")
-	}
-	return s.Storage.Delete(ctx, id)
+	return s.Storage.Commit(ctx, b)
 }
 
 // newGatedLocker returns a Locker whose reference writes go through a

@@ -91,7 +91,7 @@ func (l *Locker) Session(ctx context.Context, req api.SessionRequest) (api.Sessi
 	if m.rec.LastSeen.IsZero() || now.Sub(m.rec.LastSeen) > l.persistSeenEvery() {
 		rec := m.rec
 		rec.LastSeen = now
-		if err := l.wrote(ctx, l.state.PutMember(ctx, rec)); err != nil {
+		if err := l.commit(ctx, new(refcount.Batch).PutMember(rec)); err != nil {
 			return api.SessionResponse{}, fmt.Errorf("session of node %s: %w", req.NodeID, err)
 		}
 		m.rec = rec
@@ -217,13 +217,12 @@ func (l *Locker) Forget(ctx context.Context, nodeID string) error {
 	return l.forgetLocked(ctx, nodeID, "forgotten by an operator")
 }
 
-// forgetLocked drops the member and its references. Callers hold mmu.
+// forgetLocked drops the member and its references, in one transaction
+// (SPEC §8): interrupted, it leaves both, and running it again completes
+// it. Callers hold mmu.
 func (l *Locker) forgetLocked(ctx context.Context, nodeID, why string) error {
-	if err := l.wrote(ctx, l.refs.ReplaceNode(ctx, nodeID, nil)); err != nil {
-		return fmt.Errorf("forget node %s: %w", nodeID, err)
-	}
-	if err := l.wrote(ctx, l.state.DeleteMember(ctx, nodeID)); err != nil {
-		return fmt.Errorf("forget node %s: %w", nodeID, err)
+	if err := l.commit(ctx, new(refcount.Batch).ReplaceNode(nodeID, nil).DeleteMember(nodeID)); err != nil {
+		return fmt.Errorf("forget node %s: nothing was changed; run the same command again: %w", nodeID, err)
 	}
 	delete(l.members, nodeID)
 	l.metrics.members.Set(float64(len(l.members)))

@@ -36,26 +36,54 @@ func (l *Locker) addRef(ctx context.Context, resourceID, nodeID string, found bo
 	sh := l.shardFor(resourceID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if r := sh.resources[resourceID]; r != nil {
+	r := sh.resources[resourceID]
+	var done *completion // a delete's completion that this reference ends
+	if r != nil {
 		if g := r.keys[idxDelete].holder; g != nil {
 			return api.RefsResponse{}, fmt.Errorf("refs %s: delete by node %s in flight: %w", resourceID, g.nodeID, api.ErrDeleting)
 		}
-		if c := r.keys[idxDelete].completed; found && c != nil {
-			if ago := l.now().Sub(c.at); ago < l.cfg.CompletedTTL {
-				return api.RefsResponse{}, fmt.Errorf("refs %s: deleted by node %s %s ago; what this node found is a stale view: %w",
-					resourceID, c.nodeID, ago.Round(time.Millisecond), api.ErrDeleting)
+		done = r.keys[idxDelete].completed
+		if found && done != nil {
+			if err := l.staleView(resourceID, done); err != nil {
+				return api.RefsResponse{}, err
 			}
 		}
+	}
+	l.noteRef(nodeID, resourceID, true)
+	var (
+		rc  refcount.ReferenceCount
+		err error
+	)
+	if done == nil {
+		rc, err = l.refs.AddRef(ctx, resourceID, nodeID)
+	} else if err = l.refs.Commit(ctx, new(refcount.Batch).AddRef(resourceID, nodeID).DropDeleted(resourceID)); err == nil {
+		rc, err = l.refs.GetRefCount(ctx, resourceID)
+	}
+	if err := l.wrote(ctx, err); err != nil {
+		return api.RefsResponse{}, fmt.Errorf("refs %s: %w", resourceID, err)
+	}
+	if done != nil {
 		// The resource is in use again, so a later delete must really run.
 		r.keys[idxDelete].completed = nil
 		sh.tidy(r)
 	}
-	l.noteRef(nodeID, resourceID, true)
-	rc, err := l.refs.AddRef(ctx, resourceID, nodeID)
-	if err := l.wrote(ctx, err); err != nil {
-		return api.RefsResponse{}, fmt.Errorf("refs %s: %w", resourceID, err)
-	}
 	return api.RefsResponse{ResourceID: resourceID, Count: rc.Count, Nodes: rc.NodeList()}, nil
+}
+
+// staleView refuses a node's use of a blob it found present while the
+// delete completion c is retained: the node may see the deleted file
+// through a cache of the shared filesystem.
+func (l *Locker) staleView(resourceID string, c *completion) error {
+	ago := l.now().Sub(c.at)
+	if ago >= l.cfg.CompletedTTL {
+		return nil
+	}
+	what := "deleted by node " + c.nodeID
+	if c.lapsed {
+		what = "possibly deleted by node " + c.nodeID + " (its delete lease lapsed)"
+	}
+	return fmt.Errorf("refs %s: %s %s ago; what this node found is a stale view: %w",
+		resourceID, what, ago.Round(time.Millisecond), api.ErrDeleting)
 }
 
 // Maximum and default page sizes of RefsList.

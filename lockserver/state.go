@@ -92,10 +92,14 @@ type waiter struct {
 	slot     int           // index in the queue's slots (waitQueue)
 }
 
-// completion is a retained successful pull or delete.
+// completion is a retained successful pull or delete, or a delete whose
+// lease lapsed (deletes.go).
 type completion struct {
 	nodeID string
 	at     time.Time
+	// lapsed: the delete's holder went without an unlock. Nobody skips
+	// on it (the blob may still be there); stale views are refused.
+	lapsed bool
 }
 
 // released remembers a lease that ended, so a retried Unlock with the same

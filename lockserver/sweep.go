@@ -26,6 +26,7 @@ func (l *Locker) sweep(sh *shard, now time.Time) {
 	ctx := context.Background()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	var pruned []string // delete completions whose retention ended
 	for _, r := range sh.resources {
 		changed := false
 		for t := range numTypes {
@@ -52,6 +53,9 @@ func (l *Locker) sweep(sh *shard, now time.Time) {
 			}
 			if c := k.completed; c != nil && now.Sub(c.at) >= l.cfg.CompletedTTL {
 				k.completed = nil
+				if t == idxDelete {
+					pruned = append(pruned, r.id)
+				}
 			}
 		}
 		if changed {
@@ -59,6 +63,7 @@ func (l *Locker) sweep(sh *shard, now time.Time) {
 		}
 		sh.tidy(r)
 	}
+	l.pruneDeleted(ctx, pruned)
 	forgetBefore := now.Add(-l.cfg.LeaseTTL).UnixNano()
 	for lease, rel := range sh.released {
 		if rel.at < forgetBefore {

@@ -17,10 +17,13 @@ import (
 const DefaultOpenTimeout = time.Second
 
 // Bucket names. refcounts maps a resource ID to a JSON boltRecord; meta maps
-// a MetaStore key to an 8-byte big-endian uint64.
+// a MetaStore key to an 8-byte big-endian uint64 or a string; deleting and
+// deleted map a resource ID to a JSON DeleteMarker and DeleteCompletion.
 var (
 	refcountsBucket = []byte("refcounts")
 	metaBucket      = []byte("meta")
+	deletingBucket  = []byte("deleting")
+	deletedBucket   = []byte("deleted")
 )
 
 // boltRecord is the stored form of a ReferenceCount. Count is written for
@@ -30,7 +33,7 @@ type boltRecord struct {
 	Nodes []string `json:"nodes"`
 }
 
-// BoltStorage is a Storage and MetaStore in one bbolt database file.
+// BoltStorage is a Storage in one bbolt database file.
 //
 // It is safe for concurrent use. Each mutation is on disk when its call
 // returns. Mutations use group commit: a lone one is committed at once,
@@ -76,7 +79,7 @@ func OpenBoltStorage(path string, opts ...BoltOption) (*BoltStorage, error) {
 		return nil, fmt.Errorf("open refcount db %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{refcountsBucket, metaBucket, membersBucket} {
+		for _, name := range [][]byte{refcountsBucket, metaBucket, membersBucket, deletingBucket, deletedBucket} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
@@ -121,38 +124,18 @@ func (s *BoltStorage) Get(ctx context.Context, resourceID string) (ReferenceCoun
 
 // Set implements Storage.
 func (s *BoltStorage) Set(ctx context.Context, resourceID string, rc ReferenceCount) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	if resourceID == "" {
 		return fmt.Errorf("refcount: empty resource ID: %w", errdefs.ErrInvalidArgument)
 	}
-	nodes := rc.NodeList()
-	v, err := json.Marshal(boltRecord{Count: len(nodes), Nodes: nodes})
-	if err != nil {
-		return fmt.Errorf("refcount %s: encode: %w", resourceID, err)
-	}
-	err = s.writes.commit(func(tx *bolt.Tx) error {
-		return tx.Bucket(refcountsBucket).Put([]byte(resourceID), v)
-	})
-	if err != nil {
-		return fmt.Errorf("refcount %s: set: %w", resourceID, err)
-	}
-	return nil
+	return s.Commit(ctx, new(Batch).SetRefs(resourceID, rc))
 }
 
 // Delete implements Storage.
 func (s *BoltStorage) Delete(ctx context.Context, resourceID string) error {
-	if err := ctx.Err(); err != nil {
+	if err := ctx.Err(); err != nil || resourceID == "" {
 		return err
 	}
-	err := s.writes.commit(func(tx *bolt.Tx) error {
-		return tx.Bucket(refcountsBucket).Delete([]byte(resourceID))
-	})
-	if err != nil {
-		return fmt.Errorf("refcount %s: delete: %w", resourceID, err)
-	}
-	return nil
+	return s.Commit(ctx, new(Batch).DropRefs(resourceID))
 }
 
 // List implements Storage. It reads every entry in one read transaction
@@ -182,57 +165,7 @@ func (s *BoltStorage) List(ctx context.Context, fn func(resourceID string, rc Re
 // ReplaceNode implements Storage: one transaction and one fsync, whatever
 // the number of entries it changes.
 func (s *BoltStorage) ReplaceNode(ctx context.Context, node string, refs map[string]struct{}) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if node == "" {
-		return errEmpty("node ID")
-	}
-	err := s.writes.commit(func(tx *bolt.Tx) error {
-		b := tx.Bucket(refcountsBucket)
-		type change struct {
-			id string
-			rc ReferenceCount
-		}
-		var changes []change
-		err := b.ForEach(func(k, v []byte) error {
-			if _, keep := refs[string(k)]; keep {
-				return nil
-			}
-			rc, err := decodeRecord(v)
-			if err != nil {
-				return fmt.Errorf("refcount %s: %w", k, err)
-			}
-			if rc.Remove(node) {
-				changes = append(changes, change{string(k), rc})
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for id := range refs {
-			var rc ReferenceCount
-			if v := b.Get([]byte(id)); v != nil {
-				if rc, err = decodeRecord(v); err != nil {
-					return fmt.Errorf("refcount %s: %w", id, err)
-				}
-			}
-			if rc.Add(node) {
-				changes = append(changes, change{id, rc})
-			}
-		}
-		for _, c := range changes {
-			if err := putRecord(b, c.id, c.rc); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("refcount: replacing the references of node %s: %w", node, err)
-	}
-	return nil
+	return s.Commit(ctx, new(Batch).ReplaceNode(node, refs))
 }
 
 // putRecord stores rc under id in b, or drops the entry when rc is empty.

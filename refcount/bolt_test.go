@@ -41,6 +41,10 @@ func TestBoltPersistence(t *testing.T) {
 	require.NoError(t, s.Set(ctx, "r2", refcount.New("c")))
 	require.NoError(t, s.Delete(ctx, "r2"))
 	require.NoError(t, s.PutUint64(ctx, "fence", 42))
+	at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	require.NoError(t, s.Commit(ctx, new(refcount.Batch).
+		PutDeleting("r3", refcount.DeleteMarker{Node: "a", Fence: 9, Expires: at}).
+		PutDeleted("r4", refcount.DeleteCompletion{Node: "b", At: at})))
 	require.NoError(t, s.Close())
 
 	s = openBolt(t, path)
@@ -53,6 +57,10 @@ func TestBoltPersistence(t *testing.T) {
 	v, err := s.GetUint64(ctx, "fence")
 	require.NoError(t, err)
 	require.Equal(t, uint64(42), v)
+	d, err := s.Deletes(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]refcount.DeleteMarker{"r3": {Node: "a", Fence: 9, Expires: at}}, d.InFlight)
+	require.Equal(t, map[string]refcount.DeleteCompletion{"r4": {Node: "b", At: at}}, d.Completed)
 }
 
 func TestBoltClosed(t *testing.T) {

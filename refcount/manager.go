@@ -104,7 +104,7 @@ func (m *Manager) UpdateRefCount(ctx context.Context, op api.OperationType, reso
 	case success && op == api.OperationDelete:
 		unlock := m.lock(resourceID)
 		defer unlock()
-		return ReferenceCount{}, m.storage.Delete(ctx, resourceID)
+		return ReferenceCount{}, m.storage.Commit(ctx, new(Batch).DropRefs(resourceID))
 	}
 	return m.GetRefCount(ctx, resourceID)
 }
@@ -150,12 +150,13 @@ func (m *Manager) modify(ctx context.Context, resourceID, nodeID string, change 
 	if !change(&rc, nodeID) {
 		return rc, nil
 	}
+	b := new(Batch)
 	if rc.Count == 0 {
-		err = m.storage.Delete(ctx, resourceID)
+		b.DropRefs(resourceID)
 	} else {
-		err = m.storage.Set(ctx, resourceID, rc)
+		b.SetRefs(resourceID, rc)
 	}
-	if err != nil {
+	if err := m.storage.Commit(ctx, b); err != nil {
 		return ReferenceCount{}, err
 	}
 	return rc, nil
@@ -168,16 +169,22 @@ func (m *Manager) ReplaceNode(ctx context.Context, nodeID string, refs map[strin
 	if nodeID == "" {
 		return errEmpty("node ID")
 	}
-	for i := range m.stripes {
-		m.stripes[i].Lock()
-	}
-	defer func() {
-		for i := range m.stripes {
-			m.stripes[i].Unlock()
-		}
-	}()
-	return m.storage.ReplaceNode(ctx, nodeID, refs)
+	return m.Commit(ctx, new(Batch).ReplaceNode(nodeID, refs))
 }
+
+// Commit commits b to the storage in one transaction (Storage.Commit),
+// atomically with respect to every other mutation made through this
+// Manager: it holds the stripes of the resources whose references b
+// changes (all of them if b replaces a node's references).
+func (m *Manager) Commit(ctx context.Context, b *Batch) error {
+	unlock := m.lockBatch(b)
+	defer unlock()
+	return m.storage.Commit(ctx, b)
+}
+
+// Storage returns the storage the Manager writes to. Writes to reference
+// sets must go through the Manager; reads of the rest may go direct.
+func (m *Manager) Storage() Storage { return m.storage }
 
 // List calls fn for every resource with references, in resource ID order
 // (a snapshot; see Storage.List).
@@ -187,11 +194,44 @@ func (m *Manager) List(ctx context.Context, fn func(resourceID string, rc Refere
 
 // lock locks the resource's stripe and returns its unlock.
 func (m *Manager) lock(resourceID string) (unlock func()) {
-	h := fnv.New32a()
-	h.Write([]byte(resourceID))
-	mu := &m.stripes[h.Sum32()%lockStripes]
+	mu := &m.stripes[stripeOf(resourceID)]
 	mu.Lock()
 	return mu.Unlock
+}
+
+func stripeOf(resourceID string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(resourceID))
+	return h.Sum32() % lockStripes
+}
+
+// lockBatch locks, in index order, the stripes of the resources whose
+// references b changes, and returns their unlock.
+func (m *Manager) lockBatch(b *Batch) (unlock func()) {
+	var held [lockStripes]bool
+	for i := range b.ops {
+		some, all := b.ops[i].touchesRefs()
+		switch {
+		case all:
+			for s := range held {
+				held[s] = true
+			}
+		case some:
+			held[stripeOf(b.ops[i].Key)] = true
+		}
+	}
+	for s := range held {
+		if held[s] {
+			m.stripes[s].Lock()
+		}
+	}
+	return func() {
+		for s := range held {
+			if held[s] {
+				m.stripes[s].Unlock()
+			}
+		}
+	}
 }
 
 func validate(op api.OperationType, resourceID, nodeID string) error {

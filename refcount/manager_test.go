@@ -38,20 +38,15 @@ func forEachStorage(t *testing.T, cfg refcount.Config, refs map[string][]string,
 	}
 }
 
-// countingStorage counts the calls to Set and Delete.
+// countingStorage counts the writes committed through it.
 type countingStorage struct {
 	refcount.Storage
 	writes atomic.Int64
 }
 
-func (s *countingStorage) Set(ctx context.Context, id string, rc refcount.ReferenceCount) error {
-	s.writes.Add(1)
-	return s.Storage.Set(ctx, id, rc)
-}
-
-func (s *countingStorage) Delete(ctx context.Context, id string) error {
-	s.writes.Add(1)
-	return s.Storage.Delete(ctx, id)
+func (s *countingStorage) Commit(ctx context.Context, b *refcount.Batch) error {
+	s.writes.Add(int64(b.Len()))
+	return s.Storage.Commit(ctx, b)
 }
 
 // seed is the state the rule tables start from.

@@ -62,31 +62,13 @@ func (s *BoltStorage) ListMembers(ctx context.Context) ([]Member, error) {
 
 // PutMember implements MemberStore.
 func (s *BoltStorage) PutMember(ctx context.Context, m Member) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if m.ID == "" {
-		return errEmpty("node ID")
-	}
-	v, err := json.Marshal(m)
-	if err != nil {
-		return fmt.Errorf("member %s: encode: %w", m.ID, err)
-	}
-	err = s.writes.commit(func(tx *bolt.Tx) error { return tx.Bucket(membersBucket).Put([]byte(m.ID), v) })
-	if err != nil {
-		return fmt.Errorf("member %s: put: %w", m.ID, err)
-	}
-	return nil
+	return s.Commit(ctx, new(Batch).PutMember(m))
 }
 
 // DeleteMember implements MemberStore.
 func (s *BoltStorage) DeleteMember(ctx context.Context, id string) error {
-	if err := ctx.Err(); err != nil {
+	if err := ctx.Err(); err != nil || id == "" {
 		return err
 	}
-	err := s.writes.commit(func(tx *bolt.Tx) error { return tx.Bucket(membersBucket).Delete([]byte(id)) })
-	if err != nil {
-		return fmt.Errorf("member %s: delete: %w", id, err)
-	}
-	return nil
+	return s.Commit(ctx, new(Batch).DeleteMember(id))
 }

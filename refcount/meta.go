@@ -9,10 +9,10 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// MetaStore keeps small named counters next to the reference counts, in the
-// same database, such as the lock server's fence high-water mark. It is safe
-// for concurrent use, and a Put is durable when it returns. Like Storage, it
-// returns ctx.Err() when ctx is already done.
+// MetaStore keeps small named values next to the reference counts, in the
+// same database, such as the lock server's fence high-water mark and its
+// cluster ID. It is safe for concurrent use, and a Put is durable when it
+// returns. Like Storage, it returns ctx.Err() when ctx is already done.
 type MetaStore interface {
 	// GetUint64 returns the value of key, or 0 and a nil error when key was
 	// never put.
@@ -20,6 +20,11 @@ type MetaStore interface {
 	// PutUint64 sets key to v. An empty key is an error wrapping
 	// errdefs.ErrInvalidArgument.
 	PutUint64(ctx context.Context, key string, v uint64) error
+	// GetString returns the string stored under key, or "" and a nil
+	// error when key was never put.
+	GetString(ctx context.Context, key string) (string, error)
+	// PutString sets key to v, as PutUint64 does.
+	PutString(ctx context.Context, key, v string) error
 }
 
 // GetUint64 implements MetaStore. A stored value that is not 8 bytes is an
@@ -48,23 +53,10 @@ func (s *BoltStorage) GetUint64(ctx context.Context, key string) (uint64, error)
 
 // PutUint64 implements MetaStore.
 func (s *BoltStorage) PutUint64(ctx context.Context, key string, v uint64) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if key == "" {
-		return fmt.Errorf("meta: empty key: %w", errdefs.ErrInvalidArgument)
-	}
-	err := s.writes.commit(func(tx *bolt.Tx) error {
-		return tx.Bucket(metaBucket).Put([]byte(key), binary.BigEndian.AppendUint64(nil, v))
-	})
-	if err != nil {
-		return fmt.Errorf("meta %s: put: %w", key, err)
-	}
-	return nil
+	return s.Commit(ctx, new(Batch).PutUint64(key, v))
 }
 
-// GetString returns the string stored under key, or "" and a nil error
-// when key was never put.
+// GetString implements MetaStore.
 func (s *BoltStorage) GetString(ctx context.Context, key string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
@@ -77,19 +69,7 @@ func (s *BoltStorage) GetString(ctx context.Context, key string) (string, error)
 	return v, err
 }
 
-// PutString stores v under key, durably.
+// PutString implements MetaStore.
 func (s *BoltStorage) PutString(ctx context.Context, key, v string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if key == "" {
-		return fmt.Errorf("meta: empty key: %w", errdefs.ErrInvalidArgument)
-	}
-	err := s.writes.commit(func(tx *bolt.Tx) error {
-		return tx.Bucket(metaBucket).Put([]byte(key), []byte(v))
-	})
-	if err != nil {
-		return fmt.Errorf("meta %s: put: %w", key, err)
-	}
-	return nil
+	return s.Commit(ctx, new(Batch).PutString(key, v))
 }

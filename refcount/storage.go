@@ -2,9 +2,13 @@ package refcount
 
 import "context"
 
-// Storage persists reference counts by resource ID. Implementations are safe
-// for concurrent use. A mutation is durable when it returns (for the
-// implementations that persist at all).
+// Storage persists what a coordinator keeps across restarts: reference
+// counts by resource ID, the members (MemberStore), small named values
+// (MetaStore) and the deletes in flight or completed (SPEC §8). All of it
+// lives in one database, and Commit changes any part of it in one
+// transaction. Implementations are safe for concurrent use. A mutation is
+// durable when it returns (for the implementations that persist at all);
+// each single-write method is a one-write Commit.
 //
 // Every method but Close returns ctx.Err() when ctx is already done; a
 // mutation that has started is not interrupted. Values are copied in and out:
@@ -31,6 +35,15 @@ type Storage interface {
 	// removes node everywhere. An empty node is an error wrapping
 	// errdefs.ErrInvalidArgument.
 	ReplaceNode(ctx context.Context, node string, refs map[string]struct{}) error
+	// Commit applies every write of b, in order, in one transaction: when
+	// it returns an error, none of them was made. A write that cannot be
+	// applied (an empty key, an empty node ID) is an error wrapping
+	// errdefs.ErrInvalidArgument. An empty batch writes nothing.
+	Commit(ctx context.Context, b *Batch) error
+	// Deletes returns the delete markers and completions stored by Commit.
+	Deletes(ctx context.Context) (Deletes, error)
+	MemberStore
+	MetaStore
 	// Close releases the storage.
 	Close() error
 }

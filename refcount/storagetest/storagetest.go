@@ -1,5 +1,6 @@
 // Package storagetest is a conformance suite for refcount.Storage
-// implementations.
+// implementations: reference sets, members, meta values, deletes, and
+// Commit's all-or-nothing batches.
 package storagetest
 
 import (
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/stretchr/testify/require"
@@ -36,6 +38,14 @@ func Run(t *testing.T, newStorage func(t *testing.T) refcount.Storage) {
 		{"Concurrent", testConcurrent},
 		{"ContextDone", testContextDone},
 		{"ReplaceNode", testReplaceNode},
+		{"Members", testMembers},
+		{"Meta", testMeta},
+		{"CommitAll", testCommitAll},
+		{"CommitRefs", testCommitRefs},
+		{"CommitAtomic", testCommitAtomic},
+		{"CommitEmpty", testCommitEmpty},
+		{"CommitContextDone", testCommitContextDone},
+		{"CommitIsolation", testCommitIsolation},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -256,4 +266,242 @@ func testReplaceNode(t *testing.T, s refcount.Storage) {
 	require.Equal(t, [][]string{{"m"}, {"m"}}, nodes)
 
 	require.ErrorIs(t, s.ReplaceNode(ctx, "", nil), errdefs.ErrInvalidArgument)
+}
+
+func testMembers(t *testing.T, s refcount.Storage) {
+	ctx := t.Context()
+	ms, err := s.ListMembers(ctx)
+	require.NoError(t, err)
+	require.Empty(t, ms)
+	at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	require.NoError(t, s.PutMember(ctx, refcount.Member{ID: "n2", FirstSeen: at}))
+	require.NoError(t, s.PutMember(ctx, refcount.Member{ID: "n1", FirstSeen: at, LastSeen: at.Add(time.Hour)}))
+	require.NoError(t, s.PutMember(ctx, refcount.Member{ID: "n2", FirstSeen: at, LastSeen: at}), "PutMember replaces")
+	ms, err = s.ListMembers(ctx)
+	require.NoError(t, err)
+	require.Len(t, ms, 2)
+	require.Equal(t, []string{"n1", "n2"}, []string{ms[0].ID, ms[1].ID}, "in ID order")
+	require.True(t, ms[0].LastSeen.Equal(at.Add(time.Hour)))
+	require.True(t, ms[1].LastSeen.Equal(at))
+	require.NoError(t, s.DeleteMember(ctx, "n1"))
+	require.NoError(t, s.DeleteMember(ctx, "absent"))
+	ms, err = s.ListMembers(ctx)
+	require.NoError(t, err)
+	require.Len(t, ms, 1)
+	require.Equal(t, "n2", ms[0].ID)
+	require.ErrorIs(t, s.PutMember(ctx, refcount.Member{}), errdefs.ErrInvalidArgument)
+}
+
+func testMeta(t *testing.T, s refcount.Storage) {
+	ctx := t.Context()
+	v, err := s.GetUint64(ctx, "u")
+	require.NoError(t, err)
+	require.Zero(t, v)
+	str, err := s.GetString(ctx, "s")
+	require.NoError(t, err)
+	require.Empty(t, str)
+	require.NoError(t, s.PutUint64(ctx, "u", 1<<40+7))
+	require.NoError(t, s.PutString(ctx, "s", "cluster-a"))
+	v, err = s.GetUint64(ctx, "u")
+	require.NoError(t, err)
+	require.Equal(t, uint64(1<<40+7), v)
+	str, err = s.GetString(ctx, "s")
+	require.NoError(t, err)
+	require.Equal(t, "cluster-a", str)
+	require.ErrorIs(t, s.PutUint64(ctx, "", 1), errdefs.ErrInvalidArgument)
+	require.ErrorIs(t, s.PutString(ctx, "", "x"), errdefs.ErrInvalidArgument)
+}
+
+// state is everything a Storage holds, read back through its interface.
+type state struct {
+	refs    map[string][]string
+	members []string
+	strs    map[string]string
+	uints   map[string]uint64
+	deletes refcount.Deletes
+}
+
+// snapshot reads the state of s: every reference set and member, the
+// given meta keys, and the deletes.
+func snapshot(t *testing.T, s refcount.Storage, strKeys, uintKeys []string) state {
+	t.Helper()
+	ctx := t.Context()
+	st := state{refs: map[string][]string{}, strs: map[string]string{}, uints: map[string]uint64{}}
+	ids, nodes := list(t, s)
+	for i, id := range ids {
+		st.refs[id] = nodes[i]
+	}
+	ms, err := s.ListMembers(ctx)
+	require.NoError(t, err)
+	for _, m := range ms {
+		st.members = append(st.members, m.ID)
+	}
+	for _, k := range strKeys {
+		st.strs[k], err = s.GetString(ctx, k)
+		require.NoError(t, err)
+	}
+	for _, k := range uintKeys {
+		st.uints[k], err = s.GetUint64(ctx, k)
+		require.NoError(t, err)
+	}
+	st.deletes, err = s.Deletes(ctx)
+	require.NoError(t, err)
+	return st
+}
+
+var (
+	t0       = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	marker   = refcount.DeleteMarker{Node: "n1", Fence: 7, Expires: t0.Add(15 * time.Second)}
+	deletion = refcount.DeleteCompletion{Node: "n1", At: t0, Lapsed: true}
+)
+
+func testCommitAll(t *testing.T, s refcount.Storage) {
+	ctx := t.Context()
+	require.NoError(t, s.Set(ctx, "gone", refcount.New("n1")))
+	require.NoError(t, s.PutMember(ctx, refcount.Member{ID: "old"}))
+	b := new(refcount.Batch).
+		SetRefs("r1", refcount.New("a", "b")).
+		DropRefs("gone").
+		PutMember(refcount.Member{ID: "n1", FirstSeen: t0}).
+		DeleteMember("old").
+		PutString("cluster_id", "c1").
+		PutUint64("epoch", 3).
+		PutDeleting("r2", marker).
+		PutDeleted("r3", deletion)
+	require.Equal(t, 8, b.Len())
+	require.NoError(t, s.Commit(ctx, b))
+	st := snapshot(t, s, []string{"cluster_id"}, []string{"epoch"})
+	require.Equal(t, map[string][]string{"r1": {"a", "b"}}, st.refs)
+	require.Equal(t, []string{"n1"}, st.members)
+	require.Equal(t, "c1", st.strs["cluster_id"])
+	require.Equal(t, uint64(3), st.uints["epoch"])
+	require.Len(t, st.deletes.InFlight, 1)
+	m := st.deletes.InFlight["r2"]
+	require.Equal(t, marker.Node, m.Node)
+	require.Equal(t, marker.Fence, m.Fence)
+	require.True(t, marker.Expires.Equal(m.Expires))
+	require.Len(t, st.deletes.Completed, 1)
+	c := st.deletes.Completed["r3"]
+	require.Equal(t, deletion.Node, c.Node)
+	require.True(t, deletion.At.Equal(c.At))
+	require.True(t, c.Lapsed)
+
+	// The delete of r2 completes: marker and references out, completion in.
+	require.NoError(t, s.Commit(ctx, new(refcount.Batch).DropRefs("r2").DropDeleting("r2").
+		PutDeleted("r2", refcount.DeleteCompletion{Node: "n1", At: t0}).DropDeleted("r3")))
+	d, err := s.Deletes(ctx)
+	require.NoError(t, err)
+	require.Empty(t, d.InFlight)
+	require.Len(t, d.Completed, 1)
+	require.False(t, d.Completed["r2"].Lapsed)
+}
+
+func testCommitRefs(t *testing.T, s refcount.Storage) {
+	ctx := t.Context()
+	require.NoError(t, s.Set(ctx, "b", refcount.New("n", "m")))
+	require.NoError(t, s.Set(ctx, "c", refcount.New("n")))
+	require.NoError(t, s.Commit(ctx, new(refcount.Batch).
+		AddRef("a", "n").AddRef("a", "m").AddRef("a", "n"). // twice counts once
+		RemoveRef("b", "n").
+		RemoveRef("c", "n"). // the last node: the entry goes
+		RemoveRef("absent", "n")))
+	ids, nodes := list(t, s)
+	require.Equal(t, []string{"a", "b"}, ids)
+	require.Equal(t, [][]string{{"m", "n"}, {"m"}}, nodes)
+
+	// Forgetting a node: its references and its member record together.
+	require.NoError(t, s.PutMember(ctx, refcount.Member{ID: "m"}))
+	require.NoError(t, s.Commit(ctx, new(refcount.Batch).ReplaceNode("m", nil).DeleteMember("m")))
+	ids, nodes = list(t, s)
+	require.Equal(t, []string{"a"}, ids)
+	require.Equal(t, [][]string{{"n"}}, nodes)
+	ms, err := s.ListMembers(ctx)
+	require.NoError(t, err)
+	require.Empty(t, ms)
+
+	// Writes apply in order: a later write sees an earlier one.
+	require.NoError(t, s.Commit(ctx, new(refcount.Batch).
+		ReplaceNode("x", map[string]struct{}{"d": {}}).AddRef("d", "y").RemoveRef("d", "x")))
+	ids, nodes = list(t, s)
+	require.Equal(t, []string{"a", "d"}, ids)
+	require.Equal(t, [][]string{{"n"}, {"y"}}, nodes)
+}
+
+// testCommitAtomic: a batch with a write that cannot be made changes
+// nothing, wherever that write is in the batch.
+func testCommitAtomic(t *testing.T, s refcount.Storage) {
+	ctx := t.Context()
+	require.NoError(t, s.Commit(ctx, new(refcount.Batch).
+		SetRefs("r1", refcount.New("a")).PutMember(refcount.Member{ID: "n1"}).
+		PutString("cluster_id", "old").PutUint64("epoch", 1).PutDeleting("r2", marker)))
+	keysS, keysU := []string{"cluster_id"}, []string{"epoch"}
+	before := snapshot(t, s, keysS, keysU)
+
+	bad := []struct {
+		name string
+		add  func(*refcount.Batch)
+	}{
+		{"AddRef without node", func(b *refcount.Batch) { b.AddRef("r9", "") }},
+		{"RemoveRef without resource", func(b *refcount.Batch) { b.RemoveRef("", "a") }},
+		{"SetRefs without resource", func(b *refcount.Batch) { b.SetRefs("", refcount.New("a")) }},
+		{"ReplaceNode without node", func(b *refcount.Batch) { b.ReplaceNode("", nil) }},
+		{"PutMember without ID", func(b *refcount.Batch) { b.PutMember(refcount.Member{}) }},
+		{"PutString without key", func(b *refcount.Batch) { b.PutString("", "x") }},
+		{"PutDeleted without resource", func(b *refcount.Batch) { b.PutDeleted("", deletion) }},
+	}
+	for _, tt := range bad {
+		for _, at := range []string{"first", "middle", "last"} {
+			t.Run(tt.name+"/"+at, func(t *testing.T) {
+				b := new(refcount.Batch)
+				if at == "first" {
+					tt.add(b)
+				}
+				b.ReplaceNode("a", map[string]struct{}{"r5": {}}).DeleteMember("n1").AddRef("r6", "b")
+				if at == "middle" {
+					tt.add(b)
+				}
+				b.PutString("cluster_id", "new").PutUint64("epoch", 2).DropDeleting("r2").
+					PutDeleted("r2", deletion).PutMember(refcount.Member{ID: "n2"})
+				if at == "last" {
+					tt.add(b)
+				}
+				err := s.Commit(ctx, b)
+				require.ErrorIs(t, err, errdefs.ErrInvalidArgument)
+				require.Equal(t, before, snapshot(t, s, keysS, keysU), "a failed batch wrote something")
+			})
+		}
+	}
+}
+
+func testCommitEmpty(t *testing.T, s refcount.Storage) {
+	require.NoError(t, s.Commit(t.Context(), new(refcount.Batch)))
+	require.NoError(t, s.Commit(t.Context(), &refcount.Batch{}))
+}
+
+func testCommitContextDone(t *testing.T, s refcount.Storage) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	require.ErrorIs(t, s.Commit(ctx, new(refcount.Batch).SetRefs("r1", refcount.New("a"))), context.Canceled)
+	_, err := s.Deletes(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = s.ListMembers(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	ids, _ := list(t, s)
+	require.Empty(t, ids)
+}
+
+// testCommitIsolation: changing a batch's arguments after adding them, or
+// the batch after committing it, changes nothing stored.
+func testCommitIsolation(t *testing.T, s refcount.Storage) {
+	ctx := t.Context()
+	rc := refcount.New("a")
+	refs := map[string]struct{}{"r2": {}}
+	b := new(refcount.Batch).SetRefs("r1", rc).ReplaceNode("n", refs)
+	rc.Add("b")
+	refs["r3"] = struct{}{}
+	require.NoError(t, s.Commit(ctx, b))
+	b.Ops()[0].Refs.Add("c")
+	ids, nodes := list(t, s)
+	require.Equal(t, []string{"r1", "r2"}, ids)
+	require.Equal(t, [][]string{{"a"}, {"n"}}, nodes)
 }

@@ -1,0 +1,100 @@
+package lockserver
+
+import (
+	"context"
+	"time"
+
+	"github.com/containerd/log"
+
+	"github.com/sharedcontent/sharedcontent/refcount"
+)
+
+// Deletes are remembered (SPEC §8; docs/design.md "Stale views of a
+// deleted blob"). A granted delete writes a marker {node, fence, expiry}
+// before its grant is answered; its unlock(success) drops the resource's
+// references and the marker and records the completion in one
+// transaction. A delete whose lease lapses (it expired, or was never
+// claimed) counts as completed too, since the coordinator cannot know
+// whether the holder renamed the file away; so does a marker found at
+// start (the coordinator stopped while the delete was granted).
+//
+// Completions are kept CompletedTTL: the stale-view rule (AddFoundRef)
+// refuses a node that still sees the blob. A coordinator that restarts
+// keeps every persisted completion for CompletedTTL from its own start,
+// whatever its time says: a coordinator that was down for a weekend does
+// not forget a delete because the wall clock moved. A successful pull, or
+// a committing reference, ends a completion in the same transaction as
+// its reference write.
+
+// loadDeletes turns the markers of deletes that were granted when the
+// coordinator stopped into lapsed completions, and retains every persisted
+// completion for CompletedTTL from now.
+func (l *Locker) loadDeletes(ctx context.Context) error {
+	d, err := l.state.Deletes(ctx)
+	if err != nil {
+		return err
+	}
+	now := l.now()
+	b := new(refcount.Batch)
+	for id, m := range d.InFlight {
+		c := refcount.DeleteCompletion{Node: m.Node, At: now, Lapsed: true}
+		b.DropDeleting(id).PutDeleted(id, c)
+		d.Completed[id] = c
+	}
+	if err := l.refs.Commit(ctx, b); err != nil {
+		return err
+	}
+	for id, c := range d.Completed {
+		sh := l.shardFor(id)
+		r := sh.resource(id)
+		r.keys[idxDelete].completed = &completion{nodeID: c.Node, at: now, lapsed: c.Lapsed}
+	}
+	if n := len(d.InFlight); n > 0 {
+		log.G(ctx).WithField("deletes", n).Warn("deletes were granted when the coordinator stopped; counted as completed")
+	}
+	return nil
+}
+
+// markDelete persists the marker of a delete being granted to g.
+func (l *Locker) markDelete(ctx context.Context, id string, g *grant) error {
+	return l.commit(ctx, new(refcount.Batch).PutDeleting(id, refcount.DeleteMarker{Node: g.nodeID, Fence: g.fence, Expires: g.expires}))
+}
+
+// deleted returns the batch of a delete's unlock(success): the
+// resource's references and marker go, its completion is recorded.
+func deleted(id, node string, now time.Time) *refcount.Batch {
+	return new(refcount.Batch).DropRefs(id).DropDeleting(id).PutDeleted(id, refcount.DeleteCompletion{Node: node, At: now})
+}
+
+// endDelete drops the marker of the delete g of r that ended without
+// success. One that lapsed (reason expired or unclaimed) is recorded as
+// completed, in memory and on disk. A failed write is logged: the marker
+// stays, and a restart counts it as completed, which is the safe side.
+// Callers hold the shard's mutex.
+func (l *Locker) endDelete(ctx context.Context, r *resource, g *grant, reason string, now time.Time) {
+	b := new(refcount.Batch).DropDeleting(r.id)
+	if reason == "expired" || reason == "unclaimed" {
+		r.keys[idxDelete].completed = &completion{nodeID: g.nodeID, at: now, lapsed: true}
+		// The blob may be gone: a later pull must not skip.
+		r.keys[idxPull].completed = nil
+		b.PutDeleted(r.id, refcount.DeleteCompletion{Node: g.nodeID, At: now, Lapsed: true})
+	}
+	if err := l.commit(ctx, b); err != nil {
+		log.G(ctx).WithError(err).WithField("resource", r.id).Warn("recording the end of a delete; a restart counts it as completed")
+	}
+}
+
+// pruneDeleted drops the persisted completions of ids, whose retention
+// ended. A failed write is logged: a restart retains them again.
+func (l *Locker) pruneDeleted(ctx context.Context, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	b := new(refcount.Batch)
+	for _, id := range ids {
+		b.DropDeleted(id)
+	}
+	if err := l.commit(ctx, b); err != nil {
+		log.G(ctx).WithError(err).WithField("completions", len(ids)).Warn("pruning delete completions; a restart retains them again")
+	}
+}

@@ -1,0 +1,165 @@
+package lockserver
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/refcount"
+)
+
+// Adopt and forget are each one transaction (SPEC §8): interrupted at any
+// point, they leave the old state or the new one, and running the same
+// command again completes them. These tests interrupt them on a real
+// bbolt database by failing the write a crash would have cut short, then
+// "restart" the coordinator on the same file.
+
+// interruptedDB is a bbolt storage whose next commit that matches cut
+// fails, as if the process had died at that write.
+type interruptedDB struct {
+	*refcount.BoltStorage
+	cut   func(refcount.Op) bool
+	armed atomic.Bool
+}
+
+var errKilled = errors.New("killed before this write")
+
+func (d *interruptedDB) Commit(ctx context.Context, b *refcount.Batch) error {
+	for _, op := range b.Ops() {
+		if d.cut(op) && d.armed.CompareAndSwap(true, false) {
+			return errKilled
+		}
+	}
+	return d.BoltStorage.Commit(ctx, b)
+}
+
+// startOn starts a Locker on the database file at path, cutting the
+// commit that matches cut once armed; the Locker and the file are closed
+// by stop or when t ends.
+func startOn(t *testing.T, path string, cut func(refcount.Op) bool, mutate ...func(*Config)) (l *Locker, db *interruptedDB, stop func()) {
+	t.Helper()
+	s, err := refcount.OpenBoltStorage(path)
+	require.NoError(t, err)
+	db = &interruptedDB{BoltStorage: s, cut: cut}
+	cfg := DefaultConfig()
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	l, err = NewLocker(cfg, Options{Refs: refcount.NewManager(db, refcount.Config{}), State: db})
+	require.NoError(t, err)
+	var once atomic.Bool
+	stop = func() {
+		if once.CompareAndSwap(false, true) {
+			l.Close()
+			s.Close()
+		}
+	}
+	t.Cleanup(stop)
+	return l, db, stop
+}
+
+func memberIDs(t *testing.T, l *Locker) []string {
+	t.Helper()
+	nodes, err := l.Nodes(context.Background())
+	require.NoError(t, err)
+	ids := []string{}
+	for _, n := range nodes.Nodes {
+		ids = append(ids, n.NodeID)
+	}
+	return ids
+}
+
+// TestAdoptInterrupted: an adopt killed before the cluster ID was written
+// left, before this transaction, the members written and the old cluster
+// ID, so the same command was then refused ("already has 2 members").
+// Now nothing is written, and the same command completes it.
+func TestAdoptInterrupted(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "db")
+	l, db, stop := startOn(t, path, func(op refcount.Op) bool { return op.Kind == refcount.OpPutString && op.Key == clusterIDKey })
+	old := l.Cluster()
+	req := api.AdoptRequest{ClusterID: "the-roots-cluster", Nodes: []string{"n1", "n2"}}
+
+	db.armed.Store(true)
+	_, err := l.Adopt(ctx, req)
+	require.ErrorIs(t, err, errKilled)
+	require.Equal(t, old, l.Cluster(), "the interrupted adopt changed the identity")
+	require.Empty(t, memberIDs(t, l), "the interrupted adopt left members")
+
+	stop() // the coordinator dies; it restarts on the same database
+	l, _, _ = startOn(t, path, func(refcount.Op) bool { return false })
+	require.Equal(t, old.ClusterID, l.Cluster().ClusterID, "all old on disk")
+	require.Empty(t, memberIDs(t, l), "all old on disk")
+
+	c, err := l.Adopt(ctx, req)
+	require.NoError(t, err, "the same command completes the adopt")
+	require.Equal(t, "the-roots-cluster", c.ClusterID)
+	require.Equal(t, []string{"n1", "n2"}, memberIDs(t, l))
+	again, err := l.Adopt(ctx, req)
+	require.NoError(t, err, "adopting the same cluster again succeeds")
+	require.Equal(t, c.ClusterID, again.ClusterID)
+	require.Equal(t, c.Epoch+1, again.Epoch)
+	require.Equal(t, []string{"n1", "n2"}, memberIDs(t, l))
+}
+
+// TestAdoptRefusalSaysWhatToDo: adopting another cluster into a
+// coordinator that has members is refused, and the message names the
+// command and its --force, and changes nothing.
+func TestAdoptRefusalSaysWhatToDo(t *testing.T) {
+	ctx := context.Background()
+	l, _, _ := startOn(t, filepath.Join(t.TempDir(), "db"), func(refcount.Op) bool { return false })
+	_, err := l.Adopt(ctx, api.AdoptRequest{ClusterID: "cluster-a", Nodes: []string{"n1"}})
+	require.NoError(t, err)
+	before := l.Cluster()
+	_, err = l.Adopt(ctx, api.AdoptRequest{ClusterID: "cluster-b", Nodes: []string{"n2"}})
+	require.ErrorIs(t, err, api.ErrMemberLive)
+	require.ErrorContains(t, err, "sharedcontentctl cluster adopt")
+	require.ErrorContains(t, err, "--force")
+	require.ErrorContains(t, err, "cluster-a")
+	require.Equal(t, before, l.Cluster())
+	require.Equal(t, []string{"n1"}, memberIDs(t, l))
+
+	c, err := l.Adopt(ctx, api.AdoptRequest{ClusterID: "cluster-b", Nodes: []string{"n2"}, Force: true})
+	require.NoError(t, err)
+	require.Equal(t, "cluster-b", c.ClusterID)
+	require.Equal(t, []string{"n1", "n2"}, memberIDs(t, l))
+}
+
+// TestForgetInterrupted: a forget killed between dropping the node's
+// references and its member record left, before this transaction, a
+// member with no references: back, it was unsynced until it synced, and
+// the blobs it used had no reference. Now the interrupted forget leaves
+// both, and the same command completes it.
+func TestForgetInterrupted(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "db")
+	never := func(refcount.Op) bool { return false }
+	l, _, stop := startOn(t, path, never)
+	for _, n := range []string{"n1", "n2"} {
+		session(t, l, n)
+		_, err := l.AddRef(ctx, blob, n)
+		require.NoError(t, err)
+	}
+	stop() // a member is forgettable once its session is gone
+
+	l, db, stop := startOn(t, path, func(op refcount.Op) bool { return op.Kind == refcount.OpDeleteMember })
+	db.armed.Store(true)
+	require.ErrorIs(t, l.Forget(ctx, "n1"), errKilled)
+	require.Equal(t, []string{"n1", "n2"}, refsOf(t, l, blob), "the interrupted forget dropped references")
+	require.Equal(t, []string{"n1", "n2"}, memberIDs(t, l))
+
+	stop()
+	l, _, _ = startOn(t, path, never)
+	require.Equal(t, []string{"n1", "n2"}, refsOf(t, l, blob), "all old on disk")
+	require.Equal(t, []string{"n1", "n2"}, memberIDs(t, l), "all old on disk")
+
+	require.NoError(t, l.Forget(ctx, "n1"), "the same command completes the forget")
+	require.Equal(t, []string{"n2"}, refsOf(t, l, blob))
+	require.Equal(t, []string{"n2"}, memberIDs(t, l))
+	require.NoError(t, l.Forget(ctx, "n1"), "forgetting it again is harmless")
+}

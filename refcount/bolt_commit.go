@@ -1,0 +1,181 @@
+package refcount
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+
+	"github.com/containerd/errdefs"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Commit implements Storage: the batch is one mutation of the group
+// committer, so its writes share one bbolt transaction (and maybe other
+// batches' fsync). A write that fails rolls the transaction back; the
+// committer then retries every other batch of the group alone.
+func (s *BoltStorage) Commit(ctx context.Context, b *Batch) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	// Encode outside the transaction: the committer's goroutine runs it.
+	vals := make([][]byte, len(b.ops))
+	for i := range b.ops {
+		v, err := encodeOp(&b.ops[i])
+		if err != nil {
+			return fmt.Errorf("refcount: commit: %w", err)
+		}
+		vals[i] = v
+	}
+	err := s.writes.commit(func(tx *bolt.Tx) error {
+		for i := range b.ops {
+			if err := applyOp(tx, &b.ops[i], vals[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("refcount: commit: %w", err)
+	}
+	return nil
+}
+
+// encodeOp returns the stored value of op, for the kinds that store one.
+func encodeOp(op *Op) ([]byte, error) {
+	switch op.Kind {
+	case OpSetRefs:
+		nodes := op.Refs.NodeList()
+		return json.Marshal(boltRecord{Count: len(nodes), Nodes: nodes})
+	case OpPutMember:
+		return json.Marshal(op.Member)
+	case OpPutString:
+		return []byte(op.String), nil
+	case OpPutUint64:
+		return binary.BigEndian.AppendUint64(nil, op.Uint64), nil
+	case OpPutDeleting:
+		return json.Marshal(op.Deleting)
+	case OpPutDeleted:
+		return json.Marshal(op.Deleted)
+	}
+	return nil, nil
+}
+
+// applyOp makes one write in tx. It checks op here, inside the
+// transaction, so that a bad write rolls back the ones before it.
+func applyOp(tx *bolt.Tx, op *Op, v []byte) error {
+	if err := op.check(); err != nil {
+		return err
+	}
+	key := []byte(op.Key)
+	switch op.Kind {
+	case OpSetRefs, OpPutMember, OpPutString, OpPutUint64, OpPutDeleting, OpPutDeleted:
+		return tx.Bucket(bucketOf(op.Kind)).Put(key, v)
+	case OpDropRefs, OpDeleteMember, OpDropDeleting, OpDropDeleted:
+		return tx.Bucket(bucketOf(op.Kind)).Delete(key)
+	case OpAddRef, OpRemoveRef:
+		return changeRef(tx.Bucket(refcountsBucket), op.Key, op.Node, op.Kind == OpAddRef)
+	case OpReplaceNode:
+		return replaceNode(tx.Bucket(refcountsBucket), op.Node, op.NodeRefs)
+	}
+	return fmt.Errorf("refcount: unknown write kind %d: %w", op.Kind, errdefs.ErrInvalidArgument)
+}
+
+func bucketOf(k OpKind) []byte {
+	switch k {
+	case OpSetRefs, OpDropRefs:
+		return refcountsBucket
+	case OpPutMember, OpDeleteMember:
+		return membersBucket
+	case OpPutDeleting, OpDropDeleting:
+		return deletingBucket
+	case OpPutDeleted, OpDropDeleted:
+		return deletedBucket
+	}
+	return metaBucket
+}
+
+// changeRef adds node to (or removes it from) the entry id of b.
+func changeRef(b *bolt.Bucket, id, node string, add bool) error {
+	var rc ReferenceCount
+	if v := b.Get([]byte(id)); v != nil {
+		var err error
+		if rc, err = decodeRecord(v); err != nil {
+			return fmt.Errorf("refcount %s: %w", id, err)
+		}
+	}
+	if add && rc.Add(node) || !add && rc.Remove(node) {
+		return putRecord(b, id, rc)
+	}
+	return nil
+}
+
+// replaceNode makes node a reference of exactly the entries refs of b.
+func replaceNode(b *bolt.Bucket, node string, refs map[string]struct{}) error {
+	type change struct {
+		id string
+		rc ReferenceCount
+	}
+	var changes []change
+	err := b.ForEach(func(k, v []byte) error {
+		if _, keep := refs[string(k)]; keep {
+			return nil
+		}
+		rc, err := decodeRecord(v)
+		if err != nil {
+			return fmt.Errorf("refcount %s: %w", k, err)
+		}
+		if rc.Remove(node) {
+			changes = append(changes, change{string(k), rc})
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, c := range changes {
+		if err := putRecord(b, c.id, c.rc); err != nil {
+			return err
+		}
+	}
+	for id := range refs {
+		if err := changeRef(b, id, node, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Deletes implements Storage. A stored value that does not decode is an
+// error wrapping errdefs.ErrDataLoss.
+func (s *BoltStorage) Deletes(ctx context.Context) (Deletes, error) {
+	if err := ctx.Err(); err != nil {
+		return Deletes{}, err
+	}
+	out := Deletes{InFlight: map[string]DeleteMarker{}, Completed: map[string]DeleteCompletion{}}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if err := decodeAll(tx, deletingBucket, out.InFlight); err != nil {
+			return err
+		}
+		return decodeAll(tx, deletedBucket, out.Completed)
+	})
+	if err != nil {
+		return Deletes{}, fmt.Errorf("list deletes: %w", err)
+	}
+	return out, nil
+}
+
+// decodeAll decodes every JSON value of the bucket into out.
+func decodeAll[V any](tx *bolt.Tx, bucket []byte, out map[string]V) error {
+	return tx.Bucket(bucket).ForEach(func(k, raw []byte) error {
+		var v V
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return fmt.Errorf("%s %s: decode: %w: %w", bucket, k, errdefs.ErrDataLoss, err)
+		}
+		out[string(k)] = v
+		return nil
+	})
+}
