@@ -34,6 +34,9 @@ type Locker struct {
 	metrics      *metrics
 	shards       []*shard
 	now          func() time.Time
+	// started is when this Locker started (by now): session answers are
+	// stamped with the uptime since (members.go).
+	started time.Time
 	// trace, when set (by tests), is called under the shard mutex at every
 	// enqueue and grant.
 	trace func(event string, t typeIndex, resourceID, requestID string)
@@ -109,6 +112,7 @@ func NewLocker(cfg Config, opts Options) (*Locker, error) {
 		waiting: newNodeCounter(cfg.MaxWaitersPerNode),
 		stop:    make(chan struct{}),
 	}
+	l.started = l.now()
 	ctx := context.Background()
 	if err := l.startEpoch(ctx); err != nil {
 		return nil, err

@@ -34,6 +34,9 @@ type metrics struct {
 	unsyncedRefusals prometheus.Counter
 	// writeFailures counts database writes that failed (health.go).
 	writeFailures prometheus.Counter
+	// lateSessions and duplicateNodes count session calls refused: late
+	// renewals and syncs (timing.go), duplicate node IDs (members.go).
+	lateSessions, duplicateNodes prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -76,14 +79,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "sharedcontent_db_write_failures_total",
 		Help: "Database writes that failed (full disk, I/O error): each request answered 503 and changed nothing; /readyz is unready until a write succeeds.",
 	})
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sharedcontent_session_refusals_total",
+		Help: "Session calls refused by reason: late (a renewal or sync arrived more than TTL/3 after it was sent; it extended nothing), duplicate_node (another instance holds a live session under the node ID).",
+	}, []string{"reason"})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{requests, handoffs, expiries, wait, hold, depth, members, unsynced, writeFailures} {
+		for _, c := range []prometheus.Collector{requests, handoffs, expiries, wait, hold, depth, members, unsynced, writeFailures, refused} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
 		}
 	}
-	m := &metrics{expiries: expiries, members: members, unsyncedRefusals: unsynced, writeFailures: writeFailures}
+	m := &metrics{expiries: expiries, members: members, unsyncedRefusals: unsynced, writeFailures: writeFailures,
+		lateSessions: refused.WithLabelValues("late"), duplicateNodes: refused.WithLabelValues("duplicate_node")}
 	for t, name := range typeNames {
 		for res, rn := range resultNames {
 			m.results[t][res] = requests.WithLabelValues(string(name), rn)

@@ -179,6 +179,38 @@ func (m *Manager) ReplaceNode(ctx context.Context, nodeID string, refs map[strin
 	return m.storage.ReplaceNode(ctx, nodeID, refs)
 }
 
+// MergeNode makes nodeID a reference of every resource of refs, keeping
+// the ones it has (a sync from a journal generation the coordinator does
+// not know: SPEC §8), atomically with respect to every other mutation
+// made through this Manager.
+func (m *Manager) MergeNode(ctx context.Context, nodeID string, refs map[string]struct{}) error {
+	if nodeID == "" {
+		return errEmpty("node ID")
+	}
+	for i := range m.stripes {
+		m.stripes[i].Lock()
+	}
+	defer func() {
+		for i := range m.stripes {
+			m.stripes[i].Unlock()
+		}
+	}()
+	all := make(map[string]struct{}, len(refs))
+	for id := range refs {
+		all[id] = struct{}{}
+	}
+	err := m.storage.List(ctx, func(resourceID string, rc ReferenceCount) error {
+		if rc.Has(nodeID) {
+			all[resourceID] = struct{}{}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("merge references of node %s: %w", nodeID, err)
+	}
+	return m.storage.ReplaceNode(ctx, nodeID, all)
+}
+
 // List calls fn for every resource with references, in resource ID order
 // (a snapshot; see Storage.List).
 func (m *Manager) List(ctx context.Context, fn func(resourceID string, rc ReferenceCount) error) error {

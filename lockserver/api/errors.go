@@ -46,6 +46,14 @@ var (
 	ErrWrongCluster = newSentinel("lock: wrong cluster", errdefs.ErrFailedPrecondition)
 	// ErrMemberLive: a member with a live session cannot be forgotten.
 	ErrMemberLive = newSentinel("lock: member has a live session", errdefs.ErrFailedPrecondition)
+	// ErrLate: a session renewal (or the last chunk of a sync) arrived
+	// more than TTL/3 after it was sent, or more than 2·TTL/3 after the
+	// answer it echoes: it extends nothing, and the node opens a new
+	// session, unsynced.
+	ErrLate = newSentinel("lock: session message arrived late", errdefs.ErrFailedPrecondition)
+	// ErrDuplicateNode: another instance (another host or daemon) holds a
+	// live session under the same node ID.
+	ErrDuplicateNode = newSentinel("lock: duplicate node id", errdefs.ErrAlreadyExists)
 	// ErrUnsupportedProtocol: the client and the coordinator speak
 	// different versions of this protocol (ProtocolHeader).
 	ErrUnsupportedProtocol = newSentinel("lock: unsupported protocol version", errdefs.ErrNotImplemented)
@@ -88,6 +96,8 @@ var codes = []struct {
 	{ErrUnsynced, CodeUnsynced, http.StatusConflict},
 	{ErrWrongCluster, CodeWrongCluster, http.StatusConflict},
 	{ErrMemberLive, CodeMemberLive, http.StatusConflict},
+	{ErrLate, CodeLate, http.StatusConflict},
+	{ErrDuplicateNode, CodeDuplicateNode, http.StatusConflict},
 	{ErrTooManyRequests, CodeTooManyRequests, http.StatusTooManyRequests},
 	{ErrForbidden, CodeForbidden, http.StatusForbidden},
 	{ErrUnsupportedProtocol, CodeUnsupportedProtocol, http.StatusBadRequest},
