@@ -1,11 +1,13 @@
 package contentv2
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	bolt "go.etcd.io/bbolt"
@@ -17,9 +19,13 @@ const JournalFile = "journal.db"
 var (
 	journalBucket = []byte("refs")
 	// metaBucket holds memberKey: the cluster whose coordinator has
-	// accepted a session of this node.
-	metaBucket = []byte("meta")
-	memberKey  = []byte("member")
+	// accepted a session of this node; generationKey: the journal's
+	// random generation ID, created with it; ttlKey: the last session TTL
+	// a coordinator announced (nanoseconds, big-endian).
+	metaBucket    = []byte("meta")
+	memberKey     = []byte("member")
+	generationKey = []byte("generation")
+	ttlKey        = []byte("session_ttl")
 )
 
 // journal is the node's own record of the blobs it uses (SPEC §8), on
@@ -32,6 +38,9 @@ type journal struct {
 	mu     sync.Mutex
 	refs   map[digest.Digest]struct{} // protected by mu; mirrors the file
 	member string                     // protected by mu; mirrors memberKey
+	ttl    time.Duration              // protected by mu; mirrors ttlKey
+	// generation is set when the journal is opened, then read-only.
+	generation string
 }
 
 func openJournal(stateDir string) (*journal, error) {
@@ -50,6 +59,16 @@ func openJournal(stateDir string) (*journal, error) {
 			return err
 		}
 		j.member = string(meta.Get(memberKey))
+		if v := meta.Get(ttlKey); len(v) == 8 {
+			j.ttl = time.Duration(binary.BigEndian.Uint64(v))
+		}
+		if j.generation = string(meta.Get(generationKey)); j.generation == "" {
+			// A new journal (or one older than generations).
+			j.generation = newSyncID()
+			if err := meta.Put(generationKey, []byte(j.generation)); err != nil {
+				return err
+			}
+		}
 		b, err := tx.CreateBucketIfNotExists(journalBucket)
 		if err != nil {
 			return err
@@ -141,6 +160,32 @@ func (j *journal) setMember(cluster string) error {
 	}
 	j.mu.Lock()
 	j.member = cluster
+	j.mu.Unlock()
+	return nil
+}
+
+// announcedTTL returns the last session TTL a coordinator announced (0 if
+// none has).
+func (j *journal) announcedTTL() time.Duration {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.ttl
+}
+
+// setAnnouncedTTL records, durably, the session TTL the coordinator
+// announced: a restarted node counts with it before it hears from the
+// coordinator again (SPEC §8).
+func (j *journal) setAnnouncedTTL(ttl time.Duration) error {
+	if j.announcedTTL() == ttl {
+		return nil
+	}
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], uint64(ttl))
+	if err := j.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(metaBucket).Put(ttlKey, v[:]) }); err != nil {
+		return fmt.Errorf("node journal: session TTL: %w", err)
+	}
+	j.mu.Lock()
+	j.ttl = ttl
 	j.mu.Unlock()
 	return nil
 }
