@@ -93,7 +93,7 @@ func TestLateRenewalExtendsNothing(t *testing.T) {
 	_, err = l.Session(ctx, sessionReq("n1", echo(a2, 2100*time.Millisecond)))
 	require.ErrorIs(t, err, api.ErrLate)
 
-	clock.at(5 * time.Second - time.Millisecond)
+	clock.at(5*time.Second - time.Millisecond)
 	require.True(t, synced(t, l, "n1"), "the session the on-time renewal granted")
 	_, err = l.Session(ctx, sessionReq("n2", nil)) // n2 stays live (unsynced; resync below)
 	require.NoError(t, err)
