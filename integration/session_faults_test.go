@@ -41,6 +41,20 @@ func pullWhileCollecting(t *testing.T, ctx context.Context, n, gc *faultNode, im
 	}
 }
 
+// live reports whether the coordinator counts node's session live.
+func (c *coordinator) live(ctx context.Context, node string) bool {
+	resp, err := c.admin.Nodes(ctx)
+	if err != nil {
+		return false
+	}
+	for _, n := range resp.Nodes {
+		if n.NodeID == node {
+			return n.Live
+		}
+	}
+	return false
+}
+
 // requireFailedOpenByTheRule fails unless n failed open, and did so at
 // least contentv2.FailOpenDelay(ttl) after the last renewal it sent (both
 // times as n recorded them).
@@ -156,6 +170,8 @@ func TestFaultStateDirWiped(t *testing.T) {
 
 	n2.Close()
 	require.NoError(t, os.RemoveAll(filepath.Join(n2.stateDir, "sharedcontent")), "the journal is lost")
+	require.Eventually(t, func() bool { return !e.coord.live(context.Background(), "node-2") },
+		20*time.Second, 20*time.Millisecond, "node 2's session lapses while it is reinstalled")
 	require.FileExists(t, filepath.Join(n2.stateDir, "meta.db"), "containerd's metadata survives")
 	require.NoError(t, n2.Open())
 	e.coord.waitSynced(t, "node-1", "node-2")
