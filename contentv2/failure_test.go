@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -226,4 +228,69 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return 0
+}
+
+// stolenID is a coordinator that, once stolen is set, refuses this node's
+// session because another live instance uses its node ID, and cannot be
+// reached for anything else.
+type stolenID struct {
+	contentv2.Coordinator
+	stolen atomic.Bool
+}
+
+func (c *stolenID) Session(ctx context.Context, req contentv2.SessionRequest) (contentv2.SessionInfo, error) {
+	if c.stolen.Load() {
+		return contentv2.SessionInfo{}, fmt.Errorf("node id %q is in use by another live instance: %w", "node-1", contentv2.ErrDuplicateNode)
+	}
+	return c.Coordinator.Session(ctx, req)
+}
+
+func (c *stolenID) Lock(ctx context.Context, req contentv2.LockRequest) (contentv2.Lock, error) {
+	if c.stolen.Load() {
+		return nil, fmt.Errorf("coordinator: connection refused: %w", errdefs.ErrUnavailable)
+	}
+	return c.Coordinator.Lock(ctx, req)
+}
+
+// TestDuplicateNodeDoesNotFailOpen (issue 23, scenario 6): a running node
+// whose session the coordinator refuses because another live instance
+// uses its node ID never uses a blob without the coordinator, however long
+// that lasts, and says why.
+func TestDuplicateNodeDoesNotFailOpen(t *testing.T) {
+	l := lockservertest.NewLocker(t)
+	client, err := lockclient.NewEmbedded(l, lockclient.WithNodeID("node-1"))
+	require.NoError(t, err)
+	root := t.TempDir()
+	coord := &stolenID{Coordinator: contentv2.LockService(client)}
+	reg := prometheus.NewRegistry()
+	cs, err := contentv2.NewStore(root, "node-1", coord, contentv2.WithStateDir(t.TempDir()),
+		contentv2.WithSessionTTL(failOpenTTL), contentv2.WithRegisterer(reg))
+	require.NoError(t, err)
+	defer cs.Close()
+
+	coord.stolen.Store(true)
+	require.Eventually(t, func() bool { return counter(t, reg, "sharedcontent_store_session_refusals_total") > 0 },
+		10*time.Second, 10*time.Millisecond, "the session loop meets the refusal")
+	start := time.Now()
+	_, desc := blob("stolen id ")
+	requireNoFailOpen(t, cs, root, desc, start, func(err error) {
+		require.ErrorIs(t, err, contentv2.ErrDuplicateNode)
+		require.ErrorContains(t, err, "--node-id")
+	})
+}
+
+// counter returns the sum of the counter name in reg over its series.
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }
