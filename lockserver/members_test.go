@@ -150,6 +150,16 @@ func TestLapsedSessionIsUnsynced(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "n2's lapse revokes the delete")
 	_, err := l.Keepalive(ctx, api.KeepaliveRequest{Type: api.OperationDelete, ResourceID: blob, LeaseID: g.LeaseID})
 	require.ErrorIs(t, err, api.ErrNotHolder, "the revoked lease is released")
+	require.Eventually(t, func() bool {
+		nodes, err := l.Nodes(ctx)
+		require.NoError(t, err)
+		for _, n := range nodes.Nodes {
+			if n.NodeID == "n2" {
+				return !n.Live
+			}
+		}
+		return false
+	}, 5*time.Second, 10*time.Millisecond, "n2's session lapses")
 	require.False(t, session(t, l, "n2").Synced, "a lapsed session starts unsynced")
 }
 
