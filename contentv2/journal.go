@@ -26,6 +26,9 @@ var (
 	memberKey     = []byte("member")
 	generationKey = []byte("generation")
 	ttlKey        = []byte("session_ttl")
+	// seededKey holds the generation once the journal has taken in the
+	// references the coordinator had of this node (seed.go).
+	seededKey = []byte("seeded")
 )
 
 // journal is the node's own record of the blobs it uses (SPEC §8), on
@@ -39,6 +42,7 @@ type journal struct {
 	refs   map[digest.Digest]struct{} // protected by mu; mirrors the file
 	member string                     // protected by mu; mirrors memberKey
 	ttl    time.Duration              // protected by mu; mirrors ttlKey
+	seeded bool                       // protected by mu; mirrors seededKey
 	// generation is set when the journal is opened, then read-only.
 	generation string
 }
@@ -62,6 +66,7 @@ func openJournal(stateDir string) (*journal, error) {
 		if v := meta.Get(ttlKey); len(v) == 8 {
 			j.ttl = time.Duration(binary.BigEndian.Uint64(v))
 		}
+		j.seeded = string(meta.Get(seededKey)) != "" && string(meta.Get(seededKey)) == string(meta.Get(generationKey))
 		if j.generation = string(meta.Get(generationKey)); j.generation == "" {
 			// A new journal (or one older than generations).
 			j.generation = newSyncID()
@@ -101,6 +106,36 @@ func (j *journal) add(dgst digest.Digest) error {
 	j.refs[dgst] = struct{}{}
 	j.mu.Unlock()
 	return nil
+}
+
+// seed records every digest of ds, durably, in one transaction, and
+// marks the journal seeded.
+func (j *journal) seed(ds []digest.Digest) error {
+	err := j.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(journalBucket)
+		for _, d := range ds {
+			if err := b.Put([]byte(d), nil); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(metaBucket).Put(seededKey, []byte(j.generation))
+	})
+	if err != nil {
+		return fmt.Errorf("node journal: seed: %w", err)
+	}
+	j.mu.Lock()
+	for _, d := range ds {
+		j.refs[d] = struct{}{}
+	}
+	j.seeded = true
+	j.mu.Unlock()
+	return nil
+}
+
+func (j *journal) isSeeded() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.seeded
 }
 
 // remove drops dgst.

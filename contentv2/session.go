@@ -234,6 +234,9 @@ func (s *store) sessionRound(ctx context.Context) error {
 		return nil
 	}
 	s.setSynced(false)
+	if err := s.seedJournal(ctx); err != nil {
+		return err
+	}
 	err = s.coord.SyncRefs(ctx, SyncRequest{Generation: s.journal.generation, Snapshot: s.journal.snapshot, Echo: s.echo})
 	if err != nil {
 		if errors.Is(err, ErrLate) {

@@ -152,7 +152,9 @@ func TestFaultLateKeepalives(t *testing.T) {
 // TestFaultStateDirWiped (scenario 5): node 2's state dir (its journal)
 // is lost while its containerd metadata survives, and the node restarts
 // with an empty journal of a new generation. A sync from a generation the
-// coordinator does not know only adds references, so node 1's GC keeps
+// coordinator does not know only adds references, and the node first
+// takes into its new journal the references the coordinator has of it,
+// so neither that sync nor any later one drops them: node 1's GC keeps
 // node 2's image.
 //
 // Before: node 2's empty sync removed all its references, and node 1's GC
@@ -174,6 +176,13 @@ func TestFaultStateDirWiped(t *testing.T) {
 		20*time.Second, 20*time.Millisecond, "node 2's session lapses while it is reinstalled")
 	require.FileExists(t, filepath.Join(n2.stateDir, "meta.db"), "containerd's metadata survives")
 	require.NoError(t, n2.Open())
+	e.coord.waitSynced(t, "node-1", "node-2")
+	require.NoError(t, n1.collect(ctx))
+	e.requireFiles(t, imgA, "node 1's GC after node 2's first sync with its new journal")
+	// A later full sync (here a coordinator restart; a lapsed session
+	// does the same) comes from a generation the coordinator knows now,
+	// and replaces: the new journal must hold what the old one did.
+	e.coord.Restart()
 	e.coord.waitSynced(t, "node-1", "node-2")
 	require.NoError(t, n1.collect(ctx))
 
