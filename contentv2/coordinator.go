@@ -17,16 +17,20 @@ import (
 // Refusals are the sentinels below (wrapped); any other error means the
 // coordinator could not be reached or did not answer.
 type Coordinator interface {
-	// Session opens or renews this node's session. clusterID, when not
-	// empty, is the cluster the node belongs to: from then on, a
-	// coordinator of another cluster refuses every call with
-	// ErrWrongCluster instead of acting on it.
-	Session(ctx context.Context, clusterID string) (SessionInfo, error)
+	// Session opens (req.Echo nil) or renews this node's session.
+	// req.ClusterID, when not empty, is the cluster the node belongs to:
+	// from then on, a coordinator of another cluster refuses every call
+	// with ErrWrongCluster instead of acting on it. A renewal that
+	// arrives late is ErrLate; a live session of another instance under
+	// this node ID is ErrDuplicateNode.
+	Session(ctx context.Context, req SessionRequest) (SessionInfo, error)
 	// SyncRefs replaces the coordinator's record of this node's
-	// references with the node's journal. It announces the sync before it
-	// calls snapshot, so that no reference added after the snapshot
-	// is lost by the replacement.
-	SyncRefs(ctx context.Context, snapshot func() ([]digest.Digest, error)) error
+	// references with the node's journal (or, from a journal generation
+	// it has not synced from, adds them). It announces the sync before it
+	// calls req.Snapshot, so that no reference added after the snapshot
+	// is lost by the replacement, and calls req.Echo right before it
+	// sends the last chunk (ErrLate if that is refused as late).
+	SyncRefs(ctx context.Context, req SyncRequest) error
 	// AddRef records this node as a user of the blob; ErrDeleting while a
 	// delete of it is in flight. found says the node found the blob in
 	// the shared directory (rather than committing it): then ErrDeleting
@@ -111,6 +115,34 @@ type LockRequest struct {
 	Reap ReapMode
 }
 
+// SessionRequest is a session call (docs/design.md, "Never lose a blob").
+type SessionRequest struct {
+	ClusterID string
+	// InstanceID is random per store start.
+	InstanceID string
+	// Echo is nil to open a session, set to renew one.
+	Echo *Echo
+}
+
+// Echo is what a node sends back of the last session answer it received:
+// the coordinator's stamp (and epoch), and the time elapsed since the node
+// received it, by the node's monotonic clock.
+type Echo struct {
+	Epoch   uint64
+	Stamp   time.Duration
+	Elapsed time.Duration
+}
+
+// SyncRequest is a full sync of the node journal.
+type SyncRequest struct {
+	// Generation is the journal's random generation ID.
+	Generation string
+	Snapshot   func() ([]digest.Digest, error)
+	// Echo returns the echo for the last chunk, or nil when none may be
+	// sent any more (then the sync fails with ErrLate).
+	Echo func() *Echo
+}
+
 // SessionInfo is the coordinator's answer to a session call.
 type SessionInfo struct {
 	ClusterID string
@@ -118,6 +150,10 @@ type SessionInfo struct {
 	TTL       time.Duration
 	// Synced: the coordinator has this node's journal for this session.
 	Synced bool
+	// Stamp is the coordinator's uptime when it answered (echoed back).
+	Stamp time.Duration
+	// NewMember: the coordinator had no member record of this node.
+	NewMember bool
 }
 
 // Refusals of a Coordinator.
@@ -137,6 +173,11 @@ var (
 	// ErrNotExpired: the coordinator refused to expire a member: it is
 	// live, or not yet gone for the node expiry by both measures.
 	ErrNotExpired = errors.New("contentv2: member not expired")
+	// ErrLate: a session renewal or sync arrived too late to count; the
+	// node opens a new session.
+	ErrLate = errors.New("contentv2: session message arrived late")
+	// ErrDuplicateNode: another live instance uses this node ID.
+	ErrDuplicateNode = errors.New("contentv2: node id used by another live instance")
 )
 
 // isRefusal reports whether err is the coordinator's answer rather than a

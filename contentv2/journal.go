@@ -1,11 +1,13 @@
 package contentv2
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	bolt "go.etcd.io/bbolt"
@@ -17,9 +19,16 @@ const JournalFile = "journal.db"
 var (
 	journalBucket = []byte("refs")
 	// metaBucket holds memberKey: the cluster whose coordinator has
-	// accepted a session of this node.
-	metaBucket = []byte("meta")
-	memberKey  = []byte("member")
+	// accepted a session of this node; generationKey: the journal's
+	// random generation ID, created with it; ttlKey: the last session TTL
+	// a coordinator announced (nanoseconds, big-endian).
+	metaBucket    = []byte("meta")
+	memberKey     = []byte("member")
+	generationKey = []byte("generation")
+	ttlKey        = []byte("session_ttl")
+	// seededKey holds the generation once the journal has taken in the
+	// references the coordinator had of this node (seed.go).
+	seededKey = []byte("seeded")
 )
 
 // journal is the node's own record of the blobs it uses (SPEC §8), on
@@ -32,6 +41,10 @@ type journal struct {
 	mu     sync.Mutex
 	refs   map[digest.Digest]struct{} // protected by mu; mirrors the file
 	member string                     // protected by mu; mirrors memberKey
+	ttl    time.Duration              // protected by mu; mirrors ttlKey
+	seeded bool                       // protected by mu; mirrors seededKey
+	// generation is set when the journal is opened, then read-only.
+	generation string
 }
 
 func openJournal(stateDir string) (*journal, error) {
@@ -50,6 +63,17 @@ func openJournal(stateDir string) (*journal, error) {
 			return err
 		}
 		j.member = string(meta.Get(memberKey))
+		if v := meta.Get(ttlKey); len(v) == 8 {
+			j.ttl = time.Duration(binary.BigEndian.Uint64(v))
+		}
+		j.seeded = string(meta.Get(seededKey)) != "" && string(meta.Get(seededKey)) == string(meta.Get(generationKey))
+		if j.generation = string(meta.Get(generationKey)); j.generation == "" {
+			// A new journal (or one older than generations).
+			j.generation = newSyncID()
+			if err := meta.Put(generationKey, []byte(j.generation)); err != nil {
+				return err
+			}
+		}
 		b, err := tx.CreateBucketIfNotExists(journalBucket)
 		if err != nil {
 			return err
@@ -82,6 +106,36 @@ func (j *journal) add(dgst digest.Digest) error {
 	j.refs[dgst] = struct{}{}
 	j.mu.Unlock()
 	return nil
+}
+
+// seed records every digest of ds, durably, in one transaction, and
+// marks the journal seeded.
+func (j *journal) seed(ds []digest.Digest) error {
+	err := j.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(journalBucket)
+		for _, d := range ds {
+			if err := b.Put([]byte(d), nil); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(metaBucket).Put(seededKey, []byte(j.generation))
+	})
+	if err != nil {
+		return fmt.Errorf("node journal: seed: %w", err)
+	}
+	j.mu.Lock()
+	for _, d := range ds {
+		j.refs[d] = struct{}{}
+	}
+	j.seeded = true
+	j.mu.Unlock()
+	return nil
+}
+
+func (j *journal) isSeeded() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.seeded
 }
 
 // remove drops dgst.
@@ -141,6 +195,32 @@ func (j *journal) setMember(cluster string) error {
 	}
 	j.mu.Lock()
 	j.member = cluster
+	j.mu.Unlock()
+	return nil
+}
+
+// announcedTTL returns the last session TTL a coordinator announced (0 if
+// none has).
+func (j *journal) announcedTTL() time.Duration {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.ttl
+}
+
+// setAnnouncedTTL records, durably, the session TTL the coordinator
+// announced: a restarted node counts with it before it hears from the
+// coordinator again (SPEC §8).
+func (j *journal) setAnnouncedTTL(ttl time.Duration) error {
+	if j.announcedTTL() == ttl {
+		return nil
+	}
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], uint64(ttl))
+	if err := j.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(metaBucket).Put(ttlKey, v[:]) }); err != nil {
+		return fmt.Errorf("node journal: session TTL: %w", err)
+	}
+	j.mu.Lock()
+	j.ttl = ttl
 	j.mu.Unlock()
 	return nil
 }

@@ -30,6 +30,8 @@ var refusals = []struct{ from, to error }{
 	{lockclient.ErrWrongCluster, ErrWrongCluster},
 	{api.ErrNotExpired, ErrNotExpired},
 	{api.ErrMemberLive, ErrNotExpired},
+	{lockclient.ErrLate, ErrLate},
+	{lockclient.ErrDuplicateNode, ErrDuplicateNode},
 }
 
 func mapErr(err error) error {
@@ -41,36 +43,53 @@ func mapErr(err error) error {
 	return err
 }
 
-func (s *lockService) Session(ctx context.Context, clusterID string) (SessionInfo, error) {
-	if clusterID != "" {
-		s.c.ExpectCluster(clusterID)
+func (s *lockService) Session(ctx context.Context, req SessionRequest) (SessionInfo, error) {
+	if req.ClusterID != "" {
+		s.c.ExpectCluster(req.ClusterID)
 	}
-	resp, err := s.c.Session(ctx)
+	resp, err := s.c.Session(ctx, api.SessionRequest{InstanceID: req.InstanceID, Echo: wireEcho(req.Echo)})
 	if err != nil {
 		return SessionInfo{}, mapErr(err)
 	}
 	return SessionInfo{ClusterID: resp.ClusterID, Epoch: resp.Epoch,
-		TTL: time.Duration(resp.SessionTTLMs) * time.Millisecond, Synced: resp.Synced}, nil
+		TTL: time.Duration(resp.SessionTTLMs) * time.Millisecond, Synced: resp.Synced,
+		Stamp: time.Duration(resp.StampMs) * time.Millisecond, NewMember: resp.NewMember}, nil
 }
 
-func (s *lockService) SyncRefs(ctx context.Context, snapshot func() ([]digest.Digest, error)) error {
+func wireEcho(e *Echo) *api.Echo {
+	if e == nil {
+		return nil
+	}
+	return &api.Echo{Epoch: e.Epoch, StampMs: e.Stamp.Milliseconds(), ElapsedMs: e.Elapsed.Milliseconds()}
+}
+
+func (s *lockService) SyncRefs(ctx context.Context, req SyncRequest) error {
 	syncID := newSyncID()
 	// Announce the sync before the snapshot (see Coordinator.SyncRefs).
-	if _, err := s.c.SyncRefs(ctx, api.SyncRequest{SyncID: syncID, ResourceIDs: []string{}}); err != nil {
+	announce := api.SyncRequest{SyncID: syncID, ResourceIDs: []string{}, Generation: req.Generation}
+	if _, err := s.c.SyncRefs(ctx, announce); err != nil {
 		return mapErr(err)
 	}
-	refs, err := snapshot()
+	refs, err := req.Snapshot()
 	if err != nil {
 		return err
 	}
 	for {
 		n := min(len(refs), api.MaxSyncChunk)
-		chunk := make([]string, n)
+		chunk := api.SyncRequest{SyncID: syncID, ResourceIDs: make([]string, n), Generation: req.Generation}
 		for i, d := range refs[:n] {
-			chunk[i] = d.String()
+			chunk.ResourceIDs[i] = d.String()
 		}
 		refs = refs[n:]
-		if _, err := s.c.SyncRefs(ctx, api.SyncRequest{SyncID: syncID, ResourceIDs: chunk, Done: len(refs) == 0}); err != nil {
+		if len(refs) == 0 {
+			chunk.Done = true
+			e := req.Echo()
+			if e == nil {
+				return fmt.Errorf("sync: too long since the last session answer to finish it: %w", ErrLate)
+			}
+			chunk.Echo = wireEcho(e)
+		}
+		if _, err := s.c.SyncRefs(ctx, chunk); err != nil {
 			return mapErr(err)
 		}
 		if len(refs) == 0 {

@@ -13,6 +13,13 @@ type metrics struct {
 	reaped        *prometheus.CounterVec
 	reapable      prometheus.Gauge
 	sharedBytes   prometheus.Counter
+	// Sessions (session.go).
+	renewalSent     prometheus.Gauge
+	failOpenSince   prometheus.Gauge
+	failOpenDelay   prometheus.Gauge
+	sessionRefusals *prometheus.CounterVec
+	forgotten       prometheus.Counter
+	forgottenGone   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -57,9 +64,34 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sharedcontent_store_shared_bytes_total",
 			Help: "Bytes of blobs this node started using without downloading them: found in the shared directory, downloaded by another node (or by this one before its journal was lost). The registry bytes this node saved.",
 		}),
+		renewalSent: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sharedcontent_store_session_renewal_sent_timestamp_seconds",
+			Help: "When this node last sent a session renewal (or the last chunk of a sync), answered or not: a node cut off uses blobs unregistered only sharedcontent_store_fail_open_delay_seconds after it.",
+		}),
+		failOpenSince: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sharedcontent_store_fail_open_since_timestamp_seconds",
+			Help: "When this node started using blobs without the coordinator (fail-open) since it last heard from it; 0 while it does not.",
+		}),
+		failOpenDelay: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sharedcontent_store_fail_open_delay_seconds",
+			Help: "How long after its last session renewal a node cut off from the coordinator waits before it uses blobs unregistered: TTL/3 + TTL + TTL/10 + 2 s, with the larger of the configured and the announced session TTL.",
+		}),
+		sessionRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sharedcontent_store_session_refusals_total",
+			Help: "Session calls the coordinator refused, by reason: late (a renewal or sync arrived too late to count; the node opened a new session), duplicate_node (another live instance uses this node ID: fix --node-id).",
+		}, []string{"reason"}),
+		forgotten: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sharedcontent_store_forgotten_total",
+			Help: "Times the coordinator had forgotten this node (its references dropped) although its journal says it was a member: the node re-registered the blobs that still exist.",
+		}),
+		forgottenGone: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sharedcontent_store_forgotten_lost_blobs_total",
+			Help: "Blobs this node's journal recorded that were gone from the shared root when it came back after being forgotten (dropped from the journal; the log lists them).",
+		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.uncoordinated, m.writes, m.follows, m.deletes, m.waits, m.synced, m.syncs, m.reaped, m.reapable, m.sharedBytes} {
+		for _, c := range []prometheus.Collector{m.uncoordinated, m.writes, m.follows, m.deletes, m.waits, m.synced, m.syncs, m.reaped, m.reapable, m.sharedBytes,
+			m.renewalSent, m.failOpenSince, m.failOpenDelay, m.sessionRefusals, m.forgotten, m.forgottenGone} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -17,24 +17,40 @@ import (
 // belongs to is the shared root's (cluster.json): a coordinator of another
 // cluster is treated as unreachable.
 //
-// A node that cannot reach the coordinator uses blobs without registering
-// them only once its session has surely expired in the coordinator's eyes:
-// failOpenDelay after it received the last successful session answer. From
+// The timing rule (docs/design.md, "Never lose a blob"): a renewal echoes
+// the coordinator's stamp of the last answer received and the time
+// elapsed since, and is sent only while that is at most 2·TTL/3 (after
+// that the store opens a new session, which starts unsynced). The
+// coordinator extends nothing for a renewal that arrives more than TTL/3
+// after it was sent. So a node that cannot reach the coordinator uses
+// blobs without registering them only FailOpenDelay after it sent its last
+// renewal, answered or not: its session has surely expired by then. From
 // then on the coordinator refuses every delete until this node syncs, and
 // the journal carries those uses to it.
 
-// failOpenDelay is how long after the last session answer a node waits
-// before it uses blobs unreferenced: the session TTL, a tenth more for
-// clock rate, and failOpenMargin for a delete granted just before the
-// session lapsed (a deleter checks its lease right before it renames).
-func failOpenDelay(ttl time.Duration) time.Duration { return ttl + ttl/10 + failOpenMargin }
+// FailOpenDelay is how long after its last renewal a node cut off from the
+// coordinator waits before it uses blobs unreferenced: TTL/3 (the latest a
+// renewal may arrive and still count), the session TTL it then grants, a
+// tenth of the TTL for clock rate, and failOpenMargin for a delete granted
+// just before the session lapsed (a deleter checks its lease right before
+// it renames).
+func FailOpenDelay(ttl time.Duration) time.Duration { return ttl/3 + ttl + ttl/10 + failOpenMargin }
 
 const failOpenMargin = 2 * time.Second
 
+// sessionAnswer is what the store keeps of the last session answer.
+type sessionAnswer struct {
+	at    time.Time // when it arrived (zero: none to echo)
+	stamp time.Duration
+	epoch uint64
+}
+
 // startSession binds the store to the root's cluster and opens the first
 // session. A coordinator of another cluster is a *WrongClusterError: the
-// node must not start. An unreachable one is not an error: the store
-// starts, treating it as unreachable, and keeps trying.
+// node must not start; so is another live instance with this node ID
+// (ErrDuplicateNode), once this node has waited out a session its own
+// previous run may have left. An unreachable coordinator is not an error:
+// the store starts, treating it as unreachable, and keeps trying.
 func (s *store) startSession(ctx context.Context) error {
 	rootID, err := ReadClusterID(s.root)
 	if err != nil {
@@ -42,24 +58,47 @@ func (s *store) startSession(ctx context.Context) error {
 	}
 	s.smu.Lock()
 	s.clusterID = rootID
-	s.lastAck = time.Now() // a session of an earlier run may still be live
+	s.sessionTTL = s.journal.announcedTTL()
+	s.renewalSent = time.Now() // a session of an earlier run may still be live
 	s.smu.Unlock()
-	cctx, cancel := context.WithTimeout(ctx, s.coordTimeout)
-	defer cancel()
-	err = s.sessionRound(cctx)
+	s.noteRenewalSent(s.renewalSent)
+	err = s.firstSession(ctx)
 	var wrong *WrongClusterError
-	if errors.As(err, &wrong) {
+	switch {
+	case errors.As(err, &wrong):
 		return err
-	}
-	if errors.Is(err, ErrWrongCluster) {
+	case errors.Is(err, ErrWrongCluster):
 		return &WrongClusterError{Root: s.root, RootCluster: rootID, Cause: err}
-	}
-	if err != nil {
+	case errors.Is(err, ErrDuplicateNode):
+		return fmt.Errorf("node %s: %w; refusing to start", s.nodeID, err)
+	case err != nil:
 		log.G(ctx).WithError(err).Warn("coordinator not reachable at start; deletes wait, writes go on after the session timeout")
 	}
 	// Only a node that may serve this root becomes a member of it (an
 	// unreachable coordinator is no reason to refuse).
 	return WriteNodeMarker(s.root, s.nodeID)
+}
+
+// firstSession runs the first session round. While the coordinator says
+// another instance of this node ID is live, it retries until any session
+// of this node's previous run has surely lapsed: then the other instance
+// is a live one (another host with the same node ID).
+func (s *store) firstSession(ctx context.Context) error {
+	deadline := time.Now().Add(s.failOpenTTL() + s.failOpenTTL()/10)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, s.coordTimeout)
+		err := s.sessionRound(cctx)
+		cancel()
+		if !errors.Is(err, ErrDuplicateNode) || time.Now().After(deadline) {
+			return err
+		}
+		log.G(ctx).WithError(err).WithField("node", s.nodeID).Warn("another instance holds this node's session; waiting for it to lapse (a previous run of this node) or refusing to start")
+		select {
+		case <-time.After(max(s.sessionInterval()/2, 10*time.Millisecond)):
+		case <-ctx.Done():
+			return err
+		}
+	}
 }
 
 // sessionLoop renews the session until the store closes.
@@ -77,9 +116,12 @@ func (s *store) sessionLoop() {
 		ctx, cancel := context.WithTimeout(context.Background(), s.sessionInterval())
 		if err := s.sessionRound(ctx); err != nil {
 			l := log.L.WithError(err).WithField("node", s.nodeID)
-			if errors.Is(err, ErrWrongCluster) {
+			switch {
+			case errors.Is(err, ErrWrongCluster):
 				l.Error("the coordinator belongs to another cluster than the shared root: no deletes until an operator adopts the root (sharedcontentctl cluster adopt)")
-			} else {
+			case errors.Is(err, ErrDuplicateNode):
+				l.Error("ANOTHER LIVE INSTANCE USES THIS NODE ID: this node uses no blob without the coordinator until it is fixed; give each host a unique --node-id")
+			default:
 				l.Warn("session renewal failed")
 			}
 		}
@@ -92,7 +134,67 @@ func (s *store) sessionLoop() {
 func (s *store) sessionInterval() time.Duration {
 	s.smu.Lock()
 	defer s.smu.Unlock()
-	return max(s.sessionTTL/3, 10*time.Millisecond)
+	return max(s.coordTTL()/3, 10*time.Millisecond)
+}
+
+// coordTTL is the coordinator's session TTL as last announced, or the
+// configured one. Callers hold smu.
+func (s *store) coordTTL() time.Duration {
+	if s.sessionTTL > 0 {
+		return s.sessionTTL
+	}
+	return s.configTTL
+}
+
+// failOpenTTL is the TTL the fail-open delay counts with: the larger of
+// the configured one and the last one a coordinator announced.
+func (s *store) failOpenTTL() time.Duration {
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	return max(s.configTTL, s.sessionTTL)
+}
+
+// echo returns the echo for a renewal (or a sync's last chunk) sent now,
+// and records the send; nil when there is no answer to echo, or the last
+// one is more than 2·TTL/3 old (then the message would be late).
+func (s *store) echo() *Echo {
+	now := time.Now()
+	s.smu.Lock()
+	a := s.answer
+	if a.at.IsZero() || now.Sub(a.at) > 2*s.coordTTL()/3 {
+		s.smu.Unlock()
+		return nil
+	}
+	s.renewalSent = now
+	s.smu.Unlock()
+	s.noteRenewalSent(now)
+	return &Echo{Epoch: a.epoch, Stamp: a.stamp, Elapsed: now.Sub(a.at)}
+}
+
+func (s *store) noteRenewalSent(at time.Time) {
+	s.metrics.renewalSent.Set(float64(at.UnixNano()) / 1e9)
+	s.metrics.failOpenDelay.Set(FailOpenDelay(s.failOpenTTL()).Seconds())
+}
+
+// session opens or renews the session: a renewal refused as late is
+// followed at once by an open.
+func (s *store) session(ctx context.Context, clusterID string) (SessionInfo, error) {
+	req := SessionRequest{ClusterID: clusterID, InstanceID: s.instanceID, Echo: s.echo()}
+	info, err := s.coord.Session(ctx, req)
+	if errors.Is(err, ErrLate) && req.Echo != nil {
+		s.metrics.sessionRefusals.WithLabelValues("late").Inc()
+		log.G(ctx).WithError(err).WithField("node", s.nodeID).Warn("session renewal arrived late; opening a new session")
+		req.Echo = nil
+		info, err = s.coord.Session(ctx, req)
+	}
+	duplicate := errors.Is(err, ErrDuplicateNode)
+	s.smu.Lock()
+	s.duplicate = duplicate
+	s.smu.Unlock()
+	if duplicate {
+		s.metrics.sessionRefusals.WithLabelValues("duplicate_node").Inc()
+	}
+	return info, err
 }
 
 // sessionRound renews the session and syncs the journal when the
@@ -101,7 +203,7 @@ func (s *store) sessionRound(ctx context.Context) error {
 	s.smu.Lock()
 	clusterID := s.clusterID
 	s.smu.Unlock()
-	info, err := s.coord.Session(ctx, clusterID)
+	info, err := s.session(ctx, clusterID)
 	if err != nil {
 		s.setSynced(false)
 		return err
@@ -120,34 +222,65 @@ func (s *store) sessionRound(ctx context.Context) error {
 		s.clusterID = rootID
 		s.smu.Unlock()
 		// Bind the coordinator to it from now on.
-		if info, err = s.coord.Session(ctx, rootID); err != nil {
+		if info, err = s.session(ctx, rootID); err != nil {
 			return err
 		}
+		received = time.Now()
 	}
+	if err := s.answered(ctx, info, received); err != nil {
+		return err
+	}
+	if info.Synced {
+		s.setSynced(true)
+		return nil
+	}
+	s.setSynced(false)
+	if err := s.seedJournal(ctx); err != nil {
+		return err
+	}
+	err = s.coord.SyncRefs(ctx, SyncRequest{Generation: s.journal.generation, Snapshot: s.journal.snapshot, Echo: s.echo})
+	if err != nil {
+		if errors.Is(err, ErrLate) {
+			s.metrics.sessionRefusals.WithLabelValues("late").Inc()
+			s.smu.Lock()
+			s.answer = sessionAnswer{} // the next round opens a new session
+			s.smu.Unlock()
+		}
+		return err
+	}
+	s.setSynced(true)
+	s.metrics.syncs.Inc()
+	return nil
+}
+
+// answered records a session answer received at received: its stamp, the
+// announced TTL (in the journal too), and whether the coordinator had
+// forgotten this node (forgotten.go).
+func (s *store) answered(ctx context.Context, info SessionInfo, received time.Time) error {
+	forgotten := info.NewMember && s.journal.memberOf() == info.ClusterID
 	if err := s.journal.setMember(info.ClusterID); err != nil {
+		return err
+	}
+	if err := s.journal.setAnnouncedTTL(info.TTL); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	s.downUntil = time.Time{} // it answers again
 	s.mu.Unlock()
 	s.smu.Lock()
-	s.lastAck = received
+	s.answer = sessionAnswer{at: received, stamp: info.Stamp, epoch: info.Epoch}
 	s.sessionTTL = info.TTL
+	s.failedOpen = time.Time{}
 	if info.Epoch != s.epoch && s.epoch != 0 {
 		log.L.WithField("node", s.nodeID).WithField("epoch", info.Epoch).Info("coordinator restarted; syncing the journal")
 	}
 	s.epoch = info.Epoch
 	s.smu.Unlock()
-	if info.Synced {
-		s.setSynced(true)
-		return nil
+	s.metrics.failOpenSince.Set(0)
+	s.metrics.failOpenDelay.Set(FailOpenDelay(s.failOpenTTL()).Seconds())
+	if forgotten {
+		s.cameBackForgotten(ctx, info.ClusterID)
 	}
-	s.setSynced(false)
-	if err := s.coord.SyncRefs(ctx, s.journal.snapshot); err != nil {
-		return err
-	}
-	s.setSynced(true)
-	s.metrics.syncs.Inc()
 	return nil
 }
 
@@ -165,23 +298,30 @@ func (s *store) setSynced(v bool) {
 // failOpenRefused says why this node may not use a blob without the
 // coordinator after cause, or returns nil when it may. It may only when
 //   - the coordinator could not be reached: one that answered and refused
-//     this node's credentials (unauthenticated, forbidden) is no outage,
-//     and the node goes on failing until its credentials are fixed;
+//     this node's credentials (unauthenticated, forbidden), or its session
+//     because another live instance uses its node ID, is no outage, and
+//     the node goes on failing until that is fixed;
 //   - this node is a member of the root's cluster: that cluster's
 //     coordinator accepted a session of it once (the journal records it).
 //     A node it never counted has no session to lapse, and no delete
 //     would wait for it;
-//   - its session has surely expired: failOpenDelay after the last
-//     session answer. Until then the error is ErrUnavailable and says how
-//     long, so containerd retries.
+//   - its session has surely expired: FailOpenDelay after the last
+//     renewal it sent. Until then the error is ErrUnavailable and says
+//     how long, so containerd retries.
 func (s *store) failOpenRefused(cause error) error {
 	if errdefs.IsUnauthorized(cause) || errdefs.IsPermissionDenied(cause) {
 		return fmt.Errorf("the coordinator refuses this node (%w); no blob is used without it: fix this node's credentials", cause)
 	}
+	ttl := s.failOpenTTL()
+	now := time.Now()
 	s.smu.Lock()
-	cluster := s.clusterID
-	wait := time.Until(s.lastAck.Add(failOpenDelay(s.sessionTTL)))
+	cluster, duplicate := s.clusterID, s.duplicate
+	wait := s.renewalSent.Add(FailOpenDelay(ttl)).Sub(now)
 	s.smu.Unlock()
+	if duplicate {
+		return fmt.Errorf("the coordinator refuses this node's session: another live instance uses node id %s (%w); no blob is used without the coordinator: give each host a unique --node-id: %w",
+			s.nodeID, cause, ErrDuplicateNode)
+	}
 	if member := s.journal.memberOf(); cluster == "" || member != cluster {
 		return fmt.Errorf("coordinator unreachable (%w), and this node has never joined the cluster of its root (%s): no blob is used without the coordinator until it has: %w",
 			cause, or(cluster, "none yet"), errdefs.ErrUnavailable)
@@ -190,6 +330,12 @@ func (s *store) failOpenRefused(cause error) error {
 		return fmt.Errorf("coordinator unreachable (%w); uncoordinated use starts in %s, once this node's session has surely expired: %w",
 			cause, wait.Round(time.Millisecond), errdefs.ErrUnavailable)
 	}
+	s.smu.Lock()
+	if s.failedOpen.IsZero() {
+		s.failedOpen = now
+		s.metrics.failOpenSince.Set(float64(now.UnixNano()) / 1e9)
+	}
+	s.smu.Unlock()
 	return nil
 }
 

@@ -83,11 +83,12 @@ func WithRefRetryInterval(d time.Duration) Option { return func(s *store) { s.re
 // waits on (default DefaultCoordinationTimeout).
 func WithCoordinationTimeout(d time.Duration) Option { return func(s *store) { s.coordTimeout = d } }
 
-// WithSessionTTL sets the session TTL the store assumes until the
-// coordinator states its own (default 15 s, the coordinator's default). A
-// node that cannot reach the coordinator at start waits this long, plus a
-// margin, before it uses blobs unreferenced.
-func WithSessionTTL(d time.Duration) Option { return func(s *store) { s.sessionTTL = d } }
+// WithSessionTTL sets the session TTL the store counts with (default 15 s,
+// the coordinator's default): it counts with the larger of this and the
+// last TTL a coordinator announced to it (kept in the journal), so a node
+// that cannot reach the coordinator waits FailOpenDelay of that before it
+// uses blobs unreferenced.
+func WithSessionTTL(d time.Duration) Option { return func(s *store) { s.configTTL = d } }
 
 // WithReaper runs the reaper every interval (0: never), reclaiming what is
 // older than grace (SPEC §8).
@@ -129,12 +130,29 @@ type store struct {
 	downUntil time.Time
 
 	// The session (session.go).
-	smu        sync.Mutex
-	clusterID  string        // protected by smu; the root's cluster ("" until known)
-	sessionTTL time.Duration // protected by smu
-	lastAck    time.Time     // protected by smu; when the last session answer arrived
-	epoch      uint64        // protected by smu
-	synced     bool          // protected by smu
+	smu       sync.Mutex
+	clusterID string // protected by smu; the root's cluster ("" until known)
+	configTTL time.Duration
+	// sessionTTL is the TTL the coordinator announced last (0: none yet,
+	// then configTTL). Protected by smu.
+	sessionTTL time.Duration
+	// answer is the last session answer received (its stamp, epoch, and
+	// when it arrived, by the monotonic clock). Protected by smu.
+	answer sessionAnswer
+	// renewalSent is when the last renewal (or final sync chunk) was
+	// sent, answered or not; fail-open counts from it. Protected by smu.
+	renewalSent time.Time
+	// failedOpen is when this node started using blobs without the
+	// coordinator (zero: it has not since the last answer). Protected by
+	// smu.
+	failedOpen time.Time
+	// duplicate: the coordinator refused the session because another
+	// live instance uses this node ID; never fail open. Protected by smu.
+	duplicate bool
+	epoch     uint64 // protected by smu
+	synced    bool   // protected by smu
+	// instanceID is random per store start (SPEC §8); read-only.
+	instanceID string
 	kick       chan struct{} // a session round now
 
 	stop chan struct{} // closed by Close
@@ -165,7 +183,8 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 		coord:        coord,
 		refRetry:     DefaultRefRetryInterval,
 		coordTimeout: DefaultCoordinationTimeout,
-		sessionTTL:   defaultSessionTTL,
+		configTTL:    defaultSessionTTL,
+		instanceID:   newSyncID(),
 		referenced:   map[digest.Digest]struct{}{},
 		followers:    map[string]*follower{},
 		kick:         make(chan struct{}, 1),
@@ -209,7 +228,8 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 	return s, nil
 }
 
-// defaultSessionTTL is assumed until the coordinator states its own.
+// defaultSessionTTL is the session TTL a store counts with unless
+// configured (WithSessionTTL) or told a longer one by a coordinator.
 const defaultSessionTTL = 15 * time.Second
 
 func (s *store) Close() error {

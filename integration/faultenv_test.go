@@ -35,8 +35,8 @@ import (
 // stop, restart and wipe the coordinator and cut off one node.
 
 // faultSessionTTL is the coordinator's session TTL in the fault tests: a
-// node cut off uses blobs unregistered after about TTL + TTL/10 + 2 s
-// (contentv2's failOpenDelay).
+// node cut off uses blobs unregistered contentv2.FailOpenDelay(TTL) after
+// its last renewal (about 2.5 s).
 const faultSessionTTL = 400 * time.Millisecond
 
 func faultConfig() lockserver.Config {

@@ -172,10 +172,13 @@ func (c *Client) ExpectCluster(id string) {
 	}
 }
 
-// Session opens or renews this client's node's session. Transient errors
-// are retried.
-func (c *Client) Session(ctx context.Context) (api.SessionResponse, error) {
-	req := api.SessionRequest{NodeID: c.opts.nodeID}
+// Session opens or renews this client's node's session: req's InstanceID
+// and Echo (SPEC §8) are sent as given, its NodeID is the client's, and its
+// ClusterID the expected one (ExpectCluster). Transient errors are retried
+// with the same request: an echo's elapsed time then dates from the first
+// attempt, which only makes the coordinator's estimate of its age larger.
+func (c *Client) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
+	req.NodeID = c.opts.nodeID
 	if id := c.expect.Load(); id != nil {
 		req.ClusterID = *id
 	}

@@ -36,6 +36,12 @@ var (
 	// ErrWrongCluster: the coordinator belongs to another cluster than
 	// the one the client expects (ExpectCluster).
 	ErrWrongCluster = api.ErrWrongCluster
+	// ErrLate: a session renewal arrived too late to extend the session
+	// (SPEC §8); open a new one.
+	ErrLate = api.ErrLate
+	// ErrDuplicateNode: another instance holds a live session under this
+	// node ID.
+	ErrDuplicateNode = api.ErrDuplicateNode
 	// ErrUnavailable: the coordinator could not be reached (after the
 	// retries), is shutting down, or the Client is closed.
 	ErrUnavailable = api.ErrUnavailable
@@ -51,7 +57,7 @@ var ErrLeaseLost = errors.New("lock: lease lost")
 var refusals = []error{
 	api.ErrInvalidArgument, api.ErrUnauthorized, api.ErrNotHolder, api.ErrNotFound,
 	api.ErrInUse, api.ErrLocked, api.ErrDeleting, api.ErrTooLarge,
-	api.ErrUnsynced, api.ErrWrongCluster, api.ErrMemberLive, api.ErrNotExpired,
+	api.ErrUnsynced, api.ErrWrongCluster, api.ErrMemberLive, api.ErrNotExpired, api.ErrLate, api.ErrDuplicateNode,
 	api.ErrForbidden, api.ErrUnsupportedProtocol,
 }
 

@@ -34,7 +34,8 @@ type Locker struct {
 	metrics      *metrics
 	shards       []*shard
 	now          func() time.Time
-	// started is when this Locker started (monotonic): members' absence
+	// started is when this Locker started (monotonic, by now): session
+	// answers are stamped with the uptime since, and members' absence
 	// counts from here at the earliest (members.go).
 	started time.Time
 	// trace, when set (by tests), is called under the shard mutex at every

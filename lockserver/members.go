@@ -34,6 +34,12 @@ type member struct {
 	sessionUntil time.Time
 	// synced: the journal was received in the current session.
 	synced bool
+	// instance is the instance ID of the session's daemon ("" for an
+	// older node, which is not checked).
+	instance string
+	// answered is when the coordinator last answered a session call of
+	// the node (for a sync without an echo: timing.go).
+	answered time.Time
 	// sync is the full sync in progress, if any.
 	sync *nodeSync
 }
@@ -69,7 +75,10 @@ func (l *Locker) loadMembers(ctx context.Context) error {
 }
 
 // Session handles POST /nodes/session: it opens or renews the node's
-// session, making it a member. A session that had lapsed starts unsynced.
+// session, making it a member. A renewal (a valid echo: timing.go) that
+// arrives late is api.ErrLate and extends nothing; a session that had
+// lapsed, or one opened without an echo, starts unsynced. While one
+// instance's session is live, another instance's is api.ErrDuplicateNode.
 func (l *Locker) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
 	if err := validateID("node_id", req.NodeID); err != nil {
 		return api.SessionResponse{}, err
@@ -82,27 +91,67 @@ func (l *Locker) Session(ctx context.Context, req api.SessionRequest) (api.Sessi
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	m := l.members[req.NodeID]
-	if m == nil {
+	isNew := m == nil
+	if isNew {
 		m = &member{rec: refcount.Member{ID: req.NodeID, FirstSeen: now}}
 	}
-	if !m.live(now) {
-		m.synced, m.sync = false, nil
+	if err := l.checkInstance(ctx, req, m, now); err != nil {
+		return api.SessionResponse{}, err
 	}
-	if m.rec.LastSeen.IsZero() || now.Sub(m.rec.LastSeen) > l.persistSeenEvery() {
-		rec := m.rec
-		rec.LastSeen = now
-		if err := l.commit(ctx, new(refcount.Batch).PutMember(rec)); err != nil {
-			return api.SessionResponse{}, fmt.Errorf("session of node %s: %w", req.NodeID, err)
+	renewal := l.echoValid(req.Echo, now)
+	if renewal {
+		if err := l.checkLate(req.NodeID, "session renewal", req.Echo, now); err != nil {
+			return api.SessionResponse{}, err
 		}
-		m.rec = rec
 	}
-	if l.members[req.NodeID] == nil {
+	if !m.live(now) || !renewal {
+		// A lapsed session, or an open: the node syncs in this one.
+		m.synced = false
+		if !m.live(now) {
+			m.sync = nil
+		}
+	}
+	if err := l.persistSeen(ctx, m, now); err != nil {
+		return api.SessionResponse{}, err
+	}
+	if isNew {
 		l.members[req.NodeID] = m
 		l.metrics.members.Set(float64(len(l.members)))
 		log.G(ctx).WithField("node", req.NodeID).Info("new member")
 	}
+	m.instance = req.InstanceID
 	m.sessionUntil = now.Add(l.cfg.SessionTTL)
-	return api.SessionResponse{Cluster: c, SessionTTLMs: l.cfg.SessionTTL.Milliseconds(), Synced: m.synced}, nil
+	m.answered = now
+	return api.SessionResponse{Cluster: c, SessionTTLMs: l.cfg.SessionTTL.Milliseconds(), Synced: m.synced,
+		StampMs: l.uptime(now), NewMember: isNew}, nil
+}
+
+// checkInstance refuses a session of another instance while m's session
+// is live (SPEC §8, "One live instance per node ID"). Callers hold mmu.
+func (l *Locker) checkInstance(ctx context.Context, req api.SessionRequest, m *member, now time.Time) error {
+	if !m.live(now) || m.instance == "" || req.InstanceID == "" || m.instance == req.InstanceID {
+		return nil
+	}
+	l.metrics.duplicateNodes.Inc()
+	log.G(ctx).WithField("node", req.NodeID).WithField("instance", req.InstanceID).WithField("live_instance", m.instance).
+		Error("two instances use one node ID; the second is refused")
+	return fmt.Errorf("node id %q is in use by another live instance (another host or daemon with the same node ID, e.g. a cloned VM or a shared hostname): give each host a unique --node-id: %w",
+		req.NodeID, api.ErrDuplicateNode)
+}
+
+// persistSeen writes m's LastSeen when the persisted one is too stale.
+// Callers hold mmu.
+func (l *Locker) persistSeen(ctx context.Context, m *member, now time.Time) error {
+	if !m.rec.LastSeen.IsZero() && now.Sub(m.rec.LastSeen) <= l.persistSeenEvery() {
+		return nil
+	}
+	rec := m.rec
+	rec.LastSeen = now
+	if err := l.commit(ctx, new(refcount.Batch).PutMember(rec)); err != nil {
+		return fmt.Errorf("session of node %s: %w", rec.ID, err)
+	}
+	m.rec = rec
+	return nil
 }
 
 // persistSeenEvery is how stale a member's persisted LastSeen may get.
@@ -150,6 +199,10 @@ func (l *Locker) SyncRefs(ctx context.Context, nodeID string, req api.SyncReques
 	if !req.Done {
 		return api.SyncResponse{Received: len(s.refs)}, nil
 	}
+	if err := l.checkDoneLate(nodeID, m, req.Echo, now); err != nil {
+		m.sync = nil
+		return api.SyncResponse{}, err
+	}
 	for id, added := range s.since {
 		if added {
 			s.refs[id] = struct{}{}
@@ -158,12 +211,42 @@ func (l *Locker) SyncRefs(ctx context.Context, nodeID string, req api.SyncReques
 		}
 	}
 	m.sync = nil
-	if err := l.wrote(ctx, l.refs.ReplaceNode(ctx, nodeID, s.refs)); err != nil {
-		return api.SyncResponse{}, fmt.Errorf("sync of node %s: %w", nodeID, err)
+	if err := l.applySync(ctx, m, req.Generation, s.refs); err != nil {
+		return api.SyncResponse{}, err
 	}
 	m.synced = true
 	log.G(ctx).WithField("node", nodeID).WithField("refs", len(s.refs)).Info("node synced")
 	return api.SyncResponse{Received: len(s.refs), Synced: true}, nil
+}
+
+// applySync writes a node's full sync: it replaces the node's references,
+// or, from a journal generation the coordinator has not had a full sync
+// from (a wiped or replaced state dir), only adds them, then records the
+// generation (SPEC §8, "Journal generation"). Callers hold mmu.
+func (l *Locker) applySync(ctx context.Context, m *member, generation string, refs map[string]struct{}) error {
+	node := m.rec.ID
+	b := new(refcount.Batch)
+	if generation == m.rec.Generation {
+		b.ReplaceNode(node, refs)
+	} else {
+		for id := range refs {
+			b.AddRef(id, node)
+		}
+	}
+	rec := m.rec
+	rec.Generation = generation
+	if rec != m.rec {
+		b.PutMember(rec)
+	}
+	if err := l.commit(ctx, b); err != nil {
+		return fmt.Errorf("sync of node %s: %w", node, err)
+	}
+	if rec != m.rec {
+		log.G(ctx).WithField("node", node).WithField("generation", generation).WithField("previous", m.rec.Generation).
+			Warn("sync from a new journal generation: references only added, none dropped")
+	}
+	m.rec = rec
+	return nil
 }
 
 // noteRef tells a sync in progress of node that node itself added (or

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,16 +14,60 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
+// answers holds the last session answer each test node received, by
+// Locker and node ID: session and syncRefs echo it, as a node does.
+var answers sync.Map // nodeKey → answer
+
+type nodeKey struct {
+	l    *Locker
+	node string
+}
+
+type answer struct {
+	resp     api.SessionResponse
+	received time.Time
+}
+
+// echoOf returns the echo of node's last answer, sent now: nil (open a
+// session) when there is none or it is more than 2·TTL/3 old, as a node
+// does.
+func echoOf(l *Locker, node string) *api.Echo {
+	v, ok := answers.Load(nodeKey{l, node})
+	if !ok {
+		return nil
+	}
+	a := v.(answer)
+	elapsed := time.Since(a.received)
+	if elapsed > 2*l.cfg.SessionTTL/3 {
+		return nil
+	}
+	return &api.Echo{Epoch: a.resp.Epoch, StampMs: a.resp.StampMs, ElapsedMs: elapsed.Milliseconds()}
+}
+
+// session renews node's session (opens it the first time), as a node
+// does.
 func session(t *testing.T, l *Locker, node string) api.SessionResponse {
 	t.Helper()
-	resp, err := l.Session(context.Background(), api.SessionRequest{NodeID: node})
+	resp, err := renew(l, node)
 	require.NoError(t, err)
 	return resp
 }
 
+func renew(l *Locker, node string) (api.SessionResponse, error) {
+	resp, err := l.Session(context.Background(), api.SessionRequest{NodeID: node, Echo: echoOf(l, node)})
+	if err == nil {
+		answers.Store(nodeKey{l, node}, answer{resp, time.Now()})
+	}
+	return resp, err
+}
+
 func syncRefs(t *testing.T, l *Locker, node, syncID string, done bool, ids ...string) {
 	t.Helper()
-	_, err := l.SyncRefs(context.Background(), node, api.SyncRequest{SyncID: syncID, ResourceIDs: ids, Done: done})
+	req := api.SyncRequest{SyncID: syncID, ResourceIDs: ids, Done: done}
+	if done {
+		req.Echo = echoOf(l, node)
+	}
+	_, err := l.SyncRefs(context.Background(), node, req)
 	require.NoError(t, err)
 }
 
@@ -96,7 +141,7 @@ func TestLapsedSessionIsUnsynced(t *testing.T) {
 	g := mustLock(t, l, api.OperationDelete, "n1")
 	require.True(t, g.Acquired)
 	require.Eventually(t, func() bool {
-		_, err := l.Session(ctx, api.SessionRequest{NodeID: "n1"}) // n1 stays live
+		_, err := renew(l, "n1") // n1 stays live
 		if err != nil {
 			return false
 		}
@@ -105,6 +150,16 @@ func TestLapsedSessionIsUnsynced(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "n2's lapse revokes the delete")
 	_, err := l.Keepalive(ctx, api.KeepaliveRequest{Type: api.OperationDelete, ResourceID: blob, LeaseID: g.LeaseID})
 	require.ErrorIs(t, err, api.ErrNotHolder, "the revoked lease is released")
+	require.Eventually(t, func() bool {
+		nodes, err := l.Nodes(ctx)
+		require.NoError(t, err)
+		for _, n := range nodes.Nodes {
+			if n.NodeID == "n2" {
+				return !n.Live
+			}
+		}
+		return false
+	}, 5*time.Second, 10*time.Millisecond, "n2's session lapses")
 	require.False(t, session(t, l, "n2").Synced, "a lapsed session starts unsynced")
 }
 
@@ -165,7 +220,7 @@ func TestAdoptAndForget(t *testing.T) {
 	dir := t.TempDir()
 	tokens := t.TempDir()
 	writeFile(t, tokens+"/admin", "admin-secret\n")
-	ts := startServer(t, dir, func(c *ServerConfig) { c.AdminTokenFile = tokens + "/admin"; c.SessionTTL = 100 * time.Millisecond })
+	ts := startServer(t, dir, func(c *ServerConfig) { c.AdminTokenFile = tokens + "/admin"; c.SessionTTL = 5 * time.Second })
 	adopt := api.AdoptRequest{ClusterID: "the-roots-cluster", Nodes: []string{"n1", "n2"}}
 	status, _ := post(t, ts.url, "/cluster/adopt", adopt)
 	require.Equal(t, http.StatusUnauthorized, status)

@@ -36,6 +36,9 @@ type metrics struct {
 	writeFailures prometheus.Counter
 	// membersExpired counts members the reaper expired (expire.go).
 	membersExpired prometheus.Counter
+	// lateSessions and duplicateNodes count session calls refused: late
+	// renewals and syncs (timing.go), duplicate node IDs (members.go).
+	lateSessions, duplicateNodes prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -82,14 +85,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "sharedcontent_members_expired_total",
 		Help: "Members forgotten automatically: unheard of for node_expiry of the coordinator's uptime and their marker unchanged that long (the log line gives both measures).",
 	})
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sharedcontent_session_refusals_total",
+		Help: "Session calls refused by reason: late (a renewal or sync arrived more than TTL/3 after it was sent; it extended nothing), duplicate_node (another instance holds a live session under the node ID).",
+	}, []string{"reason"})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{requests, handoffs, expiries, wait, hold, depth, members, unsynced, writeFailures, expired} {
+		for _, c := range []prometheus.Collector{requests, handoffs, expiries, wait, hold, depth, members, unsynced, writeFailures, expired, refused} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
 		}
 	}
-	m := &metrics{expiries: expiries, members: members, unsyncedRefusals: unsynced, writeFailures: writeFailures, membersExpired: expired}
+	m := &metrics{expiries: expiries, members: members, unsyncedRefusals: unsynced, writeFailures: writeFailures, membersExpired: expired,
+		lateSessions: refused.WithLabelValues("late"), duplicateNodes: refused.WithLabelValues("duplicate_node")}
 	for t, name := range typeNames {
 		for res, rn := range resultNames {
 			m.results[t][res] = requests.WithLabelValues(string(name), rn)

@@ -21,6 +21,10 @@ type Member struct {
 	// LastSeen is the last time the node held a session, written at most
 	// every few minutes (the coordinator knows the exact time in memory).
 	LastSeen time.Time `json:"last_seen"`
+	// Generation is the journal generation the coordinator last received
+	// a full sync from (SPEC §8, "Journal generation"): a sync from
+	// another one only adds references.
+	Generation string `json:"generation,omitempty"`
 }
 
 // MemberStore persists the cluster's members next to their references, in

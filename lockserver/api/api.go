@@ -172,9 +172,34 @@ type Cluster struct {
 
 // SessionRequest is the body of POST /nodes/session: open or renew the
 // node's session. ClusterID, when set, must be the coordinator's.
+//
+// A request with a valid Echo (this coordinator's epoch) renews the
+// session: the coordinator extends it only if the request arrives at most
+// TTL/3 after it was sent, by the echo's measure; a late one is 409 late
+// and extends nothing. A request without one (a new session, a node that
+// has not heard from this coordinator for 2·TTL/3, an older node) opens a
+// session that is not synced until the node syncs in it (docs/design.md,
+// "Never lose a blob").
 type SessionRequest struct {
 	NodeID    string `json:"node_id"`
 	ClusterID string `json:"cluster_id,omitempty"`
+	// InstanceID is random per daemon start: while one instance's
+	// session is live, another instance with the same node ID is refused
+	// (409 duplicate_node). Empty (an older node): not checked.
+	InstanceID string `json:"instance_id,omitempty"`
+	Echo       *Echo  `json:"echo,omitempty"`
+}
+
+// Echo is what a node sends back of the last session answer it received:
+// its coordinator's stamp, and the node's monotonic time elapsed since it
+// received that answer. StampMs + ElapsedMs is never later than the true
+// send time in the coordinator's clock (the answer was received after it
+// was stamped), so the coordinator's estimate of a message's age is
+// conservative.
+type Echo struct {
+	Epoch     uint64 `json:"epoch"`
+	StampMs   int64  `json:"stamp_ms"`
+	ElapsedMs int64  `json:"elapsed_ms"`
 }
 
 // SessionResponse is the answer to POST /nodes/session.
@@ -184,6 +209,13 @@ type SessionResponse struct {
 	// Synced reports whether the coordinator has this node's full
 	// journal for the current session; a node that reads false syncs.
 	Synced bool `json:"synced"`
+	// StampMs is the coordinator's monotonic uptime (in this Epoch) when
+	// it answered; the node echoes it (Echo).
+	StampMs int64 `json:"stamp_ms"`
+	// NewMember: the coordinator had no member record of this node
+	// before this session. A node that was a member of this cluster was
+	// forgotten meanwhile, and its references dropped.
+	NewMember bool `json:"new_member"`
 }
 
 // SyncRequest is the body of PUT /nodes/{id}/refs: one chunk of a node's
@@ -191,10 +223,19 @@ type SessionResponse struct {
 // possibly empty, before taking the journal's snapshot); the chunk with
 // Done replaces the node's references with the union of the chunks, plus
 // whatever the node added (minus what it dropped) since the sync started.
+//
+// Generation is the journal's random generation ID. A sync from a
+// generation the coordinator has not received a full sync from for this
+// node (a wiped or replaced state dir) only adds references. The Done
+// chunk carries an Echo and is refused late by the renewal rule; without
+// one (an older node) it must arrive within TTL/3 of the coordinator's
+// last session answer to the node.
 type SyncRequest struct {
 	SyncID      string   `json:"sync_id"`
 	ResourceIDs []string `json:"resource_ids"`
 	Done        bool     `json:"done"`
+	Generation  string   `json:"generation,omitempty"`
+	Echo        *Echo    `json:"echo,omitempty"`
 }
 
 // SyncResponse is the answer to PUT /nodes/{id}/refs.
@@ -384,6 +425,8 @@ const (
 	CodeForbidden           = "forbidden"
 	CodeUnsupportedProtocol = "unsupported_protocol"
 	CodeNotExpired          = "not_expired"
+	CodeLate                = "late"
+	CodeDuplicateNode       = "duplicate_node"
 )
 
 // ErrorResponse is the body of every 4xx/5xx answer.

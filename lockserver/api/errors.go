@@ -50,6 +50,14 @@ var (
 	// "Membership"): the coordinator has heard from it, or the marker
 	// staleness reported, within node_expiry.
 	ErrNotExpired = newSentinel("lock: member not expired", errdefs.ErrFailedPrecondition)
+	// ErrLate: a session renewal (or the last chunk of a sync) arrived
+	// more than TTL/3 after it was sent, or more than 2·TTL/3 after the
+	// answer it echoes: it extends nothing, and the node opens a new
+	// session, unsynced.
+	ErrLate = newSentinel("lock: session message arrived late", errdefs.ErrFailedPrecondition)
+	// ErrDuplicateNode: another instance (another host or daemon) holds a
+	// live session under the same node ID.
+	ErrDuplicateNode = newSentinel("lock: duplicate node id", errdefs.ErrAlreadyExists)
 	// ErrUnsupportedProtocol: the client and the coordinator speak
 	// different versions of this protocol (ProtocolHeader).
 	ErrUnsupportedProtocol = newSentinel("lock: unsupported protocol version", errdefs.ErrNotImplemented)
@@ -93,6 +101,8 @@ var codes = []struct {
 	{ErrWrongCluster, CodeWrongCluster, http.StatusConflict},
 	{ErrMemberLive, CodeMemberLive, http.StatusConflict},
 	{ErrNotExpired, CodeNotExpired, http.StatusConflict},
+	{ErrLate, CodeLate, http.StatusConflict},
+	{ErrDuplicateNode, CodeDuplicateNode, http.StatusConflict},
 	{ErrTooManyRequests, CodeTooManyRequests, http.StatusTooManyRequests},
 	{ErrForbidden, CodeForbidden, http.StatusForbidden},
 	{ErrUnsupportedProtocol, CodeUnsupportedProtocol, http.StatusBadRequest},

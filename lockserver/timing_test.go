@@ -1,0 +1,231 @@
+package lockserver
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+// fakeClock drives a Locker's clock by hand, from its start.
+type fakeClock struct {
+	l      *Locker
+	offset atomic.Int64
+}
+
+func useFakeClock(l *Locker) *fakeClock {
+	c := &fakeClock{l: l}
+	start := l.started
+	l.now = func() time.Time { return start.Add(time.Duration(c.offset.Load())) }
+	return c
+}
+
+// at sets the clock to d after the Locker's start.
+func (c *fakeClock) at(d time.Duration) { c.offset.Store(int64(d)) }
+
+// echo is the echo of answer a, sent elapsed after it was received.
+func echo(a api.SessionResponse, elapsed time.Duration) *api.Echo {
+	return &api.Echo{Epoch: a.Epoch, StampMs: a.StampMs, ElapsedMs: elapsed.Milliseconds()}
+}
+
+func sessionReq(node string, e *api.Echo) api.SessionRequest {
+	return api.SessionRequest{NodeID: node, Echo: e}
+}
+
+// syncedNode opens n1's session at the clock's time and syncs it
+// (with ids), returning the open's answer.
+func syncedNode(t *testing.T, l *Locker, node string, ids ...string) api.SessionResponse {
+	t.Helper()
+	ctx := context.Background()
+	a, err := l.Session(ctx, sessionReq(node, nil))
+	require.NoError(t, err)
+	require.False(t, a.Synced)
+	_, err = l.SyncRefs(ctx, node, api.SyncRequest{SyncID: "s-" + node, ResourceIDs: ids, Done: true, Echo: echo(a, 0)})
+	require.NoError(t, err)
+	return a
+}
+
+func synced(t *testing.T, l *Locker, node string) bool {
+	t.Helper()
+	nodes, err := l.Nodes(context.Background())
+	require.NoError(t, err)
+	for _, n := range nodes.Nodes {
+		if n.NodeID == node {
+			return n.Synced
+		}
+	}
+	return false
+}
+
+// TestLateRenewalExtendsNothing (issue 23, scenario 4): a renewal that
+// arrives more than TTL/3 after it was sent (by the echoed stamp plus the
+// node's elapsed time), or that echoes an answer more than 2·TTL/3 old,
+// is 409 late and extends nothing: the session ends TTL after the last
+// renewal that counted, and deletes wait for the node from then on.
+func TestLateRenewalExtendsNothing(t *testing.T) {
+	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
+	clock := useFakeClock(l)
+	ctx := context.Background()
+	clock.at(time.Second)
+	a := syncedNode(t, l, "n1")
+	syncedNode(t, l, "n2")
+
+	clock.at(2 * time.Second) // sent 0.9 s after the answer, 0.1 s on the way
+	a2, err := l.Session(ctx, sessionReq("n1", echo(a, 900*time.Millisecond)))
+	require.NoError(t, err)
+	require.True(t, a2.Synced, "a renewal on time keeps the node synced")
+	require.Equal(t, int64(2000), a2.StampMs, "the answer is stamped with the coordinator's uptime")
+
+	// Sent 0.1 s after a2 was received, delivered 1.1 s later.
+	clock.at(3200 * time.Millisecond)
+	_, err = l.Session(ctx, sessionReq("n1", echo(a2, 100*time.Millisecond)))
+	require.ErrorIs(t, err, api.ErrLate)
+	status, code := api.HTTPStatus(err)
+	require.Equal(t, http.StatusConflict, status)
+	require.Equal(t, api.CodeLate, code)
+	// Sent 2.1 s after a2 (more than 2·TTL/3), on time.
+	clock.at(4150 * time.Millisecond)
+	_, err = l.Session(ctx, sessionReq("n1", echo(a2, 2100*time.Millisecond)))
+	require.ErrorIs(t, err, api.ErrLate)
+
+	clock.at(5*time.Second - time.Millisecond)
+	require.True(t, synced(t, l, "n1"), "the session the on-time renewal granted")
+	_, err = l.Session(ctx, sessionReq("n2", nil)) // n2 stays live (unsynced; resync below)
+	require.NoError(t, err)
+	clock.at(5 * time.Second)
+	require.False(t, synced(t, l, "n1"), "the late renewals did not extend the session past arrival + TTL")
+	_, err = l.Lock(ctx, lockReq(api.OperationDelete, "n2"))
+	var ue *api.UnsyncedError
+	require.ErrorAs(t, err, &ue)
+	require.Contains(t, ue.Nodes, "n1")
+}
+
+// TestOpenIsNeverSynced: a session request without a valid echo (none,
+// or one of another epoch) opens a session that is not synced, even
+// while the node's session is live and synced: a delayed session-open
+// can never keep a node synced.
+func TestOpenIsNeverSynced(t *testing.T) {
+	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
+	clock := useFakeClock(l)
+	ctx := context.Background()
+	a := syncedNode(t, l, "n1")
+	require.True(t, synced(t, l, "n1"))
+
+	clock.at(500 * time.Millisecond)
+	other := echo(a, 100*time.Millisecond)
+	other.Epoch++
+	resp, err := l.Session(ctx, sessionReq("n1", other))
+	require.NoError(t, err)
+	require.False(t, resp.Synced, "an echo of another epoch opens a session")
+	a = syncedNode(t, l, "n1")
+	resp, err = l.Session(ctx, sessionReq("n1", nil))
+	require.NoError(t, err)
+	require.False(t, resp.Synced, "a request without an echo opens a session")
+	require.False(t, synced(t, l, "n1"))
+}
+
+// TestSyncDoneLate: the last chunk of a sync obeys the renewal rule: one
+// that arrives more than TTL/3 after it was sent is 409 late and does not
+// make the node synced. Without an echo (an older node) it must arrive
+// within TTL/3 of the last session answer.
+func TestSyncDoneLate(t *testing.T) {
+	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
+	clock := useFakeClock(l)
+	ctx := context.Background()
+	a, err := l.Session(ctx, sessionReq("n1", nil))
+	require.NoError(t, err)
+	clock.at(1500 * time.Millisecond) // sent 0.2 s after the answer
+	_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s", ResourceIDs: []string{blob}, Done: true, Echo: echo(a, 200*time.Millisecond)})
+	require.ErrorIs(t, err, api.ErrLate)
+	require.False(t, synced(t, l, "n1"), "a late sync does not make the node synced")
+	require.Empty(t, refsOf(t, l, blob))
+
+	_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s2", Done: true})
+	require.ErrorIs(t, err, api.ErrLate, "without an echo: 1.5 s after the last answer")
+	a, err = l.Session(ctx, sessionReq("n1", nil))
+	require.NoError(t, err)
+	clock.at(2 * time.Second)
+	_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s3", Done: true})
+	require.NoError(t, err, "without an echo, within TTL/3 of the answer (an older node)")
+	require.True(t, synced(t, l, "n1"))
+
+	a, err = l.Session(ctx, sessionReq("n1", echo(a, 400*time.Millisecond)))
+	require.NoError(t, err)
+	require.True(t, a.Synced)
+	clock.at(2600 * time.Millisecond)
+	_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s4", ResourceIDs: []string{blob}, Done: true, Echo: echo(a, 300*time.Millisecond)})
+	require.NoError(t, err)
+	require.Equal(t, []string{"n1"}, refsOf(t, l, blob))
+}
+
+// TestSyncFromNewGenerationOnlyAdds (issue 23, scenario 5): a sync from a
+// journal generation the coordinator has not had a full sync from (a
+// wiped state dir) adds the node's references and drops none; the next
+// sync from that generation replaces them. The generation is persisted
+// with the member.
+func TestSyncFromNewGenerationOnlyAdds(t *testing.T) {
+	dir := t.TempDir()
+	ts := startServer(t, dir)
+	l := ts.Locker
+	ctx := context.Background()
+	sync := func(id, gen string, ids ...string) {
+		t.Helper()
+		a, err := l.Session(ctx, sessionReq("n1", nil))
+		require.NoError(t, err)
+		_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: id, Generation: gen, ResourceIDs: ids, Done: true, Echo: echo(a, 0)})
+		require.NoError(t, err)
+	}
+	sync("s1", "gen-a", "sha256:x", "sha256:y")
+	sync("s2", "gen-a", "sha256:y", "sha256:z")
+	require.Empty(t, refsOf(t, l, "sha256:x"), "a known generation replaces")
+
+	sync("s3", "gen-b") // the state dir was wiped: an empty journal
+	require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:y"), "a new generation drops nothing")
+	require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:z"))
+	recs, err := l.state.ListMembers(ctx)
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	require.Equal(t, "gen-b", recs[0].Generation, "persisted with the member")
+
+	sync("s4", "gen-b", "sha256:z")
+	require.Empty(t, refsOf(t, l, "sha256:y"), "the new generation, now known, replaces")
+	require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:z"))
+}
+
+// TestDuplicateNode (issue 23, scenario 6): while one instance's session
+// is live, another instance's session under the same node ID is 409
+// duplicate_node, naming the node and what to do; once it has lapsed, the
+// other instance (a restarted daemon) gets it. An older node (no
+// instance ID) is not checked.
+func TestDuplicateNode(t *testing.T) {
+	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
+	clock := useFakeClock(l)
+	ctx := context.Background()
+	_, err := l.Session(ctx, api.SessionRequest{NodeID: "host", InstanceID: "i1"})
+	require.NoError(t, err)
+	_, err = l.AddRef(ctx, blob, "host")
+	require.NoError(t, err)
+
+	clock.at(2 * time.Second)
+	_, err = l.Session(ctx, api.SessionRequest{NodeID: "host", InstanceID: "i2"})
+	require.ErrorIs(t, err, api.ErrDuplicateNode)
+	require.ErrorContains(t, err, `"host"`)
+	require.ErrorContains(t, err, "--node-id")
+	status, code := api.HTTPStatus(err)
+	require.Equal(t, http.StatusConflict, status)
+	require.Equal(t, api.CodeDuplicateNode, code)
+	require.Equal(t, []string{"host"}, refsOf(t, l, blob), "the refused instance changed nothing")
+	_, err = l.Session(ctx, api.SessionRequest{NodeID: "host", InstanceID: "i1"})
+	require.NoError(t, err, "the live instance renews")
+
+	clock.at(5 * time.Second)
+	_, err = l.Session(ctx, api.SessionRequest{NodeID: "host", InstanceID: "i2"})
+	require.NoError(t, err, "after the first instance's session lapsed")
+	_, err = l.Session(ctx, api.SessionRequest{NodeID: "host"})
+	require.NoError(t, err, "an older node without an instance ID is not checked")
+}
