@@ -66,7 +66,8 @@ func wireEcho(e *Echo) *api.Echo {
 func (s *lockService) SyncRefs(ctx context.Context, req SyncRequest) error {
 	syncID := newSyncID()
 	// Announce the sync before the snapshot (see Coordinator.SyncRefs).
-	announce := api.SyncRequest{SyncID: syncID, ResourceIDs: []string{}, Generation: req.Generation}
+	sent := 0
+	announce := api.SyncRequest{SyncID: syncID, ResourceIDs: []string{}, Generation: req.Generation, Offset: &sent}
 	if _, err := s.c.SyncRefs(ctx, announce); err != nil {
 		return mapErr(err)
 	}
@@ -76,7 +77,9 @@ func (s *lockService) SyncRefs(ctx context.Context, req SyncRequest) error {
 	}
 	for {
 		n := min(len(refs), api.MaxSyncChunk)
-		chunk := api.SyncRequest{SyncID: syncID, ResourceIDs: make([]string, n), Generation: req.Generation}
+		offset := sent
+		chunk := api.SyncRequest{SyncID: syncID, ResourceIDs: make([]string, n), Generation: req.Generation, Offset: &offset}
+		sent += n
 		for i, d := range refs[:n] {
 			chunk.ResourceIDs[i] = d.String()
 		}

@@ -186,6 +186,10 @@ func (l *Locker) SyncRefs(ctx context.Context, nodeID string, req api.SyncReques
 		return api.SyncResponse{}, fmt.Errorf("sync of node %s: no live session; open one first: %w", nodeID, api.ErrNotFound)
 	}
 	if m.sync == nil || m.sync.id != req.SyncID {
+		if req.Offset != nil && (*req.Offset != 0 || len(req.ResourceIDs) > 0 || req.Done) {
+			return api.SyncResponse{}, fmt.Errorf("sync %s of node %s: unknown (its start was lost, e.g. with a lapsed session); start the sync again: %w",
+				req.SyncID, nodeID, api.ErrNotFound)
+		}
 		m.sync = &nodeSync{id: req.SyncID, refs: map[string]struct{}{}, since: map[string]bool{}}
 	}
 	s := m.sync

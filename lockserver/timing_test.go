@@ -3,6 +3,7 @@ package lockserver
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -228,4 +229,35 @@ func TestDuplicateNode(t *testing.T) {
 	require.NoError(t, err, "after the first instance's session lapsed")
 	_, err = l.Session(ctx, api.SessionRequest{NodeID: "host"})
 	require.NoError(t, err, "an older node without an instance ID is not checked")
+}
+
+// TestSyncTailOfUnknownSync: a sync whose start the coordinator lost (its
+// session lapsed and a new one was opened mid-sync) must not be finished
+// by its tail alone: on a known generation that would replace the node's
+// references with the last chunk. A chunk that declares its offset is
+// refused unless it starts the sync; nothing changes.
+func TestSyncTailOfUnknownSync(t *testing.T) {
+	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
+	clock := useFakeClock(l)
+	ctx := context.Background()
+	blobs := []string{"sha256:" + strings.Repeat("a", 64), "sha256:" + strings.Repeat("b", 64)}
+	a := syncedNode(t, l, "n1", blobs...)
+	clock.at(time.Second)
+	off := 1
+	_, err := l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "lost", ResourceIDs: blobs[1:], Done: true, Offset: &off, Echo: echo(a, time.Second)})
+	require.ErrorIs(t, err, api.ErrNotFound)
+	require.Contains(t, err.Error(), "start the sync again")
+	for _, b := range blobs {
+		rc, err := l.refs.GetRefCount(ctx, b)
+		require.NoError(t, err)
+		require.True(t, rc.Has("n1"), "n1's reference to %s survives the refused tail", b)
+	}
+	// A sync that starts properly goes through.
+	zero, one := 0, 1
+	_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "new", ResourceIDs: []string{}, Offset: &zero})
+	require.NoError(t, err)
+	_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "new", ResourceIDs: blobs[:1], Offset: &zero})
+	require.NoError(t, err)
+	_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "new", ResourceIDs: blobs[1:], Done: true, Offset: &one, Echo: echo(a, time.Second)})
+	require.NoError(t, err)
 }

@@ -236,6 +236,14 @@ type SyncRequest struct {
 	Done        bool     `json:"done"`
 	Generation  string   `json:"generation,omitempty"`
 	Echo        *Echo    `json:"echo,omitempty"`
+	// Offset counts the resource IDs this sync sent before this chunk.
+	// A node sets it on every chunk; then a chunk of a sync the
+	// coordinator does not know (its start was lost with a lapsed
+	// session) is refused unless it starts the sync (offset 0, no
+	// resource IDs, not done), so a sync's tail can never replace the
+	// node's references alone. Without it every chunk of an unknown sync
+	// starts one (older nodes).
+	Offset *int `json:"offset,omitempty"`
 }
 
 // SyncResponse is the answer to PUT /nodes/{id}/refs.
