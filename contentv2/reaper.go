@@ -14,6 +14,8 @@ import (
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // The reaper (SPEC §8). containerd offers a blob for deletion only when its
@@ -29,10 +31,10 @@ import (
 //
 // A blob being pulled is safe: its pull lock excludes the delete lock. A
 // blob used by a node cut off from the coordinator is safe: that node is
-// unsynced, and the delete rule refuses every delete until it syncs.
-
-// reapLockResource is the resource whose update lock the reaper holds.
-const reapLockResource = "sharedcontent/reap"
+// unsynced, and the delete rule refuses every delete until it syncs. The
+// coordinator checks too: it grants a reap delete only to the node that
+// holds the reap lock (api.ReapLockResource), and only outside its own
+// reap grace of the resource's last pull or reference change.
 
 // ReapReport is what one reaper pass did.
 type ReapReport struct {
@@ -84,7 +86,7 @@ func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 	s.reaper.mu.Lock() // one pass at a time on this node
 	defer s.reaper.mu.Unlock()
 	var rep ReapReport
-	lk, err := s.coord.Lock(ctx, LockRequest{Op: OpUpdate, Resource: reapLockResource})
+	lk, err := s.coord.Lock(ctx, LockRequest{Op: OpUpdate, Resource: api.ReapLockResource})
 	if errors.Is(err, ErrBusy) {
 		return rep, nil
 	}

@@ -55,6 +55,7 @@ func (l *Locker) addRef(ctx context.Context, resourceID, nodeID string, found bo
 	if err := l.wrote(ctx, err); err != nil {
 		return api.RefsResponse{}, fmt.Errorf("refs %s: %w", resourceID, err)
 	}
+	l.noteActivity(sh, resourceID, l.now())
 	return api.RefsResponse{ResourceID: resourceID, Count: rc.Count, Nodes: rc.NodeList()}, nil
 }
 
