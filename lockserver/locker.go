@@ -611,38 +611,29 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 // reference the resource (unless the reaper found no blob) and every
 // member must be synced.
 func (l *Locker) checkDelete(ctx context.Context, req api.LockRequest, now time.Time) error {
-	var (
-		rc  refcount.ReferenceCount
-		err error
-	)
+	countRefs := true
 	switch req.Reap {
 	case "":
 		// The requesting node's GC no longer uses the resource.
 		l.noteRef(req.NodeID, req.ResourceID, false)
-		rc, err = l.refs.RemoveRef(ctx, req.ResourceID, req.NodeID)
-		if err = l.wrote(ctx, err); err == nil {
-			l.noteActivity(l.shardFor(req.ResourceID), req.ResourceID, now)
+		_, err := l.refs.RemoveRef(ctx, req.ResourceID, req.NodeID)
+		if err := l.wrote(ctx, err); err != nil {
+			return fmt.Errorf("%s:%s: %w", req.Type, req.ResourceID, err)
 		}
+		l.noteActivity(l.shardFor(req.ResourceID), req.ResourceID, now)
 	case api.ReapOrphan:
 		if err := l.checkReap(req.ResourceID, req.NodeID, now); err != nil {
 			return err
 		}
-		rc, err = l.refs.GetRefCount(ctx, req.ResourceID)
 	case api.ReapDangling:
-		// Its references are what it drops: none refuses it.
 		if err := l.checkReap(req.ResourceID, req.NodeID, now); err != nil {
 			return err
 		}
+		countRefs = false // its references are what it drops
 	default:
 		return errUnknownReap(req.ResourceID, req.Reap)
 	}
-	if err != nil {
-		return fmt.Errorf("%s:%s: %w", req.Type, req.ResourceID, err)
-	}
-	if rc.Count > 0 {
-		return inUse(req.ResourceID, rc)
-	}
-	return l.checkSynced(req.ResourceID, now)
+	return l.checkDeleteRule(ctx, req.ResourceID, countRefs, now)
 }
 
 // checkGrantRefs re-checks, when a queued delete or update reaches the
@@ -650,20 +641,17 @@ func (l *Locker) checkDelete(ctx context.Context, req api.LockRequest, now time.
 func (l *Locker) checkGrantRefs(ctx context.Context, id string, req request) error {
 	switch {
 	case req.typ == idxDelete:
-		now := l.now()
-		if err := l.checkQueuedDelete(ctx, id, req, now); err != nil {
-			return err
-		}
-		return l.checkSynced(id, now)
+		return l.checkQueuedDelete(ctx, id, req, l.now())
 	case req.typ == idxUpdate && l.cfg.UpdateRequiresNoRef:
 		return l.checkNoOtherRefs(ctx, id, req.nodeID)
 	}
 	return nil
 }
 
-// checkQueuedDelete is checkDelete's reference rule for a queued delete
-// (whose requester's own reference went when it queued).
+// checkQueuedDelete is checkDelete for a queued delete, whose requester's
+// own reference went when it queued.
 func (l *Locker) checkQueuedDelete(ctx context.Context, id string, req request, now time.Time) error {
+	countRefs := true
 	switch req.reap {
 	case "":
 	case api.ReapOrphan:
@@ -671,19 +659,14 @@ func (l *Locker) checkQueuedDelete(ctx context.Context, id string, req request, 
 			return err
 		}
 	case api.ReapDangling:
-		// Its references are what it drops: none refuses it.
-		return l.checkReap(id, req.nodeID, now)
+		if err := l.checkReap(id, req.nodeID, now); err != nil {
+			return err
+		}
+		countRefs = false // its references are what it drops
 	default:
 		return errUnknownReap(id, req.reap)
 	}
-	rc, err := l.refs.GetRefCount(ctx, id)
-	if err != nil {
-		return err
-	}
-	if rc.Count > 0 {
-		return inUse(id, rc)
-	}
-	return nil
+	return l.checkDeleteRule(ctx, id, countRefs, now)
 }
 
 func (l *Locker) checkNoOtherRefs(ctx context.Context, id, node string) error {
