@@ -606,14 +606,16 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 }
 
 // checkDelete applies the delete rule (SPEC §8) to a new delete request:
-// the requester's own reference goes (unless the reaper asks, whose
-// conditions are checked first: reap.go), then no other node may
-// reference the resource (unless the reaper found no blob) and every
-// member must be synced.
+// the reaper's conditions if the reaper asks (reap.go), else the
+// requester's own reference goes; then no other node may reference the
+// resource (unless the reaper found no blob) and every member must be
+// synced.
 func (l *Locker) checkDelete(ctx context.Context, req api.LockRequest, now time.Time) error {
-	countRefs := true
-	switch req.Reap {
-	case "":
+	countRefs, err := l.reapRule(req.ResourceID, req.NodeID, req.Reap, now)
+	if err != nil {
+		return err
+	}
+	if req.Reap == "" {
 		// The requesting node's GC no longer uses the resource.
 		l.noteRef(req.NodeID, req.ResourceID, false)
 		_, err := l.refs.RemoveRef(ctx, req.ResourceID, req.NodeID)
@@ -621,52 +623,26 @@ func (l *Locker) checkDelete(ctx context.Context, req api.LockRequest, now time.
 			return fmt.Errorf("%s:%s: %w", req.Type, req.ResourceID, err)
 		}
 		l.noteActivity(l.shardFor(req.ResourceID), req.ResourceID, now)
-	case api.ReapOrphan:
-		if err := l.checkReap(req.ResourceID, req.NodeID, now); err != nil {
-			return err
-		}
-	case api.ReapDangling:
-		if err := l.checkReap(req.ResourceID, req.NodeID, now); err != nil {
-			return err
-		}
-		countRefs = false // its references are what it drops
-	default:
-		return errUnknownReap(req.ResourceID, req.Reap)
 	}
 	return l.checkDeleteRule(ctx, req.ResourceID, countRefs, now)
 }
 
 // checkGrantRefs re-checks, when a queued delete or update reaches the
-// head, the rules that were checked when it queued.
+// head, the rules that were checked when it queued (a queued delete's
+// own reference went then).
 func (l *Locker) checkGrantRefs(ctx context.Context, id string, req request) error {
 	switch {
 	case req.typ == idxDelete:
-		return l.checkQueuedDelete(ctx, id, req, l.now())
+		now := l.now()
+		countRefs, err := l.reapRule(id, req.nodeID, req.reap, now)
+		if err != nil {
+			return err
+		}
+		return l.checkDeleteRule(ctx, id, countRefs, now)
 	case req.typ == idxUpdate && l.cfg.UpdateRequiresNoRef:
 		return l.checkNoOtherRefs(ctx, id, req.nodeID)
 	}
 	return nil
-}
-
-// checkQueuedDelete is checkDelete for a queued delete, whose requester's
-// own reference went when it queued.
-func (l *Locker) checkQueuedDelete(ctx context.Context, id string, req request, now time.Time) error {
-	countRefs := true
-	switch req.reap {
-	case "":
-	case api.ReapOrphan:
-		if err := l.checkReap(id, req.nodeID, now); err != nil {
-			return err
-		}
-	case api.ReapDangling:
-		if err := l.checkReap(id, req.nodeID, now); err != nil {
-			return err
-		}
-		countRefs = false // its references are what it drops
-	default:
-		return errUnknownReap(id, req.reap)
-	}
-	return l.checkDeleteRule(ctx, id, countRefs, now)
 }
 
 func (l *Locker) checkNoOtherRefs(ctx context.Context, id, node string) error {

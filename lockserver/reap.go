@@ -60,6 +60,23 @@ func (l *Locker) forgetReaper(resourceID string, g *grant) {
 	}
 }
 
+// reapRule checks a delete's reap mode m: none is a node's own delete;
+// a known mode must meet the reaper's conditions (checkReap). It says
+// whether other nodes' references refuse the delete: all but a dangling
+// reap's, whose references are what it drops. An unknown mode is an error,
+// never the permissive branch (validateReap refuses it earlier).
+func (l *Locker) reapRule(id, node string, m api.ReapMode, now time.Time) (countRefs bool, err error) {
+	switch m {
+	case "":
+		return true, nil
+	case api.ReapOrphan:
+		return true, l.checkReap(id, node, now)
+	case api.ReapDangling:
+		return false, l.checkReap(id, node, now)
+	}
+	return true, errUnknownReap(id, m)
+}
+
 // checkReap applies the reaper's conditions to a reap delete of id sent
 // by node. Callers hold id's shard mutex.
 func (l *Locker) checkReap(id, node string, now time.Time) error {
