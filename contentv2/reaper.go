@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/containerd/log"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // The reaper (SPEC §8). containerd offers a blob for deletion only when its
@@ -31,11 +33,10 @@ import (
 // A blob being pulled is safe: its pull lock excludes the delete lock. A
 // blob used by a node cut off from the coordinator is safe: that node is
 // unsynced, and the delete rule refuses every delete until it syncs; and
-// while it runs its marker changes, so it is never expired.
-
-// reapLockResource is the resource whose update lock the reaper holds
-// (api.ReapLockResource at the lock server).
-const reapLockResource = "sharedcontent/reap"
+// while it runs its marker changes, so it is never expired. The
+// coordinator checks too: it grants a reap delete only to the node that
+// holds the reap lock (api.ReapLockResource), and only outside its own
+// reap grace of the resource's last pull or reference change.
 
 // ReapReport is what one reaper pass did.
 type ReapReport struct {
@@ -91,7 +92,7 @@ func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 	s.reaper.pass.Lock()
 	defer s.reaper.pass.Unlock()
 	var rep ReapReport
-	lk, err := s.coord.Lock(ctx, LockRequest{Op: OpUpdate, Resource: reapLockResource})
+	lk, err := s.coord.Lock(ctx, LockRequest{Op: OpUpdate, Resource: api.ReapLockResource})
 	if errors.Is(err, ErrBusy) {
 		return rep, nil
 	}

@@ -45,6 +45,9 @@ func faultConfig() lockserver.Config {
 	// A lease lost with its holder (cut off, or its request abandoned)
 	// delays the others this long.
 	cfg.LeaseTTL = time.Second
+	// The tests run their reapers' passes with no grace
+	// (contentv2.WithReaper(0, 0)); the coordinator checks none either.
+	cfg.ReapGrace = 0
 	return cfg
 }
 

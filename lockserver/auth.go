@@ -13,15 +13,26 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// Who may call the coordinator, and as whom (SPEC §9). Any combination of:
+// Who may call the coordinator, and as whom (SPEC §9). One of:
 //
 //   - a shared bearer token (WithBearerToken): whoever has it may act as
 //     any node — one trust domain, as before node identities;
+//
+// or node identities, either or both of:
+//
 //   - node tokens (WithNodeTokens): each token names one node;
 //   - client certificates (WithCertIdentity, with mTLS): the certificate's
 //     URI SAN urn:sharedcontent:node:<id>, else its common name, names
 //     the node; the URI SAN urn:sharedcontent:admin makes it an admin;
-//   - an admin token (WithAdminToken) for admin calls (forget, adopt).
+//
+// and, with either, an admin token (WithAdminToken) for admin calls
+// (forget, adopt).
+//
+// A shared token together with node identities would let whoever has it
+// act as any node, defeating them: OpenServer refuses the combination at
+// start (--auth-token-file with --node-tokens-file or
+// --tls-node-identity), and a Handler given both anyway accepts no
+// shared token (401).
 //
 // With node tokens or certificate identity, every call but the probes
 // must come from a node or an admin, and a node may act only as itself:
@@ -97,8 +108,8 @@ func (h *Handler) tokenCaller(token []byte) (caller, bool) {
 	if node, ok := h.nodeTokens[sha256.Sum256(token)]; ok {
 		return caller{node: node}, true
 	}
-	if len(h.token) > 0 && subtle.ConstantTimeCompare(token, h.token) == 1 {
-		return caller{admin: len(h.admin) == 0 && !h.nodeIdentities()}, true
+	if len(h.token) > 0 && !h.nodeIdentities() && subtle.ConstantTimeCompare(token, h.token) == 1 {
+		return caller{admin: len(h.admin) == 0}, true
 	}
 	return caller{}, false
 }

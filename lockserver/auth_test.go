@@ -56,3 +56,46 @@ func TestHTTPAuthSchemeCaseInsensitive(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, do(t, http.MethodDelete, ts.url+"/nodes/gone", "bearer s3cret"))
 	require.Equal(t, http.StatusOK, do(t, http.MethodDelete, ts.url+"/nodes/gone", "BEARER adm1n"))
 }
+
+// TestSharedTokenWithNodeIdentitiesRefused (issue 23, item 12): with
+// --auth-token-file and --node-tokens-file both set, the shared token
+// could act as any node (it dropped node-a's references). The
+// combination is refused at start, with --tls-node-identity too, naming
+// the flags and what to use instead; a Handler given both anyway takes
+// no shared token.
+func TestSharedTokenWithNodeIdentitiesRefused(t *testing.T) {
+	dir := t.TempDir()
+	token, nodes := filepath.Join(dir, "token"), filepath.Join(dir, "nodes")
+	writeFile(t, token, "shared\n")
+	writeFile(t, nodes, "node-a tok-a\n")
+	for _, tc := range []struct {
+		name, flag string
+		mutate     func(*ServerConfig)
+	}{
+		{"node tokens", "--node-tokens-file", func(c *ServerConfig) { c.NodeTokensFile = nodes }},
+		{"certificates", "--tls-node-identity", func(c *ServerConfig) { c.TLSNodeIdentity, c.TLSClientCA = true, filepath.Join(dir, "ca.pem") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := ServerConfig{Config: DefaultConfig(), DataDir: filepath.Join(dir, "data-"+tc.name), AuthTokenFile: token}
+			tc.mutate(&cfg)
+			s, err := OpenServer(cfg)
+			if err == nil {
+				require.NoError(t, s.Shutdown(context.Background()))
+			}
+			require.Error(t, err, "a shared token with node identities must be refused")
+			for _, want := range []string{"--auth-token-file", tc.flag, "act as any node", "--node-tokens-file", "--admin-token-file"} {
+				require.ErrorContains(t, err, want)
+			}
+		})
+	}
+
+	l := newTestLocker(t)
+	url := serveHandler(t, NewHandler(l, WithBearerToken("shared"), WithNodeTokens(map[string]string{"tok-a": "node-a"})))
+	code, body := post(t, url, "/refs/add", api.RefsAddRequest{ResourceID: blob, NodeID: "node-a"}, "Authorization", "Bearer tok-a")
+	require.Equal(t, http.StatusOK, code, string(body))
+	code, body = post(t, url, "/lock", api.LockRequest{Type: api.OperationDelete, ResourceID: blob, NodeID: "node-a"}, "Authorization", "Bearer shared")
+	require.Equal(t, http.StatusUnauthorized, code, string(body))
+	refs, err := l.Refs(context.Background(), blob)
+	require.NoError(t, err)
+	require.Equal(t, []string{"node-a"}, refs.Nodes, "node-a's reference is intact")
+}

@@ -27,6 +27,12 @@ const (
 	// SPEC §8). Until then, deletes wait for it. A week outlasts a long
 	// weekend's outage and a node's repair.
 	DefaultNodeExpiry = 7 * 24 * time.Hour
+	// DefaultReapGrace is how long after a resource's last pull or
+	// reference change the coordinator refuses a reaper's delete of it,
+	// and how long it refuses every reaper's delete after it starts
+	// (docs/design.md "Never lose a blob", reaper). It matches the nodes'
+	// own reaper grace.
+	DefaultReapGrace = time.Hour
 	// DefaultFenceBlock is how many fences are reserved per persisted
 	// high-water mark write.
 	DefaultFenceBlock = 4096
@@ -55,6 +61,11 @@ type Config struct {
 	// only once the coordinator has not heard from it for this long of its
 	// own uptime and its marker has not changed for this long.
 	NodeExpiry time.Duration
+	// ReapGrace: a delete with a reap mode is refused within this long
+	// of the resource's last pull or reference change, and while the
+	// coordinator has been up less than this long (it cannot know what
+	// happened before it started). 0 checks no time (tests).
+	ReapGrace time.Duration
 	// MaxWaitersPerNode bounds the requests one node may have queued at
 	// once; more are refused with 429 (SPEC §9).
 	MaxWaitersPerNode int
@@ -70,6 +81,7 @@ func DefaultConfig() Config {
 		AllowMultiNodeDownload: true,
 		SessionTTL:             DefaultSessionTTL,
 		NodeExpiry:             DefaultNodeExpiry,
+		ReapGrace:              DefaultReapGrace,
 		MaxWaitersPerNode:      DefaultMaxWaitersPerNode,
 	}
 }
@@ -89,6 +101,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("session_ttl must be at least 10ms, got %s", c.SessionTTL)
 	case c.MaxWaitersPerNode < 1:
 		return fmt.Errorf("max_waiters_per_node must be at least 1, got %d", c.MaxWaitersPerNode)
+	case c.ReapGrace < 0:
+		return fmt.Errorf("reap_grace must not be negative, got %s", c.ReapGrace)
 	case c.NodeExpiry < c.SessionTTL:
 		return fmt.Errorf("node_expiry (%s) must be at least session_ttl (%s)", c.NodeExpiry, c.SessionTTL)
 	}

@@ -14,6 +14,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *ServerConfig) {
 	fs.BoolVar(&cfg.UpdateRequiresNoRef, "update-requires-no-ref", cfg.UpdateRequiresNoRef, "refuse updates while other nodes reference the resource")
 	fs.DurationVar(&cfg.SessionTTL, "session-ttl", cfg.SessionTTL, "node session lifetime without keepalive; a node cut off from the coordinator uses blobs unregistered only after this long")
 	fs.DurationVar(&cfg.NodeExpiry, "node-expiry", cfg.NodeExpiry, "forget a member node (and drop its references) only once the coordinator has not heard from it for this long of its own uptime (downtime does not count) and the reaper has seen its marker in the shared root unchanged this long; deletes wait for it until then")
+	fs.DurationVar(&cfg.ReapGrace, "reap-grace", cfg.ReapGrace, "the reaper's grace: a reaper's delete is refused within this long of the blob's last pull or reference change, and while the coordinator has been up less than this long; a node's reaper also reclaims only what has been unreferenced or orphaned this long")
 	fs.IntVar(&cfg.MaxWaitersPerNode, "max-waiters-per-node", cfg.MaxWaitersPerNode, "requests one node may have queued at once; more get 429")
 	fs.StringVar(&cfg.AdminTokenFile, "admin-token-file", cfg.AdminTokenFile, "file holding the bearer token of admin calls (forget, adopt); empty: the auth token, if any")
 	fs.StringVar(&cfg.AuthTokenFile, "auth-token-file", cfg.AuthTokenFile, "file holding the bearer token clients must send (empty: no auth)")

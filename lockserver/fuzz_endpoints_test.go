@@ -37,6 +37,7 @@ var bodyEndpoints = []struct{ method, path string }{
 func FuzzEndpoints(f *testing.F) {
 	seeds := map[int][]string{
 		0: {`{"type":"pull","resource_id":"sha256:aaaa","node_id":"node-b"}`, `{"type":"delete","resource_id":"sha256:aaaa","node_id":"node-b","reap":"orphan"}`,
+			`{"type":"delete","resource_id":"sha256:used","node_id":"node-a","reap":"bogus"}`, `{"type":"pull","resource_id":"sha256:aaaa","node_id":"node-a","reap":"dangling"}`,
 			`{"type":"pull","resource_id":"sha256:aaaa","node_id":"node-a","node_id":"x"}`, `{"type":"pull","resource_id":1}`},
 		1: {`{"type":"pull","resource_id":"sha256:aaaa","lease_id":"00000000000000000000000000000000","success":true}`, `{"success":"yes"}`},
 		2: {`{"type":"pull","resource_id":"sha256:aaaa","lease_id":"x"}`},
@@ -184,6 +185,9 @@ func snapshot(t *testing.T, l *Locker) string {
 	}
 	for id, c := range d.Completed {
 		lines = append(lines, fmt.Sprintf("persisted deleted %s %s %v", id, c.Node, c.Lapsed))
+	}
+	if h := l.reaper.Load(); h != nil {
+		lines = append(lines, fmt.Sprintf("reaper %s %s %d", h.node, h.leaseID, h.expires.UnixNano()))
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")

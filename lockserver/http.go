@@ -108,7 +108,8 @@ func (r route) allowed() string {
 type HandlerOption func(*Handler)
 
 // WithBearerToken requires "Authorization: Bearer <token>" on every endpoint
-// except /healthz and /readyz.
+// except /healthz and /readyz. Its holder may act as any node, so with node
+// identities (WithNodeTokens, WithCertIdentity) it is not accepted.
 func WithBearerToken(token string) HandlerOption {
 	return func(h *Handler) { h.token = []byte(token) }
 }

@@ -38,6 +38,8 @@ type Locker struct {
 	// answers are stamped with the uptime since, and members' absence
 	// counts from here at the earliest (members.go).
 	started time.Time
+	// reaper is the grant of the reaper's lock, nil when none (reap.go).
+	reaper atomic.Pointer[reapHolder]
 	// trace, when set (by tests), is called under the shard mutex at every
 	// enqueue and grant.
 	trace func(event string, t typeIndex, resourceID, requestID string)
@@ -63,6 +65,13 @@ type shard struct {
 	// (the common case) would otherwise allocate one per acquire.
 	free  []*resource // protected by mu
 	peaks mapPeaks    // protected by mu; for shrink (sweep.go)
+	// recent maps a resource to the uptime of its last pull or reference
+	// change, for the reap grace; every resource counts as active at
+	// recentFloor (the map overflowed), and prunedAt is the uptime of the
+	// last prune (reap.go). Protected by mu.
+	recent      map[string]time.Duration
+	recentFloor time.Duration
+	prunedAt    time.Duration
 }
 
 // maxFreeResources bounds a shard's free list.
@@ -86,6 +95,11 @@ type Options struct {
 // NewLocker starts a Locker and its per-shard sweepers. Call Close to stop
 // them.
 func NewLocker(cfg Config, opts Options) (*Locker, error) {
+	return newLocker(cfg, opts, time.Now)
+}
+
+// newLocker is NewLocker on the clock now (tests move it).
+func newLocker(cfg Config, opts Options, now func() time.Time) (*Locker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("lockserver config: %w: %w", api.ErrInvalidArgument, err)
 	}
@@ -106,7 +120,8 @@ func NewLocker(cfg Config, opts Options) (*Locker, error) {
 		state:   state,
 		metrics: m,
 		shards:  make([]*shard, cfg.Shards),
-		now:     time.Now,
+		now:     now,
+		started: now(),
 		members: map[string]*member{},
 		waiting: newNodeCounter(cfg.MaxWaitersPerNode),
 		stop:    make(chan struct{}),
@@ -271,9 +286,10 @@ func (l *Locker) admit(ctx context.Context, t typeIndex, req api.LockRequest, no
 	switch t {
 	case idxDelete:
 		if err := l.checkDelete(ctx, req, now); err != nil {
-			if errors.Is(err, api.ErrUnsynced) {
+			switch {
+			case errors.Is(err, api.ErrUnsynced):
 				l.metrics.result(t, resultUnsynced)
-			} else {
+			case errors.Is(err, api.ErrInUse):
 				l.metrics.result(t, resultInUse)
 			}
 			return err
@@ -364,6 +380,7 @@ func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 			return api.UnlockResponse{}, fmt.Errorf("%s:%s: recording success: %w", req.Type, req.ResourceID, err)
 		}
 		if t != idxUpdate {
+			l.noteActivity(sh, req.ResourceID, now)
 			l.complete(r, t, g, now)
 		}
 	} else if req.Error != "" {
@@ -406,6 +423,7 @@ func (l *Locker) Keepalive(ctx context.Context, req api.KeepaliveRequest) (api.K
 	g := r.keys[t].holder
 	g.expires = now.Add(l.cfg.LeaseTTL)
 	g.claimed = true
+	l.noteReaper(req.ResourceID, g)
 	return api.KeepaliveResponse{LeaseTTLMs: l.cfg.LeaseTTL.Milliseconds()}, nil
 }
 
@@ -472,6 +490,7 @@ func (l *Locker) grant(r *resource, req request, now time.Time) (*grant, error) 
 		}
 	}
 	r.keys[req.typ].holder = g
+	l.noteReaper(r.id, g)
 	if l.trace != nil {
 		l.trace("granted", req.typ, r.id, req.requestID)
 	}
@@ -494,6 +513,7 @@ func (l *Locker) release(ctx context.Context, sh *shard, r *resource, t typeInde
 	k := &r.keys[t]
 	g := k.holder
 	k.holder = nil
+	l.forgetReaper(r.id, g)
 	if key, ok := leaseKeyOf(g.leaseID); ok {
 		sh.released[key] = released{success: success, typ: t, resource: hashID(r.id), node: hashID(g.nodeID), at: now.UnixNano()}
 	}
@@ -603,46 +623,39 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 }
 
 // checkDelete applies the delete rule (SPEC §8) to a new delete request:
-// the requester's own reference goes (unless the reaper asks), then no
-// other node may reference the resource and every member must be synced.
+// the reaper's conditions if the reaper asks (reap.go), else the
+// requester's own reference goes; then no other node may reference the
+// resource (unless the reaper found no blob) and every member must be
+// synced.
 func (l *Locker) checkDelete(ctx context.Context, req api.LockRequest, now time.Time) error {
-	var (
-		rc  refcount.ReferenceCount
-		err error
-	)
-	switch req.Reap {
-	case "":
+	countRefs, err := l.reapRule(req.ResourceID, req.NodeID, req.Reap, now)
+	if err != nil {
+		return err
+	}
+	if req.Reap == "" {
 		// The requesting node's GC no longer uses the resource.
 		l.noteRef(req.NodeID, req.ResourceID, false)
-		rc, err = l.refs.RemoveRef(ctx, req.ResourceID, req.NodeID)
-		err = l.wrote(ctx, err)
-	case api.ReapOrphan:
-		rc, err = l.refs.GetRefCount(ctx, req.ResourceID)
+		_, err := l.refs.RemoveRef(ctx, req.ResourceID, req.NodeID)
+		if err := l.wrote(ctx, err); err != nil {
+			return fmt.Errorf("%s:%s: %w", req.Type, req.ResourceID, err)
+		}
+		l.noteActivity(l.shardFor(req.ResourceID), req.ResourceID, now)
 	}
-	if err != nil {
-		return fmt.Errorf("%s:%s: %w", req.Type, req.ResourceID, err)
-	}
-	if rc.Count > 0 {
-		return inUse(req.ResourceID, rc)
-	}
-	return l.checkSynced(req.ResourceID, now)
+	return l.checkDeleteRule(ctx, req.ResourceID, countRefs, now)
 }
 
 // checkGrantRefs re-checks, when a queued delete or update reaches the
-// head, the reference rule that was checked when it queued.
+// head, the rules that were checked when it queued (a queued delete's
+// own reference went then).
 func (l *Locker) checkGrantRefs(ctx context.Context, id string, req request) error {
 	switch {
 	case req.typ == idxDelete:
-		if req.reap != api.ReapDangling {
-			rc, err := l.refs.GetRefCount(ctx, id)
-			if err != nil {
-				return err
-			}
-			if rc.Count > 0 {
-				return inUse(id, rc)
-			}
+		now := l.now()
+		countRefs, err := l.reapRule(id, req.nodeID, req.reap, now)
+		if err != nil {
+			return err
 		}
-		return l.checkSynced(id, l.now())
+		return l.checkDeleteRule(ctx, id, countRefs, now)
 	case req.typ == idxUpdate && l.cfg.UpdateRequiresNoRef:
 		return l.checkNoOtherRefs(ctx, id, req.nodeID)
 	}

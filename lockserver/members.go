@@ -269,6 +269,11 @@ func (l *Locker) noteRef(node, resourceID string, added bool) {
 func (l *Locker) unsynced(now time.Time) []string {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
+	return l.unsyncedLocked(now)
+}
+
+// unsyncedLocked is unsynced for callers that hold mmu.
+func (l *Locker) unsyncedLocked(now time.Time) []string {
 	var out []string
 	for id, m := range l.members {
 		if !m.synced || !m.live(now) {
@@ -281,11 +286,38 @@ func (l *Locker) unsynced(now time.Time) []string {
 
 // checkSynced is the second half of the delete rule: every member synced.
 func (l *Locker) checkSynced(resourceID string, now time.Time) error {
-	if nodes := l.unsynced(now); len(nodes) > 0 {
+	return l.syncedError(resourceID, l.unsynced(now))
+}
+
+func (l *Locker) syncedError(resourceID string, unsynced []string) error {
+	if len(unsynced) > 0 {
 		l.metrics.unsyncedRefusals.Inc()
-		return &api.UnsyncedError{ResourceID: resourceID, Nodes: nodes}
+		return &api.UnsyncedError{ResourceID: resourceID, Nodes: unsynced}
 	}
 	return nil
+}
+
+// checkDeleteRule is the whole delete rule (SPEC §8): no reference to
+// the resource (unless countRefs is false: the reaper found no blob) and
+// every member synced, read in one step under mmu. A sync replaces a
+// node's references under mmu too, so it cannot land between the two
+// reads: a delete that read no reference, then found the syncing member
+// synced, was granted while that member's sync referenced the resource
+// (TestDeleteRuleAtomicWithSync). Callers hold the resource's shard mutex
+// (lock order: shard, mmu, refcount stripes).
+func (l *Locker) checkDeleteRule(ctx context.Context, resourceID string, countRefs bool, now time.Time) error {
+	l.mmu.Lock()
+	defer l.mmu.Unlock()
+	if countRefs {
+		rc, err := l.refs.GetRefCount(ctx, resourceID)
+		if err != nil {
+			return fmt.Errorf("delete:%s: %w", resourceID, err)
+		}
+		if rc.Count > 0 {
+			return inUse(resourceID, rc)
+		}
+	}
+	return l.syncedError(resourceID, l.unsyncedLocked(now))
 }
 
 // Forget handles DELETE /nodes/{id} (admin): the node stops being a

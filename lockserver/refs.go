@@ -67,6 +67,7 @@ func (l *Locker) addRef(ctx context.Context, resourceID, nodeID string, found bo
 		r.keys[idxDelete].completed = nil
 		sh.tidy(r)
 	}
+	l.noteActivity(sh, resourceID, l.now())
 	return api.RefsResponse{ResourceID: resourceID, Count: rc.Count, Nodes: rc.NodeList()}, nil
 }
 

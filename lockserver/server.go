@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -114,6 +115,9 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 
 // authOptions returns the Handler options of the configured identities.
 func (cfg ServerConfig) authOptions() ([]HandlerOption, error) {
+	if err := cfg.checkAuthModes(); err != nil {
+		return nil, err
+	}
 	var opts []HandlerOption
 	for _, tf := range []struct {
 		path string
@@ -142,6 +146,24 @@ func (cfg ServerConfig) authOptions() ([]HandlerOption, error) {
 		opts = append(opts, WithCertIdentity())
 	}
 	return opts, nil
+}
+
+// checkAuthModes refuses a shared token with node identities: whoever has
+// the shared token could act as any node (auth.go).
+func (cfg ServerConfig) checkAuthModes() error {
+	var ids []string
+	if cfg.NodeTokensFile != "" {
+		ids = append(ids, "--node-tokens-file")
+	}
+	if cfg.TLSNodeIdentity {
+		ids = append(ids, "--tls-node-identity")
+	}
+	if cfg.AuthTokenFile == "" || len(ids) == 0 {
+		return nil
+	}
+	return fmt.Errorf("lockserver: --auth-token-file cannot be used with %s: whoever has the shared token could act as any node. "+
+		"Give every client its own identity instead (a line in --node-tokens-file, each node sending its own with --node-token-file, "+
+		"or a client certificate), and put the operators' token in --admin-token-file", strings.Join(ids, " or "))
 }
 
 // ReadTokenFile reads a bearer token: the file's content, trimmed. An

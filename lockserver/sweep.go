@@ -70,6 +70,7 @@ func (l *Locker) sweep(sh *shard, now time.Time) {
 			delete(sh.released, lease)
 		}
 	}
+	l.pruneRecent(sh, now)
 	sh.shrink()
 }
 

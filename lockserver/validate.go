@@ -68,6 +68,9 @@ func validateLock(req *api.LockRequest) (typeIndex, error) {
 	if err := validateID("node_id", req.NodeID); err != nil {
 		return 0, err
 	}
+	if err := validateReap(t, req.Reap); err != nil {
+		return 0, err
+	}
 	if req.RequestID == "" {
 		req.RequestID = newID()
 	}
@@ -83,4 +86,28 @@ func validateUnlock(req *api.UnlockRequest) (typeIndex, error) {
 		req.Error = req.Error[:api.MaxErrorLen]
 	}
 	return t, validateID("lease_id", req.LeaseID)
+}
+
+// validateReap accepts no reap mode (a node's own request) or, on a
+// delete only, one of the known ones. Anything else is refused: an
+// unknown mode (say a newer client's, during a rolling upgrade) must
+// never be read as one that ignores other nodes' references.
+func validateReap(t typeIndex, m api.ReapMode) error {
+	if m == "" {
+		return nil
+	}
+	if t != idxDelete {
+		return fmt.Errorf("reap %q on a %s lock: only a delete may be the reaper's: %w", m, typeNames[t], api.ErrInvalidArgument)
+	}
+	switch m {
+	case api.ReapOrphan, api.ReapDangling:
+		return nil
+	}
+	return fmt.Errorf("reap %q: must be empty (a node's own delete), %q or %q: %w", m, api.ReapOrphan, api.ReapDangling, api.ErrInvalidArgument)
+}
+
+// errUnknownReap is what a switch on a reap mode answers for a mode
+// validateReap would have refused: never the permissive branch.
+func errUnknownReap(id string, m api.ReapMode) error {
+	return fmt.Errorf("delete:%s: unknown reap mode %q: %w", id, m, api.ErrInvalidArgument)
 }

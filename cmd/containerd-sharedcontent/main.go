@@ -38,9 +38,10 @@ const (
 	// defaultStateDir holds the node journal; it must be on the node's
 	// own disk.
 	defaultStateDir = "/var/lib/sharedcontent/node"
-	// defaultReapInterval and defaultReapGrace are SPEC §8's.
+	// defaultReapInterval is SPEC §8's. The reaper's grace is the
+	// coordinator flag --reap-grace (lockserver.DefaultReapGrace): this
+	// node's reaper and its embedded coordinator use the same.
 	defaultReapInterval = time.Hour
-	defaultReapGrace    = time.Hour
 	// shutdownGrace bounds how long content calls in flight may finish.
 	shutdownGrace = 10 * time.Second
 )
@@ -54,7 +55,7 @@ func main() {
 
 type options struct {
 	root, address, nodeID, stateDir     string
-	reapInterval, reapGrace             time.Duration
+	reapInterval                        time.Duration
 	adopt                               bool
 	lockServer, lockListen              string
 	lockServerCA, clientCert, clientKey string
@@ -74,7 +75,6 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.nodeID, "node-id", hostname, "this node's name, unique in the cluster")
 	fs.StringVar(&o.stateDir, "state-dir", defaultStateDir, "this node's local state (the journal of the blobs it uses); on local disk, not the shared storage")
 	fs.DurationVar(&o.reapInterval, "reap-interval", defaultReapInterval, "how often this node offers to run the reaper (one node at a time runs it; 0: never)")
-	fs.DurationVar(&o.reapGrace, "reap-grace", defaultReapGrace, "the reaper reclaims only what has been unreferenced or orphaned this long")
 	fs.BoolVar(&o.adopt, "adopt", false, "with the embedded coordinator: adopt the shared root's cluster at start (after its database was lost)")
 	fs.StringVar(&o.lockServer, "lock-server", "", "coordinator URL (http:// or https://); empty embeds one")
 	fs.StringVar(&o.lockListen, "lock-listen", "", "with the embedded coordinator: also serve it to other nodes on this address")
@@ -142,7 +142,7 @@ func run(args []string) error {
 	}
 	reg := prometheus.NewRegistry()
 	store, err := contentv2.NewStore(o.root, o.nodeID, contentv2.LockService(coord), contentv2.WithRegisterer(reg),
-		contentv2.WithStateDir(o.stateDir), contentv2.WithReaper(o.reapInterval, o.reapGrace))
+		contentv2.WithStateDir(o.stateDir), contentv2.WithReaper(o.reapInterval, o.embedded.ReapGrace))
 	if err != nil {
 		return errors.Join(err, shutdown())
 	}

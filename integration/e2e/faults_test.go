@@ -39,7 +39,7 @@ const (
 	// faultLayer is the layer size of the small images of these scenarios.
 	faultLayer = 4 << 20
 	// reapInterval and reapGrace are the plugins' reaper flags in
-	// scenario 10.
+	// scenario 10 (the grace also the lock server's).
 	reapInterval = 2 * time.Second
 	reapGrace    = time.Second
 	// reclaimTimeout bounds the reaper's reclaiming a forgotten node's
@@ -483,7 +483,7 @@ func TestFaultNodeForgotten(t *testing.T) {
 	needCtl(t)
 	c := newFaultCluster(t, faultOpts{
 		regOpts:        []registry.Option{registry.WithBandwidth(bigBandwidth)},
-		lockServerArgs: []string{"--session-ttl", faultSessionTTL.String()},
+		lockServerArgs: []string{"--session-ttl", faultSessionTTL.String(), "--reap-grace", reapGrace.String()},
 		pluginArgs: func(int) []string {
 			return []string{"--reap-interval", reapInterval.String(), "--reap-grace", reapGrace.String()}
 		},

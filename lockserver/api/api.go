@@ -56,18 +56,29 @@ type LockRequest struct {
 	// node's own garbage collection: it leaves the requester's references
 	// alone. ReapOrphan is granted only when nobody references the
 	// resource; ReapDangling ignores the references (the reaper found no
-	// blob) and its success drops them. Both obey the synced rule.
+	// blob) and its success drops them. Both obey the synced rule, and
+	// only the holder of the reaper's lock (ReapLockResource) may send
+	// them; the coordinator also refuses them within its reap grace of
+	// the resource's last pull or reference change.
 	Reap ReapMode `json:"reap,omitempty"`
 }
 
 // ReapMode is LockRequest.Reap.
 type ReapMode string
 
-// The reap modes of a delete.
+// The reap modes of a delete. Any other value is refused (400), and so is
+// a reap mode on a pull or an update: a newer client's new mode must never
+// be read by an older coordinator as one of these.
 const (
 	ReapOrphan   ReapMode = "orphan"
 	ReapDangling ReapMode = "dangling"
 )
+
+// ReapLockResource is the resource whose update lock the reaper holds
+// for its whole pass. The coordinator grants a delete with a reap mode
+// only to the node holding that lock with a live lease (else 403
+// forbidden), and so is expiring a member (POST /nodes/{id}/expire).
+const ReapLockResource = "sharedcontent/reap"
 
 // LockResponse is the answer to POST /lock, and the payload of SSE "state"
 // and "granted" events for a request.
@@ -283,9 +294,6 @@ type NodesResponse struct {
 	Nodes        []NodeStatus `json:"nodes"`
 }
 
-// ReapLockResource is the resource whose update lock the reaper holds
-// (SPEC §8 "Reaper"); expiring a member needs its live lease.
-const ReapLockResource = "sharedcontent/reap"
 
 // ExpireRequest is the body of POST /nodes/{id}/expire: the reaper asks
 // the coordinator to forget a member it believes gone (SPEC §8

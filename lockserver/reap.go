@@ -1,0 +1,154 @@
+package lockserver
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+// The reaper's deletes (docs/design.md "Never lose a blob", reaper). A
+// delete with a reap mode leaves (orphan) or drops (dangling) other
+// nodes' references by design, so node identity alone protects nothing
+// against it. The coordinator therefore checks the reaper's conditions
+// itself rather than trusting the caller; it grants one only
+//   - to the node holding the reaper's lock (the update lock of
+//     api.ReapLockResource) with a lease that has not expired: 403
+//     forbidden otherwise;
+//   - once it has been up ReapGrace (before that it cannot know what
+//     happened to the resource), and outside ReapGrace of the resource's
+//     last pull completion or reference change it saw (refs/add, a
+//     node's own delete dropping its reference, a delete's success):
+//     409 in_use otherwise.
+// An in-flight pull excludes the delete through the compatibility matrix.
+// Times are uptimes on the coordinator's monotonic clock. A full sync's
+// replacement of a node's references, and forgetting a node, are not
+// counted as changes: what a sync adds makes the resource referenced
+// (an orphan reap is refused by the count), and what it removes, or what
+// forgetting drops, no member uses.
+//
+// Lock order: the reaper's record is an atomic pointer, written under the
+// reap lock's shard mutex and read under any shard's; a resource's
+// activity is kept by its shard, under the shard mutex.
+
+// reapHolder is the grant of the reaper's lock.
+type reapHolder struct {
+	node    string
+	leaseID string
+	expires time.Time
+}
+
+// maxRecentResources bounds the resources whose last activity the
+// coordinator remembers, over all shards. A shard over its share forgets
+// them all and counts every one of its resources as active now: reaps in
+// that shard wait a grace, nothing is reaped early.
+const maxRecentResources = 1 << 18
+
+// noteReaper records g as the reaper's grant if it is the reap lock's.
+// Callers hold the shard mutex of api.ReapLockResource.
+func (l *Locker) noteReaper(resourceID string, g *grant) {
+	if g.typ == idxUpdate && resourceID == api.ReapLockResource {
+		l.reaper.Store(&reapHolder{node: g.nodeID, leaseID: g.leaseID, expires: g.expires})
+	}
+}
+
+// forgetReaper clears the reaper's record when its grant g ends.
+// Callers hold the shard mutex of api.ReapLockResource.
+func (l *Locker) forgetReaper(resourceID string, g *grant) {
+	if h := l.reaper.Load(); h != nil && g.typ == idxUpdate && resourceID == api.ReapLockResource && h.leaseID == g.leaseID {
+		l.reaper.Store(nil)
+	}
+}
+
+// reapRule checks a delete's reap mode m: none is a node's own delete;
+// a known mode must meet the reaper's conditions (checkReap). It says
+// whether other nodes' references refuse the delete: all but a dangling
+// reap's, whose references are what it drops. An unknown mode is an error,
+// never the permissive branch (validateReap refuses it earlier).
+func (l *Locker) reapRule(id, node string, m api.ReapMode, now time.Time) (countRefs bool, err error) {
+	switch m {
+	case "":
+		return true, nil
+	case api.ReapOrphan:
+		return true, l.checkReap(id, node, now)
+	case api.ReapDangling:
+		return false, l.checkReap(id, node, now)
+	}
+	return true, errUnknownReap(id, m)
+}
+
+// checkReap applies the reaper's conditions to a reap delete of id sent
+// by node. Callers hold id's shard mutex.
+func (l *Locker) checkReap(id, node string, now time.Time) error {
+	h := l.reaper.Load()
+	switch {
+	case h == nil:
+		return fmt.Errorf("delete:%s: a reap delete may come only from the node holding the reaper's lock (update:%s), and nobody holds it: %w",
+			id, api.ReapLockResource, api.ErrForbidden)
+	case h.node != node:
+		return fmt.Errorf("delete:%s: a reap delete may come only from the node holding the reaper's lock (update:%s), held by node %s, not %s: %w",
+			id, api.ReapLockResource, h.node, node, api.ErrForbidden)
+	case !now.Before(h.expires):
+		return fmt.Errorf("delete:%s: node %s's lease of the reaper's lock (update:%s) expired %s ago: %w",
+			id, node, api.ReapLockResource, now.Sub(h.expires).Round(time.Millisecond), api.ErrForbidden)
+	}
+	grace := l.cfg.ReapGrace
+	if grace == 0 {
+		return nil
+	}
+	up := now.Sub(l.started)
+	if up < grace {
+		return fmt.Errorf("delete:%s: reap refused: the coordinator has been up %s, less than its reap grace %s, and cannot know what happened to the resource before it started: %w",
+			id, up.Round(time.Millisecond), grace, api.ErrInUse)
+	}
+	if ago := up - l.shardFor(id).lastActivity(id); ago < grace {
+		return fmt.Errorf("delete:%s: reap refused: pulled, or its references changed, %s ago, within the coordinator's reap grace %s: %w",
+			id, ago.Round(time.Millisecond), grace, api.ErrInUse)
+	}
+	return nil
+}
+
+// noteActivity records that id was pulled or its references changed.
+// Callers hold sh.mu (sh is id's shard).
+func (l *Locker) noteActivity(sh *shard, id string, now time.Time) {
+	if l.cfg.ReapGrace == 0 {
+		return
+	}
+	up := now.Sub(l.started)
+	if _, ok := sh.recent[id]; !ok && len(sh.recent) >= max(1024, maxRecentResources/len(l.shards)) {
+		sh.recent, sh.recentFloor = nil, up
+		return
+	}
+	if sh.recent == nil {
+		sh.recent = map[string]time.Duration{}
+	}
+	sh.recent[id] = up
+}
+
+// lastActivity is the uptime of id's last recorded activity (the floor
+// of its shard when none is). Callers hold sh.mu.
+func (sh *shard) lastActivity(id string) time.Duration {
+	return max(sh.recent[id], sh.recentFloor)
+}
+
+// pruneRecent forgets the activity older than the grace, at most every
+// quarter grace. The sweep calls it with sh.mu held; it rebuilds the map,
+// so memory goes back as entries go.
+func (l *Locker) pruneRecent(sh *shard, now time.Time) {
+	grace := l.cfg.ReapGrace
+	up := now.Sub(l.started)
+	if len(sh.recent) == 0 || up-sh.prunedAt < grace/4 {
+		return
+	}
+	sh.prunedAt = up
+	var kept map[string]time.Duration
+	for id, at := range sh.recent {
+		if up-at < grace {
+			if kept == nil {
+				kept = map[string]time.Duration{}
+			}
+			kept[id] = at
+		}
+	}
+	sh.recent = kept
+}
