@@ -294,7 +294,6 @@ type NodesResponse struct {
 	Nodes        []NodeStatus `json:"nodes"`
 }
 
-
 // ExpireRequest is the body of POST /nodes/{id}/expire: the reaper asks
 // the coordinator to forget a member it believes gone (SPEC §8
 // "Membership"). The caller is the node holding the reap lock, named by
