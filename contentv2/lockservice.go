@@ -10,6 +10,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/sharedcontent/sharedcontent/internal/failpoint"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
@@ -56,10 +57,12 @@ func (s *lockService) SyncRefs(ctx context.Context, snapshot func() ([]digest.Di
 	if _, err := s.c.SyncRefs(ctx, api.SyncRequest{SyncID: syncID, ResourceIDs: []string{}}); err != nil {
 		return mapErr(err)
 	}
+	failpoint.Inject(failpoint.StoreSyncAnnounced)
 	refs, err := snapshot()
 	if err != nil {
 		return err
 	}
+	failpoint.Inject(failpoint.StoreSyncSnapshot)
 	for {
 		n := min(len(refs), api.MaxSyncChunk)
 		chunk := make([]string, n)
@@ -71,8 +74,10 @@ func (s *lockService) SyncRefs(ctx context.Context, snapshot func() ([]digest.Di
 			return mapErr(err)
 		}
 		if len(refs) == 0 {
+			failpoint.Inject(failpoint.StoreSyncAfterDone)
 			return nil
 		}
+		failpoint.Inject(failpoint.StoreSyncAfterChunk)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/containerd/log"
 
+	"github.com/sharedcontent/sharedcontent/internal/failpoint"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
@@ -71,6 +72,7 @@ func (l *Locker) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, 
 		return api.Cluster{}, fmt.Errorf("cluster %s already has %d member(s); adopt with force to merge them: %w",
 			cur.ClusterID, len(l.members), api.ErrMemberLive)
 	}
+	failpoint.Inject(failpoint.CoordAdoptBeforeMembers)
 	for _, n := range req.Nodes {
 		if l.members[n] != nil {
 			continue
@@ -85,13 +87,16 @@ func (l *Locker) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, 
 	for _, m := range l.members {
 		m.synced, m.sync = false, nil
 	}
+	failpoint.Inject(failpoint.CoordAdoptAfterMembers)
 	if err := l.wrote(ctx, l.state.PutString(ctx, clusterIDKey, req.ClusterID)); err != nil {
 		return api.Cluster{}, fmt.Errorf("adopt: %w", err)
 	}
+	failpoint.Inject(failpoint.CoordAdoptAfterCluster)
 	c := api.Cluster{ClusterID: req.ClusterID, Epoch: cur.Epoch + 1}
 	if err := l.wrote(ctx, l.state.PutUint64(ctx, epochKey, c.Epoch)); err != nil {
 		return api.Cluster{}, fmt.Errorf("adopt: %w", err)
 	}
+	failpoint.Inject(failpoint.CoordAdoptAfterEpoch)
 	l.cluster.Store(&c)
 	l.metrics.members.Set(float64(len(l.members)))
 	log.G(ctx).WithField("cluster_id", c.ClusterID).WithField("was", cur.ClusterID).WithField("members", len(l.members)).

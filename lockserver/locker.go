@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sharedcontent/sharedcontent/internal/failpoint"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
@@ -344,12 +345,20 @@ func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 		switch t {
 		case idxPull:
 			l.noteRef(g.nodeID, req.ResourceID, true)
+			failpoint.Inject(failpoint.CoordUnlockPullBefore)
 			_, err = l.refs.AddRef(ctx, req.ResourceID, g.nodeID)
 		case idxDelete:
+			failpoint.Inject(failpoint.CoordUnlockDeleteBefore)
 			_, err = l.refs.UpdateRefCount(ctx, api.OperationDelete, req.ResourceID, g.nodeID, true)
 		}
 		if err := l.wrote(ctx, err); err != nil {
 			return api.UnlockResponse{}, fmt.Errorf("%s:%s: recording success: %w", req.Type, req.ResourceID, err)
+		}
+		switch t {
+		case idxPull:
+			failpoint.Inject(failpoint.CoordUnlockPullAfter)
+		case idxDelete:
+			failpoint.Inject(failpoint.CoordUnlockDeleteAfter)
 		}
 		if t != idxUpdate {
 			l.complete(r, t, g, now)
@@ -594,8 +603,12 @@ func (l *Locker) checkDelete(ctx context.Context, req api.LockRequest, now time.
 	case "":
 		// The requesting node's GC no longer uses the resource.
 		l.noteRef(req.NodeID, req.ResourceID, false)
+		failpoint.Inject(failpoint.CoordDeleteBeforeRefs)
 		rc, err = l.refs.RemoveRef(ctx, req.ResourceID, req.NodeID)
 		err = l.wrote(ctx, err)
+		if err == nil {
+			failpoint.Inject(failpoint.CoordDeleteAfterRefs)
+		}
 	case api.ReapOrphan:
 		rc, err = l.refs.GetRefCount(ctx, req.ResourceID)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/containerd/log"
 
+	"github.com/sharedcontent/sharedcontent/internal/failpoint"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
@@ -157,9 +158,11 @@ func (l *Locker) SyncRefs(ctx context.Context, nodeID string, req api.SyncReques
 		}
 	}
 	m.sync = nil
+	failpoint.Inject(failpoint.CoordSyncBeforeReplace)
 	if err := l.wrote(ctx, l.refs.ReplaceNode(ctx, nodeID, s.refs)); err != nil {
 		return api.SyncResponse{}, fmt.Errorf("sync of node %s: %w", nodeID, err)
 	}
+	failpoint.Inject(failpoint.CoordSyncAfterReplace)
 	m.synced = true
 	log.G(ctx).WithField("node", nodeID).WithField("refs", len(s.refs)).Info("node synced")
 	return api.SyncResponse{Received: len(s.refs), Synced: true}, nil
@@ -218,12 +221,15 @@ func (l *Locker) Forget(ctx context.Context, nodeID string) error {
 
 // forgetLocked drops the member and its references. Callers hold mmu.
 func (l *Locker) forgetLocked(ctx context.Context, nodeID, why string) error {
+	failpoint.Inject(failpoint.CoordForgetBeforeRefs)
 	if err := l.wrote(ctx, l.refs.ReplaceNode(ctx, nodeID, nil)); err != nil {
 		return fmt.Errorf("forget node %s: %w", nodeID, err)
 	}
+	failpoint.Inject(failpoint.CoordForgetAfterRefs)
 	if err := l.wrote(ctx, l.state.DeleteMember(ctx, nodeID)); err != nil {
 		return fmt.Errorf("forget node %s: %w", nodeID, err)
 	}
+	failpoint.Inject(failpoint.CoordForgetAfterMember)
 	delete(l.members, nodeID)
 	l.metrics.members.Set(float64(len(l.members)))
 	log.G(ctx).WithField("node", nodeID).WithField("reason", why).Warn("member forgotten; its references are dropped")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sharedcontent/sharedcontent/internal/failpoint"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
@@ -51,10 +52,12 @@ func (l *Locker) addRef(ctx context.Context, resourceID, nodeID string, found bo
 		sh.tidy(r)
 	}
 	l.noteRef(nodeID, resourceID, true)
+	failpoint.Inject(failpoint.CoordAddRefBefore)
 	rc, err := l.refs.AddRef(ctx, resourceID, nodeID)
 	if err := l.wrote(ctx, err); err != nil {
 		return api.RefsResponse{}, fmt.Errorf("refs %s: %w", resourceID, err)
 	}
+	failpoint.Inject(failpoint.CoordAddRefAfter)
 	return api.RefsResponse{ResourceID: resourceID, Count: rc.Count, Nodes: rc.NodeList()}, nil
 }
 
