@@ -492,6 +492,7 @@ func (r *crashRun) delete(p crashPoint) {
 // syncs its journal on the way up.
 func (r *crashRun) sync(p crashPoint) {
 	n1 := r.n(1)
+	r.pullOn(n1, r.n(2))
 	n1.plugin.stop(stopGrace)
 	waitFor(r.t, "n1's session lapsed", syncTimeout, func() (bool, error) {
 		m, err := r.c.ls.members()
@@ -513,6 +514,7 @@ func (r *crashRun) sync(p crashPoint) {
 // coordSync: the coordinator restarts armed; the nodes' re-sync reaches
 // the point.
 func (r *crashRun) coordSync(p crashPoint) {
+	r.pullOn(r.n(1), r.n(2))
 	r.armCoord(p.name)
 	r.awaitExit(r.c.ls.p, p.name, nil)
 	r.restartCoord()
@@ -523,6 +525,7 @@ func (r *crashRun) coordSync(p crashPoint) {
 // operator's adopt dies at the point; after the restart the same command
 // is run again.
 func (r *crashRun) adopt(p crashPoint) {
+	r.pullOn(r.n(1), r.n(2))
 	l := r.c.ls
 	l.p.stop(stopGrace)
 	require.NoError(r.t, os.RemoveAll(l.dataDir))
@@ -547,6 +550,7 @@ func (r *crashRun) adopt(p crashPoint) {
 // syncs its journal).
 func (r *crashRun) forget(p crashPoint) {
 	n3 := r.n(3)
+	r.pullOn(n3, r.n(1))
 	n3.containerd.stop(stopGrace)
 	n3.plugin.stop(stopGrace)
 	waitFor(r.t, "n3's session lapsed", syncTimeout, func() (bool, error) {
@@ -560,7 +564,9 @@ func (r *crashRun) forget(p crashPoint) {
 	if out, err := ctl(r.t, forget...); err != nil {
 		r.notRecovered("forget run again: %s", firstLine(out))
 	}
-	// With n3 forgotten, the others' deletes go through.
+	// With n3 forgotten, the others' deletes go through (once they have
+	// synced with the restarted coordinator).
+	r.waitMembers([]string{r.n(1).id, r.n(2).id})
 	if got := r.deleteProbe(); got != "ok" {
 		r.notRecovered("a delete with n3 forgotten: %s", got)
 	}
@@ -589,8 +595,11 @@ func (r *crashRun) interrupted(point string, args []string) {
 
 // waitSynced waits until every node is a live, synced member; it records
 // it when they are not.
-func (r *crashRun) waitSynced() {
-	want := nodeIDs(r.c.nodes)
+func (r *crashRun) waitSynced() { r.waitMembers(nodeIDs(r.c.nodes)) }
+
+// waitMembers waits until the members are exactly want, all live and
+// synced; it records it when they are not.
+func (r *crashRun) waitMembers(want []string) {
 	var last string
 	err := poll(syncTimeout, func() bool {
 		m, err := r.c.ls.members()
@@ -604,6 +613,11 @@ func (r *crashRun) waitSynced() {
 				bad = append(bad, fmt.Sprintf("%s(member=%v live=%v synced=%v)", id, ok, s.Live, s.Synced))
 			}
 		}
+		for id := range m {
+			if !slices.Contains(want, id) {
+				bad = append(bad, id+"(a member still)")
+			}
+		}
 		last = strings.Join(bad, " ")
 		return len(bad) == 0
 	})
@@ -613,19 +627,41 @@ func (r *crashRun) waitSynced() {
 }
 
 // check runs the checks every point ends with: read back every blob each
-// node lists; remove what the scenario pulled; a probe image pulled and
-// removed by n1 is deleted at once; nothing is left but the base image.
+// node lists; remove what the scenario pulled from every node but the
+// first that holds it (the crashed side), and read everything back again:
+// a reference the crash lost would have let those removals delete the
+// first node's blobs; then remove it there too. A probe image pulled and
+// removed by n1 must be deleted at once, and nothing is left but the base
+// image.
 func (r *crashRun) check() {
 	r.readBack()
 	for ref, nodes := range r.pulled {
-		for _, n := range nodes {
-			if err := n.removeImage(ref); err != nil {
-				r.notRecovered("remove %s on %s: %v", ref, n.id, err)
-			}
+		for _, n := range nodes[1:] {
+			r.remove(n, ref)
 		}
+		if len(nodes) > 1 {
+			r.readBack()
+		}
+		r.remove(nodes[0], ref)
 	}
 	r.out.deletes = r.deleteProbe()
 	r.out.leaks = r.leftovers(r.base.all())
+}
+
+func (r *crashRun) remove(n *node, ref string) {
+	if err := n.removeImage(ref); err != nil {
+		r.notRecovered("remove %s on %s: %v", ref, n.id, err)
+	}
+}
+
+// pullOn pushes a fresh image and pulls it on nodes; check removes it
+// from all but the first, then reads every node's blobs back.
+func (r *crashRun) pullOn(nodes ...*node) {
+	img := r.push()
+	for _, n := range nodes {
+		require.NoError(r.t, n.pull(img.Ref, pullTimeout), "pull on %s before the crash", n.id)
+	}
+	r.pulled[img.Ref] = nodes
 }
 
 // readBack reads every blob every node's containerd lists and checks its
