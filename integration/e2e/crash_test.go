@@ -41,6 +41,9 @@ const (
 	// settleTimeout bounds the reclaiming of leftovers (the next GC, the
 	// reaper's passes, a lapsed lease).
 	settleTimeout = 30 * time.Second
+	// envCrashPoints, a comma-separated list of failpoints, runs only
+	// those.
+	envCrashPoints = "SHAREDCONTENT_E2E_CRASH_POINTS"
 )
 
 // fpBins are our daemons built with the tag `failpoints`, built the first
@@ -181,7 +184,7 @@ func TestCrashPoints(t *testing.T) {
 	r := newCrashRun(t)
 	var rows []crashOutcome
 	for _, p := range crashPoints {
-		if only := os.Getenv("SHAREDCONTENT_E2E_CRASH_POINTS"); only != "" && !strings.Contains(only, p.name) {
+		if only := os.Getenv(envCrashPoints); only != "" && !slices.Contains(strings.Split(only, ","), p.name) {
 			continue
 		}
 		rows = append(rows, r.runPoint(p))
