@@ -70,7 +70,7 @@ demo:
 # into .cache/bin) with the proxy plugin, driven by ctr. Needs root, else it
 # skips; see docs/e2e.md. E2E_FLAGS=-run=TestBaseline picks scenarios.
 e2e:
-	SHAREDCONTENT_E2E=1 $(GO) test -count=1 -timeout 15m -v $(E2E_FLAGS) ./integration/e2e/
+	SHAREDCONTENT_E2E=1 $(GO) test -count=1 -timeout 25m -v $(E2E_FLAGS) ./integration/e2e/
 
 # The randomized fault test of issue 13 (integration/chaos_test.go), longer
 # than in `make test`: CHAOS_STEPS steps (about 3 minutes for 500 on 2

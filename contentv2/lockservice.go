@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/sharedcontent/sharedcontent/internal/failpoint"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
@@ -71,10 +72,12 @@ func (s *lockService) SyncRefs(ctx context.Context, req SyncRequest) error {
 	if _, err := s.c.SyncRefs(ctx, announce); err != nil {
 		return mapErr(err)
 	}
+	failpoint.Inject(failpoint.StoreSyncAnnounced)
 	refs, err := req.Snapshot()
 	if err != nil {
 		return err
 	}
+	failpoint.Inject(failpoint.StoreSyncSnapshot)
 	for {
 		n := min(len(refs), api.MaxSyncChunk)
 		offset := sent
@@ -96,8 +99,10 @@ func (s *lockService) SyncRefs(ctx context.Context, req SyncRequest) error {
 			return mapErr(err)
 		}
 		if len(refs) == 0 {
+			failpoint.Inject(failpoint.StoreSyncAfterDone)
 			return nil
 		}
+		failpoint.Inject(failpoint.StoreSyncAfterChunk)
 	}
 }
 

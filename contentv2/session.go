@@ -8,6 +8,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+
+	"github.com/sharedcontent/sharedcontent/internal/failpoint"
 )
 
 // Sessions (SPEC §8). The store holds a session with the coordinator and
@@ -208,6 +210,7 @@ func (s *store) sessionRound(ctx context.Context) error {
 		s.setSynced(false)
 		return err
 	}
+	failpoint.Inject(failpoint.StoreSessionAnswered)
 	received := time.Now()
 	if clusterID == "" {
 		// The first node of a new root records the coordinator's cluster.

@@ -18,6 +18,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sharedcontent/sharedcontent/internal/failpoint"
 )
 
 // Mode chooses how Writer behaves when another node holds a blob's lock.
@@ -306,9 +308,11 @@ func (s *store) reference(ctx context.Context, dgst digest.Digest, found bool) e
 	if err := s.journal.add(dgst); err != nil {
 		return fmt.Errorf("content %v: %w: %w", dgst, errdefs.ErrUnavailable, err)
 	}
+	failpoint.Inject(failpoint.StoreRefAfterJournal)
 	err := s.coordinate(ctx, func(ctx context.Context) error { return s.coord.AddRef(ctx, dgst, found) })
 	switch {
 	case err == nil:
+		failpoint.Inject(failpoint.StoreRefAfterCoord)
 	case errors.Is(err, ErrDeleting):
 		if jerr := s.journal.remove(dgst); jerr != nil {
 			log.G(ctx).WithError(jerr).Warn("node journal")
@@ -416,11 +420,17 @@ func (s *store) Delete(ctx context.Context, dgst digest.Digest) error {
 		return err
 	})
 	l := log.G(ctx).WithField("digest", dgst).WithField("node", s.nodeID)
+	if err == nil {
+		failpoint.Inject(failpoint.StoreDeleteGranted)
+	}
 	if err == nil || isRefusal(err) {
 		// The coordinator has dropped this node's reference.
 		if jerr := s.journal.remove(dgst); jerr != nil {
 			l.WithError(jerr).Warn("node journal")
 		}
+	}
+	if err == nil {
+		failpoint.Inject(failpoint.StoreDeleteAfterJournal)
 	}
 	switch {
 	case errors.Is(err, ErrInUse):
@@ -461,10 +471,13 @@ func (s *store) removeLocked(ctx context.Context, dgst digest.Digest, lk Lock) e
 		}
 		return nil
 	}
+	failpoint.Inject(failpoint.StoreDeleteAfterCheck)
 	trashed, derr := s.moveToTrash(dgst)
+	failpoint.Inject(failpoint.StoreDeleteAfterTrash)
 	if uerr := lk.Unlock(ctx, derr == nil, derr); uerr != nil {
 		l.WithError(uerr).Warn("delete unlock failed")
 	}
+	failpoint.Inject(failpoint.StoreDeleteAfterUnlock)
 	if derr != nil {
 		return fmt.Errorf("content %v: %w", dgst, derr)
 	}
@@ -473,6 +486,7 @@ func (s *store) removeLocked(ctx context.Context, dgst digest.Digest, lk Lock) e
 			l.WithError(err).Warn("unlinking a trashed blob; the reaper removes it later")
 		}
 	}
+	failpoint.Inject(failpoint.StoreDeleteAfterUnlink)
 	s.metrics.deletes.WithLabelValues("deleted").Inc()
 	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
+
+	"github.com/sharedcontent/sharedcontent/internal/failpoint"
 )
 
 // Writer opens an ingest under the blob's pull lock (SPEC §5). The digest
@@ -48,6 +50,7 @@ func (s *store) Writer(ctx context.Context, opts ...content.WriterOpt) (content.
 		return s.writerWithoutLock(ctx, wo, dgst, err)
 	}
 	s.metrics.writes.WithLabelValues("acquired").Inc()
+	failpoint.Inject(failpoint.StoreWritePullLocked)
 	return s.openLocked(ctx, wo, lk, dgst)
 }
 
@@ -220,15 +223,18 @@ func (w *writer) Commit(ctx context.Context, size int64, expected digest.Digest,
 			return err
 		}
 	}
+	failpoint.Inject(failpoint.StoreWriteBeforeRename)
 	err := w.Writer.Commit(ctx, size, expected, opts...)
 	if err != nil && !errdefs.IsAlreadyExists(err) {
 		return err
 	}
+	failpoint.Inject(failpoint.StoreWriteAfterRename)
 	if committed == w.dgst {
 		w.release(ctx, true, nil)
 	} else {
 		w.release(ctx, false, fmt.Errorf("committed %s, not the locked %s", committed, w.dgst))
 	}
+	failpoint.Inject(failpoint.StoreWriteAfterUnlock)
 	return err
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/containerd/log"
 
+	"github.com/sharedcontent/sharedcontent/internal/failpoint"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
@@ -91,9 +92,11 @@ func (l *Locker) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, 
 	}
 	c := api.Cluster{ClusterID: req.ClusterID, Epoch: cur.Epoch + 1}
 	b.PutString(clusterIDKey, c.ClusterID).PutUint64(epochKey, c.Epoch)
+	failpoint.Inject(failpoint.CoordAdoptBeforeCommit)
 	if err := l.commit(ctx, b); err != nil {
 		return api.Cluster{}, fmt.Errorf("adopt: nothing was changed; run the same command again: %w", err)
 	}
+	failpoint.Inject(failpoint.CoordAdoptAfterCommit)
 	for _, rec := range added {
 		l.members[rec.ID] = &member{rec: rec}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sharedcontent/sharedcontent/internal/failpoint"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
@@ -367,6 +368,7 @@ func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 		switch t {
 		case idxPull:
 			l.noteRef(g.nodeID, req.ResourceID, true)
+			failpoint.Inject(failpoint.CoordUnlockPullBefore)
 			if r.keys[idxDelete].completed != nil {
 				// The pull ends the delete's completion, on disk too.
 				err = l.refs.Commit(ctx, new(refcount.Batch).AddRef(req.ResourceID, g.nodeID).DropDeleted(req.ResourceID))
@@ -374,10 +376,17 @@ func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 				_, err = l.refs.AddRef(ctx, req.ResourceID, g.nodeID)
 			}
 		case idxDelete:
+			failpoint.Inject(failpoint.CoordUnlockDeleteBefore)
 			err = l.refs.Commit(ctx, deleted(req.ResourceID, g.nodeID, now))
 		}
 		if err := l.wrote(ctx, err); err != nil {
 			return api.UnlockResponse{}, fmt.Errorf("%s:%s: recording success: %w", req.Type, req.ResourceID, err)
+		}
+		switch t {
+		case idxPull:
+			failpoint.Inject(failpoint.CoordUnlockPullAfter)
+		case idxDelete:
+			failpoint.Inject(failpoint.CoordUnlockDeleteAfter)
 		}
 		if t != idxUpdate {
 			l.noteActivity(sh, req.ResourceID, now)
@@ -635,10 +644,12 @@ func (l *Locker) checkDelete(ctx context.Context, req api.LockRequest, now time.
 	if req.Reap == "" {
 		// The requesting node's GC no longer uses the resource.
 		l.noteRef(req.NodeID, req.ResourceID, false)
+		failpoint.Inject(failpoint.CoordDeleteBeforeRefs)
 		_, err := l.refs.RemoveRef(ctx, req.ResourceID, req.NodeID)
 		if err := l.wrote(ctx, err); err != nil {
 			return fmt.Errorf("%s:%s: %w", req.Type, req.ResourceID, err)
 		}
+		failpoint.Inject(failpoint.CoordDeleteAfterRefs)
 		l.noteActivity(l.shardFor(req.ResourceID), req.ResourceID, now)
 	}
 	return l.checkDeleteRule(ctx, req.ResourceID, countRefs, now)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/containerd/log"
 
+	"github.com/sharedcontent/sharedcontent/internal/failpoint"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
@@ -215,9 +216,11 @@ func (l *Locker) SyncRefs(ctx context.Context, nodeID string, req api.SyncReques
 		}
 	}
 	m.sync = nil
+	failpoint.Inject(failpoint.CoordSyncBeforeReplace)
 	if err := l.applySync(ctx, m, req.Generation, s.refs); err != nil {
 		return api.SyncResponse{}, err
 	}
+	failpoint.Inject(failpoint.CoordSyncAfterReplace)
 	m.synced = true
 	log.G(ctx).WithField("node", nodeID).WithField("refs", len(s.refs)).Info("node synced")
 	return api.SyncResponse{Received: len(s.refs), Synced: true}, nil
@@ -340,9 +343,11 @@ func (l *Locker) Forget(ctx context.Context, nodeID string) error {
 // (SPEC §8): interrupted, it leaves both, and running it again completes
 // it. Callers hold mmu.
 func (l *Locker) forgetLocked(ctx context.Context, nodeID, why string) error {
+	failpoint.Inject(failpoint.CoordForgetBeforeCommit)
 	if err := l.commit(ctx, new(refcount.Batch).ReplaceNode(nodeID, nil).DeleteMember(nodeID)); err != nil {
 		return fmt.Errorf("forget node %s: nothing was changed; run the same command again: %w", nodeID, err)
 	}
+	failpoint.Inject(failpoint.CoordForgetAfterCommit)
 	delete(l.members, nodeID)
 	l.metrics.members.Set(float64(len(l.members)))
 	log.G(ctx).WithField("node", nodeID).WithField("reason", why).Warn("member forgotten; its references are dropped")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sharedcontent/sharedcontent/internal/failpoint"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
@@ -54,6 +55,7 @@ func (l *Locker) addRef(ctx context.Context, resourceID, nodeID string, found bo
 		rc  refcount.ReferenceCount
 		err error
 	)
+	failpoint.Inject(failpoint.CoordAddRefBefore)
 	if done == nil {
 		rc, err = l.refs.AddRef(ctx, resourceID, nodeID)
 	} else if err = l.refs.Commit(ctx, new(refcount.Batch).AddRef(resourceID, nodeID).DropDeleted(resourceID)); err == nil {
@@ -67,6 +69,7 @@ func (l *Locker) addRef(ctx context.Context, resourceID, nodeID string, found bo
 		r.keys[idxDelete].completed = nil
 		sh.tidy(r)
 	}
+	failpoint.Inject(failpoint.CoordAddRefAfter)
 	l.noteActivity(sh, resourceID, l.now())
 	return api.RefsResponse{ResourceID: resourceID, Count: rc.Count, Nodes: rc.NodeList()}, nil
 }

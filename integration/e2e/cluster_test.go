@@ -47,7 +47,11 @@ type lockServer struct {
 	addr    string // host:port, stable across restarts
 	dataDir string
 	args    []string // extra flags, on every start
-	p       *proc
+	// bin is the binary to run (empty: bins.lockserver) and env its
+	// extra environment, on every start.
+	bin string
+	env []string
+	p   *proc
 }
 
 // startLockServer starts sharedcontent-lockserver on a free loopback port,
@@ -70,12 +74,28 @@ func (e *env) startLockServerAt(dataDir string, args ...string) *lockServer {
 }
 
 func (l *lockServer) start() {
-	t := l.e.t
-	t.Helper()
-	argv := append([]string{bins.lockserver,
+	l.e.t.Helper()
+	l.launch()
+	l.waitReady()
+}
+
+// launch starts the lock server process without waiting for it.
+func (l *lockServer) launch() {
+	l.e.t.Helper()
+	bin := l.bin
+	if bin == "" {
+		bin = bins.lockserver
+	}
+	argv := append([]string{bin,
 		"--listen", l.addr, "--data-dir", l.dataDir,
 		"--lease-ttl", leaseTTL.String(), "--log-level", "debug"}, l.args...)
-	l.p = l.e.start("lockserver", "lockserver.log", nil, argv...)
+	l.p = l.e.start("lockserver", "lockserver.log", l.env, argv...)
+}
+
+// waitReady waits until the lock server answers /readyz.
+func (l *lockServer) waitReady() {
+	t := l.e.t
+	t.Helper()
 	waitFor(t, "lock server /readyz", startTimeout, func() (bool, error) {
 		if l.p.exited() {
 			return false, dead(l.p)
@@ -156,6 +176,10 @@ type node struct {
 	pluginSock string
 	lockURL    string   // empty: the plugin embeds a coordinator
 	pluginArgs []string // extra flags, on every start
+	// pluginBin is the plugin binary (empty: bins.plugin) and pluginEnv
+	// its extra environment, on every start.
+	pluginBin string
+	pluginEnv []string
 	// noDiffer leaves the sharedcontent-diff plugin out of containerd's
 	// config (content proxy only: containerd unpacks with its own differ,
 	// reading layers through the content proxy).
@@ -317,7 +341,21 @@ func (n *node) stop() {
 func (n *node) startPlugin() {
 	t := n.e.t
 	t.Helper()
-	n.plugin = n.e.start(n.id+" plugin", n.logName("plugin.log"), nil, n.pluginArgv()...)
+	n.launchPlugin()
+	n.waitPlugin()
+}
+
+// launchPlugin starts the node's containerd-sharedcontent without waiting
+// for it.
+func (n *node) launchPlugin() {
+	n.e.t.Helper()
+	n.plugin = n.e.start(n.id+" plugin", n.logName("plugin.log"), n.pluginEnv, n.pluginArgv()...)
+}
+
+// waitPlugin waits until the plugin's socket accepts connections.
+func (n *node) waitPlugin() {
+	t := n.e.t
+	t.Helper()
 	p := n.plugin
 	waitFor(t, n.id+" plugin socket", startTimeout, func() (bool, error) {
 		if p.exited() {
@@ -335,7 +373,11 @@ func (n *node) startPlugin() {
 // pluginArgv is the plugin's command line. The node journal (--state-dir)
 // is the node's own, as on a real node's local disk.
 func (n *node) pluginArgv() []string {
-	argv := []string{bins.plugin,
+	bin := n.pluginBin
+	if bin == "" {
+		bin = bins.plugin
+	}
+	argv := []string{bin,
 		"--root", n.shared, "--address", n.pluginSock, "--node-id", n.id,
 		"--state-dir", n.stateDir(), "--log-level", "debug"}
 	if n.lockURL != "" {

@@ -37,6 +37,8 @@ var bins struct {
 
 var (
 	repoRoot string
+	// binDir is where the binaries are built and cached.
+	binDir string
 	// skipAll is set when nothing can run (not enabled, not root).
 	skipAll string
 	// skipContainerd is set when containerd or ctr could not be built.
@@ -72,7 +74,7 @@ func setup() {
 		skipAll = fmt.Sprintf("e2e: skipped; needs root (containerd mounts overlayfs and owns /run/containerd), running as uid %d", uid)
 		return
 	}
-	binDir := os.Getenv(envBinDir)
+	binDir = os.Getenv(envBinDir)
 	if binDir == "" {
 		binDir = filepath.Join(repoRoot, ".cache", "bin")
 	}
