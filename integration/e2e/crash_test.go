@@ -229,7 +229,10 @@ func newCrashRun(t *testing.T) *crashRun {
 	c := &cluster{e: e, reg: reg, shared: e.path("shared")}
 	ttl := crashTTL.String()
 	c.ls = &lockServer{e: e, addr: freePort(t), dataDir: e.path("lockserver"), bin: fpBins.lockserver,
-		args: []string{"--session-ttl", ttl, "--lease-ttl", ttl}}
+		// The coordinator's own reap grace matches the reaper's: with its
+		// default (1 h) it refuses every reap delete for an hour after it
+		// starts, and a blob left by a crash would leak for that long.
+		args: []string{"--session-ttl", ttl, "--lease-ttl", ttl, "--reap-grace", reapGrace.String()}}
 	require.NoError(t, os.MkdirAll(c.ls.dataDir, 0o700))
 	c.ls.start()
 	e.onCleanup(func() { c.ls.p.stop(stopGrace) })
