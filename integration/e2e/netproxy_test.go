@@ -57,8 +57,8 @@ type netProxy struct {
 	delay     time.Duration           // protected by mu: proxyDelay's delay
 	forwarded map[net.Conn]forwarding // protected by mu: by client conn
 	held      map[net.Conn]struct{}   // protected by mu: dropped client conns, open
-	accepted  map[proxyMode]int     // protected by mu: connections accepted in each mode
-	closed    bool                  // protected by mu
+	accepted  map[proxyMode]int       // protected by mu: connections accepted in each mode
+	closed    bool                    // protected by mu
 }
 
 // startNetProxy listens on a free loopback port and forwards to target
