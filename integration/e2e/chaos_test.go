@@ -263,16 +263,23 @@ func (ch *realChaos) summary(d time.Duration) {
 	ch.stopNodes()
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	total := 0
-	for _, n := range ch.ops {
+	total, checks := 0, 0
+	ops := map[string]int{}
+	for k, n := range ch.ops {
+		if strings.HasPrefix(k, "check") {
+			checks += n
+			continue
+		}
+		ops[k] = n
 		total += n
 	}
 	nfaults := 0
 	for _, n := range ch.faults {
 		nfaults += n
 	}
-	report(ch.t, "chaos (real processes): seed %d, %v of faults; operations %d (%s); faults %d (%s); blobs read back %d (transient read errors %d); lost = %d%s; heal/leak errors %d",
-		ch.seed, d, total, tally(ch.ops), nfaults, tally(ch.faults), ch.reads, ch.readErrors, len(ch.lost),
+	report(ch.t, "chaos (real processes): seed %d, %v of faults; operations %d (%s); checks %d (skipped, node down: %d); faults %d (%s); blobs read back %d (failed reads of intact blobs %d); lost = %d%s; heal/leak errors %d",
+		ch.seed, d, total, tally(ops), checks-ch.ops["check skipped (node unreachable)"], ch.ops["check skipped (node unreachable)"],
+		nfaults, tally(ch.faults), ch.reads, ch.readErrors, len(ch.lost),
 		blameText(ch.blame), len(ch.healErrs))
 	for _, l := range ch.lost {
 		ch.t.Log("chaos lost: " + l)

@@ -77,10 +77,21 @@ func (ch *realChaos) pullEverything() {
 	wg.Wait()
 }
 
-// checkAll checks the invariant on every node.
+// checkAll checks the invariant on every node once the faults have
+// healed: then a failed read of an intact blob is an error too.
 func (ch *realChaos) checkAll(when string) {
+	const skipped = "check skipped (node unreachable)"
+	ch.mu.Lock()
+	before, skippedBefore := ch.readErrors, ch.ops[skipped]
+	ch.mu.Unlock()
 	for _, n := range ch.nodes {
 		ch.check(n, when)
+	}
+	ch.mu.Lock()
+	failed, unlisted := ch.readErrors-before, ch.ops[skipped]-skippedBefore
+	ch.mu.Unlock()
+	if failed > 0 || unlisted > 0 {
+		ch.healError("%s: %d reads of intact blobs failed, %d nodes could not list their content", when, failed, unlisted)
 	}
 }
 
