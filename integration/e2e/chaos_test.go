@@ -100,14 +100,15 @@ var chaosImages = [][]int{{0, 1}, {0, 2}, {1, 2, 3}, {3, 4}, {4, 0}}
 // chaosFaults are the fault kinds, each applied to one random node (or the
 // coordinator) and healed before the next.
 var chaosFaults = []string{
-	"kill-plugin",           // kill -9 a node's containerd-sharedcontent, restart it
+	"kill-plugin",           // kill -9 a node's containerd-sharedcontent, restart it up to 3 session TTLs later
 	"kill-containerd",       // kill -9 a node's containerd, restart it
 	"kill-node",             // kill -9 both, restart them
 	"kill-coordinator",      // kill -9 the coordinator, restart it
 	"blackhole",             // a node's coordinator link accepts and never answers, 3–20 s
 	"refuse",                // a node's coordinator link resets connections, 3–20 s
 	"delay",                 // every request of a node reaches the coordinator late (> session TTL/3), 3–20 s
-	"wipe-state",            // stop a node's plugin, remove its --state-dir, restart it (containerd's meta.db stays)
+	"late-keepalives",       // a node's session renewals reach the coordinator late, its other requests never, 3–20 s
+	"wipe-state",            // stop a node's plugin, remove its --state-dir, restart it up to 3 session TTLs later (containerd's meta.db stays)
 	"coordinator-down-long", // the coordinator stopped for longer than its --node-expiry
 	"cut-past-expiry",       // a node black-holed for longer than --node-expiry
 }

@@ -18,8 +18,11 @@ func (ch *realChaos) inject(kind string) {
 	// arrives after the next one was due.
 	delay := chaosSessionTTL/3 + 100*time.Millisecond + time.Duration(ch.rng.Int64N(int64(chaosSessionTTL/3)))
 	gap := time.Duration(ch.rng.Int64N(int64(2 * time.Second)))
+	// A plugin down for up to three session TTLs: its session at the
+	// coordinator may outlive it or lapse.
+	down := time.Duration(ch.rng.Int64N(int64(3 * chaosSessionTTL)))
 	// Longer than --node-expiry, with the session's TTL on top.
-	long := chaosNodeExpiry + chaosSessionTTL + 2*time.Second + time.Duration(ch.rng.Int64N(int64(6*time.Second)))
+	long := chaosNodeExpiry + chaosSessionTTL + 5*time.Second + time.Duration(ch.rng.Int64N(int64(15*time.Second)))
 
 	target := n.id
 	if kind == "kill-coordinator" || kind == "coordinator-down-long" {
@@ -31,7 +34,7 @@ func (ch *realChaos) inject(kind string) {
 	case "kill-plugin":
 		n.setDown()
 		n.plugin.kill()
-		time.Sleep(gap)
+		time.Sleep(down)
 		n.startPlugin()
 		n.setUp()
 	case "kill-containerd":
@@ -63,14 +66,20 @@ func (ch *realChaos) inject(kind string) {
 	case "cut-past-expiry":
 		ch.cut(n, proxyDrop, long)
 	case "delay":
-		n.proxy.setDelay(delay)
+		n.proxy.setDelay(proxyDelay, delay)
 		t.Logf("chaos: %s's requests delayed %v", n.id, delay)
+		time.Sleep(hold)
+		n.proxy.set(proxyUp)
+	case "late-keepalives":
+		n.proxy.setDelay(proxyKeepalive, delay)
+		t.Logf("chaos: %s's session renewals delayed %v, its other requests black-holed", n.id, delay)
 		time.Sleep(hold)
 		n.proxy.set(proxyUp)
 	case "wipe-state":
 		n.setDown()
 		n.plugin.stop(stopGrace)
 		require.NoError(t, os.RemoveAll(n.stateDir()))
+		time.Sleep(down)
 		n.startPlugin()
 		n.setUp()
 	default:

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"sync"
@@ -25,7 +26,14 @@ const (
 	// (a keepalive too) reaches the target that much late; answers are
 	// not delayed.
 	proxyDelay
+	// proxyKeepalive delays the client's session renewals (POST
+	// /nodes/session) as proxyDelay does and black-holes every other
+	// request: the connection it starts on is never answered.
+	proxyKeepalive
 )
+
+// keepaliveRequest starts a session renewal on the wire.
+var keepaliveRequest = []byte("POST /nodes/session ")
 
 func (m proxyMode) String() string {
 	switch m {
@@ -37,6 +45,8 @@ func (m proxyMode) String() string {
 		return "drop"
 	case proxyDelay:
 		return "delay"
+	case proxyKeepalive:
+		return "keepalive"
 	}
 	return "?"
 }
@@ -93,12 +103,13 @@ func (p *netProxy) set(m proxyMode) {
 	p.setLocked(m)
 }
 
-// setDelay switches the proxy to proxyDelay with delay d.
-func (p *netProxy) setDelay(d time.Duration) {
+// setDelay switches the proxy to m (proxyDelay or proxyKeepalive) with
+// delay d.
+func (p *netProxy) setDelay(m proxyMode, d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.delay = d
-	p.setLocked(proxyDelay)
+	p.setLocked(m)
 }
 
 func (p *netProxy) setLocked(m proxyMode) {
@@ -148,7 +159,7 @@ func (p *netProxy) accept() {
 			c.Close()
 		case proxyDrop:
 			p.held[c] = struct{}{}
-		case proxyUp, proxyDelay:
+		case proxyUp, proxyDelay, proxyKeepalive:
 			p.wg.Add(1)
 			go p.forward(c, mode, p.delay)
 		}
@@ -156,8 +167,8 @@ func (p *netProxy) accept() {
 	}
 }
 
-// forward connects c to the target, in mode (proxyUp, or proxyDelay
-// with delay).
+// forward connects c to the target, in mode (proxyUp, or proxyDelay or
+// proxyKeepalive with delay).
 func (p *netProxy) forward(c net.Conn, mode proxyMode, delay time.Duration) {
 	defer p.wg.Done()
 	u, err := net.Dial("tcp", p.target)
@@ -177,9 +188,12 @@ func (p *netProxy) forward(c net.Conn, mode proxyMode, delay time.Duration) {
 	p.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
-		if mode == proxyDelay {
-			copyDelayed(u, c, delay)
-		} else {
+		switch mode {
+		case proxyDelay:
+			copyDelayed(u, c, delay, nil)
+		case proxyKeepalive:
+			copyDelayed(u, c, delay, keepaliveRequest)
+		default:
 			_, _ = io.Copy(u, c)
 		}
 		u.Close()
@@ -196,8 +210,10 @@ func (p *netProxy) forward(c net.Conn, mode proxyMode, delay time.Duration) {
 }
 
 // copyDelayed copies src to dst, each chunk delay after it was read
-// (chunks keep their order; the delay does not add up).
-func copyDelayed(dst io.Writer, src io.ReadCloser, delay time.Duration) {
+// (chunks keep their order; the delay does not add up). With only set, a
+// chunk that starts an HTTP request other than only ends the forwarding:
+// the rest of src is read and dropped.
+func copyDelayed(dst io.Writer, src io.ReadCloser, delay time.Duration, only []byte) {
 	type chunk struct {
 		due time.Time
 		b   []byte
@@ -217,6 +233,9 @@ func copyDelayed(dst io.Writer, src io.ReadCloser, delay time.Duration) {
 		}
 	}()
 	for ch := range chunks {
+		if only != nil && startsRequest(ch.b) && !bytes.HasPrefix(ch.b, only) {
+			break // black-holed
+		}
 		time.Sleep(time.Until(ch.due))
 		if _, err := dst.Write(ch.b); err != nil {
 			src.Close() // ends the reader
@@ -225,6 +244,16 @@ func copyDelayed(dst io.Writer, src io.ReadCloser, delay time.Duration) {
 	}
 	for range chunks {
 	}
+}
+
+// startsRequest reports whether b starts with an HTTP request line.
+func startsRequest(b []byte) bool {
+	for _, m := range []string{"GET ", "POST ", "PUT ", "DELETE ", "HEAD ", "PATCH ", "OPTIONS "} {
+		if bytes.HasPrefix(b, []byte(m)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *netProxy) close() {
