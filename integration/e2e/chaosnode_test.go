@@ -252,7 +252,7 @@ func (ch *realChaos) imagesOf(d string) string {
 }
 
 // grepLogs returns the last lines of the coordinator's and the plugins'
-// logs that mention d.
+// logs that mention d, but for unpacks.
 func (ch *realChaos) grepLogs(d string) string {
 	// The paths, not the procs: a fault may be restarting a daemon.
 	logs := []string{ch.c.e.path("lockserver.log")}
@@ -269,7 +269,8 @@ func (ch *realChaos) grepLogs(d string) string {
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
-			if line := sc.Text(); strings.Contains(line, d) {
+			// Unpacks are noise here.
+			if line := sc.Text(); strings.Contains(line, d) && !strings.Contains(line, "diff") {
 				if len(line) > 400 {
 					line = line[:400] + "…"
 				}
