@@ -237,10 +237,8 @@ func (ch *realChaos) stopNodes() {
 
 // pause waits a random time in [lo, hi): the chaos's rhythm, not a
 // synchronisation.
-func (ch *realChaos) pause(lo, hi time.Duration) time.Duration {
-	d := lo + time.Duration(ch.rng.Int64N(int64(hi-lo)))
-	time.Sleep(d)
-	return d
+func (ch *realChaos) pause(lo, hi time.Duration) {
+	time.Sleep(lo + time.Duration(ch.rng.Int64N(int64(hi-lo))))
 }
 
 // count adds one to an operation's tally.
