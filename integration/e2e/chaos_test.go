@@ -50,8 +50,8 @@ func TestChaosReal(t *testing.T) {
 	}
 	kinds, err := chaosKinds(os.Getenv(envChaosFaults))
 	require.NoError(t, err, "%s", envChaosFaults)
-	t.Logf("chaos: seed %d, %v of faults (%s), kinds %s; replay: %s=%d",
-		seed, duration, envChaosDuration, strings.Join(kinds, ","), envChaosSeed, seed)
+	t.Logf("chaos: seed %d, %v of faults (%s), kinds %s; replay: %s=%d %s=%s",
+		seed, duration, envChaosDuration, strings.Join(kinds, ","), envChaosSeed, seed, envChaosFaults, strings.Join(kinds, ","))
 
 	ch := newRealChaos(t, seed, kinds)
 	defer ch.summary(duration)
