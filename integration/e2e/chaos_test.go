@@ -109,7 +109,7 @@ var chaosFaults = []string{
 	"delay",                 // every request of a node reaches the coordinator late (> session TTL/3), 3–20 s
 	"late-keepalives",       // a node's session renewals reach the coordinator late, its other requests never, 3–20 s
 	"wipe-state",            // stop a node's plugin, remove its --state-dir, restart it up to 3 session TTLs later (containerd's meta.db stays)
-	"coordinator-down-long", // the coordinator stopped for longer than its --node-expiry
+	"coordinator-down-long", // the coordinator stopped for longer than its --node-expiry, one node back 3–5 s after it
 	"cut-past-expiry",       // a node black-holed for longer than --node-expiry
 }
 

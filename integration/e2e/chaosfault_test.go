@@ -42,8 +42,11 @@ func (ch *realChaos) plan() faultPlan {
 func (ch *realChaos) inject(kind string) {
 	p := ch.plan()
 	target := p.n.id
-	if kind == "kill-coordinator" || kind == "coordinator-down-long" {
+	switch kind {
+	case "kill-coordinator":
 		target = "coordinator"
+	case "coordinator-down-long":
+		target = "coordinator, " + p.n.id + " slow back"
 	}
 	f := ch.begin(kind, target)
 	defer ch.end(f)
@@ -55,9 +58,7 @@ func (ch *realChaos) inject(kind string) {
 		time.Sleep(p.gap)
 		ch.c.ls.start()
 	case "coordinator-down-long":
-		ch.c.ls.p.stop(stopGrace)
-		time.Sleep(p.long)
-		ch.c.ls.start()
+		ch.coordinatorDownLong(p)
 	case "blackhole":
 		ch.cut(p.n, proxyDrop, p.hold)
 	case "refuse":
@@ -69,6 +70,19 @@ func (ch *realChaos) inject(kind string) {
 	default:
 		ch.t.Fatalf("chaos: unknown fault kind %q", kind)
 	}
+}
+
+// coordinatorDownLong stops the coordinator for longer than its
+// --node-expiry (a weekend). One node is slow to come back: its link is
+// refused from the stop until 3–5 s after the restart, longer than the
+// coordinator's expiry tick (--node-expiry/10).
+func (ch *realChaos) coordinatorDownLong(p faultPlan) {
+	ch.c.ls.p.stop(stopGrace)
+	p.n.proxy.set(proxyRefuse)
+	time.Sleep(p.long)
+	ch.c.ls.start()
+	time.Sleep(3*time.Second + p.gap)
+	p.n.proxy.set(proxyUp)
 }
 
 // nodeFault kills (or stops and wipes) a node's processes and starts them
