@@ -61,15 +61,28 @@ func (i testImage) size() int64 {
 // are alike), pushes it as repo:v1 and resets the registry's counters.
 func pushImage(t *testing.T, reg *registry.Registry, repo string, layerSizes ...int64) testImage {
 	t.Helper()
-	start := time.Now()
-	img := empty.Image
-	img = mutate.MediaType(img, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	var layers []*memLayer
 	for i, size := range layerSizes {
 		l, err := randomLayer(fmt.Sprintf("layer%d.bin", i), size)
 		if err != nil {
 			t.Fatal(err)
 		}
+		layers = append(layers, l)
+	}
+	return pushLayers(t, reg, repo, layers...)
+}
+
+// pushLayers pushes an image of the given layers as repo:v1 (images pushed
+// with some of the same layers share those blobs) and resets the
+// registry's counters.
+func pushLayers(t *testing.T, reg *registry.Registry, repo string, layers ...*memLayer) testImage {
+	t.Helper()
+	start := time.Now()
+	img := empty.Image
+	img = mutate.MediaType(img, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	for _, l := range layers {
+		var err error
 		if img, err = mutate.AppendLayers(img, l); err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"os"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// faultPlan is one fault's random draws, all made whatever the kind, so a
+// seed replays the same faults.
+type faultPlan struct {
+	n *chaosNode
+	// hold is how long a link fault lasts.
+	hold time.Duration
+	// delay is later than a third of the session TTL: a renewal sent on
+	// time arrives after the next one was due.
+	delay time.Duration
+	// gap is how long a killed containerd or coordinator stays down.
+	gap time.Duration
+	// down is how long a killed or wiped plugin stays down: up to three
+	// session TTLs, so its session at the coordinator may outlive it or
+	// lapse.
+	down time.Duration
+	// long is longer than --node-expiry, with the session's TTL on top.
+	long time.Duration
+}
+
+func (ch *realChaos) plan() faultPlan {
+	return faultPlan{
+		n:     ch.nodes[ch.rng.IntN(len(ch.nodes))],
+		hold:  3*time.Second + time.Duration(ch.rng.Int64N(int64(17*time.Second))),
+		delay: chaosSessionTTL/3 + 100*time.Millisecond + time.Duration(ch.rng.Int64N(int64(chaosSessionTTL/3))),
+		gap:   time.Duration(ch.rng.Int64N(int64(2 * time.Second))),
+		down:  time.Duration(ch.rng.Int64N(int64(3 * chaosSessionTTL))),
+		long:  chaosNodeExpiry + chaosSessionTTL + 5*time.Second + time.Duration(ch.rng.Int64N(int64(15*time.Second))),
+	}
+}
+
+// inject applies one fault of kind to a random node (or the coordinator),
+// and heals it before it returns.
+func (ch *realChaos) inject(kind string) {
+	p := ch.plan()
+	target := p.n.id
+	switch kind {
+	case "kill-coordinator":
+		target = "coordinator"
+	case "coordinator-down-long":
+		target = "coordinator, " + p.n.id + " slow back"
+	}
+	f := ch.begin(kind, target)
+	defer ch.end(f)
+	switch kind {
+	case "kill-plugin", "kill-containerd", "kill-node", "wipe-state":
+		ch.nodeFault(kind, p)
+	case "kill-coordinator":
+		ch.c.ls.p.kill()
+		time.Sleep(p.gap)
+		ch.c.ls.start()
+	case "coordinator-down-long":
+		ch.coordinatorDownLong(p)
+	case "blackhole":
+		ch.cut(p.n, proxyDrop, p.hold)
+	case "refuse":
+		ch.cut(p.n, proxyRefuse, p.hold)
+	case "cut-past-expiry":
+		ch.cut(p.n, proxyDrop, p.long)
+	case "delay", "late-keepalives":
+		ch.late(kind, p)
+	default:
+		ch.t.Fatalf("chaos: unknown fault kind %q", kind)
+	}
+}
+
+// coordinatorDownLong stops the coordinator for longer than its
+// --node-expiry (a weekend). One node is slow to come back: its link is
+// refused from the stop until 3–5 s after the restart, longer than the
+// coordinator's expiry tick (--node-expiry/10).
+func (ch *realChaos) coordinatorDownLong(p faultPlan) {
+	ch.c.ls.p.stop(stopGrace)
+	p.n.proxy.set(proxyRefuse)
+	time.Sleep(p.long)
+	ch.c.ls.start()
+	time.Sleep(3*time.Second + p.gap)
+	p.n.proxy.set(proxyUp)
+}
+
+// nodeFault kills (or stops and wipes) a node's processes and starts them
+// again; the node starts no operation meanwhile.
+func (ch *realChaos) nodeFault(kind string, p faultPlan) {
+	n := p.n
+	n.setDown()
+	defer n.setUp()
+	switch kind {
+	case "kill-plugin":
+		n.plugin.kill()
+		time.Sleep(p.down)
+		n.startPlugin()
+	case "kill-containerd":
+		n.containerd.kill()
+		time.Sleep(p.gap)
+		n.startContainerd(n.config(true))
+	case "kill-node":
+		n.containerd.kill()
+		n.plugin.kill()
+		time.Sleep(p.gap)
+		n.startPlugin()
+		n.startContainerd(n.config(true))
+	case "wipe-state":
+		n.plugin.stop(stopGrace)
+		require.NoError(ch.t, os.RemoveAll(n.stateDir()))
+		time.Sleep(p.down)
+		n.startPlugin()
+	}
+}
+
+// late delays a node's requests (delay) or only its session renewals,
+// black-holing the rest (late-keepalives), for p.hold.
+func (ch *realChaos) late(kind string, p faultPlan) {
+	if kind == "delay" {
+		p.n.proxy.setDelay(proxyDelay, p.delay)
+		ch.t.Logf("chaos: %s's requests delayed %v", p.n.id, p.delay)
+	} else {
+		p.n.proxy.setDelay(proxyKeepalive, p.delay)
+		ch.t.Logf("chaos: %s's session renewals delayed %v, its other requests black-holed", p.n.id, p.delay)
+	}
+	time.Sleep(p.hold)
+	p.n.proxy.set(proxyUp)
+}
+
+// cut switches n's coordinator link to mode for d, then back up.
+func (ch *realChaos) cut(n *chaosNode, mode proxyMode, d time.Duration) {
+	n.proxy.set(mode)
+	time.Sleep(d)
+	n.proxy.set(proxyUp)
+}
+
+// begin records the start of a fault.
+func (ch *realChaos) begin(kind, target string) int {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	ch.faults[kind]++
+	ch.history = append(ch.history, faultRecord{kind: kind, target: target, start: time.Now()})
+	ch.t.Logf("chaos: fault %d: %s %s", len(ch.history), kind, target)
+	return len(ch.history) - 1
+}
+
+// end records that fault i has healed.
+func (ch *realChaos) end(i int) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	ch.history[i].end = time.Now()
+	ch.t.Logf("chaos: fault %d healed: %s", i+1, ch.history[i])
+}
