@@ -84,7 +84,9 @@ func (s *store) startSession(ctx context.Context) error {
 // firstSession runs the first session round. While the coordinator says
 // another instance of this node ID is live, it retries until any session
 // of this node's previous run has surely lapsed: then the other instance
-// is a live one (another host with the same node ID).
+// is a live one (another host with the same node ID). A previous run
+// that closed cleanly ended its session (endSession), so this waits only
+// after a crash, or a close that could not reach the coordinator.
 func (s *store) firstSession(ctx context.Context) error {
 	deadline := time.Now().Add(s.failOpenTTL() + s.failOpenTTL()/10)
 	for {
