@@ -24,6 +24,13 @@ type Coordinator interface {
 	// arrives late is ErrLate; a live session of another instance under
 	// this node ID is ErrDuplicateNode.
 	Session(ctx context.Context, req SessionRequest) (SessionInfo, error)
+	// EndSession ends this node's session if instanceID holds it live:
+	// the store calls it once when it closes cleanly, so that the next
+	// start of this node (a new instance) is not refused as a duplicate
+	// until the session lapses. The node is then unsynced (deletes wait
+	// for it), as after a lapse. ended is false, and nothing changed,
+	// when the coordinator holds no live session of that instance.
+	EndSession(ctx context.Context, instanceID string) (ended bool, err error)
 	// SyncRefs replaces the coordinator's record of this node's
 	// references with the node's journal (or, from a journal generation
 	// it has not synced from, adds them). It announces the sync before it

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/sharedcontent/sharedcontent/internal/failpoint"
@@ -55,6 +56,17 @@ func (s *lockService) Session(ctx context.Context, req SessionRequest) (SessionI
 	return SessionInfo{ClusterID: resp.ClusterID, Epoch: resp.Epoch,
 		TTL: time.Duration(resp.SessionTTLMs) * time.Millisecond, Synced: resp.Synced,
 		Stamp: time.Duration(resp.StampMs) * time.Millisecond, NewMember: resp.NewMember}, nil
+}
+
+func (s *lockService) EndSession(ctx context.Context, instanceID string) (bool, error) {
+	resp, err := s.c.EndSession(ctx, instanceID)
+	if err != nil {
+		return false, mapErr(err)
+	}
+	if !resp.Ended {
+		log.G(ctx).WithField("reason", resp.Reason).Info("the coordinator left this node's session as it is")
+	}
+	return resp.Ended, nil
 }
 
 func wireEcho(e *Echo) *api.Echo {

@@ -84,7 +84,9 @@ func (s *store) startSession(ctx context.Context) error {
 // firstSession runs the first session round. While the coordinator says
 // another instance of this node ID is live, it retries until any session
 // of this node's previous run has surely lapsed: then the other instance
-// is a live one (another host with the same node ID).
+// is a live one (another host with the same node ID). A previous run
+// that closed cleanly ended its session (endSession), so this waits only
+// after a crash, or a close that could not reach the coordinator.
 func (s *store) firstSession(ctx context.Context) error {
 	deadline := time.Now().Add(s.failOpenTTL() + s.failOpenTTL()/10)
 	for {
@@ -130,6 +132,36 @@ func (s *store) sessionLoop() {
 		cancel()
 		s.refreshMarker() // answered or not: this node is alive
 		t.Reset(s.sessionInterval())
+	}
+}
+
+// endSessionTimeout bounds the end of the session at Close: it is best
+// effort (the session lapses by itself otherwise), and a daemon shutting
+// down must not hang on a coordinator that does not answer.
+const endSessionTimeout = 2 * time.Second
+
+// endSession ends this instance's session at the coordinator, once the
+// session loop has stopped (no renewal after it reopens the session), so
+// that this node's next start is not refused as a duplicate until the
+// session lapses. Best effort: a failure is logged, and the session then
+// lapses after its TTL as after a crash. A store that never had an answer
+// from a coordinator in this run has no session to end.
+func (s *store) endSession() {
+	s.smu.Lock()
+	answered := s.epoch != 0
+	s.smu.Unlock()
+	if !answered {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), endSessionTimeout)
+	defer cancel()
+	l := log.G(ctx).WithField("node", s.nodeID).WithField("instance", s.instanceID)
+	ended, err := s.coord.EndSession(ctx, s.instanceID)
+	switch {
+	case err != nil:
+		l.WithError(err).Warn("could not end this node's session at close; its next start waits for it to lapse")
+	case ended:
+		l.Info("session ended at close")
 	}
 }
 

@@ -242,6 +242,7 @@ func (s *store) Close() error {
 		close(s.stop)
 	}
 	s.wg.Wait()
+	s.endSession()
 	return s.journal.close()
 }
 

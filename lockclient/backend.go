@@ -47,6 +47,9 @@ type Backend interface {
 
 	// Session opens or renews a node's session (SPEC §8).
 	Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error)
+	// EndSession ends a node's session if the instance holds it live;
+	// otherwise it changes nothing and the answer says why.
+	EndSession(ctx context.Context, req api.EndSessionRequest) (api.EndSessionResponse, error)
 	// SyncRefs sends one chunk of a node's full sync.
 	SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error)
 	// Nodes lists the members and their state.

@@ -191,6 +191,23 @@ func (c *Client) Session(ctx context.Context, req api.SessionRequest) (api.Sessi
 	return resp, err
 }
 
+// EndSession ends this client's node's session, if instanceID (the
+// daemon's, as sent with Session) holds it live: a daemon shutting down
+// cleanly calls it last, so that its next start need not wait for the
+// session to lapse (SPEC §8). Otherwise it changes nothing, and the answer
+// says why. Transient errors are retried while ctx lasts: ending twice
+// is harmless (the second finds no live session).
+func (c *Client) EndSession(ctx context.Context, instanceID string) (api.EndSessionResponse, error) {
+	req := api.EndSessionRequest{NodeID: c.opts.nodeID, InstanceID: instanceID}
+	var resp api.EndSessionResponse
+	err := c.retry(ctx, call{op: "end session", id: c.opts.nodeID}, func(ctx context.Context) error {
+		var err error
+		resp, err = c.backend.EndSession(ctx, req)
+		return err
+	})
+	return resp, err
+}
+
 // SyncRefs sends one chunk of this node's full sync (api.SyncRequest).
 // Transient errors are retried: a chunk is idempotent.
 func (c *Client) SyncRefs(ctx context.Context, req api.SyncRequest) (api.SyncResponse, error) {

@@ -220,6 +220,12 @@ func (b *httpBackend) Session(ctx context.Context, req api.SessionRequest) (api.
 	return resp, err
 }
 
+func (b *httpBackend) EndSession(ctx context.Context, req api.EndSessionRequest) (api.EndSessionResponse, error) {
+	var resp api.EndSessionResponse
+	err := b.do(ctx, http.MethodPost, "/nodes/session/end", nil, req, &resp)
+	return resp, err
+}
+
 func (b *httpBackend) SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error) {
 	var resp api.SyncResponse
 	err := b.do(ctx, http.MethodPut, "/nodes/"+url.PathEscape(nodeID)+"/refs", nil, req, &resp)

@@ -197,6 +197,7 @@ func TestAttackActAsAnotherNode(t *testing.T) {
 		{"delete as node-a", http.MethodPost, "/lock", api.LockRequest{Type: api.OperationDelete, ResourceID: blob, NodeID: "node-a"}},
 		{"reference as node-a", http.MethodPost, "/refs/add", api.RefsAddRequest{ResourceID: "sha256:other", NodeID: "node-a"}},
 		{"session as node-a", http.MethodPost, "/nodes/session", api.SessionRequest{NodeID: "node-a"}},
+		{"end node-a's session", http.MethodPost, "/nodes/session/end", api.EndSessionRequest{NodeID: "node-a", InstanceID: "i"}},
 		{"sync node-a", http.MethodPut, "/nodes/node-a/refs", api.SyncRequest{Done: true}},
 		{"forget node-a", http.MethodDelete, "/nodes/node-a", nil},
 		{"adopt", http.MethodPost, "/cluster/adopt", api.AdoptRequest{ClusterID: "mine"}},

@@ -26,6 +26,7 @@ var bodyEndpoints = []struct{ method, path string }{
 	{http.MethodPost, "/nodes/session"},
 	{http.MethodPut, "/nodes/node-a/refs"},
 	{http.MethodPost, "/cluster/adopt"},
+	{http.MethodPost, "/nodes/session/end"},
 }
 
 // FuzzEndpoints sends arbitrary bodies to every endpoint that takes one,
@@ -46,6 +47,7 @@ func FuzzEndpoints(f *testing.F) {
 		5: {`{"node_id":""}`, `{"node_id":"node-a","cluster_id":"someone-else"}`},
 		6: {`{"resource_ids":["a"],"done":true,"session":"x"}`, `{"resource_ids":7}`},
 		7: {`{"cluster_id":""}`, `{"cluster_id":"c","nodes":["a\u0000"]}`},
+		8: {`{"node_id":"node-a"}`, `{"node_id":"node-a","instance_id":"i"}`, `{"node_id":"nobody","instance_id":"i"}`},
 	}
 	for ep, bodies := range seeds {
 		for _, b := range bodies {

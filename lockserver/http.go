@@ -37,6 +37,7 @@ import (
 //	GET  /refs            a resource's references
 //	GET  /refs/list       every reference set, a page at a time
 //	POST /nodes/session   open or renew a node's session (SPEC §8)
+//	POST /nodes/session/end  a node ends its own session (clean shutdown)
 //	PUT  /nodes/{id}/refs a node's full sync, chunked
 //	DELETE /nodes/{id}    forget a member (admin)
 //	POST /nodes/{id}/expire  forget a member shown gone (the reaper, or admin)
@@ -170,21 +171,22 @@ func NewHandler(l *Locker, opts ...HandlerOption) *Handler {
 		ConnState: setConnState,
 	}
 	h.routes = map[string]route{
-		"/lock":           onPost(h.lock),
-		"/unlock":         onPost(h.unlock),
-		"/lock/keepalive": onPost(h.keepalive),
-		"/lock/cancel":    onPost(h.cancel),
-		"/lock/subscribe": onStream(h.subscribe),
-		"/lock/status":    onGet(h.status),
-		"/refs/add":       onPost(h.refsAdd),
-		"/refs":           onGet(h.refs),
-		"/refs/list":      onGet(h.refsList),
-		"/nodes/session":  onPost(h.session),
-		"/nodes":          onGet(h.nodes),
-		"/cluster":        onGet(h.cluster),
-		"/cluster/adopt":  {method: http.MethodPost, admin: true, handle: h.adopt},
-		"/healthz":        onGet(func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok\n") }),
-		"/readyz":         onGet(h.readyz),
+		"/lock":              onPost(h.lock),
+		"/unlock":            onPost(h.unlock),
+		"/lock/keepalive":    onPost(h.keepalive),
+		"/lock/cancel":       onPost(h.cancel),
+		"/lock/subscribe":    onStream(h.subscribe),
+		"/lock/status":       onGet(h.status),
+		"/refs/add":          onPost(h.refsAdd),
+		"/refs":              onGet(h.refs),
+		"/refs/list":         onGet(h.refsList),
+		"/nodes/session":     onPost(h.session),
+		"/nodes/session/end": onPost(h.endSession),
+		"/nodes":             onGet(h.nodes),
+		"/cluster":           onGet(h.cluster),
+		"/cluster/adopt":     {method: http.MethodPost, admin: true, handle: h.adopt},
+		"/healthz":           onGet(func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok\n") }),
+		"/readyz":            onGet(h.readyz),
 	}
 	for _, o := range opts {
 		o(h)
@@ -391,6 +393,15 @@ func (h *Handler) session(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	resp, err := h.locker.Session(ctx, req)
+	reply(ctx, resp, err)
+}
+
+func (h *Handler) endSession(ctx *fasthttp.RequestCtx) {
+	var req api.EndSessionRequest
+	if !decode(ctx, &req) || !actAs(ctx, &req.NodeID) {
+		return
+	}
+	resp, err := h.locker.EndSession(ctx, req)
 	reply(ctx, resp, err)
 }
 

@@ -229,6 +229,25 @@ type SessionResponse struct {
 	NewMember bool `json:"new_member"`
 }
 
+// EndSessionRequest is the body of POST /nodes/session/end: a node's
+// daemon, shutting down cleanly, ends its own session so that its next
+// start (a new instance) need not wait for it to lapse. InstanceID is
+// required: only the instance that holds the live session ends it.
+type EndSessionRequest struct {
+	NodeID     string `json:"node_id"`
+	InstanceID string `json:"instance_id"`
+}
+
+// EndSessionResponse is the answer to POST /nodes/session/end. Ended: the
+// session was the instance's and live, and is over now (the node is
+// unsynced: deletes wait for it). Otherwise nothing changed and Reason
+// says why (no live session of that node; another instance's session):
+// not an error, since there is nothing to retry.
+type EndSessionResponse struct {
+	Ended  bool   `json:"ended"`
+	Reason string `json:"reason,omitempty"`
+}
+
 // SyncRequest is the body of PUT /nodes/{id}/refs: one chunk of a node's
 // full journal. The first chunk with a new SyncID starts a sync (send it,
 // possibly empty, before taking the journal's snapshot); the chunk with
