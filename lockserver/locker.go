@@ -288,7 +288,7 @@ func (l *Locker) admit(ctx context.Context, t typeIndex, req api.LockRequest, no
 	case idxDelete:
 		if err := l.checkDelete(ctx, req, now); err != nil {
 			switch {
-			case errors.Is(err, api.ErrUnsynced):
+			case errors.Is(err, api.ErrUnsynced), errors.Is(err, api.ErrDuplicateNode):
 				l.metrics.result(t, resultUnsynced)
 			case errors.Is(err, api.ErrInUse):
 				l.metrics.result(t, resultInUse)
@@ -639,6 +639,9 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 func (l *Locker) checkDelete(ctx context.Context, req api.LockRequest, now time.Time) error {
 	countRefs, err := l.reapRule(req.ResourceID, req.NodeID, req.Reap, now)
 	if err != nil {
+		return err
+	}
+	if err := l.checkClash(req.ResourceID, req.NodeID, now); err != nil {
 		return err
 	}
 	if req.Reap == "" {

@@ -41,6 +41,12 @@ type member struct {
 	// answered is when the coordinator last answered a session call of
 	// the node (for a sync without an echo: timing.go).
 	answered time.Time
+	// clashUntil: until then another instance of the node ID is knocking
+	// (refused as a duplicate) while this one holds the session. The
+	// member counts as unsynced meanwhile, and the node ID's own deletes
+	// are refused without dropping its references: whatever the other
+	// instance uses under the same ID is in neither's reach otherwise.
+	clashUntil time.Time
 	// sync is the full sync in progress, if any.
 	sync *nodeSync
 }
@@ -134,10 +140,29 @@ func (l *Locker) checkInstance(ctx context.Context, req api.SessionRequest, m *m
 		return nil
 	}
 	l.metrics.duplicateNodes.Inc()
+	m.clashUntil = now.Add(l.cfg.SessionTTL)
 	log.G(ctx).WithField("node", req.NodeID).WithField("instance", req.InstanceID).WithField("live_instance", m.instance).
 		Error("two instances use one node ID; the second is refused")
 	return fmt.Errorf("node id %q is in use by another live instance (another host or daemon with the same node ID, e.g. a cloned VM or a shared hostname): give each host a unique --node-id: %w",
 		req.NodeID, api.ErrDuplicateNode)
+}
+
+// clashing reports whether another instance of m's node ID was refused
+// within the last session TTL.
+func (m *member) clashing(now time.Time) bool { return now.Before(m.clashUntil) }
+
+// checkClash refuses a delete by a node ID that two live instances use,
+// before the delete drops the ID's reference: the reference may be the
+// other instance's. The refusal is api.ErrDuplicateNode, which the node
+// takes as "nothing changed" (it keeps its journal entry).
+func (l *Locker) checkClash(resourceID, node string, now time.Time) error {
+	l.mmu.Lock()
+	defer l.mmu.Unlock()
+	if m := l.members[node]; m != nil && m.clashing(now) {
+		return fmt.Errorf("delete:%s by node %q refused: another instance with this node ID was refused %s ago, and its references cannot be told from this one's; give each host a unique --node-id: %w",
+			resourceID, node, (l.cfg.SessionTTL - m.clashUntil.Sub(now)).Round(time.Millisecond), api.ErrDuplicateNode)
+	}
+	return nil
 }
 
 // persistSeen writes m's LastSeen when the persisted one is too stale.
@@ -279,7 +304,7 @@ func (l *Locker) unsynced(now time.Time) []string {
 func (l *Locker) unsyncedLocked(now time.Time) []string {
 	var out []string
 	for id, m := range l.members {
-		if !m.synced || !m.live(now) {
+		if !m.synced || !m.live(now) || m.clashing(now) {
 			out = append(out, id)
 		}
 	}
@@ -367,7 +392,7 @@ func (l *Locker) Nodes(context.Context) (api.NodesResponse, error) {
 			seen = now
 		}
 		out.Nodes = append(out.Nodes, api.NodeStatus{
-			NodeID: m.rec.ID, Live: m.live(now), Synced: m.synced && m.live(now),
+			NodeID: m.rec.ID, Live: m.live(now), Synced: m.synced && m.live(now) && !m.clashing(now),
 			FirstSeen: m.rec.FirstSeen.UTC().Format(time.RFC3339Nano), LastSeen: seen.UTC().Format(time.RFC3339Nano),
 			AbsentMs: l.absence(m, now).Milliseconds(),
 		})

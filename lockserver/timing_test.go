@@ -261,3 +261,54 @@ func TestSyncTailOfUnknownSync(t *testing.T) {
 	_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "new", ResourceIDs: blobs[1:], Done: true, Offset: &one, Echo: echo(a, time.Second)})
 	require.NoError(t, err)
 }
+
+// TestDuplicateInstancesPauseDeletes (issue 23, scenario 6, its other
+// order): host A's session lapsed (cut off), a clone B with the same node
+// ID started and synced, then A comes back and is refused. Until A stops
+// knocking, B's GC must not drop the ID's references (they may be A's),
+// and nobody's delete is granted (A may have used blobs fail-open that
+// only its journal knows). Once A has not knocked for a session TTL,
+// deletes go through again.
+func TestDuplicateInstancesPauseDeletes(t *testing.T) {
+	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
+	clock := useFakeClock(l)
+	ctx := context.Background()
+	other := "sha256:" + strings.Repeat("c", 64)
+	_, err := l.Session(ctx, api.SessionRequest{NodeID: "host", InstanceID: "A"})
+	require.NoError(t, err)
+	_, err = l.AddRef(ctx, blob, "host") // A uses blob
+	require.NoError(t, err)
+
+	clock.at(4 * time.Second) // A's session lapsed; B starts and syncs
+	b, err := l.Session(ctx, api.SessionRequest{NodeID: "host", InstanceID: "B"})
+	require.NoError(t, err)
+	_, err = l.SyncRefs(ctx, "host", api.SyncRequest{SyncID: "b", Generation: "gb", Done: true, Echo: echo(b, 0)})
+	require.NoError(t, err)
+	syncedNode(t, l, "n2")
+	_, err = l.Session(ctx, api.SessionRequest{NodeID: "host", InstanceID: "A"})
+	require.ErrorIs(t, err, api.ErrDuplicateNode, "A is back while B holds the session")
+
+	_, err = l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: blob, NodeID: "host", RequestID: "gc-b"})
+	require.ErrorIs(t, err, api.ErrDuplicateNode, "B's GC may not drop the ID's reference: it may be A's")
+	require.Equal(t, []string{"host"}, refsOf(t, l, blob))
+	_, err = l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: other, NodeID: "n2", RequestID: "gc-n2"})
+	var unsynced *api.UnsyncedError
+	require.ErrorAs(t, err, &unsynced, "nobody deletes while two instances share an ID")
+	require.Equal(t, []string{"host"}, unsynced.Nodes)
+	require.False(t, synced(t, l, "host"))
+
+	// A stops knocking; B renews on time. A session TTL later deletes resume.
+	clock.at(5 * time.Second)
+	b, err = l.Session(ctx, api.SessionRequest{NodeID: "host", InstanceID: "B", Echo: echo(b, time.Second)})
+	require.NoError(t, err)
+	clock.at(6 * time.Second)
+	_, err = l.Session(ctx, api.SessionRequest{NodeID: "host", InstanceID: "B", Echo: echo(b, time.Second)})
+	require.NoError(t, err)
+	_, err = l.Session(ctx, api.SessionRequest{NodeID: "n2", Echo: nil})
+	require.NoError(t, err)
+	syncedNode(t, l, "n2")
+	clock.at(7100 * time.Millisecond)
+	resp, err := l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: other, NodeID: "n2", RequestID: "gc-n2-again"})
+	require.NoError(t, err)
+	require.True(t, resp.Acquired, "deletes resume a session TTL after A's last attempt")
+}
