@@ -294,3 +294,48 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	return sum
 }
+
+// unconfirmedDelete wraps a coordinator whose delete locks are confirmed
+// at their last check but whose unlock is not answered: the coordinator
+// went away between the rename into the trash and the unlock.
+type unconfirmedDelete struct{ contentv2.Coordinator }
+
+func (c unconfirmedDelete) Lock(ctx context.Context, req contentv2.LockRequest) (contentv2.Lock, error) {
+	lk, err := c.Coordinator.Lock(ctx, req)
+	if err != nil || req.Op != contentv2.OpDelete {
+		return lk, err
+	}
+	return unansweredUnlock{lk}, nil
+}
+
+type unansweredUnlock struct{ contentv2.Lock }
+
+func (u unansweredUnlock) Unlock(ctx context.Context, _ bool, cause error) error {
+	_ = u.Lock.Unlock(ctx, false, cause) // the coordinator records nothing
+	return errLost
+}
+
+// TestUnconfirmedDeleteRestoresBlob: the unlink is the one step of a delete
+// that cannot be undone, so it waits for the coordinator's answer to the
+// unlock; without it the blob is renamed back from the trash (and the
+// reaper reclaims it later if nobody uses it).
+func TestUnconfirmedDeleteRestoresBlob(t *testing.T) {
+	l := lockservertest.NewLocker(t)
+	client, err := lockclient.NewEmbedded(l, lockclient.WithNodeID("node-1"))
+	require.NoError(t, err)
+	root := t.TempDir()
+	cs, err := contentv2.NewStore(root, "node-1", unconfirmedDelete{contentv2.LockService(client)}, contentv2.WithStateDir(t.TempDir()))
+	require.NoError(t, err)
+	defer cs.Close()
+	ctx := context.Background()
+	data, desc := blob("unconfirmed delete ")
+	require.NoError(t, content.WriteBlob(ctx, cs, "layer-"+desc.Digest.String(), bytes.NewReader(data), desc))
+
+	require.NoError(t, cs.Delete(ctx, desc.Digest))
+	got, err := os.ReadFile(blobFile(root, desc.Digest))
+	require.NoError(t, err, "the blob is back in blobs/")
+	require.Equal(t, data, got)
+	trash, err := os.ReadDir(filepath.Join(root, contentv2.TrashDir))
+	require.NoError(t, err)
+	require.Empty(t, trash, "and its trash entry is gone")
+}
