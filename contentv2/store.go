@@ -475,22 +475,12 @@ func (s *store) removeLocked(ctx context.Context, dgst digest.Digest, lk Lock) e
 	failpoint.Inject(failpoint.StoreDeleteAfterCheck)
 	trashed, derr := s.moveToTrash(dgst)
 	failpoint.Inject(failpoint.StoreDeleteAfterTrash)
-	uerr := lk.Unlock(ctx, derr == nil, derr)
+	if uerr := lk.Unlock(ctx, derr == nil, derr); uerr != nil {
+		l.WithError(uerr).Warn("delete unlock failed")
+	}
 	failpoint.Inject(failpoint.StoreDeleteAfterUnlock)
 	if derr != nil {
-		if uerr != nil {
-			l.WithError(uerr).Warn("delete unlock failed")
-		}
 		return fmt.Errorf("content %v: %w", dgst, derr)
-	}
-	if uerr != nil && trashed != "" {
-		// The unlink is the one step that cannot be undone, so it waits
-		// for the coordinator's answer (docs/design.md, "Never lose a
-		// blob"): without it the blob goes back.
-		l.WithError(uerr).Warn("the coordinator did not confirm the delete; the blob is put back")
-		s.restoreTrashed(dgst, trashed)
-		s.metrics.deletes.WithLabelValues("restored").Inc()
-		return nil
 	}
 	if trashed != "" {
 		if err := os.Remove(trashed); err != nil {
@@ -500,20 +490,6 @@ func (s *store) removeLocked(ctx context.Context, dgst digest.Digest, lk Lock) e
 	failpoint.Inject(failpoint.StoreDeleteAfterUnlink)
 	s.metrics.deletes.WithLabelValues("deleted").Inc()
 	return nil
-}
-
-// restoreTrashed puts a trashed blob back. A blob committed again
-// meanwhile stays (it has the same content), and the trash entry goes; a
-// failure leaves the entry for the reaper.
-func (s *store) restoreTrashed(dgst digest.Digest, trashed string) {
-	l := log.L.WithField("digest", dgst).WithField("node", s.nodeID)
-	if err := os.Link(trashed, s.blobPath(dgst)); err != nil && !errors.Is(err, fs.ErrExist) {
-		l.WithError(err).Error("putting a trashed blob back failed; it stays in the trash for the reaper")
-		return
-	}
-	if err := os.Remove(trashed); err != nil {
-		l.WithError(err).Warn("removing a restored blob's trash entry; the reaper removes it later")
-	}
 }
 
 // blobPath is where the local store keeps dgst.
