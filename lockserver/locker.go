@@ -127,7 +127,6 @@ func newLocker(cfg Config, opts Options, now func() time.Time) (*Locker, error) 
 		waiting: newNodeCounter(cfg.MaxWaitersPerNode),
 		stop:    make(chan struct{}),
 	}
-	l.started = l.now()
 	ctx := context.Background()
 	if l.fences, err = l.newFenceSource(ctx, DefaultFenceBlock); err != nil {
 		return nil, err
