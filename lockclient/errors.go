@@ -9,7 +9,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// Lock protocol outcomes. They are the lock server's own sentinels, so
+// Lock protocol outcomes. They are the coordinator's own sentinels, so
 // errors.Is matches them the same way against a remote coordinator (where the
 // client maps the HTTP error codes back) and an embedded one.
 var (
@@ -18,7 +18,7 @@ var (
 	// *api.InUseError carrying who.
 	ErrInUse = api.ErrInUse
 	// ErrLocked: the lock is held and the request did not wait (TryLock, or
-	// a server with allow_multi_node_download=false).
+	// a coordinator with allow_multi_node_download=false).
 	ErrLocked = api.ErrLocked
 	// ErrNotHolder: the lease is unknown to the coordinator: it expired,
 	// was released, or the coordinator restarted.
