@@ -140,7 +140,7 @@ func (c *Client) AddFoundRef(ctx context.Context, resourceID string) (api.RefsRe
 
 func (c *Client) addRef(ctx context.Context, resourceID string, add func(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error)) (api.RefsResponse, error) {
 	var refs api.RefsResponse
-	err := c.retry(ctx, call{op: "add ref", id: resourceID}, func(ctx context.Context) error {
+	err := c.retry(ctx, call{op: "add reference", id: resourceID}, func(ctx context.Context) error {
 		var err error
 		refs, err = add(ctx, resourceID, c.opts.nodeID)
 		return err
@@ -152,7 +152,7 @@ func (c *Client) addRef(ctx context.Context, resourceID string, add func(ctx con
 // Transient errors are retried.
 func (c *Client) Refs(ctx context.Context, resourceID string) (api.RefsResponse, error) {
 	var refs api.RefsResponse
-	err := c.retry(ctx, call{op: "refs", id: resourceID}, func(ctx context.Context) error {
+	err := c.retry(ctx, call{op: "references", id: resourceID}, func(ctx context.Context) error {
 		var err error
 		refs, err = c.transport.Refs(ctx, resourceID)
 		return err
@@ -163,8 +163,8 @@ func (c *Client) Refs(ctx context.Context, resourceID string) (api.RefsResponse,
 // ExpectCluster makes every later request name the cluster id, so that a
 // coordinator of another cluster (one that lost its database, or serves
 // other nodes) refuses it with ErrWrongCluster instead of acting on it
-// (SPEC §8). An embedded coordinator checks it on Session only: it cannot
-// change under a running process except by adoption.
+// (docs/design.md §8.10). An embedded coordinator checks it on Session only:
+// it cannot change under a running process except by adoption.
 func (c *Client) ExpectCluster(id string) {
 	c.expect.Store(&id)
 	if c.http != nil {
@@ -172,11 +172,12 @@ func (c *Client) ExpectCluster(id string) {
 	}
 }
 
-// Session opens or renews this client's node's session: req's InstanceID
-// and Echo (SPEC §8) are sent as given, its NodeID is the client's, and its
-// ClusterID the expected one (ExpectCluster). Transient errors are retried
-// with the same request: an echo's elapsed time then dates from the first
-// attempt, which only makes the coordinator's estimate of its age larger.
+// Session opens or renews this client's node's session: req's InstanceID and
+// Echo (docs/design.md §8.8) are sent as given, its NodeID is the client's,
+// and its ClusterID the expected one (ExpectCluster). Transient errors are
+// retried with the same request: an echo's elapsed time then dates from the
+// first attempt, which only makes the coordinator's estimate of its age
+// larger.
 func (c *Client) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
 	req.NodeID = c.opts.nodeID
 	if id := c.expect.Load(); id != nil {
@@ -191,12 +192,12 @@ func (c *Client) Session(ctx context.Context, req api.SessionRequest) (api.Sessi
 	return resp, err
 }
 
-// EndSession ends this client's node's session, if instanceID (the
-// daemon's, as sent with Session) holds it live: a daemon shutting down
-// cleanly calls it last, so that its next start need not wait for the
-// session to lapse (SPEC §8). Otherwise it changes nothing, and the answer
-// says why. Transient errors are retried while ctx lasts: ending twice
-// is harmless (the second finds no live session).
+// EndSession ends this client's node's session, if instanceID (the daemon's,
+// as sent with Session) holds it live: a daemon shutting down cleanly calls
+// it last, so that its next start need not wait for the session to lapse
+// (docs/design.md §8.5). Otherwise it changes nothing, and the answer says
+// why. Transient errors are retried while ctx lasts: ending twice is
+// harmless (the second finds no live session).
 func (c *Client) EndSession(ctx context.Context, instanceID string) (api.EndSessionResponse, error) {
 	req := api.EndSessionRequest{NodeID: c.opts.nodeID, InstanceID: instanceID}
 	var resp api.EndSessionResponse
@@ -208,7 +209,8 @@ func (c *Client) EndSession(ctx context.Context, instanceID string) (api.EndSess
 	return resp, err
 }
 
-// SyncRefs sends one chunk of this node's full sync (api.SyncRequest).
+// SyncRefs sends one chunk of a sync, which sends this node's whole
+// journal (api.SyncRequest; docs/design.md §8.3).
 // Transient errors are retried: a chunk is idempotent.
 func (c *Client) SyncRefs(ctx context.Context, req api.SyncRequest) (api.SyncResponse, error) {
 	var resp api.SyncResponse
@@ -224,7 +226,7 @@ func (c *Client) SyncRefs(ctx context.Context, req api.SyncRequest) (api.SyncRes
 // retried.
 func (c *Client) RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error) {
 	var resp api.RefsListResponse
-	err := c.retry(ctx, call{op: "refs list", id: after}, func(ctx context.Context) error {
+	err := c.retry(ctx, call{op: "list references", id: after}, func(ctx context.Context) error {
 		var err error
 		resp, err = c.transport.RefsList(ctx, after, limit)
 		return err
@@ -243,18 +245,18 @@ func (c *Client) Nodes(ctx context.Context) (api.NodesResponse, error) {
 	return resp, err
 }
 
-// Forget drops a member and its references (admin; SPEC §8).
+// Forget drops a member and its references (admin; docs/design.md §8.4).
 func (c *Client) Forget(ctx context.Context, nodeID string) error {
 	return c.retry(ctx, call{op: "forget", id: nodeID}, func(ctx context.Context) error {
 		return c.transport.Forget(ctx, nodeID)
 	})
 }
 
-// Expire asks the coordinator to forget nodeID, shown gone (SPEC §8
-// "Membership"): this client's node holds lease, the reap lock's, and has
-// seen nodeID's marker unchanged for markerUnchanged. The coordinator
-// checks its own measure of the node's absence too; api.ErrNotExpired
-// when either is short of its node expiry.
+// Expire asks the coordinator to forget nodeID, shown gone (docs/design.md
+// §8.4): this client's node holds lease, the reap lock's, and has seen
+// nodeID's marker unchanged for markerUnchanged. The coordinator checks its
+// own measure of the node's absence too; api.ErrNotExpired when either is
+// short of its node expiry.
 func (c *Client) Expire(ctx context.Context, nodeID string, lease *Lease, markerUnchanged time.Duration) (api.ExpireResponse, error) {
 	req := api.ExpireRequest{NodeID: c.opts.nodeID, MarkerUnchangedMs: markerUnchanged.Milliseconds()}
 	if lease != nil {
@@ -269,8 +271,8 @@ func (c *Client) Expire(ctx context.Context, nodeID string, lease *Lease, marker
 	return resp, err
 }
 
-// Adopt makes the coordinator take a shared root's cluster (admin; SPEC
-// §8).
+// Adopt makes the coordinator take a shared root's cluster (admin;
+// docs/design.md §8.10).
 func (c *Client) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {
 	var resp api.Cluster
 	err := c.retry(ctx, call{op: "adopt", id: req.ClusterID}, func(ctx context.Context) error {
@@ -282,7 +284,8 @@ func (c *Client) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, 
 }
 
 // Renew renews lease now, once, and reports whether the coordinator still
-// knows it. A deleter calls it right before it removes a file (SPEC §5).
+// knows it. A deleter calls it right before it removes a file
+// (docs/design.md §8.7).
 func (c *Client) Renew(ctx context.Context, lease *Lease) error {
 	_, err := c.transport.Keepalive(ctx, api.KeepaliveRequest{Type: lease.Type, ResourceID: lease.ResourceID, LeaseID: lease.ID, NodeID: lease.NodeID})
 	return err

@@ -1,5 +1,5 @@
 // Package lockclient is the Go client of the sharedcontent coordinator
-// (docs/design.md, "Coordinator"). A Client speaks for one node: it takes
+// (docs/design.md §4). A Client speaks for one node: it takes
 // pull, update and delete locks on a resource, waits in the lock's FIFO
 // queue, keeps the granted lease alive while the caller works, and
 // releases it with the outcome. It also adds and reads references, opens

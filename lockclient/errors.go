@@ -31,13 +31,13 @@ var (
 	// ErrUnauthorized: the bearer token is missing or wrong.
 	ErrUnauthorized = api.ErrUnauthorized
 	// ErrUnsynced: a delete was refused because a member node is not
-	// synced (SPEC §8); an *api.UnsyncedError names them.
+	// synced (docs/design.md §8.7); an *api.UnsyncedError names them.
 	ErrUnsynced = api.ErrUnsynced
 	// ErrWrongCluster: the coordinator belongs to another cluster than
 	// the one the client expects (ExpectCluster).
 	ErrWrongCluster = api.ErrWrongCluster
 	// ErrLate: a session renewal arrived too late to extend the session
-	// (SPEC §8); open a new one.
+	// (docs/design.md §8.8); open a new one.
 	ErrLate = api.ErrLate
 	// ErrDuplicateNode: another instance holds a live session under this
 	// node ID.

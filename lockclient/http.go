@@ -34,16 +34,16 @@ const jsonMediaType = "application/json"
 // *fasthttp.HostClient and *fasthttp.Client implement it.
 //
 // The short requests go over fasthttp rather than net/http: a lock cycle is
-// two small requests, and net/http's transport (a read and a write
-// goroutine per connection, a hand-off per request) cost more than the
-// coordinator's work (docs/design.md, "HTTP stack"). Event streams, which
-// are long and few, stay on net/http.
+// two small requests, and net/http's transport (a read and a write goroutine
+// per connection, a hand-off per request) cost more than the coordinator's
+// work (docs/design.md §3.11, "HTTP stack"). Event streams, which are long
+// and few, stay on net/http.
 type ShortClient interface {
 	DoDeadline(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error
 }
 
-// httpTransport is the Transport of a remote coordinator (SPEC §3's HTTP
-// API).
+// httpTransport is the Transport of a remote coordinator (the HTTP API
+// of docs/design.md §3).
 // Its fields are set by newHTTPTransport and never change.
 type httpTransport struct {
 	base  string            // server URL without a trailing slash
@@ -53,7 +53,7 @@ type httpTransport struct {
 	auth  string            // Authorization header value; empty sends none
 	// cluster is the cluster ID sent in api.ClusterHeader with every
 	// request (nil: none), so that a coordinator of another cluster
-	// refuses instead of acting (SPEC §8).
+	// refuses instead of acting (docs/design.md §8.10).
 	cluster atomic.Pointer[string]
 
 	pollInterval   time.Duration

@@ -25,9 +25,9 @@ const (
 	// a stalled disk or a long GC pause without hanging a caller forever.
 	DefaultRequestTimeout = 10 * time.Second
 	// DefaultPollInterval is how often a waiter polls /lock/status when
-	// Server-Sent Events cannot be used (SPEC §4). It is well under the
-	// coordinator's claim timeout (3 s), so a grant made to a polling waiter
-	// is picked up before it is taken back.
+	// Server-Sent Events cannot be used (docs/design.md §4). It is well
+	// under the coordinator's claim timeout (3 s), so a grant made to a
+	// polling waiter is picked up before it is taken back.
 	DefaultPollInterval = 500 * time.Millisecond
 )
 

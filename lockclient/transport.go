@@ -6,9 +6,9 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// Transport carries a Client's calls to the coordinator: the
-// coordinator's operations (SPEC §3) in their wire types. The HTTP
-// transport of New implements it, and so does the in-process coordinator,
+// Transport carries a Client's calls to the coordinator: the coordinator's
+// operations (docs/design.md §3) in their wire types. The HTTP transport of
+// New implements it, and so does the in-process coordinator,
 // *lockserver.Locker (NewEmbedded); a Client adds node IDs, request IDs,
 // retries, leases and keepalive on top.
 //
@@ -46,7 +46,7 @@ type Transport interface {
 	// RefsList returns the reference sets after `after`, a page at a time.
 	RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error)
 
-	// Session opens or renews a node's session (SPEC §8).
+	// Session opens or renews a node's session (docs/design.md §8.3).
 	Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error)
 	// EndSession ends a node's session if the instance holds it live;
 	// otherwise it changes nothing and the answer says why.
