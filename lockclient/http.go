@@ -72,7 +72,7 @@ func newHTTPTransport(serverURL string, o *options) (*httpTransport, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("lockclient: server URL %q: want http(s)://host[:port][/path]: %w", serverURL, ErrInvalidArgument)
 	}
-	b := &httpTransport{
+	tr := &httpTransport{
 		base:           strings.TrimRight(u.String(), "/"),
 		short:          o.short,
 		long:           o.long,
@@ -80,19 +80,19 @@ func newHTTPTransport(serverURL string, o *options) (*httpTransport, error) {
 		requestTimeout: o.requestTimeout,
 	}
 	if o.token != "" {
-		b.auth = "Bearer " + o.token
+		tr.auth = "Bearer " + o.token
 	}
-	b.urls = make(map[string]string)
+	tr.urls = make(map[string]string)
 	for _, p := range []string{"/lock", "/unlock", "/lock/keepalive", "/lock/cancel", "/lock/status", "/refs/add", "/refs"} {
-		b.urls[p] = b.base + p
+		tr.urls[p] = tr.base + p
 	}
-	if b.short == nil {
-		b.short = newHostClient(u, o.tlsConfig)
+	if tr.short == nil {
+		tr.short = newHostClient(u, o.tlsConfig)
 	}
-	if b.long == nil {
-		b.long = &http.Client{Transport: newTransport(o.tlsConfig)}
+	if tr.long == nil {
+		tr.long = &http.Client{Transport: newStreamRoundTripper(o.tlsConfig)}
 	}
-	return b, nil
+	return tr, nil
 }
 
 // newHostClient returns the fasthttp client of short requests to the one
@@ -130,11 +130,11 @@ func newHostClient(u *url.URL, tc *tls.Config) *fasthttp.HostClient {
 	}
 }
 
-// newTransport returns the transport of event streams. It ignores
-// HTTP_PROXY and friends: nodes set them to reach registries, and the
-// coordinator is a cluster-internal service whose event streams proxies
-// tend to buffer. (Use WithLongClient to go through a proxy.)
-func newTransport(tc *tls.Config) *http.Transport {
+// newStreamRoundTripper returns the net/http transport of event streams.
+// It ignores HTTP_PROXY and friends: nodes set them to reach registries,
+// and the coordinator is a cluster-internal service whose event streams
+// proxies tend to buffer. (Use WithLongClient to go through a proxy.)
+func newStreamRoundTripper(tc *tls.Config) *http.Transport {
 	return &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
 		TLSClientConfig:     tc,
@@ -146,36 +146,36 @@ func newTransport(tc *tls.Config) *http.Transport {
 }
 
 // closeIdle closes the idle connections of both clients.
-func (b *httpTransport) closeIdle() {
-	if c, ok := b.short.(interface{ CloseIdleConnections() }); ok {
+func (tr *httpTransport) closeIdle() {
+	if c, ok := tr.short.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
-	b.long.CloseIdleConnections()
+	tr.long.CloseIdleConnections()
 }
 
-func (b *httpTransport) Lock(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
+func (tr *httpTransport) Lock(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
 	var resp api.LockResponse
-	err := b.do(ctx, http.MethodPost, "/lock", nil, req, &resp)
+	err := tr.do(ctx, http.MethodPost, "/lock", nil, req, &resp)
 	return resp, err
 }
 
-func (b *httpTransport) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockResponse, error) {
+func (tr *httpTransport) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockResponse, error) {
 	var resp api.UnlockResponse
-	err := b.do(ctx, http.MethodPost, "/unlock", nil, req, &resp)
+	err := tr.do(ctx, http.MethodPost, "/unlock", nil, req, &resp)
 	return resp, err
 }
 
-func (b *httpTransport) Keepalive(ctx context.Context, req api.KeepaliveRequest) (api.KeepaliveResponse, error) {
+func (tr *httpTransport) Keepalive(ctx context.Context, req api.KeepaliveRequest) (api.KeepaliveResponse, error) {
 	var resp api.KeepaliveResponse
-	err := b.do(ctx, http.MethodPost, "/lock/keepalive", nil, req, &resp)
+	err := tr.do(ctx, http.MethodPost, "/lock/keepalive", nil, req, &resp)
 	return resp, err
 }
 
-func (b *httpTransport) Cancel(ctx context.Context, req api.CancelRequest) error {
-	return b.do(ctx, http.MethodPost, "/lock/cancel", nil, req, nil)
+func (tr *httpTransport) Cancel(ctx context.Context, req api.CancelRequest) error {
+	return tr.do(ctx, http.MethodPost, "/lock/cancel", nil, req, nil)
 }
 
-func (b *httpTransport) Status(ctx context.Context, typ api.OperationType, resourceID, nodeID, requestID string) (api.StatusResponse, error) {
+func (tr *httpTransport) Status(ctx context.Context, typ api.OperationType, resourceID, nodeID, requestID string) (api.StatusResponse, error) {
 	q := url.Values{"type": {string(typ)}, "resource_id": {resourceID}}
 	if nodeID != "" {
 		q.Set("node_id", nodeID)
@@ -184,74 +184,74 @@ func (b *httpTransport) Status(ctx context.Context, typ api.OperationType, resou
 		q.Set("request_id", requestID)
 	}
 	var resp api.StatusResponse
-	err := b.do(ctx, http.MethodGet, "/lock/status", q, nil, &resp)
+	err := tr.do(ctx, http.MethodGet, "/lock/status", q, nil, &resp)
 	return resp, err
 }
 
-func (b *httpTransport) AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
-	return b.addRef(ctx, api.RefsAddRequest{ResourceID: resourceID, NodeID: nodeID})
+func (tr *httpTransport) AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
+	return tr.addRef(ctx, api.RefsAddRequest{ResourceID: resourceID, NodeID: nodeID})
 }
 
-func (b *httpTransport) AddFoundRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
-	return b.addRef(ctx, api.RefsAddRequest{ResourceID: resourceID, NodeID: nodeID, Found: true})
+func (tr *httpTransport) AddFoundRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
+	return tr.addRef(ctx, api.RefsAddRequest{ResourceID: resourceID, NodeID: nodeID, Found: true})
 }
 
-func (b *httpTransport) addRef(ctx context.Context, req api.RefsAddRequest) (api.RefsResponse, error) {
+func (tr *httpTransport) addRef(ctx context.Context, req api.RefsAddRequest) (api.RefsResponse, error) {
 	var resp api.RefsResponse
-	err := b.do(ctx, http.MethodPost, "/refs/add", nil, req, &resp)
+	err := tr.do(ctx, http.MethodPost, "/refs/add", nil, req, &resp)
 	return resp, err
 }
 
-func (b *httpTransport) Refs(ctx context.Context, resourceID string) (api.RefsResponse, error) {
+func (tr *httpTransport) Refs(ctx context.Context, resourceID string) (api.RefsResponse, error) {
 	var resp api.RefsResponse
-	err := b.do(ctx, http.MethodGet, "/refs", url.Values{"resource_id": {resourceID}}, nil, &resp)
+	err := tr.do(ctx, http.MethodGet, "/refs", url.Values{"resource_id": {resourceID}}, nil, &resp)
 	return resp, err
 }
 
-func (b *httpTransport) RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error) {
+func (tr *httpTransport) RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error) {
 	var resp api.RefsListResponse
 	q := url.Values{"after": {after}, "limit": {strconv.Itoa(limit)}}
-	err := b.do(ctx, http.MethodGet, "/refs/list", q, nil, &resp)
+	err := tr.do(ctx, http.MethodGet, "/refs/list", q, nil, &resp)
 	return resp, err
 }
 
-func (b *httpTransport) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
+func (tr *httpTransport) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
 	var resp api.SessionResponse
-	err := b.do(ctx, http.MethodPost, "/nodes/session", nil, req, &resp)
+	err := tr.do(ctx, http.MethodPost, "/nodes/session", nil, req, &resp)
 	return resp, err
 }
 
-func (b *httpTransport) EndSession(ctx context.Context, req api.EndSessionRequest) (api.EndSessionResponse, error) {
+func (tr *httpTransport) EndSession(ctx context.Context, req api.EndSessionRequest) (api.EndSessionResponse, error) {
 	var resp api.EndSessionResponse
-	err := b.do(ctx, http.MethodPost, "/nodes/session/end", nil, req, &resp)
+	err := tr.do(ctx, http.MethodPost, "/nodes/session/end", nil, req, &resp)
 	return resp, err
 }
 
-func (b *httpTransport) SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error) {
+func (tr *httpTransport) SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error) {
 	var resp api.SyncResponse
-	err := b.do(ctx, http.MethodPut, "/nodes/"+url.PathEscape(nodeID)+"/refs", nil, req, &resp)
+	err := tr.do(ctx, http.MethodPut, "/nodes/"+url.PathEscape(nodeID)+"/refs", nil, req, &resp)
 	return resp, err
 }
 
-func (b *httpTransport) Nodes(ctx context.Context) (api.NodesResponse, error) {
+func (tr *httpTransport) Nodes(ctx context.Context) (api.NodesResponse, error) {
 	var resp api.NodesResponse
-	err := b.do(ctx, http.MethodGet, "/nodes", nil, nil, &resp)
+	err := tr.do(ctx, http.MethodGet, "/nodes", nil, nil, &resp)
 	return resp, err
 }
 
-func (b *httpTransport) Forget(ctx context.Context, nodeID string) error {
-	return b.do(ctx, http.MethodDelete, "/nodes/"+url.PathEscape(nodeID), nil, nil, nil)
+func (tr *httpTransport) Forget(ctx context.Context, nodeID string) error {
+	return tr.do(ctx, http.MethodDelete, "/nodes/"+url.PathEscape(nodeID), nil, nil, nil)
 }
 
-func (b *httpTransport) Expire(ctx context.Context, nodeID string, req api.ExpireRequest) (api.ExpireResponse, error) {
+func (tr *httpTransport) Expire(ctx context.Context, nodeID string, req api.ExpireRequest) (api.ExpireResponse, error) {
 	var resp api.ExpireResponse
-	err := b.do(ctx, http.MethodPost, "/nodes/"+url.PathEscape(nodeID)+"/expire", nil, req, &resp)
+	err := tr.do(ctx, http.MethodPost, "/nodes/"+url.PathEscape(nodeID)+"/expire", nil, req, &resp)
 	return resp, err
 }
 
-func (b *httpTransport) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {
+func (tr *httpTransport) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {
 	var resp api.Cluster
-	err := b.do(ctx, http.MethodPost, "/cluster/adopt", nil, req, &resp)
+	err := tr.do(ctx, http.MethodPost, "/cluster/adopt", nil, req, &resp)
 	return resp, err
 }
 
@@ -268,7 +268,7 @@ func (b *httpTransport) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cl
 // The request is bounded by the request timeout and ctx's deadline; a
 // cancellation of ctx is seen before it starts, not while it runs (it
 // takes a round trip on loopback, and at most the request timeout).
-func (b *httpTransport) do(ctx context.Context, method, path string, q url.Values, in, out any) error {
+func (tr *httpTransport) do(ctx context.Context, method, path string, q url.Values, in, out any) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -277,9 +277,9 @@ func (b *httpTransport) do(ctx context.Context, method, path string, q url.Value
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 
-	target, ok := b.urls[path]
+	target, ok := tr.urls[path]
 	if !ok {
-		target = b.base + path
+		target = tr.base + path
 	}
 	if q != nil {
 		target += "?" + q.Encode()
@@ -295,17 +295,17 @@ func (b *httpTransport) do(ctx context.Context, method, path string, q url.Value
 	}
 	req.Header.Set("Accept", jsonMediaType)
 	req.Header.Set(api.ProtocolHeader, api.ProtocolVersion)
-	if b.auth != "" {
-		req.Header.Set("Authorization", b.auth)
+	if tr.auth != "" {
+		req.Header.Set("Authorization", tr.auth)
 	}
-	if c := b.cluster.Load(); c != nil {
+	if c := tr.cluster.Load(); c != nil {
 		req.Header.Set(api.ClusterHeader, *c)
 	}
-	deadline := time.Now().Add(b.requestTimeout)
+	deadline := time.Now().Add(tr.requestTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	if err := b.short.DoDeadline(req, resp, deadline); err != nil {
+	if err := tr.short.DoDeadline(req, resp, deadline); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -339,12 +339,12 @@ func checkProtocol(v string) error {
 		v, api.ProtocolVersion, api.ErrUnsupportedProtocol)
 }
 
-func (b *httpTransport) authorize(req *http.Request) {
+func (tr *httpTransport) authorize(req *http.Request) {
 	req.Header.Set(api.ProtocolHeader, api.ProtocolVersion)
-	if b.auth != "" {
-		req.Header.Set("Authorization", b.auth)
+	if tr.auth != "" {
+		req.Header.Set("Authorization", tr.auth)
 	}
-	if c := b.cluster.Load(); c != nil {
+	if c := tr.cluster.Load(); c != nil {
 		req.Header.Set(api.ClusterHeader, *c)
 	}
 }

@@ -16,17 +16,17 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// Acquire implements Transport for the HTTP API: POST /lock, and when queued,
-// wait for the outcome on /lock/subscribe (re-subscribing when the stream
-// drops), or by polling /lock/status when streams cannot be used.
-func (b *httpTransport) Acquire(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
-	resp, err := b.Lock(ctx, req)
+// Acquire implements Transport for the HTTP API: POST /lock, and when
+// queued, watch for the outcome on /lock/subscribe (re-subscribing when the
+// stream drops), or poll /lock/status when streams cannot be used.
+func (tr *httpTransport) Acquire(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
+	resp, err := tr.Lock(ctx, req)
 	if err == nil && resp.Queued {
-		resp, err = b.wait(ctx, req)
+		resp, err = tr.wait(ctx, req)
 	}
 	if err != nil && ctx.Err() != nil {
 		// The request may be queued or granted by now: give it back.
-		giveBack(ctx, b, req, b.requestTimeout)
+		giveBack(ctx, tr, req, tr.requestTimeout)
 		return api.LockResponse{}, ctx.Err()
 	}
 	return resp, err
@@ -48,25 +48,25 @@ const (
 )
 
 // wait watches a queued request until it is acquired or skipped, or fails.
-func (b *httpTransport) wait(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
+func (tr *httpTransport) wait(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
 	drops := 0
 	for {
-		resp, end, err := b.watchStream(ctx, req)
+		resp, end, err := tr.watchStream(ctx, req)
 		if err != nil || resp.Acquired || resp.Skip {
 			return resp, err
 		}
 		switch end {
 		case streamUnusable:
 			logger(ctx).Debug("event stream unusable; polling the lock status")
-			return b.poll(ctx, req)
+			return tr.poll(ctx, req)
 		case streamDropped:
 			if drops++; drops >= maxStreamDrops {
 				logger(ctx).WithField("drops", drops).Info("event streams keep dropping; polling the lock status")
-				return b.poll(ctx, req)
+				return tr.poll(ctx, req)
 			}
 			logger(ctx).Debug("event stream dropped; subscribing again")
 		case streamForgotten:
-			resp, err := b.Lock(ctx, req)
+			resp, err := tr.Lock(ctx, req)
 			if err != nil || !resp.Queued {
 				return resp, err
 			}
@@ -76,16 +76,16 @@ func (b *httpTransport) wait(ctx context.Context, req api.LockRequest) (api.Lock
 
 // watchStream opens one event stream for req and reads it until an outcome
 // (a response that is Acquired or Skip, or an error) or the stream's end.
-func (b *httpTransport) watchStream(ctx context.Context, req api.LockRequest) (api.LockResponse, streamEnd, error) {
+func (tr *httpTransport) watchStream(ctx context.Context, req api.LockRequest) (api.LockResponse, streamEnd, error) {
 	// The stream has its own context so that a silent stream can be cut:
 	// first after requestTimeout, then after streamIdleTimeout.
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w := &watch{b: b, req: req}
-	w.watchdog = time.AfterFunc(b.requestTimeout, func() { w.silent.Store(true); cancel() })
+	w := &watch{tr: tr, req: req}
+	w.watchdog = time.AfterFunc(tr.requestTimeout, func() { w.silent.Store(true); cancel() })
 	defer w.watchdog.Stop()
 
-	body, end, err := b.subscribe(ctx, sctx, req)
+	body, end, err := tr.subscribe(ctx, sctx, req)
 	if body == nil {
 		return api.LockResponse{}, end, err
 	}
@@ -101,16 +101,16 @@ func (b *httpTransport) watchStream(ctx context.Context, req api.LockRequest) (a
 // returns its body. A stream that cannot be opened or is refused is
 // streamUnusable (and no body); the error is ctx's, or a request that
 // cannot be built.
-func (b *httpTransport) subscribe(ctx, sctx context.Context, req api.LockRequest) (io.ReadCloser, streamEnd, error) {
+func (tr *httpTransport) subscribe(ctx, sctx context.Context, req api.LockRequest) (io.ReadCloser, streamEnd, error) {
 	q := url.Values{"type": {string(req.Type)}, "resource_id": {req.ResourceID}, "node_id": {req.NodeID}, "request_id": {req.RequestID}}
-	hreq, err := http.NewRequestWithContext(sctx, http.MethodGet, b.base+"/lock/subscribe?"+q.Encode(), nil)
+	hreq, err := http.NewRequestWithContext(sctx, http.MethodGet, tr.base+"/lock/subscribe?"+q.Encode(), nil)
 	if err != nil {
 		return nil, streamUnusable, fmt.Errorf("lockclient: %w", err)
 	}
 	hreq.Header.Set("Accept", "text/event-stream")
 	hreq.Header.Set("Cache-Control", "no-cache")
-	b.authorize(hreq)
-	resp, err := b.long.Do(hreq)
+	tr.authorize(hreq)
+	resp, err := tr.long.Do(hreq)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, 0, ctx.Err()
@@ -138,7 +138,7 @@ type watchResult struct {
 // watch reads the event stream of one queued request, for watchStream. It
 // is used by one goroutine, apart from silent.
 type watch struct {
-	b        *httpTransport
+	tr       *httpTransport
 	req      api.LockRequest
 	body     io.Reader
 	events   *sseReader
@@ -196,8 +196,8 @@ func (w *watch) state(ev sseEvent) (watchResult, bool) {
 	case r.Acquired || r.Skip:
 		return w.outcome(watchResult{resp: *r})
 	case r.Queued:
-		if w.b.onQueued != nil {
-			w.b.onQueued(w.req)
+		if w.tr.onQueued != nil {
+			w.tr.onQueued(w.req)
 		}
 		return watchResult{}, false
 	default:
@@ -245,11 +245,11 @@ func (w *watch) outcome(r watchResult) (watchResult, bool) {
 // pollInterval. A poll also keeps the request in its queue (the coordinator
 // drops stream-less waiters that stop polling) and claims a grant made to
 // it. A failed poll is returned, for the caller to retry.
-func (b *httpTransport) poll(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
-	t := time.NewTicker(b.pollInterval)
+func (tr *httpTransport) poll(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
+	t := time.NewTicker(tr.pollInterval)
 	defer t.Stop()
 	for {
-		st, err := b.Status(ctx, req.Type, req.ResourceID, req.NodeID, req.RequestID)
+		st, err := tr.Status(ctx, req.Type, req.ResourceID, req.NodeID, req.RequestID)
 		if err != nil {
 			return api.LockResponse{}, err
 		}
@@ -260,7 +260,7 @@ func (b *httpTransport) poll(ctx context.Context, req api.LockRequest) (api.Lock
 		case r.Acquired || r.Skip:
 			return *r, nil
 		case !r.Queued:
-			resp, err := b.Lock(ctx, req)
+			resp, err := tr.Lock(ctx, req)
 			if err != nil || !resp.Queued {
 				return resp, err
 			}
@@ -276,10 +276,10 @@ func (b *httpTransport) poll(ctx context.Context, req api.LockRequest) (api.Lock
 // giveBack takes req out of its queue, or gives back a grant it got, after
 // ctx has ended. Best effort: the coordinator drops a waiter that stops
 // listening, and releases an unclaimed grant, by itself.
-func giveBack(ctx context.Context, b Transport, req api.LockRequest, timeout time.Duration) {
+func giveBack(ctx context.Context, tr Transport, req api.LockRequest, timeout time.Duration) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	if err := b.Cancel(cctx, api.CancelRequest{Type: req.Type, ResourceID: req.ResourceID, NodeID: req.NodeID, RequestID: req.RequestID}); err != nil {
+	if err := tr.Cancel(cctx, api.CancelRequest{Type: req.Type, ResourceID: req.ResourceID, NodeID: req.NodeID, RequestID: req.RequestID}); err != nil {
 		logger(ctx).WithError(err).Warn("cancelling the lock request failed; the coordinator drops it by itself")
 	}
 }
