@@ -39,10 +39,7 @@ func ExampleClient_Lock() {
 		}
 	}
 
-	b, err := lockclient.New(url, lockclient.WithNodeID("node-b"))
-	if err != nil {
-		log.Fatal(err)
-	}
+	b := newClient(url, "node-b") // lockclient.New, as above
 	defer b.Close()
 	res, err = b.Lock(ctx, pull)
 	if err != nil {
