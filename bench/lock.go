@@ -108,7 +108,7 @@ type oursClient struct {
 }
 
 func (o *oursClient) lock(ctx context.Context, key string) error {
-	res, err := o.c.Lock(ctx, lockclient.Request{Type: api.OperationUpdate, ResourceID: key})
+	res, err := o.c.Lock(ctx, lockclient.LockRequest{Type: api.OperationUpdate, ResourceID: key})
 	if err != nil {
 		return err
 	}

@@ -159,7 +159,7 @@ func notifyPush(ns *notifyServer, holder *lockclient.Client, waiters []*lockclie
 	end := time.Now().Add(caseDur)
 	for reps := 0; reps < 5 || time.Now().Before(end); reps++ {
 		key := notifyKey("push")
-		req := lockclient.Request{Type: api.OperationPull, ResourceID: key}
+		req := lockclient.LockRequest{Type: api.OperationPull, ResourceID: key}
 		hr, err := holder.Lock(ctx, req)
 		if err != nil || !hr.Acquired {
 			return res, fmt.Errorf("push holder: %+v %v", hr, err)
@@ -238,7 +238,7 @@ func notifySimulated(method string, holder *lockclient.Client, pool []*lockclien
 			// Stagger the keys so their holders do not all unlock at once.
 			time.Sleep(rand.N(200 * time.Millisecond))
 			key := notifyKey("sim")
-			req := lockclient.Request{Type: api.OperationPull, ResourceID: key}
+			req := lockclient.LockRequest{Type: api.OperationPull, ResourceID: key}
 			hr, err := holder.Lock(ctx, req)
 			if err != nil || !hr.Acquired {
 				fail(fmt.Errorf("%s holder: %+v %v", method, hr, err))
@@ -313,7 +313,7 @@ func pollUntilDone(ctx context.Context, c *lockclient.Client, key string) (time.
 
 // backoffUntilDone is containerd's content.OpenWriter retry loop around
 // the attempt contentv2's Writer makes in containerd mode.
-func backoffUntilDone(ctx context.Context, c *lockclient.Client, req lockclient.Request) (time.Time, error) {
+func backoffUntilDone(ctx context.Context, c *lockclient.Client, req lockclient.LockRequest) (time.Time, error) {
 	retry := backoffStart
 	for {
 		r, err := c.TryLock(ctx, req)

@@ -128,7 +128,7 @@ func (s *lockService) AddRef(ctx context.Context, dgst digest.Digest, found bool
 }
 
 func (s *lockService) Lock(ctx context.Context, req LockRequest) (Lock, error) {
-	lr := lockclient.Request{Type: api.OperationType(req.Op), ResourceID: req.Resource, Reap: api.ReapMode(req.Reap)}
+	lr := lockclient.LockRequest{Type: api.OperationType(req.Op), ResourceID: req.Resource, Reap: api.ReapMode(req.Reap)}
 	var (
 		res *lockclient.LockResult
 		err error

@@ -76,7 +76,7 @@ func benchNotify(b *testing.B, refs string, n int, idle time.Duration) {
 	errs := make([]error, n)
 	b.ResetTimer()
 	for i := range b.N {
-		req := Request{Type: api.OperationPull, ResourceID: fmt.Sprintf("sha256:bench-%s-%d-%d-%d", refs, n, b.N, i)}
+		req := LockRequest{Type: api.OperationPull, ResourceID: fmt.Sprintf("sha256:bench-%s-%d-%d-%d", refs, n, b.N, i)}
 		res, err := holder.Lock(ctx, req)
 		if err != nil || !res.Acquired {
 			b.Fatalf("holder: %+v %v", res, err)
@@ -140,7 +140,7 @@ func percentileMs(ds []time.Duration, q float64) float64 {
 }
 
 // BenchmarkLockUnlockHTTP measures lock+unlock cycles of an update lock
-// through Client against a real lock server over HTTP on loopback: 16
+// through Client against a real coordinator over HTTP on loopback: 16
 // clients (one per goroutine, as on separate nodes) on distinct keys. ns/op
 // is the wall time per cycle over all clients; allocs/op counts both ends.
 func BenchmarkLockUnlockHTTP(b *testing.B) {
@@ -157,7 +157,7 @@ func BenchmarkLockUnlockHTTP(b *testing.B) {
 			return
 		}
 		defer c.Close()
-		req := Request{Type: api.OperationUpdate, ResourceID: fmt.Sprintf("sha256:bench-cycle-%d", i)}
+		req := LockRequest{Type: api.OperationUpdate, ResourceID: fmt.Sprintf("sha256:bench-cycle-%d", i)}
 		ctx := context.Background()
 		for pb.Next() {
 			res, err := c.Lock(ctx, req)

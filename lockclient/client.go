@@ -19,9 +19,9 @@ import (
 // A Client owns the keepalive goroutines of the leases it hands out: each
 // stops at Unlock of its lease, or at Close.
 type Client struct {
-	backend Backend
-	http    *httpBackend // the backend when remote; nil when embedded
-	opts    options      // read-only after construction
+	transport Transport
+	http      *httpTransport // the transport when remote; nil when embedded
+	opts      options        // read-only after construction
 
 	expect atomic.Pointer[string] // the cluster ID given to ExpectCluster
 
@@ -30,15 +30,15 @@ type Client struct {
 	closed bool                // protected by mu
 }
 
-// New returns a Client of the lock server at serverURL
+// New returns a Client of the coordinator at serverURL
 // (http(s)://host:port, optionally with a path prefix). It does not connect:
-// an unreachable server shows in the first call.
+// an unreachable coordinator shows in the first call.
 func New(serverURL string, opts ...Option) (*Client, error) {
 	o, err := buildOptions(opts)
 	if err != nil {
 		return nil, err
 	}
-	b, err := newHTTPBackend(serverURL, &o)
+	b, err := newHTTPTransport(serverURL, &o)
 	if err != nil {
 		return nil, err
 	}
@@ -48,10 +48,10 @@ func New(serverURL string, opts ...Option) (*Client, error) {
 }
 
 // NewEmbedded returns a Client of an in-process coordinator, typically the
-// *lockserver.Locker of an embedded lock server (or any other Backend).
+// *lockserver.Locker of an embedded coordinator (or any other Transport).
 // Results, errors, leases and keepalive behave as with New; the HTTP options
 // (clients, token, TLS, poll interval) do not apply.
-func NewEmbedded(b Backend, opts ...Option) (*Client, error) {
+func NewEmbedded(b Transport, opts ...Option) (*Client, error) {
 	if b == nil {
 		return nil, fmt.Errorf("lockclient: nil coordinator: %w", ErrInvalidArgument)
 	}
@@ -77,8 +77,8 @@ func buildOptions(opts []Option) (options, error) {
 	return o, o.validate()
 }
 
-func newClient(b Backend, o options) *Client {
-	return &Client{backend: b, opts: o, leases: make(map[*Lease]struct{})}
+func newClient(b Transport, o options) *Client {
+	return &Client{transport: b, opts: o, leases: make(map[*Lease]struct{})}
 }
 
 // NodeID returns the node this client speaks for.
@@ -113,7 +113,7 @@ func (c *Client) Status(ctx context.Context, typ api.OperationType, resourceID s
 	var st api.StatusResponse
 	err := c.retry(ctx, call{op: "status", typ: typ, id: resourceID}, func(ctx context.Context) error {
 		var err error
-		st, err = c.backend.Status(ctx, typ, resourceID, c.opts.nodeID, "")
+		st, err = c.transport.Status(ctx, typ, resourceID, c.opts.nodeID, "")
 		return err
 	})
 	if err != nil {
@@ -122,12 +122,12 @@ func (c *Client) Status(ctx context.Context, typ api.OperationType, resourceID s
 	return &st, nil
 }
 
-// AddRef records that this client's node uses the resource (for example a
-// blob it is about to commit). It fails with ErrDeleting while a delete of
+// AddRef adds this client's node's reference to the resource (for example
+// a blob it is about to commit). It fails with ErrDeleting while a delete of
 // the resource is in flight. Transient errors are retried (adding a
 // reference is idempotent).
 func (c *Client) AddRef(ctx context.Context, resourceID string) (api.RefsResponse, error) {
-	return c.addRef(ctx, resourceID, c.backend.AddRef)
+	return c.addRef(ctx, resourceID, c.transport.AddRef)
 }
 
 // AddFoundRef is AddRef for a resource this node found present (a blob in
@@ -135,12 +135,12 @@ func (c *Client) AddRef(ctx context.Context, resourceID string) (api.RefsRespons
 // the resource succeeded since its last pull or reference, because what
 // the node found may be a cached view of the deleted file.
 func (c *Client) AddFoundRef(ctx context.Context, resourceID string) (api.RefsResponse, error) {
-	return c.addRef(ctx, resourceID, c.backend.AddFoundRef)
+	return c.addRef(ctx, resourceID, c.transport.AddFoundRef)
 }
 
 func (c *Client) addRef(ctx context.Context, resourceID string, add func(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error)) (api.RefsResponse, error) {
 	var refs api.RefsResponse
-	err := c.retry(ctx, call{op: "add ref", id: resourceID}, func(ctx context.Context) error {
+	err := c.retry(ctx, call{op: "add reference", id: resourceID}, func(ctx context.Context) error {
 		var err error
 		refs, err = add(ctx, resourceID, c.opts.nodeID)
 		return err
@@ -148,13 +148,13 @@ func (c *Client) addRef(ctx context.Context, resourceID string, add func(ctx con
 	return refs, err
 }
 
-// Refs returns the nodes that use the resource. Transient errors are
-// retried.
+// Refs returns the resource's reference set: the nodes that use it.
+// Transient errors are retried.
 func (c *Client) Refs(ctx context.Context, resourceID string) (api.RefsResponse, error) {
 	var refs api.RefsResponse
-	err := c.retry(ctx, call{op: "refs", id: resourceID}, func(ctx context.Context) error {
+	err := c.retry(ctx, call{op: "references", id: resourceID}, func(ctx context.Context) error {
 		var err error
-		refs, err = c.backend.Refs(ctx, resourceID)
+		refs, err = c.transport.Refs(ctx, resourceID)
 		return err
 	})
 	return refs, err
@@ -163,8 +163,8 @@ func (c *Client) Refs(ctx context.Context, resourceID string) (api.RefsResponse,
 // ExpectCluster makes every later request name the cluster id, so that a
 // coordinator of another cluster (one that lost its database, or serves
 // other nodes) refuses it with ErrWrongCluster instead of acting on it
-// (SPEC §8). An embedded coordinator checks it on Session only: it cannot
-// change under a running process except by adoption.
+// (docs/design.md §8.10). An embedded coordinator checks it on Session only:
+// it cannot change under a running process except by adoption.
 func (c *Client) ExpectCluster(id string) {
 	c.expect.Store(&id)
 	if c.http != nil {
@@ -172,11 +172,12 @@ func (c *Client) ExpectCluster(id string) {
 	}
 }
 
-// Session opens or renews this client's node's session: req's InstanceID
-// and Echo (SPEC §8) are sent as given, its NodeID is the client's, and its
-// ClusterID the expected one (ExpectCluster). Transient errors are retried
-// with the same request: an echo's elapsed time then dates from the first
-// attempt, which only makes the coordinator's estimate of its age larger.
+// Session opens or renews this client's node's session: req's InstanceID and
+// Echo (docs/design.md §8.8) are sent as given, its NodeID is the client's,
+// and its ClusterID the expected one (ExpectCluster). Transient errors are
+// retried with the same request: an echo's elapsed time then dates from the
+// first attempt, which only makes the coordinator's estimate of its age
+// larger.
 func (c *Client) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
 	req.NodeID = c.opts.nodeID
 	if id := c.expect.Load(); id != nil {
@@ -185,36 +186,37 @@ func (c *Client) Session(ctx context.Context, req api.SessionRequest) (api.Sessi
 	var resp api.SessionResponse
 	err := c.retry(ctx, call{op: "session", id: c.opts.nodeID}, func(ctx context.Context) error {
 		var err error
-		resp, err = c.backend.Session(ctx, req)
+		resp, err = c.transport.Session(ctx, req)
 		return err
 	})
 	return resp, err
 }
 
-// EndSession ends this client's node's session, if instanceID (the
-// daemon's, as sent with Session) holds it live: a daemon shutting down
-// cleanly calls it last, so that its next start need not wait for the
-// session to lapse (SPEC §8). Otherwise it changes nothing, and the answer
-// says why. Transient errors are retried while ctx lasts: ending twice
-// is harmless (the second finds no live session).
+// EndSession ends this client's node's session, if instanceID (the daemon's,
+// as sent with Session) holds it live: a daemon shutting down cleanly calls
+// it last, so that its next start need not wait for the session to lapse
+// (docs/design.md §8.5). Otherwise it changes nothing, and the answer says
+// why. Transient errors are retried while ctx lasts: ending twice is
+// harmless (the second finds no live session).
 func (c *Client) EndSession(ctx context.Context, instanceID string) (api.EndSessionResponse, error) {
 	req := api.EndSessionRequest{NodeID: c.opts.nodeID, InstanceID: instanceID}
 	var resp api.EndSessionResponse
 	err := c.retry(ctx, call{op: "end session", id: c.opts.nodeID}, func(ctx context.Context) error {
 		var err error
-		resp, err = c.backend.EndSession(ctx, req)
+		resp, err = c.transport.EndSession(ctx, req)
 		return err
 	})
 	return resp, err
 }
 
-// SyncRefs sends one chunk of this node's full sync (api.SyncRequest).
+// SyncRefs sends one chunk of a sync, which sends this node's whole
+// journal (api.SyncRequest; docs/design.md §8.3).
 // Transient errors are retried: a chunk is idempotent.
 func (c *Client) SyncRefs(ctx context.Context, req api.SyncRequest) (api.SyncResponse, error) {
 	var resp api.SyncResponse
 	err := c.retry(ctx, call{op: "sync", id: c.opts.nodeID}, func(ctx context.Context) error {
 		var err error
-		resp, err = c.backend.SyncRefs(ctx, c.opts.nodeID, req)
+		resp, err = c.transport.SyncRefs(ctx, c.opts.nodeID, req)
 		return err
 	})
 	return resp, err
@@ -224,9 +226,9 @@ func (c *Client) SyncRefs(ctx context.Context, req api.SyncRequest) (api.SyncRes
 // retried.
 func (c *Client) RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error) {
 	var resp api.RefsListResponse
-	err := c.retry(ctx, call{op: "refs list", id: after}, func(ctx context.Context) error {
+	err := c.retry(ctx, call{op: "list references", id: after}, func(ctx context.Context) error {
 		var err error
-		resp, err = c.backend.RefsList(ctx, after, limit)
+		resp, err = c.transport.RefsList(ctx, after, limit)
 		return err
 	})
 	return resp, err
@@ -237,24 +239,24 @@ func (c *Client) Nodes(ctx context.Context) (api.NodesResponse, error) {
 	var resp api.NodesResponse
 	err := c.retry(ctx, call{op: "nodes"}, func(ctx context.Context) error {
 		var err error
-		resp, err = c.backend.Nodes(ctx)
+		resp, err = c.transport.Nodes(ctx)
 		return err
 	})
 	return resp, err
 }
 
-// Forget drops a member and its references (admin; SPEC §8).
+// Forget drops a member and its references (admin; docs/design.md §8.4).
 func (c *Client) Forget(ctx context.Context, nodeID string) error {
 	return c.retry(ctx, call{op: "forget", id: nodeID}, func(ctx context.Context) error {
-		return c.backend.Forget(ctx, nodeID)
+		return c.transport.Forget(ctx, nodeID)
 	})
 }
 
-// Expire asks the coordinator to forget nodeID, shown gone (SPEC §8
-// "Membership"): this client's node holds lease, the reap lock's, and has
-// seen nodeID's marker unchanged for markerUnchanged. The coordinator
-// checks its own measure of the node's absence too; api.ErrNotExpired
-// when either is short of its node expiry.
+// Expire asks the coordinator to forget nodeID, shown gone (docs/design.md
+// §8.4): this client's node holds lease, the reap lock's, and has seen
+// nodeID's marker unchanged for markerUnchanged. The coordinator checks its
+// own measure of the node's absence too; api.ErrNotExpired when either is
+// short of its node expiry.
 func (c *Client) Expire(ctx context.Context, nodeID string, lease *Lease, markerUnchanged time.Duration) (api.ExpireResponse, error) {
 	req := api.ExpireRequest{NodeID: c.opts.nodeID, MarkerUnchangedMs: markerUnchanged.Milliseconds()}
 	if lease != nil {
@@ -263,28 +265,29 @@ func (c *Client) Expire(ctx context.Context, nodeID string, lease *Lease, marker
 	var resp api.ExpireResponse
 	err := c.retry(ctx, call{op: "expire", id: nodeID}, func(ctx context.Context) error {
 		var err error
-		resp, err = c.backend.Expire(ctx, nodeID, req)
+		resp, err = c.transport.Expire(ctx, nodeID, req)
 		return err
 	})
 	return resp, err
 }
 
-// Adopt makes the coordinator take a shared root's cluster (admin; SPEC
-// §8).
+// Adopt makes the coordinator take a shared root's cluster (admin;
+// docs/design.md §8.10).
 func (c *Client) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {
 	var resp api.Cluster
 	err := c.retry(ctx, call{op: "adopt", id: req.ClusterID}, func(ctx context.Context) error {
 		var err error
-		resp, err = c.backend.Adopt(ctx, req)
+		resp, err = c.transport.Adopt(ctx, req)
 		return err
 	})
 	return resp, err
 }
 
 // Renew renews lease now, once, and reports whether the coordinator still
-// knows it. A deleter calls it right before it removes a file (SPEC §5).
+// knows it. A deleter calls it right before it removes a file
+// (docs/design.md §8.7).
 func (c *Client) Renew(ctx context.Context, lease *Lease) error {
-	_, err := c.backend.Keepalive(ctx, api.KeepaliveRequest{Type: lease.Type, ResourceID: lease.ResourceID, LeaseID: lease.ID, NodeID: lease.NodeID})
+	_, err := c.transport.Keepalive(ctx, api.KeepaliveRequest{Type: lease.Type, ResourceID: lease.ResourceID, LeaseID: lease.ID, NodeID: lease.NodeID})
 	return err
 }
 

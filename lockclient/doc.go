@@ -1,15 +1,24 @@
-// Package lockclient is the Go client of the sharedcontent lock coordinator
-// (SPEC §4): it takes pull, update and delete locks on a resource, waits in
-// the coordinator's FIFO queue, keeps the lease alive while the caller works,
-// and releases it with the outcome.
+// Package lockclient is the Go client of the sharedcontent coordinator
+// (docs/design.md §4). A Client speaks for one node: it takes
+// pull, update and delete locks on a resource, waits in the lock's FIFO
+// queue, keeps the granted lease alive while the caller works, and
+// releases it with the outcome. It also adds and reads references, opens
+// and ends the node's session, and syncs the node's journal; the admin
+// calls (Nodes, Forget, Adopt, Expire, RefsList) serve sharedcontentctl
+// and the reaper.
 //
-// A Client talks to a remote lock server over HTTP (New) or drives an
-// in-process coordinator directly (NewEmbedded); both give the same results
-// and the same errors, which match the sentinels of this package with
-// errors.Is.
+// New returns a Client of a remote coordinator over HTTP: a queued Lock
+// watches its request on the coordinator's event stream, or polls the
+// lock's status where streams cannot be used. NewEmbedded returns one of
+// an in-process coordinator (*lockserver.Locker), reached through the same
+// Transport interface. Both give the same results and the same errors,
+// which match this package's sentinels (ErrLocked, ErrInUse, ...) with
+// errors.Is. Network errors, timeouts and 5xx answers are retried; after
+// the last retry the error matches ErrUnavailable.
 //
-// A held lock is NOT a guarantee that nobody else works on the resource: if
-// the lease cannot be renewed (network partition, coordinator restart) the
-// coordinator hands the lock to the next waiter after the lease TTL. Lease.Lost
-// reports that, and Lease.Fence orders the holders for anyone who can check it.
+// A held lock is NOT a guarantee that nobody else works on the resource:
+// if the lease cannot be renewed (network partition, coordinator restart)
+// the coordinator hands the lock to the next waiter after the lease TTL.
+// Lease.Lost reports that, and Lease.Fence orders the holders for anyone
+// who can check it.
 package lockclient

@@ -9,7 +9,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// Lock protocol outcomes. They are the lock server's own sentinels, so
+// Lock protocol outcomes. They are the coordinator's own sentinels, so
 // errors.Is matches them the same way against a remote coordinator (where the
 // client maps the HTTP error codes back) and an embedded one.
 var (
@@ -18,7 +18,7 @@ var (
 	// *api.InUseError carrying who.
 	ErrInUse = api.ErrInUse
 	// ErrLocked: the lock is held and the request did not wait (TryLock, or
-	// a server with allow_multi_node_download=false).
+	// a coordinator with allow_multi_node_download=false).
 	ErrLocked = api.ErrLocked
 	// ErrNotHolder: the lease is unknown to the coordinator: it expired,
 	// was released, or the coordinator restarted.
@@ -31,13 +31,13 @@ var (
 	// ErrUnauthorized: the bearer token is missing or wrong.
 	ErrUnauthorized = api.ErrUnauthorized
 	// ErrUnsynced: a delete was refused because a member node is not
-	// synced (SPEC §8); an *api.UnsyncedError names them.
+	// synced (docs/design.md §8.7); an *api.UnsyncedError names them.
 	ErrUnsynced = api.ErrUnsynced
 	// ErrWrongCluster: the coordinator belongs to another cluster than
 	// the one the client expects (ExpectCluster).
 	ErrWrongCluster = api.ErrWrongCluster
 	// ErrLate: a session renewal arrived too late to extend the session
-	// (SPEC §8); open a new one.
+	// (docs/design.md §8.8); open a new one.
 	ErrLate = api.ErrLate
 	// ErrDuplicateNode: another instance holds a live session under this
 	// node ID.

@@ -34,17 +34,18 @@ const jsonMediaType = "application/json"
 // *fasthttp.HostClient and *fasthttp.Client implement it.
 //
 // The short requests go over fasthttp rather than net/http: a lock cycle is
-// two small requests, and net/http's transport (a read and a write
-// goroutine per connection, a hand-off per request) cost more than the
-// coordinator's work (docs/design.md, "HTTP stack"). Event streams, which
-// are long and few, stay on net/http.
+// two small requests, and net/http's transport (a read and a write goroutine
+// per connection, a hand-off per request) cost more than the coordinator's
+// work (docs/design.md §3.11, "HTTP stack"). Event streams, which are long
+// and few, stay on net/http.
 type ShortClient interface {
 	DoDeadline(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error
 }
 
-// httpBackend is the Backend of a remote lock server (SPEC §3's HTTP API).
-// Its fields are set by newHTTPBackend and never change.
-type httpBackend struct {
+// httpTransport is the Transport of a remote coordinator (the HTTP API
+// of docs/design.md §3).
+// Its fields are set by newHTTPTransport and never change.
+type httpTransport struct {
 	base  string            // server URL without a trailing slash
 	urls  map[string]string // path → base+path, for the short requests' paths
 	short ShortClient       // short requests
@@ -52,7 +53,7 @@ type httpBackend struct {
 	auth  string            // Authorization header value; empty sends none
 	// cluster is the cluster ID sent in api.ClusterHeader with every
 	// request (nil: none), so that a coordinator of another cluster
-	// refuses instead of acting (SPEC §8).
+	// refuses instead of acting (docs/design.md §8.10).
 	cluster atomic.Pointer[string]
 
 	pollInterval   time.Duration
@@ -63,7 +64,7 @@ type httpBackend struct {
 	onQueued func(api.LockRequest)
 }
 
-func newHTTPBackend(serverURL string, o *options) (*httpBackend, error) {
+func newHTTPTransport(serverURL string, o *options) (*httpTransport, error) {
 	u, err := url.Parse(serverURL)
 	if err != nil {
 		return nil, fmt.Errorf("lockclient: server URL %q: %w: %w", serverURL, ErrInvalidArgument, err)
@@ -71,7 +72,7 @@ func newHTTPBackend(serverURL string, o *options) (*httpBackend, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("lockclient: server URL %q: want http(s)://host[:port][/path]: %w", serverURL, ErrInvalidArgument)
 	}
-	b := &httpBackend{
+	tr := &httpTransport{
 		base:           strings.TrimRight(u.String(), "/"),
 		short:          o.short,
 		long:           o.long,
@@ -79,19 +80,19 @@ func newHTTPBackend(serverURL string, o *options) (*httpBackend, error) {
 		requestTimeout: o.requestTimeout,
 	}
 	if o.token != "" {
-		b.auth = "Bearer " + o.token
+		tr.auth = "Bearer " + o.token
 	}
-	b.urls = make(map[string]string)
+	tr.urls = make(map[string]string)
 	for _, p := range []string{"/lock", "/unlock", "/lock/keepalive", "/lock/cancel", "/lock/status", "/refs/add", "/refs"} {
-		b.urls[p] = b.base + p
+		tr.urls[p] = tr.base + p
 	}
-	if b.short == nil {
-		b.short = newHostClient(u, o.tlsConfig)
+	if tr.short == nil {
+		tr.short = newHostClient(u, o.tlsConfig)
 	}
-	if b.long == nil {
-		b.long = &http.Client{Transport: newTransport(o.tlsConfig)}
+	if tr.long == nil {
+		tr.long = &http.Client{Transport: newStreamRoundTripper(o.tlsConfig)}
 	}
-	return b, nil
+	return tr, nil
 }
 
 // newHostClient returns the fasthttp client of short requests to the one
@@ -118,7 +119,7 @@ func newHostClient(u *url.URL, tc *tls.Config) *fasthttp.HostClient {
 		MaxIdleConnDuration: 90 * time.Second,
 		MaxResponseBodySize: maxResponseBytes,
 		// Every request of the API is idempotent (a Lock carries its
-		// request ID), so one sent on a keep-alive connection the server
+		// request ID), so one sent on a keep-alive connection the coordinator
 		// had just closed is sent again at once, on a new one.
 		MaxIdemponentCallAttempts: 2,
 		RetryIfErr: func(_ *fasthttp.Request, _ int, err error) (resetTimeout, retry bool) {
@@ -129,11 +130,11 @@ func newHostClient(u *url.URL, tc *tls.Config) *fasthttp.HostClient {
 	}
 }
 
-// newTransport returns the transport of event streams. It ignores
-// HTTP_PROXY and friends: nodes set them to reach registries, and the lock
-// server is a cluster-internal service whose event streams proxies tend to
-// buffer. (Use WithLongClient to go through a proxy.)
-func newTransport(tc *tls.Config) *http.Transport {
+// newStreamRoundTripper returns the net/http transport of event streams.
+// It ignores HTTP_PROXY and friends: nodes set them to reach registries,
+// and the coordinator is a cluster-internal service whose event streams
+// proxies tend to buffer. (Use WithLongClient to go through a proxy.)
+func newStreamRoundTripper(tc *tls.Config) *http.Transport {
 	return &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
 		TLSClientConfig:     tc,
@@ -145,36 +146,36 @@ func newTransport(tc *tls.Config) *http.Transport {
 }
 
 // closeIdle closes the idle connections of both clients.
-func (b *httpBackend) closeIdle() {
-	if c, ok := b.short.(interface{ CloseIdleConnections() }); ok {
+func (tr *httpTransport) closeIdle() {
+	if c, ok := tr.short.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
-	b.long.CloseIdleConnections()
+	tr.long.CloseIdleConnections()
 }
 
-func (b *httpBackend) Lock(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
+func (tr *httpTransport) Lock(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
 	var resp api.LockResponse
-	err := b.do(ctx, http.MethodPost, "/lock", nil, req, &resp)
+	err := tr.do(ctx, http.MethodPost, "/lock", nil, req, &resp)
 	return resp, err
 }
 
-func (b *httpBackend) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockResponse, error) {
+func (tr *httpTransport) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockResponse, error) {
 	var resp api.UnlockResponse
-	err := b.do(ctx, http.MethodPost, "/unlock", nil, req, &resp)
+	err := tr.do(ctx, http.MethodPost, "/unlock", nil, req, &resp)
 	return resp, err
 }
 
-func (b *httpBackend) Keepalive(ctx context.Context, req api.KeepaliveRequest) (api.KeepaliveResponse, error) {
+func (tr *httpTransport) Keepalive(ctx context.Context, req api.KeepaliveRequest) (api.KeepaliveResponse, error) {
 	var resp api.KeepaliveResponse
-	err := b.do(ctx, http.MethodPost, "/lock/keepalive", nil, req, &resp)
+	err := tr.do(ctx, http.MethodPost, "/lock/keepalive", nil, req, &resp)
 	return resp, err
 }
 
-func (b *httpBackend) Cancel(ctx context.Context, req api.CancelRequest) error {
-	return b.do(ctx, http.MethodPost, "/lock/cancel", nil, req, nil)
+func (tr *httpTransport) Cancel(ctx context.Context, req api.CancelRequest) error {
+	return tr.do(ctx, http.MethodPost, "/lock/cancel", nil, req, nil)
 }
 
-func (b *httpBackend) Status(ctx context.Context, typ api.OperationType, resourceID, nodeID, requestID string) (api.StatusResponse, error) {
+func (tr *httpTransport) Status(ctx context.Context, typ api.OperationType, resourceID, nodeID, requestID string) (api.StatusResponse, error) {
 	q := url.Values{"type": {string(typ)}, "resource_id": {resourceID}}
 	if nodeID != "" {
 		q.Set("node_id", nodeID)
@@ -183,74 +184,74 @@ func (b *httpBackend) Status(ctx context.Context, typ api.OperationType, resourc
 		q.Set("request_id", requestID)
 	}
 	var resp api.StatusResponse
-	err := b.do(ctx, http.MethodGet, "/lock/status", q, nil, &resp)
+	err := tr.do(ctx, http.MethodGet, "/lock/status", q, nil, &resp)
 	return resp, err
 }
 
-func (b *httpBackend) AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
-	return b.addRef(ctx, api.RefsAddRequest{ResourceID: resourceID, NodeID: nodeID})
+func (tr *httpTransport) AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
+	return tr.addRef(ctx, api.RefsAddRequest{ResourceID: resourceID, NodeID: nodeID})
 }
 
-func (b *httpBackend) AddFoundRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
-	return b.addRef(ctx, api.RefsAddRequest{ResourceID: resourceID, NodeID: nodeID, Found: true})
+func (tr *httpTransport) AddFoundRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
+	return tr.addRef(ctx, api.RefsAddRequest{ResourceID: resourceID, NodeID: nodeID, Found: true})
 }
 
-func (b *httpBackend) addRef(ctx context.Context, req api.RefsAddRequest) (api.RefsResponse, error) {
+func (tr *httpTransport) addRef(ctx context.Context, req api.RefsAddRequest) (api.RefsResponse, error) {
 	var resp api.RefsResponse
-	err := b.do(ctx, http.MethodPost, "/refs/add", nil, req, &resp)
+	err := tr.do(ctx, http.MethodPost, "/refs/add", nil, req, &resp)
 	return resp, err
 }
 
-func (b *httpBackend) Refs(ctx context.Context, resourceID string) (api.RefsResponse, error) {
+func (tr *httpTransport) Refs(ctx context.Context, resourceID string) (api.RefsResponse, error) {
 	var resp api.RefsResponse
-	err := b.do(ctx, http.MethodGet, "/refs", url.Values{"resource_id": {resourceID}}, nil, &resp)
+	err := tr.do(ctx, http.MethodGet, "/refs", url.Values{"resource_id": {resourceID}}, nil, &resp)
 	return resp, err
 }
 
-func (b *httpBackend) RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error) {
+func (tr *httpTransport) RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error) {
 	var resp api.RefsListResponse
 	q := url.Values{"after": {after}, "limit": {strconv.Itoa(limit)}}
-	err := b.do(ctx, http.MethodGet, "/refs/list", q, nil, &resp)
+	err := tr.do(ctx, http.MethodGet, "/refs/list", q, nil, &resp)
 	return resp, err
 }
 
-func (b *httpBackend) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
+func (tr *httpTransport) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
 	var resp api.SessionResponse
-	err := b.do(ctx, http.MethodPost, "/nodes/session", nil, req, &resp)
+	err := tr.do(ctx, http.MethodPost, "/nodes/session", nil, req, &resp)
 	return resp, err
 }
 
-func (b *httpBackend) EndSession(ctx context.Context, req api.EndSessionRequest) (api.EndSessionResponse, error) {
+func (tr *httpTransport) EndSession(ctx context.Context, req api.EndSessionRequest) (api.EndSessionResponse, error) {
 	var resp api.EndSessionResponse
-	err := b.do(ctx, http.MethodPost, "/nodes/session/end", nil, req, &resp)
+	err := tr.do(ctx, http.MethodPost, "/nodes/session/end", nil, req, &resp)
 	return resp, err
 }
 
-func (b *httpBackend) SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error) {
+func (tr *httpTransport) SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error) {
 	var resp api.SyncResponse
-	err := b.do(ctx, http.MethodPut, "/nodes/"+url.PathEscape(nodeID)+"/refs", nil, req, &resp)
+	err := tr.do(ctx, http.MethodPut, "/nodes/"+url.PathEscape(nodeID)+"/refs", nil, req, &resp)
 	return resp, err
 }
 
-func (b *httpBackend) Nodes(ctx context.Context) (api.NodesResponse, error) {
+func (tr *httpTransport) Nodes(ctx context.Context) (api.NodesResponse, error) {
 	var resp api.NodesResponse
-	err := b.do(ctx, http.MethodGet, "/nodes", nil, nil, &resp)
+	err := tr.do(ctx, http.MethodGet, "/nodes", nil, nil, &resp)
 	return resp, err
 }
 
-func (b *httpBackend) Forget(ctx context.Context, nodeID string) error {
-	return b.do(ctx, http.MethodDelete, "/nodes/"+url.PathEscape(nodeID), nil, nil, nil)
+func (tr *httpTransport) Forget(ctx context.Context, nodeID string) error {
+	return tr.do(ctx, http.MethodDelete, "/nodes/"+url.PathEscape(nodeID), nil, nil, nil)
 }
 
-func (b *httpBackend) Expire(ctx context.Context, nodeID string, req api.ExpireRequest) (api.ExpireResponse, error) {
+func (tr *httpTransport) Expire(ctx context.Context, nodeID string, req api.ExpireRequest) (api.ExpireResponse, error) {
 	var resp api.ExpireResponse
-	err := b.do(ctx, http.MethodPost, "/nodes/"+url.PathEscape(nodeID)+"/expire", nil, req, &resp)
+	err := tr.do(ctx, http.MethodPost, "/nodes/"+url.PathEscape(nodeID)+"/expire", nil, req, &resp)
 	return resp, err
 }
 
-func (b *httpBackend) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {
+func (tr *httpTransport) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {
 	var resp api.Cluster
-	err := b.do(ctx, http.MethodPost, "/cluster/adopt", nil, req, &resp)
+	err := tr.do(ctx, http.MethodPost, "/cluster/adopt", nil, req, &resp)
 	return resp, err
 }
 
@@ -261,13 +262,13 @@ func (b *httpBackend) Adopt(ctx context.Context, req api.AdoptRequest) (api.Clus
 //
 // Answers are decoded with go-json-experiment/json (encoding/json/v2 to
 // be), about three times faster than encoding/json for them; unknown
-// members are ignored, so a newer server's additions do not break an older
-// client. Requests are encoded with encoding/json, faster at that.
+// members are ignored, so a newer coordinator's additions do not break an
+// older client. Requests are encoded with encoding/json, faster at that.
 //
 // The request is bounded by the request timeout and ctx's deadline; a
 // cancellation of ctx is seen before it starts, not while it runs (it
 // takes a round trip on loopback, and at most the request timeout).
-func (b *httpBackend) do(ctx context.Context, method, path string, q url.Values, in, out any) error {
+func (tr *httpTransport) do(ctx context.Context, method, path string, q url.Values, in, out any) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -276,9 +277,9 @@ func (b *httpBackend) do(ctx context.Context, method, path string, q url.Values,
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 
-	target, ok := b.urls[path]
+	target, ok := tr.urls[path]
 	if !ok {
-		target = b.base + path
+		target = tr.base + path
 	}
 	if q != nil {
 		target += "?" + q.Encode()
@@ -294,17 +295,17 @@ func (b *httpBackend) do(ctx context.Context, method, path string, q url.Values,
 	}
 	req.Header.Set("Accept", jsonMediaType)
 	req.Header.Set(api.ProtocolHeader, api.ProtocolVersion)
-	if b.auth != "" {
-		req.Header.Set("Authorization", b.auth)
+	if tr.auth != "" {
+		req.Header.Set("Authorization", tr.auth)
 	}
-	if c := b.cluster.Load(); c != nil {
+	if c := tr.cluster.Load(); c != nil {
 		req.Header.Set(api.ClusterHeader, *c)
 	}
-	deadline := time.Now().Add(b.requestTimeout)
+	deadline := time.Now().Add(tr.requestTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	if err := b.short.DoDeadline(req, resp, deadline); err != nil {
+	if err := tr.short.DoDeadline(req, resp, deadline); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -321,7 +322,7 @@ func (b *httpBackend) do(ctx context.Context, method, path string, q url.Values,
 		return nil
 	}
 	if err := jsonv2.Unmarshal(data, out); err != nil {
-		// Not the lock server's answer (a misrouted proxy?): transient.
+		// Not the coordinator's answer (a misrouted proxy?): transient.
 		return fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
 	}
 	return nil
@@ -338,18 +339,18 @@ func checkProtocol(v string) error {
 		v, api.ProtocolVersion, api.ErrUnsupportedProtocol)
 }
 
-func (b *httpBackend) authorize(req *http.Request) {
+func (tr *httpTransport) authorize(req *http.Request) {
 	req.Header.Set(api.ProtocolHeader, api.ProtocolVersion)
-	if b.auth != "" {
-		req.Header.Set("Authorization", b.auth)
+	if tr.auth != "" {
+		req.Header.Set("Authorization", tr.auth)
 	}
-	if c := b.cluster.Load(); c != nil {
+	if c := tr.cluster.Load(); c != nil {
 		req.Header.Set(api.ClusterHeader, *c)
 	}
 }
 
 // responseError turns an error answer into an error that matches the
-// sentinel of its code. A body that is not the server's JSON (a proxy's
+// sentinel of its code. A body that is not the coordinator's JSON (a proxy's
 // error page) keeps its status and a short excerpt.
 func responseError(status int, data []byte) error {
 	var er api.ErrorResponse

@@ -35,7 +35,7 @@ type Lease struct {
 	// Set by start, then read only by renewals (which never overlap: each
 	// arms the timer for the next) and stop.
 	ctx            context.Context // logger; never cancelled
-	backend        Backend
+	transport      Transport
 	requestTimeout time.Duration
 	renewed        time.Time      // last successful renewal (or the grant)
 	renewing       sync.WaitGroup // the renewal in flight
@@ -90,10 +90,10 @@ func (l *Lease) Err() error {
 
 // start arms the keepalive. granted is when the grant was received: the
 // lease is assumed valid for TTL from then.
-func (l *Lease) start(ctx context.Context, b Backend, requestTimeout time.Duration, granted time.Time) {
+func (l *Lease) start(ctx context.Context, b Transport, requestTimeout time.Duration, granted time.Time) {
 	// The lease outlives the Lock call: keep ctx's logger, not its end.
 	l.ctx = context.WithoutCancel(ctx)
-	l.backend = b
+	l.transport = b
 	l.requestTimeout = requestTimeout
 	l.renewed = granted
 	l.mu.Lock()
@@ -136,7 +136,7 @@ func (l *Lease) renew() {
 		deadline = expires
 	}
 	cctx, cancel := context.WithDeadline(l.ctx, deadline)
-	_, err := l.backend.Keepalive(cctx, api.KeepaliveRequest{Type: l.Type, ResourceID: l.ResourceID, LeaseID: l.ID, NodeID: l.NodeID})
+	_, err := l.transport.Keepalive(cctx, api.KeepaliveRequest{Type: l.Type, ResourceID: l.ResourceID, LeaseID: l.ID, NodeID: l.NodeID})
 	cancel()
 	next := interval
 	switch {

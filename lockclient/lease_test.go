@@ -30,7 +30,7 @@ func TestLeaseHeldAcrossTTLs(t *testing.T) {
 	ct := newCountingClient(t, ts.URL())
 	holder := newHTTPClient(t, ts.URL(), "node-a", WithShortClient(ct))
 	waiter := newHTTPClient(t, ts.URL(), "node-b")
-	req := Request{Type: api.OperationPull, ResourceID: blob}
+	req := LockRequest{Type: api.OperationPull, ResourceID: blob}
 
 	start := time.Now()
 	res, err := holder.Lock(context.Background(), req)
@@ -60,12 +60,12 @@ func TestLeaseHeldAcrossTTLs(t *testing.T) {
 	require.True(t, o.res.Skipped)
 }
 
-// TestLeaseLostWhenServerDies: with the lock server gone, renewals fail and
+// TestLeaseLostWhenServerDies: with the coordinator gone, renewals fail and
 // Lost closes once the TTL has passed; Unlock then reports both.
 func TestLeaseLostWhenServerDies(t *testing.T) {
 	ts := lockservertest.Start(t, withShortTTL)
 	c := newHTTPClient(t, ts.URL(), "node-a", WithMaxRetries(1))
-	res, err := c.Lock(context.Background(), Request{Type: api.OperationPull, ResourceID: blob})
+	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.NoError(t, res.Lease.Err())
 
@@ -94,7 +94,7 @@ func TestLeaseLostWhenTakenBack(t *testing.T) {
 	c, err := NewEmbedded(l, testOptions("node-a")...)
 	require.NoError(t, err)
 	defer c.Close()
-	res, err := c.Lock(context.Background(), Request{Type: api.OperationUpdate, ResourceID: blob})
+	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationUpdate, ResourceID: blob})
 	require.NoError(t, err)
 
 	require.NoError(t, l.Cancel(context.Background(), api.CancelRequest{Type: api.OperationUpdate, ResourceID: blob, NodeID: "node-a", RequestID: res.Lease.requestID}))
@@ -116,7 +116,7 @@ func TestUnlockAfterCancel(t *testing.T) {
 	ts := lockservertest.Start(t)
 	c := newHTTPClient(t, ts.URL(), "node-a")
 	ctx, cancel := context.WithCancel(context.Background())
-	res, err := c.Lock(ctx, Request{Type: api.OperationPull, ResourceID: blob})
+	res, err := c.Lock(ctx, LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 	cancel()
@@ -137,7 +137,7 @@ func TestUnlockAfterCancel(t *testing.T) {
 func TestCloseStopsKeepalives(t *testing.T) {
 	ts := lockservertest.Start(t, withShortTTL)
 	c := newHTTPClient(t, ts.URL(), "node-a")
-	res, err := c.Lock(context.Background(), Request{Type: api.OperationPull, ResourceID: blob})
+	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
 	require.True(t, res.Lease.keepaliveEnded(), "Close returned before the keepalive ended")

@@ -10,8 +10,8 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// Request names a lock and who asks for it.
-type Request struct {
+// LockRequest names a lock and who asks for it.
+type LockRequest struct {
 	Type       api.OperationType
 	ResourceID string
 	// NodeID is the node the lock is taken for; empty means the client's
@@ -43,7 +43,7 @@ type LockResult struct {
 // timeouts and 5xx answers are retried (WithMaxRetries, WithRetryInterval);
 // after the last retry the error matches ErrUnavailable. Refusals are
 // returned at once and match ErrInUse (an *api.InUseError naming the other
-// users), ErrLocked (the server does not queue: allow_multi_node_download
+// users), ErrLocked (the coordinator does not queue: allow_multi_node_download
 // is off), ErrInvalidArgument or ErrUnauthorized.
 //
 // Cancelling ctx takes the caller out of the queue, or gives back a grant
@@ -51,20 +51,20 @@ type LockResult struct {
 //
 // The result is never nil; err != nil exactly when result.Error != nil.
 // When Acquired, the lease is renewed in the background until Unlock.
-func (c *Client) Lock(ctx context.Context, req Request) (*LockResult, error) {
+func (c *Client) Lock(ctx context.Context, req LockRequest) (*LockResult, error) {
 	return c.lock(ctx, req, true)
 }
 
 // TryLock is Lock without waiting: a held lock fails at once with
 // ErrLocked. Transient errors are still retried, with the same request ID.
-func (c *Client) TryLock(ctx context.Context, req Request) (*LockResult, error) {
+func (c *Client) TryLock(ctx context.Context, req LockRequest) (*LockResult, error) {
 	return c.lock(ctx, req, false)
 }
 
 // ClusterLock is the one-call helper of the content store (the seeds'
 // client.ClusterLock): Lock of req on c, with req.NodeID defaulting to c's
 // node.
-func ClusterLock(ctx context.Context, c *Client, req *Request) (*LockResult, error) {
+func ClusterLock(ctx context.Context, c *Client, req *LockRequest) (*LockResult, error) {
 	if c == nil || req == nil {
 		err := fmt.Errorf("lockclient: ClusterLock needs a client and a request: %w", ErrInvalidArgument)
 		return &LockResult{Error: err}, err
@@ -72,7 +72,7 @@ func ClusterLock(ctx context.Context, c *Client, req *Request) (*LockResult, err
 	return c.Lock(ctx, *req)
 }
 
-func (c *Client) lock(ctx context.Context, req Request, wait bool) (*LockResult, error) {
+func (c *Client) lock(ctx context.Context, req LockRequest, wait bool) (*LockResult, error) {
 	lr, err := c.lockRequest(req)
 	if err != nil {
 		return failed(err)
@@ -96,10 +96,10 @@ func (c *Client) lock(ctx context.Context, req Request, wait bool) (*LockResult,
 		var err error
 		tried = true
 		if wait {
-			resp, err = c.backend.Acquire(ctx, lr)
+			resp, err = c.transport.Acquire(ctx, lr)
 			cleaned = ctx.Err() != nil
 		} else {
-			resp, err = c.backend.Lock(ctx, lr)
+			resp, err = c.transport.Lock(ctx, lr)
 		}
 		return err
 	})
@@ -109,23 +109,23 @@ func (c *Client) lock(ctx context.Context, req Request, wait bool) (*LockResult,
 		if ctx.Err() != nil && tried && !cleaned {
 			// Ended between attempts, or inside one that may have reached
 			// the coordinator: leave nothing behind.
-			giveBack(ctx, c.backend, lr, c.opts.requestTimeout)
+			giveBack(ctx, c.transport, lr, c.opts.requestTimeout)
 		}
 		return failed(err)
 	case resp.Skip:
 		return &LockResult{Skipped: true}, nil
 	case !resp.Acquired:
-		giveBack(ctx, c.backend, lr, c.opts.requestTimeout)
+		giveBack(ctx, c.transport, lr, c.opts.requestTimeout)
 		return failed(fmt.Errorf("%s: coordinator answered neither acquired nor skipped (queued=%v)", what, resp.Queued))
 	case ctx.Err() != nil:
-		giveBack(ctx, c.backend, lr, c.opts.requestTimeout)
+		giveBack(ctx, c.transport, lr, c.opts.requestTimeout)
 		return failed(fmt.Errorf("%s: %w", what, ctx.Err()))
 	}
 	lease := newLease(lr, resp)
-	lease.start(ctx, c.backend, c.opts.requestTimeout, received)
+	lease.start(ctx, c.transport, c.opts.requestTimeout, received)
 	if !c.track(lease) {
 		lease.stop()
-		giveBack(ctx, c.backend, lr, c.opts.requestTimeout)
+		giveBack(ctx, c.transport, lr, c.opts.requestTimeout)
 		return failed(fmt.Errorf("%s: client closed: %w", what, ErrUnavailable))
 	}
 	if debugEnabled(ctx) {
@@ -138,7 +138,7 @@ func failed(err error) (*LockResult, error) { return &LockResult{Error: err}, er
 
 // lockRequest validates req and gives it the client's node and a new
 // request ID.
-func (c *Client) lockRequest(req Request) (api.LockRequest, error) {
+func (c *Client) lockRequest(req LockRequest) (api.LockRequest, error) {
 	if !req.Type.Valid() {
 		return api.LockRequest{}, fmt.Errorf("lock type %q: must be pull, update or delete: %w", req.Type, ErrInvalidArgument)
 	}
@@ -181,7 +181,7 @@ func (c *Client) Unlock(ctx context.Context, lease *Lease, success bool, opErr e
 		req.Error = opErr.Error()
 	}
 	err := c.retry(ctx, call{op: "unlock", typ: lease.Type, id: lease.ResourceID}, func(ctx context.Context) error {
-		_, err := c.backend.Unlock(ctx, req)
+		_, err := c.transport.Unlock(ctx, req)
 		return err
 	})
 	if err != nil {

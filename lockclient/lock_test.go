@@ -13,22 +13,22 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
-// The embedded coordinator is a Backend.
-var _ Backend = (*lockserver.Locker)(nil)
+// The embedded coordinator is a Transport.
+var _ Transport = (*lockserver.Locker)(nil)
 
 const blob = "sha256:4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945"
 
-// backendHarness starts a coordinator for one test and returns a maker of
+// transportHarness starts a coordinator for one test and returns a maker of
 // its Clients, one per node.
-type backendHarness struct {
+type transportHarness struct {
 	name  string
 	setup func(t *testing.T) func(node string) *Client
 }
 
-// harnesses run the core tests against a real lock server over HTTP and
+// harnesses run the core tests against a real coordinator over HTTP and
 // against the embedded coordinator (*lockserver.Locker).
-func harnesses() []backendHarness {
-	return []backendHarness{
+func harnesses() []transportHarness {
+	return []transportHarness{
 		{"http", func(t *testing.T) func(string) *Client {
 			ts := lockservertest.Start(t)
 			return func(node string) *Client { return newHTTPClient(t, ts.URL(), node) }
@@ -46,7 +46,7 @@ func harnesses() []backendHarness {
 }
 
 // TestCore runs the lock protocol's main paths through a Client, against
-// both backends.
+// both transports.
 func TestCore(t *testing.T) {
 	for _, h := range harnesses() {
 		t.Run(h.name, func(t *testing.T) {
@@ -61,11 +61,11 @@ func TestCore(t *testing.T) {
 
 // testSuccessSkips: the holder succeeds; every waiter returns Skipped with
 // nothing held, and the holder's node is the reference.
-func testSuccessSkips(t *testing.T, h backendHarness) {
+func testSuccessSkips(t *testing.T, h transportHarness) {
 	newClient := h.setup(t)
 	ctx := context.Background()
 	a, b, c := newClient("node-a"), newClient("node-b"), newClient("node-c")
-	req := Request{Type: api.OperationPull, ResourceID: blob + "-skip"}
+	req := LockRequest{Type: api.OperationPull, ResourceID: blob + "-skip"}
 
 	res, err := a.Lock(ctx, req)
 	require.NoError(t, err)
@@ -107,11 +107,11 @@ func testSuccessSkips(t *testing.T, h backendHarness) {
 
 // testFailureHandsOver: a failed holder hands the lock to the head of the
 // queue only; the others keep waiting, in order.
-func testFailureHandsOver(t *testing.T, h backendHarness) {
+func testFailureHandsOver(t *testing.T, h transportHarness) {
 	newClient := h.setup(t)
 	ctx := context.Background()
 	a, b, c, d := newClient("node-a"), newClient("node-b"), newClient("node-c"), newClient("node-d")
-	req := Request{Type: api.OperationPull, ResourceID: blob + "-handoff"}
+	req := LockRequest{Type: api.OperationPull, ResourceID: blob + "-handoff"}
 
 	resA, err := a.Lock(ctx, req)
 	require.NoError(t, err)
@@ -155,11 +155,11 @@ func testFailureHandsOver(t *testing.T, h backendHarness) {
 
 // testCancelLeavesQueue: cancelling a waiting Lock removes it from the
 // queue, so it is not handed the lock later.
-func testCancelLeavesQueue(t *testing.T, h backendHarness) {
+func testCancelLeavesQueue(t *testing.T, h transportHarness) {
 	newClient := h.setup(t)
 	ctx := context.Background()
 	a, b := newClient("node-a"), newClient("node-b")
-	req := Request{Type: api.OperationPull, ResourceID: blob + "-cancel"}
+	req := LockRequest{Type: api.OperationPull, ResourceID: blob + "-cancel"}
 	resA, err := a.Lock(ctx, req)
 	require.NoError(t, err)
 	require.True(t, resA.Acquired)
@@ -185,11 +185,11 @@ func testCancelLeavesQueue(t *testing.T, h backendHarness) {
 
 // testTryLock: TryLock never waits: ErrLocked while held, acquired when
 // free.
-func testTryLock(t *testing.T, h backendHarness) {
+func testTryLock(t *testing.T, h transportHarness) {
 	newClient := h.setup(t)
 	ctx := context.Background()
 	a, b := newClient("node-a"), newClient("node-b")
-	req := Request{Type: api.OperationUpdate, ResourceID: blob + "-try"}
+	req := LockRequest{Type: api.OperationUpdate, ResourceID: blob + "-try"}
 	resA, err := a.TryLock(ctx, req)
 	require.NoError(t, err)
 	require.True(t, resA.Acquired)
@@ -208,7 +208,7 @@ func testTryLock(t *testing.T, h backendHarness) {
 
 // testDeleteInUse: a delete of a resource another node references is
 // refused with its users; AddRef records this client's node.
-func testDeleteInUse(t *testing.T, h backendHarness) {
+func testDeleteInUse(t *testing.T, h transportHarness) {
 	newClient := h.setup(t)
 	ctx := context.Background()
 	a, b := newClient("node-a"), newClient("node-b")
@@ -217,14 +217,14 @@ func testDeleteInUse(t *testing.T, h backendHarness) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"node-a"}, refs.Nodes)
 
-	res, err := ClusterLock(ctx, b, &Request{Type: api.OperationDelete, ResourceID: id})
+	res, err := ClusterLock(ctx, b, &LockRequest{Type: api.OperationDelete, ResourceID: id})
 	require.ErrorIs(t, err, ErrInUse)
 	require.Equal(t, err, res.Error)
 	var inUse *api.InUseError
 	require.ErrorAs(t, err, &inUse)
 	require.Equal(t, []string{"node-a"}, inUse.Refs.Nodes)
 
-	res, err = a.Lock(ctx, Request{Type: api.OperationDelete, ResourceID: id})
+	res, err = a.Lock(ctx, LockRequest{Type: api.OperationDelete, ResourceID: id})
 	require.NoError(t, err)
 	require.True(t, res.Acquired, "the last user may delete")
 	_, err = b.AddRef(ctx, id)
@@ -239,7 +239,7 @@ func TestRequestValidation(t *testing.T) {
 	c, err := NewEmbedded(lockservertest.NewLocker(t), WithNodeID("n"))
 	require.NoError(t, err)
 	ctx := context.Background()
-	for _, req := range []Request{
+	for _, req := range []LockRequest{
 		{Type: "merge", ResourceID: blob},
 		{Type: api.OperationPull},
 	} {
@@ -269,7 +269,7 @@ func TestRequestValidation(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 
 	require.NoError(t, c.Close())
-	res, err = c.Lock(ctx, Request{Type: api.OperationPull, ResourceID: blob})
+	res, err = c.Lock(ctx, LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.ErrorIs(t, err, ErrUnavailable, "a closed client takes no locks")
 	require.Equal(t, err, res.Error)
 }

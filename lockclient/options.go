@@ -11,12 +11,12 @@ import (
 const (
 	// DefaultMaxRetries is how many times a call is retried after a network
 	// error, a timeout or a 5xx (so at most 1+3 attempts). With
-	// DefaultRetryInterval that rides out a lock-server restart of a few
-	// seconds, yet gives up soon enough that a caller with a fallback (the
-	// content store proceeds uncoordinated) is not stalled for long.
+	// DefaultRetryInterval that rides out a coordinator restart of a few
+	// seconds, yet gives up soon enough that a caller with a fallback is
+	// not stalled for long.
 	DefaultMaxRetries = 3
 	// DefaultRetryInterval is the mean pause between two attempts: long
-	// enough for a restarting server to bind its port, short next to a
+	// enough for a restarting coordinator to bind its port, short next to a
 	// blob download.
 	DefaultRetryInterval = time.Second
 	// DefaultRequestTimeout bounds one short request (lock, unlock,
@@ -25,9 +25,9 @@ const (
 	// a stalled disk or a long GC pause without hanging a caller forever.
 	DefaultRequestTimeout = 10 * time.Second
 	// DefaultPollInterval is how often a waiter polls /lock/status when
-	// Server-Sent Events cannot be used (SPEC §4). It is well under the
-	// coordinator's claim timeout (3 s), so a grant made to a polling waiter
-	// is picked up before it is taken back.
+	// Server-Sent Events cannot be used (docs/design.md §4). It is well
+	// under the coordinator's claim timeout (3 s), so a grant made to a
+	// polling waiter is picked up before it is taken back.
 	DefaultPollInterval = 500 * time.Millisecond
 )
 
@@ -36,12 +36,12 @@ const (
 	// coordinator's default.
 	fallbackLeaseTTL = 15 * time.Second
 	// streamIdleTimeout ends an event stream that has been silent this
-	// long: the server sends a comment every 15 s, so three missed
+	// long: the coordinator sends a comment every 15 s, so three missed
 	// heartbeats mean a dead peer (a half-open TCP connection never
 	// errors by itself).
 	streamIdleTimeout = 45 * time.Second
 	// streamEndTimeout bounds the wait for a stream's end after its
-	// outcome: the server ends it in the same write, and reading it to
+	// outcome: the coordinator ends it in the same write, and reading it to
 	// the end lets the connection carry the next request. A stream that
 	// does not end is cut (and its connection closed) instead.
 	streamEndTimeout = 100 * time.Millisecond

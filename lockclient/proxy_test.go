@@ -27,7 +27,7 @@ const (
 	badGateway
 )
 
-// tcpProxy is a real TCP proxy between a client and the lock server. It
+// tcpProxy is a real TCP proxy between a client and the coordinator. It
 // reads each HTTP/1.1 request off the client's connection to apply rule,
 // and relays event streams as they come.
 type tcpProxy struct {

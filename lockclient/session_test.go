@@ -10,7 +10,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
-// TestEndSession: through a Client, against both backends, an instance
+// TestEndSession: through a Client, against both transports, an instance
 // ends its own live session, after which another instance opens one at
 // once; another instance's end changes nothing and is no error.
 func TestEndSession(t *testing.T) {

@@ -20,7 +20,7 @@ type sseEvent struct {
 	comment bool
 }
 
-// sseReader parses a text/event-stream. Only the fields the lock server
+// sseReader parses a text/event-stream. Only the fields the coordinator
 // sends (event, data, comments) are interpreted; id and retry are ignored.
 type sseReader struct {
 	r *bufio.Reader

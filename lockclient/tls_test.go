@@ -24,7 +24,7 @@ func TestTLSWithToken(t *testing.T) {
 	waiter := newHTTPClient(t, url, "node-b", WithTLSConfig(tc), WithBearerToken("s3cret"))
 	queued := make(chan struct{}, 1)
 	waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
-	req := Request{Type: api.OperationPull, ResourceID: blob}
+	req := LockRequest{Type: api.OperationPull, ResourceID: blob}
 
 	res, err := holder.Lock(context.Background(), req)
 	require.NoError(t, err)
@@ -76,7 +76,7 @@ func TestNodeIdentity(t *testing.T) {
 			waiter := newHTTPClient(t, ts.URL(), "node-b", tc.as(t, ts, "node-b"))
 			queued := make(chan struct{}, 1)
 			waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
-			req := Request{Type: api.OperationPull, ResourceID: blob}
+			req := LockRequest{Type: api.OperationPull, ResourceID: blob}
 
 			res, err := holder.Lock(context.Background(), req)
 			require.NoError(t, err)
@@ -89,7 +89,7 @@ func TestNodeIdentity(t *testing.T) {
 			require.True(t, o.res.Skipped)
 
 			impostor := newHTTPClient(t, ts.URL(), "node-a", tc.as(t, ts, "node-c"), WithMaxRetries(3))
-			_, err = impostor.Lock(context.Background(), Request{Type: api.OperationPull, ResourceID: blob + "-other"})
+			_, err = impostor.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob + "-other"})
 			require.ErrorIs(t, err, api.ErrForbidden, "node-c's credentials acting as node-a")
 		})
 	}

@@ -23,11 +23,11 @@ func TLSConfigFromFiles(caFile, certFile, keyFile string) (*tls.Config, error) {
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)
 		if err != nil {
-			return nil, fmt.Errorf("lock server CA: %w", err)
+			return nil, fmt.Errorf("coordinator CA: %w", err)
 		}
 		tc.RootCAs = x509.NewCertPool()
 		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("lock server CA %s: no certificate found", caFile)
+			return nil, fmt.Errorf("coordinator CA %s: no certificate found", caFile)
 		}
 	}
 	if certFile != "" {

@@ -16,17 +16,17 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// Acquire implements Backend for the HTTP API: POST /lock, and when queued,
-// wait for the outcome on /lock/subscribe (re-subscribing when the stream
-// drops), or by polling /lock/status when streams cannot be used.
-func (b *httpBackend) Acquire(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
-	resp, err := b.Lock(ctx, req)
+// Acquire implements Transport for the HTTP API: POST /lock, and when
+// queued, watch for the outcome on /lock/subscribe (re-subscribing when the
+// stream drops), or poll /lock/status when streams cannot be used.
+func (tr *httpTransport) Acquire(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
+	resp, err := tr.Lock(ctx, req)
 	if err == nil && resp.Queued {
-		resp, err = b.wait(ctx, req)
+		resp, err = tr.wait(ctx, req)
 	}
 	if err != nil && ctx.Err() != nil {
 		// The request may be queued or granted by now: give it back.
-		giveBack(ctx, b, req, b.requestTimeout)
+		giveBack(ctx, tr, req, tr.requestTimeout)
 		return api.LockResponse{}, ctx.Err()
 	}
 	return resp, err
@@ -47,26 +47,26 @@ const (
 	streamForgotten
 )
 
-// wait follows a queued request until it is acquired or skipped, or fails.
-func (b *httpBackend) wait(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
+// wait watches a queued request until it is acquired or skipped, or fails.
+func (tr *httpTransport) wait(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
 	drops := 0
 	for {
-		resp, end, err := b.follow(ctx, req)
+		resp, end, err := tr.watchStream(ctx, req)
 		if err != nil || resp.Acquired || resp.Skip {
 			return resp, err
 		}
 		switch end {
 		case streamUnusable:
 			logger(ctx).Debug("event stream unusable; polling the lock status")
-			return b.poll(ctx, req)
+			return tr.poll(ctx, req)
 		case streamDropped:
 			if drops++; drops >= maxStreamDrops {
 				logger(ctx).WithField("drops", drops).Info("event streams keep dropping; polling the lock status")
-				return b.poll(ctx, req)
+				return tr.poll(ctx, req)
 			}
 			logger(ctx).Debug("event stream dropped; subscribing again")
 		case streamForgotten:
-			resp, err := b.Lock(ctx, req)
+			resp, err := tr.Lock(ctx, req)
 			if err != nil || !resp.Queued {
 				return resp, err
 			}
@@ -74,26 +74,26 @@ func (b *httpBackend) wait(ctx context.Context, req api.LockRequest) (api.LockRe
 	}
 }
 
-// follow opens one event stream for req and reads it until an outcome (a
-// response that is Acquired or Skip, or an error) or the stream's end.
-func (b *httpBackend) follow(ctx context.Context, req api.LockRequest) (api.LockResponse, streamEnd, error) {
+// watchStream opens one event stream for req and reads it until an outcome
+// (a response that is Acquired or Skip, or an error) or the stream's end.
+func (tr *httpTransport) watchStream(ctx context.Context, req api.LockRequest) (api.LockResponse, streamEnd, error) {
 	// The stream has its own context so that a silent stream can be cut:
 	// first after requestTimeout, then after streamIdleTimeout.
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	f := &follower{b: b, req: req}
-	f.watchdog = time.AfterFunc(b.requestTimeout, func() { f.silent.Store(true); cancel() })
-	defer f.watchdog.Stop()
+	w := &watch{tr: tr, req: req}
+	w.watchdog = time.AfterFunc(tr.requestTimeout, func() { w.silent.Store(true); cancel() })
+	defer w.watchdog.Stop()
 
-	body, end, err := b.subscribe(ctx, sctx, req)
+	body, end, err := tr.subscribe(ctx, sctx, req)
 	if body == nil {
 		return api.LockResponse{}, end, err
 	}
 	defer body.Close()
-	f.body = body
-	f.events = newSSEReader(body)
-	defer f.events.close()
-	r := f.read(ctx)
+	w.body = body
+	w.events = newSSEReader(body)
+	defer w.events.close()
+	r := w.read(ctx)
 	return r.resp, r.end, r.err
 }
 
@@ -101,16 +101,16 @@ func (b *httpBackend) follow(ctx context.Context, req api.LockRequest) (api.Lock
 // returns its body. A stream that cannot be opened or is refused is
 // streamUnusable (and no body); the error is ctx's, or a request that
 // cannot be built.
-func (b *httpBackend) subscribe(ctx, sctx context.Context, req api.LockRequest) (io.ReadCloser, streamEnd, error) {
+func (tr *httpTransport) subscribe(ctx, sctx context.Context, req api.LockRequest) (io.ReadCloser, streamEnd, error) {
 	q := url.Values{"type": {string(req.Type)}, "resource_id": {req.ResourceID}, "node_id": {req.NodeID}, "request_id": {req.RequestID}}
-	hreq, err := http.NewRequestWithContext(sctx, http.MethodGet, b.base+"/lock/subscribe?"+q.Encode(), nil)
+	hreq, err := http.NewRequestWithContext(sctx, http.MethodGet, tr.base+"/lock/subscribe?"+q.Encode(), nil)
 	if err != nil {
 		return nil, streamUnusable, fmt.Errorf("lockclient: %w", err)
 	}
 	hreq.Header.Set("Accept", "text/event-stream")
 	hreq.Header.Set("Cache-Control", "no-cache")
-	b.authorize(hreq)
-	resp, err := b.long.Do(hreq)
+	tr.authorize(hreq)
+	resp, err := tr.long.Do(hreq)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, 0, ctx.Err()
@@ -127,18 +127,18 @@ func (b *httpBackend) subscribe(ctx, sctx context.Context, req api.LockRequest) 
 	return resp.Body, 0, nil
 }
 
-// followed is what follow returns: the request's outcome (a response or an
-// error), or how the stream ended without one.
-type followed struct {
+// watchResult is what watchStream returns: the request's outcome (a
+// response or an error), or how the stream ended without one.
+type watchResult struct {
 	resp api.LockResponse
 	end  streamEnd
 	err  error
 }
 
-// follower reads the event stream of one queued request, for follow. It
+// watch reads the event stream of one queued request, for watchStream. It
 // is used by one goroutine, apart from silent.
-type follower struct {
-	b        *httpBackend
+type watch struct {
+	tr       *httpTransport
 	req      api.LockRequest
 	body     io.Reader
 	events   *sseReader
@@ -147,31 +147,31 @@ type follower struct {
 }
 
 // read reads events until the request's outcome or the stream's end.
-func (f *follower) read(ctx context.Context) followed {
+func (w *watch) read(ctx context.Context) watchResult {
 	first := true
 	for {
-		ev, err := f.events.next()
+		ev, err := w.events.next()
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
-				return followed{err: ctx.Err()}
+				return watchResult{err: ctx.Err()}
 			case first:
-				logger(ctx).WithError(err).WithField("timed_out", f.silent.Load()).Debug("event stream ended before its first event")
-				return followed{end: streamUnusable}
+				logger(ctx).WithError(err).WithField("timed_out", w.silent.Load()).Debug("event stream ended before its first event")
+				return watchResult{end: streamUnusable}
 			}
-			return followed{end: streamDropped}
+			return watchResult{end: streamDropped}
 		}
-		f.watchdog.Reset(streamIdleTimeout)
+		w.watchdog.Reset(streamIdleTimeout)
 		if ev.comment {
 			continue
 		}
-		var r followed
+		var r watchResult
 		var done bool
 		if first {
 			first = false
-			r, done = f.state(ev)
+			r, done = w.state(ev)
 		} else {
-			r, done = f.event(ev)
+			r, done = w.event(ev)
 		}
 		if done {
 			return r
@@ -181,75 +181,75 @@ func (f *follower) read(ctx context.Context) followed {
 
 // state reads the stream's first event, the request's state: done with
 // its outcome when it is already decided, not done while it is queued.
-func (f *follower) state(ev sseEvent) (followed, bool) {
+func (w *watch) state(ev sseEvent) (watchResult, bool) {
 	if ev.name != api.EventState {
-		return followed{end: streamUnusable}, true
+		return watchResult{end: streamUnusable}, true
 	}
 	// Only the request's own state matters here, not the queue.
 	var st struct {
 		Request *api.LockResponse `json:"request"`
 	}
 	if err := jsonv2.Unmarshal(ev.data, &st); err != nil || st.Request == nil {
-		return followed{end: streamUnusable}, true
+		return watchResult{end: streamUnusable}, true
 	}
 	switch r := st.Request; {
 	case r.Acquired || r.Skip:
-		return f.outcome(followed{resp: *r})
+		return w.outcome(watchResult{resp: *r})
 	case r.Queued:
-		if f.b.onQueued != nil {
-			f.b.onQueued(f.req)
+		if w.tr.onQueued != nil {
+			w.tr.onQueued(w.req)
 		}
-		return followed{}, false
+		return watchResult{}, false
 	default:
-		return f.outcome(followed{end: streamForgotten})
+		return w.outcome(watchResult{end: streamForgotten})
 	}
 }
 
 // event reads a later event: done when it decides the request (or drops
 // it from the queue), not done for other requests' events.
-func (f *follower) event(ev sseEvent) (followed, bool) {
+func (w *watch) event(ev sseEvent) (watchResult, bool) {
 	var e api.Event
 	if err := jsonv2.Unmarshal(ev.data, &e); err != nil {
-		return followed{end: streamDropped}, true
+		return watchResult{end: streamDropped}, true
 	}
-	if e.RequestID != "" && e.RequestID != f.req.RequestID {
-		return followed{}, false
+	if e.RequestID != "" && e.RequestID != w.req.RequestID {
+		return watchResult{}, false
 	}
 	switch ev.name {
 	case api.EventGranted:
 		if e.Lease != nil {
-			return f.outcome(followed{resp: *e.Lease})
+			return w.outcome(watchResult{resp: *e.Lease})
 		}
 	case api.EventCompleted:
-		return f.outcome(followed{resp: api.LockResponse{RequestID: f.req.RequestID, Skip: true}})
+		return w.outcome(watchResult{resp: api.LockResponse{RequestID: w.req.RequestID, Skip: true}})
 	case api.EventError:
 		if e.Error == nil {
 			e.Error = &api.ErrorResponse{Error: "refused without a reason", Code: api.CodeInternal}
 		}
-		return f.outcome(followed{err: api.FromResponse(0, *e.Error)})
+		return w.outcome(watchResult{err: api.FromResponse(0, *e.Error)})
 	case api.EventReleased:
-		return followed{end: streamForgotten}, true
+		return watchResult{end: streamForgotten}, true
 	}
-	return followed{}, false
+	return watchResult{}, false
 }
 
 // outcome returns the request's outcome r after reading the rest of the
-// stream, which the server ends after it.
-func (f *follower) outcome(r followed) (followed, bool) {
-	f.watchdog.Reset(streamEndTimeout)
-	_, _ = io.Copy(io.Discard, io.LimitReader(f.body, maxEventBytes))
+// stream, which the coordinator ends after it.
+func (w *watch) outcome(r watchResult) (watchResult, bool) {
+	w.watchdog.Reset(streamEndTimeout)
+	_, _ = io.Copy(io.Discard, io.LimitReader(w.body, maxEventBytes))
 	return r, true
 }
 
-// poll follows a queued request by polling /lock/status every
+// poll watches a queued request by polling /lock/status every
 // pollInterval. A poll also keeps the request in its queue (the coordinator
 // drops stream-less waiters that stop polling) and claims a grant made to
 // it. A failed poll is returned, for the caller to retry.
-func (b *httpBackend) poll(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
-	t := time.NewTicker(b.pollInterval)
+func (tr *httpTransport) poll(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
+	t := time.NewTicker(tr.pollInterval)
 	defer t.Stop()
 	for {
-		st, err := b.Status(ctx, req.Type, req.ResourceID, req.NodeID, req.RequestID)
+		st, err := tr.Status(ctx, req.Type, req.ResourceID, req.NodeID, req.RequestID)
 		if err != nil {
 			return api.LockResponse{}, err
 		}
@@ -260,7 +260,7 @@ func (b *httpBackend) poll(ctx context.Context, req api.LockRequest) (api.LockRe
 		case r.Acquired || r.Skip:
 			return *r, nil
 		case !r.Queued:
-			resp, err := b.Lock(ctx, req)
+			resp, err := tr.Lock(ctx, req)
 			if err != nil || !resp.Queued {
 				return resp, err
 			}
@@ -276,10 +276,10 @@ func (b *httpBackend) poll(ctx context.Context, req api.LockRequest) (api.LockRe
 // giveBack takes req out of its queue, or gives back a grant it got, after
 // ctx has ended. Best effort: the coordinator drops a waiter that stops
 // listening, and releases an unclaimed grant, by itself.
-func giveBack(ctx context.Context, b Backend, req api.LockRequest, timeout time.Duration) {
+func giveBack(ctx context.Context, tr Transport, req api.LockRequest, timeout time.Duration) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	if err := b.Cancel(cctx, api.CancelRequest{Type: req.Type, ResourceID: req.ResourceID, NodeID: req.NodeID, RequestID: req.RequestID}); err != nil {
+	if err := tr.Cancel(cctx, api.CancelRequest{Type: req.Type, ResourceID: req.ResourceID, NodeID: req.NodeID, RequestID: req.RequestID}); err != nil {
 		logger(ctx).WithError(err).Warn("cancelling the lock request failed; the coordinator drops it by itself")
 	}
 }

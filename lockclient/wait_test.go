@@ -26,7 +26,7 @@ func TestLostResponseGetsSameGrant(t *testing.T) {
 		return forward
 	})
 	c := newHTTPClient(t, px.url, "node-a")
-	res, err := c.Lock(context.Background(), Request{Type: api.OperationPull, ResourceID: blob})
+	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 	require.Equal(t, 2, px.count("POST /lock"))
@@ -54,7 +54,7 @@ func TestWaitUsesEventStream(t *testing.T) {
 	px := startProxy(t, ts.Addr(), func(*http.Request, int) proxyAction { return forward })
 	holder := newHTTPClient(t, ts.URL(), "node-a")
 	waiter := newHTTPClient(t, px.url, "node-b")
-	req := Request{Type: api.OperationPull, ResourceID: blob}
+	req := LockRequest{Type: api.OperationPull, ResourceID: blob}
 
 	resA, err := holder.Lock(context.Background(), req)
 	require.NoError(t, err)
@@ -92,7 +92,7 @@ func TestPollingFallback(t *testing.T) {
 				})
 				holder := newHTTPClient(t, ts.URL(), "node-a")
 				waiter := newHTTPClient(t, px.url, "node-b")
-				req := Request{Type: api.OperationPull, ResourceID: blob}
+				req := LockRequest{Type: api.OperationPull, ResourceID: blob}
 
 				resA, err := holder.Lock(context.Background(), req)
 				require.NoError(t, err)
@@ -131,7 +131,7 @@ func TestStreamDropResubscribes(t *testing.T) {
 	waiter := newHTTPClient(t, px.url, "node-b")
 	queued := make(chan struct{}, 4)
 	waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
-	req := Request{Type: api.OperationPull, ResourceID: blob}
+	req := LockRequest{Type: api.OperationPull, ResourceID: blob}
 
 	resA, err := holder.Lock(context.Background(), req)
 	require.NoError(t, err)
@@ -169,9 +169,9 @@ func TestWaitsReuseConnections(t *testing.T) {
 	for i := range rounds {
 		// Even rounds hand the update lock over (granted), odd rounds
 		// complete a pull (skipped).
-		req := Request{Type: api.OperationUpdate, ResourceID: blob}
+		req := LockRequest{Type: api.OperationUpdate, ResourceID: blob}
 		if i%2 == 1 {
-			req = Request{Type: api.OperationPull, ResourceID: fmt.Sprintf("%s-%d", blob, i)}
+			req = LockRequest{Type: api.OperationPull, ResourceID: fmt.Sprintf("%s-%d", blob, i)}
 		}
 		held, err := holder.Lock(ctx, req)
 		require.NoError(t, err)

@@ -151,7 +151,7 @@ func (s *Subscription) Claimed(leaseID string) {
 // Status handles GET /lock/status. Naming a request_id also reports that
 // request's own state, counts as a poll that keeps a stream-less waiter in
 // its queue, and claims a grant made to it.
-// It never blocks; ctx is there for the Backend interface of lockclient.
+// It never blocks; ctx is there for the Transport interface of lockclient.
 func (l *Locker) Status(_ context.Context, typ api.OperationType, resourceID, nodeID, requestID string) (api.StatusResponse, error) {
 	t, err := validateQuery(typ, resourceID, nodeID, requestID)
 	if err != nil {

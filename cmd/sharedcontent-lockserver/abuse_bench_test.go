@@ -340,7 +340,7 @@ func benchWaiters(b *testing.B) {
 		return c
 	}
 	ctx := context.Background()
-	req := lockclient.Request{Type: api.OperationPull, ResourceID: fmt.Sprintf("sha256:waiters-%d", time.Now().UnixNano())}
+	req := lockclient.LockRequest{Type: api.OperationPull, ResourceID: fmt.Sprintf("sha256:waiters-%d", time.Now().UnixNano())}
 	holder := newClient("holder")
 	res, err := holder.Lock(ctx, req)
 	if err != nil || !res.Acquired {

@@ -148,7 +148,7 @@ func TestCompiledInConfigErrors(t *testing.T) {
 		{"no coordinator", builtin.Config{NodeID: "node-1"}, "lock_server is required"},
 		{"exposed token file", builtin.Config{NodeID: "node-1", LockServer: coord.URL(), AuthTokenFile: exposed}, "chmod 600"},
 		{"bad coordinator URL", builtin.Config{NodeID: "node-1", LockServer: "ftp://coordinator"}, "ftp"},
-		{"missing CA file", builtin.Config{NodeID: "node-1", LockServer: coord.URL(), CAFile: "/nonexistent/ca.crt"}, "lock server CA"},
+		{"missing CA file", builtin.Config{NodeID: "node-1", LockServer: coord.URL(), CAFile: "/nonexistent/ca.crt"}, "coordinator CA"},
 		{"certificate without its key", builtin.Config{NodeID: "node-1", LockServer: coord.URL(), NodeCert: exposed}, "lock client certificate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,15 +6,16 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// Backend is the coordinator a Client drives: the lock server's operations
-// (SPEC §3) in their wire types. The HTTP client of New implements it, and
-// so does the in-process coordinator, *lockserver.Locker (NewEmbedded); a
-// Client adds node IDs, request IDs, retries, leases and keepalive on top.
+// Transport carries a Client's calls to the coordinator: the coordinator's
+// operations (docs/design.md §3) in their wire types. The HTTP transport of
+// New implements it, and so does the in-process coordinator,
+// *lockserver.Locker (NewEmbedded); a Client adds node IDs, request IDs,
+// retries, leases and keepalive on top.
 //
 // Errors of refusals match the sentinels of this package (ErrLocked,
 // ErrInUse, ...); any other error is treated as transient and retried. All
 // methods must be safe for concurrent use.
-type Backend interface {
+type Transport interface {
 	// Lock acquires, skips, queues or refuses; it never waits. The same
 	// RequestID again gets the same answer (idempotent).
 	Lock(ctx context.Context, req api.LockRequest) (api.LockResponse, error)
@@ -34,18 +35,18 @@ type Backend interface {
 	// Status reports a key's holder, completion and queue, and the state
 	// of requestID when it is not empty.
 	Status(ctx context.Context, typ api.OperationType, resourceID, nodeID, requestID string) (api.StatusResponse, error)
-	// AddRef records that nodeID uses the resource.
+	// AddRef adds nodeID's reference to the resource.
 	AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error)
-	// AddFoundRef records that nodeID uses the resource it found present;
+	// AddFoundRef adds nodeID's reference to a resource it found present;
 	// refused also when a delete of it succeeded since its last pull or
 	// reference (api.RefsAddRequest.Found).
 	AddFoundRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error)
-	// Refs returns the nodes that use the resource.
+	// Refs returns the resource's reference set.
 	Refs(ctx context.Context, resourceID string) (api.RefsResponse, error)
 	// RefsList returns the reference sets after `after`, a page at a time.
 	RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error)
 
-	// Session opens or renews a node's session (SPEC §8).
+	// Session opens or renews a node's session (docs/design.md §8.3).
 	Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error)
 	// EndSession ends a node's session if the instance holds it live;
 	// otherwise it changes nothing and the answer says why.
