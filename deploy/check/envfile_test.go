@@ -5,7 +5,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -42,37 +41,17 @@ func flagNames(t *testing.T, binary string) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
 	own := filepath.Join("cmd", binary)
-	err := filepath.WalkDir(repoRoot, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(repoRoot, p)
-		if d.IsDir() {
-			switch rel {
-			case ".git", ".cache", "bench", "integration", "deploy", "docs":
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
+	walkCode(t, func(rel string, src []byte) {
 		dir := filepath.Dir(rel)
 		if strings.HasPrefix(dir, "cmd"+string(filepath.Separator)) && dir != own &&
 			!strings.HasPrefix(dir, filepath.Join("cmd", "internal")) {
-			return nil // another binary's flags
+			return // another binary's flags
 		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
+		if dir != own && !strings.Contains(string(src), "flag.FlagSet") {
+			return
 		}
-		if dir != own && !strings.Contains(string(b), "flag.FlagSet") {
-			return nil
-		}
-		addFlagLiterals(t, p, b, names)
-		return nil
+		addFlagLiterals(t, rel, src, names)
 	})
-	require.NoError(t, err)
 	require.True(t, names["log-level"] && names["data-dir"],
 		"%s: its flags were not found (%d names): has the way they are defined changed?", binary, len(names))
 	return names
