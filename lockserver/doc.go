@@ -1,10 +1,24 @@
-// Package lockserver is the sharedcontent coordinator (SPEC §3): a sharded
-// lock manager with one FIFO queue per (type, resource), leases with
-// keepalive and expiry, retained completions, persisted reference counts and
-// the HTTP API with Server-Sent Events that lockclient speaks.
+// Package lockserver is the coordinator's lock manager (docs/design.md §3):
+// Locker, the whole coordinator in process, with no HTTP type.
 //
-// Locker is the in-process API; Server serves it over HTTP. Locks, queues
-// and leases live in memory: after a restart, holders find their lease
-// unknown and waiters reconnect. Reference counts and the fence high-water
-// mark are persisted (bbolt) before a call returns.
+// Locks. Resources are spread over shards by FNV-1a of the resource ID, so
+// every lock type of one resource is decided under one mutex (§3.1). Each
+// (type, resource) has a FIFO queue; only a pull and an update may be held
+// together (§3.2). A grant is a lease with a fence, kept by keepalives and
+// released as a failure when they stop (§3.5); successful pulls and
+// deletes are remembered so that later requests skip (§3.3). One sweeper
+// per shard expires leases and prunes; no lock has a goroutine.
+//
+// References and members. Locker keeps each blob's reference set (§3.7),
+// the members with their sessions and syncs (§8.3, §8.4), one live
+// instance per node ID (§8.5), the cluster's identity and epoch, adoption
+// and forgetting (§8.10), member expiry on the reaper's evidence (§8.4),
+// the delete rule (§8.7) and remembered deletes (§8.9). Its durable state
+// goes through refcount.Storage, written before anything changes in
+// memory: a write the database refuses changes nothing (§3.11). Locks,
+// queues and leases live in memory only; after a restart holders find
+// their lease unknown, waiters reconnect and every member syncs again.
+//
+// lockserver/httpserver serves a Locker over HTTP; lockclient.NewEmbedded
+// drives one in process. The wire types are lockserver/api.
 package lockserver

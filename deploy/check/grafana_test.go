@@ -2,18 +2,13 @@ package check
 
 import (
 	"encoding/json"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
-
-// repoRoot is the main module, whose code defines the metrics.
-const repoRoot = "../.."
 
 var (
 	// metricDef is how the code names a metric: prometheus.*Opts{Name: "..."}.
@@ -30,31 +25,11 @@ var (
 func definedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
-	err := filepath.WalkDir(repoRoot, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(repoRoot, p)
-		if d.IsDir() {
-			switch rel {
-			case ".git", ".cache", "bench", "integration", "deploy", "docs":
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		for _, m := range metricDef.FindAllSubmatch(b, -1) {
+	walkCode(t, func(_ string, src []byte) {
+		for _, m := range metricDef.FindAllSubmatch(src, -1) {
 			names[string(m[1])] = true
 		}
-		return nil
 	})
-	require.NoError(t, err)
 	require.True(t, names["sharedcontent_members"] && names["sharedcontent_store_synced"],
 		"the code's metrics were not found (%d names): has the way they are defined changed?", len(names))
 	return names

@@ -29,7 +29,7 @@ import (
 
 const (
 	manifestDir = "../kubernetes"
-	// tokenSecret is the Secret README.md tells operators to create.
+	// tokenSecret is the Secret docs/kubernetes.md tells operators to create.
 	tokenSecret = "sharedcontent-token"
 )
 

@@ -1,14 +1,14 @@
-// Package lockservertest starts coordinators for tests: a real
-// lockserver.Server on a temp data directory, served over loopback HTTP
-// (or HTTPS, with mTLS) until the test ends, that a fault test can stop,
-// restart and wipe (Start); an in-memory Locker for the embedded mode
-// (NewLocker); a bare Handler on loopback (ServeHandler); and a free
-// address for a coordinator that is not up yet (FreeAddr).
+// Package lockservertest starts real coordinators for tests: Start serves
+// one over loopback HTTP (or HTTPS, with mTLS and node identity) on a
+// temporary data directory until the test ends, and a fault test can Stop,
+// Restart and Wipe it; NewLocker is an embedded coordinator with in-memory
+// storage; ServeHandler serves a bare Handler; FreeAddr gives an address
+// for a coordinator that is not up yet (docs/design.md §4).
 //
-// Every package's tests start their coordinators here, except
-// lockserver's own: its internal tests cannot import this package (it
-// imports lockserver), so they keep helpers that reach unexported state;
-// and integration/e2e, which runs the sharedcontent-lockserver binary.
+// The tests of lockclient, contentv2 and its adapter, plugin/builtin,
+// cmd/sharedcontentctl and integration use it. lockserver's own internal
+// tests cannot (this package imports lockserver) and keep helpers that
+// reach unexported state; integration/e2e runs the real binaries.
 //
 // Everything fails the test (require) rather than returning an error, and
 // everything it starts is stopped by t.Cleanup.

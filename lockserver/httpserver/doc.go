@@ -1,0 +1,13 @@
+// Package httpserver is the coordinator's HTTP side (docs/design.md §3):
+// Handler serves a lockserver.Locker's API (the endpoints of §3 and §8,
+// /healthz, /readyz and /metrics) over fasthttp, and turns the lock
+// manager's errors into HTTP statuses and JSON error codes at this edge.
+//
+// It owns what only HTTP needs: the event streams of waiting requests,
+// which take their connection over (§3.11); authentication and node
+// identity by token or client certificate (§9); the listener that bounds
+// connections before anything else is read, and the bounds on streams
+// (§9); RegisterFlags, which both daemons use so that every option is
+// spelled the same way; and OpenServer, which checks the data directory,
+// opens the database and returns a Server ready to serve.
+package httpserver
