@@ -50,7 +50,7 @@ func startOn(t *testing.T, path string, cut func(refcount.Op) bool, mutate ...fu
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	l, err = NewLocker(cfg, Options{Refs: refcount.NewManager(db, refcount.Config{}), State: db})
+	l, err = NewLocker(cfg, Options{Refs: refcount.NewManager(db), State: db})
 	require.NoError(t, err)
 	var once atomic.Bool
 	stop = func() {

@@ -156,7 +156,7 @@ func TestBoltMetaStore(t *testing.T) {
 // writes; ns/op falls as parallelism (-cpu) rises.
 func BenchmarkBoltAddRef(b *testing.B) {
 	s := openBolt(b, filepath.Join(b.TempDir(), "refcount.db"))
-	m := refcount.NewManager(s, refcount.Config{})
+	m := refcount.NewManager(s)
 	var n atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

@@ -4,109 +4,35 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"strings"
 	"sync"
 
 	"github.com/containerd/errdefs"
-
-	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // lockStripes is the number of mutexes that serialize per-resource updates.
 const lockStripes = 32
 
-// Config sets the Manager's policy.
-type Config struct {
-	// UpdateRequiresNoRef refuses an update while nodes other than the
-	// requester reference the resource, as a delete always is.
-	UpdateRequiresNoRef bool
-}
-
-// Manager applies the reference-count rules of the seeds' callback API on top
-// of a Storage. It is safe for concurrent use: the read-modify-write of one
-// resource's entry is serialized, so concurrent AddRef and RemoveRef calls
-// never lose an update. That guarantee covers only mutations made through
-// this Manager, so a Storage must have at most one Manager and be changed
-// through it alone. The Manager does not own the Storage: closing it is the
-// caller's job.
+// Manager changes reference sets on top of a Storage. It is safe for
+// concurrent use: the read-modify-write of one resource's entry is
+// serialized, so concurrent AddRef and RemoveRef calls never lose an
+// update. That guarantee covers only mutations made through this Manager,
+// so a Storage must have at most one Manager and be changed through it
+// alone. The Manager does not own the Storage: closing it is the caller's
+// job.
 //
-// Invalid arguments (an unknown api.OperationType, an empty resource or node ID)
-// are errors wrapping errdefs.ErrInvalidArgument. Storage errors are
-// returned as they are.
+// An empty resource or node ID is an error wrapping
+// errdefs.ErrInvalidArgument. Storage errors are returned as they are.
 type Manager struct {
 	storage Storage
-	cfg     Config
 	// stripes serialize mutations: the stripe of a resource (FNV-1a of its
 	// ID modulo lockStripes) is held from the read of its entry to the write.
 	// Reads that do not write take no stripe.
 	stripes [lockStripes]sync.Mutex
 }
 
-// NewManager returns a Manager over storage with the given policy.
-func NewManager(storage Storage, cfg Config) *Manager {
-	return &Manager{storage: storage, cfg: cfg}
-}
-
-// ShouldSkipOperation reports whether nodeID can skip op on the resource
-// because its effect is already there: a pull is skipped when nodeID already
-// references the resource; an update or delete is never skipped. reason is
-// set only when skip is true.
-func (m *Manager) ShouldSkipOperation(ctx context.Context, op api.OperationType, resourceID, nodeID string) (skip bool, reason string, err error) {
-	if err := validate(op, resourceID, nodeID); err != nil {
-		return false, "", err
-	}
-	if op != api.OperationPull {
-		return false, "", nil
-	}
-	rc, err := m.GetRefCount(ctx, resourceID)
-	if err != nil {
-		return false, "", err
-	}
-	if rc.Has(nodeID) {
-		return true, fmt.Sprintf("node %s already references %s", nodeID, resourceID), nil
-	}
-	return false, "", nil
-}
-
-// CanPerformOperation reports whether nodeID may perform op on the resource.
-// A pull is always allowed. A delete is refused while nodes other than nodeID
-// reference the resource, and so is an update when Config.UpdateRequiresNoRef
-// is set. reason, set only when ok is false, names the other nodes.
-func (m *Manager) CanPerformOperation(ctx context.Context, op api.OperationType, resourceID, nodeID string) (ok bool, reason string, err error) {
-	if err := validate(op, resourceID, nodeID); err != nil {
-		return false, "", err
-	}
-	if op == api.OperationPull || (op == api.OperationUpdate && !m.cfg.UpdateRequiresNoRef) {
-		return true, "", nil
-	}
-	rc, err := m.GetRefCount(ctx, resourceID)
-	if err != nil {
-		return false, "", err
-	}
-	if others := rc.Others(nodeID); len(others) > 0 {
-		return false, fmt.Sprintf("%s is referenced by other nodes: %s", resourceID, strings.Join(others, ", ")), nil
-	}
-	return true, "", nil
-}
-
-// UpdateRefCount records the outcome of op by nodeID and returns the
-// resource's reference count afterwards. A failed operation and an update
-// change nothing; a successful pull adds nodeID (writing nothing if it was
-// there already); a successful delete drops the resource's entry, so the
-// result is the empty set.
-func (m *Manager) UpdateRefCount(ctx context.Context, op api.OperationType, resourceID, nodeID string, success bool) (ReferenceCount, error) {
-	if err := validate(op, resourceID, nodeID); err != nil {
-		return ReferenceCount{}, err
-	}
-	switch {
-	case success && op == api.OperationPull:
-		return m.AddRef(ctx, resourceID, nodeID)
-	case success && op == api.OperationDelete:
-		unlock := m.lock(resourceID)
-		defer unlock()
-		return ReferenceCount{}, m.storage.Commit(ctx, new(Batch).DropRefs(resourceID))
-	}
-	return m.GetRefCount(ctx, resourceID)
+// NewManager returns a Manager over storage.
+func NewManager(storage Storage) *Manager {
+	return &Manager{storage: storage}
 }
 
 // GetRefCount returns the resource's reference count: the empty set, and a
@@ -232,13 +158,6 @@ func (m *Manager) lockBatch(b *Batch) (unlock func()) {
 			}
 		}
 	}
-}
-
-func validate(op api.OperationType, resourceID, nodeID string) error {
-	if !op.Valid() {
-		return fmt.Errorf("operation type %q: %w", op, errdefs.ErrInvalidArgument)
-	}
-	return validateIDs(resourceID, nodeID)
 }
 
 func validateIDs(resourceID, nodeID string) error {
