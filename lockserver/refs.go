@@ -103,21 +103,18 @@ func (l *Locker) RefsList(ctx context.Context, after string, limit int) (api.Ref
 		limit = defaultRefsPage
 	}
 	limit = min(limit, maxRefsPage)
-	var out api.RefsListResponse
-	errFull := fmt.Errorf("page full")
-	err := l.refs.List(ctx, func(id string, rc refcount.ReferenceCount) error {
-		if id <= after {
-			return nil
-		}
-		if len(out.Entries) == limit {
-			out.Next = out.Entries[limit-1].ResourceID
-			return errFull
-		}
-		out.Entries = append(out.Entries, api.RefsEntry{ResourceID: id, Nodes: rc.NodeList()})
-		return nil
-	})
-	if err != nil && err != errFull {
+	// One more than the page says whether another follows.
+	page, err := l.refs.List(ctx, after, limit+1)
+	if err != nil {
 		return api.RefsListResponse{}, fmt.Errorf("refs list: %w", err)
+	}
+	var out api.RefsListResponse
+	if len(page) > limit {
+		page = page[:limit]
+		out.Next = page[limit-1].ResourceID
+	}
+	for _, e := range page {
+		out.Entries = append(out.Entries, api.RefsEntry{ResourceID: e.ResourceID, Nodes: e.Refs.NodeList()})
 	}
 	return out, nil
 }

@@ -89,7 +89,6 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	locker, err := NewLocker(cfg.Config, Options{
 		Refs:       refcount.NewManager(storage),
-		State:      storage,
 		Registerer: reg,
 	})
 	if err != nil {

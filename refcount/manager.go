@@ -2,7 +2,6 @@ package refcount
 
 import (
 	"context"
-	"fmt"
 	"hash/fnv"
 	"sync"
 
@@ -13,19 +12,19 @@ import (
 const lockStripes = 32
 
 // Manager changes reference sets on top of a Storage. It is safe for
-// concurrent use: the read-modify-write of one resource's entry is
-// serialized, so concurrent AddRef and RemoveRef calls never lose an
-// update. That guarantee covers only mutations made through this Manager,
-// so a Storage must have at most one Manager and be changed through it
-// alone. The Manager does not own the Storage: closing it is the caller's
-// job.
+// concurrent use: the read-modify-write of one resource's set is
+// serialized, so concurrent AddRef and RemoveRef calls each return the set
+// as their own write left it. That guarantee covers only writes made
+// through this Manager, so a Storage must have at most one Manager and its
+// reference sets be changed through it alone. The Manager does not own
+// the Storage: closing it is the caller's job.
 //
 // An empty resource or node ID is an error wrapping
 // errdefs.ErrInvalidArgument. Storage errors are returned as they are.
 type Manager struct {
 	storage Storage
-	// stripes serialize mutations: the stripe of a resource (FNV-1a of its
-	// ID modulo lockStripes) is held from the read of its entry to the write.
+	// stripes serialize writes: the stripe of a resource (FNV-1a of its
+	// ID modulo lockStripes) is held from the read of its set to the write.
 	// Reads that do not write take no stripe.
 	stripes [lockStripes]sync.Mutex
 }
@@ -51,36 +50,32 @@ func (m *Manager) GetRefCount(ctx context.Context, resourceID string) (Reference
 // AddRef adds nodeID to the resource's references and returns the result.
 // Adding a node that is already there writes nothing.
 func (m *Manager) AddRef(ctx context.Context, resourceID, nodeID string) (ReferenceCount, error) {
-	return m.modify(ctx, resourceID, nodeID, (*ReferenceCount).Add)
+	return m.modify(ctx, new(Batch).AddRef(resourceID, nodeID), (*ReferenceCount).Add)
 }
 
 // RemoveRef removes nodeID from the resource's references and returns the
 // result. The entry is dropped when no reference is left; removing a node
 // that is not there writes nothing.
 func (m *Manager) RemoveRef(ctx context.Context, resourceID, nodeID string) (ReferenceCount, error) {
-	return m.modify(ctx, resourceID, nodeID, (*ReferenceCount).Remove)
+	return m.modify(ctx, new(Batch).RemoveRef(resourceID, nodeID), (*ReferenceCount).Remove)
 }
 
-// modify applies change to the resource's entry under its stripe and stores
-// the result if change reports a change: an empty set is deleted.
-func (m *Manager) modify(ctx context.Context, resourceID, nodeID string, change func(*ReferenceCount, string) bool) (ReferenceCount, error) {
-	if err := validateIDs(resourceID, nodeID); err != nil {
+// modify commits b, a one-write batch that adds or removes a node, under
+// the resource's stripe, if change reports that the write changes the
+// set; it returns the set after the write.
+func (m *Manager) modify(ctx context.Context, b *Batch, change func(*ReferenceCount, string) bool) (ReferenceCount, error) {
+	op := b.ops[0]
+	if err := validateIDs(op.Key, op.Node); err != nil {
 		return ReferenceCount{}, err
 	}
-	unlock := m.lock(resourceID)
+	unlock := m.lock(op.Key)
 	defer unlock()
-	rc, err := m.GetRefCount(ctx, resourceID)
+	rc, err := m.GetRefCount(ctx, op.Key)
 	if err != nil {
 		return ReferenceCount{}, err
 	}
-	if !change(&rc, nodeID) {
+	if !change(&rc, op.Node) {
 		return rc, nil
-	}
-	b := new(Batch)
-	if rc.Count == 0 {
-		b.DropRefs(resourceID)
-	} else {
-		b.SetRefs(resourceID, rc)
 	}
 	if err := m.storage.Commit(ctx, b); err != nil {
 		return ReferenceCount{}, err
@@ -88,8 +83,8 @@ func (m *Manager) modify(ctx context.Context, resourceID, nodeID string, change 
 	return rc, nil
 }
 
-// ReplaceNode makes nodeID a reference of exactly refs (SPEC §8: a node's
-// full sync, or forgetting a node with nil refs), atomically with respect
+// ReplaceNode makes nodeID a reference of exactly refs (a node's full
+// sync, or forgetting a node with nil refs), atomically with respect
 // to every other mutation made through this Manager.
 func (m *Manager) ReplaceNode(ctx context.Context, nodeID string, refs map[string]struct{}) error {
 	if nodeID == "" {
@@ -112,10 +107,9 @@ func (m *Manager) Commit(ctx context.Context, b *Batch) error {
 // sets must go through the Manager; reads of the rest may go direct.
 func (m *Manager) Storage() Storage { return m.storage }
 
-// List calls fn for every resource with references, in resource ID order
-// (a snapshot; see Storage.List).
-func (m *Manager) List(ctx context.Context, fn func(resourceID string, rc ReferenceCount) error) error {
-	return m.storage.List(ctx, fn)
+// List returns a page of the reference sets (Storage.List).
+func (m *Manager) List(ctx context.Context, after string, limit int) ([]Entry, error) {
+	return m.storage.List(ctx, after, limit)
 }
 
 // lock locks the resource's stripe and returns its unlock.
@@ -168,8 +162,4 @@ func validateIDs(resourceID, nodeID string) error {
 		return errEmpty("node ID")
 	}
 	return nil
-}
-
-func errEmpty(what string) error {
-	return fmt.Errorf("empty %s: %w", what, errdefs.ErrInvalidArgument)
 }

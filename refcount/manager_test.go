@@ -28,9 +28,13 @@ func forEachStorage(t *testing.T, refs map[string][]string, fn func(*testing.T, 
 	for _, st := range storages {
 		t.Run(st.name, func(t *testing.T) {
 			s := &countingStorage{Storage: st.new(t)}
+			b := new(refcount.Batch)
 			for id, nodes := range refs {
-				require.NoError(t, s.Storage.Set(t.Context(), id, refcount.New(nodes...)))
+				for _, n := range nodes {
+					b.AddRef(id, n)
+				}
 			}
+			require.NoError(t, s.Storage.Commit(t.Context(), b))
 			fn(t, refcount.NewManager(s), s)
 		})
 	}
