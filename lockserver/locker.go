@@ -678,14 +678,14 @@ func (l *Locker) checkNoOtherRefs(ctx context.Context, id, node string) error {
 		rc = rc.Clone()
 		rc.Remove(node)
 	}
-	if rc.Count > 0 {
+	if rc.Len() > 0 {
 		return inUse(id, rc)
 	}
 	return nil
 }
 
-func inUse(id string, rc refcount.ReferenceCount) error {
-	return &api.InUseError{Refs: api.RefsResponse{ResourceID: id, Count: rc.Count, Nodes: rc.NodeList()}}
+func inUse(id string, rc refcount.Set) error {
+	return &api.InUseError{Refs: api.RefsResponse{ResourceID: id, Count: rc.Len(), Nodes: rc.NodeList()}}
 }
 
 func (l *Locker) lockedError(r *resource, t typeIndex) error {

@@ -52,7 +52,7 @@ func (l *Locker) addRef(ctx context.Context, resourceID, nodeID string, found bo
 	}
 	l.noteRef(nodeID, resourceID, true)
 	var (
-		rc  refcount.ReferenceCount
+		rc  refcount.Set
 		err error
 	)
 	failpoint.Inject(failpoint.CoordAddRefBefore)
@@ -71,7 +71,7 @@ func (l *Locker) addRef(ctx context.Context, resourceID, nodeID string, found bo
 	}
 	failpoint.Inject(failpoint.CoordAddRefAfter)
 	l.noteActivity(sh, resourceID, l.now())
-	return api.RefsResponse{ResourceID: resourceID, Count: rc.Count, Nodes: rc.NodeList()}, nil
+	return api.RefsResponse{ResourceID: resourceID, Count: rc.Len(), Nodes: rc.NodeList()}, nil
 }
 
 // staleView refuses a node's use of a blob it found present while the
@@ -133,5 +133,5 @@ func (l *Locker) Refs(ctx context.Context, resourceID string) (api.RefsResponse,
 	if err != nil {
 		return api.RefsResponse{}, fmt.Errorf("refs %s: %w", resourceID, err)
 	}
-	return api.RefsResponse{ResourceID: resourceID, Count: rc.Count, Nodes: rc.NodeList()}, nil
+	return api.RefsResponse{ResourceID: resourceID, Count: rc.Len(), Nodes: rc.NodeList()}, nil
 }

@@ -33,8 +33,8 @@ var (
 	ownerKey        = []byte("fence")
 )
 
-// boltRecord is the stored form of a ReferenceCount. Count is written for
-// people reading the file; decoding recomputes it from Nodes.
+// boltRecord is the stored form of a Set. Count is written for people
+// reading the file; decoding ignores it.
 type boltRecord struct {
 	Count int      `json:"count"`
 	Nodes []string `json:"nodes"`
@@ -186,9 +186,9 @@ func (s *BoltStorage) view(ctx context.Context, fn func(*bolt.Tx) error) error {
 
 // Get implements Storage. A stored value that does not decode is an error
 // wrapping errdefs.ErrDataLoss.
-func (s *BoltStorage) Get(ctx context.Context, resourceID string) (ReferenceCount, error) {
+func (s *BoltStorage) Get(ctx context.Context, resourceID string) (Set, error) {
 	var (
-		rc    ReferenceCount
+		rc    Set
 		found bool
 	)
 	err := s.view(ctx, func(tx *bolt.Tx) error {
@@ -202,10 +202,10 @@ func (s *BoltStorage) Get(ctx context.Context, resourceID string) (ReferenceCoun
 		return err
 	})
 	if err != nil {
-		return ReferenceCount{}, fmt.Errorf("refcount %s: %w", resourceID, err)
+		return Set{}, fmt.Errorf("refcount %s: %w", resourceID, err)
 	}
 	if !found {
-		return ReferenceCount{}, fmt.Errorf("refcount %s: %w", resourceID, errdefs.ErrNotFound)
+		return Set{}, fmt.Errorf("refcount %s: %w", resourceID, errdefs.ErrNotFound)
 	}
 	return rc, nil
 }
@@ -239,8 +239,8 @@ func (s *BoltStorage) List(ctx context.Context, after string, limit int) ([]Entr
 }
 
 // putRecord stores rc under id in b, or drops the entry when rc is empty.
-func putRecord(b *bolt.Bucket, id string, rc ReferenceCount) error {
-	if rc.Count == 0 {
+func putRecord(b *bolt.Bucket, id string, rc Set) error {
+	if rc.Len() == 0 {
 		return b.Delete([]byte(id))
 	}
 	nodes := rc.NodeList()
@@ -270,12 +270,12 @@ func (s *BoltStorage) Close() error {
 	return f.db.Close()
 }
 
-// decodeRecord decodes a stored boltRecord. Count is recomputed from the
-// node set, never taken from the record.
-func decodeRecord(v []byte) (ReferenceCount, error) {
+// decodeRecord decodes a stored boltRecord. Its Count is not trusted:
+// the set is its Nodes.
+func decodeRecord(v []byte) (Set, error) {
 	var r boltRecord
 	if err := json.Unmarshal(v, &r); err != nil {
-		return ReferenceCount{}, fmt.Errorf("decode stored value: %w: %w", errdefs.ErrDataLoss, err)
+		return Set{}, fmt.Errorf("decode stored value: %w: %w", errdefs.ErrDataLoss, err)
 	}
-	return New(r.Nodes...), nil
+	return NewSet(r.Nodes...), nil
 }

@@ -114,7 +114,7 @@ func bucketOf(k OpKind) []byte {
 
 // changeRef adds node to (or removes it from) the entry id of b.
 func changeRef(b *bolt.Bucket, id, node string, add bool) error {
-	var rc ReferenceCount
+	var rc Set
 	if v := b.Get([]byte(id)); v != nil {
 		var err error
 		if rc, err = decodeRecord(v); err != nil {
@@ -131,7 +131,7 @@ func changeRef(b *bolt.Bucket, id, node string, add bool) error {
 func replaceNode(b *bolt.Bucket, node string, refs map[string]struct{}) error {
 	type change struct {
 		id string
-		rc ReferenceCount
+		rc Set
 	}
 	var changes []change
 	err := b.ForEach(func(k, v []byte) error {

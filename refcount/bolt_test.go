@@ -50,7 +50,7 @@ func TestBoltPersistence(t *testing.T) {
 	require.Equal(t, fence+1, s.Fence(), "opening the file takes it over")
 	rc, err := s.Get(ctx, "r1")
 	require.NoError(t, err)
-	require.Equal(t, 2, rc.Count)
+	require.Equal(t, 2, rc.Len())
 	require.Equal(t, []string{"a", "b"}, rc.NodeList())
 	_, err = s.Get(ctx, "r2")
 	require.True(t, errdefs.IsNotFound(err), "got %v", err)
@@ -171,7 +171,7 @@ func TestBoltDecode(t *testing.T) {
 
 	rc, err := s.Get(ctx, "lying")
 	require.NoError(t, err)
-	require.Equal(t, 2, rc.Count, "the stored count is not trusted")
+	require.Equal(t, 2, rc.Len(), "the stored count is not trusted")
 	require.Equal(t, []string{"a", "b"}, rc.NodeList())
 
 	_, err = s.Get(ctx, "corrupt")

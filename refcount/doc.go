@@ -2,7 +2,7 @@
 // sets (which nodes reference each blob), the members, the coordinator's
 // identity, the fence high-water mark, small meta values, and the deletes
 // in flight or completed (docs/design.md, "Never lose a blob"). It holds
-// the model (ReferenceCount, Member, DeleteMarker, DeleteCompletion), the
+// the model (Set, Member, DeleteMarker, DeleteCompletion), the
 // Storage interface with its in-memory and bbolt implementations, the
 // conformance suite every implementation passes (refcount/storagetest),
 // and the Manager that serializes changes to one reference set.

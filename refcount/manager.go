@@ -34,51 +34,51 @@ func NewManager(storage Storage) *Manager {
 	return &Manager{storage: storage}
 }
 
-// GetRefCount returns the resource's reference count: the empty set, and a
+// GetRefCount returns the resource's reference set: the empty set, and a
 // nil error, when it has no entry.
-func (m *Manager) GetRefCount(ctx context.Context, resourceID string) (ReferenceCount, error) {
+func (m *Manager) GetRefCount(ctx context.Context, resourceID string) (Set, error) {
 	if resourceID == "" {
-		return ReferenceCount{}, errEmpty("resource ID")
+		return Set{}, errEmpty("resource ID")
 	}
 	rc, err := m.storage.Get(ctx, resourceID)
 	if errdefs.IsNotFound(err) {
-		return ReferenceCount{}, nil
+		return Set{}, nil
 	}
 	return rc, err
 }
 
 // AddRef adds nodeID to the resource's references and returns the result.
 // Adding a node that is already there writes nothing.
-func (m *Manager) AddRef(ctx context.Context, resourceID, nodeID string) (ReferenceCount, error) {
-	return m.modify(ctx, new(Batch).AddRef(resourceID, nodeID), (*ReferenceCount).Add)
+func (m *Manager) AddRef(ctx context.Context, resourceID, nodeID string) (Set, error) {
+	return m.modify(ctx, new(Batch).AddRef(resourceID, nodeID), (*Set).Add)
 }
 
 // RemoveRef removes nodeID from the resource's references and returns the
 // result. The entry is dropped when no reference is left; removing a node
 // that is not there writes nothing.
-func (m *Manager) RemoveRef(ctx context.Context, resourceID, nodeID string) (ReferenceCount, error) {
-	return m.modify(ctx, new(Batch).RemoveRef(resourceID, nodeID), (*ReferenceCount).Remove)
+func (m *Manager) RemoveRef(ctx context.Context, resourceID, nodeID string) (Set, error) {
+	return m.modify(ctx, new(Batch).RemoveRef(resourceID, nodeID), (*Set).Remove)
 }
 
 // modify commits b, a one-write batch that adds or removes a node, under
 // the resource's stripe, if change reports that the write changes the
 // set; it returns the set after the write.
-func (m *Manager) modify(ctx context.Context, b *Batch, change func(*ReferenceCount, string) bool) (ReferenceCount, error) {
+func (m *Manager) modify(ctx context.Context, b *Batch, change func(*Set, string) bool) (Set, error) {
 	op := b.ops[0]
 	if err := validateIDs(op.Key, op.Node); err != nil {
-		return ReferenceCount{}, err
+		return Set{}, err
 	}
 	unlock := m.lock(op.Key)
 	defer unlock()
 	rc, err := m.GetRefCount(ctx, op.Key)
 	if err != nil {
-		return ReferenceCount{}, err
+		return Set{}, err
 	}
 	if !change(&rc, op.Node) {
 		return rc, nil
 	}
 	if err := m.storage.Commit(ctx, b); err != nil {
-		return ReferenceCount{}, err
+		return Set{}, err
 	}
 	return rc, nil
 }

@@ -23,7 +23,7 @@ type memoryState struct {
 	owner uint64
 	// entries holds private deep copies; nothing outside the storage aliases
 	// their Nodes maps.
-	entries map[string]ReferenceCount
+	entries map[string]Set
 	members map[string]Member
 	// strs and uints hold the meta values, the identity and the fence
 	// high-water mark under their bbolt keys.
@@ -46,7 +46,7 @@ type memoryStorage struct {
 func NewMemoryStorage() LocalStorage {
 	st := &memoryState{
 		owner:     1,
-		entries:   map[string]ReferenceCount{},
+		entries:   map[string]Set{},
 		members:   map[string]Member{},
 		strs:      map[string]string{},
 		uints:     map[string]uint64{},
@@ -88,15 +88,15 @@ func (s *memoryStorage) usable(ctx context.Context) error {
 	return nil
 }
 
-func (s *memoryStorage) Get(ctx context.Context, resourceID string) (ReferenceCount, error) {
+func (s *memoryStorage) Get(ctx context.Context, resourceID string) (Set, error) {
 	unlock, err := s.read(ctx)
 	if err != nil {
-		return ReferenceCount{}, err
+		return Set{}, err
 	}
 	defer unlock()
 	rc, ok := s.st.entries[resourceID]
 	if !ok {
-		return ReferenceCount{}, fmt.Errorf("refcount %s: %w", resourceID, errdefs.ErrNotFound)
+		return Set{}, fmt.Errorf("refcount %s: %w", resourceID, errdefs.ErrNotFound)
 	}
 	return rc.Clone(), nil
 }
@@ -199,10 +199,10 @@ func (st *memoryState) replaceNode(node string, refs map[string]struct{}) {
 
 // dropNode stores rc without node under id, dropping the entry if that
 // leaves it empty. Callers hold mu exclusively.
-func (st *memoryState) dropNode(id string, rc ReferenceCount, node string) {
+func (st *memoryState) dropNode(id string, rc Set, node string) {
 	rc = rc.Clone()
 	rc.Remove(node)
-	if rc.Count == 0 {
+	if rc.Len() == 0 {
 		delete(st.entries, id)
 	} else {
 		st.entries[id] = rc

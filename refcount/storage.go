@@ -19,8 +19,8 @@ import (
 // Close returns ctx.Err() when ctx is already done; a Commit that has
 // started is not interrupted. Values are copied in and out: changing a
 // Batch's arguments, or a value a read returns, never changes what is
-// stored. A stored reference set is never empty (its last node removed,
-// it is dropped) and its Count is always len(Nodes).
+// stored. A stored reference set is never empty: its last node removed,
+// it is dropped.
 //
 // Reads see the state as the last Commit through any handle left it; they
 // are not guarded, so a handle that was taken over still reads (what it
@@ -28,7 +28,7 @@ import (
 type Storage interface {
 	// Get returns the resource's reference set, or an error wrapping
 	// errdefs.ErrNotFound when the resource has none.
-	Get(ctx context.Context, resourceID string) (ReferenceCount, error)
+	Get(ctx context.Context, resourceID string) (Set, error)
 	// List returns, in resource ID order, up to limit reference sets with
 	// a resource ID greater than after ("" starts at the first). A page
 	// shorter than limit is the last one. limit must be positive (an
@@ -86,7 +86,7 @@ var ErrFenced = fmt.Errorf("refcount: the storage was taken over by a newer owne
 // Entry is one resource's reference set in a List page.
 type Entry struct {
 	ResourceID string
-	Refs       ReferenceCount
+	Refs       Set
 }
 
 // Identity is the coordinator's identity as it is stored: the cluster ID
