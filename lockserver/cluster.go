@@ -18,33 +18,21 @@ import (
 // lost its database (another cluster ID: the node treats it as
 // unreachable until an operator adopts the root).
 
-// Keys of the identity in the StateStore.
-const (
-	clusterIDKey = "cluster_id"
-	epochKey     = "epoch"
-)
-
 // startEpoch reads (creating) the cluster ID and starts a new epoch, in
 // one transaction.
 func (l *Locker) startEpoch(ctx context.Context) error {
-	id, err := l.state.GetString(ctx, clusterIDKey)
+	id, err := l.state.Identity(ctx)
 	if err != nil {
-		return fmt.Errorf("lockserver: reading the cluster id: %w", err)
+		return fmt.Errorf("lockserver: reading the cluster id and epoch: %w", err)
 	}
-	epoch, err := l.state.GetUint64(ctx, epochKey)
-	if err != nil {
-		return fmt.Errorf("lockserver: reading the epoch: %w", err)
+	if id.ClusterID == "" {
+		id.ClusterID = newID()
 	}
-	b := new(refcount.Batch)
-	if id == "" {
-		id = newID()
-		b.PutString(clusterIDKey, id)
-	}
-	epoch++
-	if err := l.refs.Commit(ctx, b.PutUint64(epochKey, epoch)); err != nil {
+	id.Epoch++
+	if err := l.refs.Commit(ctx, new(refcount.Batch).PutIdentity(id)); err != nil {
 		return fmt.Errorf("lockserver: writing the cluster id and epoch: %w", err)
 	}
-	l.cluster.Store(&api.Cluster{ClusterID: id, Epoch: epoch})
+	l.cluster.Store(&api.Cluster{ClusterID: id.ClusterID, Epoch: id.Epoch})
 	return nil
 }
 
@@ -91,7 +79,7 @@ func (l *Locker) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, 
 		added = append(added, rec)
 	}
 	c := api.Cluster{ClusterID: req.ClusterID, Epoch: cur.Epoch + 1}
-	b.PutString(clusterIDKey, c.ClusterID).PutUint64(epochKey, c.Epoch)
+	b.PutIdentity(refcount.Identity{ClusterID: c.ClusterID, Epoch: c.Epoch})
 	failpoint.Inject(failpoint.CoordAdoptBeforeCommit)
 	if err := l.commit(ctx, b); err != nil {
 		return api.Cluster{}, fmt.Errorf("adopt: nothing was changed; run the same command again: %w", err)

@@ -38,7 +38,7 @@ func (l *Locker) loadDeletes(ctx context.Context) error {
 	b := new(refcount.Batch)
 	for id, m := range d.InFlight {
 		c := refcount.DeleteCompletion{Node: m.Node, At: now, Lapsed: true}
-		b.DropDeleting(id).PutDeleted(id, c)
+		b.DropDeleting(id).PutDeleted(id, c).Break()
 		d.Completed[id] = c
 	}
 	if err := l.refs.Commit(ctx, b); err != nil {
@@ -92,7 +92,7 @@ func (l *Locker) pruneDeleted(ctx context.Context, ids []string) {
 	}
 	b := new(refcount.Batch)
 	for _, id := range ids {
-		b.DropDeleted(id)
+		b.DropDeleted(id).Break()
 	}
 	if err := l.commit(ctx, b); err != nil {
 		log.G(ctx).WithError(err).WithField("completions", len(ids)).Warn("pruning delete completions; a restart retains them again")

@@ -8,15 +8,6 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// FenceStore persists the fence high-water mark. refcount's storages
-// implement it.
-type FenceStore interface {
-	GetUint64(ctx context.Context, key string) (uint64, error)
-	PutUint64(ctx context.Context, key string, v uint64) error
-}
-
-const fenceKey = "fence_high_water_mark"
-
 // fenceSource hands out strictly increasing fences. It reserves them in
 // blocks: before handing out fences up to hwm it persists hwm, so after a
 // restart it starts above every fence ever handed out.
@@ -32,12 +23,12 @@ type fenceSource struct {
 // newFenceSource reads the persisted high-water mark and returns the
 // Locker's fence source, which persists the next ones with commit.
 func (l *Locker) newFenceSource(ctx context.Context, block uint64) (*fenceSource, error) {
-	hwm, err := l.state.GetUint64(ctx, fenceKey)
+	hwm, err := l.state.FenceMark(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading fence high-water mark: %w", err)
 	}
 	put := func(hwm uint64) error {
-		return l.refs.Commit(context.Background(), new(refcount.Batch).PutUint64(fenceKey, hwm))
+		return l.refs.Commit(context.Background(), new(refcount.Batch).PutFenceMark(hwm))
 	}
 	return &fenceSource{put: put, block: block, last: hwm, hwm: hwm}, nil
 }

@@ -43,7 +43,7 @@ func TestFullDisk(t *testing.T) {
 	})
 	t.Run("injected", func(t *testing.T) {
 		disk := &fullDisk{Storage: refcount.NewMemoryStorage()}
-		l, err := NewLocker(DefaultConfig(), Options{Refs: refcount.NewManager(disk, refcount.Config{}), State: disk})
+		l, err := NewLocker(DefaultConfig(), Options{Refs: refcount.NewManager(disk)})
 		require.NoError(t, err)
 		t.Cleanup(func() { l.Close() })
 		base := serveHandler(t, NewHandler(l))

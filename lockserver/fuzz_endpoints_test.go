@@ -102,7 +102,7 @@ func fuzzCoordinator(f *testing.F) (*Locker, string) {
 	cfg := DefaultConfig()
 	cfg.LeaseTTL, cfg.ClaimTimeout, cfg.CompletedTTL = 24*time.Hour, 24*time.Hour, 24*time.Hour
 	cfg.SessionTTL, cfg.NodeExpiry = 24*time.Hour, 48*time.Hour
-	l, err := NewLocker(cfg, Options{Refs: refcount.NewManager(refcount.NewMemoryStorage(), refcount.Config{})})
+	l, err := NewLocker(cfg, Options{Refs: refcount.NewManager(refcount.NewMemoryStorage())})
 	if err != nil {
 		f.Fatal(err)
 	}

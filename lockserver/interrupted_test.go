@@ -50,7 +50,7 @@ func startOn(t *testing.T, path string, cut func(refcount.Op) bool, mutate ...fu
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	l, err = NewLocker(cfg, Options{Refs: refcount.NewManager(db, refcount.Config{}), State: db})
+	l, err = NewLocker(cfg, Options{Refs: refcount.NewManager(db)})
 	require.NoError(t, err)
 	var once atomic.Bool
 	stop = func() {
@@ -81,7 +81,7 @@ func memberIDs(t *testing.T, l *Locker) []string {
 func TestAdoptInterrupted(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "db")
-	l, db, stop := startOn(t, path, func(op refcount.Op) bool { return op.Kind == refcount.OpPutString && op.Key == clusterIDKey })
+	l, db, stop := startOn(t, path, func(op refcount.Op) bool { return op.Kind == refcount.OpPutIdentity })
 	old := l.Cluster()
 	req := api.AdoptRequest{ClusterID: "the-roots-cluster", Nodes: []string{"n1", "n2"}}
 

@@ -26,7 +26,7 @@ import (
 type Locker struct {
 	cfg     Config
 	refs    *refcount.Manager
-	state   refcount.Storage // the Manager's storage; written only through commit
+	state   refcount.Storage // the Manager's storage; written only through it
 	fences  *fenceSource
 	cluster atomic.Pointer[api.Cluster] // the coordinator's identity
 	// writeFailing is set from a failed database write until one
@@ -80,15 +80,12 @@ const maxFreeResources = 64
 
 // Options are the collaborators of a Locker.
 type Options struct {
-	// Refs holds the reference sets. Required.
+	// Refs holds the reference sets. Required. Its storage holds the
+	// rest of the coordinator's durable state too (the fence high-water
+	// mark, the identity, the members and the deletes), so that one
+	// transaction can change them together. On a memory storage, fences
+	// restart from 1 and every Locker is a new cluster.
 	Refs *refcount.Manager
-	// State, when set, must be Refs' storage: the fence high-water mark,
-	// the coordinator's identity, its members and its deletes live in the
-	// same database as the reference sets, so that one transaction can
-	// change them together. Refs' storage is used whether or not it is
-	// set (a memory storage: fences restart from 1 and every Locker is a
-	// new cluster).
-	State StateStore
 	// Registerer receives the Prometheus metrics. Nil registers nowhere.
 	Registerer prometheus.Registerer
 }
@@ -108,9 +105,6 @@ func newLocker(cfg Config, opts Options, now func() time.Time) (*Locker, error) 
 		return nil, fmt.Errorf("lockserver: refcount manager is required: %w", api.ErrInvalidArgument)
 	}
 	state := opts.Refs.Storage()
-	if opts.State != nil && any(opts.State) != any(state) {
-		return nil, fmt.Errorf("lockserver: the state store must be the reference storage (one database): %w", api.ErrInvalidArgument)
-	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
@@ -684,14 +678,14 @@ func (l *Locker) checkNoOtherRefs(ctx context.Context, id, node string) error {
 		rc = rc.Clone()
 		rc.Remove(node)
 	}
-	if rc.Count > 0 {
+	if rc.Len() > 0 {
 		return inUse(id, rc)
 	}
 	return nil
 }
 
-func inUse(id string, rc refcount.ReferenceCount) error {
-	return &api.InUseError{Refs: api.RefsResponse{ResourceID: id, Count: rc.Count, Nodes: rc.NodeList()}}
+func inUse(id string, rc refcount.Set) error {
+	return &api.InUseError{Refs: api.RefsResponse{ResourceID: id, Count: rc.Len(), Nodes: rc.NodeList()}}
 }
 
 func (l *Locker) lockedError(r *resource, t typeIndex) error {

@@ -23,14 +23,14 @@ func newTestLocker(t testing.TB, mutate ...func(*Config)) *Locker {
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	l, err := NewLocker(cfg, Options{Refs: refcount.NewManager(refcount.NewMemoryStorage(), refcount.Config{UpdateRequiresNoRef: cfg.UpdateRequiresNoRef})})
+	l, err := NewLocker(cfg, Options{Refs: refcount.NewManager(refcount.NewMemoryStorage())})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	return l
 }
 
 func newTestRefs() *refcount.Manager {
-	return refcount.NewManager(refcount.NewMemoryStorage(), refcount.Config{})
+	return refcount.NewManager(refcount.NewMemoryStorage())
 }
 
 func lockReq(typ api.OperationType, node string) api.LockRequest {
@@ -533,7 +533,7 @@ func (s *gatedStorage) Commit(ctx context.Context, b *refcount.Batch) error {
 func newGatedLocker(t *testing.T) (*Locker, *gatedStorage) {
 	t.Helper()
 	store := &gatedStorage{Storage: refcount.NewMemoryStorage(), entered: make(chan struct{}), open: make(chan struct{})}
-	l, err := NewLocker(DefaultConfig(), Options{Refs: refcount.NewManager(store, refcount.Config{})})
+	l, err := NewLocker(DefaultConfig(), Options{Refs: refcount.NewManager(store)})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	return l, store

@@ -341,7 +341,7 @@ func (l *Locker) checkDeleteRule(ctx context.Context, resourceID string, countRe
 		if err != nil {
 			return fmt.Errorf("delete:%s: %w", resourceID, err)
 		}
-		if rc.Count > 0 {
+		if rc.Len() > 0 {
 			return inUse(resourceID, rc)
 		}
 	}

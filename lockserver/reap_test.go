@@ -36,7 +36,7 @@ func startClockedPeers(t *testing.T, grace time.Duration) (*peers, *testClock, t
 	cfg.ReapGrace = grace
 	clock := &testClock{}
 	started := clock.now()
-	l, err := newLocker(cfg, Options{Refs: refcount.NewManager(refcount.NewMemoryStorage(), refcount.Config{})}, clock.now)
+	l, err := newLocker(cfg, Options{Refs: refcount.NewManager(refcount.NewMemoryStorage())}, clock.now)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, l.Close()) })
 	tokens := map[string]string{"node-a": "tok-a", "node-c": "tok-c", "mallory": "tok-m"}

@@ -52,7 +52,7 @@ func (l *Locker) addRef(ctx context.Context, resourceID, nodeID string, found bo
 	}
 	l.noteRef(nodeID, resourceID, true)
 	var (
-		rc  refcount.ReferenceCount
+		rc  refcount.Set
 		err error
 	)
 	failpoint.Inject(failpoint.CoordAddRefBefore)
@@ -71,7 +71,7 @@ func (l *Locker) addRef(ctx context.Context, resourceID, nodeID string, found bo
 	}
 	failpoint.Inject(failpoint.CoordAddRefAfter)
 	l.noteActivity(sh, resourceID, l.now())
-	return api.RefsResponse{ResourceID: resourceID, Count: rc.Count, Nodes: rc.NodeList()}, nil
+	return api.RefsResponse{ResourceID: resourceID, Count: rc.Len(), Nodes: rc.NodeList()}, nil
 }
 
 // staleView refuses a node's use of a blob it found present while the
@@ -103,21 +103,18 @@ func (l *Locker) RefsList(ctx context.Context, after string, limit int) (api.Ref
 		limit = defaultRefsPage
 	}
 	limit = min(limit, maxRefsPage)
-	var out api.RefsListResponse
-	errFull := fmt.Errorf("page full")
-	err := l.refs.List(ctx, func(id string, rc refcount.ReferenceCount) error {
-		if id <= after {
-			return nil
-		}
-		if len(out.Entries) == limit {
-			out.Next = out.Entries[limit-1].ResourceID
-			return errFull
-		}
-		out.Entries = append(out.Entries, api.RefsEntry{ResourceID: id, Nodes: rc.NodeList()})
-		return nil
-	})
-	if err != nil && err != errFull {
+	// One more than the page says whether another follows.
+	page, err := l.refs.List(ctx, after, limit+1)
+	if err != nil {
 		return api.RefsListResponse{}, fmt.Errorf("refs list: %w", err)
+	}
+	var out api.RefsListResponse
+	if len(page) > limit {
+		page = page[:limit]
+		out.Next = page[limit-1].ResourceID
+	}
+	for _, e := range page {
+		out.Entries = append(out.Entries, api.RefsEntry{ResourceID: e.ResourceID, Nodes: e.Refs.NodeList()})
 	}
 	return out, nil
 }
@@ -136,5 +133,5 @@ func (l *Locker) Refs(ctx context.Context, resourceID string) (api.RefsResponse,
 	if err != nil {
 		return api.RefsResponse{}, fmt.Errorf("refs %s: %w", resourceID, err)
 	}
-	return api.RefsResponse{ResourceID: resourceID, Count: rc.Count, Nodes: rc.NodeList()}, nil
+	return api.RefsResponse{ResourceID: resourceID, Count: rc.Len(), Nodes: rc.NodeList()}, nil
 }

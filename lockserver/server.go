@@ -88,8 +88,7 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	locker, err := NewLocker(cfg.Config, Options{
-		Refs:       refcount.NewManager(storage, refcount.Config{UpdateRequiresNoRef: cfg.UpdateRequiresNoRef}),
-		State:      storage,
+		Refs:       refcount.NewManager(storage),
 		Registerer: reg,
 	})
 	if err != nil {

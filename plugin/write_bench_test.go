@@ -160,7 +160,7 @@ func (bb benchBlob) descriptor() ocispec.Descriptor {
 // daemon runs it.
 func benchStore(b *testing.B, root string) content.Store {
 	l, err := lockserver.NewLocker(lockserver.DefaultConfig(),
-		lockserver.Options{Refs: refcount.NewManager(refcount.NewMemoryStorage(), refcount.Config{})})
+		lockserver.Options{Refs: refcount.NewManager(refcount.NewMemoryStorage())})
 	require.NoError(b, err)
 	b.Cleanup(func() { l.Close() })
 	c, err := lockclient.NewEmbedded(l, lockclient.WithNodeID("node-1"))

@@ -2,33 +2,49 @@ package refcount
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/containerd/errdefs"
 )
 
+// MaxGroupOps is the most writes one atomic group of a Batch should hold
+// for every store to commit it in one transaction: etcd's default
+// --max-txn-ops. The memory and bbolt stores have no such limit.
+const MaxGroupOps = 128
+
 // Batch is a list of writes to a Storage that Storage.Commit applies in
 // one transaction: all of them or none. It is how the coordinator changes
-// what must change together (SPEC §8: adopt, forget, a delete's reference
-// drop with its completion), and the unit a replicated store guards and
-// sends as one request. Writes apply in the order they were added. The
-// zero value is an empty batch; a Batch is not safe for concurrent use.
+// what must change together (docs/design.md, "Never lose a blob": adopt,
+// forget, a delete's reference drop with its completion), and the unit a
+// replicated store guards and sends as one request. Writes apply in the
+// order they were added. The zero value is an empty batch; a Batch is not
+// safe for concurrent use.
+//
+// Break divides a batch into atomic groups. A store that cannot hold the
+// whole batch in one transaction (etcd: more than MaxGroupOps writes, or
+// about 1 MiB) may commit it one group after the other, in order, stopping
+// at the first that fails; it never splits a group. A batch without Break
+// is one group.
 type Batch struct {
-	ops []Op
+	ops    []Op
+	breaks []int // indexes of ops that start a new group, increasing
 }
 
 // OpKind is the kind of one write of a Batch.
 type OpKind uint8
 
-// The writes of a Batch.
+// The writes of a Batch. None is ever stored as such: the numbers may
+// change.
 const (
-	OpSetRefs      OpKind = iota // Key's reference set becomes Refs (Storage.Set)
-	OpDropRefs                   // Key's reference set is dropped (Storage.Delete)
-	OpAddRef                     // Node is added to Key's reference set
+	OpAddRef       OpKind = iota // Node is added to Key's reference set
 	OpRemoveRef                  // Node is removed from Key's set; an emptied set is dropped
-	OpReplaceNode                // Node references exactly NodeRefs (Storage.ReplaceNode)
-	OpPutMember                  // Member is stored under Member.ID
+	OpDropRefs                   // Key's reference set is dropped
+	OpReplaceNode                // Node references exactly NodeRefs
+	OpPutMember                  // Member is stored under Member.ID (Key)
 	OpDeleteMember               // member Key is forgotten
+	OpPutIdentity                // the identity becomes Identity
+	OpPutFenceMark               // the fence high-water mark becomes Uint64
 	OpPutString                  // meta Key is String
 	OpPutUint64                  // meta Key is Uint64
 	OpPutDeleting                // Key's delete is in flight: Deleting
@@ -44,19 +60,19 @@ type Op struct {
 	Kind     OpKind
 	Key      string
 	Node     string
-	Refs     ReferenceCount
 	NodeRefs map[string]struct{}
 	Member   Member
+	Identity Identity
 	String   string
 	Uint64   uint64
 	Deleting DeleteMarker
 	Deleted  DeleteCompletion
 }
 
-// DeleteMarker records a granted delete that has not ended yet (SPEC §8
-// "Deletes are remembered"). A coordinator that finds one when it starts
-// cannot know whether the deleter renamed the blob away, so it counts the
-// delete as completed.
+// DeleteMarker records a granted delete that has not ended yet
+// (docs/design.md, "Stale views of a deleted blob"). A coordinator that
+// finds one when it starts cannot know whether the deleter renamed the
+// blob away, so it counts the delete as completed.
 type DeleteMarker struct {
 	Node  string `json:"node_id"`
 	Fence uint64 `json:"fence"`
@@ -73,7 +89,7 @@ type DeleteCompletion struct {
 	Lapsed bool      `json:"lapsed,omitempty"`
 }
 
-// Deletes are the persisted delete markers and completions, by resource ID.
+// Deletes are the stored delete markers and completions, by resource ID.
 type Deletes struct {
 	InFlight  map[string]DeleteMarker
 	Completed map[string]DeleteCompletion
@@ -85,19 +101,33 @@ func (b *Batch) Len() int { return len(b.ops) }
 // Ops returns the writes of b, in order. The slice is b's own.
 func (b *Batch) Ops() []Op { return b.ops }
 
-func (b *Batch) add(op Op) *Batch {
-	b.ops = append(b.ops, op)
+// Break ends the current atomic group: the writes added before it and
+// those added after it need not be in one transaction. A Break at the
+// start of b, or right after another, does nothing.
+func (b *Batch) Break() *Batch {
+	if n := len(b.ops); n > 0 && (len(b.breaks) == 0 || b.breaks[len(b.breaks)-1] != n) {
+		b.breaks = append(b.breaks, n)
+	}
 	return b
 }
 
-// SetRefs stores rc as the resource's reference set.
-func (b *Batch) SetRefs(resourceID string, rc ReferenceCount) *Batch {
-	return b.add(Op{Kind: OpSetRefs, Key: resourceID, Refs: rc.Clone()})
+// Groups returns the atomic groups of b, in order; each is a subslice of
+// Ops. A batch without Break is one group.
+func (b *Batch) Groups() [][]Op {
+	var out [][]Op
+	start := 0
+	for _, end := range slices.Concat(b.breaks, []int{len(b.ops)}) {
+		if end > start {
+			out = append(out, b.ops[start:end])
+		}
+		start = end
+	}
+	return out
 }
 
-// DropRefs drops the resource's reference set.
-func (b *Batch) DropRefs(resourceID string) *Batch {
-	return b.add(Op{Kind: OpDropRefs, Key: resourceID})
+func (b *Batch) add(op Op) *Batch {
+	b.ops = append(b.ops, op)
+	return b
 }
 
 // AddRef adds node to the resource's reference set.
@@ -105,12 +135,21 @@ func (b *Batch) AddRef(resourceID, node string) *Batch {
 	return b.add(Op{Kind: OpAddRef, Key: resourceID, Node: node})
 }
 
-// RemoveRef removes node from the resource's reference set.
+// RemoveRef removes node from the resource's reference set, dropping the
+// set when node was its last.
 func (b *Batch) RemoveRef(resourceID, node string) *Batch {
 	return b.add(Op{Kind: OpRemoveRef, Key: resourceID, Node: node})
 }
 
-// ReplaceNode makes node a reference of exactly refs (nil: of nothing).
+// DropRefs drops the resource's reference set.
+func (b *Batch) DropRefs(resourceID string) *Batch {
+	return b.add(Op{Kind: OpDropRefs, Key: resourceID})
+}
+
+// ReplaceNode makes node a reference of exactly refs (nil: of nothing):
+// node is added to every set of refs and removed from every other set
+// (sets left empty are dropped). It is one write, but a store that keeps
+// one key per reference set changes one key per set it touches.
 func (b *Batch) ReplaceNode(node string, refs map[string]struct{}) *Batch {
 	c := make(map[string]struct{}, len(refs))
 	for id := range refs {
@@ -124,17 +163,28 @@ func (b *Batch) PutMember(m Member) *Batch {
 	return b.add(Op{Kind: OpPutMember, Key: m.ID, Member: m})
 }
 
-// DeleteMember forgets the member id.
+// DeleteMember forgets the member id; an unknown one is not an error.
 func (b *Batch) DeleteMember(id string) *Batch {
 	return b.add(Op{Kind: OpDeleteMember, Key: id})
 }
 
-// PutString sets the meta key to v.
+// PutIdentity sets the coordinator's identity.
+func (b *Batch) PutIdentity(id Identity) *Batch {
+	return b.add(Op{Kind: OpPutIdentity, Identity: id})
+}
+
+// PutFenceMark sets the fence high-water mark.
+func (b *Batch) PutFenceMark(hwm uint64) *Batch {
+	return b.add(Op{Kind: OpPutFenceMark, Uint64: hwm})
+}
+
+// PutString sets the meta key to v. The keys of the identity and the
+// fence high-water mark are reserved.
 func (b *Batch) PutString(key, v string) *Batch {
 	return b.add(Op{Kind: OpPutString, Key: key, String: v})
 }
 
-// PutUint64 sets the meta key to v.
+// PutUint64 sets the meta key to v, as PutString does.
 func (b *Batch) PutUint64(key string, v uint64) *Batch {
 	return b.add(Op{Kind: OpPutUint64, Key: key, Uint64: v})
 }
@@ -160,7 +210,8 @@ func (b *Batch) DropDeleted(resourceID string) *Batch {
 }
 
 // check returns an error wrapping errdefs.ErrInvalidArgument if op cannot
-// be applied: an empty key, node or member ID, or an unknown kind.
+// be applied: an empty key, node or member ID, an empty cluster ID, a
+// reserved meta key, or an unknown kind.
 func (op *Op) check() error {
 	switch op.Kind {
 	case OpReplaceNode:
@@ -168,12 +219,22 @@ func (op *Op) check() error {
 			return errEmpty("node ID")
 		}
 		return nil
+	case OpPutIdentity:
+		if op.Identity.ClusterID == "" {
+			return errEmpty("cluster ID")
+		}
+		return nil
+	case OpPutFenceMark:
+		return nil
 	case OpAddRef, OpRemoveRef:
 		if op.Node == "" {
 			return errEmpty("node ID")
 		}
-	case OpSetRefs, OpDropRefs, OpPutMember, OpDeleteMember, OpPutString, OpPutUint64,
-		OpPutDeleting, OpDropDeleting, OpPutDeleted, OpDropDeleted:
+	case OpPutString, OpPutUint64:
+		if reservedMeta(op.Key) {
+			return fmt.Errorf("refcount: meta key %q is reserved: %w", op.Key, errdefs.ErrInvalidArgument)
+		}
+	case OpDropRefs, OpPutMember, OpDeleteMember, OpPutDeleting, OpDropDeleting, OpPutDeleted, OpDropDeleted:
 	default:
 		return fmt.Errorf("refcount: unknown write kind %d: %w", op.Kind, errdefs.ErrInvalidArgument)
 	}
@@ -183,14 +244,28 @@ func (op *Op) check() error {
 	return nil
 }
 
+// checkAll checks every write of ops.
+func checkAll(ops []Op) error {
+	for i := range ops {
+		if err := ops[i].check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // touchesRefs reports whether op changes reference sets, and whether it
 // may change any of them (ReplaceNode).
 func (op *Op) touchesRefs() (some, all bool) {
 	switch op.Kind {
-	case OpSetRefs, OpDropRefs, OpAddRef, OpRemoveRef:
+	case OpDropRefs, OpAddRef, OpRemoveRef:
 		return true, false
 	case OpReplaceNode:
 		return true, true
 	}
 	return false, false
+}
+
+func errEmpty(what string) error {
+	return fmt.Errorf("empty %s: %w", what, errdefs.ErrInvalidArgument)
 }

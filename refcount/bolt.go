@@ -2,9 +2,12 @@ package refcount
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -17,38 +20,51 @@ import (
 const DefaultOpenTimeout = time.Second
 
 // Bucket names. refcounts maps a resource ID to a JSON boltRecord; meta maps
-// a MetaStore key to an 8-byte big-endian uint64 or a string; deleting and
-// deleted map a resource ID to a JSON DeleteMarker and DeleteCompletion.
+// a meta key to an 8-byte big-endian uint64 or a string; deleting and
+// deleted map a resource ID to a JSON DeleteMarker and DeleteCompletion;
+// owner holds the guard (ownerKey: the fence of the newest handle, an
+// 8-byte big-endian uint64).
 var (
 	refcountsBucket = []byte("refcounts")
 	metaBucket      = []byte("meta")
 	deletingBucket  = []byte("deleting")
 	deletedBucket   = []byte("deleted")
+	ownerBucket     = []byte("owner")
+	ownerKey        = []byte("fence")
 )
 
-// boltRecord is the stored form of a ReferenceCount. Count is written for
-// people reading the file; decoding recomputes it from Nodes.
+// boltRecord is the stored form of a Set. Count is written for people
+// reading the file; decoding ignores it.
 type boltRecord struct {
 	Count int      `json:"count"`
 	Nodes []string `json:"nodes"`
 }
 
-// BoltStorage is a Storage in one bbolt database file.
+// BoltStorage is a handle on a Storage in one bbolt database file.
 //
-// It is safe for concurrent use. Each mutation is on disk when its call
-// returns. Mutations use group commit: a lone one is committed at once,
-// and those that arrive while a commit runs share the next transaction and
-// fsync. Only one BoltStorage, in one process, may have a file open at a
-// time.
+// It is safe for concurrent use. Each Commit is on disk when it returns.
+// Commits use group commit: a lone one is committed at once, and those
+// that arrive while a commit runs share the next transaction and fsync.
+// Only one process at a time may have a file open. Opening it bumps the
+// stored owner, and every Commit checks, in its transaction, that its
+// handle is still the owner (ErrFenced otherwise); TakeOver makes another
+// handle on the same open file.
 type BoltStorage struct {
-	db     *bolt.DB
-	writes *groupCommitter
+	file   *boltFile
+	fence  uint64
+	closed atomic.Bool
 }
 
-var (
-	_ Storage   = (*BoltStorage)(nil)
-	_ MetaStore = (*BoltStorage)(nil)
-)
+// boltFile is an open database file and the handles on it.
+type boltFile struct {
+	db     *bolt.DB
+	writes *groupCommitter
+
+	mu      sync.Mutex
+	handles int // protected by mu; open handles, the last to close closes db
+}
+
+var _ LocalStorage = (*BoltStorage)(nil)
 
 // BoltOption configures OpenBoltStorage.
 type BoltOption func(*boltOptions)
@@ -63,9 +79,11 @@ func WithOpenTimeout(d time.Duration) BoltOption {
 	return func(o *boltOptions) { o.openTimeout = d }
 }
 
-// OpenBoltStorage opens, creating if needed, the bbolt database at path. The
-// parent directory must exist. If another opener still holds the file after
-// the open timeout, the error wraps errdefs.ErrUnavailable.
+// OpenBoltStorage opens, creating if needed, the bbolt database at path,
+// and takes it over: its handle's fence is one more than the last
+// opener's. The parent directory must exist. If another opener still
+// holds the file after the open timeout, the error wraps
+// errdefs.ErrUnavailable.
 func OpenBoltStorage(path string, opts ...BoltOption) (*BoltStorage, error) {
 	o := boltOptions{openTimeout: DefaultOpenTimeout}
 	for _, opt := range opts {
@@ -78,32 +96,102 @@ func OpenBoltStorage(path string, opts ...BoltOption) (*BoltStorage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open refcount db %s: %w", path, err)
 	}
+	var fence uint64
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{refcountsBucket, metaBucket, membersBucket, deletingBucket, deletedBucket} {
+		for _, name := range [][]byte{refcountsBucket, metaBucket, membersBucket, deletingBucket, deletedBucket, ownerBucket} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
 		}
-		return nil
+		fence, err = bumpOwner(tx)
+		return err
 	})
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open refcount db %s: %w", path, err)
 	}
-	return &BoltStorage{db: db, writes: newGroupCommitter(db)}, nil
+	f := &boltFile{db: db, writes: newGroupCommitter(db), handles: 1}
+	return &BoltStorage{file: f, fence: fence}, nil
+}
+
+// TakeOver implements LocalStorage: the new handle shares s's file, which
+// stays open until every handle on it is closed.
+func (s *BoltStorage) TakeOver(ctx context.Context) (LocalStorage, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	f := s.file
+	f.mu.Lock()
+	if f.handles == 0 {
+		f.mu.Unlock()
+		return nil, errClosed
+	}
+	f.handles++
+	f.mu.Unlock()
+	h := &BoltStorage{file: f}
+	err := f.writes.commit(func(tx *bolt.Tx) (err error) {
+		h.fence, err = bumpOwner(tx)
+		return err
+	})
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("refcount: take over: %w", err)
+	}
+	return h, nil
+}
+
+// bumpOwner makes the next fence the owner's and returns it.
+func bumpOwner(tx *bolt.Tx) (uint64, error) {
+	fence, err := owner(tx)
+	if err != nil {
+		return 0, err
+	}
+	fence++
+	return fence, tx.Bucket(ownerBucket).Put(ownerKey, binary.BigEndian.AppendUint64(nil, fence))
+}
+
+// owner returns the stored owner's fence.
+func owner(tx *bolt.Tx) (uint64, error) {
+	v := tx.Bucket(ownerBucket).Get(ownerKey)
+	if v == nil {
+		return 0, nil
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("stored owner is %d bytes, want 8: %w", len(v), errdefs.ErrDataLoss)
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// Fence implements Storage.
+func (s *BoltStorage) Fence() uint64 { return s.fence }
+
+// usable returns ctx.Err(), or errClosed after Close.
+func (s *BoltStorage) usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return errClosed
+	}
+	return nil
+}
+
+// view runs fn in a read transaction.
+func (s *BoltStorage) view(ctx context.Context, fn func(*bolt.Tx) error) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	return s.file.db.View(fn)
 }
 
 // Get implements Storage. A stored value that does not decode is an error
 // wrapping errdefs.ErrDataLoss.
-func (s *BoltStorage) Get(ctx context.Context, resourceID string) (ReferenceCount, error) {
-	if err := ctx.Err(); err != nil {
-		return ReferenceCount{}, err
-	}
+func (s *BoltStorage) Get(ctx context.Context, resourceID string) (Set, error) {
 	var (
-		rc    ReferenceCount
+		rc    Set
 		found bool
 	)
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		v := tx.Bucket(refcountsBucket).Get([]byte(resourceID))
 		if v == nil {
 			return nil
@@ -114,63 +202,45 @@ func (s *BoltStorage) Get(ctx context.Context, resourceID string) (ReferenceCoun
 		return err
 	})
 	if err != nil {
-		return ReferenceCount{}, fmt.Errorf("refcount %s: %w", resourceID, err)
+		return Set{}, fmt.Errorf("refcount %s: %w", resourceID, err)
 	}
 	if !found {
-		return ReferenceCount{}, fmt.Errorf("refcount %s: %w", resourceID, errdefs.ErrNotFound)
+		return Set{}, fmt.Errorf("refcount %s: %w", resourceID, errdefs.ErrNotFound)
 	}
 	return rc, nil
 }
 
-// Set implements Storage.
-func (s *BoltStorage) Set(ctx context.Context, resourceID string, rc ReferenceCount) error {
-	if resourceID == "" {
-		return fmt.Errorf("refcount: empty resource ID: %w", errdefs.ErrInvalidArgument)
+// List implements Storage, in one read transaction. A stored value that
+// does not decode is an error wrapping errdefs.ErrDataLoss.
+func (s *BoltStorage) List(ctx context.Context, after string, limit int) ([]Entry, error) {
+	if err := checkList(limit); err != nil {
+		return nil, err
 	}
-	return s.Commit(ctx, new(Batch).SetRefs(resourceID, rc))
-}
-
-// Delete implements Storage.
-func (s *BoltStorage) Delete(ctx context.Context, resourceID string) error {
-	if err := ctx.Err(); err != nil || resourceID == "" {
-		return err
-	}
-	return s.Commit(ctx, new(Batch).DropRefs(resourceID))
-}
-
-// List implements Storage. It reads every entry in one read transaction
-// before calling fn; a stored value that does not decode stops it with an
-// error wrapping errdefs.ErrDataLoss.
-func (s *BoltStorage) List(ctx context.Context, fn func(resourceID string, rc ReferenceCount) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	var entries []entry
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(refcountsBucket).ForEach(func(k, v []byte) error {
+	var page []Entry
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		c := tx.Bucket(refcountsBucket).Cursor()
+		k, v := c.Seek([]byte(after))
+		if k != nil && string(k) == after {
+			k, v = c.Next()
+		}
+		for ; k != nil && len(page) < limit; k, v = c.Next() {
 			rc, err := decodeRecord(v)
 			if err != nil {
 				return fmt.Errorf("refcount %s: %w", k, err)
 			}
-			entries = append(entries, entry{id: string(k), rc: rc})
-			return nil
-		})
+			page = append(page, Entry{ResourceID: string(k), Refs: rc})
+		}
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("list refcounts: %w", err)
+		return nil, fmt.Errorf("list refcounts: %w", err)
 	}
-	return visit(ctx, entries, fn)
-}
-
-// ReplaceNode implements Storage: one transaction and one fsync, whatever
-// the number of entries it changes.
-func (s *BoltStorage) ReplaceNode(ctx context.Context, node string, refs map[string]struct{}) error {
-	return s.Commit(ctx, new(Batch).ReplaceNode(node, refs))
+	return page, nil
 }
 
 // putRecord stores rc under id in b, or drops the entry when rc is empty.
-func putRecord(b *bolt.Bucket, id string, rc ReferenceCount) error {
-	if rc.Count == 0 {
+func putRecord(b *bolt.Bucket, id string, rc Set) error {
+	if rc.Len() == 0 {
 		return b.Delete([]byte(id))
 	}
 	nodes := rc.NodeList()
@@ -181,19 +251,31 @@ func putRecord(b *bolt.Bucket, id string, rc ReferenceCount) error {
 	return b.Put([]byte(id), v)
 }
 
-// Close commits the mutations in flight and closes the database file.
-// Calls after Close fail.
+// Close releases the handle. The last handle on the file commits the
+// writes in flight and closes the file. Calls after Close fail; Close
+// again does nothing.
 func (s *BoltStorage) Close() error {
-	s.writes.close()
-	return s.db.Close()
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	f := s.file
+	f.mu.Lock()
+	f.handles--
+	last := f.handles == 0
+	f.mu.Unlock()
+	if !last {
+		return nil
+	}
+	f.writes.close()
+	return f.db.Close()
 }
 
-// decodeRecord decodes a stored boltRecord. Count is recomputed from the
-// node set, never taken from the record.
-func decodeRecord(v []byte) (ReferenceCount, error) {
+// decodeRecord decodes a stored boltRecord. Its Count is not trusted:
+// the set is its Nodes.
+func decodeRecord(v []byte) (Set, error) {
 	var r boltRecord
 	if err := json.Unmarshal(v, &r); err != nil {
-		return ReferenceCount{}, fmt.Errorf("decode stored value: %w: %w", errdefs.ErrDataLoss, err)
+		return Set{}, fmt.Errorf("decode stored value: %w: %w", errdefs.ErrDataLoss, err)
 	}
-	return New(r.Nodes...), nil
+	return NewSet(r.Nodes...), nil
 }

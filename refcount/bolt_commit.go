@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/containerd/errdefs"
@@ -12,14 +13,18 @@ import (
 
 // Commit implements Storage: the batch is one mutation of the group
 // committer, so its writes share one bbolt transaction (and maybe other
-// batches' fsync). A write that fails rolls the transaction back; the
-// committer then retries every other batch of the group alone.
+// batches' fsync), which first checks that this handle is still the
+// owner. A write that fails rolls the transaction back; the committer
+// then retries every other batch of the group alone.
 func (s *BoltStorage) Commit(ctx context.Context, b *Batch) error {
-	if err := ctx.Err(); err != nil {
+	if err := s.usable(ctx); err != nil {
 		return err
 	}
 	if b.Len() == 0 {
 		return nil
+	}
+	if err := checkAll(b.ops); err != nil {
+		return fmt.Errorf("refcount: commit: %w", err)
 	}
 	// Encode outside the transaction: the committer's goroutine runs it.
 	vals := make([][]byte, len(b.ops))
@@ -30,7 +35,14 @@ func (s *BoltStorage) Commit(ctx context.Context, b *Batch) error {
 		}
 		vals[i] = v
 	}
-	err := s.writes.commit(func(tx *bolt.Tx) error {
+	err := s.file.writes.commit(func(tx *bolt.Tx) error {
+		now, err := owner(tx)
+		if err != nil {
+			return err
+		}
+		if now != s.fence {
+			return fenced(s.fence, now)
+		}
 		for i := range b.ops {
 			if err := applyOp(tx, &b.ops[i], vals[i]); err != nil {
 				return err
@@ -38,23 +50,21 @@ func (s *BoltStorage) Commit(ctx context.Context, b *Batch) error {
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrFenced) {
 		return fmt.Errorf("refcount: commit: %w", err)
 	}
-	return nil
+	return err
 }
 
-// encodeOp returns the stored value of op, for the kinds that store one.
+// encodeOp returns the stored value of op, for the kinds that store one
+// value (PutIdentity stores two: applyOp encodes them).
 func encodeOp(op *Op) ([]byte, error) {
 	switch op.Kind {
-	case OpSetRefs:
-		nodes := op.Refs.NodeList()
-		return json.Marshal(boltRecord{Count: len(nodes), Nodes: nodes})
 	case OpPutMember:
 		return json.Marshal(op.Member)
 	case OpPutString:
 		return []byte(op.String), nil
-	case OpPutUint64:
+	case OpPutUint64, OpPutFenceMark:
 		return binary.BigEndian.AppendUint64(nil, op.Uint64), nil
 	case OpPutDeleting:
 		return json.Marshal(op.Deleting)
@@ -64,16 +74,20 @@ func encodeOp(op *Op) ([]byte, error) {
 	return nil, nil
 }
 
-// applyOp makes one write in tx. It checks op here, inside the
-// transaction, so that a bad write rolls back the ones before it.
+// applyOp makes one checked write in tx.
 func applyOp(tx *bolt.Tx, op *Op, v []byte) error {
-	if err := op.check(); err != nil {
-		return err
-	}
 	key := []byte(op.Key)
 	switch op.Kind {
-	case OpSetRefs, OpPutMember, OpPutString, OpPutUint64, OpPutDeleting, OpPutDeleted:
+	case OpPutMember, OpPutString, OpPutUint64, OpPutDeleting, OpPutDeleted:
 		return tx.Bucket(bucketOf(op.Kind)).Put(key, v)
+	case OpPutFenceMark:
+		return tx.Bucket(metaBucket).Put([]byte(fenceMarkKey), v)
+	case OpPutIdentity:
+		meta := tx.Bucket(metaBucket)
+		if err := meta.Put([]byte(clusterIDKey), []byte(op.Identity.ClusterID)); err != nil {
+			return err
+		}
+		return meta.Put([]byte(epochKey), binary.BigEndian.AppendUint64(nil, op.Identity.Epoch))
 	case OpDropRefs, OpDeleteMember, OpDropDeleting, OpDropDeleted:
 		return tx.Bucket(bucketOf(op.Kind)).Delete(key)
 	case OpAddRef, OpRemoveRef:
@@ -86,7 +100,7 @@ func applyOp(tx *bolt.Tx, op *Op, v []byte) error {
 
 func bucketOf(k OpKind) []byte {
 	switch k {
-	case OpSetRefs, OpDropRefs:
+	case OpDropRefs:
 		return refcountsBucket
 	case OpPutMember, OpDeleteMember:
 		return membersBucket
@@ -100,7 +114,7 @@ func bucketOf(k OpKind) []byte {
 
 // changeRef adds node to (or removes it from) the entry id of b.
 func changeRef(b *bolt.Bucket, id, node string, add bool) error {
-	var rc ReferenceCount
+	var rc Set
 	if v := b.Get([]byte(id)); v != nil {
 		var err error
 		if rc, err = decodeRecord(v); err != nil {
@@ -117,7 +131,7 @@ func changeRef(b *bolt.Bucket, id, node string, add bool) error {
 func replaceNode(b *bolt.Bucket, node string, refs map[string]struct{}) error {
 	type change struct {
 		id string
-		rc ReferenceCount
+		rc Set
 	}
 	var changes []change
 	err := b.ForEach(func(k, v []byte) error {
@@ -152,11 +166,8 @@ func replaceNode(b *bolt.Bucket, node string, refs map[string]struct{}) error {
 // Deletes implements Storage. A stored value that does not decode is an
 // error wrapping errdefs.ErrDataLoss.
 func (s *BoltStorage) Deletes(ctx context.Context) (Deletes, error) {
-	if err := ctx.Err(); err != nil {
-		return Deletes{}, err
-	}
 	out := Deletes{InFlight: map[string]DeleteMarker{}, Completed: map[string]DeleteCompletion{}}
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		if err := decodeAll(tx, deletingBucket, out.InFlight); err != nil {
 			return err
 		}

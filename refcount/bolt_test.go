@@ -1,7 +1,6 @@
 package refcount_test
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"sync/atomic"
@@ -30,45 +29,104 @@ func newBoltStorage(t *testing.T) refcount.Storage {
 }
 
 func TestBoltStorage(t *testing.T) {
-	storagetest.Run(t, newBoltStorage)
+	storagetest.Run(t, newBoltStorage, storagetest.TakeOverLocal)
 }
 
 func TestBoltPersistence(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "refcount.db")
 	s := openBolt(t, path)
-	require.NoError(t, s.Set(ctx, "r1", refcount.New("b", "a")))
-	require.NoError(t, s.Set(ctx, "r2", refcount.New("c")))
-	require.NoError(t, s.Delete(ctx, "r2"))
-	require.NoError(t, s.PutUint64(ctx, "fence", 42))
 	at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
-	require.NoError(t, s.Commit(ctx, new(refcount.Batch).
+	require.NoError(t, s.Commit(ctx, new(refcount.Batch).AddRef("r1", "b").AddRef("r1", "a").AddRef("r2", "c").
+		PutUint64("fence", 42).PutIdentity(refcount.Identity{ClusterID: "c1", Epoch: 3}).PutFenceMark(2048).
+		PutMember(refcount.Member{ID: "n1", FirstSeen: at, Generation: "g"}).
 		PutDeleting("r3", refcount.DeleteMarker{Node: "a", Fence: 9, Expires: at}).
 		PutDeleted("r4", refcount.DeleteCompletion{Node: "b", At: at})))
+	require.NoError(t, s.Commit(ctx, new(refcount.Batch).DropRefs("r2")))
+	fence := s.Fence()
 	require.NoError(t, s.Close())
 
 	s = openBolt(t, path)
+	require.Equal(t, fence+1, s.Fence(), "opening the file takes it over")
 	rc, err := s.Get(ctx, "r1")
 	require.NoError(t, err)
-	require.Equal(t, 2, rc.Count)
+	require.Equal(t, 2, rc.Len())
 	require.Equal(t, []string{"a", "b"}, rc.NodeList())
 	_, err = s.Get(ctx, "r2")
 	require.True(t, errdefs.IsNotFound(err), "got %v", err)
 	v, err := s.GetUint64(ctx, "fence")
 	require.NoError(t, err)
 	require.Equal(t, uint64(42), v)
+	id, err := s.Identity(ctx)
+	require.NoError(t, err)
+	require.Equal(t, refcount.Identity{ClusterID: "c1", Epoch: 3}, id)
+	v, err = s.FenceMark(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2048), v)
+	ms, err := s.ListMembers(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []refcount.Member{{ID: "n1", FirstSeen: at, Generation: "g"}}, ms)
 	d, err := s.Deletes(ctx)
 	require.NoError(t, err)
 	require.Equal(t, map[string]refcount.DeleteMarker{"r3": {Node: "a", Fence: 9, Expires: at}}, d.InFlight)
 	require.Equal(t, map[string]refcount.DeleteCompletion{"r4": {Node: "b", At: at}}, d.Completed)
 }
 
-func TestBoltClosed(t *testing.T) {
-	s := openBolt(t, filepath.Join(t.TempDir(), "refcount.db"))
+// TestBoltFormat: a database written before the owner bucket existed,
+// with the meta keys the coordinator wrote directly then, opens and reads
+// the same, and is taken over.
+func TestBoltFormat(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "refcount.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		for _, name := range []string{"refcounts", "meta", "members", "deleting", "deleted"} {
+			if _, err := tx.CreateBucket([]byte(name)); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket([]byte("meta"))
+		require.NoError(t, meta.Put([]byte("cluster_id"), []byte("c-old")))
+		require.NoError(t, meta.Put([]byte("epoch"), []byte{0, 0, 0, 0, 0, 0, 0, 7}))
+		require.NoError(t, meta.Put([]byte("fence_high_water_mark"), []byte{0, 0, 0, 0, 0, 0, 4, 0}))
+		return tx.Bucket([]byte("refcounts")).Put([]byte("r1"), []byte(`{"count":2,"nodes":["a","b"]}`))
+	}))
+	require.NoError(t, db.Close())
+
+	s := openBolt(t, path)
+	require.Equal(t, uint64(1), s.Fence())
+	id, err := s.Identity(ctx)
+	require.NoError(t, err)
+	require.Equal(t, refcount.Identity{ClusterID: "c-old", Epoch: 7}, id)
+	v, err := s.FenceMark(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1024), v)
+	rc, err := s.Get(ctx, "r1")
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b"}, rc.NodeList())
+	require.NoError(t, s.Commit(ctx, new(refcount.Batch).AddRef("r1", "c")))
+}
+
+// TestBoltTakeOverSharesFile: the file stays open until its last handle
+// closes.
+func TestBoltTakeOverSharesFile(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "refcount.db")
+	s := openBolt(t, path)
+	n, err := s.TakeOver(ctx)
+	require.NoError(t, err)
 	require.NoError(t, s.Close())
-	_, err := s.Get(t.Context(), "r1")
-	require.Error(t, err)
-	require.Error(t, s.Set(t.Context(), "r1", refcount.New("a")))
+	require.NoError(t, n.Commit(ctx, new(refcount.Batch).AddRef("r1", "a")), "the file outlives the older handle")
+	require.NoError(t, n.Close())
+	_, err = s.TakeOver(ctx)
+	require.Error(t, err, "a closed handle takes nothing over")
+
+	s = openBolt(t, path)
+	require.Equal(t, uint64(3), s.Fence(), "open, take over, open")
+	rc, err := s.Get(ctx, "r1")
+	require.NoError(t, err)
+	require.Equal(t, []string{"a"}, rc.NodeList())
 }
 
 func TestBoltOpenTimeout(t *testing.T) {
@@ -103,7 +161,7 @@ func TestBoltDecode(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "refcount.db")
 	s := openBolt(t, path)
-	require.NoError(t, s.Set(ctx, "good", refcount.New("a")))
+	require.NoError(t, s.Commit(ctx, new(refcount.Batch).AddRef("good", "a")))
 	require.NoError(t, s.Close())
 
 	putRaw(t, path, "refcounts", "lying", []byte(`{"count":5,"nodes":["b","a","a"]}`))
@@ -113,42 +171,25 @@ func TestBoltDecode(t *testing.T) {
 
 	rc, err := s.Get(ctx, "lying")
 	require.NoError(t, err)
-	require.Equal(t, 2, rc.Count, "the stored count is not trusted")
+	require.Equal(t, 2, rc.Len(), "the stored count is not trusted")
 	require.Equal(t, []string{"a", "b"}, rc.NodeList())
 
 	_, err = s.Get(ctx, "corrupt")
 	require.True(t, errdefs.IsDataLoss(err), "got %v", err)
 	require.ErrorContains(t, err, "corrupt")
 
-	err = s.List(ctx, func(string, refcount.ReferenceCount) error { return nil })
+	_, err = s.List(ctx, "", 10)
 	require.True(t, errdefs.IsDataLoss(err), "got %v", err)
 	require.ErrorContains(t, err, "corrupt")
 
 	_, err = s.GetUint64(ctx, "fence")
 	require.True(t, errdefs.IsDataLoss(err), "got %v", err)
 	require.ErrorContains(t, err, "fence")
-}
 
-func TestBoltMetaStore(t *testing.T) {
-	ctx := t.Context()
-	var m refcount.MetaStore = openBolt(t, filepath.Join(t.TempDir(), "refcount.db"))
-
-	v, err := m.GetUint64(ctx, "fence")
-	require.NoError(t, err, "an absent key is 0")
-	require.Zero(t, v)
-
-	require.NoError(t, m.PutUint64(ctx, "fence", 1<<40+7))
-	v, err = m.GetUint64(ctx, "fence")
-	require.NoError(t, err)
-	require.Equal(t, uint64(1<<40+7), v)
-
-	require.True(t, errdefs.IsInvalidArgument(m.PutUint64(ctx, "", 1)))
-
-	done, cancel := context.WithCancel(ctx)
-	cancel()
-	_, err = m.GetUint64(done, "fence")
-	require.ErrorIs(t, err, context.Canceled)
-	require.ErrorIs(t, m.PutUint64(done, "fence", 2), context.Canceled)
+	require.NoError(t, s.Close())
+	putRaw(t, path, "owner", "fence", []byte{1})
+	_, err = refcount.OpenBoltStorage(path)
+	require.True(t, errdefs.IsDataLoss(err), "a corrupt owner: %v", err)
 }
 
 // BenchmarkBoltAddRef measures concurrent AddRef through a Manager on bolt,
@@ -156,7 +197,7 @@ func TestBoltMetaStore(t *testing.T) {
 // writes; ns/op falls as parallelism (-cpu) rises.
 func BenchmarkBoltAddRef(b *testing.B) {
 	s := openBolt(b, filepath.Join(b.TempDir(), "refcount.db"))
-	m := refcount.NewManager(s, refcount.Config{})
+	m := refcount.NewManager(s)
 	var n atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

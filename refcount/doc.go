@@ -1,16 +1,55 @@
-// Package refcount holds reference sets, which nodes use a blob, and the
-// storage of the coordinator's durable state (docs/design.md §3.7, §8.10).
+// Package refcount keeps the coordinator's durable state: the reference
+// sets (which nodes reference each blob), the members, the coordinator's
+// identity, the fence high-water mark, small meta values, and the deletes
+// in flight or completed (docs/design.md §3.7, §8.9, §8.10). It holds
+// the model (Set, Member, DeleteMarker, DeleteCompletion), the
+// Storage interface with its in-memory and bbolt implementations, the
+// conformance suite every implementation passes (refcount/storagetest),
+// and the Manager that serializes changes to one reference set.
 //
-// Storage is the one interface for all of that state: the reference sets,
-// the members, the cluster's identity and epoch, the fence high-water mark,
-// and the deletes granted or completed (§8.9). Every change is part of a
-// batch committed as one transaction, all of it or none, so that what
-// must change together (an adopt, a forget, a delete's reference drop and
-// completion) does; writes arriving while a commit runs share the next
-// one. It is shaped for a store where every write is a guarded
-// transaction, such as etcd (§7). Implementations keep it in memory and in
-// bbolt; refcount/storagetest is the conformance suite that both pass.
+// # One write path: guarded, batched transactions
 //
-// Manager applies the reference rules over a Storage. The package imports
-// nothing of lockserver: the wire types sit above it.
+// Storage is shaped for a store where every write is a transaction
+// guarded by the writer's fence, and writes are batched, such as etcd (§7)
+// (If(CreateRevision(leaderKey) == fence) around every Txn). So:
+//
+//   - Reads (Get, List a page at a time, ListMembers, Identity, FenceMark,
+//     the meta getters, Deletes) are plain reads.
+//   - The only write is Commit of a Batch of typed writes: add or drop a
+//     reference, drop a reference set, replace a node's references, put or
+//     delete a member, put the identity, the fence high-water mark or a
+//     meta value, put or drop a delete marker or completion.
+//   - Every Commit checks the handle's guard in the same transaction. A
+//     handle is opened as the owner of the state (bbolt: opening the file
+//     bumps a stored owner fence; memory and bbolt: TakeOver opens a newer
+//     handle in-process; etcd: the leader's election revision). Once a
+//     newer handle exists, the older one's Commits fail with ErrFenced,
+//     which wraps errdefs.ErrFailedPrecondition: its owner must stop
+//     writing (a coordinator steps down).
+//
+// # The size of a transaction
+//
+// etcd refuses a Txn of more than 128 operations (--max-txn-ops, default
+// 128; MaxGroupOps) or of more than about 1.5 MiB (--max-request-bytes), so
+// a store on etcd may commit a big Batch as several transactions, one
+// atomic group (Batch.Break) after the other. It never splits a group;
+// memory and bbolt commit every batch whole. What needs atomicity is what
+// one group holds:
+//
+//   - a delete's unlock: DropRefs, DropDeleting and PutDeleted of the
+//     resource (3 writes);
+//   - a reference that ends a delete's completion: AddRef and DropDeleted
+//     (2);
+//   - forgetting a node: ReplaceNode(node, nil) and DeleteMember;
+//   - adopting a cluster: PutIdentity and one PutMember per adopted node;
+//   - a full sync: ReplaceNode (or one AddRef per reference, from a new
+//     journal generation) and the member record with its generation.
+//
+// A store that keeps one key per reference set counts ReplaceNode as one
+// operation per set it changes, so the last three can exceed MaxGroupOps
+// at scale; such a store must lay them out to fit (or fail the Commit with
+// an error wrapping errdefs.ErrResourceExhausted, writing nothing). The
+// rest (a coordinator's start turning delete markers into completions,
+// pruning completions) is one small group per resource, separated by
+// Break.
 package refcount

@@ -2,168 +2,89 @@ package refcount
 
 import (
 	"context"
-	"fmt"
 	"hash/fnv"
-	"strings"
 	"sync"
 
 	"github.com/containerd/errdefs"
-
-	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // lockStripes is the number of mutexes that serialize per-resource updates.
 const lockStripes = 32
 
-// Config sets the Manager's policy.
-type Config struct {
-	// UpdateRequiresNoRef refuses an update while nodes other than the
-	// requester reference the resource, as a delete always is.
-	UpdateRequiresNoRef bool
-}
-
-// Manager applies the reference-count rules of the seeds' callback API on top
-// of a Storage. It is safe for concurrent use: the read-modify-write of one
-// resource's entry is serialized, so concurrent AddRef and RemoveRef calls
-// never lose an update. That guarantee covers only mutations made through
-// this Manager, so a Storage must have at most one Manager and be changed
-// through it alone. The Manager does not own the Storage: closing it is the
-// caller's job.
+// Manager changes reference sets on top of a Storage. It is safe for
+// concurrent use: the read-modify-write of one resource's set is
+// serialized, so concurrent AddRef and RemoveRef calls each return the set
+// as their own write left it. That guarantee covers only writes made
+// through this Manager, so a Storage must have at most one Manager and its
+// reference sets be changed through it alone. The Manager does not own
+// the Storage: closing it is the caller's job.
 //
-// Invalid arguments (an unknown api.OperationType, an empty resource or node ID)
-// are errors wrapping errdefs.ErrInvalidArgument. Storage errors are
-// returned as they are.
+// An empty resource or node ID is an error wrapping
+// errdefs.ErrInvalidArgument. Storage errors are returned as they are.
 type Manager struct {
 	storage Storage
-	cfg     Config
-	// stripes serialize mutations: the stripe of a resource (FNV-1a of its
-	// ID modulo lockStripes) is held from the read of its entry to the write.
+	// stripes serialize writes: the stripe of a resource (FNV-1a of its
+	// ID modulo lockStripes) is held from the read of its set to the write.
 	// Reads that do not write take no stripe.
 	stripes [lockStripes]sync.Mutex
 }
 
-// NewManager returns a Manager over storage with the given policy.
-func NewManager(storage Storage, cfg Config) *Manager {
-	return &Manager{storage: storage, cfg: cfg}
+// NewManager returns a Manager over storage.
+func NewManager(storage Storage) *Manager {
+	return &Manager{storage: storage}
 }
 
-// ShouldSkipOperation reports whether nodeID can skip op on the resource
-// because its effect is already there: a pull is skipped when nodeID already
-// references the resource; an update or delete is never skipped. reason is
-// set only when skip is true.
-func (m *Manager) ShouldSkipOperation(ctx context.Context, op api.OperationType, resourceID, nodeID string) (skip bool, reason string, err error) {
-	if err := validate(op, resourceID, nodeID); err != nil {
-		return false, "", err
-	}
-	if op != api.OperationPull {
-		return false, "", nil
-	}
-	rc, err := m.GetRefCount(ctx, resourceID)
-	if err != nil {
-		return false, "", err
-	}
-	if rc.Has(nodeID) {
-		return true, fmt.Sprintf("node %s already references %s", nodeID, resourceID), nil
-	}
-	return false, "", nil
-}
-
-// CanPerformOperation reports whether nodeID may perform op on the resource.
-// A pull is always allowed. A delete is refused while nodes other than nodeID
-// reference the resource, and so is an update when Config.UpdateRequiresNoRef
-// is set. reason, set only when ok is false, names the other nodes.
-func (m *Manager) CanPerformOperation(ctx context.Context, op api.OperationType, resourceID, nodeID string) (ok bool, reason string, err error) {
-	if err := validate(op, resourceID, nodeID); err != nil {
-		return false, "", err
-	}
-	if op == api.OperationPull || (op == api.OperationUpdate && !m.cfg.UpdateRequiresNoRef) {
-		return true, "", nil
-	}
-	rc, err := m.GetRefCount(ctx, resourceID)
-	if err != nil {
-		return false, "", err
-	}
-	if others := rc.Others(nodeID); len(others) > 0 {
-		return false, fmt.Sprintf("%s is referenced by other nodes: %s", resourceID, strings.Join(others, ", ")), nil
-	}
-	return true, "", nil
-}
-
-// UpdateRefCount records the outcome of op by nodeID and returns the
-// resource's reference count afterwards. A failed operation and an update
-// change nothing; a successful pull adds nodeID (writing nothing if it was
-// there already); a successful delete drops the resource's entry, so the
-// result is the empty set.
-func (m *Manager) UpdateRefCount(ctx context.Context, op api.OperationType, resourceID, nodeID string, success bool) (ReferenceCount, error) {
-	if err := validate(op, resourceID, nodeID); err != nil {
-		return ReferenceCount{}, err
-	}
-	switch {
-	case success && op == api.OperationPull:
-		return m.AddRef(ctx, resourceID, nodeID)
-	case success && op == api.OperationDelete:
-		unlock := m.lock(resourceID)
-		defer unlock()
-		return ReferenceCount{}, m.storage.Commit(ctx, new(Batch).DropRefs(resourceID))
-	}
-	return m.GetRefCount(ctx, resourceID)
-}
-
-// GetRefCount returns the resource's reference count: the empty set, and a
+// GetRefCount returns the resource's reference set: the empty set, and a
 // nil error, when it has no entry.
-func (m *Manager) GetRefCount(ctx context.Context, resourceID string) (ReferenceCount, error) {
+func (m *Manager) GetRefCount(ctx context.Context, resourceID string) (Set, error) {
 	if resourceID == "" {
-		return ReferenceCount{}, errEmpty("resource ID")
+		return Set{}, errEmpty("resource ID")
 	}
 	rc, err := m.storage.Get(ctx, resourceID)
 	if errdefs.IsNotFound(err) {
-		return ReferenceCount{}, nil
+		return Set{}, nil
 	}
 	return rc, err
 }
 
 // AddRef adds nodeID to the resource's references and returns the result.
 // Adding a node that is already there writes nothing.
-func (m *Manager) AddRef(ctx context.Context, resourceID, nodeID string) (ReferenceCount, error) {
-	return m.modify(ctx, resourceID, nodeID, (*ReferenceCount).Add)
+func (m *Manager) AddRef(ctx context.Context, resourceID, nodeID string) (Set, error) {
+	return m.modify(ctx, new(Batch).AddRef(resourceID, nodeID), (*Set).Add)
 }
 
 // RemoveRef removes nodeID from the resource's references and returns the
 // result. The entry is dropped when no reference is left; removing a node
 // that is not there writes nothing.
-func (m *Manager) RemoveRef(ctx context.Context, resourceID, nodeID string) (ReferenceCount, error) {
-	return m.modify(ctx, resourceID, nodeID, (*ReferenceCount).Remove)
+func (m *Manager) RemoveRef(ctx context.Context, resourceID, nodeID string) (Set, error) {
+	return m.modify(ctx, new(Batch).RemoveRef(resourceID, nodeID), (*Set).Remove)
 }
 
-// modify applies change to the resource's entry under its stripe and stores
-// the result if change reports a change: an empty set is deleted.
-func (m *Manager) modify(ctx context.Context, resourceID, nodeID string, change func(*ReferenceCount, string) bool) (ReferenceCount, error) {
-	if err := validateIDs(resourceID, nodeID); err != nil {
-		return ReferenceCount{}, err
+// modify commits b, a one-write batch that adds or removes a node, under
+// the resource's stripe, if change reports that the write changes the
+// set; it returns the set after the write.
+func (m *Manager) modify(ctx context.Context, b *Batch, change func(*Set, string) bool) (Set, error) {
+	op := b.ops[0]
+	if err := validateIDs(op.Key, op.Node); err != nil {
+		return Set{}, err
 	}
-	unlock := m.lock(resourceID)
+	unlock := m.lock(op.Key)
 	defer unlock()
-	rc, err := m.GetRefCount(ctx, resourceID)
+	rc, err := m.GetRefCount(ctx, op.Key)
 	if err != nil {
-		return ReferenceCount{}, err
+		return Set{}, err
 	}
-	if !change(&rc, nodeID) {
+	if !change(&rc, op.Node) {
 		return rc, nil
 	}
-	b := new(Batch)
-	if rc.Count == 0 {
-		b.DropRefs(resourceID)
-	} else {
-		b.SetRefs(resourceID, rc)
-	}
 	if err := m.storage.Commit(ctx, b); err != nil {
-		return ReferenceCount{}, err
+		return Set{}, err
 	}
 	return rc, nil
 }
 
-// ReplaceNode makes nodeID a reference of exactly refs (SPEC §8: a node's
-// full sync, or forgetting a node with nil refs), atomically with respect
+// ReplaceNode makes nodeID a reference of exactly refs (a node's full
+// sync, or forgetting a node with nil refs), atomically with respect
 // to every other mutation made through this Manager.
 func (m *Manager) ReplaceNode(ctx context.Context, nodeID string, refs map[string]struct{}) error {
 	if nodeID == "" {
@@ -186,10 +107,9 @@ func (m *Manager) Commit(ctx context.Context, b *Batch) error {
 // sets must go through the Manager; reads of the rest may go direct.
 func (m *Manager) Storage() Storage { return m.storage }
 
-// List calls fn for every resource with references, in resource ID order
-// (a snapshot; see Storage.List).
-func (m *Manager) List(ctx context.Context, fn func(resourceID string, rc ReferenceCount) error) error {
-	return m.storage.List(ctx, fn)
+// List returns a page of the reference sets (Storage.List).
+func (m *Manager) List(ctx context.Context, after string, limit int) ([]Entry, error) {
+	return m.storage.List(ctx, after, limit)
 }
 
 // lock locks the resource's stripe and returns its unlock.
@@ -234,13 +154,6 @@ func (m *Manager) lockBatch(b *Batch) (unlock func()) {
 	}
 }
 
-func validate(op api.OperationType, resourceID, nodeID string) error {
-	if !op.Valid() {
-		return fmt.Errorf("operation type %q: %w", op, errdefs.ErrInvalidArgument)
-	}
-	return validateIDs(resourceID, nodeID)
-}
-
 func validateIDs(resourceID, nodeID string) error {
 	if resourceID == "" {
 		return errEmpty("resource ID")
@@ -249,8 +162,4 @@ func validateIDs(resourceID, nodeID string) error {
 		return errEmpty("node ID")
 	}
 	return nil
-}
-
-func errEmpty(what string) error {
-	return fmt.Errorf("empty %s: %w", what, errdefs.ErrInvalidArgument)
 }

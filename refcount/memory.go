@@ -7,226 +7,262 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/containerd/errdefs"
 )
 
-// memoryStorage is a Storage kept in maps, lost when the process exits:
+// memoryState is the state of a memory Storage, shared by its handles:
 // reference sets, members, meta values and deletes in one object, so a
 // Batch is atomic across all of them.
-type memoryStorage struct {
-	// mu guards every map: reads hold it shared, Commit exclusively. It is
-	// never held while calling List's fn.
+type memoryState struct {
+	// mu guards every field: reads hold it shared, Commit and TakeOver
+	// exclusively.
 	mu sync.RWMutex
+	// owner is the fence of the newest handle.
+	owner uint64
 	// entries holds private deep copies; nothing outside the storage aliases
 	// their Nodes maps.
-	entries   map[string]ReferenceCount
-	members   map[string]Member
+	entries map[string]Set
+	members map[string]Member
+	// strs and uints hold the meta values, the identity and the fence
+	// high-water mark under their bbolt keys.
 	strs      map[string]string
 	uints     map[string]uint64
 	deleting  map[string]DeleteMarker
 	completed map[string]DeleteCompletion
 }
 
-// NewMemoryStorage returns an empty Storage that lives in memory. It is safe
-// for concurrent use, honours ctx like every Storage, and its Close is a
-// no-op.
-func NewMemoryStorage() Storage {
-	return &memoryStorage{
-		entries:   map[string]ReferenceCount{},
+// memoryStorage is a handle on a memoryState, lost when the process exits.
+type memoryStorage struct {
+	st     *memoryState
+	fence  uint64
+	closed atomic.Bool
+}
+
+// NewMemoryStorage returns a handle on a new, empty Storage that lives in
+// memory. It is safe for concurrent use and honours ctx like every
+// Storage; TakeOver opens another handle on the same state.
+func NewMemoryStorage() LocalStorage {
+	st := &memoryState{
+		owner:     1,
+		entries:   map[string]Set{},
 		members:   map[string]Member{},
 		strs:      map[string]string{},
 		uints:     map[string]uint64{},
 		deleting:  map[string]DeleteMarker{},
 		completed: map[string]DeleteCompletion{},
 	}
+	return &memoryStorage{st: st, fence: 1}
 }
 
-func (s *memoryStorage) Get(ctx context.Context, resourceID string) (ReferenceCount, error) {
-	if err := ctx.Err(); err != nil {
-		return ReferenceCount{}, err
+func (s *memoryStorage) TakeOver(ctx context.Context) (LocalStorage, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, err
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	rc, ok := s.entries[resourceID]
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
+	s.st.owner++
+	return &memoryStorage{st: s.st, fence: s.st.owner}, nil
+}
+
+func (s *memoryStorage) Fence() uint64 { return s.fence }
+
+// read returns ctx.Err() or errClosed, or else holds the state's lock
+// shared and returns its unlock.
+func (s *memoryStorage) read(ctx context.Context) (unlock func(), err error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	s.st.mu.RLock()
+	return s.st.mu.RUnlock, nil
+}
+
+func (s *memoryStorage) usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return errClosed
+	}
+	return nil
+}
+
+func (s *memoryStorage) Get(ctx context.Context, resourceID string) (Set, error) {
+	unlock, err := s.read(ctx)
+	if err != nil {
+		return Set{}, err
+	}
+	defer unlock()
+	rc, ok := s.st.entries[resourceID]
 	if !ok {
-		return ReferenceCount{}, fmt.Errorf("refcount %s: %w", resourceID, errdefs.ErrNotFound)
+		return Set{}, fmt.Errorf("refcount %s: %w", resourceID, errdefs.ErrNotFound)
 	}
 	return rc.Clone(), nil
 }
 
-func (s *memoryStorage) Set(ctx context.Context, resourceID string, rc ReferenceCount) error {
-	if resourceID == "" {
-		return fmt.Errorf("refcount: empty resource ID: %w", errdefs.ErrInvalidArgument)
+func (s *memoryStorage) List(ctx context.Context, after string, limit int) ([]Entry, error) {
+	if err := checkList(limit); err != nil {
+		return nil, err
 	}
-	return s.Commit(ctx, new(Batch).SetRefs(resourceID, rc))
-}
-
-func (s *memoryStorage) Delete(ctx context.Context, resourceID string) error {
-	if err := ctx.Err(); err != nil {
-		return err
+	unlock, err := s.read(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if resourceID == "" {
-		return nil
+	defer unlock()
+	ids := slices.Sorted(maps.Keys(s.st.entries))
+	i, found := slices.BinarySearch(ids, after)
+	if found {
+		i++
 	}
-	return s.Commit(ctx, new(Batch).DropRefs(resourceID))
-}
-
-func (s *memoryStorage) List(ctx context.Context, fn func(resourceID string, rc ReferenceCount) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
+	ids = ids[i:min(len(ids), i+limit)]
+	page := make([]Entry, len(ids))
+	for j, id := range ids {
+		page[j] = Entry{ResourceID: id, Refs: s.st.entries[id].Clone()}
 	}
-	s.mu.RLock()
-	entries := make([]entry, 0, len(s.entries))
-	for id, rc := range s.entries {
-		entries = append(entries, entry{id: id, rc: rc.Clone()})
-	}
-	s.mu.RUnlock()
-	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.id, b.id) })
-	return visit(ctx, entries, fn)
-}
-
-func (s *memoryStorage) ReplaceNode(ctx context.Context, node string, refs map[string]struct{}) error {
-	return s.Commit(ctx, new(Batch).ReplaceNode(node, refs))
+	return page, nil
 }
 
 // Commit implements Storage: every write is checked before any is made,
-// and all are made under one exclusive lock.
+// and all are made under one exclusive lock, after the guard.
 func (s *memoryStorage) Commit(ctx context.Context, b *Batch) error {
-	if err := ctx.Err(); err != nil {
+	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	for i := range b.ops {
-		if err := b.ops[i].check(); err != nil {
-			return fmt.Errorf("refcount: commit: %w", err)
-		}
+	if b.Len() == 0 {
+		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	if err := checkAll(b.ops); err != nil {
+		return fmt.Errorf("refcount: commit: %w", err)
+	}
+	s.st.mu.Lock()
+	defer s.st.mu.Unlock()
+	if s.st.owner != s.fence {
+		return fenced(s.fence, s.st.owner)
+	}
 	for i := range b.ops {
-		s.apply(&b.ops[i])
+		s.st.apply(&b.ops[i])
 	}
 	return nil
 }
 
 // apply makes one checked write. Callers hold mu exclusively.
-func (s *memoryStorage) apply(op *Op) {
+func (st *memoryState) apply(op *Op) {
 	switch op.Kind {
-	case OpSetRefs:
-		c := op.Refs.Clone()
-		c.Count = len(c.Nodes)
-		s.entries[op.Key] = c
 	case OpDropRefs:
-		delete(s.entries, op.Key)
+		delete(st.entries, op.Key)
 	case OpAddRef:
-		if rc := s.entries[op.Key]; !rc.Has(op.Node) {
+		if rc := st.entries[op.Key]; !rc.Has(op.Node) {
 			rc = rc.Clone()
 			rc.Add(op.Node)
-			s.entries[op.Key] = rc
+			st.entries[op.Key] = rc
 		}
 	case OpRemoveRef:
-		if rc := s.entries[op.Key]; rc.Has(op.Node) {
-			s.dropNode(op.Key, rc, op.Node)
+		if rc := st.entries[op.Key]; rc.Has(op.Node) {
+			st.dropNode(op.Key, rc, op.Node)
 		}
 	case OpReplaceNode:
-		s.replaceNode(op.Node, op.NodeRefs)
+		st.replaceNode(op.Node, op.NodeRefs)
 	case OpPutMember:
-		s.members[op.Key] = op.Member
+		st.members[op.Key] = op.Member
 	case OpDeleteMember:
-		delete(s.members, op.Key)
+		delete(st.members, op.Key)
+	case OpPutIdentity:
+		st.strs[clusterIDKey], st.uints[epochKey] = op.Identity.ClusterID, op.Identity.Epoch
+	case OpPutFenceMark:
+		st.uints[fenceMarkKey] = op.Uint64
 	case OpPutString:
-		s.strs[op.Key] = op.String
+		st.strs[op.Key] = op.String
 	case OpPutUint64:
-		s.uints[op.Key] = op.Uint64
+		st.uints[op.Key] = op.Uint64
 	case OpPutDeleting:
-		s.deleting[op.Key] = op.Deleting
+		st.deleting[op.Key] = op.Deleting
 	case OpDropDeleting:
-		delete(s.deleting, op.Key)
+		delete(st.deleting, op.Key)
 	case OpPutDeleted:
-		s.completed[op.Key] = op.Deleted
+		st.completed[op.Key] = op.Deleted
 	case OpDropDeleted:
-		delete(s.completed, op.Key)
+		delete(st.completed, op.Key)
 	}
 }
 
-func (s *memoryStorage) replaceNode(node string, refs map[string]struct{}) {
-	for id, rc := range s.entries {
+func (st *memoryState) replaceNode(node string, refs map[string]struct{}) {
+	for id, rc := range st.entries {
 		if _, keep := refs[id]; !keep && rc.Has(node) {
-			s.dropNode(id, rc, node)
+			st.dropNode(id, rc, node)
 		}
 	}
 	for id := range refs {
-		s.apply(&Op{Kind: OpAddRef, Key: id, Node: node})
+		st.apply(&Op{Kind: OpAddRef, Key: id, Node: node})
 	}
 }
 
 // dropNode stores rc without node under id, dropping the entry if that
 // leaves it empty. Callers hold mu exclusively.
-func (s *memoryStorage) dropNode(id string, rc ReferenceCount, node string) {
+func (st *memoryState) dropNode(id string, rc Set, node string) {
 	rc = rc.Clone()
 	rc.Remove(node)
-	if rc.Count == 0 {
-		delete(s.entries, id)
+	if rc.Len() == 0 {
+		delete(st.entries, id)
 	} else {
-		s.entries[id] = rc
+		st.entries[id] = rc
 	}
 }
 
 func (s *memoryStorage) ListMembers(ctx context.Context) ([]Member, error) {
-	if err := ctx.Err(); err != nil {
+	unlock, err := s.read(ctx)
+	if err != nil {
 		return nil, err
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := slices.Collect(maps.Values(s.members))
+	defer unlock()
+	out := slices.Collect(maps.Values(s.st.members))
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
-func (s *memoryStorage) PutMember(ctx context.Context, m Member) error {
-	return s.Commit(ctx, new(Batch).PutMember(m))
+func (s *memoryStorage) Identity(ctx context.Context) (Identity, error) {
+	unlock, err := s.read(ctx)
+	if err != nil {
+		return Identity{}, err
+	}
+	defer unlock()
+	return Identity{ClusterID: s.st.strs[clusterIDKey], Epoch: s.st.uints[epochKey]}, nil
 }
 
-func (s *memoryStorage) DeleteMember(ctx context.Context, id string) error {
-	if id == "" {
-		return nil
-	}
-	return s.Commit(ctx, new(Batch).DeleteMember(id))
+func (s *memoryStorage) FenceMark(ctx context.Context) (uint64, error) {
+	return s.GetUint64(ctx, fenceMarkKey)
 }
 
 func (s *memoryStorage) GetUint64(ctx context.Context, key string) (uint64, error) {
-	if err := ctx.Err(); err != nil {
+	unlock, err := s.read(ctx)
+	if err != nil {
 		return 0, err
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.uints[key], nil
-}
-
-func (s *memoryStorage) PutUint64(ctx context.Context, key string, v uint64) error {
-	return s.Commit(ctx, new(Batch).PutUint64(key, v))
+	defer unlock()
+	return s.st.uints[key], nil
 }
 
 func (s *memoryStorage) GetString(ctx context.Context, key string) (string, error) {
-	if err := ctx.Err(); err != nil {
+	unlock, err := s.read(ctx)
+	if err != nil {
 		return "", err
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.strs[key], nil
-}
-
-func (s *memoryStorage) PutString(ctx context.Context, key, v string) error {
-	return s.Commit(ctx, new(Batch).PutString(key, v))
+	defer unlock()
+	return s.st.strs[key], nil
 }
 
 func (s *memoryStorage) Deletes(ctx context.Context) (Deletes, error) {
-	if err := ctx.Err(); err != nil {
+	unlock, err := s.read(ctx)
+	if err != nil {
 		return Deletes{}, err
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return Deletes{InFlight: maps.Clone(s.deleting), Completed: maps.Clone(s.completed)}, nil
+	defer unlock()
+	return Deletes{InFlight: maps.Clone(s.st.deleting), Completed: maps.Clone(s.st.completed)}, nil
 }
 
-func (s *memoryStorage) Close() error { return nil }
+// Close implements Storage: later calls through this handle fail; the
+// state lives on for the other handles.
+func (s *memoryStorage) Close() error {
+	s.closed.Store(true)
+	return nil
+}

@@ -14,5 +14,5 @@ func newMemoryStorage(t *testing.T) refcount.Storage {
 }
 
 func TestMemoryStorage(t *testing.T) {
-	storagetest.Run(t, newMemoryStorage)
+	storagetest.Run(t, newMemoryStorage, storagetest.TakeOverLocal)
 }

@@ -9,67 +9,65 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// MetaStore keeps small named values next to the reference counts, in the
-// same database, such as the lock server's fence high-water mark and its
-// cluster ID. It is safe for concurrent use, and a Put is durable when it
-// returns. Like Storage, it returns ctx.Err() when ctx is already done.
-type MetaStore interface {
-	// GetUint64 returns the value of key, or 0 and a nil error when key was
-	// never put.
-	GetUint64(ctx context.Context, key string) (uint64, error)
-	// PutUint64 sets key to v. An empty key is an error wrapping
-	// errdefs.ErrInvalidArgument.
-	PutUint64(ctx context.Context, key string, v uint64) error
-	// GetString returns the string stored under key, or "" and a nil
-	// error when key was never put.
-	GetString(ctx context.Context, key string) (string, error)
-	// PutString sets key to v, as PutUint64 does.
-	PutString(ctx context.Context, key, v string) error
+// Meta keys of the identity and the fence high-water mark: the store
+// writes them only through PutIdentity and PutFenceMark. They are the keys
+// the coordinator used before those writes existed, so that a database
+// written then reads the same.
+const (
+	clusterIDKey = "cluster_id"
+	epochKey     = "epoch"
+	fenceMarkKey = "fence_high_water_mark"
+)
+
+func reservedMeta(key string) bool {
+	return key == clusterIDKey || key == epochKey || key == fenceMarkKey
 }
 
-// GetUint64 implements MetaStore. A stored value that is not 8 bytes is an
+// GetUint64 implements Storage. A stored value that is not 8 bytes is an
 // error wrapping errdefs.ErrDataLoss.
 func (s *BoltStorage) GetUint64(ctx context.Context, key string) (uint64, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
 	var v uint64
-	err := s.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(metaBucket).Get([]byte(key))
-		if b == nil {
-			return nil
-		}
-		if len(b) != 8 {
-			return fmt.Errorf("stored value is %d bytes, want 8: %w", len(b), errdefs.ErrDataLoss)
-		}
-		v = binary.BigEndian.Uint64(b)
-		return nil
+	err := s.view(ctx, func(tx *bolt.Tx) (err error) {
+		v, err = getUint64(tx, key)
+		return err
 	})
-	if err != nil {
-		return 0, fmt.Errorf("meta %s: %w", key, err)
-	}
-	return v, nil
+	return v, err
 }
 
-// PutUint64 implements MetaStore.
-func (s *BoltStorage) PutUint64(ctx context.Context, key string, v uint64) error {
-	return s.Commit(ctx, new(Batch).PutUint64(key, v))
-}
-
-// GetString implements MetaStore.
+// GetString implements Storage.
 func (s *BoltStorage) GetString(ctx context.Context, key string) (string, error) {
-	if err := ctx.Err(); err != nil {
-		return "", err
-	}
 	var v string
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		v = string(tx.Bucket(metaBucket).Get([]byte(key)))
 		return nil
 	})
 	return v, err
 }
 
-// PutString implements MetaStore.
-func (s *BoltStorage) PutString(ctx context.Context, key, v string) error {
-	return s.Commit(ctx, new(Batch).PutString(key, v))
+// Identity implements Storage.
+func (s *BoltStorage) Identity(ctx context.Context) (Identity, error) {
+	var id Identity
+	err := s.view(ctx, func(tx *bolt.Tx) (err error) {
+		id.ClusterID = string(tx.Bucket(metaBucket).Get([]byte(clusterIDKey)))
+		id.Epoch, err = getUint64(tx, epochKey)
+		return err
+	})
+	return id, err
+}
+
+// FenceMark implements Storage.
+func (s *BoltStorage) FenceMark(ctx context.Context) (uint64, error) {
+	return s.GetUint64(ctx, fenceMarkKey)
+}
+
+// getUint64 reads the meta key as a big-endian uint64, 0 when absent.
+func getUint64(tx *bolt.Tx, key string) (uint64, error) {
+	b := tx.Bucket(metaBucket).Get([]byte(key))
+	if b == nil {
+		return 0, nil
+	}
+	if len(b) != 8 {
+		return 0, fmt.Errorf("meta %s: stored value is %d bytes, want 8: %w", key, len(b), errdefs.ErrDataLoss)
+	}
+	return binary.BigEndian.Uint64(b), nil
 }

@@ -1,69 +1,111 @@
 package refcount
 
-import "context"
+import (
+	"context"
+	"fmt"
 
-// Storage persists what a coordinator keeps across restarts: reference
-// counts by resource ID, the members (MemberStore), small named values
-// (MetaStore) and the deletes in flight or completed (SPEC §8). All of it
-// lives in one database, and Commit changes any part of it in one
-// transaction. Implementations are safe for concurrent use. A mutation is
-// durable when it returns (for the implementations that persist at all);
-// each single-write method is a one-write Commit.
+	"github.com/containerd/errdefs"
+)
+
+// Storage is one handle on the coordinator's durable state: the reference
+// sets, the members, the coordinator's identity, the fence high-water
+// mark, small meta values and the deletes in flight or completed. All of
+// it lives in one store, and the one way to change any of it is Commit,
+// which applies a Batch in one guarded transaction (see the package
+// documentation for the guard and for the limits of one transaction).
 //
-// Every method but Close returns ctx.Err() when ctx is already done; a
-// mutation that has started is not interrupted. Values are copied in and out:
-// changing the ReferenceCount passed to Set, or one returned by Get or List,
-// never changes what is stored. A stored Count is always len(Nodes).
+// Implementations are safe for concurrent use. A Commit is durable when it
+// returns (for the stores that persist at all). Every method but Fence and
+// Close returns ctx.Err() when ctx is already done; a Commit that has
+// started is not interrupted. Values are copied in and out: changing a
+// Batch's arguments, or a value a read returns, never changes what is
+// stored. A stored reference set is never empty: its last node removed,
+// it is dropped.
+//
+// Reads see the state as the last Commit through any handle left it; they
+// are not guarded, so a handle that was taken over still reads (what it
+// reads may be stale). After Close every call but Fence and Close fails.
 type Storage interface {
-	// Get returns the resource's reference count, or an error wrapping
-	// errdefs.ErrNotFound when the resource has no entry.
-	Get(ctx context.Context, resourceID string) (ReferenceCount, error)
-	// Set stores rc as the resource's entry. An empty set is stored as is;
-	// use Delete to drop an entry. An empty resourceID is an error wrapping
-	// errdefs.ErrInvalidArgument.
-	Set(ctx context.Context, resourceID string, rc ReferenceCount) error
-	// Delete drops the resource's entry. Deleting an absent entry is not an
-	// error.
-	Delete(ctx context.Context, resourceID string) error
-	// List calls fn for every entry, in resource ID order, until fn returns
-	// an error, which List returns. fn sees a snapshot taken when List
-	// starts and is called with no lock held, so it may call the Storage.
-	List(ctx context.Context, fn func(resourceID string, rc ReferenceCount) error) error
-	// ReplaceNode makes node a reference of exactly the resources in refs,
-	// in one atomic step: node is added to every entry of refs and removed
-	// from every other entry (entries left empty are dropped). A nil refs
-	// removes node everywhere. An empty node is an error wrapping
-	// errdefs.ErrInvalidArgument.
-	ReplaceNode(ctx context.Context, node string, refs map[string]struct{}) error
-	// Commit applies every write of b, in order, in one transaction: when
-	// it returns an error, none of them was made. A write that cannot be
-	// applied (an empty key, an empty node ID) is an error wrapping
-	// errdefs.ErrInvalidArgument. An empty batch writes nothing.
-	Commit(ctx context.Context, b *Batch) error
-	// Deletes returns the delete markers and completions stored by Commit.
+	// Get returns the resource's reference set, or an error wrapping
+	// errdefs.ErrNotFound when the resource has none.
+	Get(ctx context.Context, resourceID string) (Set, error)
+	// List returns, in resource ID order, up to limit reference sets with
+	// a resource ID greater than after ("" starts at the first). A page
+	// shorter than limit is the last one. limit must be positive (an
+	// error wrapping errdefs.ErrInvalidArgument otherwise); each call is
+	// one read, so a store answers a page in one request.
+	List(ctx context.Context, after string, limit int) ([]Entry, error)
+	// ListMembers returns every member, in ID order.
+	ListMembers(ctx context.Context) ([]Member, error)
+	// Identity returns the coordinator's identity, the zero Identity when
+	// none was ever put.
+	Identity(ctx context.Context) (Identity, error)
+	// FenceMark returns the fence high-water mark, 0 when none was ever
+	// put.
+	FenceMark(ctx context.Context) (uint64, error)
+	// GetUint64 returns the meta value of key, or 0 and a nil error when
+	// key was never put.
+	GetUint64(ctx context.Context, key string) (uint64, error)
+	// GetString returns the meta string of key, or "" and a nil error when
+	// key was never put.
+	GetString(ctx context.Context, key string) (string, error)
+	// Deletes returns the delete markers and completions.
 	Deletes(ctx context.Context) (Deletes, error)
-	MemberStore
-	MetaStore
-	// Close releases the storage.
+
+	// Commit applies every write of b, in order, in one transaction that
+	// first checks the handle's guard: when it returns an error, none of
+	// the writes was made. A handle that another one has taken over fails
+	// with an error wrapping ErrFenced. A write that cannot be applied (an
+	// empty key, an empty node ID, a reserved meta key) is an error
+	// wrapping errdefs.ErrInvalidArgument. An empty batch writes nothing
+	// and checks nothing.
+	Commit(ctx context.Context, b *Batch) error
+	// Fence returns the guard this handle holds: its Commits succeed only
+	// while no handle with a greater fence has taken the state over.
+	Fence() uint64
+	// Close releases the handle.
 	Close() error
 }
 
-// entry is one resource's reference count in a List snapshot.
-type entry struct {
-	id string
-	rc ReferenceCount
+// LocalStorage is a Storage whose handles live in one process: the memory
+// and bbolt stores. TakeOver opens another handle on the same state that
+// takes it over, as a new leader does on a replicated store: from then on
+// the Commits of every earlier handle fail with ErrFenced. On bbolt, where
+// one process at a time holds the file, a restart is the other way an
+// owner takes over (opening the file bumps the stored owner).
+type LocalStorage interface {
+	Storage
+	TakeOver(ctx context.Context) (LocalStorage, error)
 }
 
-// visit calls fn on each entry in order. It stops at the first error from fn,
-// or when ctx is done, and returns that error.
-func visit(ctx context.Context, entries []entry, fn func(string, ReferenceCount) error) error {
-	for _, e := range entries {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := fn(e.id, e.rc); err != nil {
-			return err
-		}
+// ErrFenced is the error of a Commit through a handle that another handle
+// has taken over since it was opened: its owner is no longer the store's.
+// It wraps errdefs.ErrFailedPrecondition.
+var ErrFenced = fmt.Errorf("refcount: the storage was taken over by a newer owner: %w", errdefs.ErrFailedPrecondition)
+
+// Entry is one resource's reference set in a List page.
+type Entry struct {
+	ResourceID string
+	Refs       Set
+}
+
+// Identity is the coordinator's identity as it is stored: the cluster ID
+// created with the state and the epoch that every start moves on.
+type Identity struct {
+	ClusterID string
+	Epoch     uint64
+}
+
+// fenced returns the error of a Commit through the handle with fence mine
+// when the store's owner is now.
+func fenced(mine, now uint64) error {
+	return fmt.Errorf("refcount: commit: this handle's fence is %d, the owner's now %d: %w", mine, now, ErrFenced)
+}
+
+// checkList validates List's limit.
+func checkList(limit int) error {
+	if limit <= 0 {
+		return fmt.Errorf("refcount: list limit %d: %w", limit, errdefs.ErrInvalidArgument)
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ func NewLocker(t testing.TB, mutate ...func(*lockserver.Config)) *lockserver.Loc
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	refs := refcount.NewManager(refcount.NewMemoryStorage(), refcount.Config{UpdateRequiresNoRef: cfg.UpdateRequiresNoRef})
+	refs := refcount.NewManager(refcount.NewMemoryStorage())
 	l, err := lockserver.NewLocker(cfg, lockserver.Options{Refs: refs})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, l.Close()) })

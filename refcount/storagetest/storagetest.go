@@ -1,6 +1,8 @@
-// Package storagetest is a conformance suite for refcount.Storage
-// implementations: reference sets, members, meta values, deletes, and
-// Commit's all-or-nothing batches.
+// Package storagetest is the conformance suite for refcount.Storage
+// implementations: reference sets, members, the identity, the fence
+// high-water mark, meta values, delete markers and completions, Commit's
+// all-or-nothing batches, and the guard that fences a handle once another
+// has taken the state over.
 package storagetest
 
 import (
@@ -17,41 +19,68 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// Run runs the suite. newStorage must return a new, empty Storage for each
-// call and arrange for it to be closed when t ends (t.Cleanup).
-func Run(t *testing.T, newStorage func(t *testing.T) refcount.Storage) {
+// Run runs the suite. newStorage must return a handle on a new, empty
+// state for each call; takeOver must return another handle on the state of
+// s that takes it over (s's Commits fail with refcount.ErrFenced from
+// then on). Both arrange for their handle to be closed when t ends
+// (t.Cleanup).
+func Run(t *testing.T, newStorage func(t *testing.T) refcount.Storage, takeOver func(t *testing.T, s refcount.Storage) refcount.Storage) {
 	tests := []struct {
 		name string
 		fn   func(*testing.T, refcount.Storage)
 	}{
 		{"GetAbsent", testGetAbsent},
-		{"SetGet", testSetGet},
-		{"SetRecomputesCount", testSetRecomputesCount},
-		{"SetEmptySet", testSetEmptySet},
-		{"SetEmptyID", testSetEmptyID},
+		{"AddRef", testAddRef},
+		{"RemoveRef", testRemoveRef},
+		{"DropRefs", testDropRefs},
 		{"CloneIsolation", testCloneIsolation},
-		{"Delete", testDelete},
-		{"DeleteAbsent", testDeleteAbsent},
-		{"ListOrder", testListOrder},
-		{"ListStop", testListStop},
-		{"ListCallsBack", testListCallsBack},
+		{"ListPages", testListPages},
+		{"ListLimit", testListLimit},
 		{"Concurrent", testConcurrent},
 		{"ContextDone", testContextDone},
 		{"ReplaceNode", testReplaceNode},
 		{"Members", testMembers},
+		{"Identity", testIdentity},
+		{"FenceMark", testFenceMark},
 		{"Meta", testMeta},
-		{"CommitAll", testCommitAll},
+		{"Deletes", testDeletes},
 		{"CommitRefs", testCommitRefs},
 		{"CommitAtomic", testCommitAtomic},
 		{"CommitEmpty", testCommitEmpty},
-		{"CommitContextDone", testCommitContextDone},
 		{"CommitIsolation", testCommitIsolation},
+		{"Closed", testClosed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.fn(t, newStorage(t))
 		})
 	}
+	t.Run("TakeOver", func(t *testing.T) { testTakeOver(t, newStorage(t), takeOver) })
+	t.Run("TakeOverRace", func(t *testing.T) { testTakeOverRace(t, newStorage(t), takeOver) })
+}
+
+// TakeOverLocal is Run's takeOver for a refcount.LocalStorage.
+func TakeOverLocal(t *testing.T, s refcount.Storage) refcount.Storage {
+	t.Helper()
+	n, err := s.(refcount.LocalStorage).TakeOver(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// commit commits b and requires it to succeed.
+func commit(t *testing.T, s refcount.Storage, b *refcount.Batch) {
+	t.Helper()
+	require.NoError(t, s.Commit(t.Context(), b))
+}
+
+// refs adds nodes to the resource's reference set.
+func refs(resourceID string, nodes ...string) *refcount.Batch {
+	b := new(refcount.Batch)
+	for _, n := range nodes {
+		b.AddRef(resourceID, n)
+	}
+	return b
 }
 
 func testGetAbsent(t *testing.T, s refcount.Storage) {
@@ -61,142 +90,106 @@ func testGetAbsent(t *testing.T, s refcount.Storage) {
 	require.ErrorContains(t, err, "absent", "the error names the resource")
 }
 
-func testSetGet(t *testing.T, s refcount.Storage) {
+func testAddRef(t *testing.T, s refcount.Storage) {
 	ctx := t.Context()
-	require.NoError(t, s.Set(ctx, "r1", refcount.New("b", "a")))
+	commit(t, s, refs("r1", "b", "a", "b"))
 	rc, err := s.Get(ctx, "r1")
 	require.NoError(t, err)
-	require.Equal(t, 2, rc.Count)
+	require.Equal(t, 2, rc.Len(), "a node added twice counts once")
 	require.Equal(t, []string{"a", "b"}, rc.NodeList())
-
-	require.NoError(t, s.Set(ctx, "r1", refcount.New("c")), "Set replaces")
-	rc, err = s.Get(ctx, "r1")
-	require.NoError(t, err)
-	require.Equal(t, 1, rc.Count)
-	require.Equal(t, []string{"c"}, rc.NodeList())
+	require.True(t, errdefs.IsInvalidArgument(s.Commit(ctx, new(refcount.Batch).AddRef("", "a"))))
+	require.True(t, errdefs.IsInvalidArgument(s.Commit(ctx, new(refcount.Batch).AddRef("r1", ""))))
 }
 
-func testSetRecomputesCount(t *testing.T, s refcount.Storage) {
+func testRemoveRef(t *testing.T, s refcount.Storage) {
 	ctx := t.Context()
-	rc := refcount.New("a")
-	rc.Count = 7
-	require.NoError(t, s.Set(ctx, "r1", rc))
-	got, err := s.Get(ctx, "r1")
-	require.NoError(t, err)
-	require.Equal(t, 1, got.Count, "Count is len(Nodes), whatever was passed")
-}
-
-func testSetEmptySet(t *testing.T, s refcount.Storage) {
-	ctx := t.Context()
-	require.NoError(t, s.Set(ctx, "r1", refcount.ReferenceCount{}))
+	commit(t, s, refs("r1", "a", "b"))
+	commit(t, s, new(refcount.Batch).RemoveRef("r1", "a").RemoveRef("r1", "x").RemoveRef("absent", "a"))
 	rc, err := s.Get(ctx, "r1")
-	require.NoError(t, err, "an empty set is an entry")
-	require.Zero(t, rc.Count)
-	require.Empty(t, rc.Nodes)
+	require.NoError(t, err)
+	require.Equal(t, []string{"b"}, rc.NodeList())
+	commit(t, s, new(refcount.Batch).RemoveRef("r1", "b"))
+	_, err = s.Get(ctx, "r1")
+	require.True(t, errdefs.IsNotFound(err), "the emptied set is dropped: %v", err)
+	ids, _ := list(t, s)
+	require.Empty(t, ids)
 }
 
-func testSetEmptyID(t *testing.T, s refcount.Storage) {
-	err := s.Set(t.Context(), "", refcount.New("a"))
-	require.True(t, errdefs.IsInvalidArgument(err), "got %v", err)
+func testDropRefs(t *testing.T, s refcount.Storage) {
+	ctx := t.Context()
+	commit(t, s, refs("r1", "a", "b").AddRef("r2", "a"))
+	commit(t, s, new(refcount.Batch).DropRefs("r1").DropRefs("absent"))
+	_, err := s.Get(ctx, "r1")
+	require.True(t, errdefs.IsNotFound(err), "got %v", err)
+	_, err = s.Get(ctx, "r2")
+	require.NoError(t, err, "DropRefs touched another set")
 }
 
 func testCloneIsolation(t *testing.T, s refcount.Storage) {
 	ctx := t.Context()
-	in := refcount.New("a")
-	require.NoError(t, s.Set(ctx, "r1", in))
-	in.Add("b")
-
+	commit(t, s, refs("r1", "a"))
 	out, err := s.Get(ctx, "r1")
 	require.NoError(t, err)
-	require.Equal(t, []string{"a"}, out.NodeList(), "changing Set's argument changed the stored value")
 	out.Add("c")
 	out.Remove("a")
-
-	require.NoError(t, s.List(ctx, func(_ string, rc refcount.ReferenceCount) error {
-		rc.Add("d")
-		return nil
-	}))
+	page, err := s.List(ctx, "", 10)
+	require.NoError(t, err)
+	page[0].Refs.Add("d")
 
 	again, err := s.Get(ctx, "r1")
 	require.NoError(t, err)
 	require.Equal(t, []string{"a"}, again.NodeList(), "changing a returned value changed the stored value")
-	require.Equal(t, 1, again.Count)
+	require.Equal(t, 1, again.Len())
 }
 
-func testDelete(t *testing.T, s refcount.Storage) {
-	ctx := t.Context()
-	require.NoError(t, s.Set(ctx, "r1", refcount.New("a")))
-	require.NoError(t, s.Set(ctx, "r2", refcount.New("a")))
-	require.NoError(t, s.Delete(ctx, "r1"))
-	_, err := s.Get(ctx, "r1")
-	require.True(t, errdefs.IsNotFound(err), "got %v", err)
-	_, err = s.Get(ctx, "r2")
-	require.NoError(t, err, "Delete touched another entry")
-}
-
-func testDeleteAbsent(t *testing.T, s refcount.Storage) {
-	require.NoError(t, s.Delete(t.Context(), "absent"))
-}
-
-// list returns the IDs and node lists that s.List yields, in order.
+// list returns the IDs and node lists of every reference set of s, in
+// order, read a page of 2 at a time.
 func list(t *testing.T, s refcount.Storage) (ids []string, nodes [][]string) {
 	t.Helper()
-	require.NoError(t, s.List(t.Context(), func(id string, rc refcount.ReferenceCount) error {
-		require.Equal(t, len(rc.Nodes), rc.Count)
-		ids = append(ids, id)
-		nodes = append(nodes, rc.NodeList())
-		return nil
-	}))
-	return ids, nodes
+	after := ""
+	for {
+		page, err := s.List(t.Context(), after, 2)
+		require.NoError(t, err)
+		for _, e := range page {
+			require.NotZero(t, e.Refs.Len(), "an empty set is never stored")
+			ids = append(ids, e.ResourceID)
+			nodes = append(nodes, e.Refs.NodeList())
+		}
+		if len(page) < 2 {
+			return ids, nodes
+		}
+		after = page[len(page)-1].ResourceID
+	}
 }
 
-func testListOrder(t *testing.T, s refcount.Storage) {
+func testListPages(t *testing.T, s refcount.Storage) {
 	ctx := t.Context()
 	ids, _ := list(t, s)
 	require.Empty(t, ids)
-
+	b := new(refcount.Batch)
 	for _, id := range []string{"sha256:c", "sha256:a", "sha256:b", "b", "sha256:aa"} {
-		require.NoError(t, s.Set(ctx, id, refcount.New("n-"+id)))
+		b.AddRef(id, "n-"+id)
 	}
+	commit(t, s, b)
 	ids, nodes := list(t, s)
 	require.Equal(t, []string{"b", "sha256:a", "sha256:aa", "sha256:b", "sha256:c"}, ids)
 	require.Equal(t, []string{"n-sha256:aa"}, nodes[2])
+
+	page, err := s.List(ctx, "sha256:a0", 2)
+	require.NoError(t, err)
+	require.Len(t, page, 2, "after need not be stored")
+	require.Equal(t, "sha256:aa", page[0].ResourceID)
+	require.Equal(t, "sha256:b", page[1].ResourceID)
+	page, err = s.List(ctx, "sha256:c", 2)
+	require.NoError(t, err)
+	require.Empty(t, page)
 }
 
-func testListStop(t *testing.T, s refcount.Storage) {
-	ctx := t.Context()
-	for _, id := range []string{"a", "b", "c", "d"} {
-		require.NoError(t, s.Set(ctx, id, refcount.New("n")))
+func testListLimit(t *testing.T, s refcount.Storage) {
+	for _, limit := range []int{0, -1} {
+		_, err := s.List(t.Context(), "", limit)
+		require.True(t, errdefs.IsInvalidArgument(err), "limit %d: %v", limit, err)
 	}
-	stop := errors.New("stop")
-	var seen []string
-	err := s.List(ctx, func(id string, _ refcount.ReferenceCount) error {
-		seen = append(seen, id)
-		if len(seen) == 2 {
-			return fmt.Errorf("at %s: %w", id, stop)
-		}
-		return nil
-	})
-	require.ErrorIs(t, err, stop)
-	require.Equal(t, []string{"a", "b"}, seen)
-}
-
-func testListCallsBack(t *testing.T, s refcount.Storage) {
-	ctx := t.Context()
-	for _, id := range []string{"a", "b", "c"} {
-		require.NoError(t, s.Set(ctx, id, refcount.New("n")))
-	}
-	// fn may use the Storage, e.g. to garbage-collect empty entries.
-	require.NoError(t, s.List(ctx, func(id string, rc refcount.ReferenceCount) error {
-		if id == "b" {
-			return s.Delete(ctx, id)
-		}
-		rc.Add("m")
-		return s.Set(ctx, id, rc)
-	}))
-	ids, nodes := list(t, s)
-	require.Equal(t, []string{"a", "c"}, ids)
-	require.Equal(t, [][]string{{"m", "n"}, {"m", "n"}}, nodes)
 }
 
 func testConcurrent(t *testing.T, s refcount.Storage) {
@@ -207,7 +200,7 @@ func testConcurrent(t *testing.T, s refcount.Storage) {
 		wg.Go(func() {
 			for k := range keys {
 				id := fmt.Sprintf("w%d-k%02d", w, k)
-				if err := s.Set(ctx, id, refcount.New("a", id)); err != nil {
+				if err := s.Commit(ctx, refs(id, "a", id)); err != nil {
 					t.Error(err)
 					return
 				}
@@ -216,10 +209,10 @@ func testConcurrent(t *testing.T, s refcount.Storage) {
 					t.Error(err)
 					return
 				}
-				if rc.Count != 2 || !rc.Has(id) {
+				if rc.Len() != 2 || !rc.Has(id) {
 					t.Errorf("%s: got %v", id, rc.NodeList())
 				}
-				if err := s.List(ctx, func(string, refcount.ReferenceCount) error { return nil }); err != nil {
+				if _, err := s.List(ctx, "", 10); err != nil {
 					t.Error(err)
 				}
 			}
@@ -231,41 +224,48 @@ func testConcurrent(t *testing.T, s refcount.Storage) {
 }
 
 func testContextDone(t *testing.T, s refcount.Storage) {
-	require.NoError(t, s.Set(t.Context(), "r1", refcount.New("a")))
+	commit(t, s, refs("r1", "a"))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 
 	_, err := s.Get(ctx, "r1")
 	require.ErrorIs(t, err, context.Canceled)
-	require.ErrorIs(t, s.Set(ctx, "r2", refcount.New("a")), context.Canceled)
-	require.ErrorIs(t, s.Delete(ctx, "r1"), context.Canceled)
-	called := false
-	err = s.List(ctx, func(string, refcount.ReferenceCount) error { called = true; return nil })
+	_, err = s.List(ctx, "", 10)
 	require.ErrorIs(t, err, context.Canceled)
-	require.False(t, called)
+	_, err = s.ListMembers(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = s.Identity(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = s.FenceMark(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = s.GetUint64(ctx, "u")
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = s.GetString(ctx, "s")
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = s.Deletes(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, s.Commit(ctx, refs("r2", "a").DropRefs("r1")), context.Canceled)
 
-	// Nothing changed.
 	ids, _ := list(t, s)
-	require.Equal(t, []string{"r1"}, ids)
+	require.Equal(t, []string{"r1"}, ids, "nothing changed")
 }
 
 func testReplaceNode(t *testing.T, s refcount.Storage) {
 	ctx := t.Context()
-	require.NoError(t, s.Set(ctx, "a", refcount.New("n")))      // n only: dropped
-	require.NoError(t, s.Set(ctx, "b", refcount.New("n", "m"))) // n removed, m stays
-	require.NoError(t, s.Set(ctx, "c", refcount.New("m")))      // n added
-	require.NoError(t, s.ReplaceNode(ctx, "n", map[string]struct{}{"c": {}, "d": {}}))
+	commit(t, s, refs("a", "n").AddRef("b", "n").AddRef("b", "m").AddRef("c", "m"))
+	// a: n only, dropped; b: n removed, m stays; c: n added; d: created.
+	commit(t, s, new(refcount.Batch).ReplaceNode("n", map[string]struct{}{"c": {}, "d": {}}))
 	ids, nodes := list(t, s)
 	require.Equal(t, []string{"b", "c", "d"}, ids)
 	require.Equal(t, [][]string{{"m"}, {"m", "n"}, {"n"}}, nodes)
 
 	// nil forgets the node everywhere.
-	require.NoError(t, s.ReplaceNode(ctx, "n", nil))
+	commit(t, s, new(refcount.Batch).ReplaceNode("n", nil))
 	ids, nodes = list(t, s)
 	require.Equal(t, []string{"b", "c"}, ids)
 	require.Equal(t, [][]string{{"m"}, {"m"}}, nodes)
 
-	require.ErrorIs(t, s.ReplaceNode(ctx, "", nil), errdefs.ErrInvalidArgument)
+	require.ErrorIs(t, s.Commit(ctx, new(refcount.Batch).ReplaceNode("", nil)), errdefs.ErrInvalidArgument)
 }
 
 func testMembers(t *testing.T, s refcount.Storage) {
@@ -274,22 +274,57 @@ func testMembers(t *testing.T, s refcount.Storage) {
 	require.NoError(t, err)
 	require.Empty(t, ms)
 	at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
-	require.NoError(t, s.PutMember(ctx, refcount.Member{ID: "n2", FirstSeen: at}))
-	require.NoError(t, s.PutMember(ctx, refcount.Member{ID: "n1", FirstSeen: at, LastSeen: at.Add(time.Hour)}))
-	require.NoError(t, s.PutMember(ctx, refcount.Member{ID: "n2", FirstSeen: at, LastSeen: at}), "PutMember replaces")
+	commit(t, s, new(refcount.Batch).PutMember(refcount.Member{ID: "n2", FirstSeen: at}).
+		PutMember(refcount.Member{ID: "n1", FirstSeen: at, LastSeen: at.Add(time.Hour), Generation: "g1"}))
+	commit(t, s, new(refcount.Batch).PutMember(refcount.Member{ID: "n2", FirstSeen: at, LastSeen: at}))
 	ms, err = s.ListMembers(ctx)
 	require.NoError(t, err)
 	require.Len(t, ms, 2)
 	require.Equal(t, []string{"n1", "n2"}, []string{ms[0].ID, ms[1].ID}, "in ID order")
 	require.True(t, ms[0].LastSeen.Equal(at.Add(time.Hour)))
-	require.True(t, ms[1].LastSeen.Equal(at))
-	require.NoError(t, s.DeleteMember(ctx, "n1"))
-	require.NoError(t, s.DeleteMember(ctx, "absent"))
+	require.Equal(t, "g1", ms[0].Generation)
+	require.True(t, ms[1].LastSeen.Equal(at), "PutMember replaces")
+	commit(t, s, new(refcount.Batch).DeleteMember("n1").DeleteMember("absent"))
 	ms, err = s.ListMembers(ctx)
 	require.NoError(t, err)
 	require.Len(t, ms, 1)
 	require.Equal(t, "n2", ms[0].ID)
-	require.ErrorIs(t, s.PutMember(ctx, refcount.Member{}), errdefs.ErrInvalidArgument)
+	require.ErrorIs(t, s.Commit(ctx, new(refcount.Batch).PutMember(refcount.Member{})), errdefs.ErrInvalidArgument)
+	require.ErrorIs(t, s.Commit(ctx, new(refcount.Batch).DeleteMember("")), errdefs.ErrInvalidArgument)
+}
+
+func testIdentity(t *testing.T, s refcount.Storage) {
+	ctx := t.Context()
+	id, err := s.Identity(ctx)
+	require.NoError(t, err)
+	require.Zero(t, id, "never put")
+	commit(t, s, new(refcount.Batch).PutIdentity(refcount.Identity{ClusterID: "c1", Epoch: 1}))
+	commit(t, s, new(refcount.Batch).PutIdentity(refcount.Identity{ClusterID: "c1", Epoch: 1<<40 + 2}))
+	id, err = s.Identity(ctx)
+	require.NoError(t, err)
+	require.Equal(t, refcount.Identity{ClusterID: "c1", Epoch: 1<<40 + 2}, id)
+	require.ErrorIs(t, s.Commit(ctx, new(refcount.Batch).PutIdentity(refcount.Identity{Epoch: 3})), errdefs.ErrInvalidArgument,
+		"an identity without a cluster ID")
+	for _, key := range []string{"cluster_id", "epoch"} {
+		require.ErrorIs(t, s.Commit(ctx, new(refcount.Batch).PutString(key, "x")), errdefs.ErrInvalidArgument, key)
+		require.ErrorIs(t, s.Commit(ctx, new(refcount.Batch).PutUint64(key, 9)), errdefs.ErrInvalidArgument, key)
+	}
+	id, err = s.Identity(ctx)
+	require.NoError(t, err)
+	require.Equal(t, refcount.Identity{ClusterID: "c1", Epoch: 1<<40 + 2}, id, "a meta write changed the identity")
+}
+
+func testFenceMark(t *testing.T, s refcount.Storage) {
+	ctx := t.Context()
+	v, err := s.FenceMark(ctx)
+	require.NoError(t, err)
+	require.Zero(t, v)
+	commit(t, s, new(refcount.Batch).PutFenceMark(1024))
+	commit(t, s, new(refcount.Batch).PutFenceMark(2048))
+	require.ErrorIs(t, s.Commit(ctx, new(refcount.Batch).PutUint64("fence_high_water_mark", 1)), errdefs.ErrInvalidArgument)
+	v, err = s.FenceMark(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2048), v)
 }
 
 func testMeta(t *testing.T, s refcount.Storage) {
@@ -300,33 +335,33 @@ func testMeta(t *testing.T, s refcount.Storage) {
 	str, err := s.GetString(ctx, "s")
 	require.NoError(t, err)
 	require.Empty(t, str)
-	require.NoError(t, s.PutUint64(ctx, "u", 1<<40+7))
-	require.NoError(t, s.PutString(ctx, "s", "cluster-a"))
+	commit(t, s, new(refcount.Batch).PutUint64("u", 1<<40+7).PutString("s", "cluster-a"))
 	v, err = s.GetUint64(ctx, "u")
 	require.NoError(t, err)
 	require.Equal(t, uint64(1<<40+7), v)
 	str, err = s.GetString(ctx, "s")
 	require.NoError(t, err)
 	require.Equal(t, "cluster-a", str)
-	require.ErrorIs(t, s.PutUint64(ctx, "", 1), errdefs.ErrInvalidArgument)
-	require.ErrorIs(t, s.PutString(ctx, "", "x"), errdefs.ErrInvalidArgument)
+	require.ErrorIs(t, s.Commit(ctx, new(refcount.Batch).PutUint64("", 1)), errdefs.ErrInvalidArgument)
+	require.ErrorIs(t, s.Commit(ctx, new(refcount.Batch).PutString("", "x")), errdefs.ErrInvalidArgument)
 }
 
 // state is everything a Storage holds, read back through its interface.
 type state struct {
-	refs    map[string][]string
-	members []string
-	strs    map[string]string
-	uints   map[string]uint64
-	deletes refcount.Deletes
+	refs     map[string][]string
+	members  []string
+	identity refcount.Identity
+	fence    uint64
+	strs     map[string]string
+	deletes  refcount.Deletes
 }
 
 // snapshot reads the state of s: every reference set and member, the
-// given meta keys, and the deletes.
-func snapshot(t *testing.T, s refcount.Storage, strKeys, uintKeys []string) state {
+// identity, the fence mark, the given meta strings and the deletes.
+func snapshot(t *testing.T, s refcount.Storage, strKeys ...string) state {
 	t.Helper()
 	ctx := t.Context()
-	st := state{refs: map[string][]string{}, strs: map[string]string{}, uints: map[string]uint64{}}
+	st := state{refs: map[string][]string{}, strs: map[string]string{}}
 	ids, nodes := list(t, s)
 	for i, id := range ids {
 		st.refs[id] = nodes[i]
@@ -336,12 +371,12 @@ func snapshot(t *testing.T, s refcount.Storage, strKeys, uintKeys []string) stat
 	for _, m := range ms {
 		st.members = append(st.members, m.ID)
 	}
+	st.identity, err = s.Identity(ctx)
+	require.NoError(t, err)
+	st.fence, err = s.FenceMark(ctx)
+	require.NoError(t, err)
 	for _, k := range strKeys {
 		st.strs[k], err = s.GetString(ctx, k)
-		require.NoError(t, err)
-	}
-	for _, k := range uintKeys {
-		st.uints[k], err = s.GetUint64(ctx, k)
 		require.NoError(t, err)
 	}
 	st.deletes, err = s.Deletes(ctx)
@@ -355,87 +390,81 @@ var (
 	deletion = refcount.DeleteCompletion{Node: "n1", At: t0, Lapsed: true}
 )
 
-func testCommitAll(t *testing.T, s refcount.Storage) {
+// testDeletes: markers and completions, and a delete's unlock in one batch.
+func testDeletes(t *testing.T, s refcount.Storage) {
 	ctx := t.Context()
-	require.NoError(t, s.Set(ctx, "gone", refcount.New("n1")))
-	require.NoError(t, s.PutMember(ctx, refcount.Member{ID: "old"}))
-	b := new(refcount.Batch).
-		SetRefs("r1", refcount.New("a", "b")).
-		DropRefs("gone").
-		PutMember(refcount.Member{ID: "n1", FirstSeen: t0}).
-		DeleteMember("old").
-		PutString("cluster_id", "c1").
-		PutUint64("epoch", 3).
-		PutDeleting("r2", marker).
-		PutDeleted("r3", deletion)
-	require.Equal(t, 8, b.Len())
-	require.NoError(t, s.Commit(ctx, b))
-	st := snapshot(t, s, []string{"cluster_id"}, []string{"epoch"})
-	require.Equal(t, map[string][]string{"r1": {"a", "b"}}, st.refs)
-	require.Equal(t, []string{"n1"}, st.members)
-	require.Equal(t, "c1", st.strs["cluster_id"])
-	require.Equal(t, uint64(3), st.uints["epoch"])
-	require.Len(t, st.deletes.InFlight, 1)
-	m := st.deletes.InFlight["r2"]
+	d, err := s.Deletes(ctx)
+	require.NoError(t, err)
+	require.Empty(t, d.InFlight)
+	require.Empty(t, d.Completed)
+	commit(t, s, refs("r2", "n2").PutDeleting("r2", marker).PutDeleted("r3", deletion))
+	d, err = s.Deletes(ctx)
+	require.NoError(t, err)
+	require.Len(t, d.InFlight, 1)
+	m := d.InFlight["r2"]
 	require.Equal(t, marker.Node, m.Node)
 	require.Equal(t, marker.Fence, m.Fence)
 	require.True(t, marker.Expires.Equal(m.Expires))
-	require.Len(t, st.deletes.Completed, 1)
-	c := st.deletes.Completed["r3"]
+	require.Len(t, d.Completed, 1)
+	c := d.Completed["r3"]
 	require.Equal(t, deletion.Node, c.Node)
 	require.True(t, deletion.At.Equal(c.At))
 	require.True(t, c.Lapsed)
 
-	// The delete of r2 completes: marker and references out, completion in.
-	require.NoError(t, s.Commit(ctx, new(refcount.Batch).DropRefs("r2").DropDeleting("r2").
-		PutDeleted("r2", refcount.DeleteCompletion{Node: "n1", At: t0}).DropDeleted("r3")))
-	d, err := s.Deletes(ctx)
-	require.NoError(t, err)
-	require.Empty(t, d.InFlight)
-	require.Len(t, d.Completed, 1)
-	require.False(t, d.Completed["r2"].Lapsed)
+	// The delete of r2 completes: references and marker out, completion in.
+	commit(t, s, new(refcount.Batch).DropRefs("r2").DropDeleting("r2").
+		PutDeleted("r2", refcount.DeleteCompletion{Node: "n1", At: t0}).DropDeleted("r3"))
+	st := snapshot(t, s)
+	require.Empty(t, st.refs)
+	require.Empty(t, st.deletes.InFlight)
+	require.Len(t, st.deletes.Completed, 1)
+	require.Equal(t, "n1", st.deletes.Completed["r2"].Node)
+	require.False(t, st.deletes.Completed["r2"].Lapsed)
+	for _, b := range []*refcount.Batch{
+		new(refcount.Batch).PutDeleting("", marker), new(refcount.Batch).DropDeleting(""),
+		new(refcount.Batch).PutDeleted("", deletion), new(refcount.Batch).DropDeleted(""),
+	} {
+		require.ErrorIs(t, s.Commit(ctx, b), errdefs.ErrInvalidArgument)
+	}
 }
 
 func testCommitRefs(t *testing.T, s refcount.Storage) {
-	ctx := t.Context()
-	require.NoError(t, s.Set(ctx, "b", refcount.New("n", "m")))
-	require.NoError(t, s.Set(ctx, "c", refcount.New("n")))
-	require.NoError(t, s.Commit(ctx, new(refcount.Batch).
+	commit(t, s, refs("b", "n", "m").AddRef("c", "n"))
+	commit(t, s, new(refcount.Batch).
 		AddRef("a", "n").AddRef("a", "m").AddRef("a", "n"). // twice counts once
 		RemoveRef("b", "n").
-		RemoveRef("c", "n"). // the last node: the entry goes
-		RemoveRef("absent", "n")))
+		RemoveRef("c", "n"). // the last node: the set goes
+		RemoveRef("absent", "n"))
 	ids, nodes := list(t, s)
 	require.Equal(t, []string{"a", "b"}, ids)
 	require.Equal(t, [][]string{{"m", "n"}, {"m"}}, nodes)
 
 	// Forgetting a node: its references and its member record together.
-	require.NoError(t, s.PutMember(ctx, refcount.Member{ID: "m"}))
-	require.NoError(t, s.Commit(ctx, new(refcount.Batch).ReplaceNode("m", nil).DeleteMember("m")))
+	commit(t, s, new(refcount.Batch).PutMember(refcount.Member{ID: "m"}))
+	commit(t, s, new(refcount.Batch).ReplaceNode("m", nil).DeleteMember("m"))
 	ids, nodes = list(t, s)
 	require.Equal(t, []string{"a"}, ids)
 	require.Equal(t, [][]string{{"n"}}, nodes)
-	ms, err := s.ListMembers(ctx)
+	ms, err := s.ListMembers(t.Context())
 	require.NoError(t, err)
 	require.Empty(t, ms)
 
 	// Writes apply in order: a later write sees an earlier one.
-	require.NoError(t, s.Commit(ctx, new(refcount.Batch).
-		ReplaceNode("x", map[string]struct{}{"d": {}}).AddRef("d", "y").RemoveRef("d", "x")))
+	commit(t, s, new(refcount.Batch).
+		ReplaceNode("x", map[string]struct{}{"d": {}}).AddRef("d", "y").RemoveRef("d", "x"))
 	ids, nodes = list(t, s)
 	require.Equal(t, []string{"a", "d"}, ids)
 	require.Equal(t, [][]string{{"n"}, {"y"}}, nodes)
 }
 
 // testCommitAtomic: a batch with a write that cannot be made changes
-// nothing, wherever that write is in the batch.
+// nothing, wherever that write is in the batch, and whatever Break says.
 func testCommitAtomic(t *testing.T, s refcount.Storage) {
 	ctx := t.Context()
-	require.NoError(t, s.Commit(ctx, new(refcount.Batch).
-		SetRefs("r1", refcount.New("a")).PutMember(refcount.Member{ID: "n1"}).
-		PutString("cluster_id", "old").PutUint64("epoch", 1).PutDeleting("r2", marker)))
-	keysS, keysU := []string{"cluster_id"}, []string{"epoch"}
-	before := snapshot(t, s, keysS, keysU)
+	commit(t, s, refs("r1", "a").PutMember(refcount.Member{ID: "n1"}).
+		PutIdentity(refcount.Identity{ClusterID: "old", Epoch: 1}).PutFenceMark(5).
+		PutString("s", "old").PutDeleting("r2", marker))
+	before := snapshot(t, s, "s")
 
 	bad := []struct {
 		name string
@@ -443,10 +472,12 @@ func testCommitAtomic(t *testing.T, s refcount.Storage) {
 	}{
 		{"AddRef without node", func(b *refcount.Batch) { b.AddRef("r9", "") }},
 		{"RemoveRef without resource", func(b *refcount.Batch) { b.RemoveRef("", "a") }},
-		{"SetRefs without resource", func(b *refcount.Batch) { b.SetRefs("", refcount.New("a")) }},
+		{"DropRefs without resource", func(b *refcount.Batch) { b.DropRefs("") }},
 		{"ReplaceNode without node", func(b *refcount.Batch) { b.ReplaceNode("", nil) }},
 		{"PutMember without ID", func(b *refcount.Batch) { b.PutMember(refcount.Member{}) }},
+		{"PutIdentity without cluster", func(b *refcount.Batch) { b.PutIdentity(refcount.Identity{}) }},
 		{"PutString without key", func(b *refcount.Batch) { b.PutString("", "x") }},
+		{"PutUint64 on a reserved key", func(b *refcount.Batch) { b.PutUint64("epoch", 1) }},
 		{"PutDeleted without resource", func(b *refcount.Batch) { b.PutDeleted("", deletion) }},
 	}
 	for _, tt := range bad {
@@ -456,52 +487,136 @@ func testCommitAtomic(t *testing.T, s refcount.Storage) {
 				if at == "first" {
 					tt.add(b)
 				}
-				b.ReplaceNode("a", map[string]struct{}{"r5": {}}).DeleteMember("n1").AddRef("r6", "b")
+				b.ReplaceNode("a", map[string]struct{}{"r5": {}}).DeleteMember("n1").AddRef("r6", "b").Break()
 				if at == "middle" {
 					tt.add(b)
 				}
-				b.PutString("cluster_id", "new").PutUint64("epoch", 2).DropDeleting("r2").
-					PutDeleted("r2", deletion).PutMember(refcount.Member{ID: "n2"})
+				b.PutIdentity(refcount.Identity{ClusterID: "new", Epoch: 2}).PutFenceMark(9).PutString("s", "new").Break().
+					DropDeleting("r2").PutDeleted("r2", deletion).PutMember(refcount.Member{ID: "n2"})
 				if at == "last" {
 					tt.add(b)
 				}
 				err := s.Commit(ctx, b)
 				require.ErrorIs(t, err, errdefs.ErrInvalidArgument)
-				require.Equal(t, before, snapshot(t, s, keysS, keysU), "a failed batch wrote something")
+				require.Equal(t, before, snapshot(t, s, "s"), "a failed batch wrote something")
 			})
 		}
 	}
 }
 
 func testCommitEmpty(t *testing.T, s refcount.Storage) {
-	require.NoError(t, s.Commit(t.Context(), new(refcount.Batch)))
-	require.NoError(t, s.Commit(t.Context(), &refcount.Batch{}))
-}
-
-func testCommitContextDone(t *testing.T, s refcount.Storage) {
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	require.ErrorIs(t, s.Commit(ctx, new(refcount.Batch).SetRefs("r1", refcount.New("a"))), context.Canceled)
-	_, err := s.Deletes(ctx)
-	require.ErrorIs(t, err, context.Canceled)
-	_, err = s.ListMembers(ctx)
-	require.ErrorIs(t, err, context.Canceled)
-	ids, _ := list(t, s)
-	require.Empty(t, ids)
+	commit(t, s, new(refcount.Batch))
+	commit(t, s, &refcount.Batch{})
+	commit(t, s, new(refcount.Batch).Break())
+	require.Equal(t, snapshot(t, s), snapshot(t, s))
+	require.Empty(t, snapshot(t, s).refs)
 }
 
 // testCommitIsolation: changing a batch's arguments after adding them, or
 // the batch after committing it, changes nothing stored.
 func testCommitIsolation(t *testing.T, s refcount.Storage) {
-	ctx := t.Context()
-	rc := refcount.New("a")
 	refs := map[string]struct{}{"r2": {}}
-	b := new(refcount.Batch).SetRefs("r1", rc).ReplaceNode("n", refs)
-	rc.Add("b")
+	m := refcount.Member{ID: "n1", Generation: "g1"}
+	b := new(refcount.Batch).AddRef("r1", "a").ReplaceNode("n", refs).PutMember(m)
 	refs["r3"] = struct{}{}
-	require.NoError(t, s.Commit(ctx, b))
-	b.Ops()[0].Refs.Add("c")
+	m.Generation = "g2"
+	commit(t, s, b)
+	b.Ops()[1].NodeRefs["r4"] = struct{}{}
 	ids, nodes := list(t, s)
 	require.Equal(t, []string{"r1", "r2"}, ids)
 	require.Equal(t, [][]string{{"a"}, {"n"}}, nodes)
+	ms, err := s.ListMembers(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, "g1", ms[0].Generation)
+}
+
+// testClosed: a closed handle neither reads nor writes; closing it again
+// is harmless.
+func testClosed(t *testing.T, s refcount.Storage) {
+	ctx := t.Context()
+	commit(t, s, refs("r1", "a"))
+	require.NoError(t, s.Close())
+	_, err := s.Get(ctx, "r1")
+	require.Error(t, err)
+	_, err = s.List(ctx, "", 10)
+	require.Error(t, err)
+	require.Error(t, s.Commit(ctx, refs("r2", "a")))
+	require.NoError(t, s.Close())
+}
+
+// testTakeOver: once a newer handle took the state over, the older one's
+// commits fail with ErrFenced and write nothing, however they mix writes;
+// the older one still reads, and the newer one writes.
+func testTakeOver(t *testing.T, s1 refcount.Storage, takeOver func(*testing.T, refcount.Storage) refcount.Storage) {
+	ctx := t.Context()
+	commit(t, s1, refs("r1", "a").PutIdentity(refcount.Identity{ClusterID: "c", Epoch: 1}))
+	s2 := takeOver(t, s1)
+	require.Greater(t, s2.Fence(), s1.Fence())
+	before := snapshot(t, s2)
+	for _, b := range []*refcount.Batch{
+		refs("r2", "a"),
+		new(refcount.Batch).RemoveRef("r1", "a"),
+		new(refcount.Batch).DropRefs("r1"),
+		new(refcount.Batch).ReplaceNode("a", nil),
+		new(refcount.Batch).PutMember(refcount.Member{ID: "n1"}),
+		new(refcount.Batch).PutIdentity(refcount.Identity{ClusterID: "c", Epoch: 2}),
+		new(refcount.Batch).PutFenceMark(100),
+		new(refcount.Batch).PutString("s", "x"),
+		new(refcount.Batch).PutDeleting("r1", marker).Break().PutDeleted("r3", deletion),
+	} {
+		err := s1.Commit(ctx, b)
+		require.ErrorIs(t, err, refcount.ErrFenced)
+		require.True(t, errdefs.IsFailedPrecondition(err), "got %v", err)
+	}
+	require.Equal(t, before, snapshot(t, s2), "a fenced handle wrote")
+
+	commit(t, s2, refs("r2", "b"))
+	rc, err := s1.Get(ctx, "r2")
+	require.NoError(t, err, "a fenced handle still reads")
+	require.Equal(t, []string{"b"}, rc.NodeList())
+
+	s3 := takeOver(t, s2)
+	require.Greater(t, s3.Fence(), s2.Fence())
+	require.ErrorIs(t, s2.Commit(ctx, refs("r4", "b")), refcount.ErrFenced)
+	require.ErrorIs(t, s1.Commit(ctx, refs("r4", "b")), refcount.ErrFenced)
+	commit(t, s3, refs("r4", "c"))
+	ids, _ := list(t, s3)
+	require.Equal(t, []string{"r1", "r2", "r4"}, ids)
+}
+
+// testTakeOverRace: commits racing a take-over either land before it or
+// fail fenced, never after it; the newer handle sees exactly those that
+// returned nil.
+func testTakeOverRace(t *testing.T, s1 refcount.Storage, takeOver func(*testing.T, refcount.Storage) refcount.Storage) {
+	ctx := t.Context()
+	const writers, each = 4, 25
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		landed []string
+	)
+	start := make(chan struct{})
+	for w := range writers {
+		wg.Go(func() {
+			<-start
+			for i := range each {
+				id := fmt.Sprintf("w%d-%02d", w, i)
+				err := s1.Commit(ctx, refs(id, "a"))
+				switch {
+				case err == nil:
+					mu.Lock()
+					landed = append(landed, id)
+					mu.Unlock()
+				case !errors.Is(err, refcount.ErrFenced):
+					t.Error(err)
+				}
+			}
+		})
+	}
+	close(start)
+	s2 := takeOver(t, s1)
+	wg.Wait()
+	require.ErrorIs(t, s1.Commit(ctx, refs("late", "a")), refcount.ErrFenced)
+	ids, _ := list(t, s2)
+	require.ElementsMatch(t, landed, ids)
 }
