@@ -91,12 +91,18 @@ type Options struct {
 	State StateStore
 	// Registerer receives the Prometheus metrics. Nil registers nowhere.
 	Registerer prometheus.Registerer
+	// Now is the Locker's clock; nil: time.Now. Tests move it.
+	Now func() time.Time
 }
 
 // NewLocker starts a Locker and its per-shard sweepers. Call Close to stop
 // them.
 func NewLocker(cfg Config, opts Options) (*Locker, error) {
-	return newLocker(cfg, opts, time.Now)
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return newLocker(cfg, opts, now)
 }
 
 // newLocker is NewLocker on the clock now (tests move it).

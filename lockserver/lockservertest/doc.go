@@ -1,5 +1,5 @@
 // Package lockservertest starts coordinators for tests: a real
-// lockserver.Server on a temp data directory, served over loopback HTTP
+// httpserver.Server on a temp data directory, served over loopback HTTP
 // (or HTTPS, with mTLS) until the test ends, that a fault test can stop,
 // restart and wipe (Start); an in-memory Locker for the embedded mode
 // (NewLocker); a bare Handler on loopback (ServeHandler); and a free

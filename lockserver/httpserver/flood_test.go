@@ -1,4 +1,4 @@
-package lockserver
+package httpserver
 
 import (
 	"bufio"
@@ -15,15 +15,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/lockserver"
 )
 
 // openServer opens a Server on a temp dir, lets mutate change its HTTP
 // server before it serves, and serves it on loopback until the test ends.
-func openServer(t *testing.T, cfg ServerConfig, mutate func(*Server)) (*Server, string) {
+func openServer(t *testing.T, cfg Config, mutate func(*Server)) (*Server, string) {
 	t.Helper()
-	cfg.Config = DefaultConfig()
+	cfg.Config = lockserver.DefaultConfig()
 	cfg.DataDir = t.TempDir()
-	s, err := OpenServer(cfg)
+	s, err := Open(cfg)
 	require.NoError(t, err)
 	if mutate != nil {
 		mutate(s)
@@ -59,7 +61,7 @@ func rawGet(t *testing.T, c net.Conn, path string) (*http.Response, string) {
 // the waiting connection is served, and so are new ones.
 func TestAcceptSurvivesDescriptorExhaustion(t *testing.T) {
 	// Limits above the descriptors, so that accept itself fails.
-	s, addr := openServer(t, ServerConfig{Limits: ConnLimits{Total: 1 << 20, PerIP: 1 << 20}}, nil)
+	s, addr := openServer(t, Config{Limits: ConnLimits{Total: 1 << 20, PerIP: 1 << 20}}, nil)
 
 	var orig syscall.Rlimit
 	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &orig))
@@ -126,7 +128,7 @@ func TestAcceptSurvivesDescriptorExhaustion(t *testing.T) {
 // is still served below the total; and once connections close, new ones
 // are served again.
 func TestConnectionLimits(t *testing.T) {
-	s, addr := openServer(t, ServerConfig{Limits: ConnLimits{Total: 5, PerIP: 3}}, nil)
+	s, addr := openServer(t, Config{Limits: ConnLimits{Total: 5, PerIP: 3}}, nil)
 	dialFrom := func(ip string) net.Conn {
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
 		c, err := d.Dial("tcp", addr)
@@ -173,7 +175,7 @@ func TestConnectionLimits(t *testing.T) {
 // that sends nothing within the read timeout is closed without an
 // unsolicited 400.
 func TestSilentConnectionGetsNoAnswer(t *testing.T) {
-	_, addr := openServer(t, ServerConfig{}, func(s *Server) { s.handler.HTTPServer().ReadTimeout = 100 * time.Millisecond })
+	_, addr := openServer(t, Config{}, func(s *Server) { s.handler.HTTPServer().ReadTimeout = 100 * time.Millisecond })
 	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	defer c.Close()
@@ -187,8 +189,8 @@ func TestSilentConnectionGetsNoAnswer(t *testing.T) {
 // does not wait for a connection that never sent a request (fasthttp
 // would wait 5 s for it), nor for one idle between requests.
 func TestShutdownClosesSilentConnections(t *testing.T) {
-	cfg := ServerConfig{Config: DefaultConfig(), DataDir: t.TempDir()}
-	s, err := OpenServer(cfg)
+	cfg := Config{Config: lockserver.DefaultConfig(), DataDir: t.TempDir()}
+	s, err := Open(cfg)
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

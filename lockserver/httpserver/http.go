@@ -1,4 +1,4 @@
-package lockserver
+package httpserver
 
 import (
 	"bytes"
@@ -22,6 +22,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -58,7 +59,7 @@ import (
 // small requests, and net/http's per-request machinery (on both ends)
 // cost more than the locking itself (docs/design.md, "HTTP stack").
 type Handler struct {
-	locker *Locker
+	locker *lockserver.Locker
 	http   *fasthttp.Server
 	token  []byte // bearer token; empty disables auth
 	// admin is the bearer token of admin calls; empty: token (if any).
@@ -143,7 +144,7 @@ func WithMetricsGatherer(g prometheus.Gatherer) HandlerOption {
 
 // NewHandler returns the HTTP API of l. Serve it with HTTPServer, or
 // through a Server.
-func NewHandler(l *Locker, opts ...HandlerOption) *Handler {
+func NewHandler(l *lockserver.Locker, opts ...HandlerOption) *Handler {
 	h := &Handler{locker: l, streamsDone: make(chan struct{}), streams: newStreamLimiter(DefaultMaxStreams, DefaultMaxStreamsPerIP, DefaultMaxStreamsPerNode)}
 	h.http = &fasthttp.Server{
 		Handler:      h.Handle,
@@ -256,7 +257,7 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if want := ctx.Request.Header.Peek(api.ClusterHeader); len(want) > 0 && string(want) != c.ClusterID {
-		writeError(ctx, wrongCluster(string(want), c))
+		writeError(ctx, lockserver.WrongCluster(string(want), c))
 		return
 	}
 	if !r.allows(ctx) {

@@ -1,4 +1,4 @@
-package lockserver
+package httpserver
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sharedcontent/sharedcontent/internal/tokenfile"
+	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
@@ -24,9 +25,9 @@ import (
 // sets and the fence high-water mark.
 const DBFile = "sharedcontent-lockserver.db"
 
-// ServerConfig is everything a stand-alone or embedded lock server needs.
-type ServerConfig struct {
-	Config
+// Config is everything a stand-alone or embedded lock server needs.
+type Config struct {
+	lockserver.Config
 	// DataDir holds DBFile. Required.
 	DataDir string
 	// AuthTokenFile, when set, holds the bearer token clients must send.
@@ -53,7 +54,7 @@ type ServerConfig struct {
 // Server is a Locker with its persistent state and HTTP API.
 type Server struct {
 	// Locker is the in-process API, for an embedded coordinator.
-	Locker *Locker
+	Locker *lockserver.Locker
 
 	storage *refcount.BoltStorage
 	handler *Handler
@@ -67,9 +68,9 @@ type Server struct {
 	shutdown bool               // protected by mu
 }
 
-// OpenServer opens the data directory and starts the Locker. Call Shutdown
+// Open opens the data directory and starts the Locker. Call Shutdown
 // to stop it and flush the database.
-func OpenServer(cfg ServerConfig) (*Server, error) {
+func Open(cfg Config) (*Server, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("lockserver: data_dir is required")
 	}
@@ -87,7 +88,7 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	locker, err := NewLocker(cfg.Config, Options{
+	locker, err := lockserver.NewLocker(cfg.Config, lockserver.Options{
 		Refs:       refcount.NewManager(storage, refcount.Config{UpdateRequiresNoRef: cfg.UpdateRequiresNoRef}),
 		State:      storage,
 		Registerer: reg,
@@ -114,7 +115,7 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 }
 
 // authOptions returns the Handler options of the configured identities.
-func (cfg ServerConfig) authOptions() ([]HandlerOption, error) {
+func (cfg Config) authOptions() ([]HandlerOption, error) {
 	if err := cfg.checkAuthModes(); err != nil {
 		return nil, err
 	}
@@ -126,7 +127,7 @@ func (cfg ServerConfig) authOptions() ([]HandlerOption, error) {
 		if tf.path == "" {
 			continue
 		}
-		token, err := ReadTokenFile(tf.path)
+		token, err := tokenfile.Read(tf.path)
 		if err != nil {
 			return nil, fmt.Errorf("lockserver: %w", err)
 		}
@@ -150,7 +151,7 @@ func (cfg ServerConfig) authOptions() ([]HandlerOption, error) {
 
 // checkAuthModes refuses a shared token with node identities: whoever has
 // the shared token could act as any node (auth.go).
-func (cfg ServerConfig) checkAuthModes() error {
+func (cfg Config) checkAuthModes() error {
 	var ids []string
 	if cfg.NodeTokensFile != "" {
 		ids = append(ids, "--node-tokens-file")
@@ -166,13 +167,7 @@ func (cfg ServerConfig) checkAuthModes() error {
 		"or a client certificate), and put the operators' token in --admin-token-file", strings.Join(ids, " or "))
 }
 
-// ReadTokenFile reads a bearer token: the file's content, trimmed. An
-// empty file is an error, and so is a file that grants other users any
-// permission (mode&0o007 != 0; the error says to chmod 600 and matches
-// tokenfile.ErrExposed).
-func ReadTokenFile(path string) (string, error) { return tokenfile.Read(path) }
-
-func serverTLS(cfg ServerConfig) (*tls.Config, error) {
+func serverTLS(cfg Config) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 	if err != nil {
 		return nil, fmt.Errorf("lockserver: loading TLS key pair: %w", err)

@@ -1,4 +1,4 @@
-package lockserver
+package httpserver
 
 import (
 	"net/http"
@@ -7,15 +7,17 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/lockserver"
 )
 
-// TestOpenServerRefusesBadDataDir (issue 17): a --data-dir that is not a
+// TestOpenRefusesBadDataDir (issue 17): a --data-dir that is not a
 // writable directory is refused at start with an error naming the path
 // and the flag; a missing one is created and served.
-func TestOpenServerRefusesBadDataDir(t *testing.T) {
+func TestOpenRefusesBadDataDir(t *testing.T) {
 	refused := func(t *testing.T, dir string, want ...string) {
 		t.Helper()
-		s, err := OpenServer(ServerConfig{Config: DefaultConfig(), DataDir: dir})
+		s, err := Open(Config{Config: lockserver.DefaultConfig(), DataDir: dir})
 		if err == nil {
 			require.NoError(t, s.Shutdown(t.Context()))
 		}
