@@ -41,6 +41,20 @@ func openServer(t *testing.T, cfg Config, mutate func(*Server)) (*Server, string
 	return s, ln.Addr().String()
 }
 
+// openConns is the number of connections s has accepted and not closed.
+func openConns(s *Server) int {
+	s.mu.Lock()
+	served := s.served
+	s.mu.Unlock()
+	n := 0
+	for _, gl := range served {
+		gl.mu.Lock()
+		n += len(gl.open)
+		gl.mu.Unlock()
+	}
+	return n
+}
+
 // rawGet sends GET path on c and reads the answer.
 func rawGet(t *testing.T, c net.Conn, path string) (*http.Response, string) {
 	t.Helper()
@@ -88,6 +102,9 @@ func TestAcceptSurvivesDescriptorExhaustion(t *testing.T) {
 		require.NoError(t, err)
 		conns = append(conns, c)
 	}
+	// The server holds a descriptor for each once it has accepted it: an
+	// accept still to come would take the descriptor freed below.
+	require.Eventually(t, func() bool { return openConns(s) == len(conns) }, 10*time.Second, 5*time.Millisecond)
 	for {
 		f, err := os.Open(os.DevNull)
 		if err != nil {
