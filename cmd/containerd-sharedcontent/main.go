@@ -231,7 +231,8 @@ func coordinator(ctx context.Context, o options, errCh chan<- error, cleanups *[
 			return nil, err
 		}
 		go func() { errCh <- srv.Serve(ln) }()
-		log.G(ctx).WithField("listen", ln.Addr().String()).Info("embedded coordinator serving other nodes")
+		log.G(ctx).WithField("listen", ln.Addr().String()).WithField("auth", o.embedded.Identity()).
+			Info("embedded coordinator serving other nodes")
 	}
 	return lockclient.NewEmbedded(srv.Locker, opts...)
 }

@@ -68,7 +68,7 @@ func run(args []string) error {
 	}
 	log.G(ctx).WithField("listen", ln.Addr().String()).WithField("data_dir", cfg.DataDir).
 		WithField("shards", cfg.Shards).WithField("lease_ttl", cfg.LeaseTTL).
-		WithField("tls", cfg.TLSCert != "").WithField("auth", cfg.AuthTokenFile != "").
+		WithField("tls", cfg.TLSCert != "").WithField("auth", cfg.Identity()).
 		Info("sharedcontent-lockserver serving")
 
 	errCh := make(chan error, 1)

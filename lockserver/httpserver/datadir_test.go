@@ -4,8 +4,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
+	"github.com/containerd/errdefs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/lockserver"
@@ -59,4 +61,23 @@ func TestOpenRefusesBadDataDir(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, leftovers, "the check leaves nothing behind")
 	})
+}
+
+// TestSecondCoordinatorOnDataDir (issue 24): a second coordinator opened
+// on a data dir another one holds is refused, with an error that says
+// another coordinator holds that data dir, and names its process.
+func TestSecondCoordinatorOnDataDir(t *testing.T) {
+	dir := t.TempDir()
+	first, err := Open(Config{Config: lockserver.DefaultConfig(), DataDir: dir})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, first.Shutdown(t.Context())) })
+
+	second, err := Open(Config{Config: lockserver.DefaultConfig(), DataDir: dir})
+	if err == nil {
+		require.NoError(t, second.Shutdown(t.Context()))
+	}
+	require.Error(t, err)
+	require.True(t, errdefs.IsUnavailable(err), "%v", err)
+	require.ErrorContains(t, err, "another coordinator (pid "+strconv.Itoa(os.Getpid())+") holds data dir "+dir+":")
+	require.ErrorContains(t, err, "--data-dir")
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // openServer opens a Server on a temp dir, lets mutate change its HTTP
@@ -141,7 +143,8 @@ func TestAcceptSurvivesDescriptorExhaustion(t *testing.T) {
 }
 
 // TestConnectionLimits (issue 17, finding 1): connections over the
-// per-IP or the total limit are answered 503 with Retry-After; another IP
+// per-IP or the total limit are answered 503 with Retry-After (and the
+// cluster and protocol headers of every answer); another IP
 // is still served below the total; and once connections close, new ones
 // are served again.
 func TestConnectionLimits(t *testing.T) {
@@ -160,6 +163,10 @@ func TestConnectionLimits(t *testing.T) {
 		require.Equal(t, "1", resp.Header.Get("Retry-After"))
 		require.Contains(t, body, reason+" limit")
 		require.Contains(t, body, `"code":"unavailable"`)
+		// The headers every answer carries (issue 24).
+		cl := s.Locker.Cluster()
+		require.Equal(t, cl.ClusterID+"/"+strconv.FormatUint(cl.Epoch, 10), resp.Header.Get(api.ClusterHeader))
+		require.Equal(t, api.ProtocolVersion, resp.Header.Get(api.ProtocolHeader))
 	}
 	served := func(c net.Conn) {
 		t.Helper()

@@ -212,7 +212,7 @@ func (h *Handler) Drain() {
 func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	c := h.locker.Cluster()
-	ctx.Response.Header.Set(api.ClusterHeader, c.ClusterID+"/"+strconv.FormatUint(c.Epoch, 10))
+	ctx.Response.Header.Set(api.ClusterHeader, clusterHeader(c))
 	ctx.Response.Header.Set(api.ProtocolHeader, api.ProtocolVersion)
 	var r route
 	ok := canonicalPath(ctx.URI().PathOriginal(), path)
@@ -267,6 +267,10 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 	}
 	r.handle(ctx)
 }
+
+// clusterHeader is the value of api.ClusterHeader: the coordinator's
+// cluster ID and epoch.
+func clusterHeader(c api.Cluster) string { return c.ClusterID + "/" + strconv.FormatUint(c.Epoch, 10) }
 
 // HandleError answers a request fasthttp could not read (the server's
 // ErrorHandler) with a 400 invalid_argument error. A read that timed out

@@ -11,13 +11,16 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/containerd/log"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/valyala/fasthttp"
 
 	"github.com/sharedcontent/sharedcontent/internal/tokenfile"
 	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
@@ -62,6 +65,10 @@ type Server struct {
 	tls     *tls.Config // nil serves plain HTTP
 	limits  ConnLimits
 	metrics *serverMetrics
+	cfg     Config
+	// exposedWarnEvery is how often Serve repeats that anyone may call
+	// (identity.go).
+	exposedWarnEvery time.Duration
 
 	mu       sync.Mutex
 	served   []*guardedListener // protected by mu: listeners given to Serve
@@ -84,7 +91,7 @@ func Open(cfg Config) (*Server, error) {
 	}
 	storage, err := refcount.OpenBoltStorage(filepath.Join(cfg.DataDir, DBFile))
 	if err != nil {
-		return nil, fmt.Errorf("lockserver: %w", err)
+		return nil, dataDirError(cfg.DataDir, err)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -101,7 +108,8 @@ func Open(cfg Config) (*Server, error) {
 		WithStreamLimits(max(1, limits.Total/2), max(1, limits.PerIP/2), DefaultMaxStreamsPerNode))
 	sm := newServerMetrics()
 	reg.MustRegister(sm)
-	s := &Server{Locker: locker, storage: storage, handler: NewHandler(locker, opts...), limits: limits, metrics: sm}
+	s := &Server{Locker: locker, storage: storage, handler: NewHandler(locker, opts...), limits: limits, metrics: sm,
+		cfg: cfg, exposedWarnEvery: exposedWarnEvery}
 	s.http = s.handler.HTTPServer()
 	if cfg.TLSCert != "" || cfg.TLSKey != "" {
 		s.tls, err = serverTLS(cfg)
@@ -110,6 +118,9 @@ func Open(cfg Config) (*Server, error) {
 			storage.Close()
 			return nil, err
 		}
+	}
+	if msg := cfg.noAdminWarning(); msg != "" {
+		log.L.Warn(msg)
 	}
 	return s, nil
 }
@@ -199,7 +210,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.tls != nil {
 		ln = tls.NewListener(ln, s.tls)
 	}
-	gl := newGuardedListener(ln, s.limits, s.metrics.rejected, s.metrics.acceptErrors.Inc)
+	gl := newGuardedListener(ln, s.limits, s.answerHeader, s.metrics.rejected, s.metrics.acceptErrors.Inc)
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()
@@ -207,6 +218,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.served = append(s.served, gl)
 	s.mu.Unlock()
+	stop := make(chan struct{})
+	defer close(stop)
+	s.warnExposed(ln.Addr(), stop)
 	err := s.http.Serve(gl)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -214,6 +228,13 @@ func (s *Server) Serve(ln net.Listener) error {
 		return nil
 	}
 	return err
+}
+
+// answerHeader is the header every answer carries (Handle sets the same),
+// as lines for an answer written without the Handler.
+func (s *Server) answerHeader() string {
+	return api.ClusterHeader + ": " + clusterHeader(s.Locker.Cluster()) + "\r\n" +
+		api.ProtocolHeader + ": " + api.ProtocolVersion + "\r\n"
 }
 
 // Shutdown stops accepting, ends the event streams, waits for requests in
