@@ -605,23 +605,17 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 			if l.trace != nil {
 				l.trace("refused", next, r.id, w.requestID)
 			}
-			_, code := api.HTTPStatus(err)
 			ev := l.event(r, next, api.EventError, w.nodeID, w.requestID, false, "")
-			ev.Error = &api.ErrorResponse{Error: err.Error(), Code: code}
-			if e, ok := err.(*api.InUseError); ok {
-				ev.Error.Refs = &e.Refs
-			}
-			if e, ok := err.(*api.UnsyncedError); ok {
-				ev.Error.Nodes = e.Nodes
-			}
+			body := api.ErrorBody(err)
+			ev.Error = &body
 			w.sub.finish(ev)
 			continue
 		}
 		g, err := l.grant(r, w.request, now)
 		if err != nil {
-			_, code := api.HTTPStatus(err)
 			ev := l.event(r, next, api.EventError, w.nodeID, w.requestID, false, "")
-			ev.Error = &api.ErrorResponse{Error: err.Error(), Code: code}
+			body := api.ErrorBody(err)
+			ev.Error = &body
 			w.sub.finish(ev)
 			continue
 		}

@@ -549,16 +549,8 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 }
 
 func writeError(ctx *fasthttp.RequestCtx, err error) {
-	status, code := api.HTTPStatus(err)
-	body := api.ErrorResponse{Error: err.Error(), Code: code}
-	var inUse *api.InUseError
-	if errors.As(err, &inUse) {
-		body.Refs = &inUse.Refs
-	}
-	var unsynced *api.UnsyncedError
-	if errors.As(err, &unsynced) {
-		body.Nodes = unsynced.Nodes
-	}
+	status, _ := api.HTTPStatus(err)
+	body := api.ErrorBody(err)
 	if status >= 500 {
 		log.L.WithError(err).WithField("path", string(ctx.Path())).Error("request failed")
 	}
