@@ -22,6 +22,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/integration/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 )
 
 // dedupResult is one setup pulling with n nodes, over its repetitions.
@@ -51,7 +52,7 @@ type pullNode struct {
 // its own lockclient to a lock server on loopback (HTTP), in containerd
 // mode (the plugin's default).
 func sharedNodes(ctx context.Context, dir string, n int) ([]pullNode, func(), error) {
-	srv, err := lockserver.OpenServer(lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: filepath.Join(dir, "coordinator")})
+	srv, err := httpserver.Open(httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: filepath.Join(dir, "coordinator")})
 	if err != nil {
 		return nil, nil, err
 	}

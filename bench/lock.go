@@ -24,6 +24,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 )
 
 const (
@@ -72,7 +73,7 @@ func startOurs() (*lockSystem, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := lockserver.OpenServer(lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: dir})
+	srv, err := httpserver.Open(httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: dir})
 	if err != nil {
 		return nil, err
 	}

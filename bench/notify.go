@@ -17,6 +17,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 )
 
 const (
@@ -46,7 +47,7 @@ type notifyResult struct {
 // the push measurement can start only once every waiter listens.
 type notifyServer struct {
 	url      string
-	srv      *lockserver.Server
+	srv      *httpserver.Server
 	dir      string
 	attached sync.Map // resource_id → *atomic.Int64
 }
@@ -56,7 +57,7 @@ func startNotifyServer() (*notifyServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := lockserver.OpenServer(lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: dir})
+	srv, err := httpserver.Open(httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: dir})
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 	"github.com/sharedcontent/sharedcontent/plugin"
 )
 
@@ -91,7 +92,7 @@ type overheadEnv struct {
 // still stops what was started.
 func startOverheadEnv(ctx context.Context, dir string) (env *overheadEnv, err error) {
 	env = &overheadEnv{}
-	srv, err := lockserver.OpenServer(lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: filepath.Join(dir, "coordinator")})
+	srv, err := httpserver.Open(httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: filepath.Join(dir, "coordinator")})
 	if err != nil {
 		return env, err
 	}

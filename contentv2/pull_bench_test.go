@@ -14,6 +14,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 )
 
 // BenchmarkCoordinatedPull is one node pulling distinct 4 KiB blobs the way
@@ -21,7 +22,7 @@ import (
 // coordinator on loopback with its bbolt database on disk: the per-blob cost
 // of coordination (lock, reference, unlock, and the node's journal write).
 func BenchmarkCoordinatedPull(b *testing.B) {
-	srv, err := lockserver.OpenServer(lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: b.TempDir()})
+	srv, err := httpserver.Open(httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,13 +12,13 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/lockclient"
-	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
 // httpCoordinator starts a real lock server on loopback and returns it
 // and a client of it for node.
-func httpCoordinator(t *testing.T, node string) (*lockserver.Server, contentv2.Coordinator) {
+func httpCoordinator(t *testing.T, node string) (*httpserver.Server, contentv2.Coordinator) {
 	t.Helper()
 	coord := lockservertest.Start(t)
 	c, err := lockclient.New(coord.URL(), lockclient.WithNodeID(node))
@@ -32,7 +32,7 @@ func httpCoordinator(t *testing.T, node string) (*lockserver.Server, contentv2.C
 // cluster; a good root (even a missing one) is accepted and left clean.
 func TestNewStoreRefusesBadRoot(t *testing.T) {
 	ctx := context.Background()
-	newStore := func(t *testing.T, root string) (*lockserver.Server, contentv2.Store, error) {
+	newStore := func(t *testing.T, root string) (*httpserver.Server, contentv2.Store, error) {
 		srv, coord := httpCoordinator(t, "node-1")
 		cs, err := contentv2.NewStore(root, "node-1", coord, contentv2.WithStateDir(t.TempDir()))
 		if err == nil {

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
@@ -49,7 +49,7 @@ func benchNotify(b *testing.B, refs string, n int, idle time.Duration) {
 	case "bolt":
 		url = lockservertest.Start(b).URL()
 	case "memory":
-		h := lockserver.NewHandler(lockservertest.NewLocker(b))
+		h := httpserver.NewHandler(lockservertest.NewLocker(b))
 		url = lockservertest.ServeHandler(b, h, nil)
 	}
 	newClient := func(node string) *Client {

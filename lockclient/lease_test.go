@@ -9,6 +9,7 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
@@ -171,5 +172,5 @@ func TestLostAskedAfterTheLoss(t *testing.T) {
 
 // withLeaseTTL starts the coordinator with lease TTL d.
 func withLeaseTTL(d time.Duration) lockservertest.Option {
-	return lockservertest.WithServerConfig(func(c *lockserver.ServerConfig) { c.LeaseTTL = d })
+	return lockservertest.WithServerConfig(func(c *httpserver.Config) { c.LeaseTTL = d })
 }

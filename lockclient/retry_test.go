@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 
-	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
@@ -73,7 +73,7 @@ func TestRetryGivesUp(t *testing.T) {
 // are retried; the attempt after them acquires.
 func TestRetry5xx(t *testing.T) {
 	l := lockservertest.NewLocker(t)
-	inner := lockserver.NewHandler(l)
+	inner := httpserver.NewHandler(l)
 	var locks atomic.Int32
 	url := lockservertest.ServeHandler(t, inner, func(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 		return func(ctx *fasthttp.RequestCtx) {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
-	"golang.org/x/sys/unix"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
@@ -54,24 +53,4 @@ func (l *Locker) Ready(ctx context.Context) error {
 		return nil
 	}
 	return l.commit(ctx, new(refcount.Batch).PutString(readinessKey, l.now().UTC().Format(time.RFC3339Nano)))
-}
-
-// minFreeBytes is the free space below which a coordinator's data
-// directory makes it unready: a write is about to fail, or already did
-// while the database could still take a small probe.
-const minFreeBytes = 1 << 20
-
-// freeSpaceCheck is a readiness check: unavailable while the filesystem
-// of dir has less than minFreeBytes free for the coordinator.
-func freeSpaceCheck(dir string) func(context.Context) error {
-	return func(context.Context) error {
-		var st unix.Statfs_t
-		if err := unix.Statfs(dir, &st); err != nil {
-			return fmt.Errorf("checking free space of %s: %w: %w", dir, api.ErrUnavailable, err)
-		}
-		if free := st.Bavail * uint64(st.Bsize); free < minFreeBytes {
-			return fmt.Errorf("data directory %s has %d bytes free (less than %d): %w", dir, free, minFreeBytes, api.ErrUnavailable)
-		}
-		return nil
-	}
 }

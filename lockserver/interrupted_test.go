@@ -63,6 +63,24 @@ func startOn(t *testing.T, path string, cut func(refcount.Op) bool, mutate ...fu
 	return l, db, stop
 }
 
+// storedLocker is a Locker on a database file in a directory, as a
+// coordinator runs one, that a test can stop and start again on it.
+type storedLocker struct {
+	*Locker
+	stop func()
+}
+
+// startStored starts a Locker on the database in dir; it stops when t
+// ends, or at Stop.
+func startStored(t *testing.T, dir string, mutate ...func(*Config)) *storedLocker {
+	t.Helper()
+	l, _, stop := startOn(t, filepath.Join(dir, "coordinator.db"), never, mutate...)
+	return &storedLocker{Locker: l, stop: stop}
+}
+
+// Stop stops the Locker and closes its database before the test ends.
+func (s *storedLocker) Stop() { s.stop() }
+
 func memberIDs(t *testing.T, l *Locker) []string {
 	t.Helper()
 	nodes, err := l.Nodes(context.Background())

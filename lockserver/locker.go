@@ -88,12 +88,18 @@ type Options struct {
 	Refs *refcount.Manager
 	// Registerer receives the Prometheus metrics. Nil registers nowhere.
 	Registerer prometheus.Registerer
+	// Now is the Locker's clock; nil: time.Now. Tests move it.
+	Now func() time.Time
 }
 
 // NewLocker starts a Locker and its per-shard sweepers. Call Close to stop
 // them.
 func NewLocker(cfg Config, opts Options) (*Locker, error) {
-	return newLocker(cfg, opts, time.Now)
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return newLocker(cfg, opts, now)
 }
 
 // newLocker is NewLocker on the clock now (tests move it).
@@ -593,23 +599,17 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 			if l.trace != nil {
 				l.trace("refused", next, r.id, w.requestID)
 			}
-			_, code := api.HTTPStatus(err)
 			ev := l.event(r, next, api.EventError, w.nodeID, w.requestID, false, "")
-			ev.Error = &api.ErrorResponse{Error: err.Error(), Code: code}
-			if e, ok := err.(*api.InUseError); ok {
-				ev.Error.Refs = &e.Refs
-			}
-			if e, ok := err.(*api.UnsyncedError); ok {
-				ev.Error.Nodes = e.Nodes
-			}
+			body := api.ErrorBody(err)
+			ev.Error = &body
 			w.sub.finish(ev)
 			continue
 		}
 		g, err := l.grant(r, w.request, now)
 		if err != nil {
-			_, code := api.HTTPStatus(err)
 			ev := l.event(r, next, api.EventError, w.nodeID, w.requestID, false, "")
-			ev.Error = &api.ErrorResponse{Error: err.Error(), Code: code}
+			body := api.ErrorBody(err)
+			ev.Error = &body
 			w.sub.finish(ev)
 			continue
 		}

@@ -2,8 +2,6 @@ package lockserver
 
 import (
 	"context"
-	"net/http"
-	"net/url"
 	"os"
 	"sync"
 	"testing"
@@ -163,17 +161,22 @@ func TestLapsedSessionIsUnsynced(t *testing.T) {
 	require.False(t, session(t, l, "n2").Synced, "a lapsed session starts unsynced")
 }
 
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(path, []byte(s), 0o600))
+}
+
 // TestRestartLosesNoMember: members persist; after a restart none is
 // synced, the epoch is higher and the cluster ID the same.
 func TestRestartLosesNoMember(t *testing.T) {
 	dir := t.TempDir()
-	ts := startServer(t, dir)
+	ts := startStored(t, dir)
 	before := ts.Locker.Cluster()
 	session(t, ts.Locker, "n1")
 	syncRefs(t, ts.Locker, "n1", "s", true, blob)
 	ts.Stop()
 
-	ts = startServer(t, dir)
+	ts = startStored(t, dir)
 	after := ts.Locker.Cluster()
 	require.Equal(t, before.ClusterID, after.ClusterID)
 	require.Greater(t, after.Epoch, before.Epoch)
@@ -184,76 +187,4 @@ func TestRestartLosesNoMember(t *testing.T) {
 	_, err = ts.Locker.Lock(context.Background(), api.LockRequest{Type: api.OperationDelete, ResourceID: "sha256:unused", NodeID: "n2"})
 	require.ErrorIs(t, err, api.ErrUnsynced, "n1 has not synced since the restart")
 	require.Equal(t, []string{"n1"}, refsOf(t, ts.Locker, blob))
-}
-
-// TestWrongClusterChangesNothing: a request that names another cluster is
-// refused before it acts, so a wiped coordinator approves no delete for
-// nodes of the old one; every answer names the coordinator's cluster.
-func TestWrongClusterChangesNothing(t *testing.T) {
-	ts := startServer(t, t.TempDir())
-	c := ts.Locker.Cluster()
-	_, err := ts.Locker.AddRef(context.Background(), blob, "n1")
-	require.NoError(t, err)
-	status, body := post(t, ts.url, "/lock", api.LockRequest{Type: api.OperationDelete, ResourceID: blob, NodeID: "n1"},
-		api.ClusterHeader, "some-other-cluster")
-	require.Equal(t, http.StatusConflict, status, string(body))
-	require.Equal(t, api.CodeWrongCluster, decodeAs[api.ErrorResponse](t, body).Code)
-	require.Equal(t, []string{"n1"}, refsOf(t, ts.Locker, blob), "nothing changed")
-
-	resp, err := http.Get(ts.url + "/cluster")
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, c.ClusterID+"/1", resp.Header.Get(api.ClusterHeader))
-
-	_, err = ts.Locker.Session(context.Background(), api.SessionRequest{NodeID: "n1", ClusterID: "other"})
-	require.ErrorIs(t, err, api.ErrWrongCluster)
-	nodes, err := ts.Locker.Nodes(context.Background())
-	require.NoError(t, err)
-	require.Empty(t, nodes.Nodes, "a refused session makes no member")
-}
-
-// TestAdoptAndForget: a coordinator that lost its database adopts the
-// root's cluster and members, and grants no delete until they synced; an
-// admin forgets a node gone for good, dropping its references, but not a
-// live one. Admin calls need the admin token.
-func TestAdoptAndForget(t *testing.T) {
-	dir := t.TempDir()
-	tokens := t.TempDir()
-	writeFile(t, tokens+"/admin", "admin-secret\n")
-	ts := startServer(t, dir, func(c *ServerConfig) { c.AdminTokenFile = tokens + "/admin"; c.SessionTTL = 5 * time.Second })
-	adopt := api.AdoptRequest{ClusterID: "the-roots-cluster", Nodes: []string{"n1", "n2"}}
-	status, _ := post(t, ts.url, "/cluster/adopt", adopt)
-	require.Equal(t, http.StatusUnauthorized, status)
-	status, body := post(t, ts.url, "/cluster/adopt", adopt, "Authorization", "Bearer admin-secret")
-	require.Equal(t, http.StatusOK, status, string(body))
-	require.Equal(t, "the-roots-cluster", ts.Locker.Cluster().ClusterID)
-
-	session(t, ts.Locker, "n1")
-	syncRefs(t, ts.Locker, "n1", "s", true)
-	_, err := ts.Locker.Lock(context.Background(), lockReq(api.OperationDelete, "n1"))
-	var ue *api.UnsyncedError
-	require.ErrorAs(t, err, &ue)
-	require.Equal(t, []string{"n2"}, ue.Nodes, "the adopted member that never came back")
-
-	// n2 is gone for good: forget it.
-	_, err = ts.Locker.AddRef(context.Background(), "sha256:n2s", "n2")
-	require.NoError(t, err)
-	forget := func(node string) int {
-		req, _ := http.NewRequest(http.MethodDelete, ts.url+"/nodes/"+url.PathEscape(node), nil)
-		req.Header.Set("Authorization", "Bearer admin-secret")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	require.Equal(t, http.StatusConflict, forget("n1"), "a live node is not forgotten")
-	require.Equal(t, http.StatusOK, forget("n2"))
-	require.Empty(t, refsOf(t, ts.Locker, "sha256:n2s"))
-	session(t, ts.Locker, "n1")
-	require.True(t, mustLock(t, ts.Locker, api.OperationDelete, "n1").Acquired)
-}
-
-func writeFile(t *testing.T, path, s string) {
-	t.Helper()
-	require.NoError(t, os.WriteFile(path, []byte(s), 0o600))
 }

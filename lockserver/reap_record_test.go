@@ -3,7 +3,9 @@ package lockserver
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -11,6 +13,14 @@ import (
 )
 
 // The coordinator's records behind the reaper's conditions (reap.go).
+
+// testClock is a Locker's clock that a test moves forward: the real
+// (monotonic) clock plus a skew.
+type testClock struct{ skew atomic.Int64 }
+
+func (c *testClock) now() time.Time { return time.Now().Add(time.Duration(c.skew.Load())) }
+
+func (c *testClock) advance(d time.Duration) { c.skew.Add(int64(d)) }
 
 // TestReapActivityBounded: the coordinator remembers at most its bound of
 // recent resources per shard; past it, every resource of the shard counts

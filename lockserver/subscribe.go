@@ -38,6 +38,10 @@ type Subscription struct {
 // Events returns the stream of events after First.
 func (s *Subscription) Events() <-chan api.Event { return s.events }
 
+// RequestID is the request the subscription follows; empty when it
+// watches a key. A stream that follows a request ends after its outcome.
+func (s *Subscription) RequestID() string { return s.requestID }
+
 // send delivers ev without blocking. Called with the shard mutex held; a nil
 // subscription is a stream-less waiter.
 func (s *Subscription) send(ev api.Event) {

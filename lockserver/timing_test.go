@@ -2,7 +2,6 @@ package lockserver
 
 import (
 	"context"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -86,9 +85,7 @@ func TestLateRenewalExtendsNothing(t *testing.T) {
 	clock.at(3200 * time.Millisecond)
 	_, err = l.Session(ctx, sessionReq("n1", echo(a2, 100*time.Millisecond)))
 	require.ErrorIs(t, err, api.ErrLate)
-	status, code := api.HTTPStatus(err)
-	require.Equal(t, http.StatusConflict, status)
-	require.Equal(t, api.CodeLate, code)
+	require.Equal(t, api.CodeLate, api.Code(err))
 	// Sent 2.1 s after a2 (more than 2·TTL/3), on time.
 	clock.at(4150 * time.Millisecond)
 	_, err = l.Session(ctx, sessionReq("n1", echo(a2, 2100*time.Millisecond)))
@@ -164,40 +161,6 @@ func TestSyncDoneLate(t *testing.T) {
 	require.Equal(t, []string{"n1"}, refsOf(t, l, blob))
 }
 
-// TestSyncFromNewGenerationOnlyAdds (issue 23, scenario 5): a sync from a
-// journal generation the coordinator has not had a full sync from (a
-// wiped state dir) adds the node's references and drops none; the next
-// sync from that generation replaces them. The generation is persisted
-// with the member.
-func TestSyncFromNewGenerationOnlyAdds(t *testing.T) {
-	dir := t.TempDir()
-	ts := startServer(t, dir)
-	l := ts.Locker
-	ctx := context.Background()
-	sync := func(id, gen string, ids ...string) {
-		t.Helper()
-		a, err := l.Session(ctx, sessionReq("n1", nil))
-		require.NoError(t, err)
-		_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: id, Generation: gen, ResourceIDs: ids, Done: true, Echo: echo(a, 0)})
-		require.NoError(t, err)
-	}
-	sync("s1", "gen-a", "sha256:x", "sha256:y")
-	sync("s2", "gen-a", "sha256:y", "sha256:z")
-	require.Empty(t, refsOf(t, l, "sha256:x"), "a known generation replaces")
-
-	sync("s3", "gen-b") // the state dir was wiped: an empty journal
-	require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:y"), "a new generation drops nothing")
-	require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:z"))
-	recs, err := l.state.ListMembers(ctx)
-	require.NoError(t, err)
-	require.Len(t, recs, 1)
-	require.Equal(t, "gen-b", recs[0].Generation, "persisted with the member")
-
-	sync("s4", "gen-b", "sha256:z")
-	require.Empty(t, refsOf(t, l, "sha256:y"), "the new generation, now known, replaces")
-	require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:z"))
-}
-
 // TestDuplicateNode (issue 23, scenario 6): while one instance's session
 // is live, another instance's session under the same node ID is 409
 // duplicate_node, naming the node and what to do; once it has lapsed, the
@@ -217,9 +180,7 @@ func TestDuplicateNode(t *testing.T) {
 	require.ErrorIs(t, err, api.ErrDuplicateNode)
 	require.ErrorContains(t, err, `"host"`)
 	require.ErrorContains(t, err, "--node-id")
-	status, code := api.HTTPStatus(err)
-	require.Equal(t, http.StatusConflict, status)
-	require.Equal(t, api.CodeDuplicateNode, code)
+	require.Equal(t, api.CodeDuplicateNode, api.Code(err))
 	require.Equal(t, []string{"host"}, refsOf(t, l, blob), "the refused instance changed nothing")
 	_, err = l.Session(ctx, api.SessionRequest{NodeID: "host", InstanceID: "i1"})
 	require.NoError(t, err, "the live instance renews")
@@ -311,4 +272,38 @@ func TestDuplicateInstancesPauseDeletes(t *testing.T) {
 	resp, err := l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: other, NodeID: "n2", RequestID: "gc-n2-again"})
 	require.NoError(t, err)
 	require.True(t, resp.Acquired, "deletes resume a session TTL after A's last attempt")
+}
+
+// TestSyncFromNewGenerationOnlyAdds (issue 23, scenario 5): a sync from a
+// journal generation the coordinator has not had a full sync from (a
+// wiped state dir) adds the node's references and drops none; the next
+// sync from that generation replaces them. The generation is persisted
+// with the member.
+func TestSyncFromNewGenerationOnlyAdds(t *testing.T) {
+	dir := t.TempDir()
+	ts := startStored(t, dir)
+	l := ts.Locker
+	ctx := context.Background()
+	sync := func(id, gen string, ids ...string) {
+		t.Helper()
+		a, err := l.Session(ctx, sessionReq("n1", nil))
+		require.NoError(t, err)
+		_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: id, Generation: gen, ResourceIDs: ids, Done: true, Echo: echo(a, 0)})
+		require.NoError(t, err)
+	}
+	sync("s1", "gen-a", "sha256:x", "sha256:y")
+	sync("s2", "gen-a", "sha256:y", "sha256:z")
+	require.Empty(t, refsOf(t, l, "sha256:x"), "a known generation replaces")
+
+	sync("s3", "gen-b") // the state dir was wiped: an empty journal
+	require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:y"), "a new generation drops nothing")
+	require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:z"))
+	recs, err := l.state.ListMembers(ctx)
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	require.Equal(t, "gen-b", recs[0].Generation, "persisted with the member")
+
+	sync("s4", "gen-b", "sha256:z")
+	require.Empty(t, refsOf(t, l, "sha256:y"), "the new generation, now known, replaces")
+	require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:z"))
 }

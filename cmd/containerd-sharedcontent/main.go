@@ -26,9 +26,11 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/cmd/internal/cli"
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/internal/tokenfile"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 	"github.com/sharedcontent/sharedcontent/plugin"
 )
 
@@ -61,12 +63,12 @@ type options struct {
 	lockServerCA, clientCert, clientKey string
 	nodeTokenFile                       string
 	metricsListen, logLevel             string
-	embedded                            lockserver.ServerConfig
+	embedded                            httpserver.Config
 }
 
 func parse(args []string) (options, error) {
 	hostname, _ := os.Hostname()
-	o := options{embedded: lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: defaultDataDir}}
+	o := options{embedded: httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: defaultDataDir}}
 	fs := flag.NewFlagSet("containerd-sharedcontent", flag.ContinueOnError)
 	fs.Usage = cli.Usage(fs, "usage: containerd-sharedcontent --root DIR [flags]")
 	fs.String(cli.ConfigFlag, "", "TOML config file; its keys are the flag names")
@@ -86,7 +88,7 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.nodeTokenFile, "node-token-file", "", "this node's own bearer token for a remote coordinator with --node-tokens-file (default: --auth-token-file)")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address (empty: off)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
-	lockserver.RegisterFlags(fs, &o.embedded)
+	httpserver.RegisterFlags(fs, &o.embedded)
 	if err := cli.Parse(fs, args); err != nil {
 		return o, err
 	}
@@ -196,7 +198,7 @@ func coordinator(ctx context.Context, o options, errCh chan<- error, cleanups *[
 		tokenFile = o.nodeTokenFile
 	}
 	if tokenFile != "" {
-		token, err := lockserver.ReadTokenFile(tokenFile)
+		token, err := tokenfile.Read(tokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("auth token: %w", err)
 		}
@@ -213,7 +215,7 @@ func coordinator(ctx context.Context, o options, errCh chan<- error, cleanups *[
 		return lockclient.New(o.lockServer, opts...)
 	}
 
-	srv, err := lockserver.OpenServer(o.embedded)
+	srv, err := httpserver.Open(o.embedded)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +231,8 @@ func coordinator(ctx context.Context, o options, errCh chan<- error, cleanups *[
 			return nil, err
 		}
 		go func() { errCh <- srv.Serve(ln) }()
-		log.G(ctx).WithField("listen", ln.Addr().String()).Info("embedded coordinator serving other nodes")
+		log.G(ctx).WithField("listen", ln.Addr().String()).WithField("auth", o.embedded.Identity()).
+			Info("embedded coordinator serving other nodes")
 	}
 	return lockclient.NewEmbedded(srv.Locker, opts...)
 }

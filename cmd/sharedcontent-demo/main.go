@@ -29,6 +29,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/integration/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 )
 
 func main() {
@@ -77,7 +78,7 @@ func run() error {
 	}
 	defer reg.Close()
 
-	srv, err := lockserver.OpenServer(lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: dir + "/coordinator"})
+	srv, err := httpserver.Open(httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: dir + "/coordinator"})
 	if err != nil {
 		return err
 	}

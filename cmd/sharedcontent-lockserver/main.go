@@ -19,6 +19,7 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/cmd/internal/cli"
 	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 )
 
 const (
@@ -36,13 +37,13 @@ func main() {
 }
 
 func run(args []string) error {
-	cfg := lockserver.ServerConfig{Config: lockserver.DefaultConfig(), DataDir: defaultDataDir}
+	cfg := httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: defaultDataDir}
 	fs := flag.NewFlagSet("sharedcontent-lockserver", flag.ContinueOnError)
 	fs.Usage = cli.Usage(fs, "usage: sharedcontent-lockserver [flags]")
 	fs.String(cli.ConfigFlag, "", "TOML config file; its keys are the flag names")
 	listen := fs.String("listen", defaultListen, "address to serve the HTTP API on")
 	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
-	lockserver.RegisterFlags(fs, &cfg)
+	httpserver.RegisterFlags(fs, &cfg)
 	if err := cli.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -56,7 +57,7 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	srv, err := lockserver.OpenServer(cfg)
+	srv, err := httpserver.Open(cfg)
 	if err != nil {
 		return err
 	}
@@ -67,7 +68,7 @@ func run(args []string) error {
 	}
 	log.G(ctx).WithField("listen", ln.Addr().String()).WithField("data_dir", cfg.DataDir).
 		WithField("shards", cfg.Shards).WithField("lease_ttl", cfg.LeaseTTL).
-		WithField("tls", cfg.TLSCert != "").WithField("auth", cfg.AuthTokenFile != "").
+		WithField("tls", cfg.TLSCert != "").WithField("auth", cfg.Identity()).
 		Info("sharedcontent-lockserver serving")
 
 	errCh := make(chan error, 1)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/cmd/internal/notifytest"
@@ -40,4 +42,34 @@ func TestRunNotifiesReady(t *testing.T) {
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
 	notifytest.Wait(t, notes, "STOPPING", time.Minute)
 	require.NoError(t, <-done)
+}
+
+// TestRunLogsIdentity (issue 24): the start-up log names the identity
+// mode in force: node tokens here, where it used to say auth=false.
+func TestRunLogsIdentity(t *testing.T) {
+	old := logrus.StandardLogger().ReplaceHooks(make(logrus.LevelHooks))
+	t.Cleanup(func() { logrus.StandardLogger().ReplaceHooks(old) })
+	hook := logtest.NewGlobal()
+	dir := t.TempDir()
+	tokens, admin := filepath.Join(dir, "nodes"), filepath.Join(dir, "admin")
+	require.NoError(t, os.WriteFile(tokens, []byte("n1 tok1\n"), 0o600))
+	require.NoError(t, os.WriteFile(admin, []byte("adm\n"), 0o600))
+	notes := notifytest.Listen(t)
+	done := make(chan error, 1)
+	go func() {
+		done <- run([]string{"--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"),
+			"--node-tokens-file", tokens, "--admin-token-file", admin})
+	}()
+	notifytest.Wait(t, notes, "READY", time.Minute)
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	require.NoError(t, <-done)
+
+	var serving *logrus.Entry
+	for _, e := range hook.AllEntries() {
+		if e.Message == "sharedcontent-lockserver serving" {
+			serving = e
+		}
+	}
+	require.NotNil(t, serving, "the start-up line was logged")
+	require.Equal(t, "node-tokens", serving.Data["auth"])
 }

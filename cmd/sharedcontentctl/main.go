@@ -25,8 +25,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/internal/tokenfile"
 	"github.com/sharedcontent/sharedcontent/lockclient"
-	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -81,7 +81,7 @@ func run(args []string, out io.Writer) error {
 		token string
 	)
 	if *tokenFile != "" {
-		if token, err = lockserver.ReadTokenFile(*tokenFile); err != nil {
+		if token, err = tokenfile.Read(*tokenFile); err != nil {
 			return err
 		}
 		opts = append(opts, lockclient.WithBearerToken(token))

@@ -119,6 +119,29 @@ func HTTPStatus(err error) (status int, code string) {
 	return http.StatusInternalServerError, CodeInternal
 }
 
+// Code returns the wire code of err (api.ErrorResponse.Code):
+// CodeInternal when it matches no sentinel.
+func Code(err error) string {
+	_, code := HTTPStatus(err)
+	return code
+}
+
+// ErrorBody is the ErrorResponse that carries err to a client, in an
+// answer or an event: its message and code, and who references the
+// resource (InUseError) or which members have not synced (UnsyncedError).
+func ErrorBody(err error) ErrorResponse {
+	body := ErrorResponse{Error: err.Error(), Code: Code(err)}
+	var inUse *InUseError
+	if errors.As(err, &inUse) {
+		body.Refs = &inUse.Refs
+	}
+	var unsynced *UnsyncedError
+	if errors.As(err, &unsynced) {
+		body.Nodes = unsynced.Nodes
+	}
+	return body
+}
+
 // InUseError is the error of a refused delete: it carries who still
 // references the resource. It matches ErrInUse.
 type InUseError struct {

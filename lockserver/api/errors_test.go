@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/stretchr/testify/require"
 )
 
 // TestSentinelsWrapErrdefs: every protocol sentinel, wrapped as the server
@@ -42,4 +43,23 @@ func TestSentinelsWrapErrdefs(t *testing.T) {
 	if !errdefs.IsUnavailable(fmt.Errorf("x: %w", ErrUnavailable)) {
 		t.Error("ErrUnavailable is not errdefs unavailable")
 	}
+}
+
+// TestErrorBody: an error's body carries its message and code, and the
+// details of a refused delete, however the error is wrapped.
+func TestErrorBody(t *testing.T) {
+	inUse := &InUseError{Refs: RefsResponse{ResourceID: "sha256:a", Count: 1, Nodes: []string{"n1"}}}
+	body := ErrorBody(fmt.Errorf("delete: %w", inUse))
+	require.Equal(t, CodeInUse, body.Code)
+	require.Equal(t, "delete: "+inUse.Error(), body.Error)
+	require.Equal(t, &inUse.Refs, body.Refs)
+
+	body = ErrorBody(&UnsyncedError{ResourceID: "sha256:a", Nodes: []string{"n2"}})
+	require.Equal(t, CodeUnsynced, body.Code)
+	require.Equal(t, []string{"n2"}, body.Nodes)
+	require.Nil(t, body.Refs)
+
+	body = ErrorBody(errors.New("boom"))
+	require.Equal(t, ErrorResponse{Error: "boom", Code: CodeInternal}, body)
+	require.Equal(t, CodeLate, Code(fmt.Errorf("x: %w", ErrLate)))
 }

@@ -5,9 +5,10 @@
 //
 // It owns what only HTTP needs: the event streams of waiting requests,
 // which take their connection over (§3.11); authentication and node
-// identity by token or client certificate (§9); the listener that bounds
-// connections before anything else is read, and the bounds on streams
-// (§9); RegisterFlags, which both daemons use so that every option is
-// spelled the same way; and OpenServer, which checks the data directory,
-// opens the database and returns a Server ready to serve.
+// identity by shared token, node tokens or client certificate (§9); the
+// listener that bounds connections before anything else is read, and the
+// bounds on event streams (§9). Open checks the data directory, opens the
+// database and returns a Server, a stand-alone or embedded coordinator,
+// ready to serve; RegisterFlags binds a Config to command-line flags, so
+// that every daemon spells its options the same way.
 package httpserver

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/integration/testca"
 	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 )
 
 // StopTimeout bounds a Stop: requests still in flight after it fail the
@@ -34,14 +35,14 @@ const relistenTimeout = 10 * time.Second
 // test ends. Its methods may be called from any goroutine.
 type Coordinator struct {
 	t       testing.TB
-	cfg     lockserver.ServerConfig
+	cfg     httpserver.Config
 	addr    string // host:port, fixed at the first start
 	scheme  string // "http" or "https"
 	ca      *testca.CA
 	counter atomic.Int64 // connections accepted, over every start
 
 	mu   sync.Mutex
-	srv  *lockserver.Server // protected by mu; nil while stopped
+	srv  *httpserver.Server // protected by mu; nil while stopped
 	done chan error         // protected by mu: the running Serve's result
 }
 
@@ -63,8 +64,8 @@ func Start(t testing.TB, opts ...Option) *Coordinator {
 
 // serverConfig turns the options into the server's configuration,
 // writing the token and certificate files it names.
-func (c *Coordinator) serverConfig(o options) lockserver.ServerConfig {
-	cfg := lockserver.ServerConfig{Config: o.config, DataDir: o.dataDir}
+func (c *Coordinator) serverConfig(o options) httpserver.Config {
+	cfg := httpserver.Config{Config: o.config, DataDir: o.dataDir}
 	if cfg.DataDir == "" {
 		cfg.DataDir = c.t.TempDir()
 	}
@@ -117,7 +118,7 @@ func writeNodeTokens(t testing.TB, dir string, tokens map[string]string) string 
 // serve opens the server on the data directory and serves it on ln.
 func (c *Coordinator) serve(ln net.Listener) {
 	c.t.Helper()
-	srv, err := lockserver.OpenServer(c.cfg)
+	srv, err := httpserver.Open(c.cfg)
 	if err != nil {
 		ln.Close()
 	}
@@ -185,7 +186,7 @@ func (c *Coordinator) Running() bool {
 }
 
 // Server is the running server; it fails the test while stopped.
-func (c *Coordinator) Server() *lockserver.Server {
+func (c *Coordinator) Server() *httpserver.Server {
 	c.t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -211,7 +212,7 @@ func (c *Coordinator) DataDir() string { return c.cfg.DataDir }
 
 // Config is the configuration it was started with (token and certificate
 // file paths included).
-func (c *Coordinator) Config() lockserver.ServerConfig { return c.cfg }
+func (c *Coordinator) Config() httpserver.Config { return c.cfg }
 
 // Accepted is how many TCP connections it has accepted, over every start.
 func (c *Coordinator) Accepted() int64 { return c.counter.Load() }

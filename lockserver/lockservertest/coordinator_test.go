@@ -11,6 +11,7 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/integration/testca"
 	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
@@ -75,9 +76,9 @@ func TestStartRestartWipe(t *testing.T) {
 func TestOptions(t *testing.T) {
 	cfg := lockserver.DefaultConfig()
 	cfg.UpdateRequiresNoRef = true
-	var seen lockserver.ServerConfig
+	var seen httpserver.Config
 	c := lockservertest.Start(t, lockservertest.WithConfig(cfg), lockservertest.WithToken("s3cret"),
-		lockservertest.WithServerConfig(func(sc *lockserver.ServerConfig) { seen = *sc }))
+		lockservertest.WithServerConfig(func(sc *httpserver.Config) { seen = *sc }))
 	require.True(t, c.Config().UpdateRequiresNoRef)
 	require.Equal(t, c.Config(), seen, "WithServerConfig sees the final configuration")
 	require.NotEmpty(t, c.Config().AuthTokenFile)
@@ -155,6 +156,6 @@ func TestNewLockerAndServeHandler(t *testing.T) {
 	l := lockservertest.NewLocker(t)
 	_, err := l.AddRef(context.Background(), blob, "node-a")
 	require.NoError(t, err)
-	url := lockservertest.ServeHandler(t, lockserver.NewHandler(l), nil)
+	url := lockservertest.ServeHandler(t, httpserver.NewHandler(l), nil)
 	require.Equal(t, http.StatusOK, get(t, http.DefaultClient, url+"/refs?resource_id="+blob, ""))
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 
-	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 )
 
 // ServeHandler serves h (on its own HTTPServer) on a free loopback port
@@ -16,7 +16,7 @@ import (
 // base URL. wrap, when set, wraps the server's handler, for a test that
 // delays or rewrites requests. Use Start for a full server; this is for a
 // Handler built around a Locker of NewLocker.
-func ServeHandler(t testing.TB, h *lockserver.Handler, wrap func(fasthttp.RequestHandler) fasthttp.RequestHandler) string {
+func ServeHandler(t testing.TB, h *httpserver.Handler, wrap func(fasthttp.RequestHandler) fasthttp.RequestHandler) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", DefaultAddr)
 	require.NoError(t, err)

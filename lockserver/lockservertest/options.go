@@ -3,6 +3,7 @@ package lockservertest
 import (
 	"github.com/sharedcontent/sharedcontent/integration/testca"
 	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 )
 
 // Option configures a Coordinator started by Start.
@@ -18,7 +19,7 @@ type options struct {
 	ca         *testca.CA
 	mtls       bool
 	identity   bool
-	mutate     []func(*lockserver.ServerConfig)
+	mutate     []func(*httpserver.Config)
 }
 
 // DefaultAddr is where a Coordinator listens unless WithAddr says
@@ -38,9 +39,9 @@ func newOptions(opts []Option) options {
 // otherwise).
 func WithConfig(cfg lockserver.Config) Option { return func(o *options) { o.config = cfg } }
 
-// WithServerConfig changes the ServerConfig after every other option has
+// WithServerConfig changes the server's httpserver.Config after every other option has
 // set it, before the first start.
-func WithServerConfig(mutate func(*lockserver.ServerConfig)) Option {
+func WithServerConfig(mutate func(*httpserver.Config)) Option {
 	return func(o *options) { o.mutate = append(o.mutate, mutate) }
 }
 

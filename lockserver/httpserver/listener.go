@@ -1,4 +1,4 @@
-package lockserver
+package httpserver
 
 import (
 	"crypto/tls"
@@ -74,6 +74,9 @@ const (
 type guardedListener struct {
 	net.Listener
 	limits ConnLimits
+	// header returns the header lines every answer carries (each ending
+	// in CRLF), for the 503s written here; nil: none.
+	header func() string
 	// onReject counts a refused connection (by reason); onAcceptError an
 	// accept that failed and was retried.
 	onReject      func(reason string)
@@ -86,8 +89,8 @@ type guardedListener struct {
 	perIP map[string]int            // protected by mu
 }
 
-func newGuardedListener(ln net.Listener, limits ConnLimits, onReject func(string), onAcceptError func()) *guardedListener {
-	return &guardedListener{Listener: ln, limits: limits.withDefaults(), onReject: onReject, onAcceptError: onAcceptError,
+func newGuardedListener(ln net.Listener, limits ConnLimits, header func() string, onReject func(string), onAcceptError func()) *guardedListener {
+	return &guardedListener{Listener: ln, limits: limits.withDefaults(), header: header, onReject: onReject, onAcceptError: onAcceptError,
 		open: map[*trackedConn]struct{}{}, perIP: map[string]int{}}
 }
 
@@ -180,8 +183,12 @@ func (l *guardedListener) reject(c net.Conn, reason string) {
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(rejectTimeout))
 		body := fmt.Sprintf(`{"error":"too many connections (%s limit); retry later","code":"unavailable"}`+"\n", reason)
-		_, _ = fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nRetry-After: 1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-			fasthttp.StatusServiceUnavailable, fasthttp.StatusMessage(fasthttp.StatusServiceUnavailable), len(body), body)
+		var header string
+		if l.header != nil {
+			header = l.header()
+		}
+		_, _ = fmt.Fprintf(c, "HTTP/1.1 %d %s\r\n%sRetry-After: 1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+			fasthttp.StatusServiceUnavailable, fasthttp.StatusMessage(fasthttp.StatusServiceUnavailable), header, len(body), body)
 		// Let the client's request arrive before closing, so that the
 		// close does not reset the connection before it reads the 503.
 		if tcp, ok := c.(interface{ CloseWrite() error }); ok {

@@ -1,21 +1,25 @@
-package lockserver
+package httpserver
 
 import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
+	"github.com/containerd/errdefs"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/lockserver"
 )
 
-// TestOpenServerRefusesBadDataDir (issue 17): a --data-dir that is not a
+// TestOpenRefusesBadDataDir (issue 17): a --data-dir that is not a
 // writable directory is refused at start with an error naming the path
 // and the flag; a missing one is created and served.
-func TestOpenServerRefusesBadDataDir(t *testing.T) {
+func TestOpenRefusesBadDataDir(t *testing.T) {
 	refused := func(t *testing.T, dir string, want ...string) {
 		t.Helper()
-		s, err := OpenServer(ServerConfig{Config: DefaultConfig(), DataDir: dir})
+		s, err := Open(Config{Config: lockserver.DefaultConfig(), DataDir: dir})
 		if err == nil {
 			require.NoError(t, s.Shutdown(t.Context()))
 		}
@@ -57,4 +61,23 @@ func TestOpenServerRefusesBadDataDir(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, leftovers, "the check leaves nothing behind")
 	})
+}
+
+// TestSecondCoordinatorOnDataDir (issue 24): a second coordinator opened
+// on a data dir another one holds is refused, with an error that says
+// another coordinator holds that data dir, and names its process.
+func TestSecondCoordinatorOnDataDir(t *testing.T) {
+	dir := t.TempDir()
+	first, err := Open(Config{Config: lockserver.DefaultConfig(), DataDir: dir})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, first.Shutdown(t.Context())) })
+
+	second, err := Open(Config{Config: lockserver.DefaultConfig(), DataDir: dir})
+	if err == nil {
+		require.NoError(t, second.Shutdown(t.Context()))
+	}
+	require.Error(t, err)
+	require.True(t, errdefs.IsUnavailable(err), "%v", err)
+	require.ErrorContains(t, err, "another coordinator (pid "+strconv.Itoa(os.Getpid())+") holds data dir "+dir+":")
+	require.ErrorContains(t, err, "--data-dir")
 }

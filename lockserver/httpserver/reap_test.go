@@ -1,4 +1,4 @@
-package lockserver
+package httpserver
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
-	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
 // The reaper's deletes under abuse (issue 23, items 10 and 11), played by
@@ -31,12 +31,12 @@ func (c *testClock) advance(d time.Duration) { c.skew.Add(int64(d)) }
 // hours: leases, claims and sessions last a day.
 func startClockedPeers(t *testing.T, grace time.Duration) (*peers, *testClock, time.Time) {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := lockserver.DefaultConfig()
 	cfg.LeaseTTL, cfg.ClaimTimeout, cfg.SessionTTL, cfg.NodeExpiry = 24*time.Hour, 24*time.Hour, 24*time.Hour, 48*time.Hour
 	cfg.ReapGrace = grace
 	clock := &testClock{}
 	started := clock.now()
-	l, err := newLocker(cfg, Options{Refs: refcount.NewManager(refcount.NewMemoryStorage())}, clock.now)
+	l, err := lockserver.NewLocker(cfg, lockserver.Options{Refs: newTestRefs(), Now: clock.now})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, l.Close()) })
 	tokens := map[string]string{"node-a": "tok-a", "node-c": "tok-c", "mallory": "tok-m"}
@@ -129,7 +129,7 @@ func TestReapUnknownModeRefused(t *testing.T) {
 // 400 and hold nothing. The requester holds the reap lock and the grace
 // is 0, so an accepted request is granted.
 func TestReapModeByLockType(t *testing.T) {
-	p := startPeers(t, func(c *ServerConfig) { c.ReapGrace = 0 })
+	p := startPeers(t, func(c *Config) { c.ReapGrace = 0 })
 	p.acquire(t, "node-a", api.OperationUpdate, api.ReapLockResource, "")
 	types := []api.OperationType{api.OperationPull, api.OperationUpdate, api.OperationDelete}
 	modes := []api.ReapMode{"", api.ReapOrphan, api.ReapDangling, "bogus", "Orphan", " dangling", "orphan,dangling"}
@@ -159,7 +159,7 @@ func TestReapModeByLockType(t *testing.T) {
 // blob node-a references, without the reaper's lock, and its unlock
 // dropped node-a's reference. Only the reap lock's holder may send it.
 func TestReapNeedsTheReapLock(t *testing.T) {
-	p := startPeers(t, func(c *ServerConfig) { c.ReapGrace = 0 })
+	p := startPeers(t, func(c *Config) { c.ReapGrace = 0 })
 	p.addRef(t, "node-a", blob)
 	for _, mode := range []api.ReapMode{api.ReapDangling, api.ReapOrphan} {
 		code, body := p.lockAs(t, "node-c", api.OperationDelete, blob, mode)

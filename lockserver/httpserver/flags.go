@@ -1,11 +1,11 @@
-package lockserver
+package httpserver
 
 import "flag"
 
 // RegisterFlags binds cfg's fields to flags on fs, with cfg's current values
 // as defaults. Both daemons (the stand-alone server and the plugin with its
 // embedded coordinator) use it, so they spell every option the same way.
-func RegisterFlags(fs *flag.FlagSet, cfg *ServerConfig) {
+func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the coordinator's database (reference sets, fence high-water mark)")
 	fs.IntVar(&cfg.Shards, "shards", cfg.Shards, "number of lock shards")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "lease lifetime without keepalive; a crashed holder delays others at most this long")

@@ -1,4 +1,4 @@
-package lockserver
+package httpserver
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/valyala/fasthttp"
 
+	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -114,7 +115,7 @@ func (h *Handler) serveStream(hijacked net.Conn, s *eventStream, release func())
 // eventStream is one /lock/subscribe response, written as a chunked body.
 // All methods run on the stream's goroutine but watch's.
 type eventStream struct {
-	sub       *Subscription
+	sub       *lockserver.Subscription
 	done      <-chan struct{} // Handler.streamsDone
 	keepAlive bool            // the connection carries requests after the stream
 	idle      time.Duration   // how long it waits for the next one
@@ -166,7 +167,7 @@ func (s *eventStream) run(ahead []byte) ([]byte, bool) {
 			s.take(ev, ok)
 			s.collect()
 		case now := <-s.heartbeat.C:
-			if s.sub.requestID == "" && now.Sub(s.lastEvent) >= watchIdle {
+			if s.sub.RequestID() == "" && now.Sub(s.lastEvent) >= watchIdle {
 				s.sub.Close() // ends the body at the next write
 				s.ended = true
 				break
@@ -253,7 +254,7 @@ func (s *eventStream) take(ev api.Event, ok bool) {
 	if ev.Lease != nil {
 		s.claim = ev.Lease.LeaseID
 	}
-	if s.sub.requestID != "" {
+	if s.sub.RequestID() != "" {
 		s.ended = true
 	}
 }

@@ -1,4 +1,4 @@
-package lockserver
+package httpserver
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
@@ -43,7 +44,7 @@ func TestFullDisk(t *testing.T) {
 	})
 	t.Run("injected", func(t *testing.T) {
 		disk := &fullDisk{Storage: refcount.NewMemoryStorage()}
-		l, err := NewLocker(DefaultConfig(), Options{Refs: refcount.NewManager(disk)})
+		l, err := lockserver.NewLocker(lockserver.DefaultConfig(), lockserver.Options{Refs: refcount.NewManager(disk)})
 		require.NoError(t, err)
 		t.Cleanup(func() { l.Close() })
 		base := serveHandler(t, NewHandler(l))

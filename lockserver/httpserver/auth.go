@@ -1,4 +1,4 @@
-package lockserver
+package httpserver
 
 import (
 	"bytes"
@@ -29,7 +29,7 @@ import (
 // (forget, adopt).
 //
 // A shared token together with node identities would let whoever has it
-// act as any node, defeating them: OpenServer refuses the combination at
+// act as any node, defeating them: Open refuses the combination at
 // start (--auth-token-file with --node-tokens-file or
 // --tls-node-identity), and a Handler given both anyway accepts no
 // shared token (401).

@@ -1,4 +1,4 @@
-package lockserver
+package httpserver
 
 import (
 	"bufio"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -28,13 +29,13 @@ type testServer struct {
 	stop func()
 }
 
-func startServer(t *testing.T, dir string, mutate ...func(*ServerConfig)) *testServer {
+func startServer(t *testing.T, dir string, mutate ...func(*Config)) *testServer {
 	t.Helper()
-	cfg := ServerConfig{Config: DefaultConfig(), DataDir: dir}
+	cfg := Config{Config: lockserver.DefaultConfig(), DataDir: dir}
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	s, err := OpenServer(cfg)
+	s, err := Open(cfg)
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -111,7 +112,7 @@ func TestHTTPLockUnlock(t *testing.T) {
 	a := decodeAs[api.LockResponse](t, body)
 	require.True(t, a.Acquired)
 	require.Equal(t, "r1", a.RequestID)
-	require.Equal(t, DefaultLeaseTTL.Milliseconds(), a.LeaseTTLMs)
+	require.Equal(t, lockserver.DefaultLeaseTTL.Milliseconds(), a.LeaseTTLMs)
 	require.Len(t, a.LeaseID, 32)
 
 	code, body = post(t, ts.url, "/lock", api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n2"})
@@ -236,7 +237,7 @@ func TestHTTPAuth(t *testing.T) {
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
 	require.NoError(t, os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600))
-	ts := startServer(t, dir, func(c *ServerConfig) { c.AuthTokenFile = tokenFile })
+	ts := startServer(t, dir, func(c *Config) { c.AuthTokenFile = tokenFile })
 	req := api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n1"}
 	code, body := post(t, ts.url, "/lock", req)
 	require.Equal(t, 401, code)

@@ -1,4 +1,4 @@
-package lockserver
+package httpserver
 
 import (
 	"io/fs"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/internal/tokenfile"
+	"github.com/sharedcontent/sharedcontent/lockserver"
 )
 
 // TestTokenFileMode (issue 17): a token file that grants other users any
@@ -28,11 +29,11 @@ func TestTokenFileMode(t *testing.T) {
 		for _, admin := range []bool{false, true} {
 			dir := t.TempDir()
 			p := write(t, dir, mode)
-			cfg := ServerConfig{Config: DefaultConfig(), DataDir: filepath.Join(dir, "data"), AuthTokenFile: p}
+			cfg := Config{Config: lockserver.DefaultConfig(), DataDir: filepath.Join(dir, "data"), AuthTokenFile: p}
 			if admin {
 				cfg.AuthTokenFile, cfg.AdminTokenFile = "", p
 			}
-			s, err := OpenServer(cfg)
+			s, err := Open(cfg)
 			if err == nil {
 				require.NoError(t, s.Shutdown(t.Context()))
 			}
@@ -47,7 +48,7 @@ func TestTokenFileMode(t *testing.T) {
 		p := write(t, dir, mode)
 		link := filepath.Join(dir, "token-link") // as in a secret volume
 		require.NoError(t, os.Symlink(p, link))
-		ts := startServer(t, filepath.Join(dir, "data"), func(c *ServerConfig) { c.AuthTokenFile = link })
+		ts := startServer(t, filepath.Join(dir, "data"), func(c *Config) { c.AuthTokenFile = link })
 		require.Equal(t, http.StatusOK, do(t, http.MethodGet, ts.url+"/nodes", "Bearer s3cret"), "mode %#o", mode)
 		require.Equal(t, http.StatusUnauthorized, do(t, http.MethodGet, ts.url+"/nodes", "Bearer other"), "mode %#o", mode)
 	}

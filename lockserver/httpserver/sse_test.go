@@ -1,4 +1,4 @@
-package lockserver
+package httpserver
 
 import (
 	"bufio"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -165,7 +166,7 @@ func TestStreamNeedsHTTP11(t *testing.T) {
 // TestStreamIdleConnectionCloses: after its stream, a connection waits for
 // the next request as long as the server's idle timeout, then closes.
 func TestStreamIdleConnectionCloses(t *testing.T) {
-	s, err := OpenServer(ServerConfig{Config: DefaultConfig(), DataDir: t.TempDir()})
+	s, err := Open(Config{Config: lockserver.DefaultConfig(), DataDir: t.TempDir()})
 	require.NoError(t, err)
 	s.Handler().HTTPServer().IdleTimeout = 100 * time.Millisecond
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1,4 +1,4 @@
-package lockserver
+package httpserver
 
 import (
 	"bytes"
@@ -25,7 +25,7 @@ type peers struct {
 	tokens map[string]string // node → token
 }
 
-func startPeers(t *testing.T, mutate ...func(*ServerConfig)) *peers {
+func startPeers(t *testing.T, mutate ...func(*Config)) *peers {
 	t.Helper()
 	dir := t.TempDir()
 	tokens := map[string]string{"node-a": "tok-a", "node-c": "tok-c", "mallory": "tok-m"}
@@ -36,7 +36,7 @@ func startPeers(t *testing.T, mutate ...func(*ServerConfig)) *peers {
 	nodesFile, adminFile := filepath.Join(dir, "nodes"), filepath.Join(dir, "admin")
 	writeFile(t, nodesFile, "# node token\n"+strings.Join(lines, "\n")+"\n")
 	writeFile(t, adminFile, "tok-admin\n")
-	ts := startServer(t, filepath.Join(dir, "data"), append([]func(*ServerConfig){func(c *ServerConfig) {
+	ts := startServer(t, filepath.Join(dir, "data"), append([]func(*Config){func(c *Config) {
 		c.NodeTokensFile, c.AdminTokenFile = nodesFile, adminFile
 	}}, mutate...)...)
 	tokens["admin"] = "tok-admin"
@@ -255,7 +255,7 @@ func TestAttackProtocolVersion(t *testing.T) {
 // MaxWaitersPerNode it gets 429, others are still served, and it is
 // served again once below the bound.
 func TestAttackQueueFlood(t *testing.T) {
-	p := startPeers(t, func(c *ServerConfig) { c.MaxWaitersPerNode = 3 })
+	p := startPeers(t, func(c *Config) { c.MaxWaitersPerNode = 3 })
 	p.lock(t, "node-a", "node-a")
 	var queued []api.LockResponse
 	for range 3 {

@@ -1,17 +1,16 @@
-package lockserver
+package httpserver
 
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
@@ -96,13 +95,13 @@ func refusalMayChange(path string, status int, body []byte) bool {
 }
 
 // fuzzCoordinator serves a Locker with some state on loopback.
-func fuzzCoordinator(f *testing.F) (*Locker, string) {
+func fuzzCoordinator(f *testing.F) (*lockserver.Locker, string) {
 	// Nothing expires while the fuzzer runs: the sweepers must not change
 	// the state between two snapshots.
-	cfg := DefaultConfig()
+	cfg := lockserver.DefaultConfig()
 	cfg.LeaseTTL, cfg.ClaimTimeout, cfg.CompletedTTL = 24*time.Hour, 24*time.Hour, 24*time.Hour
 	cfg.SessionTTL, cfg.NodeExpiry = 24*time.Hour, 48*time.Hour
-	l, err := NewLocker(cfg, Options{Refs: refcount.NewManager(refcount.NewMemoryStorage())})
+	l, err := lockserver.NewLocker(cfg, lockserver.Options{Refs: refcount.NewManager(refcount.NewMemoryStorage())})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -132,65 +131,11 @@ func fuzzCoordinator(f *testing.F) (*Locker, string) {
 	return l, "http://" + ln.Addr().String()
 }
 
-// snapshot renders everything a request could change: locks, queues,
-// completions, remembered releases, members, references and identity.
-func snapshot(t *testing.T, l *Locker) string {
-	var lines []string
-	for i, sh := range l.shards {
-		sh.mu.Lock()
-		for id, r := range sh.resources {
-			for ti := range r.keys {
-				k := &r.keys[ti]
-				if g := k.holder; g != nil {
-					lines = append(lines, fmt.Sprintf("holder %s %d %s %s %s %d %v %v", id, ti, g.nodeID, g.requestID, g.leaseID, g.fence, g.expires.UnixNano(), g.claimed))
-				}
-				k.queue.Each(func(w *waiter) bool {
-					lines = append(lines, fmt.Sprintf("waiter %s %d %s %s %d", id, ti, w.nodeID, w.requestID, w.lastSeen.UnixNano()))
-					return true
-				})
-				if c := k.completed; c != nil {
-					lines = append(lines, fmt.Sprintf("completed %s %d %s", id, ti, c.nodeID))
-				}
-			}
-		}
-		lines = append(lines, fmt.Sprintf("shard %d released %d", i, len(sh.released)))
-		sh.mu.Unlock()
-	}
-	l.mmu.Lock()
-	for id, m := range l.members {
-		lines = append(lines, fmt.Sprintf("member %s %v %v %v", id, m.synced, m.sessionUntil.UnixNano(), m.sync != nil))
-	}
-	l.mmu.Unlock()
-	refs, err := l.RefsList(context.Background(), "", maxRefsPage)
+// snapshot renders the coordinator's whole state.
+func snapshot(t *testing.T, l *lockserver.Locker) string {
+	d, err := l.Dump(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range refs.Entries {
-		lines = append(lines, fmt.Sprintf("refs %s %v", e.ResourceID, e.Nodes))
-	}
-	c := l.Cluster()
-	lines = append(lines, fmt.Sprintf("cluster %s %d", c.ClusterID, c.Epoch))
-	// What a restart would load: persisted members and deletes.
-	ms, err := l.state.ListMembers(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		lines = append(lines, fmt.Sprintf("persisted member %s %v", m.ID, m.FirstSeen.UnixNano()))
-	}
-	d, err := l.state.Deletes(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for id, m := range d.InFlight {
-		lines = append(lines, fmt.Sprintf("persisted deleting %s %s %d", id, m.Node, m.Fence))
-	}
-	for id, c := range d.Completed {
-		lines = append(lines, fmt.Sprintf("persisted deleted %s %s %v", id, c.Node, c.Lapsed))
-	}
-	if h := l.reaper.Load(); h != nil {
-		lines = append(lines, fmt.Sprintf("reaper %s %s %d", h.node, h.leaseID, h.expires.UnixNano()))
-	}
-	slices.Sort(lines)
-	return strings.Join(lines, "\n")
+	return d
 }

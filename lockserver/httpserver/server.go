@@ -1,4 +1,4 @@
-package lockserver
+package httpserver
 
 import (
 	"context"
@@ -11,12 +11,16 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/containerd/log"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/valyala/fasthttp"
 
 	"github.com/sharedcontent/sharedcontent/internal/tokenfile"
+	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
@@ -24,9 +28,9 @@ import (
 // sets and the fence high-water mark.
 const DBFile = "sharedcontent-lockserver.db"
 
-// ServerConfig is everything a stand-alone or embedded lock server needs.
-type ServerConfig struct {
-	Config
+// Config is everything a stand-alone or embedded lock server needs.
+type Config struct {
+	lockserver.Config
 	// DataDir holds DBFile. Required.
 	DataDir string
 	// AuthTokenFile, when set, holds the bearer token clients must send.
@@ -53,7 +57,7 @@ type ServerConfig struct {
 // Server is a Locker with its persistent state and HTTP API.
 type Server struct {
 	// Locker is the in-process API, for an embedded coordinator.
-	Locker *Locker
+	Locker *lockserver.Locker
 
 	storage *refcount.BoltStorage
 	handler *Handler
@@ -61,15 +65,19 @@ type Server struct {
 	tls     *tls.Config // nil serves plain HTTP
 	limits  ConnLimits
 	metrics *serverMetrics
+	cfg     Config
+	// exposedWarnEvery is how often Serve repeats that anyone may call
+	// (identity.go).
+	exposedWarnEvery time.Duration
 
 	mu       sync.Mutex
 	served   []*guardedListener // protected by mu: listeners given to Serve
 	shutdown bool               // protected by mu
 }
 
-// OpenServer opens the data directory and starts the Locker. Call Shutdown
+// Open opens the data directory and starts the Locker. Call Shutdown
 // to stop it and flush the database.
-func OpenServer(cfg ServerConfig) (*Server, error) {
+func Open(cfg Config) (*Server, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("lockserver: data_dir is required")
 	}
@@ -83,11 +91,11 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 	}
 	storage, err := refcount.OpenBoltStorage(filepath.Join(cfg.DataDir, DBFile))
 	if err != nil {
-		return nil, fmt.Errorf("lockserver: %w", err)
+		return nil, dataDirError(cfg.DataDir, err)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	locker, err := NewLocker(cfg.Config, Options{
+	locker, err := lockserver.NewLocker(cfg.Config, lockserver.Options{
 		Refs:       refcount.NewManager(storage),
 		Registerer: reg,
 	})
@@ -99,7 +107,8 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 		WithStreamLimits(max(1, limits.Total/2), max(1, limits.PerIP/2), DefaultMaxStreamsPerNode))
 	sm := newServerMetrics()
 	reg.MustRegister(sm)
-	s := &Server{Locker: locker, storage: storage, handler: NewHandler(locker, opts...), limits: limits, metrics: sm}
+	s := &Server{Locker: locker, storage: storage, handler: NewHandler(locker, opts...), limits: limits, metrics: sm,
+		cfg: cfg, exposedWarnEvery: exposedWarnEvery}
 	s.http = s.handler.HTTPServer()
 	if cfg.TLSCert != "" || cfg.TLSKey != "" {
 		s.tls, err = serverTLS(cfg)
@@ -109,11 +118,14 @@ func OpenServer(cfg ServerConfig) (*Server, error) {
 			return nil, err
 		}
 	}
+	if msg := cfg.noAdminWarning(); msg != "" {
+		log.L.Warn(msg)
+	}
 	return s, nil
 }
 
 // authOptions returns the Handler options of the configured identities.
-func (cfg ServerConfig) authOptions() ([]HandlerOption, error) {
+func (cfg Config) authOptions() ([]HandlerOption, error) {
 	if err := cfg.checkAuthModes(); err != nil {
 		return nil, err
 	}
@@ -125,7 +137,7 @@ func (cfg ServerConfig) authOptions() ([]HandlerOption, error) {
 		if tf.path == "" {
 			continue
 		}
-		token, err := ReadTokenFile(tf.path)
+		token, err := tokenfile.Read(tf.path)
 		if err != nil {
 			return nil, fmt.Errorf("lockserver: %w", err)
 		}
@@ -149,7 +161,7 @@ func (cfg ServerConfig) authOptions() ([]HandlerOption, error) {
 
 // checkAuthModes refuses a shared token with node identities: whoever has
 // the shared token could act as any node (auth.go).
-func (cfg ServerConfig) checkAuthModes() error {
+func (cfg Config) checkAuthModes() error {
 	var ids []string
 	if cfg.NodeTokensFile != "" {
 		ids = append(ids, "--node-tokens-file")
@@ -165,13 +177,7 @@ func (cfg ServerConfig) checkAuthModes() error {
 		"or a client certificate), and put the operators' token in --admin-token-file", strings.Join(ids, " or "))
 }
 
-// ReadTokenFile reads a bearer token: the file's content, trimmed. An
-// empty file is an error, and so is a file that grants other users any
-// permission (mode&0o007 != 0; the error says to chmod 600 and matches
-// tokenfile.ErrExposed).
-func ReadTokenFile(path string) (string, error) { return tokenfile.Read(path) }
-
-func serverTLS(cfg ServerConfig) (*tls.Config, error) {
+func serverTLS(cfg Config) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 	if err != nil {
 		return nil, fmt.Errorf("lockserver: loading TLS key pair: %w", err)
@@ -203,7 +209,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.tls != nil {
 		ln = tls.NewListener(ln, s.tls)
 	}
-	gl := newGuardedListener(ln, s.limits, s.metrics.rejected, s.metrics.acceptErrors.Inc)
+	gl := newGuardedListener(ln, s.limits, s.answerHeader, s.metrics.rejected, s.metrics.acceptErrors.Inc)
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()
@@ -211,6 +217,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.served = append(s.served, gl)
 	s.mu.Unlock()
+	stop := make(chan struct{})
+	defer close(stop)
+	s.warnExposed(ln.Addr(), stop)
 	err := s.http.Serve(gl)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -218,6 +227,13 @@ func (s *Server) Serve(ln net.Listener) error {
 		return nil
 	}
 	return err
+}
+
+// answerHeader is the header every answer carries (Handle sets the same),
+// as lines for an answer written without the Handler.
+func (s *Server) answerHeader() string {
+	return api.ClusterHeader + ": " + clusterHeader(s.Locker.Cluster()) + "\r\n" +
+		api.ProtocolHeader + ": " + api.ProtocolVersion + "\r\n"
 }
 
 // Shutdown stops accepting, ends the event streams, waits for requests in

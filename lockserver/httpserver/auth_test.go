@@ -1,4 +1,4 @@
-package lockserver
+package httpserver
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -34,7 +35,7 @@ func TestHTTPAuthSchemeCaseInsensitive(t *testing.T) {
 	token, admin := filepath.Join(dir, "token"), filepath.Join(dir, "admin")
 	require.NoError(t, os.WriteFile(token, []byte("s3cret\n"), 0o600))
 	require.NoError(t, os.WriteFile(admin, []byte("adm1n\n"), 0o600))
-	ts := startServer(t, filepath.Join(dir, "data"), func(c *ServerConfig) {
+	ts := startServer(t, filepath.Join(dir, "data"), func(c *Config) {
 		c.AuthTokenFile, c.AdminTokenFile = token, admin
 	})
 	// The admin identity may read too.
@@ -70,15 +71,15 @@ func TestSharedTokenWithNodeIdentitiesRefused(t *testing.T) {
 	writeFile(t, nodes, "node-a tok-a\n")
 	for _, tc := range []struct {
 		name, flag string
-		mutate     func(*ServerConfig)
+		mutate     func(*Config)
 	}{
-		{"node tokens", "--node-tokens-file", func(c *ServerConfig) { c.NodeTokensFile = nodes }},
-		{"certificates", "--tls-node-identity", func(c *ServerConfig) { c.TLSNodeIdentity, c.TLSClientCA = true, filepath.Join(dir, "ca.pem") }},
+		{"node tokens", "--node-tokens-file", func(c *Config) { c.NodeTokensFile = nodes }},
+		{"certificates", "--tls-node-identity", func(c *Config) { c.TLSNodeIdentity, c.TLSClientCA = true, filepath.Join(dir, "ca.pem") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := ServerConfig{Config: DefaultConfig(), DataDir: filepath.Join(dir, "data-"+tc.name), AuthTokenFile: token}
+			cfg := Config{Config: lockserver.DefaultConfig(), DataDir: filepath.Join(dir, "data-"+tc.name), AuthTokenFile: token}
 			tc.mutate(&cfg)
-			s, err := OpenServer(cfg)
+			s, err := Open(cfg)
 			if err == nil {
 				require.NoError(t, s.Shutdown(context.Background()))
 			}

@@ -1,4 +1,4 @@
-package lockserver
+package httpserver
 
 import (
 	"bufio"
@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,15 +16,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // openServer opens a Server on a temp dir, lets mutate change its HTTP
 // server before it serves, and serves it on loopback until the test ends.
-func openServer(t *testing.T, cfg ServerConfig, mutate func(*Server)) (*Server, string) {
+func openServer(t *testing.T, cfg Config, mutate func(*Server)) (*Server, string) {
 	t.Helper()
-	cfg.Config = DefaultConfig()
+	cfg.Config = lockserver.DefaultConfig()
 	cfg.DataDir = t.TempDir()
-	s, err := OpenServer(cfg)
+	s, err := Open(cfg)
 	require.NoError(t, err)
 	if mutate != nil {
 		mutate(s)
@@ -37,6 +41,20 @@ func openServer(t *testing.T, cfg ServerConfig, mutate func(*Server)) (*Server, 
 		require.NoError(t, <-done)
 	})
 	return s, ln.Addr().String()
+}
+
+// openConns is the number of connections s has accepted and not closed.
+func openConns(s *Server) int {
+	s.mu.Lock()
+	served := s.served
+	s.mu.Unlock()
+	n := 0
+	for _, gl := range served {
+		gl.mu.Lock()
+		n += len(gl.open)
+		gl.mu.Unlock()
+	}
+	return n
 }
 
 // rawGet sends GET path on c and reads the answer.
@@ -59,7 +77,7 @@ func rawGet(t *testing.T, c net.Conn, path string) (*http.Response, string) {
 // the waiting connection is served, and so are new ones.
 func TestAcceptSurvivesDescriptorExhaustion(t *testing.T) {
 	// Limits above the descriptors, so that accept itself fails.
-	s, addr := openServer(t, ServerConfig{Limits: ConnLimits{Total: 1 << 20, PerIP: 1 << 20}}, nil)
+	s, addr := openServer(t, Config{Limits: ConnLimits{Total: 1 << 20, PerIP: 1 << 20}}, nil)
 
 	var orig syscall.Rlimit
 	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &orig))
@@ -86,6 +104,9 @@ func TestAcceptSurvivesDescriptorExhaustion(t *testing.T) {
 		require.NoError(t, err)
 		conns = append(conns, c)
 	}
+	// The server holds a descriptor for each once it has accepted it: an
+	// accept still to come would take the descriptor freed below.
+	require.Eventually(t, func() bool { return openConns(s) == len(conns) }, 10*time.Second, 5*time.Millisecond)
 	for {
 		f, err := os.Open(os.DevNull)
 		if err != nil {
@@ -122,11 +143,12 @@ func TestAcceptSurvivesDescriptorExhaustion(t *testing.T) {
 }
 
 // TestConnectionLimits (issue 17, finding 1): connections over the
-// per-IP or the total limit are answered 503 with Retry-After; another IP
+// per-IP or the total limit are answered 503 with Retry-After (and the
+// cluster and protocol headers of every answer); another IP
 // is still served below the total; and once connections close, new ones
 // are served again.
 func TestConnectionLimits(t *testing.T) {
-	s, addr := openServer(t, ServerConfig{Limits: ConnLimits{Total: 5, PerIP: 3}}, nil)
+	s, addr := openServer(t, Config{Limits: ConnLimits{Total: 5, PerIP: 3}}, nil)
 	dialFrom := func(ip string) net.Conn {
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
 		c, err := d.Dial("tcp", addr)
@@ -141,6 +163,10 @@ func TestConnectionLimits(t *testing.T) {
 		require.Equal(t, "1", resp.Header.Get("Retry-After"))
 		require.Contains(t, body, reason+" limit")
 		require.Contains(t, body, `"code":"unavailable"`)
+		// The headers every answer carries (issue 24).
+		cl := s.Locker.Cluster()
+		require.Equal(t, cl.ClusterID+"/"+strconv.FormatUint(cl.Epoch, 10), resp.Header.Get(api.ClusterHeader))
+		require.Equal(t, api.ProtocolVersion, resp.Header.Get(api.ProtocolHeader))
 	}
 	served := func(c net.Conn) {
 		t.Helper()
@@ -173,7 +199,7 @@ func TestConnectionLimits(t *testing.T) {
 // that sends nothing within the read timeout is closed without an
 // unsolicited 400.
 func TestSilentConnectionGetsNoAnswer(t *testing.T) {
-	_, addr := openServer(t, ServerConfig{}, func(s *Server) { s.handler.HTTPServer().ReadTimeout = 100 * time.Millisecond })
+	_, addr := openServer(t, Config{}, func(s *Server) { s.handler.HTTPServer().ReadTimeout = 100 * time.Millisecond })
 	c, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	defer c.Close()
@@ -187,8 +213,8 @@ func TestSilentConnectionGetsNoAnswer(t *testing.T) {
 // does not wait for a connection that never sent a request (fasthttp
 // would wait 5 s for it), nor for one idle between requests.
 func TestShutdownClosesSilentConnections(t *testing.T) {
-	cfg := ServerConfig{Config: DefaultConfig(), DataDir: t.TempDir()}
-	s, err := OpenServer(cfg)
+	cfg := Config{Config: lockserver.DefaultConfig(), DataDir: t.TempDir()}
+	s, err := Open(cfg)
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

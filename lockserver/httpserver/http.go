@@ -1,4 +1,4 @@
-package lockserver
+package httpserver
 
 import (
 	"bytes"
@@ -22,6 +22,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -58,7 +59,7 @@ import (
 // small requests, and net/http's per-request machinery (on both ends)
 // cost more than the locking itself (docs/design.md, "HTTP stack").
 type Handler struct {
-	locker *Locker
+	locker *lockserver.Locker
 	http   *fasthttp.Server
 	token  []byte // bearer token; empty disables auth
 	// admin is the bearer token of admin calls; empty: token (if any).
@@ -143,7 +144,7 @@ func WithMetricsGatherer(g prometheus.Gatherer) HandlerOption {
 
 // NewHandler returns the HTTP API of l. Serve it with HTTPServer, or
 // through a Server.
-func NewHandler(l *Locker, opts ...HandlerOption) *Handler {
+func NewHandler(l *lockserver.Locker, opts ...HandlerOption) *Handler {
 	h := &Handler{locker: l, streamsDone: make(chan struct{}), streams: newStreamLimiter(DefaultMaxStreams, DefaultMaxStreamsPerIP, DefaultMaxStreamsPerNode)}
 	h.http = &fasthttp.Server{
 		Handler:      h.Handle,
@@ -211,7 +212,7 @@ func (h *Handler) Drain() {
 func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	c := h.locker.Cluster()
-	ctx.Response.Header.Set(api.ClusterHeader, c.ClusterID+"/"+strconv.FormatUint(c.Epoch, 10))
+	ctx.Response.Header.Set(api.ClusterHeader, clusterHeader(c))
 	ctx.Response.Header.Set(api.ProtocolHeader, api.ProtocolVersion)
 	var r route
 	ok := canonicalPath(ctx.URI().PathOriginal(), path)
@@ -256,7 +257,7 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if want := ctx.Request.Header.Peek(api.ClusterHeader); len(want) > 0 && string(want) != c.ClusterID {
-		writeError(ctx, wrongCluster(string(want), c))
+		writeError(ctx, lockserver.WrongCluster(string(want), c))
 		return
 	}
 	if !r.allows(ctx) {
@@ -266,6 +267,10 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 	}
 	r.handle(ctx)
 }
+
+// clusterHeader is the value of api.ClusterHeader: the coordinator's
+// cluster ID and epoch.
+func clusterHeader(c api.Cluster) string { return c.ClusterID + "/" + strconv.FormatUint(c.Epoch, 10) }
 
 // HandleError answers a request fasthttp could not read (the server's
 // ErrorHandler) with a 400 invalid_argument error. A read that timed out
@@ -544,16 +549,8 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 }
 
 func writeError(ctx *fasthttp.RequestCtx, err error) {
-	status, code := api.HTTPStatus(err)
-	body := api.ErrorResponse{Error: err.Error(), Code: code}
-	var inUse *api.InUseError
-	if errors.As(err, &inUse) {
-		body.Refs = &inUse.Refs
-	}
-	var unsynced *api.UnsyncedError
-	if errors.As(err, &unsynced) {
-		body.Nodes = unsynced.Nodes
-	}
+	status, _ := api.HTTPStatus(err)
+	body := api.ErrorBody(err)
 	if status >= 500 {
 		log.L.WithError(err).WithField("path", string(ctx.Path())).Error("request failed")
 	}

@@ -1,4 +1,4 @@
-package lockserver
+package httpserver
 
 import (
 	"context"
@@ -20,7 +20,7 @@ func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca := testca.New(t)
 	sc, sk := ca.Issue(t, "server", x509.ExtKeyUsageServerAuth)
-	ts := startServer(t, dir, func(c *ServerConfig) {
+	ts := startServer(t, dir, func(c *Config) {
 		c.TLSCert = testca.WriteFile(t, dir, "s.crt", sc)
 		c.TLSKey = testca.WriteFile(t, dir, "s.key", sk)
 		c.TLSClientCA = testca.WriteFile(t, dir, "ca.crt", ca.PEM)
@@ -74,7 +74,7 @@ func TestMutualTLSNodeIdentity(t *testing.T) {
 	dir := t.TempDir()
 	ca := testca.New(t)
 	sc, sk := ca.Issue(t, "server", x509.ExtKeyUsageServerAuth)
-	ts := startServer(t, dir+"/data", func(c *ServerConfig) {
+	ts := startServer(t, dir+"/data", func(c *Config) {
 		c.TLSCert = testca.WriteFile(t, dir, "s.crt", sc)
 		c.TLSKey = testca.WriteFile(t, dir, "s.key", sk)
 		c.TLSClientCA = testca.WriteFile(t, dir, "ca.crt", ca.PEM)

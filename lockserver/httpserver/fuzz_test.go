@@ -1,10 +1,11 @@
-package lockserver
+package httpserver
 
 import (
 	"context"
 	"errors"
 	"testing"
 
+	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -27,7 +28,7 @@ func FuzzLockRequest(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	l, err := NewLocker(DefaultConfig(), Options{Refs: newTestRefs()})
+	l, err := lockserver.NewLocker(lockserver.DefaultConfig(), lockserver.Options{Refs: newTestRefs()})
 	if err != nil {
 		f.Fatal(err)
 	}
