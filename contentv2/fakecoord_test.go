@@ -69,6 +69,8 @@ type fakeCall struct {
 	// Answer: a session's answer; AnsweredAt when it was given.
 	Answer     SessionInfo
 	AnsweredAt time.Time
+	// Success: an unlock's outcome.
+	Success bool
 	// WithReapLock: a reap delete granted while the node held the reap
 	// lock.
 	WithReapLock bool
@@ -461,7 +463,7 @@ func (l *fakeLock) Unlock(_ context.Context, success bool, _ error) (err error) 
 	c := l.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	call := fakeCall{Node: l.node, Method: "Unlock", Resource: l.resource, Op: l.op}
+	call := fakeCall{Node: l.node, Method: "Unlock", Resource: l.resource, Op: l.op, Success: success}
 	defer func() { c.end(call, err) }()
 	if err := c.begin(&call); err != nil {
 		return err
