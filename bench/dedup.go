@@ -17,7 +17,7 @@ import (
 	"github.com/containerd/containerd/v2/plugins/content/local"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/integration/cluster"
 	"github.com/sharedcontent/sharedcontent/integration/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
@@ -87,7 +87,7 @@ func sharedNodes(ctx context.Context, dir string, n int) ([]pullNode, func(), er
 			return nil, nil, err
 		}
 		clients = append(clients, c)
-		node, err := cluster.NewNode(ctx, id, filepath.Join(dir, "shared"), state, contentv2.LockService(c))
+		node, err := cluster.NewNode(ctx, id, filepath.Join(dir, "shared"), state, remote.New(c))
 		if err != nil {
 			stop()
 			return nil, nil, err

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
@@ -102,7 +103,7 @@ func startOverheadEnv(ctx context.Context, dir string) (env *overheadEnv, err er
 		return env, err
 	}
 	env.closers = append(env.closers, func() { coord.Close() })
-	env.store, err = contentv2.NewStore(filepath.Join(dir, "shared"), "node-1", contentv2.LockService(coord), contentv2.WithStateDir(filepath.Join(dir, "state")))
+	env.store, err = contentv2.NewStore(filepath.Join(dir, "shared"), "node-1", remote.New(coord), contentv2.WithStateDir(filepath.Join(dir, "state")))
 	if err != nil {
 		return env, err
 	}

@@ -10,9 +10,9 @@ import (
 
 // Coordinator is what the Store needs of the cluster's coordinator, in the
 // Store's own terms: a session for this node, its references, and locks on
-// blobs (SPEC §3, §8). LockService adapts a lockclient.Client (a remote or
-// an embedded lock server); another backend (etcd) can implement it
-// directly.
+// blobs (SPEC §3, §8). Package contentv2/remote adapts a lockclient.Client
+// (a remote or an embedded coordinator); another backend (etcd) can
+// implement it directly.
 //
 // Refusals are the sentinels below (wrapped); any other error means the
 // coordinator could not be reached or did not answer.

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
@@ -96,7 +97,7 @@ func restartEnv(t *testing.T, ttl time.Duration) func(stateDir string) (contentv
 		c, err := lockclient.New(coord.URL(), lockclient.WithNodeID("node-1"))
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
-		rec := &sessionRecorder{Coordinator: contentv2.LockService(c)}
+		rec := &sessionRecorder{Coordinator: remote.New(c)}
 		cs, err := contentv2.NewStore(root, "node-1", rec, contentv2.WithStateDir(stateDir), contentv2.WithSessionTTL(ttl))
 		if err == nil {
 			t.Cleanup(func() { cs.Close() })

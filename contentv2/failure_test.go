@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
@@ -150,7 +151,7 @@ const failOpenTTL = 100 * time.Millisecond
 // with the fail-open tests' session TTL.
 func failOpenStore(t *testing.T, root, nodeID string, client *lockclient.Client, opts ...contentv2.Option) content.Store {
 	t.Helper()
-	cs, err := contentv2.NewStore(root, nodeID, contentv2.LockService(client), append([]contentv2.Option{contentv2.WithStateDir(t.TempDir()),
+	cs, err := contentv2.NewStore(root, nodeID, remote.New(client), append([]contentv2.Option{contentv2.WithStateDir(t.TempDir()),
 		contentv2.WithRefRetryInterval(50 * time.Millisecond), contentv2.WithSessionTTL(failOpenTTL)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { cs.Close() })
@@ -200,7 +201,7 @@ func TestLostLeaseStillRecordsReference(t *testing.T) {
 	client, err := lockclient.NewEmbedded(l, lockclient.WithNodeID("node-1"))
 	require.NoError(t, err)
 	root := t.TempDir()
-	cs, err := contentv2.NewStore(root, "node-1", lostLease{contentv2.LockService(client)}, contentv2.WithStateDir(t.TempDir()))
+	cs, err := contentv2.NewStore(root, "node-1", lostLease{remote.New(client)}, contentv2.WithStateDir(t.TempDir()))
 	require.NoError(t, err)
 	defer cs.Close()
 	ctx := context.Background()
@@ -261,7 +262,7 @@ func TestDuplicateNodeDoesNotFailOpen(t *testing.T) {
 	client, err := lockclient.NewEmbedded(l, lockclient.WithNodeID("node-1"))
 	require.NoError(t, err)
 	root := t.TempDir()
-	coord := &stolenID{Coordinator: contentv2.LockService(client)}
+	coord := &stolenID{Coordinator: remote.New(client)}
 	reg := prometheus.NewRegistry()
 	cs, err := contentv2.NewStore(root, "node-1", coord, contentv2.WithStateDir(t.TempDir()),
 		contentv2.WithSessionTTL(failOpenTTL), contentv2.WithRegisterer(reg))

@@ -1,6 +1,8 @@
 package contentv2
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -143,3 +145,11 @@ func (e *WrongClusterError) Error() string {
 }
 
 func (e *WrongClusterError) Is(target error) bool { return target == ErrWrongCluster }
+
+// newID returns 128 random bits, hex-encoded: a store's instance ID, a
+// journal's generation, a trashed blob's unique suffix.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

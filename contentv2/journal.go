@@ -69,7 +69,7 @@ func openJournal(stateDir string) (*journal, error) {
 		j.seeded = string(meta.Get(seededKey)) != "" && string(meta.Get(seededKey)) == string(meta.Get(generationKey))
 		if j.generation = string(meta.Get(generationKey)); j.generation == "" {
 			// A new journal (or one older than generations).
-			j.generation = newSyncID()
+			j.generation = newID()
 			if err := meta.Put(generationKey, []byte(j.generation)); err != nil {
 				return err
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
@@ -27,7 +28,7 @@ func TestSharedBytesCounted(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		reg := prometheus.NewRegistry()
-		cs, err := contentv2.NewStore(root, id, contentv2.LockService(c), contentv2.WithStateDir(state), contentv2.WithRegisterer(reg))
+		cs, err := contentv2.NewStore(root, id, remote.New(c), contentv2.WithStateDir(state), contentv2.WithRegisterer(reg))
 		require.NoError(t, err)
 		t.Cleanup(func() { cs.Close() })
 		return cs, reg

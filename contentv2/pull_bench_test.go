@@ -12,6 +12,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
@@ -59,7 +60,7 @@ func BenchmarkCoordinatedPull(b *testing.B) {
 }
 
 func newBenchStore(b *testing.B, root string, client *lockclient.Client) contentv2.Store {
-	cs, err := contentv2.NewStore(root, "node-1", contentv2.LockService(client), contentv2.WithStateDir(b.TempDir()))
+	cs, err := contentv2.NewStore(root, "node-1", remote.New(client), contentv2.WithStateDir(b.TempDir()))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/containerd/log"
-
-	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // The reaper (SPEC §8). containerd offers a blob for deletion only when its
@@ -35,8 +33,15 @@ import (
 // unsynced, and the delete rule refuses every delete until it syncs; and
 // while it runs its marker changes, so it is never expired. The
 // coordinator checks too: it grants a reap delete only to the node that
-// holds the reap lock (api.ReapLockResource), and only outside its own
-// reap grace of the resource's last pull or reference change.
+// holds the reap lock (ReapLockResource), and only outside its own reap
+// grace of the resource's last pull or reference change.
+
+// ReapLockResource is the reap lock: the resource whose update lock the
+// reaper holds for its whole pass. The coordinator grants a reap delete
+// (ReapOrphan, ReapDangling) and a member's expiry only to the node
+// holding it with a live lease. Its value is the coordinator's name for
+// it on the wire.
+const ReapLockResource = "sharedcontent/reap"
 
 // ReapReport is what one reaper pass did.
 type ReapReport struct {
@@ -92,7 +97,7 @@ func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 	s.reaper.pass.Lock()
 	defer s.reaper.pass.Unlock()
 	var rep ReapReport
-	lk, err := s.coord.Lock(ctx, LockRequest{Op: OpUpdate, Resource: api.ReapLockResource})
+	lk, err := s.coord.Lock(ctx, LockRequest{Op: OpUpdate, Resource: ReapLockResource})
 	if errors.Is(err, ErrBusy) {
 		return rep, nil
 	}

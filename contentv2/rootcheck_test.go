@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
@@ -23,7 +24,7 @@ func httpCoordinator(t *testing.T, node string) (*httpserver.Server, contentv2.C
 	coord := lockservertest.Start(t)
 	c, err := lockclient.New(coord.URL(), lockclient.WithNodeID(node))
 	require.NoError(t, err)
-	return coord.Server(), contentv2.LockService(c)
+	return coord.Server(), remote.New(c)
 }
 
 // TestNewStoreRefusesBadRoot (issue 17): a root that is not a writable

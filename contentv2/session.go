@@ -74,11 +74,29 @@ func (s *store) startSession(ctx context.Context) error {
 	case errors.Is(err, ErrDuplicateNode):
 		return fmt.Errorf("node %s: %w; refusing to start", s.nodeID, err)
 	case err != nil:
-		log.G(ctx).WithError(err).Warn("coordinator not reachable at start; deletes wait, writes go on after the session timeout")
+		s.logNoSessionAtStart(ctx, err)
 	}
 	// Only a node that may serve this root becomes a member of it (an
 	// unreachable coordinator is no reason to refuse).
 	return WriteNodeMarker(s.root, s.nodeID)
+}
+
+// logNoSessionAtStart says what the store does while the coordinator has
+// not given it a session since it started, by failOpenRefused's rules: a
+// member fails open once the session its previous run may have left has
+// surely expired (counted from now); a node that never joined its root's
+// cluster, or one the coordinator refuses, never does.
+func (s *store) logNoSessionAtStart(ctx context.Context, err error) {
+	l := log.G(ctx).WithError(err).WithField("node", s.nodeID)
+	switch {
+	case errdefs.IsUnauthorized(err) || errdefs.IsPermissionDenied(err):
+		l.Error("the coordinator refuses this node at start: writes and deletes wait until this node's credentials are fixed")
+	case !s.joined():
+		l.Warn("coordinator not reachable at start, and this node has never joined its root's cluster: writes and deletes wait until the coordinator answers")
+	default:
+		l.WithField("fail_open_in", FailOpenDelay(s.failOpenTTL())).
+			Warn("coordinator not reachable at start: deletes wait; writes go on uncoordinated once this node's session has surely expired (fail_open_in), unless the coordinator answers first")
+	}
 }
 
 // firstSession runs the first session round. While the coordinator says
@@ -357,7 +375,7 @@ func (s *store) failOpenRefused(cause error) error {
 		return fmt.Errorf("the coordinator refuses this node's session: another live instance uses node id %s (%w); no blob is used without the coordinator: give each host a unique --node-id: %w",
 			s.nodeID, cause, ErrDuplicateNode)
 	}
-	if member := s.journal.memberOf(); cluster == "" || member != cluster {
+	if !s.joined() {
 		return fmt.Errorf("coordinator unreachable (%w), and this node has never joined the cluster of its root (%s): no blob is used without the coordinator until it has: %w",
 			cause, or(cluster, "none yet"), errdefs.ErrUnavailable)
 	}
@@ -372,6 +390,16 @@ func (s *store) failOpenRefused(cause error) error {
 	}
 	s.smu.Unlock()
 	return nil
+}
+
+// joined reports whether this node is a member of its root's cluster:
+// that cluster's coordinator accepted a session of it once (the journal
+// records it).
+func (s *store) joined() bool {
+	s.smu.Lock()
+	cluster := s.clusterID
+	s.smu.Unlock()
+	return cluster != "" && s.journal.memberOf() == cluster
 }
 
 func or(s, def string) string {

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
@@ -82,7 +83,7 @@ func newStaleViewEnv(t *testing.T, coord *lockservertest.Coordinator) *staleView
 		c, err := lockclient.New(coord.URL(), lockclient.WithNodeID(id))
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
-		cs, err := contentv2.NewStore(root, id, contentv2.LockService(c), append(opts, contentv2.WithStateDir(t.TempDir()))...)
+		cs, err := contentv2.NewStore(root, id, remote.New(c), append(opts, contentv2.WithStateDir(t.TempDir()))...)
 		require.NoError(t, err)
 		t.Cleanup(func() { cs.Close() })
 		return cs
@@ -218,7 +219,7 @@ func TestLibraryModeBlobPutBackAfterDelete(t *testing.T) {
 		c, err := lockclient.New(coord.URL(), lockclient.WithNodeID(id))
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
-		cs, err := contentv2.NewStore(root, id, contentv2.LockService(c), contentv2.WithMode(contentv2.LibraryMode), contentv2.WithStateDir(t.TempDir()))
+		cs, err := contentv2.NewStore(root, id, remote.New(c), contentv2.WithMode(contentv2.LibraryMode), contentv2.WithStateDir(t.TempDir()))
 		require.NoError(t, err)
 		t.Cleanup(func() { cs.Close() })
 		return cs

@@ -186,7 +186,7 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 		refRetry:     DefaultRefRetryInterval,
 		coordTimeout: DefaultCoordinationTimeout,
 		configTTL:    defaultSessionTTL,
-		instanceID:   newSyncID(),
+		instanceID:   newID(),
 		referenced:   map[digest.Digest]struct{}{},
 		followers:    map[string]*follower{},
 		kick:         make(chan struct{}, 1),
@@ -504,7 +504,7 @@ func (s *store) moveToTrash(dgst digest.Digest) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	to := filepath.Join(dir, dgst.Encoded()+"."+newSyncID()[:12])
+	to := filepath.Join(dir, dgst.Encoded()+"."+newID()[:12])
 	if err := os.Rename(s.blobPath(dgst), to); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return "", nil

@@ -15,6 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
@@ -23,7 +24,7 @@ import (
 func embedded(t testing.TB, node string) contentv2.Coordinator {
 	c, err := lockclient.NewEmbedded(lockservertest.NewLocker(t), lockclient.WithNodeID(node))
 	require.NoError(t, err)
-	return contentv2.LockService(c)
+	return remote.New(c)
 }
 
 // TestContentSuiteLibraryMode runs containerd's own content conformance

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/integration/cluster"
 	"github.com/sharedcontent/sharedcontent/integration/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
@@ -45,7 +46,7 @@ func newCluster(t *testing.T, n int, opts ...contentv2.Option) *testCluster {
 func (c *testCluster) addNode(t *testing.T, id string, opts ...contentv2.Option) *node {
 	client, err := lockclient.New(c.url, lockclient.WithNodeID(id))
 	require.NoError(t, err)
-	n, err := cluster.NewNode(context.Background(), id, c.root, t.TempDir(), contentv2.LockService(client), opts...)
+	n, err := cluster.NewNode(context.Background(), id, c.root, t.TempDir(), remote.New(client), opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { n.Close() })
 	return &node{Node: n, client: client}

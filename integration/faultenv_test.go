@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/integration/cluster"
 	"github.com/sharedcontent/sharedcontent/integration/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
@@ -211,7 +212,7 @@ func (n *faultNode) Open() error {
 	}
 	reg := prometheus.NewRegistry()
 	opts := append(slices.Clone(n.opts), contentv2.WithRegisterer(reg))
-	cn, err := cluster.NewNode(context.Background(), n.id, n.env.root, n.stateDir, contentv2.LockService(client), opts...)
+	cn, err := cluster.NewNode(context.Background(), n.id, n.env.root, n.stateDir, remote.New(client), opts...)
 	if err != nil {
 		client.Close()
 		return err

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/plugin"
 
@@ -54,7 +55,7 @@ func (c *testCluster) addFollowNode(t *testing.T, id string, proxied bool, opts 
 	t.Cleanup(func() { client.Close() })
 	dir := t.TempDir()
 	reg := prometheus.NewRegistry()
-	store, err := contentv2.NewStore(c.root, id, contentv2.LockService(client),
+	store, err := contentv2.NewStore(c.root, id, remote.New(client),
 		append([]contentv2.Option{contentv2.WithStateDir(filepath.Join(dir, "state")), contentv2.WithRegisterer(reg)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { store.Close() })

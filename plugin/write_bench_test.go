@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/plugin"
@@ -165,7 +166,7 @@ func benchStore(b *testing.B, root string) content.Store {
 	b.Cleanup(func() { l.Close() })
 	c, err := lockclient.NewEmbedded(l, lockclient.WithNodeID("node-1"))
 	require.NoError(b, err)
-	cs, err := contentv2.NewStore(root, "node-1", contentv2.LockService(c), contentv2.WithStateDir(b.TempDir()))
+	cs, err := contentv2.NewStore(root, "node-1", remote.New(c), contentv2.WithStateDir(b.TempDir()))
 	require.NoError(b, err)
 	b.Cleanup(func() { cs.Close() })
 	return cs

@@ -26,6 +26,7 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/cmd/internal/cli"
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/internal/tokenfile"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
@@ -143,7 +144,7 @@ func run(args []string) error {
 		return errors.Join(err, shutdown())
 	}
 	reg := prometheus.NewRegistry()
-	store, err := contentv2.NewStore(o.root, o.nodeID, contentv2.LockService(coord), contentv2.WithRegisterer(reg),
+	store, err := contentv2.NewStore(o.root, o.nodeID, remote.New(coord), contentv2.WithRegisterer(reg),
 		contentv2.WithStateDir(o.stateDir), contentv2.WithReaper(o.reapInterval, o.embedded.ReapGrace))
 	if err != nil {
 		return errors.Join(err, shutdown())

@@ -24,7 +24,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/integration/cluster"
 	"github.com/sharedcontent/sharedcontent/integration/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
@@ -141,7 +141,7 @@ func startNodes(ctx context.Context, l *lockserver.Locker, dir, root string, n i
 		if err != nil {
 			return ns, err
 		}
-		node, err := cluster.NewNode(ctx, id, root, state, contentv2.LockService(client))
+		node, err := cluster.NewNode(ctx, id, root, state, remote.New(client))
 		if err != nil {
 			return ns, err
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 )
 
@@ -33,7 +34,7 @@ func reapDryRun(ctx context.Context, c *lockclient.Client, root string, args []s
 	if root == "" {
 		return fmt.Errorf("--root is required: the shared content directory")
 	}
-	plan, err := contentv2.PlanReap(ctx, root, contentv2.LockService(c), contentv2.ReapOptions{Grace: *grace}, &contentv2.ReapMemory{})
+	plan, err := contentv2.PlanReap(ctx, root, remote.New(c), contentv2.ReapOptions{Grace: *grace}, &contentv2.ReapMemory{})
 	if err != nil {
 		return err
 	}

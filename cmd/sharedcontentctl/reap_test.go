@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
@@ -106,7 +107,7 @@ func TestReapDryRunIsThePass(t *testing.T) {
 	client, err := lockclient.New(c.URL(), lockclient.WithNodeID("node-1"))
 	require.NoError(t, err)
 	t.Cleanup(func() { client.Close() })
-	cs, err := contentv2.NewStore(root, "node-1", contentv2.LockService(client),
+	cs, err := contentv2.NewStore(root, "node-1", remote.New(client),
 		contentv2.WithStateDir(t.TempDir()), contentv2.WithReaper(0, grace))
 	require.NoError(t, err)
 	t.Cleanup(func() { cs.Close() })

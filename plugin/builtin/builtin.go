@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/plugin/registry"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/internal/tokenfile"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 )
@@ -84,7 +85,7 @@ func init() {
 				return nil, err
 			}
 			ic.Meta.Exports["root"] = cfg.Root
-			return contentv2.NewStore(cfg.Root, cfg.NodeID, contentv2.LockService(client), contentv2.WithStateDir(cfg.StateDir))
+			return contentv2.NewStore(cfg.Root, cfg.NodeID, remote.New(client), contentv2.WithStateDir(cfg.StateDir))
 		},
 	})
 }

@@ -1,4 +1,4 @@
-package contentv2
+package remote
 
 import (
 	"context"
@@ -12,28 +12,30 @@ import (
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/internal/failpoint"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// LockService is the Coordinator of a sharedcontent lock server, remote or
-// embedded, reached through c (whose node ID is this node's).
-func LockService(c *lockclient.Client) Coordinator { return &lockService{c: c} }
+// New returns the contentv2.Coordinator of a sharedcontent coordinator,
+// remote or embedded, reached through c (whose node ID is this node's).
+// Closing c is the caller's.
+func New(c *lockclient.Client) contentv2.Coordinator { return &coordinator{c: c} }
 
-type lockService struct{ c *lockclient.Client }
+type coordinator struct{ c *lockclient.Client }
 
-// refusals maps the lock server's refusals to the Coordinator's.
+// refusals maps lockclient's refusals to contentv2's.
 var refusals = []struct{ from, to error }{
-	{lockclient.ErrLocked, ErrBusy},
-	{lockclient.ErrInUse, ErrInUse},
-	{lockclient.ErrUnsynced, ErrUnsynced},
-	{lockclient.ErrDeleting, ErrDeleting},
-	{lockclient.ErrWrongCluster, ErrWrongCluster},
-	{api.ErrNotExpired, ErrNotExpired},
-	{api.ErrMemberLive, ErrNotExpired},
-	{lockclient.ErrLate, ErrLate},
-	{lockclient.ErrDuplicateNode, ErrDuplicateNode},
+	{lockclient.ErrLocked, contentv2.ErrBusy},
+	{lockclient.ErrInUse, contentv2.ErrInUse},
+	{lockclient.ErrUnsynced, contentv2.ErrUnsynced},
+	{lockclient.ErrDeleting, contentv2.ErrDeleting},
+	{lockclient.ErrWrongCluster, contentv2.ErrWrongCluster},
+	{api.ErrNotExpired, contentv2.ErrNotExpired},
+	{api.ErrMemberLive, contentv2.ErrNotExpired},
+	{lockclient.ErrLate, contentv2.ErrLate},
+	{lockclient.ErrDuplicateNode, contentv2.ErrDuplicateNode},
 }
 
 func mapErr(err error) error {
@@ -45,20 +47,20 @@ func mapErr(err error) error {
 	return err
 }
 
-func (s *lockService) Session(ctx context.Context, req SessionRequest) (SessionInfo, error) {
+func (s *coordinator) Session(ctx context.Context, req contentv2.SessionRequest) (contentv2.SessionInfo, error) {
 	if req.ClusterID != "" {
 		s.c.ExpectCluster(req.ClusterID)
 	}
 	resp, err := s.c.Session(ctx, api.SessionRequest{InstanceID: req.InstanceID, Echo: wireEcho(req.Echo)})
 	if err != nil {
-		return SessionInfo{}, mapErr(err)
+		return contentv2.SessionInfo{}, mapErr(err)
 	}
-	return SessionInfo{ClusterID: resp.ClusterID, Epoch: resp.Epoch,
+	return contentv2.SessionInfo{ClusterID: resp.ClusterID, Epoch: resp.Epoch,
 		TTL: time.Duration(resp.SessionTTLMs) * time.Millisecond, Synced: resp.Synced,
 		Stamp: time.Duration(resp.StampMs) * time.Millisecond, NewMember: resp.NewMember}, nil
 }
 
-func (s *lockService) EndSession(ctx context.Context, instanceID string) (bool, error) {
+func (s *coordinator) EndSession(ctx context.Context, instanceID string) (bool, error) {
 	resp, err := s.c.EndSession(ctx, instanceID)
 	if err != nil {
 		return false, mapErr(err)
@@ -69,14 +71,14 @@ func (s *lockService) EndSession(ctx context.Context, instanceID string) (bool, 
 	return resp.Ended, nil
 }
 
-func wireEcho(e *Echo) *api.Echo {
+func wireEcho(e *contentv2.Echo) *api.Echo {
 	if e == nil {
 		return nil
 	}
 	return &api.Echo{Epoch: e.Epoch, StampMs: e.Stamp.Milliseconds(), ElapsedMs: e.Elapsed.Milliseconds()}
 }
 
-func (s *lockService) SyncRefs(ctx context.Context, req SyncRequest) error {
+func (s *coordinator) SyncRefs(ctx context.Context, req contentv2.SyncRequest) error {
 	syncID := newSyncID()
 	// Announce the sync before the snapshot (see Coordinator.SyncRefs).
 	sent := 0
@@ -103,7 +105,7 @@ func (s *lockService) SyncRefs(ctx context.Context, req SyncRequest) error {
 			chunk.Done = true
 			e := req.Echo()
 			if e == nil {
-				return fmt.Errorf("sync: too long since the last session answer to finish it: %w", ErrLate)
+				return fmt.Errorf("sync: too long since the last session answer to finish it: %w", contentv2.ErrLate)
 			}
 			chunk.Echo = wireEcho(e)
 		}
@@ -118,7 +120,7 @@ func (s *lockService) SyncRefs(ctx context.Context, req SyncRequest) error {
 	}
 }
 
-func (s *lockService) AddRef(ctx context.Context, dgst digest.Digest, found bool) error {
+func (s *coordinator) AddRef(ctx context.Context, dgst digest.Digest, found bool) error {
 	add := s.c.AddRef
 	if found {
 		add = s.c.AddFoundRef
@@ -127,7 +129,7 @@ func (s *lockService) AddRef(ctx context.Context, dgst digest.Digest, found bool
 	return mapErr(err)
 }
 
-func (s *lockService) Lock(ctx context.Context, req LockRequest) (Lock, error) {
+func (s *coordinator) Lock(ctx context.Context, req contentv2.LockRequest) (contentv2.Lock, error) {
 	lr := lockclient.LockRequest{Type: api.OperationType(req.Op), ResourceID: req.Resource, Reap: api.ReapMode(req.Reap)}
 	var (
 		res *lockclient.LockResult
@@ -142,12 +144,12 @@ func (s *lockService) Lock(ctx context.Context, req LockRequest) (Lock, error) {
 	case err != nil:
 		return nil, mapErr(err)
 	case res.Skipped:
-		return nil, fmt.Errorf("%s:%s: %w", req.Op, req.Resource, ErrSkipped)
+		return nil, fmt.Errorf("%s:%s: %w", req.Op, req.Resource, contentv2.ErrSkipped)
 	}
 	return &lease{c: s.c, l: res.Lease}, nil
 }
 
-func (s *lockService) Refs(ctx context.Context, fn func(resource string, nodes []string) error) error {
+func (s *coordinator) Refs(ctx context.Context, fn func(resource string, nodes []string) error) error {
 	after := ""
 	for {
 		page, err := s.c.RefsList(ctx, after, 0)
@@ -166,19 +168,19 @@ func (s *lockService) Refs(ctx context.Context, fn func(resource string, nodes [
 	}
 }
 
-func (s *lockService) Members(ctx context.Context) (Membership, error) {
+func (s *coordinator) Members(ctx context.Context) (contentv2.Membership, error) {
 	resp, err := s.c.Nodes(ctx)
 	if err != nil {
-		return Membership{}, mapErr(err)
+		return contentv2.Membership{}, mapErr(err)
 	}
-	out := Membership{NodeExpiry: time.Duration(resp.NodeExpiryMs) * time.Millisecond, Nodes: make([]MemberInfo, len(resp.Nodes))}
+	out := contentv2.Membership{NodeExpiry: time.Duration(resp.NodeExpiryMs) * time.Millisecond, Nodes: make([]contentv2.MemberInfo, len(resp.Nodes))}
 	for i, n := range resp.Nodes {
-		out.Nodes[i] = MemberInfo{ID: n.NodeID, Live: n.Live, Absent: time.Duration(n.AbsentMs) * time.Millisecond}
+		out.Nodes[i] = contentv2.MemberInfo{ID: n.NodeID, Live: n.Live, Absent: time.Duration(n.AbsentMs) * time.Millisecond}
 	}
 	return out, nil
 }
 
-func (s *lockService) ExpireMember(ctx context.Context, reapLock Lock, nodeID string, markerUnchanged time.Duration) (time.Duration, error) {
+func (s *coordinator) ExpireMember(ctx context.Context, reapLock contentv2.Lock, nodeID string, markerUnchanged time.Duration) (time.Duration, error) {
 	l, ok := reapLock.(*lease)
 	if !ok || l.l.ResourceID != api.ReapLockResource {
 		return 0, fmt.Errorf("expire node %s: not the reap lock: %w", nodeID, errdefs.ErrInvalidArgument)
@@ -190,7 +192,7 @@ func (s *lockService) ExpireMember(ctx context.Context, reapLock Lock, nodeID st
 	return time.Duration(resp.AbsentMs) * time.Millisecond, nil
 }
 
-// lease is a Lock held through a lockclient lease.
+// lease is a contentv2.Lock held through a lockclient lease.
 type lease struct {
 	c *lockclient.Client
 	l *lockclient.Lease

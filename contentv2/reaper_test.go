@@ -1,0 +1,194 @@
+package contentv2
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/stretchr/testify/require"
+)
+
+// reapGrace is the reaper's grace in these tests; files are made older
+// than it by setting their times, never by waiting.
+const reapGrace = time.Hour
+
+// reapEnv is node-1's store with a reaper (run by the test) on a root
+// coordinated by a fakeCluster.
+func reapEnv(t *testing.T) (*fakeCluster, *store) {
+	c := newFakeCluster(longTTL)
+	return c, fakeStore(t, c, t.TempDir(), "node-1", WithReaper(0, reapGrace))
+}
+
+// putBlob writes a blob file into the root, as another node's commit
+// does, aged age.
+func putBlob(t *testing.T, s *store, name string, age time.Duration) digest.Digest {
+	t.Helper()
+	d := digest.FromString(name)
+	p := s.blobPath(d)
+	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	require.NoError(t, os.WriteFile(p, []byte(name), 0o644))
+	at := time.Now().Add(-age)
+	require.NoError(t, os.Chtimes(p, at, at))
+	return d
+}
+
+// TestReaperDeletesOnlyWhatThePlanAllows: one pass removes the orphan
+// older than the grace, under the reap lock, and keeps a younger orphan
+// and a blob another node references.
+func TestReaperDeletesOnlyWhatThePlanAllows(t *testing.T) {
+	c, s := reapEnv(t)
+	old := putBlob(t, s, "old orphan", 2*reapGrace)
+	young := putBlob(t, s, "young orphan", 0)
+	used := putBlob(t, s, "used", 2*reapGrace)
+	c.addRef(used.String(), "node-2")
+
+	rep, err := s.Reap(context.Background())
+	require.NoError(t, err)
+	require.True(t, rep.Ran)
+	require.Equal(t, []digest.Digest{old}, blobDigests(rep.Plan.Orphans), "only the old orphan is planned")
+	require.Equal(t, 1, rep.Plan.WaitingOrphans, "the young one waits out the grace")
+	require.Equal(t, []digest.Digest{old}, blobDigests(rep.Done.Orphans))
+	require.NoFileExists(t, s.blobPath(old))
+	require.FileExists(t, s.blobPath(young))
+	require.FileExists(t, s.blobPath(used))
+	requireReapDeletesUnderTheReapLock(t, c)
+}
+
+func blobDigests(bs []ReapBlob) []digest.Digest {
+	out := []digest.Digest{}
+	for _, b := range bs {
+		out = append(out, b.Digest)
+	}
+	return out
+}
+
+// requireReapDeletesUnderTheReapLock checks that every reap delete the
+// coordinator granted came while its node held the reap lock, and that
+// the reaper released the lock.
+func requireReapDeletesUnderTheReapLock(t *testing.T, c *fakeCluster) {
+	t.Helper()
+	var granted int
+	for _, call := range calls(c.recorded(), "Lock") {
+		if call.Reap != "" && call.Err == nil {
+			granted++
+			require.True(t, call.WithReapLock, "reap delete of %s without the reap lock", call.Resource)
+		}
+	}
+	require.Positive(t, granted)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Nil(t, c.locks[ReapLockResource], "the reap lock is released")
+}
+
+// TestReaperWaitsForTheReapLock: while another node holds the reap lock,
+// a pass does nothing.
+func TestReaperWaitsForTheReapLock(t *testing.T) {
+	c, s := reapEnv(t)
+	old := putBlob(t, s, "old orphan", 2*reapGrace)
+	ctx := context.Background()
+	other, err := c.node("node-2").Lock(ctx, LockRequest{Op: OpUpdate, Resource: ReapLockResource})
+	require.NoError(t, err)
+
+	rep, err := s.Reap(ctx)
+	require.NoError(t, err)
+	require.False(t, rep.Ran)
+	require.FileExists(t, s.blobPath(old))
+	for _, call := range calls(c.recorded(), "Lock") {
+		require.False(t, call.Node == "node-1" && call.Op == OpDelete, "no delete asked: %+v", call)
+	}
+
+	require.NoError(t, other.Unlock(ctx, true, nil))
+	rep, err = s.Reap(ctx)
+	require.NoError(t, err)
+	require.True(t, rep.Ran)
+	require.NoFileExists(t, s.blobPath(old))
+}
+
+// TestReaperPlanIsNoPromise: a blob referenced between the plan and its
+// delete is refused by the coordinator and kept.
+func TestReaperPlanIsNoPromise(t *testing.T) {
+	c, s := reapEnv(t)
+	old := putBlob(t, s, "old orphan", 2*reapGrace)
+	c.setRefuse(func(call fakeCall) error {
+		if call.Method == "Lock" && call.Reap == ReapOrphan {
+			c.addRefLocked(call.Resource, "node-2") // referenced just now
+		}
+		return nil
+	})
+	rep, err := s.Reap(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, []digest.Digest{old}, blobDigests(rep.Plan.Orphans))
+	require.Empty(t, rep.Done.Orphans)
+	require.FileExists(t, s.blobPath(old))
+}
+
+// TestReaperDropsDanglingReferences: a reference to a missing blob is
+// dropped only once this reaper has seen it missing for the grace.
+func TestReaperDropsDanglingReferences(t *testing.T) {
+	c, s := reapEnv(t)
+	ctx := context.Background()
+	missing := digest.FromString("missing").String()
+	c.addRef(missing, "node-2")
+
+	rep, err := s.Reap(ctx)
+	require.NoError(t, err)
+	require.Empty(t, rep.Plan.Dangling)
+	require.Equal(t, 1, rep.Plan.WaitingDangling)
+	require.Equal(t, []string{"node-2"}, c.nodesOf(missing), "within the grace")
+
+	s.reaper.mem.mu.Lock()
+	s.reaper.mem.dangling[missing] = s.reaper.mem.dangling[missing].Add(-reapGrace)
+	s.reaper.mem.mu.Unlock()
+	rep, err = s.Reap(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Dangling)
+	require.Empty(t, c.nodesOf(missing))
+	requireReapDeletesUnderTheReapLock(t, c)
+}
+
+// TestReaperExpiresGoneMembers: a member is expired only once it is absent
+// by the coordinator's measure and its marker unchanged by the reaper's,
+// both for the node expiry; the expiry is asked under the reap lock.
+func TestReaperExpiresGoneMembers(t *testing.T) {
+	c, s := reapEnv(t)
+	ctx := context.Background()
+	const expiry = 24 * time.Hour
+	require.NoError(t, WriteNodeMarker(s.root, "node-3"))
+	c.mu.Lock()
+	c.members["node-3"] = &fakeMember{}
+	c.absent["node-3"] = 2 * expiry
+	c.expiry = expiry
+	c.mu.Unlock()
+
+	rep, err := s.Reap(ctx)
+	require.NoError(t, err)
+	require.Empty(t, rep.Plan.Expire, "its marker was first seen just now")
+	require.Equal(t, []string{"node-3"}, members(rep.Plan.Absent))
+
+	s.reaper.mem.mu.Lock()
+	seen := s.reaper.mem.markers["node-3"]
+	seen.since = seen.since.Add(-expiry)
+	s.reaper.mem.markers["node-3"] = seen
+	s.reaper.mem.mu.Unlock()
+	rep, err = s.Reap(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Expired)
+	c.mu.Lock()
+	expired := c.expired
+	c.mu.Unlock()
+	require.Equal(t, []string{"node-3"}, expired)
+	for _, call := range calls(c.recorded(), "ExpireMember") {
+		require.NoError(t, call.Err, "asked with the reap lock held")
+	}
+}
+
+func members(ms []ReapMember) []string {
+	out := []string{}
+	for _, m := range ms {
+		out = append(out, m.Node)
+	}
+	return out
+}

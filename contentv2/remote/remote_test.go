@@ -1,0 +1,224 @@
+package remote_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
+	"github.com/sharedcontent/sharedcontent/lockclient"
+	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
+)
+
+// sessionTTL is the coordinator's session TTL in these tests: long, so
+// that no renewal or sync of a test counts as late on a loaded machine.
+const sessionTTL = time.Minute
+
+// TestReapLockResource: contentv2 names the reap lock itself; the
+// coordinator must know it by the same name.
+func TestReapLockResource(t *testing.T) {
+	require.Equal(t, api.ReapLockResource, contentv2.ReapLockResource)
+}
+
+// start starts a real coordinator over loopback HTTP.
+func start(t *testing.T) *lockservertest.Coordinator {
+	cfg := lockserver.DefaultConfig()
+	cfg.SessionTTL = sessionTTL
+	return lockservertest.Start(t, lockservertest.WithConfig(cfg))
+}
+
+// node returns the coordinator as node id sees it through remote.New.
+func node(t *testing.T, coord *lockservertest.Coordinator, id string) contentv2.Coordinator {
+	t.Helper()
+	c, err := lockclient.New(coord.URL(), lockclient.WithNodeID(id))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return remote.New(c)
+}
+
+// join opens a session of instance and syncs refs in it: the node is
+// then a synced member.
+func join(t *testing.T, c contentv2.Coordinator, instance string, refs ...digest.Digest) contentv2.SessionInfo {
+	t.Helper()
+	ctx := context.Background()
+	info, err := c.Session(ctx, contentv2.SessionRequest{InstanceID: instance})
+	require.NoError(t, err)
+	require.NoError(t, c.SyncRefs(ctx, contentv2.SyncRequest{Generation: "gen-" + instance,
+		Snapshot: func() ([]digest.Digest, error) { return refs, nil },
+		Echo:     func() *contentv2.Echo { return &contentv2.Echo{Epoch: info.Epoch, Stamp: info.Stamp} }}))
+	return info
+}
+
+func blobDigest(i int) digest.Digest { return digest.FromString(fmt.Sprintf("blob %d", i)) }
+
+// TestSessionAndSync: a session answer comes back in contentv2's terms;
+// a journal longer than one sync chunk reaches the coordinator whole (the
+// sync is announced before the snapshot is taken), Refs pages through all
+// of it, and the renewal that follows finds the node synced.
+func TestSessionAndSync(t *testing.T) {
+	ctx := context.Background()
+	coord := start(t)
+	c := node(t, coord, "node-1")
+	cluster := coord.Locker().Cluster()
+
+	info, err := c.Session(ctx, contentv2.SessionRequest{ClusterID: cluster.ClusterID, InstanceID: "instance-1"})
+	require.NoError(t, err)
+	require.Equal(t, contentv2.SessionInfo{ClusterID: cluster.ClusterID, Epoch: cluster.Epoch, TTL: sessionTTL,
+		Stamp: info.Stamp, NewMember: true}, info, "an opened session starts unsynced")
+
+	refs := make([]digest.Digest, api.MaxSyncChunk+3)
+	for i := range refs {
+		refs[i] = blobDigest(i)
+	}
+	var announced bool
+	err = c.SyncRefs(ctx, contentv2.SyncRequest{Generation: "gen-1",
+		Snapshot: func() ([]digest.Digest, error) {
+			nodes, err := coord.Locker().Nodes(ctx)
+			require.NoError(t, err)
+			announced = len(nodes.Nodes) == 1 && nodes.Nodes[0].NodeID == "node-1"
+			return refs, nil
+		},
+		Echo: func() *contentv2.Echo { return &contentv2.Echo{Epoch: info.Epoch, Stamp: info.Stamp} }})
+	require.NoError(t, err)
+	require.True(t, announced, "the snapshot is taken once the node is known")
+
+	listed := map[string][]string{}
+	require.NoError(t, c.Refs(ctx, func(resource string, nodes []string) error {
+		listed[resource] = nodes
+		return nil
+	}))
+	require.Len(t, listed, len(refs), "every reference, over several pages")
+	for _, d := range []digest.Digest{refs[0], refs[api.MaxSyncChunk], refs[len(refs)-1]} {
+		require.Equal(t, []string{"node-1"}, listed[d.String()], "%s: in every chunk", d)
+	}
+
+	renewed, err := c.Session(ctx, contentv2.SessionRequest{ClusterID: cluster.ClusterID, InstanceID: "instance-1",
+		Echo: &contentv2.Echo{Epoch: info.Epoch, Stamp: info.Stamp, Elapsed: 0}})
+	require.NoError(t, err)
+	require.True(t, renewed.Synced, "synced once its journal arrived")
+	require.False(t, renewed.NewMember)
+
+	ms, err := c.Members(ctx)
+	require.NoError(t, err)
+	require.Equal(t, coord.Locker().Config().NodeExpiry, ms.NodeExpiry)
+	require.Equal(t, []contentv2.MemberInfo{{ID: "node-1", Live: true}}, ms.Nodes)
+}
+
+// TestSyncWithoutEcho: a sync whose last chunk may no longer be sent
+// (Echo returns nil) is ErrLate, and the coordinator has none of it.
+func TestSyncWithoutEcho(t *testing.T) {
+	ctx := context.Background()
+	coord := start(t)
+	c := node(t, coord, "node-1")
+	_, err := c.Session(ctx, contentv2.SessionRequest{InstanceID: "instance-1"})
+	require.NoError(t, err)
+	err = c.SyncRefs(ctx, contentv2.SyncRequest{Generation: "gen-1",
+		Snapshot: func() ([]digest.Digest, error) { return []digest.Digest{blobDigest(1)}, nil },
+		Echo:     func() *contentv2.Echo { return nil }})
+	require.ErrorIs(t, err, contentv2.ErrLate)
+	refs, err := coord.Locker().Refs(ctx, blobDigest(1).String())
+	require.NoError(t, err)
+	require.Empty(t, refs.Nodes)
+}
+
+// TestSessionRefusals: the coordinator's session refusals are contentv2's
+// sentinels, and still name the coordinator's cause.
+func TestSessionRefusals(t *testing.T) {
+	ctx := context.Background()
+	coord := start(t)
+	c := node(t, coord, "node-1")
+	info := join(t, c, "instance-1")
+
+	_, err := c.Session(ctx, contentv2.SessionRequest{InstanceID: "instance-1",
+		Echo: &contentv2.Echo{Epoch: info.Epoch, Stamp: info.Stamp, Elapsed: sessionTTL}})
+	require.ErrorIs(t, err, contentv2.ErrLate, "a renewal sent 2·TTL/3 after the answer it echoes")
+	require.ErrorIs(t, err, lockclient.ErrLate, "the cause is kept")
+
+	_, err = c.Session(ctx, contentv2.SessionRequest{InstanceID: "instance-2"})
+	require.ErrorIs(t, err, contentv2.ErrDuplicateNode, "another instance while the session is live")
+
+	_, err = node(t, coord, "node-2").Session(ctx, contentv2.SessionRequest{ClusterID: "another-cluster", InstanceID: "x"})
+	require.ErrorIs(t, err, contentv2.ErrWrongCluster)
+
+	ended, err := c.EndSession(ctx, "instance-2")
+	require.NoError(t, err)
+	require.False(t, ended, "not that instance's session")
+	ended, err = c.EndSession(ctx, "instance-1")
+	require.NoError(t, err)
+	require.True(t, ended)
+	_, err = c.Session(ctx, contentv2.SessionRequest{InstanceID: "instance-2"})
+	require.NoError(t, err, "the ended session no longer holds the node ID")
+}
+
+// TestLockRefusals: each refusal of a lock or a reference is contentv2's
+// sentinel.
+func TestLockRefusals(t *testing.T) {
+	ctx := context.Background()
+	coord := start(t)
+	n1, n2 := node(t, coord, "node-1"), node(t, coord, "node-2")
+	join(t, n1, "i1")
+	join(t, n2, "i2")
+	pulled, used, deleting := blobDigest(1), blobDigest(2), blobDigest(3)
+
+	pull, err := n1.Lock(ctx, contentv2.LockRequest{Op: contentv2.OpPull, Resource: pulled.String()})
+	require.NoError(t, err)
+	_, err = n2.Lock(ctx, contentv2.LockRequest{Op: contentv2.OpPull, Resource: pulled.String()})
+	require.ErrorIs(t, err, contentv2.ErrBusy)
+	require.ErrorIs(t, err, lockclient.ErrLocked, "the cause is kept")
+	require.NoError(t, pull.Check(ctx), "a held lock checks out")
+	require.NoError(t, pull.Unlock(ctx, true, nil))
+	require.Error(t, pull.Check(ctx), "a released lock does not")
+	_, err = n2.Lock(ctx, contentv2.LockRequest{Op: contentv2.OpPull, Resource: pulled.String(), Wait: true})
+	require.ErrorIs(t, err, contentv2.ErrSkipped, "pulled elsewhere just now")
+
+	require.NoError(t, n1.AddRef(ctx, used, false))
+	_, err = n2.Lock(ctx, contentv2.LockRequest{Op: contentv2.OpDelete, Resource: used.String()})
+	require.ErrorIs(t, err, contentv2.ErrInUse)
+
+	del, err := n1.Lock(ctx, contentv2.LockRequest{Op: contentv2.OpDelete, Resource: deleting.String()})
+	require.NoError(t, err)
+	require.ErrorIs(t, n2.AddRef(ctx, deleting, false), contentv2.ErrDeleting, "a delete is in flight")
+	require.NoError(t, del.Unlock(ctx, true, nil))
+	require.ErrorIs(t, n2.AddRef(ctx, deleting, true), contentv2.ErrDeleting, "found right after its delete: maybe a stale view")
+	require.NoError(t, n2.AddRef(ctx, deleting, false), "committed anew: no stale view")
+
+	n3 := node(t, coord, "node-3")
+	_, err = n3.Session(ctx, contentv2.SessionRequest{InstanceID: "i3"})
+	require.NoError(t, err)
+	_, err = n1.Lock(ctx, contentv2.LockRequest{Op: contentv2.OpDelete, Resource: blobDigest(4).String()})
+	require.ErrorIs(t, err, contentv2.ErrUnsynced, "node-3 has not synced")
+}
+
+// TestExpireMember: only the reap lock expires a member, and the
+// coordinator keeps a live one.
+func TestExpireMember(t *testing.T) {
+	ctx := context.Background()
+	coord := start(t)
+	n1 := node(t, coord, "node-1")
+	join(t, n1, "i1")
+	join(t, node(t, coord, "node-2"), "i2")
+
+	other, err := n1.Lock(ctx, contentv2.LockRequest{Op: contentv2.OpUpdate, Resource: blobDigest(1).String()})
+	require.NoError(t, err)
+	_, err = n1.ExpireMember(ctx, other, "node-2", time.Hour)
+	require.ErrorIs(t, err, errdefs.ErrInvalidArgument, "not the reap lock")
+	require.NoError(t, other.Unlock(ctx, true, nil))
+
+	reap, err := n1.Lock(ctx, contentv2.LockRequest{Op: contentv2.OpUpdate, Resource: contentv2.ReapLockResource})
+	require.NoError(t, err)
+	defer reap.Unlock(ctx, true, nil)
+	_, err = n1.ExpireMember(ctx, reap, "node-2", time.Hour)
+	require.ErrorIs(t, err, contentv2.ErrNotExpired, "node-2 is live")
+	ms, err := n1.Members(ctx)
+	require.NoError(t, err)
+	require.True(t, slices.ContainsFunc(ms.Nodes, func(m contentv2.MemberInfo) bool { return m.ID == "node-2" }))
+}
