@@ -18,8 +18,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
-	"github.com/sharedcontent/sharedcontent/integration/cluster"
-	"github.com/sharedcontent/sharedcontent/integration/registry"
+	"github.com/sharedcontent/sharedcontent/contentv2/contentv2test"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 )
@@ -86,7 +86,7 @@ func sharedNodes(ctx context.Context, dir string, n int) ([]pullNode, func(), er
 			return nil, nil, err
 		}
 		clients = append(clients, c)
-		node, err := cluster.NewNode(ctx, id, filepath.Join(dir, "shared"), state, contentv2.LockService(c))
+		node, err := contentv2test.NewNode(ctx, id, filepath.Join(dir, "shared"), state, contentv2.LockService(c))
 		if err != nil {
 			stop()
 			return nil, nil, err
@@ -137,7 +137,7 @@ type dedupRun struct {
 
 // pullOnce has n fresh nodes of one setup pull img at once.
 func pullOnce(reg *registry.Registry, img registry.Image, setup string, n int) (dedupRun, error) {
-	ctx := cluster.Context(context.Background())
+	ctx := contentv2test.Context(context.Background())
 	dir, err := os.MkdirTemp("", "bench-dedup-")
 	if err != nil {
 		return dedupRun{}, err
@@ -180,7 +180,7 @@ func pullOnce(reg *registry.Registry, img registry.Image, setup string, n int) (
 	var wg sync.WaitGroup
 	for i, node := range nodes {
 		wg.Go(func() {
-			_, errs[i] = cluster.Pull(ctx, node.cs, img.Ref, cluster.PullOptions{})
+			_, errs[i] = contentv2test.Pull(ctx, node.cs, img.Ref, contentv2test.PullOptions{})
 		})
 	}
 	wg.Wait()

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
-	"github.com/sharedcontent/sharedcontent/integration/cluster"
-	"github.com/sharedcontent/sharedcontent/integration/registry"
+	"github.com/sharedcontent/sharedcontent/contentv2/contentv2test"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
@@ -274,13 +274,13 @@ func TestFaultTwoCoordinatorsOnOneRoot(t *testing.T) {
 	ctx := nsContext()
 
 	root := t.TempDir()
-	n1, err := cluster.NewNode(ctx, "node-1", root, t.TempDir(), contentv2.LockService(embeddedClient(t, "node-1")))
+	n1, err := contentv2test.NewNode(ctx, "node-1", root, t.TempDir(), contentv2.LockService(embeddedClient(t, "node-1")))
 	require.NoError(t, err)
 	t.Cleanup(func() { n1.Close() })
 	_, err = n1.PullImage(ctx, img.Ref)
 	require.NoError(t, err)
 
-	n2, err := cluster.NewNode(ctx, "node-2", root, t.TempDir(), contentv2.LockService(embeddedClient(t, "node-2")))
+	n2, err := contentv2test.NewNode(ctx, "node-2", root, t.TempDir(), contentv2.LockService(embeddedClient(t, "node-2")))
 	if err == nil {
 		n2.Close()
 	}
@@ -304,7 +304,7 @@ func TestFaultTwoCoordinatorsOnOneRoot(t *testing.T) {
 	for i, id := range []string{"node-a", "node-b"} {
 		c := embeddedClient(t, id)
 		wg.Go(func() {
-			n, err := cluster.NewNode(ctx, id, root, t.TempDir(), contentv2.LockService(c))
+			n, err := contentv2test.NewNode(ctx, id, root, t.TempDir(), contentv2.LockService(c))
 			if err == nil {
 				t.Cleanup(func() { n.Close() })
 			}
@@ -332,7 +332,7 @@ func TestFaultRefusedNodeIsNoMember(t *testing.T) {
 	n1 := e.addNode("node-1")
 	e.coord.waitSynced(t, "node-1")
 
-	n2, err := cluster.NewNode(ctx, "node-2", e.root, t.TempDir(), contentv2.LockService(embeddedClient(t, "node-2")))
+	n2, err := contentv2test.NewNode(ctx, "node-2", e.root, t.TempDir(), contentv2.LockService(embeddedClient(t, "node-2")))
 	if err == nil {
 		n2.Close()
 	}
