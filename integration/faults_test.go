@@ -248,7 +248,7 @@ func TestFaultSlowCallDoesNotStallNode(t *testing.T) {
 }
 
 // embeddedClient is a node's client of an embedded coordinator of its
-// own (a node started without --lock-server).
+// own (a node started without --coordinator).
 func embeddedClient(t *testing.T, id string) *lockclient.Client {
 	l := lockservertest.Start(t, lockservertest.WithConfig(faultConfig())).Locker()
 	c, err := lockclient.NewEmbedded(l, lockclient.WithNodeID(id))
@@ -287,7 +287,7 @@ func TestFaultTwoCoordinatorsOnOneRoot(t *testing.T) {
 	require.ErrorIs(t, err, contentv2.ErrWrongCluster, "a second coordinator on the root must be refused")
 	var wrong *contentv2.WrongClusterError
 	require.ErrorAs(t, err, &wrong)
-	for _, what := range []string{"--lock-server", "adopt", root} {
+	for _, what := range []string{"--coordinator", "adopt", root} {
 		require.Contains(t, err.Error(), what, "the refusal says what to do")
 	}
 	t.Logf("refusal: %v", err)
