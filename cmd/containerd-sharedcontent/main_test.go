@@ -1,24 +1,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"io"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	contentapi "github.com/containerd/containerd/api/services/content/v1"
-	"github.com/containerd/log"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sharedcontent/sharedcontent/cmd/internal/notifytest"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/logbuf"
 )
 
 func TestParse(t *testing.T) {
@@ -179,15 +177,7 @@ func TestRunNotifiesReady(t *testing.T) {
 // fs-verity; the daemon drops that warning at its default level (and
 // keeps its other log lines).
 func TestRunDoesNotWarnOfFSVerity(t *testing.T) {
-	l := log.L.Logger
-	out, formatter, level := l.Out, l.Formatter, l.GetLevel()
-	var buf syncBuffer
-	l.SetOutput(&buf)
-	t.Cleanup(func() {
-		l.SetOutput(out)
-		l.SetFormatter(formatter)
-		l.SetLevel(level)
-	})
+	buf := logbuf.Capture(t)
 	notes := notifytest.Listen(t)
 	dir := t.TempDir()
 	done := make(chan error, 1)
@@ -201,22 +191,4 @@ func TestRunDoesNotWarnOfFSVerity(t *testing.T) {
 	logged := buf.String()
 	require.Contains(t, logged, "containerd-sharedcontent ready", "the daemon's log was captured")
 	require.NotContains(t, logged, "fsverity")
-}
-
-// syncBuffer is a bytes.Buffer the daemon's goroutines may log to at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,30 +1,23 @@
 package cli
 
 import (
-	"bytes"
 	"errors"
 	"testing"
 
 	"github.com/containerd/log"
 	"github.com/sirupsen/logrus"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/internal/testutil/logbuf"
 )
 
 // captureLog sends containerd/log's global logger to a buffer, configured
 // by SetLogLevel(level), until the test ends.
-func captureLog(t *testing.T, level string) *bytes.Buffer {
+func captureLog(t *testing.T, level string) *logbuf.Buffer {
 	t.Helper()
-	l := log.L.Logger
-	out, formatter, lvl := l.Out, l.Formatter, l.GetLevel()
-	t.Cleanup(func() {
-		l.SetOutput(out)
-		l.SetFormatter(formatter)
-		l.SetLevel(lvl)
-	})
-	var buf bytes.Buffer
-	l.SetOutput(&buf)
+	buf := logbuf.Capture(t)
 	require.NoError(t, SetLogLevel(level))
-	return &buf
+	return buf
 }
 
 func TestQuietFormatter(t *testing.T) {
