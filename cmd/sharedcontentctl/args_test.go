@@ -87,10 +87,26 @@ func TestNotACoordinator(t *testing.T) {
 			require.EqualError(t, err, fmt.Sprintf("%s: not a sharedcontent coordinator (HTTP %d, text/html); point --coordinator at one", page.URL, status), "%v", args)
 		}
 	}
+	// A coordinator older than the protocol header: its healthz says "ok",
+	// its errors are JSON; its own error stays.
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			_, _ = w.Write([]byte("ok\n"))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = w.Write([]byte(`{"error":"admin token required","code":"forbidden"}`))
+	}))
+	t.Cleanup(old.Close)
+	_, _, err := ctlErr("--coordinator", old.URL, "status")
+	require.ErrorContains(t, err, "admin token required")
+	require.NotContains(t, err.Error(), "not a sharedcontent coordinator")
+
 	// A failure against a real coordinator keeps its own error.
 	server, _ := setup(t)
 	root := t.TempDir()
-	_, _, err := ctlErr("--coordinator", server, "cluster", "adopt", "--root", root)
+	_, _, err = ctlErr("--coordinator", server, "cluster", "adopt", "--root", root)
 	require.EqualError(t, err, "cluster adopt: "+root+" records no cluster (no node has used it yet); nothing to adopt")
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"strings"
@@ -28,9 +29,11 @@ func isReported(err error) bool {
 	return errors.As(err, &r)
 }
 
-// checkCoordinator returns err, or, when server does not answer as a
-// coordinator (every answer of one carries api.ProtocolHeader), an error
-// that says so in one line instead of quoting the page it got.
+// checkCoordinator returns err, or, when server does not answer its
+// /healthz as a coordinator, an error that says so in one line instead of
+// quoting the page it got. A coordinator's answer carries
+// api.ProtocolHeader; one older than that header answers "ok", and its
+// connection limit answers JSON without it: those count as coordinators.
 func checkCoordinator(ctx context.Context, server string, err error) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
@@ -42,11 +45,13 @@ func checkCoordinator(ctx context.Context, server string, err error) error {
 	if perr != nil {
 		return err // unreachable: err says so
 	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16))
 	resp.Body.Close()
-	if resp.Header.Get(api.ProtocolHeader) != "" {
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if resp.Header.Get(api.ProtocolHeader) != "" || ct == "application/json" ||
+		(resp.StatusCode == http.StatusOK && strings.TrimSpace(string(body)) == "ok") {
 		return err
 	}
-	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if ct == "" {
 		ct = "no content type"
 	}
