@@ -22,6 +22,9 @@
 //     own in the table of layers_test.go);
 //   - a package, tests included, imports integration/… or cmd/… (only
 //     cmd/… may import cmd/internal/…);
+//   - contentv2 imports lockclient or lockserver/… (it speaks its own
+//     Coordinator interface), or lockserver imports net/http or fasthttp
+//     (the lock manager has no HTTP type), outside their tests;
 //   - a package is missing from the table: a new package must be ranked.
 //
 // Tests may import any other package: a test of lockserver may start a

@@ -46,7 +46,7 @@ var ranks = map[string]int{
 // standard library packages are named as imported.
 var notAllowed = map[string][]string{
 	"contentv2":  {"lockclient/...", "lockserver/..."},
-	"lockserver": {"net/http"},
+	"lockserver": {"net/http", "github.com/valyala/fasthttp/..."},
 }
 
 // knownViolations are the imports of today's tree that break the layers
@@ -56,6 +56,8 @@ var notAllowed = map[string][]string{
 var knownViolations = []string{
 	"contentv2 -> lockclient (not allowed)",
 	"contentv2 -> lockserver/api (not allowed)",
+	"lockserver -> github.com/valyala/fasthttp (not allowed)",
+	"lockserver -> github.com/valyala/fasthttp/fasthttpadaptor (not allowed)",
 	"lockserver -> net/http (not allowed)",
 	"refcount -> lockserver/api",
 }
