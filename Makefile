@@ -107,9 +107,12 @@ chaos-inproc:
 	  $(GO) test -race -count=1 -timeout 60m -v -run '^TestChaos$$' ./integration/ >$(CHAOS_INPROC_LOG) 2>&1; \
 	  rc=$$?; grep -v 'level=' $(CHAOS_INPROC_LOG); echo "full log: $(CHAOS_INPROC_LOG)"; exit $$rc
 
+# gofmt, go vet, and the package layers (internal/layers: imports point
+# down only, nothing imports integration/).
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) test -count=1 ./internal/layers/
 	cd deploy/check && $(GO) vet ./...
 
 check: lint

@@ -17,9 +17,9 @@ import (
 	"github.com/containerd/containerd/v2/plugins/content/local"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/sharedcontent/sharedcontent/contentv2/contentv2test"
 	"github.com/sharedcontent/sharedcontent/contentv2/remote"
-	"github.com/sharedcontent/sharedcontent/integration/cluster"
-	"github.com/sharedcontent/sharedcontent/integration/registry"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
@@ -87,7 +87,7 @@ func sharedNodes(ctx context.Context, dir string, n int) ([]pullNode, func(), er
 			return nil, nil, err
 		}
 		clients = append(clients, c)
-		node, err := cluster.NewNode(ctx, id, filepath.Join(dir, "shared"), state, remote.New(c))
+		node, err := contentv2test.NewNode(ctx, id, filepath.Join(dir, "shared"), state, remote.New(c))
 		if err != nil {
 			stop()
 			return nil, nil, err
@@ -138,7 +138,7 @@ type dedupRun struct {
 
 // pullOnce has n fresh nodes of one setup pull img at once.
 func pullOnce(reg *registry.Registry, img registry.Image, setup string, n int) (dedupRun, error) {
-	ctx := cluster.Context(context.Background())
+	ctx := contentv2test.Context(context.Background())
 	dir, err := os.MkdirTemp("", "bench-dedup-")
 	if err != nil {
 		return dedupRun{}, err
@@ -181,7 +181,7 @@ func pullOnce(reg *registry.Registry, img registry.Image, setup string, n int) (
 	var wg sync.WaitGroup
 	for i, node := range nodes {
 		wg.Go(func() {
-			_, errs[i] = cluster.Pull(ctx, node.cs, img.Ref, cluster.PullOptions{})
+			_, errs[i] = contentv2test.Pull(ctx, node.cs, img.Ref, contentv2test.PullOptions{})
 		})
 	}
 	wg.Wait()

@@ -10,7 +10,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/sharedcontent/sharedcontent/integration/testnet"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/testnet"
 )
 
 // The HTTP floors are lock services that do no locking and no JSON: POST

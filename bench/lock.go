@@ -19,7 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/sharedcontent/sharedcontent/integration/testnet"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/testnet"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 

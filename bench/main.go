@@ -32,7 +32,7 @@ import (
 
 	"github.com/containerd/log"
 
-	"github.com/sharedcontent/sharedcontent/integration/registry"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 )
 
 // Defaults, sized so that the whole run takes a few minutes on 2 cores.

@@ -138,8 +138,8 @@ func (e *WrongClusterError) Error() string {
 		coord = fmt.Sprintf("of another cluster (%v)", e.Cause)
 	}
 	return fmt.Sprintf("shared root %s belongs to cluster %s, but the coordinator is %s. "+
-		"If another node serves this root's coordinator, point this node at it (--lock-server). "+
-		"If this coordinator lost its database, adopt the root: sharedcontentctl --lock-server URL cluster adopt --root %s "+
+		"If another node serves this root's coordinator, point this node at it (--coordinator). "+
+		"If this coordinator lost its database, adopt the root: sharedcontentctl --coordinator URL cluster adopt --root %s "+
 		"(an embedded coordinator: start once with --adopt). Never delete %s while another coordinator serves the root",
 		e.Root, e.RootCluster, coord, e.Root, clusterFilePath(e.Root))
 }

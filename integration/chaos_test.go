@@ -15,7 +15,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sharedcontent/sharedcontent/integration/registry"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 )
 
 // The randomized fault test of issue 13. Nodes pull and remove random

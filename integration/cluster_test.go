@@ -12,16 +12,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/contentv2test"
 	"github.com/sharedcontent/sharedcontent/contentv2/remote"
-	"github.com/sharedcontent/sharedcontent/integration/cluster"
-	"github.com/sharedcontent/sharedcontent/integration/registry"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
 // node is an in-process containerd node with its lock client.
 type node struct {
-	*cluster.Node
+	*contentv2test.Node
 	client *lockclient.Client
 }
 
@@ -46,24 +46,24 @@ func newCluster(t *testing.T, n int, opts ...contentv2.Option) *testCluster {
 func (c *testCluster) addNode(t *testing.T, id string, opts ...contentv2.Option) *node {
 	client, err := lockclient.New(c.url, lockclient.WithNodeID(id))
 	require.NoError(t, err)
-	n, err := cluster.NewNode(context.Background(), id, c.root, t.TempDir(), remote.New(client), opts...)
+	n, err := contentv2test.NewNode(context.Background(), id, c.root, t.TempDir(), remote.New(client), opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { n.Close() })
 	return &node{Node: n, client: client}
 }
 
-func nsContext() context.Context { return cluster.Context(context.Background()) }
+func nsContext() context.Context { return contentv2test.Context(context.Background()) }
 
 func pull(ctx context.Context, cs content.Store, ref string) (ocispec.Descriptor, error) {
-	return cluster.Pull(ctx, cs, ref, cluster.PullOptions{})
+	return contentv2test.Pull(ctx, cs, ref, contentv2test.PullOptions{})
 }
 
 // pullAll pulls ref on every node at once and returns each node's error.
-func (c *testCluster) pullAll(ctx context.Context, ref string, opts cluster.PullOptions) []error {
+func (c *testCluster) pullAll(ctx context.Context, ref string, opts contentv2test.PullOptions) []error {
 	errs := make([]error, len(c.nodes))
 	var wg sync.WaitGroup
 	for i, n := range c.nodes {
-		wg.Go(func() { _, errs[i] = cluster.Pull(ctx, n.CS, ref, opts) })
+		wg.Go(func() { _, errs[i] = contentv2test.Pull(ctx, n.CS, ref, opts) })
 	}
 	wg.Wait()
 	return errs

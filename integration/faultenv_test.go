@@ -20,9 +20,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/contentv2test"
 	"github.com/sharedcontent/sharedcontent/contentv2/remote"
-	"github.com/sharedcontent/sharedcontent/integration/cluster"
-	"github.com/sharedcontent/sharedcontent/integration/registry"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
@@ -131,15 +131,15 @@ func (c *coordinator) waitSynced(t testing.TB, ids ...string) {
 // faultNode is one node of a faultEnv: its containerd metadata and store,
 // its lock client, and its own way (a proxy) to the coordinator.
 type faultNode struct {
-	*cluster.Node // nil while the node is down
-	id            string
-	stateDir      string
-	proxy         *netProxy
-	client        *lockclient.Client
-	metrics       *prometheus.Registry
-	opts          []contentv2.Option
-	clientOpts    []lockclient.Option
-	env           *faultEnv
+	*contentv2test.Node // nil while the node is down
+	id                  string
+	stateDir            string
+	proxy               *netProxy
+	client              *lockclient.Client
+	metrics             *prometheus.Registry
+	opts                []contentv2.Option
+	clientOpts          []lockclient.Option
+	env                 *faultEnv
 }
 
 // faultEnv is a registry, a coordinator and nodes sharing one root.
@@ -212,7 +212,7 @@ func (n *faultNode) Open() error {
 	}
 	reg := prometheus.NewRegistry()
 	opts := append(slices.Clone(n.opts), contentv2.WithRegisterer(reg))
-	cn, err := cluster.NewNode(context.Background(), n.id, n.env.root, n.stateDir, remote.New(client), opts...)
+	cn, err := contentv2test.NewNode(context.Background(), n.id, n.env.root, n.stateDir, remote.New(client), opts...)
 	if err != nil {
 		client.Close()
 		return err
@@ -308,7 +308,7 @@ func (n *faultNode) collect(ctx context.Context) error {
 // the node's containerd metadata records is read back, through the
 // metadata store, from the shared directory, and its digest verified. It
 // returns one line per blob that fails.
-func unreadable(ctx context.Context, n *cluster.Node) []string {
+func unreadable(ctx context.Context, n *contentv2test.Node) []string {
 	var infos []content.Info
 	if err := n.CS.Walk(ctx, func(info content.Info) error {
 		infos = append(infos, info)
@@ -356,7 +356,7 @@ func requireReadable(t testing.TB, ctx context.Context, nodes ...*faultNode) {
 
 // requireImage fails unless every blob of img is recorded in n's metadata
 // and readable intact.
-func requireImage(t testing.TB, ctx context.Context, n *cluster.Node, img registry.Image) {
+func requireImage(t testing.TB, ctx context.Context, n *contentv2test.Node, img registry.Image) {
 	t.Helper()
 	for _, d := range img.Descriptors() {
 		_, err := n.CS.Info(ctx, d.Digest)

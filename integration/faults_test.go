@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/contentv2test"
 	"github.com/sharedcontent/sharedcontent/contentv2/remote"
-	"github.com/sharedcontent/sharedcontent/integration/cluster"
-	"github.com/sharedcontent/sharedcontent/integration/registry"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
@@ -249,7 +249,7 @@ func TestFaultSlowCallDoesNotStallNode(t *testing.T) {
 }
 
 // embeddedClient is a node's client of an embedded coordinator of its
-// own (a node started without --lock-server).
+// own (a node started without --coordinator).
 func embeddedClient(t *testing.T, id string) *lockclient.Client {
 	l := lockservertest.Start(t, lockservertest.WithConfig(faultConfig())).Locker()
 	c, err := lockclient.NewEmbedded(l, lockclient.WithNodeID(id))
@@ -275,20 +275,20 @@ func TestFaultTwoCoordinatorsOnOneRoot(t *testing.T) {
 	ctx := nsContext()
 
 	root := t.TempDir()
-	n1, err := cluster.NewNode(ctx, "node-1", root, t.TempDir(), remote.New(embeddedClient(t, "node-1")))
+	n1, err := contentv2test.NewNode(ctx, "node-1", root, t.TempDir(), remote.New(embeddedClient(t, "node-1")))
 	require.NoError(t, err)
 	t.Cleanup(func() { n1.Close() })
 	_, err = n1.PullImage(ctx, img.Ref)
 	require.NoError(t, err)
 
-	n2, err := cluster.NewNode(ctx, "node-2", root, t.TempDir(), remote.New(embeddedClient(t, "node-2")))
+	n2, err := contentv2test.NewNode(ctx, "node-2", root, t.TempDir(), remote.New(embeddedClient(t, "node-2")))
 	if err == nil {
 		n2.Close()
 	}
 	require.ErrorIs(t, err, contentv2.ErrWrongCluster, "a second coordinator on the root must be refused")
 	var wrong *contentv2.WrongClusterError
 	require.ErrorAs(t, err, &wrong)
-	for _, what := range []string{"--lock-server", "adopt", root} {
+	for _, what := range []string{"--coordinator", "adopt", root} {
 		require.Contains(t, err.Error(), what, "the refusal says what to do")
 	}
 	t.Logf("refusal: %v", err)
@@ -305,7 +305,7 @@ func TestFaultTwoCoordinatorsOnOneRoot(t *testing.T) {
 	for i, id := range []string{"node-a", "node-b"} {
 		c := embeddedClient(t, id)
 		wg.Go(func() {
-			n, err := cluster.NewNode(ctx, id, root, t.TempDir(), remote.New(c))
+			n, err := contentv2test.NewNode(ctx, id, root, t.TempDir(), remote.New(c))
 			if err == nil {
 				t.Cleanup(func() { n.Close() })
 			}
@@ -333,7 +333,7 @@ func TestFaultRefusedNodeIsNoMember(t *testing.T) {
 	n1 := e.addNode("node-1")
 	e.coord.waitSynced(t, "node-1")
 
-	n2, err := cluster.NewNode(ctx, "node-2", e.root, t.TempDir(), remote.New(embeddedClient(t, "node-2")))
+	n2, err := contentv2test.NewNode(ctx, "node-2", e.root, t.TempDir(), remote.New(embeddedClient(t, "node-2")))
 	if err == nil {
 		n2.Close()
 	}

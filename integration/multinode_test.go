@@ -21,8 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
-	"github.com/sharedcontent/sharedcontent/integration/cluster"
-	"github.com/sharedcontent/sharedcontent/integration/registry"
+	"github.com/sharedcontent/sharedcontent/contentv2/contentv2test"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 )
 
 const (
@@ -56,7 +56,7 @@ func TestConcurrentPullDownloadsEachBlobOnce(t *testing.T) {
 	reg, img := startRegistry(t, registry.WithBandwidth(64<<20))
 	c := newCluster(t, 3)
 	ctx := nsContext()
-	for _, err := range c.pullAll(ctx, img.Ref, cluster.PullOptions{}) {
+	for _, err := range c.pullAll(ctx, img.Ref, contentv2test.PullOptions{}) {
 		require.NoError(t, err)
 	}
 	requireEachOnce(t, reg, img, nil)
@@ -130,7 +130,7 @@ func TestHolderFailureHandsOver(t *testing.T) {
 	ctx := nsContext()
 	// One blob at a time per node, so the failure aborts no sibling
 	// download of the failing node (each would be another GET).
-	errs := c.pullAll(ctx, img.Ref, cluster.PullOptions{Concurrency: 1})
+	errs := c.pullAll(ctx, img.Ref, contentv2test.PullOptions{Concurrency: 1})
 	require.True(t, fired.Load(), "the failure was injected")
 	failed := 0
 	for i, err := range errs {
@@ -159,7 +159,7 @@ func TestGCKeepsBlobsOthersUse(t *testing.T) {
 	_, img := startRegistry(t)
 	c := newCluster(t, 3)
 	ctx := nsContext()
-	for _, err := range c.pullAll(ctx, img.Ref, cluster.PullOptions{}) {
+	for _, err := range c.pullAll(ctx, img.Ref, contentv2test.PullOptions{}) {
 		require.NoError(t, err)
 	}
 

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
-	"github.com/sharedcontent/sharedcontent/integration/registry"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 )
 
 // Issue 23: the session faults that lost blobs (scenarios 3 to 6, and a

@@ -6,17 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/plugins/content/local"
 	"github.com/containerd/errdefs"
-	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/logbuf"
 	"github.com/sharedcontent/sharedcontent/plugin"
 )
 
@@ -30,31 +29,11 @@ func (s refusingStore) Writer(context.Context, ...content.WriterOpt) (content.Wr
 	return nil, s.err
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestBusyWritesAreNotErrors: a Write refused as Unavailable (a blob being
 // downloaded by another node; containerd retries) is not logged as an
 // error, while other Write failures still are.
 func TestBusyWritesAreNotErrors(t *testing.T) {
-	var out syncBuffer
-	orig := log.L.Logger.Out
-	log.L.Logger.SetOutput(&out)
-	defer log.L.Logger.SetOutput(orig)
+	out := logbuf.Capture(t)
 
 	for _, tc := range []struct {
 		err    error
@@ -103,10 +82,7 @@ func (s abortFailingStore) Writer(ctx context.Context, opts ...content.WriterOpt
 // there, and that NotFound is not logged as an error. Other failed aborts
 // still are.
 func TestFollowerAbortIsNotAnError(t *testing.T) {
-	var out syncBuffer
-	orig := log.L.Logger.Out
-	log.L.Logger.SetOutput(&out)
-	defer log.L.Logger.SetOutput(orig)
+	out := logbuf.Capture(t)
 
 	for _, tc := range []struct {
 		err    error

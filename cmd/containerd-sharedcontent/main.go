@@ -2,9 +2,10 @@
 // daemon, one per node. It serves containerd's content API, and its Diff API
 // for unpacking (as root: applying a layer mounts the snapshot), on a unix
 // socket over a content directory that several nodes share, coordinating every
-// download and delete through a lock server. With no --lock-server it
-// embeds one (the default), used in-process and, with --lock-listen, served
-// to the other nodes.
+// download and delete through a coordinator. With no --coordinator it
+// embeds one (the default), used in-process and, with --coordinator-listen,
+// served to the other nodes. The old flag names --lock-server,
+// --lock-server-ca and --lock-listen still work, deprecated.
 package main
 
 import (
@@ -57,14 +58,14 @@ func main() {
 }
 
 type options struct {
-	root, address, nodeID, stateDir     string
-	reapInterval                        time.Duration
-	adopt                               bool
-	lockServer, lockListen              string
-	lockServerCA, clientCert, clientKey string
-	nodeTokenFile                       string
-	metricsListen, logLevel             string
-	embedded                            httpserver.Config
+	root, address, nodeID, stateDir      string
+	reapInterval                         time.Duration
+	adopt                                bool
+	coordinatorURL, coordinatorListen    string
+	coordinatorCA, clientCert, clientKey string
+	nodeTokenFile                        string
+	metricsListen, logLevel              string
+	embedded                             httpserver.Config
 }
 
 func parse(args []string) (options, error) {
@@ -79,9 +80,12 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.stateDir, "state-dir", defaultStateDir, "this node's local state (the journal of the blobs it uses); on local disk, not the shared storage")
 	fs.DurationVar(&o.reapInterval, "reap-interval", defaultReapInterval, "how often this node offers to run the reaper (one node at a time runs it; 0: never)")
 	fs.BoolVar(&o.adopt, "adopt", false, "with the embedded coordinator: adopt the shared root's cluster at start (after its database was lost)")
-	fs.StringVar(&o.lockServer, "lock-server", "", "coordinator URL (http:// or https://); empty embeds one")
-	fs.StringVar(&o.lockListen, "lock-listen", "", "with the embedded coordinator: also serve it to other nodes on this address")
-	fs.StringVar(&o.lockServerCA, "lock-server-ca", "", "CA (PEM) to verify an https coordinator")
+	fs.StringVar(&o.coordinatorURL, "coordinator", "", "coordinator URL (http:// or https://); empty embeds one")
+	fs.StringVar(&o.coordinatorListen, "coordinator-listen", "", "with the embedded coordinator: also serve it to other nodes on this address")
+	fs.StringVar(&o.coordinatorCA, "coordinator-ca", "", "CA (PEM) to verify an https coordinator")
+	cli.Alias(fs, "lock-server", "coordinator")
+	cli.Alias(fs, "lock-listen", "coordinator-listen")
+	cli.Alias(fs, "lock-server-ca", "coordinator-ca")
 	fs.StringVar(&o.clientCert, "node-cert", "", "this node's client certificate (PEM) for a coordinator that requires mTLS; with --tls-node-identity there, it names the node (URI SAN urn:sharedcontent:node:ID or CN)")
 	fs.StringVar(&o.clientKey, "node-key", "", "the private key (PEM) of --node-cert")
 	fs.StringVar(&o.clientCert, "lock-client-cert", "", "old name of --node-cert")
@@ -98,9 +102,9 @@ func parse(args []string) (options, error) {
 		return o, errors.New("--root is required")
 	case o.nodeID == "":
 		return o, errors.New("--node-id is required (the hostname is unknown)")
-	case o.lockServer != "" && o.lockListen != "":
-		return o, errors.New("--lock-listen serves the embedded coordinator; it cannot be used with --lock-server")
-	case o.lockServer != "" && o.adopt:
+	case o.coordinatorURL != "" && o.coordinatorListen != "":
+		return o, errors.New("--coordinator-listen serves the embedded coordinator; it cannot be used with --coordinator")
+	case o.coordinatorURL != "" && o.adopt:
 		return o, errors.New("--adopt adopts with the embedded coordinator; for a remote one use sharedcontentctl cluster adopt")
 	case o.stateDir == "":
 		return o, errors.New("--state-dir is required")
@@ -176,7 +180,7 @@ func run(args []string) error {
 		log.G(ctx).Warn("not running as root: the diff API cannot mount snapshots, so containerd must not use sharedcontent-diff on this node (it still works without it, only slower)")
 	}
 	log.G(ctx).WithField("root", o.root).WithField("address", o.address).
-		WithField("lock_server", or(o.lockServer, "embedded")).Info("containerd-sharedcontent ready")
+		WithField("coordinator", or(o.coordinatorURL, "embedded")).Info("containerd-sharedcontent ready")
 	// READY=1 once the socket is listening, so that a unit ordered
 	// Before=containerd.service starts containerd only when its content and
 	// diff proxies can connect.
@@ -205,15 +209,15 @@ func coordinator(ctx context.Context, o options, errCh chan<- error, cleanups *[
 		}
 		opts = append(opts, lockclient.WithBearerToken(token))
 	}
-	if o.lockServer != "" {
-		tc, err := lockclient.TLSConfigFromFiles(o.lockServerCA, o.clientCert, o.clientKey)
+	if o.coordinatorURL != "" {
+		tc, err := lockclient.TLSConfigFromFiles(o.coordinatorCA, o.clientCert, o.clientKey)
 		if err != nil {
 			return nil, err
 		}
 		if tc != nil {
 			opts = append(opts, lockclient.WithTLSConfig(tc))
 		}
-		return lockclient.New(o.lockServer, opts...)
+		return lockclient.New(o.coordinatorURL, opts...)
 	}
 
 	srv, err := httpserver.Open(o.embedded)
@@ -226,8 +230,8 @@ func coordinator(ctx context.Context, o options, errCh chan<- error, cleanups *[
 			return nil, err
 		}
 	}
-	if o.lockListen != "" {
-		ln, err := net.Listen("tcp", o.lockListen)
+	if o.coordinatorListen != "" {
+		ln, err := net.Listen("tcp", o.coordinatorListen)
 		if err != nil {
 			return nil, err
 		}

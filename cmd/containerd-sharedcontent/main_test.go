@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -14,29 +16,80 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sharedcontent/sharedcontent/cmd/internal/notifytest"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/logbuf"
 )
 
 func TestParse(t *testing.T) {
 	o, err := parse([]string{"--root", "/shared", "--node-id", "n1"})
 	require.NoError(t, err)
 	require.Equal(t, defaultAddress, o.address)
-	require.Empty(t, o.lockServer, "embedded coordinator by default")
+	require.Empty(t, o.coordinatorURL, "embedded coordinator by default")
 	require.Equal(t, 15*time.Second, o.embedded.LeaseTTL)
 
 	t.Setenv("SHAREDCONTENT_LOCK_SERVER", "http://coordinator:8642")
 	t.Setenv("SHAREDCONTENT_LEASE_TTL", "20s")
 	o, err = parse([]string{"--root", "/shared"})
 	require.NoError(t, err)
-	require.Equal(t, "http://coordinator:8642", o.lockServer)
+	require.Equal(t, "http://coordinator:8642", o.coordinatorURL)
 	require.Equal(t, 20*time.Second, o.embedded.LeaseTTL)
 
 	_, err = parse([]string{"--root", "/shared", "--lock-listen", ":8642"})
-	require.ErrorContains(t, err, "--lock-listen")
+	require.ErrorContains(t, err, "--coordinator-listen")
 	t.Setenv("SHAREDCONTENT_LOCK_SERVER", "")
 	_, err = parse(nil)
 	require.ErrorContains(t, err, "--root is required")
 	_, err = parse([]string{"--root", "/shared", "stray"})
 	require.ErrorContains(t, err, "unexpected arguments")
+}
+
+// TestParseCoordinatorNames: the flags say "coordinator"; the old names
+// (flags and environment variables) still work, the new ones win.
+func TestParseCoordinatorNames(t *testing.T) {
+	o, err := parse([]string{"--root", "/shared", "--coordinator", "https://new:8642", "--coordinator-ca", "/ca.pem"})
+	require.NoError(t, err)
+	require.Equal(t, "https://new:8642", o.coordinatorURL)
+	require.Equal(t, "/ca.pem", o.coordinatorCA)
+
+	o, err = parse([]string{"--root", "/shared", "--lock-server", "https://old:8642", "--lock-server-ca", "/old-ca.pem"})
+	require.NoError(t, err)
+	require.Equal(t, "https://old:8642", o.coordinatorURL)
+	require.Equal(t, "/old-ca.pem", o.coordinatorCA)
+
+	o, err = parse([]string{"--root", "/shared", "--lock-listen", "127.0.0.1:0"})
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:0", o.coordinatorListen)
+	o, err = parse([]string{"--root", "/shared", "--coordinator-listen", "127.0.0.1:1"})
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:1", o.coordinatorListen)
+
+	t.Setenv("SHAREDCONTENT_LOCK_SERVER", "http://old-env:8642")
+	o, err = parse([]string{"--root", "/shared"})
+	require.NoError(t, err)
+	require.Equal(t, "http://old-env:8642", o.coordinatorURL, "the old variable still works")
+	t.Setenv("SHAREDCONTENT_COORDINATOR", "http://new-env:8642")
+	o, err = parse([]string{"--root", "/shared"})
+	require.NoError(t, err)
+	require.Equal(t, "http://new-env:8642", o.coordinatorURL, "the new variable wins")
+}
+
+// TestHelpShowsCoordinatorNames: --help lists the new names as flags and
+// the old ones only as deprecated.
+func TestHelpShowsCoordinatorNames(t *testing.T) {
+	stderr := os.Stderr
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	os.Stderr = w
+	_, err = parse([]string{"--help"})
+	os.Stderr = stderr
+	require.NoError(t, w.Close())
+	require.ErrorIs(t, err, flag.ErrHelp)
+	help, err := io.ReadAll(r)
+	require.NoError(t, err)
+	for _, f := range []string{"--coordinator  [SHAREDCONTENT_COORDINATOR]", "--coordinator-ca  [SHAREDCONTENT_COORDINATOR_CA]", "--coordinator-listen  [SHAREDCONTENT_COORDINATOR_LISTEN]"} {
+		require.Contains(t, string(help), f)
+	}
+	require.NotContains(t, string(help), "--lock-server  [")
+	require.Contains(t, string(help), "--lock-server (--coordinator)")
 }
 
 // startErr runs the daemon with args and returns the error it refused to
@@ -117,4 +170,25 @@ func TestRunNotifiesReady(t *testing.T) {
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
 	notifytest.Wait(t, notes, "STOPPING", time.Minute)
 	require.NoError(t, <-done)
+}
+
+// TestRunDoesNotWarnOfFSVerity: opening containerd's local store logs
+// "failed check for fsverity support" on every file system without
+// fs-verity; the daemon drops that warning at its default level (and
+// keeps its other log lines).
+func TestRunDoesNotWarnOfFSVerity(t *testing.T) {
+	buf := logbuf.Capture(t)
+	notes := notifytest.Listen(t)
+	dir := t.TempDir()
+	done := make(chan error, 1)
+	go func() {
+		done <- run([]string{"--root", filepath.Join(dir, "content"), "--node-id", "n1",
+			"--state-dir", filepath.Join(dir, "state"), "--data-dir", filepath.Join(dir, "data"), "--address", filepath.Join(dir, "sc.sock")})
+	}()
+	notifytest.Wait(t, notes, "READY", time.Minute)
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	require.NoError(t, <-done)
+	logged := buf.String()
+	require.Contains(t, logged, "containerd-sharedcontent ready", "the daemon's log was captured")
+	require.NotContains(t, logged, "fsverity")
 }

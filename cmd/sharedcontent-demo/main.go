@@ -24,9 +24,9 @@ import (
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/sharedcontent/sharedcontent/contentv2/contentv2test"
 	"github.com/sharedcontent/sharedcontent/contentv2/remote"
-	"github.com/sharedcontent/sharedcontent/integration/cluster"
-	"github.com/sharedcontent/sharedcontent/integration/registry"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
@@ -64,7 +64,7 @@ func run() error {
 		return err
 	}
 	log.SetLevel("error")
-	ctx := cluster.Context(context.Background())
+	ctx := contentv2test.Context(context.Background())
 
 	dir, err := os.MkdirTemp("", "sharedcontent-demo-")
 	if err != nil {
@@ -129,8 +129,8 @@ func startRegistry(ctx context.Context, f demoFlags) (*registry.Registry, regist
 // startNodes starts n nodes on the shared root, each a client of the
 // embedded coordinator l with its state under dir. On an error it returns
 // the nodes started so far, for closeNodes.
-func startNodes(ctx context.Context, l *lockserver.Locker, dir, root string, n int) ([]*cluster.Node, error) {
-	var ns []*cluster.Node
+func startNodes(ctx context.Context, l *lockserver.Locker, dir, root string, n int) ([]*contentv2test.Node, error) {
+	var ns []*contentv2test.Node
 	for i := range n {
 		id := fmt.Sprintf("node-%d", i+1)
 		state := fmt.Sprintf("%s/%s", dir, id)
@@ -141,7 +141,7 @@ func startNodes(ctx context.Context, l *lockserver.Locker, dir, root string, n i
 		if err != nil {
 			return ns, err
 		}
-		node, err := cluster.NewNode(ctx, id, root, state, remote.New(client))
+		node, err := contentv2test.NewNode(ctx, id, root, state, remote.New(client))
 		if err != nil {
 			return ns, err
 		}
@@ -151,7 +151,7 @@ func startNodes(ctx context.Context, l *lockserver.Locker, dir, root string, n i
 }
 
 // closeNodes closes the nodes, the last started first.
-func closeNodes(ns []*cluster.Node) {
+func closeNodes(ns []*contentv2test.Node) {
 	for _, n := range slices.Backward(ns) {
 		n.Close()
 	}
@@ -166,14 +166,14 @@ type pulled struct {
 
 // pullAll pulls img on every node at once, showing each node's progress
 // and the registry's bytes sent until all are done.
-func pullAll(ctx context.Context, ns []*cluster.Node, reg *registry.Registry, img registry.Image) pulled {
+func pullAll(ctx context.Context, ns []*contentv2test.Node, reg *registry.Registry, img registry.Image) pulled {
 	received := make([]atomic.Int64, len(ns))
 	p := pulled{errs: make([]error, len(ns)), took: make([]time.Duration, len(ns))}
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i, n := range ns {
 		wg.Go(func() {
-			_, p.errs[i] = cluster.Pull(ctx, n.CS, img.Ref, cluster.PullOptions{Received: &received[i]})
+			_, p.errs[i] = contentv2test.Pull(ctx, n.CS, img.Ref, contentv2test.PullOptions{Received: &received[i]})
 			p.took[i] = time.Since(start)
 		})
 	}
@@ -200,7 +200,7 @@ func pullAll(ctx context.Context, ns []*cluster.Node, reg *registry.Registry, im
 
 // verify reads every blob of img back through every node and checks its
 // digest.
-func verify(ctx context.Context, ns []*cluster.Node, img registry.Image) error {
+func verify(ctx context.Context, ns []*contentv2test.Node, img registry.Image) error {
 	for _, n := range ns {
 		for _, d := range img.Descriptors() {
 			b, err := content.ReadBlob(ctx, n.CS, d)
@@ -217,7 +217,7 @@ func verify(ctx context.Context, ns []*cluster.Node, img registry.Image) error {
 
 // report prints how often each blob was downloaded, the registry's egress
 // against uncoordinated pulls, and the wall time.
-func report(ns []*cluster.Node, reg *registry.Registry, img registry.Image, p pulled) {
+func report(ns []*contentv2test.Node, reg *registry.Registry, img registry.Image, p pulled) {
 	gets := reg.BlobGets()
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "blob\tkind\tsize\tdownloads\tnodes that have it\t")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -49,17 +48,9 @@ type checkResult struct {
 // doctor checks this node's setup: containerd's config, the plugin's
 // socket, the coordinator, and the shared root (--root). Every problem
 // comes with its fix; doctor fails with "N problems" when there are any.
-func doctor(ctx context.Context, c *lockclient.Client, server, root string, args []string, p printer) error {
-	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	config := fs.String("containerd-config", defaultContainerdConfig, "containerd's config file (its imports are followed)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("doctor: unexpected arguments %q", fs.Args())
-	}
+func doctor(ctx context.Context, c *lockclient.Client, server, root, config string, p printer) error {
 	var d doctorRun
-	d.containerd(ctx, *config)
+	d.containerd(ctx, config)
 	d.coordinator(ctx, c, server, root)
 	if d.results == nil {
 		d.results = []checkResult{}
@@ -68,7 +59,7 @@ func doctor(ctx context.Context, c *lockclient.Client, server, root string, args
 		return err
 	}
 	if n := d.problems(); n > 0 {
-		return errors.New(problemsText(n))
+		return reported(problemsText(n))
 	}
 	return nil
 }
@@ -178,14 +169,17 @@ func (d *doctorRun) containerd(ctx context.Context, path string) {
 // with its own differ, reading the store in-process.
 func (d *doctorRun) compiledIn(cfg *containerdConfig, path string) {
 	const check = "compiled-in store"
-	server, _ := cfg.plugin(compiledIn, "lock_server").(string)
+	server, _ := cfg.plugin(compiledIn, "coordinator").(string)
+	if server == "" {
+		server, _ = cfg.plugin(compiledIn, "lock_server").(string) // its deprecated name
+	}
 	root, _ := cfg.plugin(compiledIn, "root").(string)
 	if root == "" {
 		root = "containerd's plugin root (default)"
 	}
 	if server == "" {
-		d.problem(check, fmt.Sprintf("[plugins.'%s'] has no lock_server: the compiled-in store embeds no coordinator, and containerd fails to load it", compiledIn),
-			fmt.Sprintf("in [plugins.'%s'] of %s set lock_server = \"http://<coordinator>:8642\"", compiledIn, path))
+		d.problem(check, fmt.Sprintf("[plugins.'%s'] has no coordinator: the compiled-in store embeds no coordinator, and containerd fails to load it", compiledIn),
+			fmt.Sprintf("in [plugins.'%s'] of %s set coordinator = \"http://<coordinator>:8642\"", compiledIn, path))
 	} else {
 		d.ok(check, "sharedcontent compiled into containerd: root %s, coordinator %s", root, server)
 	}
@@ -307,8 +301,12 @@ func (d *doctorRun) coordinator(ctx context.Context, c *lockclient.Client, serve
 	nodes, err := c.Nodes(ctx)
 	coordCluster := ""
 	if err != nil {
-		d.problem("coordinator", fmt.Sprintf("%s is unreachable: %v", server, err),
-			"start the lock server (sharedcontent-lockserver), or point --lock-server (and containerd-sharedcontent's --lock-server) at it; with a token, give --token-file")
+		msg := fmt.Sprintf("%s is unreachable: %v", server, err)
+		if nc := checkCoordinator(ctx, server, err); nc != err {
+			msg = nc.Error()
+		}
+		d.problem("coordinator", msg,
+			"start the coordinator (sharedcontent-lockserver), or point --coordinator (and containerd-sharedcontent's --coordinator) at it; with a token, give --token-file")
 	} else {
 		coordCluster = nodes.ClusterID
 		d.ok("coordinator", "%s: cluster %s, epoch %d, %d member(s)", server, nodes.ClusterID, nodes.Epoch, len(nodes.Nodes))
@@ -333,7 +331,7 @@ func (d *doctorRun) coordinator(ctx context.Context, c *lockclient.Client, serve
 		d.ok("root cluster", "%s records no cluster yet: the first node to start records the coordinator's, %s", root, coordCluster)
 	case id != coordCluster:
 		d.problem("root cluster", fmt.Sprintf("%s belongs to cluster %s, the coordinator %s to cluster %s: nodes refuse to serve it", root, id, server, coordCluster),
-			fmt.Sprintf("if another coordinator serves this root, point --lock-server at it; if this coordinator lost its database, adopt the root: sharedcontentctl --lock-server %s --token-file ADMIN cluster adopt --root %s; never remove its cluster.json while another coordinator serves it", server, root))
+			fmt.Sprintf("if another coordinator serves this root, point --coordinator at it; if this coordinator lost its database, adopt the root: sharedcontentctl --coordinator %s --token-file ADMIN cluster adopt --root %s; never remove its cluster.json while another coordinator serves it", server, root))
 	default:
 		d.ok("root cluster", "%s and the coordinator are both cluster %s", root, id)
 	}

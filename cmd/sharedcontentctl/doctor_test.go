@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -110,7 +111,7 @@ func newNode(t *testing.T) node {
 	t.Helper()
 	n := node{coord: lockservertest.Start(t), socket: servePlugin(t), root: t.TempDir()}
 	var nodes api.NodesResponse
-	require.NoError(t, json.Unmarshal([]byte(ctl(t, "--lock-server", n.coord.URL(), "-o", "json", "node", "ls")), &nodes))
+	require.NoError(t, json.Unmarshal([]byte(ctl(t, "--coordinator", n.coord.URL(), "-o", "json", "node", "ls")), &nodes))
 	require.NotEmpty(t, nodes.ClusterID)
 	writeCluster(t, n.root, nodes.ClusterID)
 	return n
@@ -138,8 +139,8 @@ func parseDoctor(t *testing.T, out []byte, err error) (map[string]checkResult, [
 func (n node) doctor(t *testing.T, config string, extra ...string) (map[string]checkResult, []string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	args := append([]string{"--lock-server", n.coord.URL(), "--root", n.root, "-o", "json", "doctor", "--containerd-config", config}, extra...)
-	err := run(args, &out)
+	args := append([]string{"--coordinator", n.coord.URL(), "--root", n.root, "-o", "json", "doctor", "--containerd-config", config}, extra...)
+	err := run(args, &out, io.Discard)
 	return parseDoctor(t, out.Bytes(), err)
 }
 
@@ -170,7 +171,7 @@ imports = ["conf.d/*.toml"]
 	require.Contains(t, results["content proxy socket"].Message, "a gRPC server answers at "+n.socket)
 
 	var out bytes.Buffer
-	require.NoError(t, run([]string{"--lock-server", n.coord.URL(), "--root", n.root, "doctor", "--containerd-config", main}, &out))
+	require.NoError(t, run([]string{"--coordinator", n.coord.URL(), "--root", n.root, "doctor", "--containerd-config", main}, &out, io.Discard))
 	require.Contains(t, out.String(), "no problems")
 	require.NotContains(t, out.String(), "fix:")
 }
@@ -327,7 +328,7 @@ func TestDoctorCoordinatorDown(t *testing.T) {
 	require.EqualError(t, err, "1 problem")
 	require.Equal(t, []string{"coordinator"}, problems)
 	require.Contains(t, results["coordinator"].Message, "is unreachable")
-	require.Contains(t, results["coordinator"].Fix, "start the lock server")
+	require.Contains(t, results["coordinator"].Fix, "start the coordinator")
 	require.Equal(t, checkSkipped, results["root cluster"].Result)
 	require.Contains(t, results["root cluster"].Message, "coordinator is unreachable")
 	require.Equal(t, checkOK, results["shared root"].Result)
@@ -340,7 +341,7 @@ func TestDoctorRoot(t *testing.T) {
 	config := writeFile(t, filepath.Join(t.TempDir(), "config.toml"), deployConfig(t, n.socket))
 
 	var out bytes.Buffer
-	err := run([]string{"--lock-server", n.coord.URL(), "-o", "json", "doctor", "--containerd-config", config}, &out)
+	err := run([]string{"--coordinator", n.coord.URL(), "-o", "json", "doctor", "--containerd-config", config}, &out, io.Discard)
 	results, problems, err := parseDoctor(t, out.Bytes(), err)
 	require.NoError(t, err)
 	require.Empty(t, problems)
@@ -445,5 +446,5 @@ func TestDoctorCompiledIn(t *testing.T) {
 	results, problems, err = n.doctor(t, writeFile(t, filepath.Join(dir, "noserver.toml"), noServer))
 	require.EqualError(t, err, "1 problem")
 	require.Equal(t, []string{"compiled-in store"}, problems)
-	require.Contains(t, results["compiled-in store"].Fix, "set lock_server")
+	require.Contains(t, results["compiled-in store"].Fix, "set coordinator")
 }

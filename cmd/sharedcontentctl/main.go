@@ -3,12 +3,15 @@
 // directory's, and it adopts a root or forgets a node. Output is a table,
 // or JSON with -o json.
 //
-//	sharedcontentctl [--lock-server URL] [--token-file F] [-o json] status
+//	sharedcontentctl [--coordinator URL] [--token-file F] [-o json] status
 //	sharedcontentctl ... [--root DIR] doctor [--containerd-config PATH]
 //	sharedcontentctl ... [--root DIR] refs DIGEST
 //	sharedcontentctl ... node ls | node forget ID
 //	sharedcontentctl ... --root DIR du | reap --dry-run [--reap-grace D]
 //	sharedcontentctl ... cluster adopt --root DIR [--force]
+//
+// Flags go before or after the command. --lock-server (and the variable
+// SHAREDCONTENT_LOCK_SERVER) is the deprecated name of --coordinator.
 package main
 
 import (
@@ -41,13 +44,15 @@ func main() {
 	if os.Getenv("SHAREDCONTENT_DEBUG") == "" {
 		log.L.Logger.SetLevel(logrus.ErrorLevel)
 	}
-	if err := run(os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "sharedcontentctl:", err)
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !isReported(err) {
+			fmt.Fprintln(os.Stderr, "sharedcontentctl:", err)
+		}
 		os.Exit(1)
 	}
 }
 
-const usage = `usage: sharedcontentctl [flags] COMMAND
+const usage = `usage: sharedcontentctl [flags] COMMAND [flags]
 commands:
   doctor [--containerd-config PATH]   check this node's setup (containerd's config, the plugin's socket, the coordinator, --root); says what to fix
   status                              cluster id and epoch, members (live, synced), locks queued, requests refused and why
@@ -57,22 +62,19 @@ commands:
   du                                  bytes in the shared directory (--root), per node, and reclaimable
   reap --dry-run [--reap-grace D]     what a reaper pass would remove now (--root) and why: the reaper's own decision code
   cluster adopt --root DIR [--force]  make the coordinator take the shared root's cluster (after it lost its database)
-flags:`
+flags (before or after the command):`
 
-func run(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("sharedcontentctl", flag.ContinueOnError)
-	server := fs.String("lock-server", envOr("SHAREDCONTENT_LOCK_SERVER", defaultServer), "coordinator URL (env SHAREDCONTENT_LOCK_SERVER)")
-	tokenFile := fs.String("token-file", os.Getenv("SHAREDCONTENT_TOKEN_FILE"), "file with the bearer token (admin token for adopt and forget)")
-	output := fs.String("o", "table", "output: table or json")
-	root := fs.String("root", os.Getenv("SHAREDCONTENT_ROOT"), "the shared content directory, for refs, du and reap (env SHAREDCONTENT_ROOT)")
-	fs.Usage = func() { fmt.Fprintln(fs.Output(), usage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+// run runs the command of args, writing its result to out and notes
+// (deprecated names) to errOut.
+func run(args []string, out, errOut io.Writer) error {
+	inv, err := parseArgs(args, errOut)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
-	p, err := newPrinter(out, *output)
+	p, err := newPrinter(out, inv.output)
 	if err != nil {
 		return err
 	}
@@ -80,73 +82,74 @@ func run(args []string, out io.Writer) error {
 		opts  []lockclient.Option
 		token string
 	)
-	if *tokenFile != "" {
-		if token, err = tokenfile.Read(*tokenFile); err != nil {
+	if inv.tokenFile != "" {
+		if token, err = tokenfile.Read(inv.tokenFile); err != nil {
 			return err
 		}
 		opts = append(opts, lockclient.WithBearerToken(token))
 	}
-	rest := fs.Args()
-	if len(rest) > 0 && rest[0] == "doctor" {
+	if inv.cmd.name == "doctor" {
 		// doctor reports how the coordinator answers now: one retry, not
 		// the default few that ride out a restart.
 		opts = append(opts, lockclient.WithMaxRetries(1))
 	}
-	c, err := lockclient.New(*server, append(opts, lockclient.WithNodeID("sharedcontentctl"))...)
+	c, err := lockclient.New(inv.server, append(opts, lockclient.WithNodeID("sharedcontentctl"))...)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	switch {
-	case len(rest) >= 2 && rest[0] == "cluster" && rest[1] == "adopt":
-		return adopt(ctx, c, rest[2:], out)
-	case len(rest) >= 1 && rest[0] == "doctor":
-		return doctor(ctx, c, *server, *root, rest[1:], p)
-	case len(rest) == 1 && rest[0] == "status":
-		return status(ctx, c, *server, token, p)
-	case len(rest) == 2 && rest[0] == "refs":
-		return refs(ctx, c, *root, rest[1], p)
-	case len(rest) == 1 && rest[0] == "du":
-		return du(ctx, c, *root, p)
-	case len(rest) >= 1 && rest[0] == "reap":
-		return reapDryRun(ctx, c, *root, rest[1:], p)
-	case len(rest) == 2 && rest[0] == "node" && rest[1] == "ls":
-		return nodes(ctx, c, p)
-	case len(rest) == 3 && rest[0] == "node" && rest[1] == "forget":
-		if err := c.Forget(ctx, rest[2]); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "forgot node %s; its references are dropped (the reaper reclaims what nobody else uses)\n", rest[2])
-		return nil
+	err = inv.run(ctx, c, token, p, out)
+	if err != nil && !isReported(err) {
+		return checkCoordinator(context.Background(), inv.server, err)
 	}
-	fs.Usage()
-	return fmt.Errorf("unknown command %q", rest)
+	return err
 }
 
-func adopt(ctx context.Context, c *lockclient.Client, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("cluster adopt", flag.ContinueOnError)
-	root := fs.String("root", "", "the shared content directory (required)")
-	force := fs.Bool("force", false, "adopt even though the coordinator already has members")
-	if err := fs.Parse(args); err != nil {
-		return err
+// run calls the command.
+func (inv *invocation) run(ctx context.Context, c *lockclient.Client, token string, p printer, out io.Writer) error {
+	switch inv.cmd.name {
+	case "cluster adopt":
+		return adopt(ctx, c, inv.root, inv.force, out)
+	case "doctor":
+		return doctor(ctx, c, inv.server, inv.root, inv.containerdConfig, p)
+	case "status":
+		return status(ctx, c, inv.server, token, p)
+	case "refs":
+		return refs(ctx, c, inv.root, inv.args[0], p)
+	case "du":
+		return du(ctx, c, inv.root, p)
+	case "reap":
+		return reapDryRun(ctx, c, inv.root, inv.dryRun, inv.reapGrace, p)
+	case "node ls":
+		return nodes(ctx, c, p)
+	case "node forget":
+		if err := c.Forget(ctx, inv.args[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "forgot node %s; its references are dropped (the reaper reclaims what nobody else uses)\n", inv.args[0])
+		return nil
 	}
-	if *root == "" {
+	panic("sharedcontentctl: no code for command " + inv.cmd.name)
+}
+
+func adopt(ctx context.Context, c *lockclient.Client, root string, force bool, out io.Writer) error {
+	if root == "" {
 		return errors.New("cluster adopt: --root is required")
 	}
-	id, err := contentv2.ReadClusterID(*root)
+	id, err := contentv2.ReadClusterID(root)
 	if err != nil {
 		return err
 	}
 	if id == "" {
-		return fmt.Errorf("cluster adopt: %s records no cluster (no node has used it yet); nothing to adopt", *root)
+		return fmt.Errorf("cluster adopt: %s records no cluster (no node has used it yet); nothing to adopt", root)
 	}
-	members, err := contentv2.NodeMarkers(*root)
+	members, err := contentv2.NodeMarkers(root)
 	if err != nil {
 		return err
 	}
-	cl, err := c.Adopt(ctx, api.AdoptRequest{ClusterID: id, Nodes: members, Force: *force})
+	cl, err := c.Adopt(ctx, api.AdoptRequest{ClusterID: id, Nodes: members, Force: force})
 	if err != nil {
 		return err
 	}
@@ -167,11 +170,4 @@ func nodes(ctx context.Context, c *lockclient.Client, p printer) error {
 			fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%s\n", n.NodeID, n.Live, n.Synced, n.LastSeen, (time.Duration(n.AbsentMs) * time.Millisecond).Round(time.Second))
 		}
 	})
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }

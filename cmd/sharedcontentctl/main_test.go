@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,18 +55,18 @@ func setup(t *testing.T) (server, root string) {
 func ctl(t *testing.T, args ...string) string {
 	t.Helper()
 	var out bytes.Buffer
-	require.NoError(t, run(args, &out), "sharedcontentctl %v", args)
+	require.NoError(t, run(args, &out, io.Discard), "sharedcontentctl %v", args)
 	return out.String()
 }
 
 func TestRefs(t *testing.T) {
 	server, root := setup(t)
 	var r refsReport
-	require.NoError(t, json.Unmarshal([]byte(ctl(t, "--lock-server", server, "--root", root, "-o", "json", "refs", used)), &r))
+	require.NoError(t, json.Unmarshal([]byte(ctl(t, "--coordinator", server, "--root", root, "-o", "json", "refs", used)), &r))
 	require.Equal(t, refsReport{Digest: used, Nodes: []string{"node-1", "node-2"}, File: "present", Size: 3000}, r)
-	require.NoError(t, json.Unmarshal([]byte(ctl(t, "--lock-server", server, "--root", root, "-o", "json", "refs", gone)), &r))
+	require.NoError(t, json.Unmarshal([]byte(ctl(t, "--coordinator", server, "--root", root, "-o", "json", "refs", gone)), &r))
 	require.Equal(t, "missing", r.File, "a reference to a blob whose file is gone")
-	table := ctl(t, "--lock-server", server, "refs", orphan)
+	table := ctl(t, "--coordinator", server, "refs", orphan)
 	require.Contains(t, table, "(none)")
 	require.Contains(t, table, "(no --root)")
 }
@@ -73,7 +74,7 @@ func TestRefs(t *testing.T) {
 func TestDuAndReapDryRun(t *testing.T) {
 	server, root := setup(t)
 	var u diskUsage
-	require.NoError(t, json.Unmarshal([]byte(ctl(t, "--lock-server", server, "--root", root, "-o", "json", "du")), &u))
+	require.NoError(t, json.Unmarshal([]byte(ctl(t, "--coordinator", server, "--root", root, "-o", "json", "du")), &u))
 	require.Equal(t, 2, u.Blobs)
 	require.EqualValues(t, 3500, u.Bytes)
 	require.Equal(t, map[string]int64{"node-1": 3000, "node-2": 3000}, u.PerNode)
@@ -82,26 +83,26 @@ func TestDuAndReapDryRun(t *testing.T) {
 	require.Equal(t, 1, u.TrashFiles)
 	require.EqualValues(t, 570, u.Reclaimable, "the orphan and the trash")
 
-	dry := ctl(t, "--lock-server", server, "--root", root, "reap", "--dry-run", "--reap-grace", "0s")
+	dry := ctl(t, "--coordinator", server, "--root", root, "reap", "--dry-run", "--reap-grace", "0s")
 	require.Contains(t, dry, orphan)
 	require.Contains(t, dry, gone)
 	require.Contains(t, dry, "nothing was removed")
 	_, err := os.Stat(filepath.Join(root, "blobs/sha256", strings.TrimPrefix(orphan, "sha256:")))
 	require.NoError(t, err, "a dry run removes nothing")
-	require.Error(t, run([]string{"--lock-server", server, "reap"}, &bytes.Buffer{}), "only a dry run")
-	require.Error(t, run([]string{"--lock-server", server, "du"}, &bytes.Buffer{}), "du needs --root")
+	require.Error(t, run([]string{"--coordinator", server, "reap"}, &bytes.Buffer{}, io.Discard), "only a dry run")
+	require.Error(t, run([]string{"--coordinator", server, "du"}, &bytes.Buffer{}, io.Discard), "du needs --root")
 }
 
 func TestStatus(t *testing.T) {
 	server, _ := setup(t)
 	var r statusReport
-	require.NoError(t, json.Unmarshal([]byte(ctl(t, "--lock-server", server, "-o", "json", "status")), &r))
+	require.NoError(t, json.Unmarshal([]byte(ctl(t, "--coordinator", server, "-o", "json", "status")), &r))
 	require.NotEmpty(t, r.ClusterID)
 	require.Len(t, r.Members, 2)
 	require.Equal(t, []string{"node-1", "node-2"}, r.Unsynced, "sessions without a sync hold deletes back")
 	require.Empty(t, r.MetricsError)
 	require.Contains(t, r.Queued, "pull")
-	table := ctl(t, "--lock-server", server, "status")
+	table := ctl(t, "--coordinator", server, "status")
 	require.Contains(t, table, "deletes are held back until these nodes sync: node-1, node-2")
-	require.Error(t, run([]string{"--lock-server", server, "-o", "yaml", "status"}, &bytes.Buffer{}))
+	require.Error(t, run([]string{"--coordinator", server, "-o", "yaml", "status"}, &bytes.Buffer{}, io.Discard))
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -21,20 +20,14 @@ const defaultReapGrace = time.Hour
 // run has observed nothing before: a reference to a missing blob, and a
 // member's unchanged marker, count from now, as they do for a reaper that
 // has just started (the running reaper may have seen them longer).
-func reapDryRun(ctx context.Context, c *lockclient.Client, root string, args []string, p printer) error {
-	fs := flag.NewFlagSet("reap", flag.ContinueOnError)
-	dry := fs.Bool("dry-run", false, "list what the reaper would remove; required (the nodes' reapers reclaim, one at a time)")
-	grace := fs.Duration("reap-grace", defaultReapGrace, "the reapers' --reap-grace")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if !*dry || fs.NArg() > 0 {
+func reapDryRun(ctx context.Context, c *lockclient.Client, root string, dry bool, grace time.Duration, p printer) error {
+	if !dry {
 		return errors.New("reap: only --dry-run; the nodes' reapers reclaim (--reap-interval), one at a time")
 	}
 	if root == "" {
 		return fmt.Errorf("--root is required: the shared content directory")
 	}
-	plan, err := contentv2.PlanReap(ctx, root, remote.New(c), contentv2.ReapOptions{Grace: *grace}, &contentv2.ReapMemory{})
+	plan, err := contentv2.PlanReap(ctx, root, remote.New(c), contentv2.ReapOptions{Grace: grace}, &contentv2.ReapMemory{})
 	if err != nil {
 		return err
 	}

@@ -141,8 +141,8 @@ func TestReapDryRunIsThePass(t *testing.T) {
 
 	before := reapables(t, root)
 	var dry dryRun
-	require.NoError(t, json.Unmarshal([]byte(ctl(t, "--lock-server", c.URL(), "--root", root, "-o", "json", "reap", "--dry-run")), &dry))
-	table := ctl(t, "--lock-server", c.URL(), "--root", root, "reap", "--dry-run")
+	require.NoError(t, json.Unmarshal([]byte(ctl(t, "--coordinator", c.URL(), "--root", root, "-o", "json", "reap", "--dry-run")), &dry))
+	table := ctl(t, "--coordinator", c.URL(), "--root", root, "reap", "--dry-run")
 	require.Contains(t, table, "nothing was removed")
 	require.Equal(t, before, reapables(t, root), "a dry run removes nothing")
 	want := []string{oldOrphan, oldGhostIngest, oldGhostMarker, oldTrash}

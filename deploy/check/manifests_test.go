@@ -362,11 +362,11 @@ func TestDaemonSet(t *testing.T) {
 	}
 	requireTokenFile(t, spec, c, f["auth-token-file"])
 
-	u, err := url.Parse(f["lock-server"])
+	u, err := url.Parse(f["coordinator"])
 	require.NoError(t, err)
 	ss := m.statefulSets[0]
 	svc := serviceSelecting(t, m, ss.Spec.Template.Labels)
-	require.Equal(t, svc.Name, u.Hostname(), "--lock-server names the lock server's Service")
+	require.Equal(t, svc.Name, u.Hostname(), "--coordinator names the coordinator's Service")
 	sp := requireServicePort(t, svc, onlyContainer(t, ss.Spec.Template.Spec), "http")
 	require.Equal(t, fmt.Sprint(sp.Port), u.Port())
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sharedcontent/sharedcontent/integration/registry"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 )
 
 // The image and bandwidth of scenario 1 and of the baseline, so their

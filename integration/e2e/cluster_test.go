@@ -264,7 +264,7 @@ func (e *env) startBuiltinNode(id, shared, lockURL string) *node {
 	disabled, _ := cfg["disabled_plugins"].([]any)
 	cfg["disabled_plugins"] = append(disabled, localContentPlugin)
 	cfg["plugins"].(map[string]any)[builtinContentPlugin] = map[string]any{
-		"root": shared, "node_id": id, "lock_server": lockURL, "state_dir": filepath.Join(nd.dir, "sharedcontent-state"),
+		"root": shared, "node_id": id, "coordinator": lockURL, "state_dir": filepath.Join(nd.dir, "sharedcontent-state"),
 	}
 	b, err := toml.Marshal(cfg)
 	if err != nil {
@@ -381,7 +381,7 @@ func (n *node) pluginArgv() []string {
 		"--root", n.shared, "--address", n.pluginSock, "--node-id", n.id,
 		"--state-dir", n.stateDir(), "--log-level", "debug"}
 	if n.lockURL != "" {
-		argv = append(argv, "--lock-server", n.lockURL)
+		argv = append(argv, "--coordinator", n.lockURL)
 	}
 	return append(argv, n.pluginArgs...)
 }

@@ -17,8 +17,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sharedcontent/sharedcontent/integration/registry"
 	"github.com/sharedcontent/sharedcontent/internal/failpoint"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 )
 
 // The crash points (docs/design.md "Crash points"): the daemons are built
@@ -535,7 +535,7 @@ func (r *crashRun) adopt(p crashPoint) {
 	require.NoError(r.t, os.MkdirAll(l.dataDir, 0o700))
 	l.env = armed(p.name)
 	r.launchCoord()
-	adopt := []string{"--lock-server", l.url(), "cluster", "adopt", "--root", r.c.shared}
+	adopt := []string{"--coordinator", l.url(), "cluster", "adopt", "--root", r.c.shared}
 	r.interrupted(p.name, adopt)
 	r.restartCoord()
 	if out, err := ctl(r.t, adopt...); err != nil {
@@ -561,7 +561,7 @@ func (r *crashRun) forget(p crashPoint) {
 		return err == nil && !m[n3.id].Live, err
 	})
 	r.armCoord(p.name)
-	forget := []string{"--lock-server", r.c.ls.url(), "node", "forget", n3.id}
+	forget := []string{"--coordinator", r.c.ls.url(), "node", "forget", n3.id}
 	r.interrupted(p.name, forget)
 	r.restartCoord()
 	if out, err := ctl(r.t, forget...); err != nil {

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sharedcontent/sharedcontent/integration/registry"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -53,7 +53,7 @@ type faultOpts struct {
 	regOpts []registry.Option
 	// lockServerArgs are added to the lock server's flags.
 	lockServerArgs []string
-	// lockURL returns node i's (0-based) --lock-server; nil: the lock
+	// lockURL returns node i's (0-based) --coordinator; nil: the lock
 	// server's own URL.
 	lockURL func(ls *lockServer, i int) string
 	// pluginArgs returns node i's extra plugin flags.
@@ -276,7 +276,7 @@ func TestFaultCoordinatorWiped(t *testing.T) {
 	t.Logf("foreign coordinator's members before adoption: %v", m)
 
 	// The operator adopts the root.
-	out, err := ctl(t, "--lock-server", c.ls.url(), "cluster", "adopt", "--root", c.shared)
+	out, err := ctl(t, "--coordinator", c.ls.url(), "cluster", "adopt", "--root", c.shared)
 	require.NoError(t, err, "sharedcontentctl cluster adopt: %s", out)
 	adopted, err := c.ls.cluster()
 	require.NoError(t, err)
@@ -565,7 +565,7 @@ func TestFaultNodeForgotten(t *testing.T) {
 	away := time.Since(gone)
 
 	// The operator forgets n3; the reaper reclaims what only it used.
-	out, err := ctl(t, "--lock-server", c.ls.url(), "node", "forget", n3.id)
+	out, err := ctl(t, "--coordinator", c.ls.url(), "node", "forget", n3.id)
 	require.NoError(t, err, "sharedcontentctl node forget: %s", out)
 	forgot := time.Now()
 	m, err := c.ls.members()

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sharedcontent/sharedcontent/integration/testca"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/testca"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 

@@ -1,7 +1,7 @@
 package lockservertest
 
 import (
-	"github.com/sharedcontent/sharedcontent/integration/testca"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/testca"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 )

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sharedcontent/sharedcontent/integration/testca"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/testca"
 )
 
 // serverCert issues the server's certificate for 127.0.0.1 and writes it

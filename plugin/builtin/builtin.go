@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/containerd/containerd/v2/plugins"
+	"github.com/containerd/log"
 	"github.com/containerd/plugin"
 	"github.com/containerd/plugin/registry"
 
@@ -20,8 +21,11 @@ type Config struct {
 	Root string `toml:"root"`
 	// NodeID names this node to the coordinator. Default: the hostname.
 	NodeID string `toml:"node_id"`
-	// LockServer is the coordinator's URL. Required: an in-process
+	// Coordinator is the coordinator's URL. Required: an in-process
 	// containerd plugin does not embed a coordinator.
+	Coordinator string `toml:"coordinator"`
+	// LockServer is the deprecated name of Coordinator, used only when
+	// Coordinator is empty.
 	LockServer string `toml:"lock_server"`
 	// AuthTokenFile holds the bearer token for the coordinator. It must not
 	// be readable by others (chmod 600).
@@ -62,8 +66,12 @@ func init() {
 				}
 				cfg.NodeID = h
 			}
-			if cfg.LockServer == "" {
-				return nil, errors.New("sharedcontent: lock_server is required")
+			if cfg.Coordinator == "" && cfg.LockServer != "" {
+				log.G(ic.Context).Warn("sharedcontent: the config key lock_server is deprecated, use coordinator")
+				cfg.Coordinator = cfg.LockServer
+			}
+			if cfg.Coordinator == "" {
+				return nil, errors.New("sharedcontent: coordinator is required: the coordinator's URL")
 			}
 			opts := []lockclient.Option{lockclient.WithNodeID(cfg.NodeID)}
 			if file := or(cfg.NodeTokenFile, cfg.AuthTokenFile); file != "" {
@@ -80,7 +88,7 @@ func init() {
 			if tc != nil {
 				opts = append(opts, lockclient.WithTLSConfig(tc))
 			}
-			client, err := lockclient.New(cfg.LockServer, opts...)
+			client, err := lockclient.New(cfg.Coordinator, opts...)
 			if err != nil {
 				return nil, err
 			}

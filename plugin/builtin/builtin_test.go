@@ -14,9 +14,10 @@ import (
 	"github.com/containerd/plugin/registry"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/pelletier/go-toml/v2"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sharedcontent/sharedcontent/integration/testca"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/testca"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 	"github.com/sharedcontent/sharedcontent/plugin/builtin"
 )
@@ -56,7 +57,7 @@ func TestCompiledIn(t *testing.T) {
 	coord := lockservertest.Start(t)
 	dir := t.TempDir()
 	root := filepath.Join(dir, "shared")
-	ic, p := initPlugin(t, &builtin.Config{Root: root, NodeID: "node-1", LockServer: coord.URL()}, dir)
+	ic, p := initPlugin(t, &builtin.Config{Root: root, NodeID: "node-1", Coordinator: coord.URL()}, dir)
 	inst, err := p.Instance()
 	require.NoError(t, err)
 	require.Equal(t, root, ic.Meta.Exports["root"], "containerd's metadata plugin reads the root from the exports")
@@ -89,7 +90,7 @@ func TestCompiledInNodeIdentity(t *testing.T) {
 
 	write := func(nodeID string) error {
 		dir := t.TempDir()
-		_, p := initPlugin(t, &builtin.Config{Root: filepath.Join(dir, "shared"), NodeID: nodeID, LockServer: coord.URL(),
+		_, p := initPlugin(t, &builtin.Config{Root: filepath.Join(dir, "shared"), NodeID: nodeID, Coordinator: coord.URL(),
 			CAFile: caFile, NodeCert: certFile, NodeKey: keyFile}, dir)
 		inst, err := p.Instance()
 		if err != nil {
@@ -121,7 +122,7 @@ func TestCompiledInNodeToken(t *testing.T) {
 	require.NoError(t, os.WriteFile(own, []byte("token-1\n"), 0o600))
 	require.NoError(t, os.WriteFile(other, []byte("token-2\n"), 0o600))
 	dir := t.TempDir()
-	_, p := initPlugin(t, &builtin.Config{Root: filepath.Join(dir, "shared"), NodeID: "node-1", LockServer: coord.URL(),
+	_, p := initPlugin(t, &builtin.Config{Root: filepath.Join(dir, "shared"), NodeID: "node-1", Coordinator: coord.URL(),
 		AuthTokenFile: other, NodeTokenFile: own}, dir)
 	inst, err := p.Instance()
 	require.NoError(t, err)
@@ -145,11 +146,11 @@ func TestCompiledInConfigErrors(t *testing.T) {
 		cfg  builtin.Config
 		err  string
 	}{
-		{"no coordinator", builtin.Config{NodeID: "node-1"}, "lock_server is required"},
-		{"exposed token file", builtin.Config{NodeID: "node-1", LockServer: coord.URL(), AuthTokenFile: exposed}, "chmod 600"},
-		{"bad coordinator URL", builtin.Config{NodeID: "node-1", LockServer: "ftp://coordinator"}, "ftp"},
-		{"missing CA file", builtin.Config{NodeID: "node-1", LockServer: coord.URL(), CAFile: "/nonexistent/ca.crt"}, "coordinator CA"},
-		{"certificate without its key", builtin.Config{NodeID: "node-1", LockServer: coord.URL(), NodeCert: exposed}, "lock client certificate"},
+		{"no coordinator", builtin.Config{NodeID: "node-1"}, "coordinator is required"},
+		{"exposed token file", builtin.Config{NodeID: "node-1", Coordinator: coord.URL(), AuthTokenFile: exposed}, "chmod 600"},
+		{"bad coordinator URL", builtin.Config{NodeID: "node-1", Coordinator: "ftp://coordinator"}, "ftp"},
+		{"missing CA file", builtin.Config{NodeID: "node-1", Coordinator: coord.URL(), CAFile: "/nonexistent/ca.crt"}, "coordinator CA"},
+		{"certificate without its key", builtin.Config{NodeID: "node-1", Coordinator: coord.URL(), NodeCert: exposed}, "lock client certificate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, p := initPlugin(t, &tc.cfg, t.TempDir())
@@ -157,4 +158,27 @@ func TestCompiledInConfigErrors(t *testing.T) {
 			require.ErrorContains(t, err, tc.err)
 		})
 	}
+}
+
+// TestCompiledInOldKey: the deprecated key lock_server still names the
+// coordinator, and coordinator wins over it.
+func TestCompiledInOldKey(t *testing.T) {
+	coord := lockservertest.Start(t)
+	var cfg builtin.Config
+	require.NoError(t, toml.Unmarshal([]byte("lock_server = \""+coord.URL()+"\"\nnode_id = \"node-1\"\n"), &cfg))
+	require.Equal(t, coord.URL(), cfg.LockServer)
+	dir := t.TempDir()
+	cfg.Root = filepath.Join(dir, "shared")
+	_, p := initPlugin(t, &cfg, dir)
+	_, err := p.Instance()
+	require.NoError(t, err, "lock_server alone still works")
+
+	cfg = builtin.Config{}
+	require.NoError(t, toml.Unmarshal([]byte("coordinator = \""+coord.URL()+"\"\nlock_server = \"ftp://old\"\nnode_id = \"node-2\"\n"), &cfg))
+	require.Equal(t, coord.URL(), cfg.Coordinator)
+	dir = t.TempDir()
+	cfg.Root = filepath.Join(dir, "shared")
+	_, p = initPlugin(t, &cfg, dir)
+	_, err = p.Instance()
+	require.NoError(t, err, "coordinator wins over lock_server")
 }

@@ -9,5 +9,7 @@
 //	[plugins."io.containerd.content.v1.sharedcontent"]
 //	  root = "/mnt/shared/content"
 //	  node_id = "node-1"
-//	  lock_server = "http://coordinator:8642"
+//	  coordinator = "http://coordinator:8642"
+//
+// The key lock_server is the deprecated name of coordinator.
 package builtin

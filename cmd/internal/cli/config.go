@@ -37,6 +37,9 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	}
 	explicit := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	if err := resolveCommandLine(fs, explicit); err != nil {
+		return err
+	}
 
 	path := fs.Lookup(ConfigFlag).Value.String()
 	if !explicit[ConfigFlag] {
@@ -54,16 +57,33 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	}
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || explicit[f.Name] || f.Name == ConfigFlag {
+		if _, isAlias := aliasOf(f); isAlias || err != nil || explicit[f.Name] || f.Name == ConfigFlag {
 			return
 		}
-		if v, ok := os.LookupEnv(EnvName(f.Name)); ok {
+		if name, v, ok := lookupEnv(fs, f.Name, true); ok {
 			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("environment %s=%q: %w", EnvName(f.Name), v, e)
+				err = fmt.Errorf("environment %s=%q: %w", name, v, e)
 			}
 		}
 	})
 	return err
+}
+
+// lookupEnv returns the environment variable of the flag name, or else of
+// one of its deprecated names (with a note, if note).
+func lookupEnv(fs *flag.FlagSet, name string, note bool) (env, value string, ok bool) {
+	if v, ok := os.LookupEnv(EnvName(name)); ok {
+		return EnvName(name), v, true
+	}
+	for _, old := range aliases(fs, name) {
+		if v, ok := os.LookupEnv(EnvName(old)); ok {
+			if note {
+				deprecated(fs, "environment %s", EnvName(old), EnvName(name))
+			}
+			return EnvName(old), v, true
+		}
+	}
+	return "", "", false
 }
 
 func applyTOML(fs *flag.FlagSet, path string, explicit map[string]bool) error {
@@ -86,10 +106,18 @@ func applyTOML(fs *flag.FlagSet, path string, explicit map[string]bool) error {
 		if f == nil || name == ConfigFlag {
 			return fmt.Errorf("config file %s: unknown key %q", path, k)
 		}
+		if a, ok := aliasOf(f); ok {
+			newKey := strings.ReplaceAll(a.name, "-", "_")
+			deprecated(fs, "config file key %s", k, newKey)
+			if _, both := values[newKey]; both {
+				continue // the new key wins
+			}
+			name = a.name
+		}
 		if explicit[name] {
 			continue
 		}
-		if _, ok := os.LookupEnv(EnvName(name)); ok {
+		if _, _, ok := lookupEnv(fs, name, false); ok {
 			continue // the environment overrides the file
 		}
 		v := values[k]
@@ -111,20 +139,32 @@ func Usage(fs *flag.FlagSet, synopsis string) func() {
 	return func() {
 		out := fs.Output()
 		fmt.Fprintf(out, "%s\n\nFlags (each also an environment variable; TOML keys are the flag names):\n", synopsis)
+		var old []string
 		fs.VisitAll(func(f *flag.Flag) {
+			if a, ok := aliasOf(f); ok {
+				old = append(old, fmt.Sprintf("--%s (--%s)", f.Name, a.name))
+				return
+			}
 			def := ""
 			if f.DefValue != "" {
 				def = fmt.Sprintf(" (default %s)", f.DefValue)
 			}
 			fmt.Fprintf(out, "  --%s  [%s]%s\n      %s\n", f.Name, EnvName(f.Name), def, f.Usage)
 		})
+		if len(old) > 0 {
+			fmt.Fprintf(out, "\nDeprecated names, still accepted (also as environment variables and TOML keys): %s\n", strings.Join(old, ", "))
+		}
 	}
 }
 
-// SetLogLevel configures containerd/log's logger.
+// SetLogLevel configures containerd/log's logger, with quietFormatter.
 func SetLogLevel(level string) error {
 	if err := log.SetLevel(level); err != nil {
 		return fmt.Errorf("log level %q: %w", level, err)
 	}
-	return log.SetFormat(log.TextFormat)
+	if err := log.SetFormat(log.TextFormat); err != nil {
+		return err
+	}
+	log.L.Logger.SetFormatter(quietFormatter{next: log.L.Logger.Formatter})
+	return nil
 }

@@ -1,8 +1,8 @@
-// Package cluster builds in-process sharedcontent nodes the way a real
+// Package contentv2test builds in-process sharedcontent nodes the way a real
 // deployment stacks them: containerd's own metadata store on top of a
 // contentv2 store on a shared directory, coordinated through a lock
 // service. The multi-node tests, the demo and the benchmarks use it.
-package cluster
+package contentv2test
 
 import (
 	"context"

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// command is one of sharedcontentctl's commands.
+type command struct {
+	name string   // its words, e.g. "node forget"
+	args []string // its arguments, e.g. {"ID"}
+	// flags defines its own flags on fs, into inv.
+	flags func(fs *flag.FlagSet, inv *invocation)
+	// check refuses bad arguments before anything is asked.
+	check func(args []string) error
+}
+
+var commands = []command{
+	{name: "doctor", flags: func(fs *flag.FlagSet, inv *invocation) {
+		fs.StringVar(&inv.containerdConfig, "containerd-config", defaultContainerdConfig, "containerd's config file (its imports are followed)")
+	}},
+	{name: "status"},
+	{name: "refs", args: []string{"DIGEST"}, check: checkDigest},
+	{name: "node ls"},
+	{name: "node forget", args: []string{"ID"}},
+	{name: "du"},
+	{name: "reap", flags: func(fs *flag.FlagSet, inv *invocation) {
+		fs.BoolVar(&inv.dryRun, "dry-run", false, "list what the reaper would remove; required (the nodes' reapers reclaim, one at a time)")
+		fs.DurationVar(&inv.reapGrace, "reap-grace", defaultReapGrace, "the reapers' --reap-grace")
+	}},
+	{name: "cluster adopt", flags: func(fs *flag.FlagSet, inv *invocation) {
+		fs.BoolVar(&inv.force, "force", false, "adopt even though the coordinator already has members")
+	}},
+}
+
+// invocation is a parsed command line.
+type invocation struct {
+	cmd  command
+	args []string
+	// The flags every command takes.
+	server, tokenFile, output, root string
+	serverSet                       bool // --coordinator was given
+	// The commands' own flags.
+	containerdConfig string
+	dryRun, force    bool
+	reapGrace        time.Duration
+}
+
+// parseArgs parses a command line: the flags every command takes, before
+// or after the command's words, and the command's own flags after them,
+// between or after its arguments. Notes on deprecated names go to errOut.
+func parseArgs(args []string, errOut io.Writer) (*invocation, error) {
+	inv := &invocation{
+		server: coordinatorFromEnv(errOut),
+		root:   os.Getenv("SHAREDCONTENT_ROOT"),
+	}
+	fs := inv.flagSet("sharedcontentctl", errOut)
+	fs.Usage = func() { fmt.Fprintln(fs.Output(), usage); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		fs.Usage()
+		return nil, errors.New("no command")
+	}
+	cmd, ok := findCommand(rest)
+	if !ok {
+		return nil, fmt.Errorf("unknown command %q (sharedcontentctl -h lists the commands)", strings.Join(rest, " "))
+	}
+	inv.cmd = cmd
+	cfs := inv.flagSet("sharedcontentctl "+cmd.name, errOut)
+	if cmd.flags != nil {
+		cmd.flags(cfs, inv)
+	}
+	positional, err := parseInterspersed(cfs, rest[len(strings.Fields(cmd.name)):])
+	if err != nil {
+		return nil, err
+	}
+	if len(positional) != len(cmd.args) {
+		want := strings.TrimSpace(cmd.name + " " + strings.Join(cmd.args, " "))
+		return nil, fmt.Errorf("%s: want %q, got arguments %q", cmd.name, want, positional)
+	}
+	if cmd.check != nil {
+		if err := cmd.check(positional); err != nil {
+			return nil, err
+		}
+	}
+	inv.args = positional
+	return inv, nil
+}
+
+// checkDigest refuses a first argument that is not a digest.
+func checkDigest(args []string) error {
+	if _, err := digest.Parse(args[0]); err != nil {
+		return fmt.Errorf("%q is not a digest (want sha256:<64 hex digits>): %w", args[0], err)
+	}
+	return nil
+}
+
+// findCommand returns the command whose words start rest.
+func findCommand(rest []string) (command, bool) {
+	for _, c := range commands {
+		words := strings.Fields(c.name)
+		if len(rest) >= len(words) && strings.Join(rest[:len(words)], " ") == c.name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// flagSet returns a flag set with the flags every command takes, their
+// defaults what inv holds now (so that a second set keeps what the first
+// parsed).
+func (inv *invocation) flagSet(name string, errOut io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	fs.Func("coordinator", "coordinator URL (env SHAREDCONTENT_COORDINATOR; default "+defaultServer+")", func(v string) error {
+		inv.server, inv.serverSet = v, true
+		return nil
+	})
+	fs.Func("lock-server", "deprecated name of --coordinator", func(v string) error {
+		fmt.Fprintln(errOut, "sharedcontentctl: --lock-server is deprecated, use --coordinator")
+		if !inv.serverSet {
+			inv.server = v
+		}
+		return nil
+	})
+	fs.StringVar(&inv.tokenFile, "token-file", or(inv.tokenFile, os.Getenv("SHAREDCONTENT_TOKEN_FILE")), "file with the bearer token (admin token for adopt and forget)")
+	fs.StringVar(&inv.output, "o", or(inv.output, "table"), "output: table or json")
+	fs.StringVar(&inv.root, "root", inv.root, "the shared content directory, for refs, du, reap, doctor and cluster adopt (env SHAREDCONTENT_ROOT)")
+	return fs
+}
+
+// coordinatorFromEnv returns SHAREDCONTENT_COORDINATOR, else the
+// deprecated SHAREDCONTENT_LOCK_SERVER (with a note), else the default.
+func coordinatorFromEnv(errOut io.Writer) string {
+	if v := os.Getenv("SHAREDCONTENT_COORDINATOR"); v != "" {
+		return v
+	}
+	if v := os.Getenv("SHAREDCONTENT_LOCK_SERVER"); v != "" {
+		fmt.Fprintln(errOut, "sharedcontentctl: SHAREDCONTENT_LOCK_SERVER is deprecated, use SHAREDCONTENT_COORDINATOR")
+		return v
+	}
+	return defaultServer
+}
+
+// parseInterspersed parses args into fs, flags between the arguments
+// too, and returns the arguments. After "--" everything is an argument.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+func or(s, def string) string {
+	if s != "" {
+		return s
+	}
+	return def
+}

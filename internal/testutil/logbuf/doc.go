@@ -1,0 +1,3 @@
+// Package logbuf captures what containerd/log's global logger writes, for
+// tests that assert on log lines.
+package logbuf
