@@ -40,7 +40,7 @@ bench:
 	$(MAKE) bench-abuse
 	$(MAKE) bench-containerd
 
-# The stand-alone lock server under abuse (issue 17), about 30 s: 300 idle
+# The stand-alone coordinator under abuse (issue 17), about 30 s: 300 idle
 # connections under ulimit -n 256, then 100k waiters on one key. Prints
 # what was held, refused and recovered, enqueue rates and status sizes.
 bench-abuse: sharedcontent-lockserver

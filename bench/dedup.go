@@ -49,7 +49,7 @@ type pullNode struct {
 }
 
 // sharedNodes opens n sharedcontent nodes on one shared root, each with
-// its own lockclient to a lock server on loopback (HTTP), in containerd
+// its own lockclient to a coordinator on loopback (HTTP), in containerd
 // mode (the plugin's default).
 func sharedNodes(ctx context.Context, dir string, n int) ([]pullNode, func(), error) {
 	srv, err := httpserver.Open(httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: filepath.Join(dir, "coordinator")})

@@ -62,9 +62,9 @@ type lockSystem struct {
 	distinctOnly bool
 }
 
-// ---- sharedcontent: the lock server over HTTP through lockclient ----
+// ---- sharedcontent: the coordinator over HTTP through lockclient ----
 
-// startOurs starts the lock server in this process, on a loopback TCP
+// startOurs starts the coordinator in this process, on a loopback TCP
 // port, with its default configuration and a bbolt data directory. The
 // benchmark takes `update` locks: exclusive per key, FIFO, no retained
 // completion and no reference write, the analogue of a mutex.

@@ -1,6 +1,6 @@
 // Command bench measures sharedcontent against what a user would otherwise
 // pick, side by side in one run on one machine, and reports ratios (issue
-// 6): the lock server against etcd and Redis, pull deduplication against
+// 6): the coordinator against etcd and Redis, pull deduplication against
 // uncoordinated nodes, notification latency against polling and
 // containerd's backoff, and the proxy plugin's overhead against the store
 // used directly. It prints a table and, with -out, writes BENCHMARKS.md and
@@ -67,7 +67,7 @@ const (
 )
 
 // Targets (issue 6, issue 14 for the pull wall, and issue 2 §6 for the
-// lock server).
+// coordinator).
 const (
 	targetDistinctVsRedis = 0.8
 	targetHotVsEtcd       = 20.0
@@ -664,7 +664,7 @@ func (r *report) writeDoc(path string) error {
 	}
 	fmt.Fprintf(&b, "- **Command:** `make bench` (the bench/ part took %s; flags: `go run . -h`; `-profile DIR` writes CPU profiles of sharedcontent's side of each section)\n", r.took.Round(time.Second))
 	fmt.Fprintf(&b, "- **Load average** (1, 5, 15 min) at the start: %s; at the end: %s. Anything else running on the machine shows here and slows every system alike.\n", r.loadBefore, r.loadAfter)
-	fmt.Fprintf(&b, "- **Everything runs on the same %d cores:** the lock server, the nodes and every system's clients run in the benchmark's process; etcd and redis-server are separate processes on the same machine. Nothing is pinned, so the numbers include the CPU contention between server and clients that a single small machine has.\n\n", cores)
+	fmt.Fprintf(&b, "- **Everything runs on the same %d cores:** the coordinator, the nodes and every system's clients run in the benchmark's process; etcd and redis-server are separate processes on the same machine. Nothing is pinned, so the numbers include the CPU contention between server and clients that a single small machine has.\n\n", cores)
 
 	fmt.Fprintf(&b, "## Results\n\n")
 	r.writeTables(&b)

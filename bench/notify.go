@@ -42,7 +42,7 @@ type notifyResult struct {
 	Unlock time.Duration
 }
 
-// notifyServer is a lock server on loopback whose handler also counts the
+// notifyServer is a coordinator on loopback whose handler also counts the
 // event streams that are attached (their subscription is registered), so
 // the push measurement can start only once every waiter listens.
 type notifyServer struct {

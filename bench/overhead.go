@@ -45,7 +45,7 @@ func (r overheadResult) Overhead() float64 { return r.Direct/r.Proxy - 1 }
 // overheadBench writes and reads a blob of size bytes through containerd's
 // content proxy client, over gRPC on a unix socket to plugin.Listen serving
 // a contentv2 store, and through the same contentv2 store directly. The
-// store's coordinator is an embedded lock server (the daemon's default).
+// store's coordinator is an embedded coordinator (the daemon's default).
 // With profileDir set, each proxied operation's CPU profile is written
 // there.
 func overheadBench(size int64, reps int, profileDir string, progress func(string)) ([]overheadResult, error) {
@@ -98,7 +98,7 @@ func startOverheadEnv(ctx context.Context, dir string) (env *overheadEnv, err er
 		return env, err
 	}
 	env.closers = append(env.closers, func() { srv.Shutdown(context.Background()) })
-	coord, err := lockclient.NewEmbedded(srv.Locker, lockclient.WithNodeID("node-1"))
+	coord, err := lockclient.NewEmbedded(srv.Coordinator, lockclient.WithNodeID("node-1"))
 	if err != nil {
 		return env, err
 	}

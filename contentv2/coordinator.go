@@ -45,7 +45,7 @@ type Coordinator interface {
 	// reference, since a shared filesystem's caches can show a deleted
 	// file for a while (docs/design.md, "Stale views").
 	AddRef(ctx context.Context, dgst digest.Digest, found bool) error
-	// Lock takes a lock. Without req.Wait a held lock is ErrBusy at once.
+	// Lock takes a lock. Without req.Wait a held lock is ErrLocked at once.
 	// ErrSkipped: a pull or delete of the resource just succeeded
 	// elsewhere. A delete is ErrInUse or ErrUnsynced under the delete
 	// rule; either way this node's reference is gone.
@@ -113,11 +113,12 @@ const (
 	ReapDangling ReapMode = "dangling"
 )
 
-// LockRequest names a lock.
+// LockRequest names a lock: its operation type and resource, as
+// lockclient.LockRequest and api.LockRequest do.
 type LockRequest struct {
-	Op       Op
-	Resource string
-	// Wait queues behind the holder instead of failing with ErrBusy.
+	Type       Op
+	ResourceID string
+	// Wait queues behind the holder instead of failing with ErrLocked.
 	Wait bool
 	Reap ReapMode
 }
@@ -165,8 +166,8 @@ type SessionInfo struct {
 
 // Refusals of a Coordinator.
 var (
-	// ErrBusy: another node holds the lock.
-	ErrBusy = errors.New("contentv2: held by another node")
+	// ErrLocked: another node holds the lock.
+	ErrLocked = errors.New("contentv2: held by another node")
 	// ErrSkipped: the work was just done elsewhere.
 	ErrSkipped = errors.New("contentv2: done by another node")
 	// ErrInUse: a delete was refused; other nodes use the blob.
@@ -191,7 +192,7 @@ var (
 // failure to reach it. ErrWrongCluster is not: that coordinator's answers
 // are not this cluster's.
 func isRefusal(err error) bool {
-	for _, e := range []error{ErrBusy, ErrSkipped, ErrInUse, ErrUnsynced, ErrDeleting} {
+	for _, e := range []error{ErrLocked, ErrSkipped, ErrInUse, ErrUnsynced, ErrDeleting} {
 		if errors.Is(err, e) {
 			return true
 		}

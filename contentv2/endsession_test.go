@@ -85,7 +85,7 @@ func (c *sessionRecorder) record() (lastSent, firstAnswered time.Time, duplicate
 	return c.lastSent, c.firstAnswered, c.duplicates, c.ends
 }
 
-// restartEnv is a real lock server with session TTL ttl, and a maker of
+// restartEnv is a real coordinator with session TTL ttl, and a maker of
 // node-1's stores on one root, each with its own client (one daemon
 // instance each).
 func restartEnv(t *testing.T, ttl time.Duration) func(stateDir string) (contentv2.Store, *sessionRecorder, error) {

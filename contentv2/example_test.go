@@ -31,7 +31,7 @@ func ExampleNewStore() {
 	}
 	defer os.RemoveAll(dir)
 
-	coord, err := lockserver.NewLocker(lockserver.DefaultConfig(),
+	coord, err := lockserver.NewCoordinator(lockserver.DefaultConfig(),
 		lockserver.Options{Refs: refcount.NewManager(refcount.NewMemoryStorage())})
 	if err != nil {
 		log.Fatal(err)

@@ -34,7 +34,7 @@ func blobFile(root string, d digest.Digest) string {
 	return filepath.Join(root, "blobs", d.Algorithm().String(), d.Encoded())
 }
 
-// TestUnreachableCoordinator: with the lock server of its cluster down, a
+// TestUnreachableCoordinator: with the coordinator of its cluster down, a
 // member node's write waits (ErrUnavailable, so containerd retries) until
 // its session has surely expired, then proceeds (fail-open) and is
 // journaled; a delete removes nothing (fail-closed). Once the server is
@@ -54,7 +54,7 @@ func TestUnreachableCoordinator(t *testing.T) {
 	ctx := context.Background()
 	id, err := contentv2.ReadClusterID(root)
 	require.NoError(t, err)
-	require.Equal(t, coord.Locker().Cluster().ClusterID, id, "the first node records the root's cluster")
+	require.Equal(t, coord.Core().Cluster().ClusterID, id, "the first node records the root's cluster")
 
 	coord.Stop()
 	start := time.Now()
@@ -90,7 +90,7 @@ func TestUnreachableCoordinator(t *testing.T) {
 	// The coordinator comes back; the node syncs its journal.
 	coord.Start()
 	require.Eventually(t, func() bool {
-		refs, err := coord.Locker().Refs(ctx, odesc.Digest.String())
+		refs, err := coord.Core().Refs(ctx, odesc.Digest.String())
 		return err == nil && refs.Count == 1 && refs.Nodes[0] == "node-1"
 	}, 10*time.Second, 20*time.Millisecond, "the use made while the coordinator was down is recorded")
 }
@@ -117,7 +117,7 @@ func TestNeverJoinedNodeDoesNotFailOpen(t *testing.T) {
 
 	coord := lockservertest.Start(t, lockservertest.WithAddr(addr))
 	require.NoError(t, content.WriteBlob(ctx, cs, "layer-"+desc.Digest.String(), bytes.NewReader(data), desc))
-	refs, err := coord.Locker().Refs(ctx, desc.Digest.String())
+	refs, err := coord.Core().Refs(ctx, desc.Digest.String())
 	require.NoError(t, err)
 	require.Equal(t, []string{"node-1"}, refs.Nodes)
 }
@@ -138,7 +138,7 @@ func TestRefusedIdentityDoesNotFailOpen(t *testing.T) {
 		require.True(t, errdefs.IsPermissionDenied(err), "%v", err)
 		require.ErrorContains(t, err, "fix this node's credentials")
 	})
-	nodes, err := coord.Locker().Nodes(context.Background())
+	nodes, err := coord.Core().Nodes(context.Background())
 	require.NoError(t, err)
 	require.Empty(t, nodes.Nodes, "a refused node is no member")
 }
@@ -197,7 +197,7 @@ func (lostLock) Check(context.Context) error               { return errLost }
 // is recorded before the blob is renamed into blobs/, so a lost lease does
 // not leave a committed blob without its reference.
 func TestLostLeaseStillRecordsReference(t *testing.T) {
-	l := lockservertest.NewLocker(t)
+	l := lockservertest.NewCoordinator(t)
 	client, err := lockclient.NewEmbedded(l, lockclient.WithNodeID("node-1"))
 	require.NoError(t, err)
 	root := t.TempDir()
@@ -258,7 +258,7 @@ func (c *stolenID) Lock(ctx context.Context, req contentv2.LockRequest) (content
 // uses its node ID never uses a blob without the coordinator, however long
 // that lasts, and says why.
 func TestDuplicateNodeDoesNotFailOpen(t *testing.T) {
-	l := lockservertest.NewLocker(t)
+	l := lockservertest.NewCoordinator(t)
 	client, err := lockclient.NewEmbedded(l, lockclient.WithNodeID("node-1"))
 	require.NoError(t, err)
 	root := t.TempDir()

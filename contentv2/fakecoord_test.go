@@ -18,7 +18,7 @@ import (
 // lock per resource (of any type), a FIFO of waiters, reference sets,
 // sessions and members. Each node sees it through node(id), a
 // Coordinator. It follows the rules the store relies on, simply:
-//   - a lock held is ErrBusy, or a place in the queue (Wait); a waiting
+//   - a lock held is ErrLocked, or a place in the queue (Wait); a waiting
 //     pull is answered ErrSkipped when the holder's pull succeeds, and
 //     handed the lock when it fails;
 //   - a pull of a resource whose last pull succeeded is ErrSkipped;
@@ -333,7 +333,7 @@ func (n *fakeNode) AddRef(_ context.Context, dgst digest.Digest, _ bool) (err er
 func (n *fakeNode) Lock(ctx context.Context, req LockRequest) (Lock, error) {
 	c := n.c
 	c.mu.Lock()
-	call := fakeCall{Node: n.id, Method: "Lock", Resource: req.Resource, Op: req.Op, Reap: req.Reap}
+	call := fakeCall{Node: n.id, Method: "Lock", Resource: req.ResourceID, Op: req.Type, Reap: req.Reap}
 	lk, w, err := c.lockLocked(&call, n.id, req)
 	if lk != nil {
 		call.WithReapLock = lk.withReapLock
@@ -346,7 +346,7 @@ func (n *fakeNode) Lock(ctx context.Context, req LockRequest) (Lock, error) {
 		}
 		return lk, nil
 	}
-	c.queues[req.Resource] = append(c.queues[req.Resource], w)
+	c.queues[req.ResourceID] = append(c.queues[req.ResourceID], w)
 	c.notifyLocked()
 	c.mu.Unlock()
 	select {
@@ -361,9 +361,9 @@ func (n *fakeNode) Lock(ctx context.Context, req LockRequest) (Lock, error) {
 	case <-ctx.Done():
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		q := c.queues[req.Resource]
+		q := c.queues[req.ResourceID]
 		if i := slices.Index(q, w); i >= 0 {
-			c.queues[req.Resource] = slices.Delete(q, i, i+1)
+			c.queues[req.ResourceID] = slices.Delete(q, i, i+1)
 		} else if a := <-w.answer; a.err == nil {
 			// Granted just now: give it back.
 			c.releaseLocked(a.lk, false)
@@ -379,40 +379,40 @@ func (c *fakeCluster) lockLocked(call *fakeCall, node string, req LockRequest) (
 	if err := c.begin(call); err != nil {
 		return nil, nil, err
 	}
-	if req.Op == OpDelete && req.Reap == "" && c.refs[req.Resource] != nil {
-		delete(c.refs[req.Resource], node)
+	if req.Type == OpDelete && req.Reap == "" && c.refs[req.ResourceID] != nil {
+		delete(c.refs[req.ResourceID], node)
 	}
-	if held := c.locks[req.Resource]; held != nil {
+	if held := c.locks[req.ResourceID]; held != nil {
 		if !req.Wait {
-			return nil, nil, fmt.Errorf("%s:%s held by %s: %w", held.op, req.Resource, held.node, ErrBusy)
+			return nil, nil, fmt.Errorf("%s:%s held by %s: %w", held.op, req.ResourceID, held.node, ErrLocked)
 		}
-		return nil, &fakeWaiter{node: node, op: req.Op, answer: make(chan fakeAnswer, 1)}, nil
+		return nil, &fakeWaiter{node: node, op: req.Type, answer: make(chan fakeAnswer, 1)}, nil
 	}
-	if req.Op == OpPull && c.pulled[req.Resource] {
-		return nil, nil, fmt.Errorf("pull:%s: %w", req.Resource, ErrSkipped)
+	if req.Type == OpPull && c.pulled[req.ResourceID] {
+		return nil, nil, fmt.Errorf("pull:%s: %w", req.ResourceID, ErrSkipped)
 	}
 	if err := c.checkDelete(node, req); err != nil {
 		return nil, nil, err
 	}
-	return c.grantLocked(node, req.Op, req.Resource, req.Reap), nil, nil
+	return c.grantLocked(node, req.Type, req.ResourceID, req.Reap), nil, nil
 }
 
 // checkDelete applies the delete rule. Callers hold mu.
 func (c *fakeCluster) checkDelete(node string, req LockRequest) error {
-	if req.Op != OpDelete {
+	if req.Type != OpDelete {
 		return nil
 	}
 	if req.Reap != "" {
 		if reap := c.locks[ReapLockResource]; reap == nil || reap.node != node {
-			return fmt.Errorf("reap delete of %s without the reap lock: %w", req.Resource, errdefs.ErrPermissionDenied)
+			return fmt.Errorf("reap delete of %s without the reap lock: %w", req.ResourceID, errdefs.ErrPermissionDenied)
 		}
 	}
-	if req.Reap != ReapDangling && len(c.refs[req.Resource]) > 0 {
-		return fmt.Errorf("delete:%s: %w", req.Resource, ErrInUse)
+	if req.Reap != ReapDangling && len(c.refs[req.ResourceID]) > 0 {
+		return fmt.Errorf("delete:%s: %w", req.ResourceID, ErrInUse)
 	}
 	for id, m := range c.members {
 		if !m.synced {
-			return fmt.Errorf("delete:%s: node %s: %w", req.Resource, id, ErrUnsynced)
+			return fmt.Errorf("delete:%s: node %s: %w", req.ResourceID, id, ErrUnsynced)
 		}
 	}
 	return nil

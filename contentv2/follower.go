@@ -266,7 +266,7 @@ func (s *store) dropFollower(f *follower) {
 func (s *store) follow(ctx context.Context, wo content.WriterOpts, dgst digest.Digest) (content.Writer, int64, error) {
 	pause := followPauseMin
 	for {
-		lk, err := s.coord.Lock(ctx, LockRequest{Op: OpPull, Resource: dgst.String(), Wait: true})
+		lk, err := s.coord.Lock(ctx, LockRequest{Type: OpPull, ResourceID: dgst.String(), Wait: true})
 		switch {
 		case err == nil:
 			w, err := s.handedOver(ctx, wo, lk, dgst)
@@ -278,7 +278,7 @@ func (s *store) follow(ctx context.Context, wo content.WriterOpts, dgst digest.D
 			}
 		case ctx.Err() != nil:
 			return nil, 0, err
-		case errors.Is(err, ErrBusy):
+		case errors.Is(err, ErrLocked):
 			// The coordinator does not queue pulls: ask again.
 		case isRefusal(err):
 			return nil, 0, err

@@ -95,7 +95,7 @@ func TestFollowerReusesTheCommittedBlob(t *testing.T) {
 	require.True(t, e.node1.journal.has(e.desc.Digest))
 	locks := e.lockCalls("node-1")
 	require.Len(t, locks, 2)
-	require.ErrorIs(t, locks[0].Err, ErrBusy, "Writer: held by node-2")
+	require.ErrorIs(t, locks[0].Err, ErrLocked, "Writer: held by node-2")
 	require.ErrorIs(t, locks[1].Err, ErrSkipped, "the wait: done by node-2")
 	got, err := os.ReadFile(e.node1.blobPath(e.desc.Digest))
 	require.NoError(t, err)

@@ -97,8 +97,8 @@ func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 	s.reaper.pass.Lock()
 	defer s.reaper.pass.Unlock()
 	var rep ReapReport
-	lk, err := s.coord.Lock(ctx, LockRequest{Op: OpUpdate, Resource: ReapLockResource})
-	if errors.Is(err, ErrBusy) {
+	lk, err := s.coord.Lock(ctx, LockRequest{Type: OpUpdate, ResourceID: ReapLockResource})
+	if errors.Is(err, ErrLocked) {
 		return rep, nil
 	}
 	if err != nil {
@@ -129,7 +129,7 @@ func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 // reapOrphans deletes the planned orphans, each under the delete rule.
 func (s *store) reapOrphans(ctx context.Context, orphans []ReapBlob, rep *ReapReport) error {
 	for _, o := range orphans {
-		lk, err := s.coord.Lock(ctx, LockRequest{Op: OpDelete, Resource: o.Digest.String(), Reap: ReapOrphan})
+		lk, err := s.coord.Lock(ctx, LockRequest{Type: OpDelete, ResourceID: o.Digest.String(), Reap: ReapOrphan})
 		if err != nil {
 			if !isRefusal(err) {
 				return fmt.Errorf("reaper: %w", err)
@@ -153,7 +153,7 @@ func (s *store) reapOrphans(ctx context.Context, orphans []ReapBlob, rep *ReapRe
 // delete rule, once the delete lock shows the blob still missing.
 func (s *store) reapDangling(ctx context.Context, dangling []ReapRef, rep *ReapReport) {
 	for _, r := range dangling {
-		lk, err := s.coord.Lock(ctx, LockRequest{Op: OpDelete, Resource: r.Resource, Reap: ReapDangling})
+		lk, err := s.coord.Lock(ctx, LockRequest{Type: OpDelete, ResourceID: r.Resource, Reap: ReapDangling})
 		if err != nil {
 			continue
 		}

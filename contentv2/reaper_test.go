@@ -89,7 +89,7 @@ func TestReaperWaitsForTheReapLock(t *testing.T) {
 	c, s := reapEnv(t)
 	old := putBlob(t, s, "old orphan", 2*reapGrace)
 	ctx := context.Background()
-	other, err := c.node("node-2").Lock(ctx, LockRequest{Op: OpUpdate, Resource: ReapLockResource})
+	other, err := c.node("node-2").Lock(ctx, LockRequest{Type: OpUpdate, ResourceID: ReapLockResource})
 	require.NoError(t, err)
 
 	rep, err := s.Reap(ctx)

@@ -17,7 +17,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
-// httpCoordinator starts a real lock server on loopback and returns it
+// httpCoordinator starts a real coordinator on loopback and returns it
 // and a client of it for node.
 func httpCoordinator(t *testing.T, node string) (*httpserver.Server, contentv2.Coordinator) {
 	t.Helper()
@@ -50,7 +50,7 @@ func TestNewStoreRefusesBadRoot(t *testing.T) {
 		for _, w := range want {
 			require.ErrorContains(t, err, w)
 		}
-		nodes, nerr := srv.Locker.Nodes(ctx)
+		nodes, nerr := srv.Coordinator.Nodes(ctx)
 		require.NoError(t, nerr)
 		require.Empty(t, nodes.Nodes, "a refused node does not join the cluster")
 	}

@@ -114,7 +114,7 @@ func (e *staleViewEnv) requireRefused() {
 	t := e.t
 	_, err := e.n2.Info(e.ctx, e.desc.Digest)
 	require.ErrorIs(t, err, errdefs.ErrNotFound, "a stale view of a deleted blob is not a blob")
-	refs, err := e.coord.Locker().Refs(e.ctx, e.desc.Digest.String())
+	refs, err := e.coord.Core().Refs(e.ctx, e.desc.Digest.String())
 	require.NoError(t, err)
 	require.Zero(t, refs.Count, "node 2's refused use is recorded nowhere")
 }
@@ -127,7 +127,7 @@ func (e *staleViewEnv) requirePulledAgain() {
 	info, err := e.n2.Info(e.ctx, e.desc.Digest)
 	require.NoError(t, err, "after the blob's new pull node 2 uses it")
 	require.Equal(t, e.desc.Size, info.Size)
-	refs, err := e.coord.Locker().Refs(e.ctx, e.desc.Digest.String())
+	refs, err := e.coord.Core().Refs(e.ctx, e.desc.Digest.String())
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{"node-1", "node-2"}, refs.Nodes)
 }
@@ -201,7 +201,7 @@ func killedDeleter(e *staleViewEnv) {
 // deleter's lease.
 func waitDeleteReleased(e *staleViewEnv) {
 	require.Eventually(e.t, func() bool {
-		st, err := e.coord.Locker().Status(e.ctx, api.OperationDelete, e.desc.Digest.String(), "", "")
+		st, err := e.coord.Core().Status(e.ctx, api.OperationDelete, e.desc.Digest.String(), "", "")
 		return err == nil && st.Holder == nil
 	}, 30*time.Second, 10*time.Millisecond)
 }
@@ -236,7 +236,7 @@ func TestLibraryModeBlobPutBackAfterDelete(t *testing.T) {
 	require.NoError(t, os.WriteFile(blobFile(root, desc.Digest), data, 0o444), "put back uncoordinated")
 
 	require.NoError(t, write(n2))
-	refs, err := coord.Locker().Refs(ctx, desc.Digest.String())
+	refs, err := coord.Core().Refs(ctx, desc.Digest.String())
 	require.NoError(t, err)
 	require.Equal(t, []string{"node-2"}, refs.Nodes, "node 2 uses the blob, so it is referenced")
 	got, err := content.ReadBlob(ctx, n2, desc)

@@ -382,7 +382,7 @@ func (s *store) Walk(ctx context.Context, fn content.WalkFunc, filters ...string
 
 // Update changes the blob's (node-local) labels under the update lock.
 func (s *store) Update(ctx context.Context, info content.Info, fieldpaths ...string) (content.Info, error) {
-	lk, err := s.coord.Lock(ctx, LockRequest{Op: OpUpdate, Resource: info.Digest.String(), Wait: true})
+	lk, err := s.coord.Lock(ctx, LockRequest{Type: OpUpdate, ResourceID: info.Digest.String(), Wait: true})
 	switch {
 	case err != nil && isRefusal(err):
 		return content.Info{}, fmt.Errorf("content %v: update: %w: %w", info.Digest, errdefs.ErrFailedPrecondition, err)
@@ -417,7 +417,7 @@ func (s *store) Delete(ctx context.Context, dgst digest.Digest) error {
 
 	var lk Lock
 	err := s.coordinate(ctx, func(ctx context.Context) (err error) {
-		lk, err = s.coord.Lock(ctx, LockRequest{Op: OpDelete, Resource: dgst.String()})
+		lk, err = s.coord.Lock(ctx, LockRequest{Type: OpDelete, ResourceID: dgst.String()})
 		return err
 	})
 	l := log.G(ctx).WithField("digest", dgst).WithField("node", s.nodeID)
@@ -442,7 +442,7 @@ func (s *store) Delete(ctx context.Context, dgst digest.Digest) error {
 		s.metrics.deletes.WithLabelValues("unsynced").Inc()
 		l.WithError(err).Info("blob kept: a member node is not synced; a later collection (or the reaper) retries")
 		return nil
-	case errors.Is(err, ErrBusy):
+	case errors.Is(err, ErrLocked):
 		s.metrics.deletes.WithLabelValues("locked").Inc()
 		l.Debug("blob kept: a pull or delete of it is in flight; the next collection retries")
 		return nil

@@ -22,7 +22,7 @@ import (
 
 // embedded returns a fresh in-process coordinator, as node sees it.
 func embedded(t testing.TB, node string) contentv2.Coordinator {
-	c, err := lockclient.NewEmbedded(lockservertest.NewLocker(t), lockclient.WithNodeID(node))
+	c, err := lockclient.NewEmbedded(lockservertest.NewCoordinator(t), lockclient.WithNodeID(node))
 	require.NoError(t, err)
 	return remote.New(c)
 }

@@ -84,10 +84,10 @@ func writerOpts(opts []content.WriterOpt) (content.WriterOpts, digest.Digest, er
 // caller retries, or an uncoordinated ingest.
 func (s *store) writerWithoutLock(ctx context.Context, wo content.WriterOpts, dgst digest.Digest, lockErr error) (content.Writer, error) {
 	switch {
-	case errors.Is(lockErr, ErrBusy) && s.mode == ContainerdMode && wo.Desc.Size > 0:
+	case errors.Is(lockErr, ErrLocked) && s.mode == ContainerdMode && wo.Desc.Size > 0:
 		s.metrics.writes.WithLabelValues("follower").Inc()
 		return s.newFollower(ctx, wo, dgst), nil
-	case errors.Is(lockErr, ErrBusy):
+	case errors.Is(lockErr, ErrLocked):
 		s.metrics.writes.WithLabelValues("busy").Inc()
 		return nil, fmt.Errorf("content %v: another node is downloading it: %w", dgst, errdefs.ErrUnavailable)
 	case errors.Is(lockErr, ErrSkipped):
@@ -136,7 +136,7 @@ func (s *store) openLocked(ctx context.Context, wo content.WriterOpts, lk Lock, 
 // pullLock takes the blob's pull lock: at once or not at all in
 // ContainerdMode, waiting in LibraryMode.
 func (s *store) pullLock(ctx context.Context, dgst digest.Digest) (lk Lock, err error) {
-	req := LockRequest{Op: OpPull, Resource: dgst.String(), Wait: s.mode == LibraryMode}
+	req := LockRequest{Type: OpPull, ResourceID: dgst.String(), Wait: s.mode == LibraryMode}
 	if s.mode == LibraryMode {
 		return s.coord.Lock(ctx, req)
 	}

@@ -25,7 +25,7 @@ type node struct {
 	client *lockclient.Client
 }
 
-// testCluster is a real lock server on loopback and nodes sharing one
+// testCluster is a real coordinator on loopback and nodes sharing one
 // content directory.
 type testCluster struct {
 	root  string

@@ -31,7 +31,7 @@ import (
 
 // The fault tests (issue 13, SPEC §8) run nodes the way faultEnv builds
 // them: each an in-process containerd metadata store over a contentv2
-// store on one shared root, reaching a real lock server on a fixed
+// store on one shared root, reaching a real coordinator on a fixed
 // loopback address through a TCP proxy of its own, so that a test can
 // stop, restart and wipe the coordinator and cut off one node.
 
@@ -71,7 +71,7 @@ func startCoordinator(t testing.TB, cfg lockserver.Config) *coordinator {
 }
 
 // Cluster is the running coordinator's identity.
-func (c *coordinator) Cluster() api.Cluster { return c.Locker().Cluster() }
+func (c *coordinator) Cluster() api.Cluster { return c.Core().Cluster() }
 
 // Adopt makes the coordinator take the shared root's cluster and members,
 // as `sharedcontentctl cluster adopt --root` does.

@@ -251,7 +251,7 @@ func TestFaultSlowCallDoesNotStallNode(t *testing.T) {
 // embeddedClient is a node's client of an embedded coordinator of its
 // own (a node started without --coordinator).
 func embeddedClient(t *testing.T, id string) *lockclient.Client {
-	l := lockservertest.Start(t, lockservertest.WithConfig(faultConfig())).Locker()
+	l := lockservertest.Start(t, lockservertest.WithConfig(faultConfig())).Core()
 	c, err := lockclient.NewEmbedded(l, lockclient.WithNodeID(id))
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })

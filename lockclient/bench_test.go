@@ -49,7 +49,7 @@ func benchNotify(b *testing.B, refs string, n int, idle time.Duration) {
 	case "bolt":
 		url = lockservertest.Start(b).URL()
 	case "memory":
-		h := httpserver.NewHandler(lockservertest.NewLocker(b))
+		h := httpserver.NewHandler(lockservertest.NewCoordinator(b))
 		url = lockservertest.ServeHandler(b, h, nil)
 	}
 	newClient := func(node string) *Client {

@@ -48,7 +48,7 @@ func New(serverURL string, opts ...Option) (*Client, error) {
 }
 
 // NewEmbedded returns a Client of an in-process coordinator, typically the
-// *lockserver.Locker of an embedded coordinator (or any other Transport).
+// *lockserver.Coordinator of an embedded coordinator (or any other Transport).
 // Results, errors, leases and keepalive behave as with New; the HTTP options
 // (clients, token, TLS, poll interval) do not apply.
 func NewEmbedded(b Transport, opts ...Option) (*Client, error) {

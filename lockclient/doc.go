@@ -10,7 +10,7 @@
 // New returns a Client of a remote coordinator over HTTP: a queued Lock
 // watches its request on the coordinator's event stream, or polls the
 // lock's status where streams cannot be used. NewEmbedded returns one of
-// an in-process coordinator (*lockserver.Locker), reached through the same
+// an in-process coordinator (*lockserver.Coordinator), reached through the same
 // Transport interface. Both give the same results and the same errors,
 // which match this package's sentinels (ErrLocked, ErrInUse, ...) with
 // errors.Is. Network errors, timeouts and 5xx answers are retried; after

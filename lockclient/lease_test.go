@@ -91,7 +91,7 @@ func TestLeaseLostWhenServerDies(t *testing.T) {
 // lease (here: its grant was cancelled behind the holder's back, as after a
 // coordinator restart), the next renewal says not_holder and Lost closes.
 func TestLeaseLostWhenTakenBack(t *testing.T) {
-	l := lockservertest.NewLocker(t, func(c *lockserver.Config) { c.LeaseTTL = heldTTL })
+	l := lockservertest.NewCoordinator(t, func(c *lockserver.Config) { c.LeaseTTL = heldTTL })
 	c, err := NewEmbedded(l, testOptions("node-a")...)
 	require.NoError(t, err)
 	defer c.Close()

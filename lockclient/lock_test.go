@@ -14,7 +14,7 @@ import (
 )
 
 // The embedded coordinator is a Transport.
-var _ Transport = (*lockserver.Locker)(nil)
+var _ Transport = (*lockserver.Coordinator)(nil)
 
 const blob = "sha256:4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945"
 
@@ -26,7 +26,7 @@ type transportHarness struct {
 }
 
 // harnesses run the core tests against a real coordinator over HTTP and
-// against the embedded coordinator (*lockserver.Locker).
+// against the embedded coordinator (*lockserver.Coordinator).
 func harnesses() []transportHarness {
 	return []transportHarness{
 		{"http", func(t *testing.T) func(string) *Client {
@@ -34,7 +34,7 @@ func harnesses() []transportHarness {
 			return func(node string) *Client { return newHTTPClient(t, ts.URL(), node) }
 		}},
 		{"embedded", func(t *testing.T) func(string) *Client {
-			l := lockservertest.NewLocker(t)
+			l := lockservertest.NewCoordinator(t)
 			return func(node string) *Client {
 				c, err := NewEmbedded(l, testOptions(node)...)
 				require.NoError(t, err)
@@ -236,7 +236,7 @@ func testDeleteInUse(t *testing.T, h transportHarness) {
 }
 
 func TestRequestValidation(t *testing.T) {
-	c, err := NewEmbedded(lockservertest.NewLocker(t), WithNodeID("n"))
+	c, err := NewEmbedded(lockservertest.NewCoordinator(t), WithNodeID("n"))
 	require.NoError(t, err)
 	ctx := context.Background()
 	for _, req := range []LockRequest{

@@ -72,7 +72,7 @@ func TestRetryGivesUp(t *testing.T) {
 // TestRetry5xx: 5xx answers (the server's own 503 and a proxy's 502 page)
 // are retried; the attempt after them acquires.
 func TestRetry5xx(t *testing.T) {
-	l := lockservertest.NewLocker(t)
+	l := lockservertest.NewCoordinator(t)
 	inner := httpserver.NewHandler(l)
 	var locks atomic.Int32
 	url := lockservertest.ServeHandler(t, inner, func(next fasthttp.RequestHandler) fasthttp.RequestHandler {
@@ -107,9 +107,9 @@ func TestRetry5xx(t *testing.T) {
 // attempt.
 func TestNoRetryOn4xx(t *testing.T) {
 	ts := lockservertest.Start(t, lockservertest.WithToken("s3cret"))
-	_, err := ts.Locker().AddRef(context.Background(), blob+"-used", "other")
+	_, err := ts.Core().AddRef(context.Background(), blob+"-used", "other")
 	require.NoError(t, err)
-	held, err := ts.Locker().Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "other"})
+	held, err := ts.Core().Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "other"})
 	require.NoError(t, err)
 	require.True(t, held.Acquired)
 

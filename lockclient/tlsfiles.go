@@ -12,7 +12,7 @@ import (
 // coordinator's certificate (empty: the system's roots), and certFile and
 // keyFile, this node's client certificate for a coordinator that requires
 // mTLS (empty: none). It is nil, and the client's default used, when
-// caFile and certFile are both empty. The daemon's --lock-server-ca,
+// caFile and certFile are both empty. The daemon's --coordinator-ca,
 // --node-cert and --node-key and the compiled-in plugin's ca_file,
 // node_cert and node_key are read this way.
 func TLSConfigFromFiles(caFile, certFile, keyFile string) (*tls.Config, error) {

@@ -9,7 +9,7 @@ import (
 // Transport carries a Client's calls to the coordinator: the coordinator's
 // operations (docs/design.md §3) in their wire types. The HTTP transport of
 // New implements it, and so does the in-process coordinator,
-// *lockserver.Locker (NewEmbedded); a Client adds node IDs, request IDs,
+// *lockserver.Coordinator (NewEmbedded); a Client adds node IDs, request IDs,
 // retries, leases and keepalive on top.
 //
 // Errors of refusals match the sentinels of this package (ErrLocked,

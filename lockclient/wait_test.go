@@ -39,7 +39,7 @@ func TestLostResponseGetsSameGrant(t *testing.T) {
 	require.Equal(t, first.LeaseID, res.Lease.ID)
 	require.Equal(t, first.Fence, res.Lease.Fence)
 
-	st, err := ts.Locker().Status(context.Background(), api.OperationPull, blob, "node-a", "")
+	st, err := ts.Core().Status(context.Background(), api.OperationPull, blob, "node-a", "")
 	require.NoError(t, err)
 	require.Equal(t, first.RequestID, st.Holder.RequestID)
 	require.Equal(t, first.Fence, st.Holder.Fence)

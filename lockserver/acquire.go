@@ -11,7 +11,7 @@ import (
 // embedded coordinator): it waits in the queue until the request is
 // granted or skipped, or fails. Cancelling ctx takes the request out of the
 // queue, or gives back a grant made meanwhile.
-func (l *Locker) Acquire(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
+func (l *Coordinator) Acquire(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
 	if req.RequestID == "" {
 		req.RequestID = newID()
 	}
@@ -29,7 +29,7 @@ func (l *Locker) Acquire(ctx context.Context, req api.LockRequest) (api.LockResp
 
 // await follows a queued request's events. retry means the subscription
 // ended without an outcome and the request must be re-sent.
-func (l *Locker) await(ctx context.Context, req api.LockRequest) (resp api.LockResponse, retry bool, err error) {
+func (l *Coordinator) await(ctx context.Context, req api.LockRequest) (resp api.LockResponse, retry bool, err error) {
 	sub, err := l.Subscribe(req.Type, req.ResourceID, req.NodeID, req.RequestID)
 	if err != nil {
 		return api.LockResponse{}, false, err

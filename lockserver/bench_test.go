@@ -21,7 +21,7 @@ func heapInUse() uint64 {
 // BenchmarkMemoryPerHeldLock reports the heap held by one granted lock on
 // its own resource (resource, key, grant, lease id, shard map entry).
 func BenchmarkMemoryPerHeldLock(b *testing.B) {
-	l := newTestLocker(b)
+	l := newTestCoordinator(b)
 	ctx := context.Background()
 	ids := make([]string, b.N)
 	for i := range ids {
@@ -42,7 +42,7 @@ func BenchmarkMemoryPerHeldLock(b *testing.B) {
 // BenchmarkMemoryPerQueuedWaiter reports the heap held by one queued
 // request, 100 waiters per key.
 func BenchmarkMemoryPerQueuedWaiter(b *testing.B) {
-	l := newTestLocker(b)
+	l := newTestCoordinator(b)
 	ctx := context.Background()
 	keys := max(1, b.N/100)
 	for k := range keys {
@@ -70,7 +70,7 @@ func BenchmarkMemoryPerQueuedWaiter(b *testing.B) {
 // BenchmarkLockUnlockInProcess is the core's cost of one uncontended
 // update lock+unlock cycle, without HTTP.
 func BenchmarkLockUnlockInProcess(b *testing.B) {
-	l := newTestLocker(b)
+	l := newTestCoordinator(b)
 	ctx := context.Background()
 	var next atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {

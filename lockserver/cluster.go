@@ -20,7 +20,7 @@ import (
 
 // startEpoch reads (creating) the cluster ID and starts a new epoch, in
 // one transaction.
-func (l *Locker) startEpoch(ctx context.Context) error {
+func (l *Coordinator) startEpoch(ctx context.Context) error {
 	id, err := l.state.Identity(ctx)
 	if err != nil {
 		return fmt.Errorf("lockserver: reading the cluster id and epoch: %w", err)
@@ -37,7 +37,7 @@ func (l *Locker) startEpoch(ctx context.Context) error {
 }
 
 // Cluster returns the coordinator's identity.
-func (l *Locker) Cluster() api.Cluster { return *l.cluster.Load() }
+func (l *Coordinator) Cluster() api.Cluster { return *l.cluster.Load() }
 
 // Adopt handles POST /cluster/adopt (admin): a coordinator whose database
 // was lost takes the shared root's cluster ID, starts a new epoch and
@@ -49,7 +49,7 @@ func (l *Locker) Cluster() api.Cluster { return *l.cluster.Load() }
 // transaction (SPEC §8): an adopt interrupted at any point leaves the old
 // state or the new one, and adopting the same cluster again completes it
 // (it is idempotent: nothing is refused, the epoch moves on).
-func (l *Locker) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {
+func (l *Coordinator) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {
 	if err := validateID("cluster_id", req.ClusterID); err != nil {
 		return api.Cluster{}, err
 	}

@@ -38,7 +38,7 @@ const (
 	DefaultFenceBlock = 4096
 )
 
-// Config configures a Locker. The zero value is not valid; start from
+// Config configures a Coordinator. The zero value is not valid; start from
 // DefaultConfig.
 type Config struct {
 	// Shards is the number of lock shards (FNV-1a of resource_id).

@@ -22,7 +22,7 @@ import (
 // comes first, the delete must be refused: before the sync the member is
 // unsynced, after it the resource is referenced.
 func TestDeleteRuleAtomicWithSync(t *testing.T) {
-	l := newTestLocker(t, func(c *Config) { c.ReapGrace = 0 })
+	l := newTestCoordinator(t, func(c *Config) { c.ReapGrace = 0 })
 	ctx := context.Background()
 	session(t, l, "reaper")
 	syncRefs(t, l, "reaper", "s0", true)

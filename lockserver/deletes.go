@@ -29,7 +29,7 @@ import (
 // loadDeletes turns the markers of deletes that were granted when the
 // coordinator stopped into lapsed completions, and retains every persisted
 // completion for CompletedTTL from now.
-func (l *Locker) loadDeletes(ctx context.Context) error {
+func (l *Coordinator) loadDeletes(ctx context.Context) error {
 	d, err := l.state.Deletes(ctx)
 	if err != nil {
 		return err
@@ -56,7 +56,7 @@ func (l *Locker) loadDeletes(ctx context.Context) error {
 }
 
 // markDelete persists the marker of a delete being granted to g.
-func (l *Locker) markDelete(ctx context.Context, id string, g *grant) error {
+func (l *Coordinator) markDelete(ctx context.Context, id string, g *grant) error {
 	return l.commit(ctx, new(refcount.Batch).PutDeleting(id, refcount.DeleteMarker{Node: g.nodeID, Fence: g.fence, Expires: g.expires}))
 }
 
@@ -71,7 +71,7 @@ func deleted(id, node string, now time.Time) *refcount.Batch {
 // completed, in memory and on disk. A failed write is logged: the marker
 // stays, and a restart counts it as completed, which is the safe side.
 // Callers hold the shard's mutex.
-func (l *Locker) endDelete(ctx context.Context, r *resource, g *grant, reason string, now time.Time) {
+func (l *Coordinator) endDelete(ctx context.Context, r *resource, g *grant, reason string, now time.Time) {
 	b := new(refcount.Batch).DropDeleting(r.id)
 	if reason == "expired" || reason == "unclaimed" {
 		r.keys[idxDelete].completed = &completion{nodeID: g.nodeID, at: now, lapsed: true}
@@ -86,7 +86,7 @@ func (l *Locker) endDelete(ctx context.Context, r *resource, g *grant, reason st
 
 // pruneDeleted drops the persisted completions of ids, whose retention
 // ended. A failed write is logged: a restart retains them again.
-func (l *Locker) pruneDeleted(ctx context.Context, ids []string) {
+func (l *Coordinator) pruneDeleted(ctx context.Context, ids []string) {
 	if len(ids) == 0 {
 		return
 	}

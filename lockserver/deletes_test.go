@@ -21,7 +21,7 @@ import (
 func never(refcount.Op) bool { return false }
 
 // deleteBlob deletes blob as node, granted and unlocked with success.
-func deleteBlob(t *testing.T, l *Locker, node string) {
+func deleteBlob(t *testing.T, l *Coordinator, node string) {
 	t.Helper()
 	d := mustLock(t, l, api.OperationDelete, node)
 	require.True(t, d.Acquired)
@@ -29,7 +29,7 @@ func deleteBlob(t *testing.T, l *Locker, node string) {
 }
 
 // waitReleased waits until the delete of blob has no holder.
-func waitReleased(t *testing.T, l *Locker) {
+func waitReleased(t *testing.T, l *Coordinator) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		st, err := l.Status(context.Background(), api.OperationDelete, blob, "", "")
@@ -37,7 +37,7 @@ func waitReleased(t *testing.T, l *Locker) {
 	}, 30*time.Second, 5*time.Millisecond)
 }
 
-func persistedDeletes(t *testing.T, l *Locker) refcount.Deletes {
+func persistedDeletes(t *testing.T, l *Coordinator) refcount.Deletes {
 	t.Helper()
 	d, err := l.state.Deletes(context.Background())
 	require.NoError(t, err)

@@ -1,5 +1,5 @@
 // Package lockserver is the coordinator's lock manager (docs/design.md §3):
-// Locker, the whole coordinator in process, with no HTTP type.
+// Coordinator, the whole coordinator in process, with no HTTP type.
 //
 // Locks. Resources are spread over shards by FNV-1a of the resource ID, so
 // every lock type of one resource is decided under one mutex (§3.1). Each
@@ -9,7 +9,7 @@
 // deletes are remembered so that later requests skip (§3.3). One sweeper
 // per shard expires leases and prunes; no lock has a goroutine.
 //
-// References and members. Locker keeps each blob's reference set (§3.7),
+// References and members. Coordinator keeps each blob's reference set (§3.7),
 // the members with their sessions and syncs (§8.3, §8.4), one live
 // instance per node ID (§8.5), the cluster's identity and epoch, adoption
 // and forgetting (§8.10), member expiry on the reaper's evidence (§8.4),
@@ -19,6 +19,6 @@
 // queues and leases live in memory only; after a restart holders find
 // their lease unknown, waiters reconnect and every member syncs again.
 //
-// lockserver/httpserver serves a Locker over HTTP; lockclient.NewEmbedded
+// lockserver/httpserver serves a Coordinator over HTTP; lockclient.NewEmbedded
 // drives one in process. The wire types are lockserver/api.
 package lockserver

@@ -12,7 +12,7 @@ import (
 // references, the cluster's identity and what a restart would load. Two
 // dumps are equal when nothing changed in between (and no timer fired);
 // the HTTP tests check with it that a refused request changed nothing.
-func (l *Locker) Dump(ctx context.Context) (string, error) {
+func (l *Coordinator) Dump(ctx context.Context) (string, error) {
 	var lines []string
 	for i, sh := range l.shards {
 		sh.mu.Lock()

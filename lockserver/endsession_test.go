@@ -11,7 +11,7 @@ import (
 )
 
 // openSynced opens node's session as instance and syncs it (with ids).
-func openSynced(t *testing.T, l *Locker, node, instance string, ids ...string) {
+func openSynced(t *testing.T, l *Coordinator, node, instance string, ids ...string) {
 	t.Helper()
 	ctx := context.Background()
 	a, err := l.Session(ctx, api.SessionRequest{NodeID: node, InstanceID: instance})
@@ -21,7 +21,7 @@ func openSynced(t *testing.T, l *Locker, node, instance string, ids ...string) {
 	require.True(t, synced(t, l, node))
 }
 
-func live(t *testing.T, l *Locker, node string) bool {
+func live(t *testing.T, l *Coordinator, node string) bool {
 	t.Helper()
 	nodes, err := l.Nodes(context.Background())
 	require.NoError(t, err)
@@ -39,7 +39,7 @@ func live(t *testing.T, l *Locker, node string) bool {
 // the node opens its session at once, with no time passing, instead of
 // being refused as a duplicate until the old session lapses.
 func TestEndSessionByOwner(t *testing.T) {
-	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
+	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
 	clock := useFakeClock(l)
 	ctx := context.Background()
 	clock.at(time.Second)
@@ -87,7 +87,7 @@ func TestEndSessionByOwner(t *testing.T) {
 // The live instance keeps its session, synced, and a second instance is
 // still refused as a duplicate.
 func TestEndSessionByOthersChangesNothing(t *testing.T) {
-	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
+	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
 	clock := useFakeClock(l)
 	ctx := context.Background()
 	openSynced(t, l, "host", "i1")

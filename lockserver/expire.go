@@ -31,7 +31,7 @@ import (
 // such member), ErrMemberLive, ErrNotExpired (either measure too short).
 // A request without a lease is an admin's: the HTTP handler lets only an
 // admin send one.
-func (l *Locker) Expire(ctx context.Context, nodeID string, req api.ExpireRequest) (api.ExpireResponse, error) {
+func (l *Coordinator) Expire(ctx context.Context, nodeID string, req api.ExpireRequest) (api.ExpireResponse, error) {
 	if err := validateID("node_id", nodeID); err != nil {
 		return api.ExpireResponse{}, err
 	}
@@ -77,7 +77,7 @@ func (l *Locker) Expire(ctx context.Context, nodeID string, req api.ExpireReques
 
 // checkReaper fails with ErrForbidden unless req names the live lease of
 // the reap lock's holder. Callers hold sh, the reap lock's shard.
-func (l *Locker) checkReaper(sh *shard, req api.ExpireRequest, now time.Time) error {
+func (l *Coordinator) checkReaper(sh *shard, req api.ExpireRequest, now time.Time) error {
 	var g *grant
 	if r := sh.resources[api.ReapLockResource]; r != nil {
 		g = r.keys[idxUpdate].holder

@@ -11,7 +11,7 @@ import (
 )
 
 // absentMs is the member's absence as GET /nodes reports it, or -1.
-func absentMs(t *testing.T, l *Locker, node string) int64 {
+func absentMs(t *testing.T, l *Coordinator, node string) int64 {
 	t.Helper()
 	nodes, err := l.Nodes(context.Background())
 	require.NoError(t, err)
@@ -24,7 +24,7 @@ func absentMs(t *testing.T, l *Locker, node string) int64 {
 }
 
 // reapLease takes the reap lock for node and returns its lease ID.
-func reapLease(t *testing.T, l *Locker, node string) string {
+func reapLease(t *testing.T, l *Coordinator, node string) string {
 	t.Helper()
 	resp, err := l.Lock(context.Background(), api.LockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, NodeID: node})
 	require.NoError(t, err)
@@ -37,7 +37,7 @@ func reapLease(t *testing.T, l *Locker, node string) string {
 // member's absence is reported in the coordinator's uptime.
 func TestNoExpiryByTimeAlone(t *testing.T) {
 	const expiry = 50 * time.Millisecond
-	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 20 * time.Millisecond; c.NodeExpiry = expiry })
+	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 20 * time.Millisecond; c.NodeExpiry = expiry })
 	session(t, l, "n1")
 	_, err := l.AddRef(context.Background(), blob, "n1")
 	require.NoError(t, err)
@@ -52,7 +52,7 @@ func TestNoExpiryByTimeAlone(t *testing.T) {
 // TestExpireRefusesLiveMember: a member with a live session is not
 // expired, whatever the reaper reports (409 member_live over HTTP).
 func TestExpireRefusesLiveMember(t *testing.T) {
-	l := newTestLocker(t, func(c *Config) { c.SessionTTL, c.NodeExpiry = time.Hour, time.Hour })
+	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL, c.NodeExpiry = time.Hour, time.Hour })
 	session(t, l, "n3")
 	_, err := l.Expire(context.Background(), "n3", api.ExpireRequest{MarkerUnchangedMs: (2 * time.Hour).Milliseconds()})
 	require.ErrorIs(t, err, api.ErrMemberLive)
@@ -63,7 +63,7 @@ func TestExpireRefusesLiveMember(t *testing.T) {
 // node_expiry of the coordinator's uptime is not expired, whatever the
 // reaper reports of its marker.
 func TestExpireRefusesShortAbsence(t *testing.T) {
-	l := newTestLocker(t, func(c *Config) { c.SessionTTL, c.NodeExpiry = 20*time.Millisecond, time.Hour })
+	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL, c.NodeExpiry = 20*time.Millisecond, time.Hour })
 	session(t, l, "n3")
 	require.Eventually(t, func() bool { return !nodeLive(t, l, "n3") }, 5*time.Second, 5*time.Millisecond)
 	_, err := l.Expire(context.Background(), "n3", api.ExpireRequest{MarkerUnchangedMs: (2 * time.Hour).Milliseconds()})
@@ -75,7 +75,7 @@ func TestExpireRefusesShortAbsence(t *testing.T) {
 // TestExpireNeedsLiveReapLease: a lease that lapsed is no proof of being
 // the reaper.
 func TestExpireNeedsLiveReapLease(t *testing.T) {
-	l := newTestLocker(t, func(c *Config) {
+	l := newTestCoordinator(t, func(c *Config) {
 		c.SessionTTL, c.NodeExpiry, c.LeaseTTL = 20*time.Millisecond, 20*time.Millisecond, 50*time.Millisecond
 	})
 	session(t, l, "n3")
@@ -90,7 +90,7 @@ func TestExpireNeedsLiveReapLease(t *testing.T) {
 	require.NotEqual(t, int64(-1), absentMs(t, l, "n3"))
 }
 
-func nodeLive(t *testing.T, l *Locker, node string) bool {
+func nodeLive(t *testing.T, l *Coordinator, node string) bool {
 	t.Helper()
 	nodes, err := l.Nodes(context.Background())
 	require.NoError(t, err)
@@ -109,13 +109,13 @@ func TestAbsenceCountsOnlyUptime(t *testing.T) {
 	const expiry = time.Second
 	cfg := func(c *Config) { c.SessionTTL = 20 * time.Millisecond; c.NodeExpiry = expiry }
 	ts := startStored(t, dir, cfg)
-	session(t, ts.Locker, "n1")
+	session(t, ts.Coordinator, "n1")
 	ts.Stop()
 	time.Sleep(2 * expiry) // the outage (a weekend), longer than node_expiry
 	beforeStart := time.Now()
 	ts = startStored(t, dir, cfg)
-	absent := absentMs(t, ts.Locker, "n1")
-	_, err := ts.Locker.Expire(context.Background(), "n1", api.ExpireRequest{MarkerUnchangedMs: time.Hour.Milliseconds()})
+	absent := absentMs(t, ts.Coordinator, "n1")
+	_, err := ts.Coordinator.Expire(context.Background(), "n1", api.ExpireRequest{MarkerUnchangedMs: time.Hour.Milliseconds()})
 	uptime := time.Since(beforeStart) // at least the coordinator's uptime
 	require.NotEqual(t, int64(-1), absent, "n1 is still a member")
 	require.LessOrEqual(t, absent, uptime.Milliseconds(), "absence counts from the restart, not from n1's last session")

@@ -21,8 +21,8 @@ type fenceSource struct {
 }
 
 // newFenceSource reads the persisted high-water mark and returns the
-// Locker's fence source, which persists the next ones with commit.
-func (l *Locker) newFenceSource(ctx context.Context, block uint64) (*fenceSource, error) {
+// Coordinator's fence source, which persists the next ones with commit.
+func (l *Coordinator) newFenceSource(ctx context.Context, block uint64) (*fenceSource, error) {
 	hwm, err := l.state.FenceMark(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading fence high-water mark: %w", err)

@@ -28,7 +28,7 @@ const readinessKey = "readiness_probe"
 // the caller to answer: nil, a 503 for a failed write, or err unchanged
 // when the write was refused for the request's own sake (a bad argument,
 // a cancelled request).
-func (l *Locker) wrote(ctx context.Context, err error) error {
+func (l *Coordinator) wrote(ctx context.Context, err error) error {
 	if err == nil {
 		if l.writeFailing.Load() && l.writeFailing.CompareAndSwap(true, false) {
 			log.G(ctx).Warn("the database accepts writes again; ready")
@@ -48,7 +48,7 @@ func (l *Locker) wrote(ctx context.Context, err error) error {
 
 // Ready reports whether the coordinator can serve: nil, or an error
 // matching api.ErrUnavailable while its database refuses writes.
-func (l *Locker) Ready(ctx context.Context) error {
+func (l *Coordinator) Ready(ctx context.Context) error {
 	if !l.writeFailing.Load() {
 		return nil
 	}

@@ -38,10 +38,10 @@ func (d *interruptedDB) Commit(ctx context.Context, b *refcount.Batch) error {
 	return d.BoltStorage.Commit(ctx, b)
 }
 
-// startOn starts a Locker on the database file at path, cutting the
-// commit that matches cut once armed; the Locker and the file are closed
+// startOn starts a Coordinator on the database file at path, cutting the
+// commit that matches cut once armed; the Coordinator and the file are closed
 // by stop or when t ends.
-func startOn(t *testing.T, path string, cut func(refcount.Op) bool, mutate ...func(*Config)) (l *Locker, db *interruptedDB, stop func()) {
+func startOn(t *testing.T, path string, cut func(refcount.Op) bool, mutate ...func(*Config)) (l *Coordinator, db *interruptedDB, stop func()) {
 	t.Helper()
 	s, err := refcount.OpenBoltStorage(path)
 	require.NoError(t, err)
@@ -50,7 +50,7 @@ func startOn(t *testing.T, path string, cut func(refcount.Op) bool, mutate ...fu
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	l, err = NewLocker(cfg, Options{Refs: refcount.NewManager(db)})
+	l, err = NewCoordinator(cfg, Options{Refs: refcount.NewManager(db)})
 	require.NoError(t, err)
 	var once atomic.Bool
 	stop = func() {
@@ -63,25 +63,25 @@ func startOn(t *testing.T, path string, cut func(refcount.Op) bool, mutate ...fu
 	return l, db, stop
 }
 
-// storedLocker is a Locker on a database file in a directory, as a
+// storedCoordinator is a Coordinator on a database file in a directory, as a
 // coordinator runs one, that a test can stop and start again on it.
-type storedLocker struct {
-	*Locker
+type storedCoordinator struct {
+	*Coordinator
 	stop func()
 }
 
-// startStored starts a Locker on the database in dir; it stops when t
+// startStored starts a Coordinator on the database in dir; it stops when t
 // ends, or at Stop.
-func startStored(t *testing.T, dir string, mutate ...func(*Config)) *storedLocker {
+func startStored(t *testing.T, dir string, mutate ...func(*Config)) *storedCoordinator {
 	t.Helper()
 	l, _, stop := startOn(t, filepath.Join(dir, "coordinator.db"), never, mutate...)
-	return &storedLocker{Locker: l, stop: stop}
+	return &storedCoordinator{Coordinator: l, stop: stop}
 }
 
-// Stop stops the Locker and closes its database before the test ends.
-func (s *storedLocker) Stop() { s.stop() }
+// Stop stops the Coordinator and closes its database before the test ends.
+func (s *storedCoordinator) Stop() { s.stop() }
 
-func memberIDs(t *testing.T, l *Locker) []string {
+func memberIDs(t *testing.T, l *Coordinator) []string {
 	t.Helper()
 	nodes, err := l.Nodes(context.Background())
 	require.NoError(t, err)

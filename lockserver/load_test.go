@@ -22,7 +22,7 @@ func TestMutualExclusionUnderLoad(t *testing.T) {
 		cycles  = 200
 		keys    = 8
 	)
-	l := newTestLocker(t)
+	l := newTestCoordinator(t)
 
 	var mu sync.Mutex
 	queued := map[string][]string{} // key → request ids in enqueue order

@@ -23,11 +23,11 @@ import (
 // missing (the coordinator restarted or lost its database, or the node
 // used blobs while it could not reach the coordinator).
 //
-// Lock order: a shard's mutex, then Locker.mmu, then the refcount
+// Lock order: a shard's mutex, then Coordinator.mmu, then the refcount
 // Manager's stripes.
 
 // member is one node of the cluster. All fields are protected by
-// Locker.mmu.
+// Coordinator.mmu.
 type member struct {
 	rec refcount.Member
 	// sessionUntil is when the session lapses; zero when the node has had
@@ -69,7 +69,7 @@ func (m *member) live(now time.Time) bool {
 }
 
 // loadMembers reads the persisted members: none is live or synced.
-func (l *Locker) loadMembers(ctx context.Context) error {
+func (l *Coordinator) loadMembers(ctx context.Context) error {
 	recs, err := l.state.ListMembers(ctx)
 	if err != nil {
 		return fmt.Errorf("lockserver: loading members: %w", err)
@@ -86,7 +86,7 @@ func (l *Locker) loadMembers(ctx context.Context) error {
 // arrives late is api.ErrLate and extends nothing; a session that had
 // lapsed, or one opened without an echo, starts unsynced. While one
 // instance's session is live, another instance's is api.ErrDuplicateNode.
-func (l *Locker) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
+func (l *Coordinator) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
 	if err := validateID("node_id", req.NodeID); err != nil {
 		return api.SessionResponse{}, err
 	}
@@ -135,7 +135,7 @@ func (l *Locker) Session(ctx context.Context, req api.SessionRequest) (api.Sessi
 
 // checkInstance refuses a session of another instance while m's session
 // is live (SPEC §8, "One live instance per node ID"). Callers hold mmu.
-func (l *Locker) checkInstance(ctx context.Context, req api.SessionRequest, m *member, now time.Time) error {
+func (l *Coordinator) checkInstance(ctx context.Context, req api.SessionRequest, m *member, now time.Time) error {
 	if !m.live(now) || m.instance == "" || req.InstanceID == "" || m.instance == req.InstanceID {
 		return nil
 	}
@@ -155,7 +155,7 @@ func (m *member) clashing(now time.Time) bool { return now.Before(m.clashUntil) 
 // before the delete drops the ID's reference: the reference may be the
 // other instance's. The refusal is api.ErrDuplicateNode, which the node
 // takes as "nothing changed" (it keeps its journal entry).
-func (l *Locker) checkClash(resourceID, node string, now time.Time) error {
+func (l *Coordinator) checkClash(resourceID, node string, now time.Time) error {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	if m := l.members[node]; m != nil && m.clashing(now) {
@@ -167,7 +167,7 @@ func (l *Locker) checkClash(resourceID, node string, now time.Time) error {
 
 // persistSeen writes m's LastSeen when the persisted one is too stale.
 // Callers hold mmu.
-func (l *Locker) persistSeen(ctx context.Context, m *member, now time.Time) error {
+func (l *Coordinator) persistSeen(ctx context.Context, m *member, now time.Time) error {
 	if !m.rec.LastSeen.IsZero() && now.Sub(m.rec.LastSeen) <= l.persistSeenEvery() {
 		return nil
 	}
@@ -181,14 +181,14 @@ func (l *Locker) persistSeen(ctx context.Context, m *member, now time.Time) erro
 }
 
 // persistSeenEvery is how stale a member's persisted LastSeen may get.
-func (l *Locker) persistSeenEvery() time.Duration {
+func (l *Coordinator) persistSeenEvery() time.Duration {
 	return min(time.Minute, l.cfg.NodeExpiry/10)
 }
 
 // SyncRefs handles PUT /nodes/{id}/refs: one chunk of the node's full
 // journal (api.SyncRequest). The last chunk replaces the node's references
 // in one transaction and makes the node synced.
-func (l *Locker) SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error) {
+func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error) {
 	if err := validateID("node_id", nodeID); err != nil {
 		return api.SyncResponse{}, err
 	}
@@ -255,7 +255,7 @@ func (l *Locker) SyncRefs(ctx context.Context, nodeID string, req api.SyncReques
 // or, from a journal generation the coordinator has not had a full sync
 // from (a wiped or replaced state dir), only adds them, then records the
 // generation (SPEC §8, "Journal generation"). Callers hold mmu.
-func (l *Locker) applySync(ctx context.Context, m *member, generation string, refs map[string]struct{}) error {
+func (l *Coordinator) applySync(ctx context.Context, m *member, generation string, refs map[string]struct{}) error {
 	node := m.rec.ID
 	b := new(refcount.Batch)
 	if generation == m.rec.Generation {
@@ -285,7 +285,7 @@ func (l *Locker) applySync(ctx context.Context, m *member, generation string, re
 // dropped) a reference, so that the sync's replacement keeps the change.
 // Callers hold the resource's shard mutex and call it before they write
 // the change.
-func (l *Locker) noteRef(node, resourceID string, added bool) {
+func (l *Coordinator) noteRef(node, resourceID string, added bool) {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	if m := l.members[node]; m != nil && m.sync != nil {
@@ -294,14 +294,14 @@ func (l *Locker) noteRef(node, resourceID string, added bool) {
 }
 
 // unsynced returns the members that are not synced now, sorted.
-func (l *Locker) unsynced(now time.Time) []string {
+func (l *Coordinator) unsynced(now time.Time) []string {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	return l.unsyncedLocked(now)
 }
 
 // unsyncedLocked is unsynced for callers that hold mmu.
-func (l *Locker) unsyncedLocked(now time.Time) []string {
+func (l *Coordinator) unsyncedLocked(now time.Time) []string {
 	var out []string
 	for id, m := range l.members {
 		if !m.synced || !m.live(now) || m.clashing(now) {
@@ -313,11 +313,11 @@ func (l *Locker) unsyncedLocked(now time.Time) []string {
 }
 
 // checkSynced is the second half of the delete rule: every member synced.
-func (l *Locker) checkSynced(resourceID string, now time.Time) error {
+func (l *Coordinator) checkSynced(resourceID string, now time.Time) error {
 	return l.syncedError(resourceID, l.unsynced(now))
 }
 
-func (l *Locker) syncedError(resourceID string, unsynced []string) error {
+func (l *Coordinator) syncedError(resourceID string, unsynced []string) error {
 	if len(unsynced) > 0 {
 		l.metrics.unsyncedRefusals.Inc()
 		return &api.UnsyncedError{ResourceID: resourceID, Nodes: unsynced}
@@ -333,7 +333,7 @@ func (l *Locker) syncedError(resourceID string, unsynced []string) error {
 // synced, was granted while that member's sync referenced the resource
 // (TestDeleteRuleAtomicWithSync). Callers hold the resource's shard mutex
 // (lock order: shard, mmu, refcount stripes).
-func (l *Locker) checkDeleteRule(ctx context.Context, resourceID string, countRefs bool, now time.Time) error {
+func (l *Coordinator) checkDeleteRule(ctx context.Context, resourceID string, countRefs bool, now time.Time) error {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	if countRefs {
@@ -352,7 +352,7 @@ func (l *Locker) checkDeleteRule(ctx context.Context, resourceID string, countRe
 // member and its references are dropped. A node with a live session is
 // refused: it would be a member again at its next keepalive, without its
 // references.
-func (l *Locker) Forget(ctx context.Context, nodeID string) error {
+func (l *Coordinator) Forget(ctx context.Context, nodeID string) error {
 	if err := validateID("node_id", nodeID); err != nil {
 		return err
 	}
@@ -367,7 +367,7 @@ func (l *Locker) Forget(ctx context.Context, nodeID string) error {
 // forgetLocked drops the member and its references, in one transaction
 // (SPEC §8): interrupted, it leaves both, and running it again completes
 // it. Callers hold mmu.
-func (l *Locker) forgetLocked(ctx context.Context, nodeID, why string) error {
+func (l *Coordinator) forgetLocked(ctx context.Context, nodeID, why string) error {
 	failpoint.Inject(failpoint.CoordForgetBeforeCommit)
 	if err := l.commit(ctx, new(refcount.Batch).ReplaceNode(nodeID, nil).DeleteMember(nodeID)); err != nil {
 		return fmt.Errorf("forget node %s: nothing was changed; run the same command again: %w", nodeID, err)
@@ -380,7 +380,7 @@ func (l *Locker) forgetLocked(ctx context.Context, nodeID, why string) error {
 }
 
 // Nodes handles GET /nodes: every member and its state.
-func (l *Locker) Nodes(context.Context) (api.NodesResponse, error) {
+func (l *Coordinator) Nodes(context.Context) (api.NodesResponse, error) {
 	now := l.now()
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
@@ -406,7 +406,7 @@ func (l *Locker) Nodes(context.Context) (api.NodesResponse, error) {
 // started, whichever is later, measured on the monotonic clock. Time the
 // coordinator was down never counts (a weekend's outage expires nobody).
 // Zero while m is live. Callers hold mmu.
-func (l *Locker) absence(m *member, now time.Time) time.Duration {
+func (l *Coordinator) absence(m *member, now time.Time) time.Duration {
 	if m.live(now) {
 		return 0
 	}

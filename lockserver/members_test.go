@@ -13,11 +13,11 @@ import (
 )
 
 // answers holds the last session answer each test node received, by
-// Locker and node ID: session and syncRefs echo it, as a node does.
+// Coordinator and node ID: session and syncRefs echo it, as a node does.
 var answers sync.Map // nodeKey → answer
 
 type nodeKey struct {
-	l    *Locker
+	l    *Coordinator
 	node string
 }
 
@@ -29,7 +29,7 @@ type answer struct {
 // echoOf returns the echo of node's last answer, sent now: nil (open a
 // session) when there is none or it is more than 2·TTL/3 old, as a node
 // does.
-func echoOf(l *Locker, node string) *api.Echo {
+func echoOf(l *Coordinator, node string) *api.Echo {
 	v, ok := answers.Load(nodeKey{l, node})
 	if !ok {
 		return nil
@@ -44,14 +44,14 @@ func echoOf(l *Locker, node string) *api.Echo {
 
 // session renews node's session (opens it the first time), as a node
 // does.
-func session(t *testing.T, l *Locker, node string) api.SessionResponse {
+func session(t *testing.T, l *Coordinator, node string) api.SessionResponse {
 	t.Helper()
 	resp, err := renew(l, node)
 	require.NoError(t, err)
 	return resp
 }
 
-func renew(l *Locker, node string) (api.SessionResponse, error) {
+func renew(l *Coordinator, node string) (api.SessionResponse, error) {
 	resp, err := l.Session(context.Background(), api.SessionRequest{NodeID: node, Echo: echoOf(l, node)})
 	if err == nil {
 		answers.Store(nodeKey{l, node}, answer{resp, time.Now()})
@@ -59,7 +59,7 @@ func renew(l *Locker, node string) (api.SessionResponse, error) {
 	return resp, err
 }
 
-func syncRefs(t *testing.T, l *Locker, node, syncID string, done bool, ids ...string) {
+func syncRefs(t *testing.T, l *Coordinator, node, syncID string, done bool, ids ...string) {
 	t.Helper()
 	req := api.SyncRequest{SyncID: syncID, ResourceIDs: ids, Done: done}
 	if done {
@@ -69,7 +69,7 @@ func syncRefs(t *testing.T, l *Locker, node, syncID string, done bool, ids ...st
 	require.NoError(t, err)
 }
 
-func refsOf(t *testing.T, l *Locker, id string) []string {
+func refsOf(t *testing.T, l *Coordinator, id string) []string {
 	t.Helper()
 	rc, err := l.Refs(context.Background(), id)
 	require.NoError(t, err)
@@ -81,7 +81,7 @@ func refsOf(t *testing.T, l *Locker, id string) []string {
 // and the deleter's own reference goes anyway; once it syncs, the delete
 // is granted.
 func TestDeleteWaitsForUnsyncedMembers(t *testing.T) {
-	l := newTestLocker(t)
+	l := newTestCoordinator(t)
 	ctx := context.Background()
 	require.False(t, session(t, l, "n1").Synced)
 	syncRefs(t, l, "n1", "s1", true, blob)
@@ -104,7 +104,7 @@ func TestDeleteWaitsForUnsyncedMembers(t *testing.T) {
 // sync started survives the replacement even if the snapshot lacks it, and
 // one it drops is not brought back by an older snapshot.
 func TestSyncKeepsChangesMadeDuringIt(t *testing.T) {
-	l := newTestLocker(t)
+	l := newTestCoordinator(t)
 	ctx := context.Background()
 	session(t, l, "n1")
 	_, err := l.AddRef(ctx, "sha256:dropped", "n1")
@@ -130,7 +130,7 @@ func TestSyncKeepsChangesMadeDuringIt(t *testing.T) {
 // again, and a delete lease's keepalive is refused (and the lease
 // released) while it is away: a deleter checks right before it removes.
 func TestLapsedSessionIsUnsynced(t *testing.T) {
-	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 50 * time.Millisecond })
+	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 50 * time.Millisecond })
 	ctx := context.Background()
 	for _, n := range []string{"n1", "n2"} {
 		session(t, l, n)
@@ -171,20 +171,20 @@ func writeFile(t *testing.T, path, s string) {
 func TestRestartLosesNoMember(t *testing.T) {
 	dir := t.TempDir()
 	ts := startStored(t, dir)
-	before := ts.Locker.Cluster()
-	session(t, ts.Locker, "n1")
-	syncRefs(t, ts.Locker, "n1", "s", true, blob)
+	before := ts.Coordinator.Cluster()
+	session(t, ts.Coordinator, "n1")
+	syncRefs(t, ts.Coordinator, "n1", "s", true, blob)
 	ts.Stop()
 
 	ts = startStored(t, dir)
-	after := ts.Locker.Cluster()
+	after := ts.Coordinator.Cluster()
 	require.Equal(t, before.ClusterID, after.ClusterID)
 	require.Greater(t, after.Epoch, before.Epoch)
-	nodes, err := ts.Locker.Nodes(context.Background())
+	nodes, err := ts.Coordinator.Nodes(context.Background())
 	require.NoError(t, err)
 	require.Len(t, nodes.Nodes, 1)
 	require.False(t, nodes.Nodes[0].Synced)
-	_, err = ts.Locker.Lock(context.Background(), api.LockRequest{Type: api.OperationDelete, ResourceID: "sha256:unused", NodeID: "n2"})
+	_, err = ts.Coordinator.Lock(context.Background(), api.LockRequest{Type: api.OperationDelete, ResourceID: "sha256:unused", NodeID: "n2"})
 	require.ErrorIs(t, err, api.ErrUnsynced, "n1 has not synced since the restart")
-	require.Equal(t, []string{"n1"}, refsOf(t, ts.Locker, blob))
+	require.Equal(t, []string{"n1"}, refsOf(t, ts.Coordinator, blob))
 }

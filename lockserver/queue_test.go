@@ -59,7 +59,7 @@ func TestWaitQueueMatchesASlice(t *testing.T) {
 // one key, a status answer lists only the head of the queue, counts them
 // all, and gives the asking waiter its own position.
 func TestStatusIsBounded(t *testing.T) {
-	l := newTestLocker(t)
+	l := newTestCoordinator(t)
 	ctx := context.Background()
 	const n = 5000
 	mustLock(t, l, api.OperationPull, "holder")
@@ -91,7 +91,7 @@ func TestStatusIsBounded(t *testing.T) {
 func BenchmarkEnqueue(b *testing.B) {
 	for _, n := range []int{1000, 10000, 100000} {
 		b.Run(fmt.Sprint("waiters=", n), func(b *testing.B) {
-			l := newTestLocker(b, func(c *Config) { c.MaxWaitersPerNode = 1 << 30 })
+			l := newTestCoordinator(b, func(c *Config) { c.MaxWaitersPerNode = 1 << 30 })
 			ctx := context.Background()
 			if _, err := l.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "holder"}); err != nil {
 				b.Fatal(err)
@@ -124,7 +124,7 @@ func BenchmarkEnqueue(b *testing.B) {
 func BenchmarkStatusPoll(b *testing.B) {
 	for _, n := range []int{1000, 100000} {
 		b.Run(fmt.Sprint("waiters=", n), func(b *testing.B) {
-			l := newTestLocker(b, func(c *Config) { c.MaxWaitersPerNode = 1 << 30 })
+			l := newTestCoordinator(b, func(c *Config) { c.MaxWaitersPerNode = 1 << 30 })
 			ctx := context.Background()
 			if _, err := l.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "holder"}); err != nil {
 				b.Fatal(err)

@@ -46,7 +46,7 @@ const maxRecentResources = 1 << 18
 
 // noteReaper records g as the reaper's grant if it is the reap lock's.
 // Callers hold the shard mutex of api.ReapLockResource.
-func (l *Locker) noteReaper(resourceID string, g *grant) {
+func (l *Coordinator) noteReaper(resourceID string, g *grant) {
 	if g.typ == idxUpdate && resourceID == api.ReapLockResource {
 		l.reaper.Store(&reapHolder{node: g.nodeID, leaseID: g.leaseID, expires: g.expires})
 	}
@@ -54,7 +54,7 @@ func (l *Locker) noteReaper(resourceID string, g *grant) {
 
 // forgetReaper clears the reaper's record when its grant g ends.
 // Callers hold the shard mutex of api.ReapLockResource.
-func (l *Locker) forgetReaper(resourceID string, g *grant) {
+func (l *Coordinator) forgetReaper(resourceID string, g *grant) {
 	if h := l.reaper.Load(); h != nil && g.typ == idxUpdate && resourceID == api.ReapLockResource && h.leaseID == g.leaseID {
 		l.reaper.Store(nil)
 	}
@@ -65,7 +65,7 @@ func (l *Locker) forgetReaper(resourceID string, g *grant) {
 // whether other nodes' references refuse the delete: all but a dangling
 // reap's, whose references are what it drops. An unknown mode is an error,
 // never the permissive branch (validateReap refuses it earlier).
-func (l *Locker) reapRule(id, node string, m api.ReapMode, now time.Time) (countRefs bool, err error) {
+func (l *Coordinator) reapRule(id, node string, m api.ReapMode, now time.Time) (countRefs bool, err error) {
 	switch m {
 	case "":
 		return true, nil
@@ -79,7 +79,7 @@ func (l *Locker) reapRule(id, node string, m api.ReapMode, now time.Time) (count
 
 // checkReap applies the reaper's conditions to a reap delete of id sent
 // by node. Callers hold id's shard mutex.
-func (l *Locker) checkReap(id, node string, now time.Time) error {
+func (l *Coordinator) checkReap(id, node string, now time.Time) error {
 	h := l.reaper.Load()
 	switch {
 	case h == nil:
@@ -110,7 +110,7 @@ func (l *Locker) checkReap(id, node string, now time.Time) error {
 
 // noteActivity records that id was pulled or its references changed.
 // Callers hold sh.mu (sh is id's shard).
-func (l *Locker) noteActivity(sh *shard, id string, now time.Time) {
+func (l *Coordinator) noteActivity(sh *shard, id string, now time.Time) {
 	if l.cfg.ReapGrace == 0 {
 		return
 	}
@@ -134,7 +134,7 @@ func (sh *shard) lastActivity(id string) time.Duration {
 // pruneRecent forgets the activity older than the grace, at most every
 // quarter grace. The sweep calls it with sh.mu held; it rebuilds the map,
 // so memory goes back as entries go.
-func (l *Locker) pruneRecent(sh *shard, now time.Time) {
+func (l *Coordinator) pruneRecent(sh *shard, now time.Time) {
 	grace := l.cfg.ReapGrace
 	up := now.Sub(l.started)
 	if len(sh.recent) == 0 || up-sh.prunedAt < grace/4 {

@@ -14,7 +14,7 @@ import (
 
 // The coordinator's records behind the reaper's conditions (reap.go).
 
-// testClock is a Locker's clock that a test moves forward: the real
+// testClock is a Coordinator's clock that a test moves forward: the real
 // (monotonic) clock plus a skew.
 type testClock struct{ skew atomic.Int64 }
 
@@ -30,7 +30,7 @@ func TestReapActivityBounded(t *testing.T) {
 	clock := &testClock{}
 	cfg := DefaultConfig()
 	cfg.Shards = maxRecentResources / 1024 // a bound of 1024 per shard
-	l, err := newLocker(cfg, Options{Refs: newTestRefs()}, clock.now)
+	l, err := newCoordinator(cfg, Options{Refs: newTestRefs()}, clock.now)
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	sh := l.shards[0]
@@ -58,7 +58,7 @@ func TestReapActivityBounded(t *testing.T) {
 // TestReapLockHolderRecord: the reaper's record follows the reap lock's
 // grant through grant, keepalive and release, and ignores other keys.
 func TestReapLockHolderRecord(t *testing.T) {
-	l := newTestLocker(t)
+	l := newTestCoordinator(t)
 	ctx := context.Background()
 	other, err := l.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: "sharedcontent/other", NodeID: "n1"})
 	require.NoError(t, err)

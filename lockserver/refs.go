@@ -14,7 +14,7 @@ import (
 // (for example a blob it is about to commit). It is refused with
 // api.ErrDeleting while a delete of the resource is in flight, because that
 // delete already decided nobody uses it.
-func (l *Locker) AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
+func (l *Coordinator) AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
 	return l.addRef(ctx, resourceID, nodeID, false)
 }
 
@@ -23,11 +23,11 @@ func (l *Locker) AddRef(ctx context.Context, resourceID, nodeID string) (api.Ref
 // the resource has succeeded and no pull or reference has followed it
 // (for CompletedTTL), because the node may have seen the deleted file
 // through a cache of the shared filesystem.
-func (l *Locker) AddFoundRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
+func (l *Coordinator) AddFoundRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
 	return l.addRef(ctx, resourceID, nodeID, true)
 }
 
-func (l *Locker) addRef(ctx context.Context, resourceID, nodeID string, found bool) (api.RefsResponse, error) {
+func (l *Coordinator) addRef(ctx context.Context, resourceID, nodeID string, found bool) (api.RefsResponse, error) {
 	if err := validateResourceID(resourceID); err != nil {
 		return api.RefsResponse{}, err
 	}
@@ -77,7 +77,7 @@ func (l *Locker) addRef(ctx context.Context, resourceID, nodeID string, found bo
 // staleView refuses a node's use of a blob it found present while the
 // delete completion c is retained: the node may see the deleted file
 // through a cache of the shared filesystem.
-func (l *Locker) staleView(resourceID string, c *completion) error {
+func (l *Coordinator) staleView(resourceID string, c *completion) error {
 	ago := l.now().Sub(c.at)
 	if ago >= l.cfg.CompletedTTL {
 		return nil
@@ -98,7 +98,7 @@ const (
 
 // RefsList handles GET /refs/list: the reference sets in resource ID order,
 // a page at a time (for the reaper and operators).
-func (l *Locker) RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error) {
+func (l *Coordinator) RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error) {
 	if limit <= 0 {
 		limit = defaultRefsPage
 	}
@@ -122,7 +122,7 @@ func (l *Locker) RefsList(ctx context.Context, after string, limit int) (api.Ref
 // Refs handles GET /refs: the nodes that reference the resource. It reads
 // under the shard mutex, so it never sees an unlock half done (waiters told
 // to skip, the holder's reference still being written).
-func (l *Locker) Refs(ctx context.Context, resourceID string) (api.RefsResponse, error) {
+func (l *Coordinator) Refs(ctx context.Context, resourceID string) (api.RefsResponse, error) {
 	if err := validateResourceID(resourceID); err != nil {
 		return api.RefsResponse{}, err
 	}

@@ -18,15 +18,15 @@ const watcherBuffer = 64
 // already has its outcome (or is unknown) gets only First. Without a
 // request_id it watches the key and gets every event until it closes.
 //
-// Events are delivered without blocking the Locker: the channel is closed
-// when the subscription ends (an outcome, Close, Locker.Close, or a watcher
+// Events are delivered without blocking the Coordinator: the channel is closed
+// when the subscription ends (an outcome, Close, Coordinator.Close, or a watcher
 // that fell behind).
 type Subscription struct {
 	// First is the state of the key, and of the request, at subscription
 	// time: nothing that happened before Subscribe is missed.
 	First api.StatusResponse
 
-	l         *Locker
+	l         *Coordinator
 	typ       typeIndex
 	id        string
 	nodeID    string
@@ -76,7 +76,7 @@ func (s *Subscription) end() {
 // Subscribe opens an event stream for (typ, resourceID), following the
 // request (nodeID, requestID) when requestID is not empty. The caller must
 // Close it.
-func (l *Locker) Subscribe(typ api.OperationType, resourceID, nodeID, requestID string) (*Subscription, error) {
+func (l *Coordinator) Subscribe(typ api.OperationType, resourceID, nodeID, requestID string) (*Subscription, error) {
 	t, err := validateQuery(typ, resourceID, nodeID, requestID)
 	if err != nil {
 		return nil, err
@@ -156,7 +156,7 @@ func (s *Subscription) Claimed(leaseID string) {
 // request's own state, counts as a poll that keeps a stream-less waiter in
 // its queue, and claims a grant made to it.
 // It never blocks; ctx is there for the Transport interface of lockclient.
-func (l *Locker) Status(_ context.Context, typ api.OperationType, resourceID, nodeID, requestID string) (api.StatusResponse, error) {
+func (l *Coordinator) Status(_ context.Context, typ api.OperationType, resourceID, nodeID, requestID string) (api.StatusResponse, error) {
 	t, err := validateQuery(typ, resourceID, nodeID, requestID)
 	if err != nil {
 		return api.StatusResponse{}, err
@@ -177,7 +177,7 @@ func (l *Locker) Status(_ context.Context, typ api.OperationType, resourceID, no
 //
 // Request IDs are shown only to their own node (nodeID): with a request ID
 // and its node, the lease of a grant can be had (SPEC §9).
-func (l *Locker) status(r *resource, t typeIndex, nodeID, requestID string, withQueue bool, now time.Time) api.StatusResponse {
+func (l *Coordinator) status(r *resource, t typeIndex, nodeID, requestID string, withQueue bool, now time.Time) api.StatusResponse {
 	k := &r.keys[t]
 	st := api.StatusResponse{Type: typeNames[t], ResourceID: r.id, Queue: []api.Waiter{}, QueueLength: k.queue.Len()}
 	own := func(q *request) string {
@@ -218,13 +218,13 @@ func (l *Locker) status(r *resource, t typeIndex, nodeID, requestID string, with
 }
 
 // event builds an event of r.keys[t].
-func (l *Locker) event(r *resource, t typeIndex, name, node, requestID string, success bool, reason string) api.Event {
+func (l *Coordinator) event(r *resource, t typeIndex, name, node, requestID string, success bool, reason string) api.Event {
 	return api.Event{Name: name, Type: typeNames[t], ResourceID: r.id, NodeID: node, RequestID: requestID, Success: success, Reason: reason}
 }
 
 // notifyWatchers sends an event to every watcher of r.keys[t]. Watchers
 // see which node an event is about, not its request ID.
-func (l *Locker) notifyWatchers(r *resource, t typeIndex, name, node string, success bool, reason string) {
+func (l *Coordinator) notifyWatchers(r *resource, t typeIndex, name, node string, success bool, reason string) {
 	k := &r.keys[t]
 	if len(k.watchers) == 0 {
 		return

@@ -7,8 +7,8 @@ import (
 
 // sweepLoop is the one goroutine per shard that expires leases, releases
 // unclaimed grants, drops abandoned stream-less waiters and forgets old
-// completions. It stops when the Locker closes.
-func (l *Locker) sweepLoop(sh *shard) {
+// completions. It stops when the Coordinator closes.
+func (l *Coordinator) sweepLoop(sh *shard) {
 	defer l.wg.Done()
 	t := time.NewTicker(l.cfg.sweepInterval())
 	defer t.Stop()
@@ -22,7 +22,7 @@ func (l *Locker) sweepLoop(sh *shard) {
 	}
 }
 
-func (l *Locker) sweep(sh *shard, now time.Time) {
+func (l *Coordinator) sweep(sh *shard, now time.Time) {
 	ctx := context.Background()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

@@ -20,7 +20,7 @@ func TestSweepShrinksEmptiedMaps(t *testing.T) {
 	// One shard; the sweeps that matter are driven by hand. With a lease
 	// TTL of a minute the background sweeper forgets no released lease
 	// and expires no lock meanwhile.
-	l := newTestLocker(t, func(c *Config) { c.Shards = 1; c.LeaseTTL = time.Minute; c.ClaimTimeout = time.Hour })
+	l := newTestCoordinator(t, func(c *Config) { c.Shards = 1; c.LeaseTTL = time.Minute; c.ClaimTimeout = time.Hour })
 	ctx := context.Background()
 	sh := l.shards[0]
 	// mapOf identifies a map's storage, under the shard's mutex.

@@ -12,20 +12,20 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// fakeClock drives a Locker's clock by hand, from its start.
+// fakeClock drives a Coordinator's clock by hand, from its start.
 type fakeClock struct {
-	l      *Locker
+	l      *Coordinator
 	offset atomic.Int64
 }
 
-func useFakeClock(l *Locker) *fakeClock {
+func useFakeClock(l *Coordinator) *fakeClock {
 	c := &fakeClock{l: l}
 	start := l.started
 	l.now = func() time.Time { return start.Add(time.Duration(c.offset.Load())) }
 	return c
 }
 
-// at sets the clock to d after the Locker's start.
+// at sets the clock to d after the Coordinator's start.
 func (c *fakeClock) at(d time.Duration) { c.offset.Store(int64(d)) }
 
 // echo is the echo of answer a, sent elapsed after it was received.
@@ -39,7 +39,7 @@ func sessionReq(node string, e *api.Echo) api.SessionRequest {
 
 // syncedNode opens n1's session at the clock's time and syncs it
 // (with ids), returning the open's answer.
-func syncedNode(t *testing.T, l *Locker, node string, ids ...string) api.SessionResponse {
+func syncedNode(t *testing.T, l *Coordinator, node string, ids ...string) api.SessionResponse {
 	t.Helper()
 	ctx := context.Background()
 	a, err := l.Session(ctx, sessionReq(node, nil))
@@ -50,7 +50,7 @@ func syncedNode(t *testing.T, l *Locker, node string, ids ...string) api.Session
 	return a
 }
 
-func synced(t *testing.T, l *Locker, node string) bool {
+func synced(t *testing.T, l *Coordinator, node string) bool {
 	t.Helper()
 	nodes, err := l.Nodes(context.Background())
 	require.NoError(t, err)
@@ -68,7 +68,7 @@ func synced(t *testing.T, l *Locker, node string) bool {
 // is 409 late and extends nothing: the session ends TTL after the last
 // renewal that counted, and deletes wait for the node from then on.
 func TestLateRenewalExtendsNothing(t *testing.T) {
-	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
+	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
 	clock := useFakeClock(l)
 	ctx := context.Background()
 	clock.at(time.Second)
@@ -108,7 +108,7 @@ func TestLateRenewalExtendsNothing(t *testing.T) {
 // while the node's session is live and synced: a delayed session-open
 // can never keep a node synced.
 func TestOpenIsNeverSynced(t *testing.T) {
-	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
+	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
 	clock := useFakeClock(l)
 	ctx := context.Background()
 	a := syncedNode(t, l, "n1")
@@ -132,7 +132,7 @@ func TestOpenIsNeverSynced(t *testing.T) {
 // make the node synced. Without an echo (an older node) it must arrive
 // within TTL/3 of the last session answer.
 func TestSyncDoneLate(t *testing.T) {
-	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
+	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
 	clock := useFakeClock(l)
 	ctx := context.Background()
 	a, err := l.Session(ctx, sessionReq("n1", nil))
@@ -167,7 +167,7 @@ func TestSyncDoneLate(t *testing.T) {
 // other instance (a restarted daemon) gets it. An older node (no
 // instance ID) is not checked.
 func TestDuplicateNode(t *testing.T) {
-	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
+	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
 	clock := useFakeClock(l)
 	ctx := context.Background()
 	_, err := l.Session(ctx, api.SessionRequest{NodeID: "host", InstanceID: "i1"})
@@ -198,7 +198,7 @@ func TestDuplicateNode(t *testing.T) {
 // references with the last chunk. A chunk that declares its offset is
 // refused unless it starts the sync; nothing changes.
 func TestSyncTailOfUnknownSync(t *testing.T) {
-	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
+	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
 	clock := useFakeClock(l)
 	ctx := context.Background()
 	blobs := []string{"sha256:" + strings.Repeat("a", 64), "sha256:" + strings.Repeat("b", 64)}
@@ -231,7 +231,7 @@ func TestSyncTailOfUnknownSync(t *testing.T) {
 // only its journal knows). Once A has not knocked for a session TTL,
 // deletes go through again.
 func TestDuplicateInstancesPauseDeletes(t *testing.T) {
-	l := newTestLocker(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
+	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
 	clock := useFakeClock(l)
 	ctx := context.Background()
 	other := "sha256:" + strings.Repeat("c", 64)
@@ -282,7 +282,7 @@ func TestDuplicateInstancesPauseDeletes(t *testing.T) {
 func TestSyncFromNewGenerationOnlyAdds(t *testing.T) {
 	dir := t.TempDir()
 	ts := startStored(t, dir)
-	l := ts.Locker
+	l := ts.Coordinator
 	ctx := context.Background()
 	sync := func(id, gen string, ids ...string) {
 		t.Helper()

@@ -160,7 +160,7 @@ func (bb benchBlob) descriptor() ocispec.Descriptor {
 // benchStore is a containerd-mode store on an embedded coordinator, as the
 // daemon runs it.
 func benchStore(b *testing.B, root string) content.Store {
-	l, err := lockserver.NewLocker(lockserver.DefaultConfig(),
+	l, err := lockserver.NewCoordinator(lockserver.DefaultConfig(),
 		lockserver.Options{Refs: refcount.NewManager(refcount.NewMemoryStorage())})
 	require.NoError(b, err)
 	b.Cleanup(func() { l.Close() })

@@ -25,7 +25,7 @@ import (
 )
 
 func main() {
-	server := flag.String("server", "bin/sharedcontent-lockserver", "the lock server binary")
+	server := flag.String("server", "bin/sharedcontent-lockserver", "the coordinator binary")
 	nofile := flag.Int("nofile", 256, "descriptor limit of the server in the flood")
 	conns := flag.Int("conns", 300, "idle connections of the flood")
 	waiters := flag.Int("waiters", 100000, "waiters on one key")

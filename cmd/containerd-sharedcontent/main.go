@@ -195,7 +195,7 @@ func run(args []string) error {
 	return errors.Join(err, shutdown())
 }
 
-// coordinator connects to the lock server, or embeds one.
+// coordinator connects to the coordinator, or embeds one.
 func coordinator(ctx context.Context, o options, errCh chan<- error, cleanups *[]func(context.Context) error) (*lockclient.Client, error) {
 	opts := []lockclient.Option{lockclient.WithNodeID(o.nodeID)}
 	tokenFile := o.embedded.AuthTokenFile
@@ -226,7 +226,7 @@ func coordinator(ctx context.Context, o options, errCh chan<- error, cleanups *[
 	}
 	*cleanups = append(*cleanups, srv.Shutdown)
 	if o.adopt {
-		if err := adopt(ctx, srv.Locker, o.root); err != nil {
+		if err := adopt(ctx, srv.Coordinator, o.root); err != nil {
 			return nil, err
 		}
 	}
@@ -239,11 +239,11 @@ func coordinator(ctx context.Context, o options, errCh chan<- error, cleanups *[
 		log.G(ctx).WithField("listen", ln.Addr().String()).WithField("auth", o.embedded.Identity()).
 			Info("embedded coordinator serving other nodes")
 	}
-	return lockclient.NewEmbedded(srv.Locker, opts...)
+	return lockclient.NewEmbedded(srv.Coordinator, opts...)
 }
 
 // adopt makes the embedded coordinator take the root's cluster and members.
-func adopt(ctx context.Context, l *lockserver.Locker, root string) error {
+func adopt(ctx context.Context, l *lockserver.Coordinator, root string) error {
 	id, err := contentv2.ReadClusterID(root)
 	if err != nil {
 		return err

@@ -85,7 +85,7 @@ func run() error {
 	defer srv.Shutdown(context.Background())
 
 	root := dir + "/shared"
-	ns, err := startNodes(ctx, srv.Locker, dir, root, f.nodes)
+	ns, err := startNodes(ctx, srv.Coordinator, dir, root, f.nodes)
 	defer closeNodes(ns)
 	if err != nil {
 		return err
@@ -129,7 +129,7 @@ func startRegistry(ctx context.Context, f demoFlags) (*registry.Registry, regist
 // startNodes starts n nodes on the shared root, each a client of the
 // embedded coordinator l with its state under dir. On an error it returns
 // the nodes started so far, for closeNodes.
-func startNodes(ctx context.Context, l *lockserver.Locker, dir, root string, n int) ([]*contentv2test.Node, error) {
+func startNodes(ctx context.Context, l *lockserver.Coordinator, dir, root string, n int) ([]*contentv2test.Node, error) {
 	var ns []*contentv2test.Node
 	for i := range n {
 		id := fmt.Sprintf("node-%d", i+1)

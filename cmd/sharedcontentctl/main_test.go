@@ -30,7 +30,7 @@ func setup(t *testing.T) (server, root string) {
 	t.Helper()
 	c := lockservertest.Start(t)
 	ctx := context.Background()
-	l := c.Locker()
+	l := c.Core()
 	for _, n := range []string{"node-1", "node-2"} {
 		_, err := l.Session(ctx, api.SessionRequest{NodeID: n})
 		require.NoError(t, err)

@@ -86,7 +86,7 @@ func TestReapDryRunIsThePass(t *testing.T) {
 	cfg.ReapGrace = 0
 	c := lockservertest.Start(t, lockservertest.WithConfig(cfg))
 	ctx := context.Background()
-	l := c.Locker()
+	l := c.Core()
 	root := t.TempDir()
 	old := time.Now().Add(-2 * grace)
 	write := func(rel string, aged bool) string {

@@ -27,7 +27,7 @@ type coordinator struct{ c *lockclient.Client }
 
 // refusals maps lockclient's refusals to contentv2's.
 var refusals = []struct{ from, to error }{
-	{lockclient.ErrLocked, contentv2.ErrBusy},
+	{lockclient.ErrLocked, contentv2.ErrLocked},
 	{lockclient.ErrInUse, contentv2.ErrInUse},
 	{lockclient.ErrUnsynced, contentv2.ErrUnsynced},
 	{lockclient.ErrDeleting, contentv2.ErrDeleting},
@@ -130,7 +130,7 @@ func (s *coordinator) AddRef(ctx context.Context, dgst digest.Digest, found bool
 }
 
 func (s *coordinator) Lock(ctx context.Context, req contentv2.LockRequest) (contentv2.Lock, error) {
-	lr := lockclient.LockRequest{Type: api.OperationType(req.Op), ResourceID: req.Resource, Reap: api.ReapMode(req.Reap)}
+	lr := lockclient.LockRequest{Type: api.OperationType(req.Type), ResourceID: req.ResourceID, Reap: api.ReapMode(req.Reap)}
 	var (
 		res *lockclient.LockResult
 		err error
@@ -144,7 +144,7 @@ func (s *coordinator) Lock(ctx context.Context, req contentv2.LockRequest) (cont
 	case err != nil:
 		return nil, mapErr(err)
 	case res.Skipped:
-		return nil, fmt.Errorf("%s:%s: %w", req.Op, req.Resource, contentv2.ErrSkipped)
+		return nil, fmt.Errorf("%s:%s: %w", req.Type, req.ResourceID, contentv2.ErrSkipped)
 	}
 	return &lease{c: s.c, l: res.Lease}, nil
 }

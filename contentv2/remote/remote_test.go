@@ -68,7 +68,7 @@ func TestSessionAndSync(t *testing.T) {
 	ctx := context.Background()
 	coord := start(t)
 	c := node(t, coord, "node-1")
-	cluster := coord.Locker().Cluster()
+	cluster := coord.Core().Cluster()
 
 	info, err := c.Session(ctx, contentv2.SessionRequest{ClusterID: cluster.ClusterID, InstanceID: "instance-1"})
 	require.NoError(t, err)
@@ -82,7 +82,7 @@ func TestSessionAndSync(t *testing.T) {
 	var announced bool
 	err = c.SyncRefs(ctx, contentv2.SyncRequest{Generation: "gen-1",
 		Snapshot: func() ([]digest.Digest, error) {
-			nodes, err := coord.Locker().Nodes(ctx)
+			nodes, err := coord.Core().Nodes(ctx)
 			require.NoError(t, err)
 			announced = len(nodes.Nodes) == 1 && nodes.Nodes[0].NodeID == "node-1"
 			return refs, nil
@@ -109,7 +109,7 @@ func TestSessionAndSync(t *testing.T) {
 
 	ms, err := c.Members(ctx)
 	require.NoError(t, err)
-	require.Equal(t, coord.Locker().Config().NodeExpiry, ms.NodeExpiry)
+	require.Equal(t, coord.Core().Config().NodeExpiry, ms.NodeExpiry)
 	require.Equal(t, []contentv2.MemberInfo{{ID: "node-1", Live: true}}, ms.Nodes)
 }
 
@@ -125,7 +125,7 @@ func TestSyncWithoutEcho(t *testing.T) {
 		Snapshot: func() ([]digest.Digest, error) { return []digest.Digest{blobDigest(1)}, nil },
 		Echo:     func() *contentv2.Echo { return nil }})
 	require.ErrorIs(t, err, contentv2.ErrLate)
-	refs, err := coord.Locker().Refs(ctx, blobDigest(1).String())
+	refs, err := coord.Core().Refs(ctx, blobDigest(1).String())
 	require.NoError(t, err)
 	require.Empty(t, refs.Nodes)
 }
@@ -169,22 +169,22 @@ func TestLockRefusals(t *testing.T) {
 	join(t, n2, "i2")
 	pulled, used, deleting := blobDigest(1), blobDigest(2), blobDigest(3)
 
-	pull, err := n1.Lock(ctx, contentv2.LockRequest{Op: contentv2.OpPull, Resource: pulled.String()})
+	pull, err := n1.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpPull, ResourceID: pulled.String()})
 	require.NoError(t, err)
-	_, err = n2.Lock(ctx, contentv2.LockRequest{Op: contentv2.OpPull, Resource: pulled.String()})
-	require.ErrorIs(t, err, contentv2.ErrBusy)
+	_, err = n2.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpPull, ResourceID: pulled.String()})
+	require.ErrorIs(t, err, contentv2.ErrLocked)
 	require.ErrorIs(t, err, lockclient.ErrLocked, "the cause is kept")
 	require.NoError(t, pull.Check(ctx), "a held lock checks out")
 	require.NoError(t, pull.Unlock(ctx, true, nil))
 	require.Error(t, pull.Check(ctx), "a released lock does not")
-	_, err = n2.Lock(ctx, contentv2.LockRequest{Op: contentv2.OpPull, Resource: pulled.String(), Wait: true})
+	_, err = n2.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpPull, ResourceID: pulled.String(), Wait: true})
 	require.ErrorIs(t, err, contentv2.ErrSkipped, "pulled elsewhere just now")
 
 	require.NoError(t, n1.AddRef(ctx, used, false))
-	_, err = n2.Lock(ctx, contentv2.LockRequest{Op: contentv2.OpDelete, Resource: used.String()})
+	_, err = n2.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpDelete, ResourceID: used.String()})
 	require.ErrorIs(t, err, contentv2.ErrInUse)
 
-	del, err := n1.Lock(ctx, contentv2.LockRequest{Op: contentv2.OpDelete, Resource: deleting.String()})
+	del, err := n1.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpDelete, ResourceID: deleting.String()})
 	require.NoError(t, err)
 	require.ErrorIs(t, n2.AddRef(ctx, deleting, false), contentv2.ErrDeleting, "a delete is in flight")
 	require.NoError(t, del.Unlock(ctx, true, nil))
@@ -194,7 +194,7 @@ func TestLockRefusals(t *testing.T) {
 	n3 := node(t, coord, "node-3")
 	_, err = n3.Session(ctx, contentv2.SessionRequest{InstanceID: "i3"})
 	require.NoError(t, err)
-	_, err = n1.Lock(ctx, contentv2.LockRequest{Op: contentv2.OpDelete, Resource: blobDigest(4).String()})
+	_, err = n1.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpDelete, ResourceID: blobDigest(4).String()})
 	require.ErrorIs(t, err, contentv2.ErrUnsynced, "node-3 has not synced")
 }
 
@@ -207,13 +207,13 @@ func TestExpireMember(t *testing.T) {
 	join(t, n1, "i1")
 	join(t, node(t, coord, "node-2"), "i2")
 
-	other, err := n1.Lock(ctx, contentv2.LockRequest{Op: contentv2.OpUpdate, Resource: blobDigest(1).String()})
+	other, err := n1.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpUpdate, ResourceID: blobDigest(1).String()})
 	require.NoError(t, err)
 	_, err = n1.ExpireMember(ctx, other, "node-2", time.Hour)
 	require.ErrorIs(t, err, errdefs.ErrInvalidArgument, "not the reap lock")
 	require.NoError(t, other.Unlock(ctx, true, nil))
 
-	reap, err := n1.Lock(ctx, contentv2.LockRequest{Op: contentv2.OpUpdate, Resource: contentv2.ReapLockResource})
+	reap, err := n1.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpUpdate, ResourceID: contentv2.ReapLockResource})
 	require.NoError(t, err)
 	defer reap.Unlock(ctx, true, nil)
 	_, err = n1.ExpireMember(ctx, reap, "node-2", time.Hour)

@@ -339,7 +339,7 @@ func TestLockServer(t *testing.T) {
 // TestDaemonSet: the plugin daemon runs on every node, privileged, as
 // system-node-critical; its node ID is the node's name; its socket, root,
 // state and containerd's directories are the host's own paths; it reaches
-// the lock server through its Service with the Secret's token.
+// the coordinator through its Service with the Secret's token.
 func TestDaemonSet(t *testing.T) {
 	m, k := load(t)
 	ds := m.daemonSets[0]
@@ -435,7 +435,7 @@ func TestContainerdDropIn(t *testing.T) {
 }
 
 // TestServiceMonitors: each ServiceMonitor selects a Service and scrapes a
-// port it has; the lock server's (whose /metrics is authenticated) sends
+// port it has; the coordinator's (whose /metrics is authenticated) sends
 // the token Secret.
 func TestServiceMonitors(t *testing.T) {
 	m, _ := load(t)
@@ -456,7 +456,7 @@ func TestServiceMonitors(t *testing.T) {
 		require.True(t, slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == ep.Port }),
 			"ServiceMonitor %s scrapes port %q of Service %s", sm.Name, ep.Port, svc.Name)
 		if svc.Name == m.statefulSets[0].Spec.ServiceName {
-			require.NotNil(t, ep.Authorization, "the lock server's /metrics needs the token")
+			require.NotNil(t, ep.Authorization, "the coordinator's /metrics needs the token")
 			require.Equal(t, tokenSecret, ep.Authorization.Credentials.Name)
 			require.Equal(t, "token", ep.Authorization.Credentials.Key)
 		}

@@ -29,7 +29,7 @@ import (
 )
 
 const (
-	// leaseTTL is the lock server's lease lifetime (the SPEC default): a
+	// leaseTTL is the coordinator's lease lifetime (the SPEC default): a
 	// crashed holder delays the others at most this long.
 	leaseTTL = 15 * time.Second
 	// stopGrace bounds a daemon's clean shutdown before it is killed.
@@ -79,7 +79,7 @@ func (l *lockServer) start() {
 	l.waitReady()
 }
 
-// launch starts the lock server process without waiting for it.
+// launch starts the coordinator process without waiting for it.
 func (l *lockServer) launch() {
 	l.e.t.Helper()
 	bin := l.bin
@@ -92,11 +92,11 @@ func (l *lockServer) launch() {
 	l.p = l.e.start("lockserver", "lockserver.log", l.env, argv...)
 }
 
-// waitReady waits until the lock server answers /readyz.
+// waitReady waits until the coordinator answers /readyz.
 func (l *lockServer) waitReady() {
 	t := l.e.t
 	t.Helper()
-	waitFor(t, "lock server /readyz", startTimeout, func() (bool, error) {
+	waitFor(t, "coordinator /readyz", startTimeout, func() (bool, error) {
 		if l.p.exited() {
 			return false, dead(l.p)
 		}
@@ -109,12 +109,12 @@ func (l *lockServer) waitReady() {
 	})
 }
 
-// restart stops the lock server cleanly and starts it again on the same
+// restart stops the coordinator cleanly and starts it again on the same
 // address and data directory.
 func (l *lockServer) restart() {
 	l.e.t.Helper()
 	if l.p.stop(stopGrace) {
-		l.e.t.Errorf("lock server did not stop within %v of SIGTERM", stopGrace)
+		l.e.t.Errorf("coordinator did not stop within %v of SIGTERM", stopGrace)
 	}
 	l.start()
 }
@@ -190,7 +190,7 @@ type node struct {
 	// containerdBin is the containerd binary to run; empty: the pinned
 	// containerd (bins.containerd).
 	containerdBin string
-	// coordinator is the node's own lock server (compiled-in nodes), or
+	// coordinator is the node's own coordinator (compiled-in nodes), or
 	// nil; stopped with the node.
 	coordinator *lockServer
 }

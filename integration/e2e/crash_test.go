@@ -31,7 +31,7 @@ import (
 // delete goes through.
 
 const (
-	// crashTTL is the lock server's --session-ttl and --lease-ttl here: a
+	// crashTTL is the coordinator's --session-ttl and --lease-ttl here: a
 	// crashed holder or session is over after this long.
 	crashTTL = 3 * time.Second
 	// crashLayer is the layer size of the scenarios' images.
@@ -375,7 +375,7 @@ func (r *crashRun) launchCoord() {
 	l := r.c.ls
 	l.launch()
 	p := l.p
-	waitFor(r.t, "lock server /readyz (or its exit)", startTimeout, func() (bool, error) {
+	waitFor(r.t, "coordinator /readyz (or its exit)", startTimeout, func() (bool, error) {
 		if p.exited() {
 			return true, nil
 		}

@@ -28,7 +28,7 @@ import (
 // readable: every blob is read back with `ctr content get`.
 
 const (
-	// faultSessionTTL is the lock server's --session-ttl in these
+	// faultSessionTTL is the coordinator's --session-ttl in these
 	// scenarios: a cut-off node waits about this long before it uses a
 	// blob unregistered.
 	faultSessionTTL = 3 * time.Second
@@ -39,7 +39,7 @@ const (
 	// faultLayer is the layer size of the small images of these scenarios.
 	faultLayer = 4 << 20
 	// reapInterval and reapGrace are the plugins' reaper flags in
-	// scenario 10 (the grace also the lock server's).
+	// scenario 10 (the grace also the coordinator's).
 	reapInterval = 2 * time.Second
 	reapGrace    = time.Second
 	// reclaimTimeout bounds the reaper's reclaiming a forgotten node's
@@ -51,7 +51,7 @@ const (
 // faultOpts shape a fault scenario's cluster.
 type faultOpts struct {
 	regOpts []registry.Option
-	// lockServerArgs are added to the lock server's flags.
+	// lockServerArgs are added to the coordinator's flags.
 	lockServerArgs []string
 	// lockURL returns node i's (0-based) --coordinator; nil: the lock
 	// server's own URL.
@@ -60,7 +60,7 @@ type faultOpts struct {
 	pluginArgs func(i int) []string
 }
 
-// newFaultCluster starts a registry, a lock server and 3 nodes as
+// newFaultCluster starts a registry, a coordinator and 3 nodes as
 // newCluster does, shaped by o.
 func newFaultCluster(t *testing.T, o faultOpts) *cluster {
 	t.Helper()
@@ -134,13 +134,13 @@ func (l *lockServer) waitSynced(t *testing.T, ids []string, timeout time.Duratio
 	return time.Since(start)
 }
 
-// wipe stops the lock server, removes its data directory, and starts it
+// wipe stops the coordinator, removes its data directory, and starts it
 // again on the same address: a coordinator whose disk was lost.
 func (l *lockServer) wipe() {
 	t := l.e.t
 	t.Helper()
 	if l.p.stop(stopGrace) {
-		t.Errorf("lock server did not stop within %v of SIGTERM", stopGrace)
+		t.Errorf("coordinator did not stop within %v of SIGTERM", stopGrace)
 	}
 	require.NoError(t, os.RemoveAll(l.dataDir))
 	require.NoError(t, os.MkdirAll(l.dataDir, 0o700))
@@ -420,7 +420,7 @@ func TestFaultSecondCoordinator(t *testing.T) {
 	blobs, err := sharedFiles(shared, "blobs/sha256")
 	require.NoError(t, err)
 	require.Empty(t, blobs, "shared blobs/ after n1, the only node, removed the image")
-	report(t, "9 second coordinator on one root: a second embedded coordinator exited in %.2fs (%s), a node pointed at another lock server in %.2fs (%s); cluster.json unchanged; n1 read back %d/%d blobs, then its GC emptied blobs/",
+	report(t, "9 second coordinator on one root: a second embedded coordinator exited in %.2fs (%s), a node pointed at another coordinator in %.2fs (%s); cluster.json unchanged; n1 read back %d/%d blobs, then its GC emptied blobs/",
 		embedded.elapsed.Seconds(), embedded.exit, remote.elapsed.Seconds(), remote.exit, reads, reads)
 }
 

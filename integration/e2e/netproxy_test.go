@@ -51,7 +51,7 @@ func (m proxyMode) String() string {
 	return "?"
 }
 
-// netProxy is a TCP proxy between one node's plugin and the lock server,
+// netProxy is a TCP proxy between one node's plugin and the coordinator,
 // which the test switches between forwarding, refusing, dropping and
 // delaying connections. Switching to another mode closes every connection
 // forwarded in the old one (both ends); switching to anything but

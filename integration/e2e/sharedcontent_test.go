@@ -237,7 +237,7 @@ const (
 	bigBandwidth  = 20 << 20
 	inFlightBytes = bigLayerSize / 5 // "in flight": 20% downloaded
 	// commitSlack covers OpenWriter's back-off (up to 2 s between tries)
-	// and the lock server's expiry sweep.
+	// and the coordinator's expiry sweep.
 	commitSlack = 5 * time.Second
 	// unpackAllowance bounds unpacking the layer once committed: it is
 	// read back through containerd's content proxy, one gRPC stream per
@@ -350,7 +350,7 @@ func TestLockServerRestart(t *testing.T) {
 
 	start := time.Now()
 	for _, r := range pullAll(c.nodes[1:], img.Ref, pullTimeout) {
-		require.NoError(t, r.err, "pull on %s after the lock server restarted", r.node.id)
+		require.NoError(t, r.err, "pull on %s after the coordinator restarted", r.node.id)
 	}
 	pulls := time.Since(start)
 	gets := requireSingleDownload(t, c.reg, img)
@@ -363,7 +363,7 @@ func TestLockServerRestart(t *testing.T) {
 	requireReady(t, img, c.nodes[1:])
 	reads := requireReadable(t, img, c.nodes[1:])
 	c.requireRefs(t, img, c.nodes[1:])
-	report(t, "5 lock server restart: n1 pulled; restart (%.2fs); references kept; n2,n3 pulled in %.2fs, total %d GETs for %d blobs + manifest, %.1f MB (no re-download); restart; GC on n1 kept all %d blobs, n2,n3 complete, %d/%d read back; references n2,n3",
+	report(t, "5 coordinator restart: n1 pulled; restart (%.2fs); references kept; n2,n3 pulled in %.2fs, total %d GETs for %d blobs + manifest, %.1f MB (no re-download); restart; GC on n1 kept all %d blobs, n2,n3 complete, %d/%d read back; references n2,n3",
 		restart1.Seconds(), pulls.Seconds(), gets, len(img.blobs()), mb(c.reg.BlobBytes()), len(img.all()), reads, reads)
 }
 

@@ -184,7 +184,7 @@ func FromResponse(status int, body ErrorResponse) error {
 			return &remoteError{sentinel: c.err, msg: body.Error}
 		}
 	}
-	return fmt.Errorf("lock server: HTTP %d %s: %s", status, body.Code, body.Error)
+	return fmt.Errorf("coordinator: HTTP %d %s: %s", status, body.Code, body.Error)
 }
 
 type remoteError struct {

@@ -208,7 +208,7 @@ func TestAttackActAsAnotherNode(t *testing.T) {
 	code, body = p.call(t, "", http.MethodPost, "/refs/add", nil, api.RefsAddRequest{ResourceID: blob, NodeID: "node-a"})
 	requireCode(t, http.StatusUnauthorized, api.CodeUnauthorized, code, body)
 
-	refs, err := p.Locker.Refs(t.Context(), blob)
+	refs, err := p.Coordinator.Refs(t.Context(), blob)
 	require.NoError(t, err)
 	require.Equal(t, []string{"node-a"}, refs.Nodes, "node-a's reference is intact")
 	// The admin may forget a node.

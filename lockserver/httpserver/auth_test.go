@@ -50,7 +50,7 @@ func TestHTTPAuthSchemeCaseInsensitive(t *testing.T) {
 	code, body := post(t, ts.url, "/lock", api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n1"},
 		"Authorization", "bearer s3cret")
 	require.Equal(t, http.StatusOK, code, string(body))
-	st, err := ts.Locker.Status(context.Background(), api.OperationPull, blob, "", "")
+	st, err := ts.Coordinator.Status(context.Background(), api.OperationPull, blob, "", "")
 	require.NoError(t, err)
 	require.NotNil(t, st.Holder, "the lock was taken")
 	// Admin calls: the admin token, in any case of the scheme; not the client token.
@@ -90,7 +90,7 @@ func TestSharedTokenWithNodeIdentitiesRefused(t *testing.T) {
 		})
 	}
 
-	l := newTestLocker(t)
+	l := newTestCoordinator(t)
 	url := serveHandler(t, NewHandler(l, WithBearerToken("shared"), WithNodeTokens(map[string]string{"tok-a": "node-a"})))
 	code, body := post(t, url, "/refs/add", api.RefsAddRequest{ResourceID: blob, NodeID: "node-a"}, "Authorization", "Bearer tok-a")
 	require.Equal(t, http.StatusOK, code, string(body))

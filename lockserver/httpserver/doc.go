@@ -1,5 +1,5 @@
 // Package httpserver is the coordinator's HTTP side (docs/design.md §3):
-// Handler serves a lockserver.Locker's API (the endpoints of §3 and §8,
+// Handler serves a lockserver.Coordinator's API (the endpoints of §3 and §8,
 // /healthz, /readyz and /metrics) over fasthttp, and turns the lock
 // manager's errors into HTTP statuses and JSON error codes at this edge.
 //

@@ -26,7 +26,7 @@ func TestExpireRefusals(t *testing.T) {
 		c.NodeTokensFile, c.AdminTokenFile = tokens, filepath.Join(dir, "admin")
 		c.SessionTTL, c.NodeExpiry = 20*time.Millisecond, expiry
 	})
-	l := ts.Locker
+	l := ts.Coordinator
 	ctx := context.Background()
 	expire := func(node, auth string, req api.ExpireRequest) (int, api.ErrorResponse) {
 		t.Helper()

@@ -164,7 +164,7 @@ func TestConnectionLimits(t *testing.T) {
 		require.Contains(t, body, reason+" limit")
 		require.Contains(t, body, `"code":"unavailable"`)
 		// The headers every answer carries (issue 24).
-		cl := s.Locker.Cluster()
+		cl := s.Coordinator.Cluster()
 		require.Equal(t, cl.ClusterID+"/"+strconv.FormatUint(cl.Epoch, 10), resp.Header.Get(api.ClusterHeader))
 		require.Equal(t, api.ProtocolVersion, resp.Header.Get(api.ProtocolHeader))
 	}

@@ -44,7 +44,7 @@ func TestFullDisk(t *testing.T) {
 	})
 	t.Run("injected", func(t *testing.T) {
 		disk := &fullDisk{Storage: refcount.NewMemoryStorage()}
-		l, err := lockserver.NewLocker(lockserver.DefaultConfig(), lockserver.Options{Refs: refcount.NewManager(disk)})
+		l, err := lockserver.NewCoordinator(lockserver.DefaultConfig(), lockserver.Options{Refs: refcount.NewManager(disk)})
 		require.NoError(t, err)
 		t.Cleanup(func() { l.Close() })
 		base := serveHandler(t, NewHandler(l))

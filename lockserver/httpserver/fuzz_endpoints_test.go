@@ -94,14 +94,14 @@ func refusalMayChange(path string, status int, body []byte) bool {
 		(bytes.Contains(body, []byte(`"code":"in_use"`)) || bytes.Contains(body, []byte(`"code":"unsynced"`)))
 }
 
-// fuzzCoordinator serves a Locker with some state on loopback.
-func fuzzCoordinator(f *testing.F) (*lockserver.Locker, string) {
+// fuzzCoordinator serves a Coordinator with some state on loopback.
+func fuzzCoordinator(f *testing.F) (*lockserver.Coordinator, string) {
 	// Nothing expires while the fuzzer runs: the sweepers must not change
 	// the state between two snapshots.
 	cfg := lockserver.DefaultConfig()
 	cfg.LeaseTTL, cfg.ClaimTimeout, cfg.CompletedTTL = 24*time.Hour, 24*time.Hour, 24*time.Hour
 	cfg.SessionTTL, cfg.NodeExpiry = 24*time.Hour, 48*time.Hour
-	l, err := lockserver.NewLocker(cfg, lockserver.Options{Refs: refcount.NewManager(refcount.NewMemoryStorage())})
+	l, err := lockserver.NewCoordinator(cfg, lockserver.Options{Refs: refcount.NewManager(refcount.NewMemoryStorage())})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func fuzzCoordinator(f *testing.F) (*lockserver.Locker, string) {
 }
 
 // snapshot renders the coordinator's whole state.
-func snapshot(t *testing.T, l *lockserver.Locker) string {
+func snapshot(t *testing.T, l *lockserver.Coordinator) string {
 	d, err := l.Dump(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 )
 
 // FuzzLockRequest feeds arbitrary bodies through the decoder and the
-// Locker. Whatever the input, nothing panics, every refusal is an
+// Coordinator. Whatever the input, nothing panics, every refusal is an
 // invalid-argument error, and an accepted request leaves a consistent state.
 func FuzzLockRequest(f *testing.F) {
 	for _, seed := range []string{
@@ -28,7 +28,7 @@ func FuzzLockRequest(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	l, err := lockserver.NewLocker(lockserver.DefaultConfig(), lockserver.Options{Refs: newTestRefs()})
+	l, err := lockserver.NewCoordinator(lockserver.DefaultConfig(), lockserver.Options{Refs: newTestRefs()})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// The Locker side of the HTTP tests: a Locker to serve, and the calls a
+// The Coordinator side of the HTTP tests: a Coordinator to serve, and the calls a
 // test makes on it directly to set up or check what a request did.
 
 const blob = "sha256:aaaa"
@@ -23,9 +23,9 @@ func newTestRefs() *refcount.Manager {
 	return refcount.NewManager(refcount.NewMemoryStorage())
 }
 
-func newTestLocker(t testing.TB) *lockserver.Locker {
+func newTestCoordinator(t testing.TB) *lockserver.Coordinator {
 	t.Helper()
-	l, err := lockserver.NewLocker(lockserver.DefaultConfig(), lockserver.Options{Refs: newTestRefs()})
+	l, err := lockserver.NewCoordinator(lockserver.DefaultConfig(), lockserver.Options{Refs: newTestRefs()})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	return l
@@ -42,7 +42,7 @@ type locked struct {
 	Node string
 }
 
-func mustLock(t *testing.T, l *lockserver.Locker, typ api.OperationType, node string) locked {
+func mustLock(t *testing.T, l *lockserver.Coordinator, typ api.OperationType, node string) locked {
 	t.Helper()
 	resp, err := l.Lock(context.Background(), lockReq(typ, node))
 	require.NoError(t, err)
@@ -50,11 +50,11 @@ func mustLock(t *testing.T, l *lockserver.Locker, typ api.OperationType, node st
 }
 
 // answers holds the last session answer each test node received, by
-// Locker and node ID: session and syncRefs echo it, as a node does.
+// Coordinator and node ID: session and syncRefs echo it, as a node does.
 var answers sync.Map // nodeKey → answer
 
 type nodeKey struct {
-	l    *lockserver.Locker
+	l    *lockserver.Coordinator
 	node string
 }
 
@@ -65,7 +65,7 @@ type answer struct {
 
 // echoOf is node's echo of its last session answer, or nil before its
 // first one. The tests here renew well within the session TTL.
-func echoOf(l *lockserver.Locker, node string) *api.Echo {
+func echoOf(l *lockserver.Coordinator, node string) *api.Echo {
 	v, ok := answers.Load(nodeKey{l, node})
 	if !ok {
 		return nil
@@ -76,7 +76,7 @@ func echoOf(l *lockserver.Locker, node string) *api.Echo {
 
 // session renews node's session (opens it the first time), as a node
 // does.
-func session(t *testing.T, l *lockserver.Locker, node string) api.SessionResponse {
+func session(t *testing.T, l *lockserver.Coordinator, node string) api.SessionResponse {
 	t.Helper()
 	resp, err := l.Session(context.Background(), api.SessionRequest{NodeID: node, Echo: echoOf(l, node)})
 	require.NoError(t, err)
@@ -84,7 +84,7 @@ func session(t *testing.T, l *lockserver.Locker, node string) api.SessionRespons
 	return resp
 }
 
-func syncRefs(t *testing.T, l *lockserver.Locker, node, syncID string, done bool, ids ...string) {
+func syncRefs(t *testing.T, l *lockserver.Coordinator, node, syncID string, done bool, ids ...string) {
 	t.Helper()
 	req := api.SyncRequest{SyncID: syncID, ResourceIDs: ids, Done: done}
 	if done {
@@ -94,7 +94,7 @@ func syncRefs(t *testing.T, l *lockserver.Locker, node, syncID string, done bool
 	require.NoError(t, err)
 }
 
-func refsOf(t *testing.T, l *lockserver.Locker, id string) []string {
+func refsOf(t *testing.T, l *lockserver.Coordinator, id string) []string {
 	t.Helper()
 	rc, err := l.Refs(context.Background(), id)
 	require.NoError(t, err)
@@ -102,7 +102,7 @@ func refsOf(t *testing.T, l *lockserver.Locker, id string) []string {
 }
 
 // absentMs is the member's absence as GET /nodes reports it, or -1.
-func absentMs(t *testing.T, l *lockserver.Locker, node string) int64 {
+func absentMs(t *testing.T, l *lockserver.Coordinator, node string) int64 {
 	t.Helper()
 	nodes, err := l.Nodes(context.Background())
 	require.NoError(t, err)
@@ -115,7 +115,7 @@ func absentMs(t *testing.T, l *lockserver.Locker, node string) int64 {
 }
 
 // reapLease takes the reap lock for node and returns its lease ID.
-func reapLease(t *testing.T, l *lockserver.Locker, node string) string {
+func reapLease(t *testing.T, l *lockserver.Coordinator, node string) string {
 	t.Helper()
 	resp, err := l.Lock(context.Background(), api.LockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, NodeID: node})
 	require.NoError(t, err)

@@ -26,7 +26,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// Handler serves a Locker's HTTP API (SPEC §3):
+// Handler serves a Coordinator's HTTP API (SPEC §3):
 //
 //	POST /lock            acquire, skip, queue or refuse
 //	POST /unlock          release by the lease holder
@@ -59,7 +59,7 @@ import (
 // small requests, and net/http's per-request machinery (on both ends)
 // cost more than the locking itself (docs/design.md, "HTTP stack").
 type Handler struct {
-	locker *lockserver.Locker
+	locker *lockserver.Coordinator
 	http   *fasthttp.Server
 	token  []byte // bearer token; empty disables auth
 	// admin is the bearer token of admin calls; empty: token (if any).
@@ -69,7 +69,7 @@ type Handler struct {
 	nodeTokens   map[[32]byte]string
 	certIdentity bool
 	routes       map[string]route
-	// ready are the readiness checks of /readyz besides the Locker's.
+	// ready are the readiness checks of /readyz besides the Coordinator's.
 	ready    []func(context.Context) error
 	draining atomic.Bool
 	// streamsDone is closed by Drain to end every event stream.
@@ -135,7 +135,7 @@ func WithReadinessCheck(check func(context.Context) error) HandlerOption {
 }
 
 // WithMetricsGatherer serves the gatherer's metrics on /metrics (the
-// Registerer given to NewLocker, typically).
+// Registerer given to NewCoordinator, typically).
 func WithMetricsGatherer(g prometheus.Gatherer) HandlerOption {
 	return func(h *Handler) {
 		h.routes["/metrics"] = onGet(fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(g, promhttp.HandlerOpts{})))
@@ -144,7 +144,7 @@ func WithMetricsGatherer(g prometheus.Gatherer) HandlerOption {
 
 // NewHandler returns the HTTP API of l. Serve it with HTTPServer, or
 // through a Server.
-func NewHandler(l *lockserver.Locker, opts ...HandlerOption) *Handler {
+func NewHandler(l *lockserver.Coordinator, opts ...HandlerOption) *Handler {
 	h := &Handler{locker: l, streamsDone: make(chan struct{}), streams: newStreamLimiter(DefaultMaxStreams, DefaultMaxStreamsPerIP, DefaultMaxStreamsPerNode)}
 	h.http = &fasthttp.Server{
 		Handler:      h.Handle,

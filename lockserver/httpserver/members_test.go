@@ -17,23 +17,23 @@ import (
 // nodes of the old one; every answer names the coordinator's cluster.
 func TestWrongClusterChangesNothing(t *testing.T) {
 	ts := startServer(t, t.TempDir())
-	c := ts.Locker.Cluster()
-	_, err := ts.Locker.AddRef(context.Background(), blob, "n1")
+	c := ts.Coordinator.Cluster()
+	_, err := ts.Coordinator.AddRef(context.Background(), blob, "n1")
 	require.NoError(t, err)
 	status, body := post(t, ts.url, "/lock", api.LockRequest{Type: api.OperationDelete, ResourceID: blob, NodeID: "n1"},
 		api.ClusterHeader, "some-other-cluster")
 	require.Equal(t, http.StatusConflict, status, string(body))
 	require.Equal(t, api.CodeWrongCluster, decodeAs[api.ErrorResponse](t, body).Code)
-	require.Equal(t, []string{"n1"}, refsOf(t, ts.Locker, blob), "nothing changed")
+	require.Equal(t, []string{"n1"}, refsOf(t, ts.Coordinator, blob), "nothing changed")
 
 	resp, err := http.Get(ts.url + "/cluster")
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, c.ClusterID+"/1", resp.Header.Get(api.ClusterHeader))
 
-	_, err = ts.Locker.Session(context.Background(), api.SessionRequest{NodeID: "n1", ClusterID: "other"})
+	_, err = ts.Coordinator.Session(context.Background(), api.SessionRequest{NodeID: "n1", ClusterID: "other"})
 	require.ErrorIs(t, err, api.ErrWrongCluster)
-	nodes, err := ts.Locker.Nodes(context.Background())
+	nodes, err := ts.Coordinator.Nodes(context.Background())
 	require.NoError(t, err)
 	require.Empty(t, nodes.Nodes, "a refused session makes no member")
 }
@@ -52,17 +52,17 @@ func TestAdoptAndForget(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, status)
 	status, body := post(t, ts.url, "/cluster/adopt", adopt, "Authorization", "Bearer admin-secret")
 	require.Equal(t, http.StatusOK, status, string(body))
-	require.Equal(t, "the-roots-cluster", ts.Locker.Cluster().ClusterID)
+	require.Equal(t, "the-roots-cluster", ts.Coordinator.Cluster().ClusterID)
 
-	session(t, ts.Locker, "n1")
-	syncRefs(t, ts.Locker, "n1", "s", true)
-	_, err := ts.Locker.Lock(context.Background(), lockReq(api.OperationDelete, "n1"))
+	session(t, ts.Coordinator, "n1")
+	syncRefs(t, ts.Coordinator, "n1", "s", true)
+	_, err := ts.Coordinator.Lock(context.Background(), lockReq(api.OperationDelete, "n1"))
 	var ue *api.UnsyncedError
 	require.ErrorAs(t, err, &ue)
 	require.Equal(t, []string{"n2"}, ue.Nodes, "the adopted member that never came back")
 
 	// n2 is gone for good: forget it.
-	_, err = ts.Locker.AddRef(context.Background(), "sha256:n2s", "n2")
+	_, err = ts.Coordinator.AddRef(context.Background(), "sha256:n2s", "n2")
 	require.NoError(t, err)
 	forget := func(node string) int {
 		req, _ := http.NewRequest(http.MethodDelete, ts.url+"/nodes/"+url.PathEscape(node), nil)
@@ -74,7 +74,7 @@ func TestAdoptAndForget(t *testing.T) {
 	}
 	require.Equal(t, http.StatusConflict, forget("n1"), "a live node is not forgotten")
 	require.Equal(t, http.StatusOK, forget("n2"))
-	require.Empty(t, refsOf(t, ts.Locker, "sha256:n2s"))
-	session(t, ts.Locker, "n1")
-	require.True(t, mustLock(t, ts.Locker, api.OperationDelete, "n1").Acquired)
+	require.Empty(t, refsOf(t, ts.Coordinator, "sha256:n2s"))
+	session(t, ts.Coordinator, "n1")
+	require.True(t, mustLock(t, ts.Coordinator, api.OperationDelete, "n1").Acquired)
 }

@@ -17,7 +17,7 @@ import (
 // The reaper's deletes under abuse (issue 23, items 10 and 11), played by
 // peers with node tokens against node-a's references, over HTTP.
 
-// testClock is a Locker's clock that a test moves forward: the real
+// testClock is a Coordinator's clock that a test moves forward: the real
 // (monotonic) clock plus a skew.
 type testClock struct{ skew atomic.Int64 }
 
@@ -26,8 +26,8 @@ func (c *testClock) now() time.Time { return time.Now().Add(time.Duration(c.skew
 func (c *testClock) advance(d time.Duration) { c.skew.Add(int64(d)) }
 
 // startClockedPeers is startPeers' cast (node tokens, an admin token) on
-// a Locker whose clock the test moves, and the clock's time just before
-// the Locker started. Nothing expires on its own while the clock moves by
+// a Coordinator whose clock the test moves, and the clock's time just before
+// the Coordinator started. Nothing expires on its own while the clock moves by
 // hours: leases, claims and sessions last a day.
 func startClockedPeers(t *testing.T, grace time.Duration) (*peers, *testClock, time.Time) {
 	t.Helper()
@@ -36,7 +36,7 @@ func startClockedPeers(t *testing.T, grace time.Duration) (*peers, *testClock, t
 	cfg.ReapGrace = grace
 	clock := &testClock{}
 	started := clock.now()
-	l, err := lockserver.NewLocker(cfg, lockserver.Options{Refs: newTestRefs(), Now: clock.now})
+	l, err := lockserver.NewCoordinator(cfg, lockserver.Options{Refs: newTestRefs(), Now: clock.now})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, l.Close()) })
 	tokens := map[string]string{"node-a": "tok-a", "node-c": "tok-c", "mallory": "tok-m"}
@@ -46,7 +46,7 @@ func startClockedPeers(t *testing.T, grace time.Duration) (*peers, *testClock, t
 	}
 	h := NewHandler(l, WithNodeTokens(byToken), WithAdminToken("tok-admin"))
 	tokens["admin"] = "tok-admin"
-	return &peers{testServer: &testServer{Server: &Server{Locker: l}, url: serveHandler(t, h)}, tokens: tokens}, clock, started
+	return &peers{testServer: &testServer{Server: &Server{Coordinator: l}, url: serveHandler(t, h)}, tokens: tokens}, clock, started
 }
 
 // lockAs sends a lock request as who, for its own node.
@@ -81,7 +81,7 @@ func (p *peers) addRef(t *testing.T, who, id string) {
 // requireRefs checks id's reference set.
 func (p *peers) requireRefs(t *testing.T, id string, want []string, why string) {
 	t.Helper()
-	refs, err := p.Locker.Refs(context.Background(), id)
+	refs, err := p.Coordinator.Refs(context.Background(), id)
 	require.NoError(t, err)
 	if len(want) == 0 {
 		require.Empty(t, refs.Nodes, why)
@@ -93,7 +93,7 @@ func (p *peers) requireRefs(t *testing.T, id string, want []string, why string) 
 // requireNoDelete checks that no delete of id is held or queued.
 func (p *peers) requireNoDelete(t *testing.T, id string) {
 	t.Helper()
-	st, err := p.Locker.Status(context.Background(), api.OperationDelete, id, "", "")
+	st, err := p.Coordinator.Status(context.Background(), api.OperationDelete, id, "", "")
 	require.NoError(t, err)
 	require.Nil(t, st.Holder, "a delete of %s is held", id)
 	require.Zero(t, st.QueueLength, "a delete of %s is queued", id)
@@ -118,7 +118,7 @@ func TestReapUnknownModeRefused(t *testing.T) {
 
 	code, body = p.lockAs(t, "node-c", api.OperationPull, blob, api.ReapOrphan)
 	requireCode(t, http.StatusBadRequest, api.CodeInvalidArgument, code, body)
-	st, err := p.Locker.Status(context.Background(), api.OperationPull, blob, "", "")
+	st, err := p.Coordinator.Status(context.Background(), api.OperationPull, blob, "", "")
 	require.NoError(t, err)
 	require.Nil(t, st.Holder, "the refused pull holds nothing")
 	p.requireRefs(t, blob, []string{"node-a"}, "node-a's reference is intact")
@@ -141,7 +141,7 @@ func TestReapModeByLockType(t *testing.T) {
 				code, body := p.lockAs(t, "node-a", typ, id, mode)
 				if !valid {
 					requireCode(t, http.StatusBadRequest, api.CodeInvalidArgument, code, body)
-					st, err := p.Locker.Status(context.Background(), typ, id, "", "")
+					st, err := p.Coordinator.Status(context.Background(), typ, id, "", "")
 					require.NoError(t, err)
 					require.Nil(t, st.Holder)
 					return

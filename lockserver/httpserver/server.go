@@ -28,7 +28,7 @@ import (
 // sets and the fence high-water mark.
 const DBFile = "sharedcontent-lockserver.db"
 
-// Config is everything a stand-alone or embedded lock server needs.
+// Config is everything a stand-alone or embedded coordinator needs.
 type Config struct {
 	lockserver.Config
 	// DataDir holds DBFile. Required.
@@ -54,10 +54,10 @@ type Config struct {
 	Limits ConnLimits
 }
 
-// Server is a Locker with its persistent state and HTTP API.
+// Server is a Coordinator with its persistent state and HTTP API.
 type Server struct {
-	// Locker is the in-process API, for an embedded coordinator.
-	Locker *lockserver.Locker
+	// Coordinator is the in-process API, for an embedded coordinator.
+	Coordinator *lockserver.Coordinator
 
 	storage *refcount.BoltStorage
 	handler *Handler
@@ -75,7 +75,7 @@ type Server struct {
 	shutdown bool               // protected by mu
 }
 
-// Open opens the data directory and starts the Locker. Call Shutdown
+// Open opens the data directory and starts the Coordinator. Call Shutdown
 // to stop it and flush the database.
 func Open(cfg Config) (*Server, error) {
 	if cfg.DataDir == "" {
@@ -95,7 +95,7 @@ func Open(cfg Config) (*Server, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	locker, err := lockserver.NewLocker(cfg.Config, lockserver.Options{
+	locker, err := lockserver.NewCoordinator(cfg.Config, lockserver.Options{
 		Refs:       refcount.NewManager(storage),
 		Registerer: reg,
 	})
@@ -107,7 +107,7 @@ func Open(cfg Config) (*Server, error) {
 		WithStreamLimits(max(1, limits.Total/2), max(1, limits.PerIP/2), DefaultMaxStreamsPerNode))
 	sm := newServerMetrics()
 	reg.MustRegister(sm)
-	s := &Server{Locker: locker, storage: storage, handler: NewHandler(locker, opts...), limits: limits, metrics: sm,
+	s := &Server{Coordinator: locker, storage: storage, handler: NewHandler(locker, opts...), limits: limits, metrics: sm,
 		cfg: cfg, exposedWarnEvery: exposedWarnEvery}
 	s.http = s.handler.HTTPServer()
 	if cfg.TLSCert != "" || cfg.TLSKey != "" {
@@ -232,12 +232,12 @@ func (s *Server) Serve(ln net.Listener) error {
 // answerHeader is the header every answer carries (Handle sets the same),
 // as lines for an answer written without the Handler.
 func (s *Server) answerHeader() string {
-	return api.ClusterHeader + ": " + clusterHeader(s.Locker.Cluster()) + "\r\n" +
+	return api.ClusterHeader + ": " + clusterHeader(s.Coordinator.Cluster()) + "\r\n" +
 		api.ProtocolHeader + ": " + api.ProtocolVersion + "\r\n"
 }
 
 // Shutdown stops accepting, ends the event streams, waits for requests in
-// flight (until ctx ends), stops the Locker and closes the database.
+// flight (until ctx ends), stops the Coordinator and closes the database.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.shutdown = true
@@ -254,6 +254,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if errors.Is(err, net.ErrClosed) {
 		err = nil // fasthttp closing the listeners closed above
 	}
-	s.Locker.Close()
+	s.Coordinator.Close()
 	return errors.Join(err, s.storage.Close())
 }

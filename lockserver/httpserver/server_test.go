@@ -152,7 +152,7 @@ func TestHTTPBadInput(t *testing.T) {
 		_, b := post(t, ts.url, "/lock", api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n1"})
 		return b
 	}())
-	_, err := ts.Locker.AddRef(context.Background(), "sha256:used", "other")
+	_, err := ts.Coordinator.AddRef(context.Background(), "sha256:used", "other")
 	require.NoError(t, err)
 
 	huge := `{"type":"pull","resource_id":"` + strings.Repeat("a", api.MaxBodyBytes) + `","node_id":"n"}`
@@ -222,11 +222,11 @@ func TestHTTPBadInput(t *testing.T) {
 	require.Equal(t, api.CodeTooLarge, decodeAs[api.ErrorResponse](t, body).Code)
 
 	// Nothing changed: the holder still holds, nobody queued, refs intact.
-	st, err := ts.Locker.Status(context.Background(), api.OperationPull, blob, "", "")
+	st, err := ts.Coordinator.Status(context.Background(), api.OperationPull, blob, "", "")
 	require.NoError(t, err)
 	require.Equal(t, "n1", st.Holder.NodeID)
 	require.Empty(t, st.Queue)
-	refs, err := ts.Locker.Refs(context.Background(), "sha256:used")
+	refs, err := ts.Coordinator.Refs(context.Background(), "sha256:used")
 	require.NoError(t, err)
 	require.Equal(t, []string{"other"}, refs.Nodes)
 	code, _ = post(t, ts.url, "/unlock", api.UnlockRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: held.LeaseID})
@@ -244,7 +244,7 @@ func TestHTTPAuth(t *testing.T) {
 	require.Equal(t, api.CodeUnauthorized, decodeAs[api.ErrorResponse](t, body).Code)
 	code, _ = post(t, ts.url, "/lock", req, "Authorization", "Bearer wrong")
 	require.Equal(t, 401, code)
-	st, _ := ts.Locker.Status(context.Background(), api.OperationPull, blob, "", "")
+	st, _ := ts.Coordinator.Status(context.Background(), api.OperationPull, blob, "", "")
 	require.Nil(t, st.Holder, "an unauthorized request changes nothing")
 	code, body = post(t, ts.url, "/lock", req, "Authorization", "Bearer s3cret")
 	require.Equal(t, 200, code, string(body))
@@ -315,7 +315,7 @@ func TestHTTPSubscribe(t *testing.T) {
 	// C's stream closes: C leaves the queue at once.
 	closeC()
 	require.Eventually(t, func() bool {
-		st, _ := ts.Locker.Status(context.Background(), api.OperationPull, blob, "", "")
+		st, _ := ts.Coordinator.Status(context.Background(), api.OperationPull, blob, "", "")
 		return len(st.Queue) == 1
 	}, 5*time.Second, 5*time.Millisecond)
 
@@ -344,13 +344,13 @@ func TestRestartKeepsRefsAndFences(t *testing.T) {
 	var lastFence uint64
 	for i := range 3 {
 		id := fmt.Sprintf("sha256:%d", i)
-		a, err := ts.Locker.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: id, NodeID: "n1"})
+		a, err := ts.Coordinator.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: id, NodeID: "n1"})
 		require.NoError(t, err)
-		_, err = ts.Locker.Unlock(context.Background(), api.UnlockRequest{Type: api.OperationPull, ResourceID: id, LeaseID: a.LeaseID, Success: true})
+		_, err = ts.Coordinator.Unlock(context.Background(), api.UnlockRequest{Type: api.OperationPull, ResourceID: id, LeaseID: a.LeaseID, Success: true})
 		require.NoError(t, err)
 		lastFence = a.Fence
 	}
-	_, err := ts.Locker.AddRef(context.Background(), "sha256:0", "n2")
+	_, err := ts.Coordinator.AddRef(context.Background(), "sha256:0", "n2")
 	require.NoError(t, err)
 	ts.Stop()
 

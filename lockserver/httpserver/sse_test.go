@@ -94,9 +94,9 @@ func TestStreamGivesConnectionBack(t *testing.T) {
 func TestStreamPipelinedRequestWaits(t *testing.T) {
 	ts := startServer(t, t.TempDir())
 	ctx := context.Background()
-	held, err := ts.Locker.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n1"})
+	held, err := ts.Coordinator.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n1"})
 	require.NoError(t, err)
-	q, err := ts.Locker.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n2", RequestID: "rb"})
+	q, err := ts.Coordinator.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n2", RequestID: "rb"})
 	require.NoError(t, err)
 	require.True(t, q.Queued)
 
@@ -110,7 +110,7 @@ func TestStreamPipelinedRequestWaits(t *testing.T) {
 	require.Equal(t, "event: state\n", line)
 
 	c.send(t, healthzReq)
-	_, err = ts.Locker.Unlock(ctx, api.UnlockRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: held.LeaseID, Success: true})
+	_, err = ts.Coordinator.Unlock(ctx, api.UnlockRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: held.LeaseID, Success: true})
 	require.NoError(t, err)
 	rest, err := io.ReadAll(events)
 	require.NoError(t, err)

@@ -20,7 +20,7 @@ import (
 // and in all; one over a bound gets 429 too_many_requests with
 // Retry-After, and once a stream ends a new one is served again.
 func TestStreamLimits(t *testing.T) {
-	l := newTestLocker(t)
+	l := newTestCoordinator(t)
 	base := serveHandler(t, NewHandler(l, WithStreamLimits(3, 2, 100)))
 	addr := strings.TrimPrefix(base, "http://")
 	mustLock(t, l, api.OperationPull, "holder")

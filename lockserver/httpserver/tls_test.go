@@ -122,7 +122,7 @@ func TestMutualTLSNodeIdentity(t *testing.T) {
 	code, body = call(admin, http.MethodDelete, "/nodes/gone", "")
 	require.Equal(t, http.StatusOK, code, body)
 
-	refs, err := ts.Locker.Refs(t.Context(), blob)
+	refs, err := ts.Coordinator.Refs(t.Context(), blob)
 	require.NoError(t, err)
 	require.Equal(t, []string{"node-a", "node-c"}, refs.Nodes)
 }

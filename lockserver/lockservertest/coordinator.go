@@ -29,7 +29,7 @@ const StopTimeout = 20 * time.Second
 // free again (the old listener's port may linger briefly).
 const relistenTimeout = 10 * time.Second
 
-// Coordinator is a real lock server (bbolt data directory, HTTP API on a
+// Coordinator is a real coordinator (bbolt data directory, HTTP API on a
 // loopback port) that a test stops, restarts and wipes. Its address and
 // data directory stay the same across restarts. It is stopped when the
 // test ends. Its methods may be called from any goroutine.
@@ -194,11 +194,12 @@ func (c *Coordinator) Server() *httpserver.Server {
 	return c.srv
 }
 
-// Locker is the running server's Locker, for asserting on the
-// coordinator's state in process; it fails the test while stopped.
-func (c *Coordinator) Locker() *lockserver.Locker {
+// Core is the running server's lock manager, the lockserver.Coordinator
+// behind its HTTP side, for asserting on the coordinator's state in
+// process; it fails the test while stopped.
+func (c *Coordinator) Core() *lockserver.Coordinator {
 	c.t.Helper()
-	return c.Server().Locker
+	return c.Server().Coordinator
 }
 
 // URL is the API's base URL, "http://127.0.0.1:port" (https with WithTLS).

@@ -49,23 +49,23 @@ func TestStartRestartWipe(t *testing.T) {
 	require.Equal(t, "http://"+c.Addr(), c.URL())
 	require.Equal(t, http.StatusOK, get(t, http.DefaultClient, c.URL()+"/refs?resource_id="+blob, ""))
 	require.Positive(t, c.Accepted())
-	_, err := c.Locker().AddRef(ctx, blob, "node-a")
+	_, err := c.Core().AddRef(ctx, blob, "node-a")
 	require.NoError(t, err)
-	cluster := c.Locker().Cluster()
+	cluster := c.Core().Cluster()
 
 	c.Restart()
 	require.True(t, c.Running())
-	refs, err := c.Locker().Refs(ctx, blob)
+	refs, err := c.Core().Refs(ctx, blob)
 	require.NoError(t, err)
 	require.Equal(t, []string{"node-a"}, refs.Nodes, "references survive a restart")
-	require.Equal(t, cluster.ClusterID, c.Locker().Cluster().ClusterID)
+	require.Equal(t, cluster.ClusterID, c.Core().Cluster().ClusterID)
 	require.Equal(t, http.StatusOK, get(t, http.DefaultClient, c.URL()+"/healthz", ""), "served on the same address")
 
 	c.Wipe()
-	refs, err = c.Locker().Refs(ctx, blob)
+	refs, err = c.Core().Refs(ctx, blob)
 	require.NoError(t, err)
 	require.Empty(t, refs.Nodes, "a wiped coordinator knows no reference")
-	require.NotEqual(t, cluster.ClusterID, c.Locker().Cluster().ClusterID, "a wiped coordinator is a new cluster")
+	require.NotEqual(t, cluster.ClusterID, c.Core().Cluster().ClusterID, "a wiped coordinator is a new cluster")
 
 	c.Stop()
 	require.False(t, c.Running())
@@ -112,11 +112,11 @@ func TestTLS(t *testing.T) {
 func TestDataDir(t *testing.T) {
 	ctx := context.Background()
 	first := lockservertest.Start(t)
-	_, err := first.Locker().AddRef(ctx, blob, "node-a")
+	_, err := first.Core().AddRef(ctx, blob, "node-a")
 	require.NoError(t, err)
 	first.Stop()
 	second := lockservertest.Start(t, lockservertest.WithDataDir(first.DataDir()))
-	refs, err := second.Locker().Refs(ctx, blob)
+	refs, err := second.Core().Refs(ctx, blob)
 	require.NoError(t, err)
 	require.Equal(t, []string{"node-a"}, refs.Nodes)
 }
@@ -150,10 +150,10 @@ func TestNodeIdentity(t *testing.T) {
 	require.Error(t, err, "no client certificate")
 }
 
-// TestNewLockerAndServeHandler: an in-memory Locker served by a bare
+// TestNewCoordinatorAndServeHandler: an in-memory Coordinator served by a bare
 // Handler answers over HTTP.
-func TestNewLockerAndServeHandler(t *testing.T) {
-	l := lockservertest.NewLocker(t)
+func TestNewCoordinatorAndServeHandler(t *testing.T) {
+	l := lockservertest.NewCoordinator(t)
 	_, err := l.AddRef(context.Background(), blob, "node-a")
 	require.NoError(t, err)
 	url := lockservertest.ServeHandler(t, httpserver.NewHandler(l), nil)

@@ -1,7 +1,7 @@
 // Package lockservertest starts real coordinators for tests: Start serves
 // one over loopback HTTP (or HTTPS, with mTLS and node identity) on a
 // temporary data directory until the test ends, and a fault test can Stop,
-// Restart and Wipe it; NewLocker is an embedded coordinator with in-memory
+// Restart and Wipe it; NewCoordinator is an embedded coordinator with in-memory
 // storage; ServeHandler serves a bare Handler; FreeAddr gives an address
 // for a coordinator that is not up yet (docs/design.md §4).
 //

@@ -15,7 +15,7 @@ import (
 // until the test ends, then drains it and shuts it down, and returns its
 // base URL. wrap, when set, wraps the server's handler, for a test that
 // delays or rewrites requests. Use Start for a full server; this is for a
-// Handler built around a Locker of NewLocker.
+// Handler built around a Coordinator of NewCoordinator.
 func ServeHandler(t testing.TB, h *httpserver.Handler, wrap func(fasthttp.RequestHandler) fasthttp.RequestHandler) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", DefaultAddr)

@@ -69,7 +69,7 @@ func TestCompiledIn(t *testing.T) {
 	desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: digest.FromBytes(data), Size: int64(len(data))}
 	require.NoError(t, content.WriteBlob(ctx, cs, "layer-1", bytes.NewReader(data), desc))
 	require.FileExists(t, filepath.Join(root, "blobs", "sha256", desc.Digest.Encoded()))
-	refs, err := coord.Locker().Refs(ctx, desc.Digest.String())
+	refs, err := coord.Core().Refs(ctx, desc.Digest.String())
 	require.NoError(t, err)
 	require.Equal(t, []string{"node-1"}, refs.Nodes)
 	// The journal is in the plugin's state directory (local disk).
@@ -101,7 +101,7 @@ func TestCompiledInNodeIdentity(t *testing.T) {
 		return content.WriteBlob(context.Background(), inst.(content.Store), "layer", bytes.NewReader(data), desc)
 	}
 	require.NoError(t, write("node-1"))
-	nodes, err := coord.Locker().Nodes(context.Background())
+	nodes, err := coord.Core().Nodes(context.Background())
 	require.NoError(t, err)
 	require.Len(t, nodes.Nodes, 1)
 	require.Equal(t, "node-1", nodes.Nodes[0].NodeID)
@@ -129,7 +129,7 @@ func TestCompiledInNodeToken(t *testing.T) {
 	data := []byte("a layer of node-1")
 	desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: digest.FromBytes(data), Size: int64(len(data))}
 	require.NoError(t, content.WriteBlob(context.Background(), inst.(content.Store), "layer", bytes.NewReader(data), desc))
-	refs, err := coord.Locker().Refs(context.Background(), desc.Digest.String())
+	refs, err := coord.Core().Refs(context.Background(), desc.Digest.String())
 	require.NoError(t, err)
 	require.Equal(t, []string{"node-1"}, refs.Nodes)
 }

@@ -19,11 +19,11 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// Locker is the coordinator's in-process API: the lock manager of SPEC §3.
+// Coordinator is the coordinator's in-process API: the lock manager of SPEC §3.
 // All methods are safe for concurrent use. Every operation on one resource
 // runs under that resource's shard mutex, so the cross-type rules and the
 // reference counts are checked atomically; different shards never contend.
-type Locker struct {
+type Coordinator struct {
 	cfg     Config
 	refs    *refcount.Manager
 	state   refcount.Storage // the Manager's storage; written only through it
@@ -35,7 +35,7 @@ type Locker struct {
 	metrics      *metrics
 	shards       []*shard
 	now          func() time.Time
-	// started is when this Locker started (monotonic, by now): session
+	// started is when this Coordinator started (monotonic, by now): session
 	// answers are stamped with the uptime since, and members' absence
 	// counts from here at the earliest (members.go).
 	started time.Time
@@ -78,32 +78,32 @@ type shard struct {
 // maxFreeResources bounds a shard's free list.
 const maxFreeResources = 64
 
-// Options are the collaborators of a Locker.
+// Options are the collaborators of a Coordinator.
 type Options struct {
 	// Refs holds the reference sets. Required. Its storage holds the
 	// rest of the coordinator's durable state too (the fence high-water
 	// mark, the identity, the members and the deletes), so that one
 	// transaction can change them together. On a memory storage, fences
-	// restart from 1 and every Locker is a new cluster.
+	// restart from 1 and every Coordinator is a new cluster.
 	Refs *refcount.Manager
 	// Registerer receives the Prometheus metrics. Nil registers nowhere.
 	Registerer prometheus.Registerer
-	// Now is the Locker's clock; nil: time.Now. Tests move it.
+	// Now is the Coordinator's clock; nil: time.Now. Tests move it.
 	Now func() time.Time
 }
 
-// NewLocker starts a Locker and its per-shard sweepers. Call Close to stop
+// NewCoordinator starts a Coordinator and its per-shard sweepers. Call Close to stop
 // them.
-func NewLocker(cfg Config, opts Options) (*Locker, error) {
+func NewCoordinator(cfg Config, opts Options) (*Coordinator, error) {
 	now := opts.Now
 	if now == nil {
 		now = time.Now
 	}
-	return newLocker(cfg, opts, now)
+	return newCoordinator(cfg, opts, now)
 }
 
-// newLocker is NewLocker on the clock now (tests move it).
-func newLocker(cfg Config, opts Options, now func() time.Time) (*Locker, error) {
+// newCoordinator is NewCoordinator on the clock now (tests move it).
+func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("lockserver config: %w: %w", api.ErrInvalidArgument, err)
 	}
@@ -115,7 +115,7 @@ func newLocker(cfg Config, opts Options, now func() time.Time) (*Locker, error) 
 	if err != nil {
 		return nil, err
 	}
-	l := &Locker{
+	l := &Coordinator{
 		cfg:     cfg,
 		refs:    opts.Refs,
 		state:   state,
@@ -150,12 +150,12 @@ func newLocker(cfg Config, opts Options, now func() time.Time) (*Locker, error) 
 	return l, nil
 }
 
-// Config returns the configuration the Locker runs with.
-func (l *Locker) Config() Config { return l.cfg }
+// Config returns the configuration the Coordinator runs with.
+func (l *Coordinator) Config() Config { return l.cfg }
 
 // Close stops the sweepers and ends every event subscription. Held locks
-// and queues are dropped with the Locker.
-func (l *Locker) Close() error {
+// and queues are dropped with the Coordinator.
+func (l *Coordinator) Close() error {
 	select {
 	case <-l.stop:
 		return nil
@@ -182,7 +182,7 @@ func (l *Locker) Close() error {
 	return nil
 }
 
-func (l *Locker) shardFor(resourceID string) *shard {
+func (l *Coordinator) shardFor(resourceID string) *shard {
 	return l.shards[hashID(resourceID)%uint32(len(l.shards))]
 }
 
@@ -227,7 +227,7 @@ func (sh *shard) tidy(r *resource) {
 // holders: it answers acquired, skip, queued, or an error matching
 // api.ErrInUse or api.ErrLocked. A queued caller learns of its turn through
 // Subscribe or Status.
-func (l *Locker) Lock(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
+func (l *Coordinator) Lock(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
 	t, err := validateLock(&req)
 	if err != nil {
 		return api.LockResponse{}, err
@@ -268,7 +268,7 @@ func (l *Locker) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 
 // answered returns the answer already given to this request, if any: a
 // retry gets its grant or its place in the queue again.
-func (l *Locker) answered(k *key, req api.LockRequest, now time.Time) (api.LockResponse, bool) {
+func (l *Coordinator) answered(k *key, req api.LockRequest, now time.Time) (api.LockResponse, bool) {
 	if g := k.holder; g != nil && g.is(req.NodeID, req.RequestID) {
 		g.claimed = true
 		return l.grantResponse(g), true
@@ -282,7 +282,7 @@ func (l *Locker) answered(k *key, req api.LockRequest, now time.Time) (api.LockR
 
 // admit applies the reference rules of a new delete (SPEC §8) or update
 // (update_requires_no_ref).
-func (l *Locker) admit(ctx context.Context, t typeIndex, req api.LockRequest, now time.Time) error {
+func (l *Coordinator) admit(ctx context.Context, t typeIndex, req api.LockRequest, now time.Time) error {
 	switch t {
 	case idxDelete:
 		if err := l.checkDelete(ctx, req, now); err != nil {
@@ -307,7 +307,7 @@ func (l *Locker) admit(ctx context.Context, t typeIndex, req api.LockRequest, no
 
 // enqueue queues q behind the holders of r, if it asked to wait (nil: the
 // server's default) and its node is under its bound.
-func (l *Locker) enqueue(r *resource, q request, wait *bool, now time.Time) (api.LockResponse, error) {
+func (l *Coordinator) enqueue(r *resource, q request, wait *bool, now time.Time) (api.LockResponse, error) {
 	t, k := q.typ, &r.keys[q.typ]
 	waits := l.cfg.AllowMultiNodeDownload
 	if wait != nil {
@@ -333,7 +333,7 @@ func (l *Locker) enqueue(r *resource, q request, wait *bool, now time.Time) (api
 // Unlock handles POST /unlock (SPEC §3 "Release"). Only the holder of the
 // lease may release; a retry of a release that already happened, with the
 // same outcome, succeeds again.
-func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockResponse, error) {
+func (l *Coordinator) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockResponse, error) {
 	t, err := validateUnlock(&req)
 	if err != nil {
 		return api.UnlockResponse{}, err
@@ -400,7 +400,7 @@ func (l *Locker) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 }
 
 // Keepalive handles POST /lock/keepalive: it renews the holder's lease.
-func (l *Locker) Keepalive(ctx context.Context, req api.KeepaliveRequest) (api.KeepaliveResponse, error) {
+func (l *Coordinator) Keepalive(ctx context.Context, req api.KeepaliveRequest) (api.KeepaliveResponse, error) {
 	t, err := validateKey(req.Type, req.ResourceID)
 	if err == nil {
 		err = validateID("lease_id", req.LeaseID)
@@ -438,7 +438,7 @@ func (l *Locker) Keepalive(ctx context.Context, req api.KeepaliveRequest) (api.K
 // Cancel handles POST /lock/cancel: the request leaves its queue, or gives
 // back the grant it received (as a failure, so the queue advances).
 // Cancelling an unknown request is not an error.
-func (l *Locker) Cancel(ctx context.Context, req api.CancelRequest) error {
+func (l *Coordinator) Cancel(ctx context.Context, req api.CancelRequest) error {
 	t, err := validateKey(req.Type, req.ResourceID)
 	if err == nil {
 		err = validateID("node_id", req.NodeID)
@@ -479,7 +479,7 @@ func ownedBy(g *grant, node string) error {
 }
 
 // grant makes req the holder of its key in r.
-func (l *Locker) grant(r *resource, req request, now time.Time) (*grant, error) {
+func (l *Coordinator) grant(r *resource, req request, now time.Time) (*grant, error) {
 	fence, err := l.fences.next()
 	if err := l.wrote(context.Background(), err); err != nil {
 		return nil, fmt.Errorf("%s: %w", typeNames[req.typ], err)
@@ -505,7 +505,7 @@ func (l *Locker) grant(r *resource, req request, now time.Time) (*grant, error) 
 	return g, nil
 }
 
-func (l *Locker) grantResponse(g *grant) api.LockResponse {
+func (l *Coordinator) grantResponse(g *grant) api.LockResponse {
 	return api.LockResponse{
 		RequestID:  g.requestID,
 		Acquired:   true,
@@ -517,7 +517,7 @@ func (l *Locker) grantResponse(g *grant) api.LockResponse {
 
 // release ends the holder of r.keys[t] and advances the resource's queues.
 // The reference set has already been updated for a success.
-func (l *Locker) release(ctx context.Context, sh *shard, r *resource, t typeIndex, success bool, reason string, now time.Time) {
+func (l *Coordinator) release(ctx context.Context, sh *shard, r *resource, t typeIndex, success bool, reason string, now time.Time) {
 	k := &r.keys[t]
 	g := k.holder
 	k.holder = nil
@@ -549,7 +549,7 @@ func (l *Locker) release(ctx context.Context, sh *shard, r *resource, t typeInde
 // CompletedTTL. Unlock calls it once the reference set is written: an
 // unlock whose write fails must change nothing (issue 17), so no waiter may
 // have been told to skip.
-func (l *Locker) complete(r *resource, t typeIndex, g *grant, now time.Time) {
+func (l *Coordinator) complete(r *resource, t typeIndex, g *grant, now time.Time) {
 	k := &r.keys[t]
 	k.completed = &completion{nodeID: g.nodeID, at: now}
 	if t == idxPull {
@@ -573,7 +573,7 @@ func (l *Locker) complete(r *resource, t typeIndex, g *grant, now time.Time) {
 
 // advance grants the head of every queue of r that is free and compatible
 // with the current holders, earliest-queued first, until none is.
-func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
+func (l *Coordinator) advance(ctx context.Context, r *resource, now time.Time) {
 	for {
 		next := typeIndex(-1)
 		for t := range numTypes {
@@ -629,7 +629,7 @@ func (l *Locker) advance(ctx context.Context, r *resource, now time.Time) {
 // requester's own reference goes; then no other node may reference the
 // resource (unless the reaper found no blob) and every member must be
 // synced.
-func (l *Locker) checkDelete(ctx context.Context, req api.LockRequest, now time.Time) error {
+func (l *Coordinator) checkDelete(ctx context.Context, req api.LockRequest, now time.Time) error {
 	countRefs, err := l.reapRule(req.ResourceID, req.NodeID, req.Reap, now)
 	if err != nil {
 		return err
@@ -654,7 +654,7 @@ func (l *Locker) checkDelete(ctx context.Context, req api.LockRequest, now time.
 // checkGrantRefs re-checks, when a queued delete or update reaches the
 // head, the rules that were checked when it queued (a queued delete's
 // own reference went then).
-func (l *Locker) checkGrantRefs(ctx context.Context, id string, req request) error {
+func (l *Coordinator) checkGrantRefs(ctx context.Context, id string, req request) error {
 	switch {
 	case req.typ == idxDelete:
 		now := l.now()
@@ -669,7 +669,7 @@ func (l *Locker) checkGrantRefs(ctx context.Context, id string, req request) err
 	return nil
 }
 
-func (l *Locker) checkNoOtherRefs(ctx context.Context, id, node string) error {
+func (l *Coordinator) checkNoOtherRefs(ctx context.Context, id, node string) error {
 	rc, err := l.refs.GetRefCount(ctx, id)
 	if err != nil {
 		return fmt.Errorf("update:%s: %w", id, err)
@@ -688,7 +688,7 @@ func inUse(id string, rc refcount.Set) error {
 	return &api.InUseError{Refs: api.RefsResponse{ResourceID: id, Count: rc.Len(), Nodes: rc.NodeList()}}
 }
 
-func (l *Locker) lockedError(r *resource, t typeIndex) error {
+func (l *Coordinator) lockedError(r *resource, t typeIndex) error {
 	for held := range numTypes {
 		if g := r.keys[held].holder; g != nil && (held == t || !compatible[held][t]) {
 			return fmt.Errorf("%s:%s: held by %s:%s of node %s for %s: %w", typeNames[t], r.id,
@@ -699,7 +699,7 @@ func (l *Locker) lockedError(r *resource, t typeIndex) error {
 }
 
 // dropWaiter removes w from k's queue.
-func (l *Locker) dropWaiter(k *key, w *waiter) {
+func (l *Coordinator) dropWaiter(k *key, w *waiter) {
 	k.queue.Remove(w)
 	l.metrics.queueDepth[w.typ].Dec()
 	l.waiting.done(w.nodeID)

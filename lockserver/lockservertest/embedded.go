@@ -9,17 +9,17 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// NewLocker returns an in-process coordinator (the embedded mode) with
+// NewCoordinator returns an in-process coordinator (the embedded mode) with
 // in-memory references, lockserver.DefaultConfig changed by mutate. It is
 // closed when the test ends; a Close error fails the test.
-func NewLocker(t testing.TB, mutate ...func(*lockserver.Config)) *lockserver.Locker {
+func NewCoordinator(t testing.TB, mutate ...func(*lockserver.Config)) *lockserver.Coordinator {
 	t.Helper()
 	cfg := lockserver.DefaultConfig()
 	for _, m := range mutate {
 		m(&cfg)
 	}
 	refs := refcount.NewManager(refcount.NewMemoryStorage())
-	l, err := lockserver.NewLocker(cfg, lockserver.Options{Refs: refs})
+	l, err := lockserver.NewCoordinator(cfg, lockserver.Options{Refs: refs})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, l.Close()) })
 	return l

@@ -16,13 +16,13 @@ import (
 
 const blob = "sha256:aaaa"
 
-func newTestLocker(t testing.TB, mutate ...func(*Config)) *Locker {
+func newTestCoordinator(t testing.TB, mutate ...func(*Config)) *Coordinator {
 	t.Helper()
 	cfg := DefaultConfig()
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	l, err := NewLocker(cfg, Options{Refs: refcount.NewManager(refcount.NewMemoryStorage())})
+	l, err := NewCoordinator(cfg, Options{Refs: refcount.NewManager(refcount.NewMemoryStorage())})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	return l
@@ -43,14 +43,14 @@ type locked struct {
 	Node string
 }
 
-func mustLock(t *testing.T, l *Locker, typ api.OperationType, node string) locked {
+func mustLock(t *testing.T, l *Coordinator, typ api.OperationType, node string) locked {
 	t.Helper()
 	resp, err := l.Lock(context.Background(), lockReq(typ, node))
 	require.NoError(t, err)
 	return locked{resp, node}
 }
 
-func unlock(t *testing.T, l *Locker, typ api.OperationType, lease string, success bool) {
+func unlock(t *testing.T, l *Coordinator, typ api.OperationType, lease string, success bool) {
 	t.Helper()
 	_, err := l.Unlock(context.Background(), api.UnlockRequest{Type: typ, ResourceID: blob, LeaseID: lease, Success: success})
 	require.NoError(t, err)
@@ -66,7 +66,7 @@ func TestCompatibilityMatrix(t *testing.T) {
 	for _, held := range types {
 		for _, requested := range types {
 			t.Run(string(held)+"/"+string(requested), func(t *testing.T) {
-				l := newTestLocker(t)
+				l := newTestCoordinator(t)
 				first := mustLock(t, l, held, "n1")
 				require.True(t, first.Acquired)
 				second := mustLock(t, l, requested, "n2")
@@ -86,7 +86,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("pull success: refs added, completion retained, waiters and newcomers skip", func(t *testing.T) {
-		l := newTestLocker(t)
+		l := newTestCoordinator(t)
 		a := mustLock(t, l, api.OperationPull, "n1")
 		w := mustLock(t, l, api.OperationPull, "n2")
 		require.True(t, w.Queued)
@@ -105,7 +105,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 	})
 
 	t.Run("failure hands the lock to the next waiter in FIFO order, others keep waiting", func(t *testing.T) {
-		l := newTestLocker(t)
+		l := newTestCoordinator(t)
 		a := mustLock(t, l, api.OperationPull, "n1")
 		b := mustLock(t, l, api.OperationPull, "n2")
 		c := mustLock(t, l, api.OperationPull, "n3")
@@ -128,7 +128,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 	})
 
 	t.Run("delete in_use while others reference, requester's own ref dropped", func(t *testing.T) {
-		l := newTestLocker(t)
+		l := newTestCoordinator(t)
 		_, err := l.AddRef(ctx, blob, "n1")
 		require.NoError(t, err)
 		_, err = l.AddRef(ctx, blob, "n2")
@@ -143,7 +143,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 	})
 
 	t.Run("delete success forgets the pull completion and is itself retained", func(t *testing.T) {
-		l := newTestLocker(t)
+		l := newTestCoordinator(t)
 		p := mustLock(t, l, api.OperationPull, "n1")
 		unlock(t, l, api.OperationPull, p.LeaseID, true)
 		d := mustLock(t, l, api.OperationDelete, "n1")
@@ -158,7 +158,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 	})
 
 	t.Run("queued delete refused when the pull it waited for succeeds", func(t *testing.T) {
-		l := newTestLocker(t)
+		l := newTestCoordinator(t)
 		p := mustLock(t, l, api.OperationPull, "n1")
 		d := mustLock(t, l, api.OperationDelete, "n2")
 		require.True(t, d.Queued)
@@ -173,7 +173,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 	})
 
 	t.Run("queued delete starts once the pull fails", func(t *testing.T) {
-		l := newTestLocker(t)
+		l := newTestCoordinator(t)
 		p := mustLock(t, l, api.OperationPull, "n1")
 		d := mustLock(t, l, api.OperationDelete, "n2")
 		sd, _ := l.Subscribe(api.OperationDelete, blob, d.Node, d.RequestID)
@@ -184,7 +184,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 	})
 
 	t.Run("queued pulls start once the delete is gone", func(t *testing.T) {
-		l := newTestLocker(t)
+		l := newTestCoordinator(t)
 		d := mustLock(t, l, api.OperationDelete, "n1")
 		p := mustLock(t, l, api.OperationPull, "n2")
 		u := mustLock(t, l, api.OperationUpdate, "n3")
@@ -198,7 +198,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 	})
 
 	t.Run("update success grants the next update waiter; no completion retained", func(t *testing.T) {
-		l := newTestLocker(t)
+		l := newTestCoordinator(t)
 		a := mustLock(t, l, api.OperationUpdate, "n1")
 		b := mustLock(t, l, api.OperationUpdate, "n2")
 		sb, _ := l.Subscribe(api.OperationUpdate, blob, b.Node, b.RequestID)
@@ -210,7 +210,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 	})
 
 	t.Run("update refused while others reference, with update_requires_no_ref", func(t *testing.T) {
-		l := newTestLocker(t, func(c *Config) { c.UpdateRequiresNoRef = true })
+		l := newTestCoordinator(t, func(c *Config) { c.UpdateRequiresNoRef = true })
 		_, err := l.AddRef(ctx, blob, "n2")
 		require.NoError(t, err)
 		_, err = l.Lock(ctx, lockReq(api.OperationUpdate, "n1"))
@@ -220,7 +220,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 
 	t.Run("wait=false and allow_multi_node_download=false answer locked without queueing", func(t *testing.T) {
 		no, yes := false, true
-		l := newTestLocker(t, func(c *Config) { c.AllowMultiNodeDownload = false })
+		l := newTestCoordinator(t, func(c *Config) { c.AllowMultiNodeDownload = false })
 		mustLock(t, l, api.OperationPull, "n1")
 		_, err := l.Lock(ctx, lockReq(api.OperationPull, "n2"))
 		require.ErrorIs(t, err, api.ErrLocked)
@@ -237,7 +237,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 	})
 
 	t.Run("same request_id is idempotent for grants and queue entries", func(t *testing.T) {
-		l := newTestLocker(t)
+		l := newTestCoordinator(t)
 		req := lockReq(api.OperationPull, "n1")
 		req.RequestID = "r1"
 		a1, err := l.Lock(ctx, req)
@@ -255,7 +255,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 	})
 
 	t.Run("unlock: wrong lease refused and nothing changes; retry with same outcome ok", func(t *testing.T) {
-		l := newTestLocker(t)
+		l := newTestCoordinator(t)
 		a := mustLock(t, l, api.OperationPull, "n1")
 		_, err := l.Unlock(ctx, api.UnlockRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: "bogus", Success: true})
 		require.ErrorIs(t, err, api.ErrNotHolder)
@@ -270,7 +270,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 	})
 
 	t.Run("refs/add refused while a delete is in flight", func(t *testing.T) {
-		l := newTestLocker(t)
+		l := newTestCoordinator(t)
 		d := mustLock(t, l, api.OperationDelete, "n1")
 		_, err := l.AddRef(ctx, blob, "n2")
 		require.ErrorIs(t, err, api.ErrDeleting)
@@ -284,7 +284,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 	// for about a second): its reference is refused and recorded nowhere,
 	// until a pull or a committing node's reference follows the delete.
 	t.Run("refs/add found refused after a delete, until a pull or reference", func(t *testing.T) {
-		l := newTestLocker(t)
+		l := newTestCoordinator(t)
 		d := mustLock(t, l, api.OperationDelete, "n1")
 		unlock(t, l, api.OperationDelete, d.LeaseID, true)
 		_, err := l.AddFoundRef(ctx, blob, "n2")
@@ -299,7 +299,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 		_, err = l.AddFoundRef(ctx, blob, "n2")
 		require.NoError(t, err, "found after the blob's new reference")
 
-		l2 := newTestLocker(t)
+		l2 := newTestCoordinator(t)
 		d = mustLock(t, l2, api.OperationDelete, "n1")
 		unlock(t, l2, api.OperationDelete, d.LeaseID, true)
 		p := mustLock(t, l2, api.OperationPull, "n3")
@@ -309,7 +309,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 	})
 
 	t.Run("cancel removes a waiter; cancel of a grant hands over", func(t *testing.T) {
-		l := newTestLocker(t)
+		l := newTestCoordinator(t)
 		a := mustLock(t, l, api.OperationPull, "n1")
 		b := mustLock(t, l, api.OperationPull, "n2")
 		c := mustLock(t, l, api.OperationPull, "n3")
@@ -321,7 +321,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 	})
 
 	t.Run("fences strictly increase", func(t *testing.T) {
-		l := newTestLocker(t)
+		l := newTestCoordinator(t)
 		var last uint64
 		for range 100 {
 			a := mustLock(t, l, api.OperationUpdate, "n1")
@@ -335,7 +335,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 func TestLeaseExpiryHandsOver(t *testing.T) {
 	// The sweeps are driven by hand, at chosen times: with a TTL of a
 	// minute the background sweepers never expire anything meanwhile.
-	l := newTestLocker(t, func(c *Config) { c.LeaseTTL = time.Minute; c.ClaimTimeout = time.Hour })
+	l := newTestCoordinator(t, func(c *Config) { c.LeaseTTL = time.Minute; c.ClaimTimeout = time.Hour })
 	ctx := context.Background()
 	a := mustLock(t, l, api.OperationPull, "n1")
 	b := mustLock(t, l, api.OperationPull, "n2")
@@ -362,7 +362,7 @@ func TestLeaseExpiryHandsOver(t *testing.T) {
 }
 
 func TestUnclaimedGrantIsReleased(t *testing.T) {
-	l := newTestLocker(t, func(c *Config) { c.ClaimTimeout = 50 * time.Millisecond })
+	l := newTestCoordinator(t, func(c *Config) { c.ClaimTimeout = 50 * time.Millisecond })
 	a := mustLock(t, l, api.OperationPull, "n1")
 	b := mustLock(t, l, api.OperationPull, "n2") // polls, never subscribes
 	c := mustLock(t, l, api.OperationPull, "n3")
@@ -376,7 +376,7 @@ func TestUnclaimedGrantIsReleased(t *testing.T) {
 }
 
 func TestClosedStreamLeavesQueue(t *testing.T) {
-	l := newTestLocker(t)
+	l := newTestCoordinator(t)
 	mustLock(t, l, api.OperationPull, "n1")
 	b := mustLock(t, l, api.OperationPull, "n2")
 	sb, err := l.Subscribe(api.OperationPull, blob, b.Node, b.RequestID)
@@ -389,7 +389,7 @@ func TestClosedStreamLeavesQueue(t *testing.T) {
 }
 
 func TestSubscribeAfterCompletionSeesIt(t *testing.T) {
-	l := newTestLocker(t)
+	l := newTestCoordinator(t)
 	a := mustLock(t, l, api.OperationPull, "n1")
 	b := mustLock(t, l, api.OperationPull, "n2")
 	unlock(t, l, api.OperationPull, a.LeaseID, true) // before b subscribes
@@ -403,7 +403,7 @@ func TestSubscribeAfterCompletionSeesIt(t *testing.T) {
 }
 
 func TestTargetedWakeups(t *testing.T) {
-	l := newTestLocker(t)
+	l := newTestCoordinator(t)
 	other := "sha256:bbbb"
 	a := mustLock(t, l, api.OperationPull, "n1")
 	b := mustLock(t, l, api.OperationPull, "n2")
@@ -425,7 +425,7 @@ func TestTargetedWakeups(t *testing.T) {
 }
 
 func TestLockValidation(t *testing.T) {
-	l := newTestLocker(t)
+	l := newTestCoordinator(t)
 	long := make([]byte, api.MaxResourceIDLen+1)
 	for i := range long {
 		long[i] = 'a'
@@ -451,7 +451,7 @@ func TestLockValidation(t *testing.T) {
 }
 
 func TestNoPullSkipWhileDeleteInFlight(t *testing.T) {
-	l := newTestLocker(t)
+	l := newTestCoordinator(t)
 	p := mustLock(t, l, api.OperationPull, "n1")
 	unlock(t, l, api.OperationPull, p.LeaseID, true)
 	_, err := l.Refs(context.Background(), blob)
@@ -471,7 +471,7 @@ func TestNoPullSkipWhileDeleteInFlight(t *testing.T) {
 // TestReleasedRemembersForALeaseTTL: a release is remembered, for a
 // retried Unlock whose answer was lost, for a lease TTL, then forgotten.
 func TestReleasedRemembersForALeaseTTL(t *testing.T) {
-	l := newTestLocker(t)
+	l := newTestCoordinator(t)
 	a := mustLock(t, l, api.OperationPull, "n1")
 	unlock(t, l, api.OperationPull, a.LeaseID, true)
 	sh := l.shardFor(blob)
@@ -497,7 +497,7 @@ func TestReleasedRemembersForALeaseTTL(t *testing.T) {
 }
 
 // gatedStorage holds reference writes at a gate once armed, to observe what
-// the Locker does while one is in flight.
+// the Coordinator does while one is in flight.
 type gatedStorage struct {
 	refcount.Storage
 	armed   atomic.Bool
@@ -527,12 +527,12 @@ func (s *gatedStorage) Commit(ctx context.Context, b *refcount.Batch) error {
 	return s.Storage.Commit(ctx, b)
 }
 
-// newGatedLocker returns a Locker whose reference writes go through a
+// newGatedCoordinator returns a Coordinator whose reference writes go through a
 // gatedStorage.
-func newGatedLocker(t *testing.T) (*Locker, *gatedStorage) {
+func newGatedCoordinator(t *testing.T) (*Coordinator, *gatedStorage) {
 	t.Helper()
 	store := &gatedStorage{Storage: refcount.NewMemoryStorage(), entered: make(chan struct{}), open: make(chan struct{})}
-	l, err := NewLocker(DefaultConfig(), Options{Refs: refcount.NewManager(store)})
+	l, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(store)})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	return l, store
@@ -543,7 +543,7 @@ func newGatedLocker(t *testing.T) (*Locker, *gatedStorage) {
 // and the queued delete sees the puller.
 func TestWaitersLearnOnceReferenceWritten(t *testing.T) {
 	ctx := context.Background()
-	l, store := newGatedLocker(t)
+	l, store := newGatedCoordinator(t)
 	p := mustLock(t, l, api.OperationPull, "n1")
 	w := mustLock(t, l, api.OperationPull, "n2")
 	wait := true
@@ -603,7 +603,7 @@ func receive(t *testing.T, ch <-chan api.Event) api.Event {
 // the retry applies it whole.
 func TestFailedDeleteUnlockChangesNothing(t *testing.T) {
 	ctx := context.Background()
-	l, store := newGatedLocker(t)
+	l, store := newGatedCoordinator(t)
 	d := mustLock(t, l, api.OperationDelete, "n1")
 	p := mustLock(t, l, api.OperationPull, "n2")
 	require.True(t, p.Queued, "a pull waits for the delete")
@@ -636,7 +636,7 @@ func TestFailedDeleteUnlockChangesNothing(t *testing.T) {
 
 func TestFailedUnlockChangesNothing(t *testing.T) {
 	ctx := context.Background()
-	l, store := newGatedLocker(t)
+	l, store := newGatedCoordinator(t)
 	p := mustLock(t, l, api.OperationPull, "n1")
 	w := mustLock(t, l, api.OperationPull, "n2")
 	sw, err := l.Subscribe(api.OperationPull, blob, w.Node, w.RequestID)
