@@ -21,7 +21,7 @@ import (
 )
 
 const (
-	// pollInterval is the lock client's polling fallback (SPEC §4).
+	// pollInterval is the lock client's polling fallback (docs/design.md §4).
 	pollInterval = 500 * time.Millisecond
 	// backoffStart and backoffCap are containerd's content.OpenWriter
 	// retry bounds in milliseconds (core/content/helpers.go, v2.2.9 and

@@ -10,7 +10,7 @@ import (
 
 // Coordinator is what the Store needs of the cluster's coordinator, in the
 // Store's own terms: a session for this node, its references, and locks on
-// blobs (SPEC §3, §8). Package contentv2/remote adapts a lockclient.Client
+// blobs (docs/design.md §3, §8). Package contentv2/remote adapts a lockclient.Client
 // (a remote or an embedded coordinator); another backend (etcd) can
 // implement it directly.
 //
@@ -43,7 +43,7 @@ type Coordinator interface {
 	// the shared directory (rather than committing it): then ErrDeleting
 	// also when a delete succeeded since the blob's last pull or
 	// reference, since a shared filesystem's caches can show a deleted
-	// file for a while (docs/design.md, "Stale views").
+	// file for a while (docs/design.md §8.9).
 	AddRef(ctx context.Context, dgst digest.Digest, found bool) error
 	// Lock takes a lock. Without req.Wait a held lock is ErrLocked at once.
 	// ErrSkipped: a pull or delete of the resource just succeeded
@@ -58,7 +58,7 @@ type Coordinator interface {
 	Members(ctx context.Context) (Membership, error)
 	// ExpireMember asks the coordinator to forget nodeID, which the
 	// reaper (holding reapLock, the reap lock) has seen leave its marker
-	// unchanged for markerUnchanged (SPEC §8 "Membership"). The
+	// unchanged for markerUnchanged (docs/design.md §8.4). The
 	// coordinator checks its own measure of the node's absence too;
 	// ErrNotExpired when the node is live or either measure falls short
 	// of the node expiry. It returns the coordinator's measure.
@@ -92,7 +92,7 @@ type Lock interface {
 	Check(ctx context.Context) error
 }
 
-// Op is the kind of lock (SPEC §3).
+// Op is the kind of lock (docs/design.md §3).
 type Op string
 
 // The lock types.
@@ -123,7 +123,7 @@ type LockRequest struct {
 	Reap ReapMode
 }
 
-// SessionRequest is a session call (docs/design.md, "Never lose a blob").
+// SessionRequest is a session call (docs/design.md §8).
 type SessionRequest struct {
 	ClusterID string
 	// InstanceID is random per store start.

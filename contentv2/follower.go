@@ -13,7 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 )
 
-// A follower is the Writer of a blob that another node holds (SPEC §5).
+// A follower is the Writer of a blob that another node holds (docs/design.md §5.3).
 // Writer returns it at once: containerd calls Writer inside a metadata
 // transaction. The wait happens in Status, which containerd's fetch calls
 // right after opening the writer, outside any transaction, and it is
@@ -29,7 +29,7 @@ import (
 //     Status reports offset 0 and fetch downloads into it.
 //
 // The offsets a follower reports stay those a proxy client can follow
-// (plugin/, docs/design.md "The follower through the proxy"): 0 until the
+// (plugin/, docs/design.md §5.4): 0 until the
 // wait ends, then 0 again after a hand-off (the ingest is emptied), or the
 // blob's size.
 
@@ -201,7 +201,7 @@ func (f *follower) Truncate(size int64) error {
 
 // Commit never waits (it runs inside containerd's metadata transaction).
 // After a hand-off it commits the download; after the holder's success it
-// records this node's use of the blob (reference before use, SPEC §8) and
+// records this node's use of the blob (reference before use, docs/design.md §8.1) and
 // returns nil. Called before Status has ended the wait, it fails.
 func (f *follower) Commit(ctx context.Context, size int64, expected digest.Digest, opts ...content.Opt) error {
 	w, done := f.holder()
@@ -262,7 +262,7 @@ func (s *store) dropFollower(f *follower) {
 // It returns either the blob's size (the holder succeeded; this node is
 // referenced as a user) or an ingest for this node to download into: under
 // the pull lock after a hand-off, or uncoordinated where Writer would be
-// (SPEC §8). It waits until ctx ends.
+// (docs/design.md §8). It waits until ctx ends.
 func (s *store) follow(ctx context.Context, wo content.WriterOpts, dgst digest.Digest) (content.Writer, int64, error) {
 	pause := followPauseMin
 	for {

@@ -8,7 +8,7 @@ import (
 	"github.com/opencontainers/go-digest"
 )
 
-// A node that comes back after being forgotten (SPEC §8, "Membership"):
+// A node that comes back after being forgotten (docs/design.md §8.4):
 // its journal says it was a member of the cluster, but the coordinator
 // answers that it has no member record of it, so it dropped the node's
 // references, and other nodes' GCs may have deleted blobs this node uses.

@@ -13,7 +13,7 @@ import (
 )
 
 // The shared root records the cluster it belongs to, and its members, next
-// to the blobs (SPEC §8): they share the blobs' fate, not the
+// to the blobs (docs/design.md §8): they share the blobs' fate, not the
 // coordinator's.
 const (
 	// MetaDir is the shared root's directory of sharedcontent's own files.

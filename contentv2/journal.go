@@ -31,7 +31,7 @@ var (
 	seededKey = []byte("seeded")
 )
 
-// journal is the node's own record of the blobs it uses (SPEC §8), on
+// journal is the node's own record of the blobs it uses (docs/design.md §8.2), on
 // local disk: an entry is written (and fsync'd) before the coordinator is
 // asked, and dropped once the coordinator has dropped this node's
 // reference. The coordinator's reference sets are rebuilt from it.
@@ -209,7 +209,7 @@ func (j *journal) announcedTTL() time.Duration {
 
 // setAnnouncedTTL records, durably, the session TTL the coordinator
 // announced: a restarted node counts with it before it hears from the
-// coordinator again (SPEC §8).
+// coordinator again (docs/design.md §8).
 func (j *journal) setAnnouncedTTL(ttl time.Duration) error {
 	if j.announcedTTL() == ttl {
 		return nil

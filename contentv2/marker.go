@@ -12,7 +12,7 @@ import (
 	"github.com/containerd/log"
 )
 
-// Node markers as evidence of life (SPEC §8 "Membership"). A running node
+// Node markers as evidence of life (docs/design.md §8.4). A running node
 // rewrites its marker every session interval, whether or not the
 // coordinator answers, with a new sequence number; the reaper remembers
 // each marker's state and since when (its own monotonic clock) it has seen

@@ -13,7 +13,7 @@ import (
 	"github.com/containerd/log"
 )
 
-// The reaper (SPEC §8). containerd offers a blob for deletion only when its
+// The reaper (docs/design.md §8.12). containerd offers a blob for deletion only when its
 // own metadata changed, so a blob kept for another node may never be
 // offered again once that node lets go of it, and a forgotten node's blobs
 // are nobody's. One node at a time, holding the reap lock, walks the

@@ -16,7 +16,7 @@ import (
 	"github.com/opencontainers/go-digest"
 )
 
-// The reaper's decision (SPEC §8 "Reaper"), apart from its acts so that
+// The reaper's decision (docs/design.md §8.12), apart from its acts so that
 // `sharedcontentctl reap --dry-run` runs exactly this code and lists what
 // a pass would remove. A pass (reaper.go) plans, then acts on the plan
 // under the delete rule; the coordinator may still refuse each delete or
@@ -64,8 +64,8 @@ type ReapPlan struct {
 	Ingests []ReapFile `json:"ingests"`
 	Markers []ReapFile `json:"markers"`
 	Trash   []ReapFile `json:"trash"`
-	// Expire are the members gone by both measures (SPEC §8
-	// "Membership"): unheard of by the coordinator, and their marker
+	// Expire are the members gone by both measures (docs/design.md
+	// §8.4): unheard of by the coordinator, and their marker
 	// unchanged, for the node expiry.
 	Expire []ReapMember `json:"expire"`
 	// Absent are the other members that are not live, with both measures

@@ -17,7 +17,7 @@ import (
 // must be on the root's filesystem.
 var rootSubdirs = []string{"ingest", "blobs", filepath.Join("blobs", "sha256"), TrashDir}
 
-// CheckRoot checks that root can serve as a store's shared root (SPEC §6):
+// CheckRoot checks that root can serve as a store's shared root (docs/design.md §6):
 // a directory (created, with its parents, when missing), in which this
 // process can create, rename and remove a file, with its ingest, blob and
 // trash directories on the same filesystem. NewStore runs it; a daemon may

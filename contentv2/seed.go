@@ -9,7 +9,7 @@ import (
 	"github.com/opencontainers/go-digest"
 )
 
-// Seeding a new journal (SPEC §8, "Journal generation"). A journal of a
+// Seeding a new journal (docs/design.md §8.6). A journal of a
 // new generation (a wiped or replaced state dir, or one older than
 // generations) may lack blobs this node's containerd still uses: the
 // coordinator only adds references from its first sync, but every later

@@ -12,14 +12,14 @@ import (
 	"github.com/sharedcontent/sharedcontent/internal/failpoint"
 )
 
-// Sessions (SPEC §8). The store holds a session with the coordinator and
+// Sessions (docs/design.md §8.3). The store holds a session with the coordinator and
 // renews it every TTL/3. When the coordinator says the node is not synced
 // (its first session, a session that lapsed, a coordinator restart or
 // adoption), the store sends its whole journal. The cluster the node
 // belongs to is the shared root's (cluster.json): a coordinator of another
 // cluster is treated as unreachable.
 //
-// The timing rule (docs/design.md, "Never lose a blob"): a renewal echoes
+// The timing rule (docs/design.md §8.8): a renewal echoes
 // the coordinator's stamp of the last answer received and the time
 // elapsed since, and is sent only while that is at most 2·TTL/3 (after
 // that the store opens a new session, which starts unsynced). The

@@ -29,7 +29,7 @@ const (
 	// ContainerdMode (the plugin's default) never blocks in Writer: the
 	// metadata store calls it inside a bolt write transaction. A blob that
 	// another node is downloading gets a Follower, which waits in Status
-	// (SPEC §5); one whose size is not given, or that another node has just
+	// (docs/design.md §5); one whose size is not given, or that another node has just
 	// downloaded, is ErrUnavailable, which makes content.OpenWriter retry;
 	// the retry finds the blob through Info and records it without
 	// downloading.
@@ -49,7 +49,7 @@ const (
 	DefaultCoordinationTimeout = 2 * time.Second
 	// deleteCheckTimeout bounds a deleter's last check of its lease: a
 	// slower answer is no proof that the lease was still held when the
-	// file is renamed (SPEC §8's margin covers this much).
+	// file is renamed (docs/design.md §8's margin covers this much).
 	deleteCheckTimeout = time.Second
 )
 
@@ -57,7 +57,7 @@ const (
 // background work; it does not close the coordinator.
 type Store interface {
 	content.Store
-	// Reap runs one pass of the reaper now (SPEC §8), if no other node is
+	// Reap runs one pass of the reaper now (docs/design.md §8.12), if no other node is
 	// running one.
 	Reap(ctx context.Context) (ReapReport, error)
 	Close() error
@@ -70,7 +70,7 @@ type Option func(*store)
 func WithMode(m Mode) Option { return func(s *store) { s.mode = m } }
 
 // WithStateDir sets the node's local state directory, which holds its
-// journal (SPEC §8). Required; it must be on this node's own disk, not on
+// journal (docs/design.md §8.2). Required; it must be on this node's own disk, not on
 // the shared storage.
 func WithStateDir(dir string) Option { return func(s *store) { s.stateDir = dir } }
 
@@ -93,7 +93,7 @@ func WithCoordinationTimeout(d time.Duration) Option { return func(s *store) { s
 func WithSessionTTL(d time.Duration) Option { return func(s *store) { s.configTTL = d } }
 
 // WithReaper runs the reaper every interval (0: never), reclaiming what is
-// older than grace (SPEC §8).
+// older than grace (docs/design.md §8).
 func WithReaper(interval, grace time.Duration) Option {
 	return func(s *store) { s.reapInterval, s.reapGrace = interval, grace }
 }
@@ -153,7 +153,7 @@ type store struct {
 	duplicate bool
 	epoch     uint64 // protected by smu
 	synced    bool   // protected by smu
-	// instanceID is random per store start (SPEC §8); read-only.
+	// instanceID is random per store start (docs/design.md §8.5); read-only.
 	instanceID string
 	kick       chan struct{} // a session round now
 
@@ -257,7 +257,7 @@ func (s *store) Info(ctx context.Context, dgst digest.Digest) (content.Info, err
 // use returns the info of a blob that exists and that this node now holds
 // a reference to, so that no other node's delete removes it. A blob that
 // is absent or being deleted is ErrNotFound; a coordinator that cannot be
-// reached while this node may not fail open is ErrUnavailable (SPEC §8:
+// reached while this node may not fail open is ErrUnavailable (docs/design.md §8.8:
 // reference before use).
 func (s *store) use(ctx context.Context, dgst digest.Digest) (content.Info, error) {
 	info, err := s.local.Info(ctx, dgst)
@@ -398,7 +398,7 @@ func (s *store) Update(ctx context.Context, info content.Info, fieldpaths ...str
 }
 
 // Delete removes the blob unless another node still uses it or a member
-// node is not synced (SPEC §8). It never returns an error for a blob kept
+// node is not synced (docs/design.md §8.7). It never returns an error for a blob kept
 // or for an unreachable coordinator: containerd's garbage collector stops
 // its whole sweep at the first Delete error.
 //

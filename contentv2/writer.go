@@ -14,7 +14,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/internal/failpoint"
 )
 
-// Writer opens an ingest under the blob's pull lock (SPEC §5). The digest
+// Writer opens an ingest under the blob's pull lock (docs/design.md §5.2). The digest
 // comes from the descriptor or, as containerd's metadata store clears it,
 // from the ref; a ref without one is a plain node-local write.
 //
@@ -106,7 +106,7 @@ func (s *store) writerWithoutLock(ctx context.Context, wo content.WriterOpts, dg
 }
 
 // failOpenWriter opens an uncoordinated ingest while the coordinator is
-// unreachable (SPEC §8), only once this node's session has surely expired:
+// unreachable (docs/design.md §8.8), only once this node's session has surely expired:
 // the coordinator then refuses every delete until this node syncs. The
 // content is addressed by digest and the ingest is ours alone; Commit
 // journals the use. Before that it is ErrUnavailable, saying how long.
@@ -209,7 +209,7 @@ func (w *writer) Status() (content.Status, error) {
 
 // Commit commits the blob. This node's reference is recorded (journal,
 // then coordinator) before the blob becomes visible in blobs/, so that no
-// delete can remove it in between, even if the pull lock was lost (SPEC
+// delete can remove it in between, even if the pull lock was lost (docs/design.md
 // §8). Success, including "already exists", then releases the lock with
 // success; any other error leaves the ingest open for another Commit, as
 // the local writer does.

@@ -11,7 +11,7 @@ import (
 )
 
 // The expiry tests of issue 23: time alone never proves a node dead
-// (SPEC §8 "Membership"). A member is expired only when the coordinator
+// (docs/design.md §8.4). A member is expired only when the coordinator
 // has not heard from it for --node-expiry of its own uptime and the
 // reaper has seen its marker in the shared root unchanged that long.
 

@@ -32,7 +32,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// The follower writer (SPEC §5): a node that finds a blob held by another
+// The follower writer (docs/design.md §5.3): a node that finds a blob held by another
 // node gets a writer at once and waits in Status; it then shares the
 // holder's blob without downloading, or downloads it itself after a
 // hand-off. Each scenario runs with containerd's metadata store calling
@@ -409,7 +409,7 @@ func TestLibraryModeWaitsInWriter(t *testing.T) {
 
 // TestFollowerCoordinatorLost: the coordinator goes away while a follower
 // waits. The follower keeps asking until this node's session has surely
-// expired, then downloads uncoordinated (SPEC §8 fail-open) and journals
+// expired, then downloads uncoordinated (docs/design.md §8.8) and journals
 // its use, which reaches the coordinator when it is back.
 func TestFollowerCoordinatorLost(t *testing.T) {
 	e := newFaultEnv(t, faultConfig())

@@ -3,7 +3,7 @@ package lockserver
 import "sync"
 
 // DefaultMaxWaitersPerNode bounds the requests one node may have queued
-// at once, over every key (SPEC §9). A node queues one request per blob it
+// at once, over every key (docs/design.md §9). A node queues one request per blob it
 // pulls while another node holds it: thousands at most.
 const DefaultMaxWaitersPerNode = 10000
 

@@ -12,7 +12,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// Coordinator identity (SPEC §8): a random cluster ID created with the
+// Coordinator identity (docs/design.md §8.10): a random cluster ID created with the
 // database, and an epoch incremented at every start. Both go out with every
 // answer, so a node notices a restart (it re-syncs) and a coordinator that
 // lost its database (another cluster ID: the node treats it as
@@ -46,7 +46,7 @@ func (l *Coordinator) Cluster() api.Cluster { return *l.cluster.Load() }
 // another cluster that already has members is refused unless req.Force.
 //
 // The members, the cluster ID and the epoch are written in one
-// transaction (SPEC §8): an adopt interrupted at any point leaves the old
+// transaction (docs/design.md §8.10): an adopt interrupted at any point leaves the old
 // state or the new one, and adopting the same cluster again completes it
 // (it is idempotent: nothing is refused, the epoch moves on).
 func (l *Coordinator) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {

@@ -24,13 +24,13 @@ const (
 	// DefaultNodeExpiry is how long a member must be both unheard of (in
 	// the coordinator's uptime) and its marker in the shared root
 	// unchanged before the reaper may forget it (its references dropped;
-	// SPEC §8). Until then, deletes wait for it. A week outlasts a long
+	// docs/design.md §8). Until then, deletes wait for it. A week outlasts a long
 	// weekend's outage and a node's repair.
 	DefaultNodeExpiry = 7 * 24 * time.Hour
 	// DefaultReapGrace is how long after a resource's last pull or
 	// reference change the coordinator refuses a reaper's delete of it,
 	// and how long it refuses every reaper's delete after it starts
-	// (docs/design.md "Never lose a blob", reaper). It matches the nodes'
+	// (docs/design.md §8.12). It matches the nodes'
 	// own reaper grace.
 	DefaultReapGrace = time.Hour
 	// DefaultFenceBlock is how many fences are reserved per persisted
@@ -67,7 +67,7 @@ type Config struct {
 	// happened before it started). 0 checks no time (tests).
 	ReapGrace time.Duration
 	// MaxWaitersPerNode bounds the requests one node may have queued at
-	// once; more are refused with 429 (SPEC §9).
+	// once; more are refused with 429 (docs/design.md §9).
 	MaxWaitersPerNode int
 }
 

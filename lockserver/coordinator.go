@@ -19,7 +19,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// Coordinator is the coordinator's in-process API: the lock manager of SPEC §3.
+// Coordinator is the coordinator's in-process API: the lock manager of docs/design.md §3.
 // All methods are safe for concurrent use. Every operation on one resource
 // runs under that resource's shard mutex, so the cross-type rules and the
 // reference counts are checked atomically; different shards never contend.
@@ -45,7 +45,7 @@ type Coordinator struct {
 	// enqueue and grant.
 	trace func(event string, t typeIndex, resourceID, requestID string)
 
-	// mmu protects members (SPEC §8; members.go). Taken after a shard's
+	// mmu protects members (docs/design.md §8.4; members.go). Taken after a shard's
 	// mutex, never before.
 	mmu     sync.Mutex
 	members map[string]*member // protected by mmu
@@ -223,7 +223,7 @@ func (sh *shard) tidy(r *resource) {
 	}
 }
 
-// Lock handles POST /lock (SPEC §3 "Acquire"). It never blocks on other
+// Lock handles POST /lock (docs/design.md §3.3). It never blocks on other
 // holders: it answers acquired, skip, queued, or an error matching
 // api.ErrInUse or api.ErrLocked. A queued caller learns of its turn through
 // Subscribe or Status.
@@ -280,7 +280,7 @@ func (l *Coordinator) answered(k *key, req api.LockRequest, now time.Time) (api.
 	return api.LockResponse{}, false
 }
 
-// admit applies the reference rules of a new delete (SPEC §8) or update
+// admit applies the reference rules of a new delete (docs/design.md §8.7) or update
 // (update_requires_no_ref).
 func (l *Coordinator) admit(ctx context.Context, t typeIndex, req api.LockRequest, now time.Time) error {
 	switch t {
@@ -330,7 +330,7 @@ func (l *Coordinator) enqueue(r *resource, q request, wait *bool, now time.Time)
 	return api.LockResponse{RequestID: q.requestID, Queued: true, Position: k.queue.Len()}, nil
 }
 
-// Unlock handles POST /unlock (SPEC §3 "Release"). Only the holder of the
+// Unlock handles POST /unlock (docs/design.md §3.4). Only the holder of the
 // lease may release; a retry of a release that already happened, with the
 // same outcome, succeeds again.
 func (l *Coordinator) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockResponse, error) {
@@ -624,7 +624,7 @@ func (l *Coordinator) advance(ctx context.Context, r *resource, now time.Time) {
 	}
 }
 
-// checkDelete applies the delete rule (SPEC §8) to a new delete request:
+// checkDelete applies the delete rule (docs/design.md §8.7) to a new delete request:
 // the reaper's conditions if the reaper asks (reap.go), else the
 // requester's own reference goes; then no other node may reference the
 // resource (unless the reaper found no blob) and every member must be

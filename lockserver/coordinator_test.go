@@ -58,7 +58,7 @@ func unlock(t *testing.T, l *Coordinator, typ api.OperationType, lease string, s
 
 func TestCompatibilityMatrix(t *testing.T) {
 	types := []api.OperationType{api.OperationPull, api.OperationUpdate, api.OperationDelete}
-	// SPEC §3: only pull+update may be held together.
+	// docs/design.md §3.2: only pull+update may be held together.
 	allowed := map[[2]api.OperationType]bool{
 		{api.OperationPull, api.OperationUpdate}: true,
 		{api.OperationUpdate, api.OperationPull}: true,

@@ -9,8 +9,8 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// Deletes are remembered (SPEC §8; docs/design.md "Stale views of a
-// deleted blob"). A granted delete writes a marker {node, fence, expiry}
+// Deletes are remembered (docs/design.md
+// §8.9). A granted delete writes a marker {node, fence, expiry}
 // before its grant is answered; its unlock(success) drops the resource's
 // references and the marker and records the completion in one
 // transaction. A delete whose lease lapses (it expired, or was never

@@ -12,7 +12,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// Deletes are remembered (SPEC §8): the stale-view refusal (AddFoundRef
+// Deletes are remembered (docs/design.md §8.9): the stale-view refusal (AddFoundRef
 // answered deleting) survives a restart of the coordinator, and a delete
 // whose holder went without an unlock counts as completed. Each of these
 // tests but the last fails on d6d7306, where completions lived in memory

@@ -12,7 +12,7 @@ import (
 // EndSession handles POST /nodes/session/end: a node's daemon, shutting
 // down cleanly, ends its own session, so that its next start (another
 // instance) is not refused as a duplicate until the session lapses
-// (docs/design.md, "Never lose a blob"). Only the instance that holds the
+// (docs/design.md §8.5). Only the instance that holds the
 // live session ends it; any other request changes nothing and says why.
 //
 // Why this is safe: ending a session sets it lapsed now (sessionUntil =

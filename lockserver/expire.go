@@ -10,7 +10,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// Expiry (SPEC §8 "Membership"; docs/design.md, "Never lose a blob"). Time
+// Expiry (docs/design.md §8.4). Time
 // alone never proves a node dead: one cut off from the coordinator may
 // still run and use its blobs. A member is forgotten automatically only
 // when both hold for NodeExpiry:

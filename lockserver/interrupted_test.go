@@ -13,7 +13,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// Adopt and forget are each one transaction (SPEC §8): interrupted at any
+// Adopt and forget are each one transaction (docs/design.md §8.10): interrupted at any
 // point, they leave the old state or the new one, and running the same
 // command again completes them. These tests interrupt them on a real
 // bbolt database by failing the write a crash would have cut short, then

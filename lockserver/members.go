@@ -14,7 +14,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// Membership (SPEC §8). A node is a member from its first session until it
+// Membership (docs/design.md §8.4). A node is a member from its first session until it
 // is forgotten: by an operator (Forget), or by the reaper once the node is
 // shown gone (Expire, expire.go). Time alone never forgets it. A member is
 // synced while it holds a live session and the coordinator has received
@@ -134,7 +134,7 @@ func (l *Coordinator) Session(ctx context.Context, req api.SessionRequest) (api.
 }
 
 // checkInstance refuses a session of another instance while m's session
-// is live (SPEC §8, "One live instance per node ID"). Callers hold mmu.
+// is live (docs/design.md §8.5). Callers hold mmu.
 func (l *Coordinator) checkInstance(ctx context.Context, req api.SessionRequest, m *member, now time.Time) error {
 	if !m.live(now) || m.instance == "" || req.InstanceID == "" || m.instance == req.InstanceID {
 		return nil
@@ -254,7 +254,7 @@ func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncR
 // applySync writes a node's full sync: it replaces the node's references,
 // or, from a journal generation the coordinator has not had a full sync
 // from (a wiped or replaced state dir), only adds them, then records the
-// generation (SPEC §8, "Journal generation"). Callers hold mmu.
+// generation (docs/design.md §8.6). Callers hold mmu.
 func (l *Coordinator) applySync(ctx context.Context, m *member, generation string, refs map[string]struct{}) error {
 	node := m.rec.ID
 	b := new(refcount.Batch)
@@ -325,7 +325,7 @@ func (l *Coordinator) syncedError(resourceID string, unsynced []string) error {
 	return nil
 }
 
-// checkDeleteRule is the whole delete rule (SPEC §8): no reference to
+// checkDeleteRule is the whole delete rule (docs/design.md §8.7): no reference to
 // the resource (unless countRefs is false: the reaper found no blob) and
 // every member synced, read in one step under mmu. A sync replaces a
 // node's references under mmu too, so it cannot land between the two
@@ -365,7 +365,7 @@ func (l *Coordinator) Forget(ctx context.Context, nodeID string) error {
 }
 
 // forgetLocked drops the member and its references, in one transaction
-// (SPEC §8): interrupted, it leaves both, and running it again completes
+// (docs/design.md §8): interrupted, it leaves both, and running it again completes
 // it. Callers hold mmu.
 func (l *Coordinator) forgetLocked(ctx context.Context, nodeID, why string) error {
 	failpoint.Inject(failpoint.CoordForgetBeforeCommit)

@@ -76,7 +76,7 @@ func refsOf(t *testing.T, l *Coordinator, id string) []string {
 	return rc.Nodes
 }
 
-// TestDeleteWaitsForUnsyncedMembers: SPEC §8's delete rule. A member that
+// TestDeleteWaitsForUnsyncedMembers: the delete rule (docs/design.md §8.7). A member that
 // has not sent its journal blocks every delete (409 unsynced, naming it),
 // and the deleter's own reference goes anyway; once it syncs, the delete
 // is granted.

@@ -18,7 +18,7 @@ const (
 
 var resultNames = [numResults]string{"acquired", "skipped", "queued", "locked", "in_use", "unsynced"}
 
-// metrics are the coordinator's Prometheus series (SPEC §3 "Admin"). The
+// metrics are the coordinator's Prometheus series (docs/design.md §3.9). The
 // label children are resolved once so the hot path does no map lookups.
 type metrics struct {
 	results    [numTypes][numResults]prometheus.Counter
@@ -71,7 +71,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}, []string{"type"})
 	members := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "sharedcontent_members",
-		Help: "Member nodes of the cluster (SPEC §8): deletes wait until every one is synced.",
+		Help: "Member nodes of the cluster (docs/design.md §8.4): deletes wait until every one is synced.",
 	})
 	unsynced := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sharedcontent_delete_unsynced_total",

@@ -7,7 +7,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// The reaper's deletes (docs/design.md "Never lose a blob", reaper). A
+// The reaper's deletes (docs/design.md §8.12). A
 // delete with a reap mode leaves (orphan) or drops (dangling) other
 // nodes' references by design, so node identity alone protects nothing
 // against it. The coordinator therefore checks the reaper's conditions

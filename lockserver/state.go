@@ -30,7 +30,7 @@ func indexOf(t api.OperationType) (typeIndex, bool) {
 	return 0, false
 }
 
-// compatible[held][requested] is SPEC §3's matrix: only pull and update may
+// compatible[held][requested] is docs/design.md §3.2's matrix: only pull and update may
 // run together on one resource.
 var compatible = [numTypes][numTypes]bool{
 	idxPull:   {idxUpdate: true},
@@ -53,7 +53,7 @@ type key struct {
 }
 
 // request is one Lock call. A request is known by its node and its
-// request ID together (SPEC §9): two nodes may use the same request ID, and
+// request ID together (docs/design.md §9): two nodes may use the same request ID, and
 // neither can reach the other's request with it.
 type request struct {
 	typ       typeIndex

@@ -119,7 +119,7 @@ func (l *Coordinator) Subscribe(typ api.OperationType, resourceID, nodeID, reque
 }
 
 // Close ends the subscription. A waiter whose stream closes leaves its
-// queue at once (SPEC §3); a holder keeps its grant, which its lease bounds.
+// queue at once (docs/design.md §3.6); a holder keeps its grant, which its lease bounds.
 func (s *Subscription) Close() {
 	sh := s.l.shardFor(s.id)
 	sh.mu.Lock()
@@ -176,7 +176,7 @@ func (l *Coordinator) Status(_ context.Context, typ api.OperationType, resourceI
 // the shard mutex held.
 //
 // Request IDs are shown only to their own node (nodeID): with a request ID
-// and its node, the lease of a grant can be had (SPEC §9).
+// and its node, the lease of a grant can be had (docs/design.md §9).
 func (l *Coordinator) status(r *resource, t typeIndex, nodeID, requestID string, withQueue bool, now time.Time) api.StatusResponse {
 	k := &r.keys[t]
 	st := api.StatusResponse{Type: typeNames[t], ResourceID: r.id, Queue: []api.Waiter{}, QueueLength: k.queue.Len()}

@@ -7,7 +7,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// The timing rule of sessions (docs/design.md, "Never lose a blob"). A
+// The timing rule of sessions (docs/design.md §8.8). A
 // node may use blobs unregistered once its session has surely expired in
 // the coordinator's eyes, even when messages are delayed. Every session
 // answer carries a stamp (the coordinator's uptime, monotonic, with its

@@ -20,8 +20,8 @@ import (
 // data into a new 1 MiB slice: 256 MiB of garbage per 256 MiB layer, a GC
 // cycle every few MiB on the daemon's small heap, each one spinning until
 // the handler's SHA-256 of the previous chunk (assembly, not preemptible)
-// ends. Measured with BenchmarkProxiedWrite: see docs/design.md "The
-// proxied write path".
+// ends. Measured with BenchmarkProxiedWrite: see docs/design.md
+// §5.6.
 //
 // Here a Write stream's messages are unmarshalled with the data aliasing
 // the pooled buffer (unmarshalWrite), which is returned to the pool when the handler asks

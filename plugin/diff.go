@@ -21,7 +21,7 @@ const AppliedMessage = "diff: layer applied from the shared directory"
 
 // newDiffService is containerd's Diff API over cs, served next to the
 // content API so that containerd can unpack without reading layers through
-// its content proxy (one gRPC stream per 32 KiB ReadAt; SPEC §5): Apply is
+// its content proxy (one gRPC stream per 32 KiB ReadAt; docs/design.md §5.5): Apply is
 // containerd's own file-system applier reading the layer straight from cs.
 //
 // Compare (Diff) answers NotImplemented, so containerd's diff service falls

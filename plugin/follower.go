@@ -9,8 +9,8 @@ import (
 	"github.com/sharedcontent/sharedcontent/contentv2"
 )
 
-// The follower through the proxy (SPEC §5; the proof, with containerd's
-// lines, is in docs/design.md "The follower through the proxy").
+// The follower through the proxy (docs/design.md §5.4 holds the
+// proof, with containerd's lines).
 //
 // containerd's contentserver calls the writer's Status before it answers
 // every message of a Write stream. The first message is the proxy client's

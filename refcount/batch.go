@@ -15,7 +15,7 @@ const MaxGroupOps = 128
 
 // Batch is a list of writes to a Storage that Storage.Commit applies in
 // one transaction: all of them or none. It is how the coordinator changes
-// what must change together (docs/design.md, "Never lose a blob": adopt,
+// what must change together (docs/design.md §8: adopt,
 // forget, a delete's reference drop with its completion), and the unit a
 // replicated store guards and sends as one request. Writes apply in the
 // order they were added. The zero value is an empty batch; a Batch is not
@@ -70,7 +70,7 @@ type Op struct {
 }
 
 // DeleteMarker records a granted delete that has not ended yet
-// (docs/design.md, "Stale views of a deleted blob"). A coordinator that
+// (docs/design.md §8.9). A coordinator that
 // finds one when it starts cannot know whether the deleter renamed the
 // blob away, so it counts the delete as completed.
 type DeleteMarker struct {

@@ -14,7 +14,7 @@ import (
 var membersBucket = []byte("members")
 
 // Member is a node of the cluster as the coordinator stores it
-// (docs/design.md, "Never lose a blob"): a node is a member from its
+// (docs/design.md §8): a node is a member from its
 // first session until it is forgotten.
 type Member struct {
 	ID        string    `json:"node_id"`

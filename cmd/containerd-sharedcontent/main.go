@@ -42,7 +42,7 @@ const (
 	// defaultStateDir holds the node journal; it must be on the node's
 	// own disk.
 	defaultStateDir = "/var/lib/sharedcontent/node"
-	// defaultReapInterval is SPEC §8's. The reaper's grace is the
+	// defaultReapInterval is docs/design.md §8.12's. The reaper's grace is the
 	// coordinator flag --reap-grace (lockserver.DefaultReapGrace): this
 	// node's reaper and its embedded coordinator use the same.
 	defaultReapInterval = time.Hour

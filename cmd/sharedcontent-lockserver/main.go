@@ -1,4 +1,4 @@
-// Command sharedcontent-lockserver runs the sharedcontent coordinator (SPEC
+// Command sharedcontent-lockserver runs the sharedcontent coordinator (docs/design.md
 // §3) as a stand-alone server: the lock service, lease keeper and reference
 // registry that every node's containerd-sharedcontent talks to.
 package main

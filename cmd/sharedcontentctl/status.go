@@ -20,7 +20,7 @@ import (
 type statusReport struct {
 	api.Cluster
 	Members []api.NodeStatus `json:"members"`
-	// Unsynced members hold every delete back (SPEC §8).
+	// Unsynced members hold every delete back (docs/design.md §8.7).
 	Unsynced []string `json:"unsynced"`
 	// Queued is the requests waiting, by lock type.
 	Queued map[string]float64 `json:"queued"`

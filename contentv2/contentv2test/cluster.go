@@ -52,7 +52,7 @@ type Node struct {
 // NewNode opens a node whose containerd metadata lives in stateDir and
 // whose content is the contentv2 store on the shared root.
 //
-// The node's journal lives in stateDir too (SPEC §8).
+// The node's journal lives in stateDir too (docs/design.md §8.2).
 func NewNode(ctx context.Context, id, root, stateDir string, coord contentv2.Coordinator, opts ...contentv2.Option) (*Node, error) {
 	opts = append([]contentv2.Option{contentv2.WithStateDir(filepath.Join(stateDir, "sharedcontent"))}, opts...)
 	store, err := contentv2.NewStore(root, id, coord, opts...)

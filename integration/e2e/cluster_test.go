@@ -29,7 +29,7 @@ import (
 )
 
 const (
-	// leaseTTL is the coordinator's lease lifetime (the SPEC default): a
+	// leaseTTL is the coordinator's lease lifetime (the default of docs/design.md §3.5): a
 	// crashed holder delays the others at most this long.
 	leaseTTL = 15 * time.Second
 	// stopGrace bounds a daemon's clean shutdown before it is killed.
@@ -435,7 +435,7 @@ var nodeDisabledPlugins = []string{
 	"io.containerd.mount-handler.v1.erofs",
 }
 
-// specProxyConfig is SPEC §6's snippet, used when deploy/ has no config.
+// specProxyConfig is docs/design.md §6's snippet, used when deploy/ has no config.
 const specProxyConfig = `version = 3
 disabled_plugins = ["io.containerd.content.v1.content"]
 [proxy_plugins.sharedcontent]
@@ -458,7 +458,7 @@ func (n *node) config(sharedcontent bool) []byte {
 		if b, err := os.ReadFile(deploy); err == nil {
 			src = b
 		} else {
-			t.Logf("e2e: %v; using the SPEC §6 snippet", err)
+			t.Logf("e2e: %v; using the docs/design.md §6 snippet", err)
 		}
 		if err := toml.Unmarshal(src, &cfg); err != nil {
 			t.Fatalf("e2e: parse %s: %v", deploy, err)

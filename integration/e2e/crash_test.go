@@ -21,7 +21,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 )
 
-// The crash points (docs/design.md "Crash points"): the daemons are built
+// The crash points (docs/design.md §8.16): the daemons are built
 // with the tag `failpoints`; for each point in turn the process it lives in
 // is restarted with it armed ("exit": os.Exit at that point, as a kill -9),
 // the operation that reaches it is driven with ctr or sharedcontentctl, the

@@ -1,6 +1,6 @@
 // Package failpoint names the places where a process may die in the middle
 // of a write, a delete, a sync, an adopt or a forget (docs/design.md
-// "Crash points"), so that a test can stop the real process there.
+// §8.16), so that a test can stop the real process there.
 //
 // Inject(name) does nothing unless the binary is built with the build tag
 // `failpoints`; without it Inject is an empty function the compiler inlines

@@ -2,7 +2,7 @@ package failpoint
 
 // The failpoints, in the order the steps run. "store/…" points are in the
 // node's content store (contentv2), "coord/…" points in the coordinator
-// (lockserver, stand-alone or embedded). docs/design.md "Crash points"
+// (lockserver, stand-alone or embedded). docs/design.md §8.16
 // lists them with what the crash test found at each.
 const (
 	// A write (Writer, then Commit).

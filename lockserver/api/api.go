@@ -1,7 +1,7 @@
 package api
 
 // OperationType is the kind of operation on a shared resource, and so the
-// kind of lock (SPEC §3): pull, update or delete. It is defined here, once,
+// kind of lock (docs/design.md §3): pull, update or delete. It is defined here, once,
 // for the protocol, the client and refcount's callback API.
 type OperationType string
 
@@ -52,7 +52,7 @@ type LockRequest struct {
 	// Wait asks to be queued when the lock is held. Nil means the server's
 	// default (allow_multi_node_download).
 	Wait *bool `json:"wait,omitempty"`
-	// Reap marks a delete taken by the reaper (SPEC §8) rather than by a
+	// Reap marks a delete taken by the reaper (docs/design.md §8.12) rather than by a
 	// node's own garbage collection: it leaves the requester's references
 	// alone. ReapOrphan is granted only when nobody references the
 	// resource; ReapDangling ignores the references (the reaper found no
@@ -99,7 +99,7 @@ type UnlockRequest struct {
 	Type       OperationType `json:"type"`
 	ResourceID string        `json:"resource_id"`
 	LeaseID    string        `json:"lease_id"`
-	// NodeID, when set, must be the lease holder's node (SPEC §9).
+	// NodeID, when set, must be the lease holder's node (docs/design.md §9).
 	NodeID  string `json:"node_id,omitempty"`
 	Success bool   `json:"success"`
 	// Error is the holder's failure message, for logs and operators.
@@ -116,7 +116,7 @@ type KeepaliveRequest struct {
 	Type       OperationType `json:"type"`
 	ResourceID string        `json:"resource_id"`
 	LeaseID    string        `json:"lease_id"`
-	// NodeID, when set, must be the lease holder's node (SPEC §9).
+	// NodeID, when set, must be the lease holder's node (docs/design.md §9).
 	NodeID string `json:"node_id,omitempty"`
 }
 
@@ -131,7 +131,7 @@ type CancelRequest struct {
 	Type       OperationType `json:"type"`
 	ResourceID string        `json:"resource_id"`
 	// NodeID and RequestID name the request: a request is known by both
-	// (SPEC §9).
+	// (docs/design.md §9).
 	NodeID    string `json:"node_id"`
 	RequestID string `json:"request_id"`
 }
@@ -158,7 +158,7 @@ type RefsResponse struct {
 }
 
 // ClusterHeader is the HTTP header that carries "<cluster_id>/<epoch>" on
-// every answer of the coordinator (SPEC §8). A node sends its expected
+// every answer of the coordinator (docs/design.md §8). A node sends its expected
 // cluster ID in the same header; a coordinator of another cluster refuses
 // the request (409 wrong_cluster) before acting on it.
 const ClusterHeader = "Sharedcontent-Cluster"
@@ -189,8 +189,8 @@ type Cluster struct {
 // TTL/3 after it was sent, by the echo's measure; a late one is 409 late
 // and extends nothing. A request without one (a new session, a node that
 // has not heard from this coordinator for 2·TTL/3, an older node) opens a
-// session that is not synced until the node syncs in it (docs/design.md,
-// "Never lose a blob").
+// session that is not synced until the node syncs in it (docs/design.md
+// §8.3).
 type SessionRequest struct {
 	NodeID    string `json:"node_id"`
 	ClusterID string `json:"cluster_id,omitempty"`
@@ -299,7 +299,7 @@ type NodeStatus struct {
 	// AbsentMs is how long the coordinator has not heard from the node,
 	// counted in the coordinator's own uptime (since the end of the node's
 	// last session, or since the coordinator started, whichever is later;
-	// SPEC §8 "Membership"). Zero while live.
+	// docs/design.md §8.4). Zero while live.
 	AbsentMs int64 `json:"absent_ms"`
 }
 
@@ -314,8 +314,8 @@ type NodesResponse struct {
 }
 
 // ExpireRequest is the body of POST /nodes/{id}/expire: the reaper asks
-// the coordinator to forget a member it believes gone (SPEC §8
-// "Membership"). The caller is the node holding the reap lock, named by
+// the coordinator to forget a member it believes gone (docs/design.md
+// §8.4). The caller is the node holding the reap lock, named by
 // NodeID with that lock's LeaseID, or an admin (no lease).
 type ExpireRequest struct {
 	NodeID  string `json:"node_id,omitempty"`

@@ -1,4 +1,4 @@
 // Package api defines the JSON wire types of the sharedcontent coordinator's
-// HTTP API (SPEC §3). It has no dependencies so that clients in any module can
+// HTTP API (docs/design.md §3). It has no dependencies so that clients in any module can
 // share it without pulling in the server.
 package api

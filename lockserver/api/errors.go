@@ -38,7 +38,7 @@ var (
 	// ErrMethodNotAllowed: the endpoint exists but not with this method.
 	ErrMethodNotAllowed = newSentinel("lock: method not allowed", errdefs.ErrNotImplemented)
 	// ErrUnsynced: a delete was refused because a member node is not
-	// synced (SPEC §8): its references may be missing. The error is an
+	// synced (docs/design.md §8.7): its references may be missing. The error is an
 	// *UnsyncedError naming them.
 	ErrUnsynced = newSentinel("lock: members not synced", errdefs.ErrFailedPrecondition)
 	// ErrWrongCluster: the request named another cluster than the
@@ -46,8 +46,8 @@ var (
 	ErrWrongCluster = newSentinel("lock: wrong cluster", errdefs.ErrFailedPrecondition)
 	// ErrMemberLive: a member with a live session cannot be forgotten.
 	ErrMemberLive = newSentinel("lock: member has a live session", errdefs.ErrFailedPrecondition)
-	// ErrNotExpired: a member may not be expired yet (SPEC §8
-	// "Membership"): the coordinator has heard from it, or the marker
+	// ErrNotExpired: a member may not be expired yet (docs/design.md
+	// §8.4): the coordinator has heard from it, or the marker
 	// staleness reported, within node_expiry.
 	ErrNotExpired = newSentinel("lock: member not expired", errdefs.ErrFailedPrecondition)
 	// ErrLate: a session renewal (or the last chunk of a sync) arrived

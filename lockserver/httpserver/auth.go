@@ -13,7 +13,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// Who may call the coordinator, and as whom (SPEC §9). One of:
+// Who may call the coordinator, and as whom (docs/design.md §9). One of:
 //
 //   - a shared bearer token (WithBearerToken): whoever has it may act as
 //     any node — one trust domain, as before node identities;

@@ -32,8 +32,8 @@ var bodyEndpoints = []struct{ method, path string }{
 // over HTTP, against a coordinator with a holder, a waiter, references
 // and members. Whatever the body: no panic, no 5xx, and an answer in the
 // 4xx changes nothing — except what the protocol defines a refusal to do:
-// a refused delete has dropped the requester's own reference (SPEC §5),
-// and a delete lease found unsynced at its keepalive has ended (SPEC §8).
+// a refused delete has dropped the requester's own reference (docs/design.md §3.3),
+// and a delete lease found unsynced at its keepalive has ended (docs/design.md §8.7).
 func FuzzEndpoints(f *testing.F) {
 	seeds := map[int][]string{
 		0: {`{"type":"pull","resource_id":"sha256:aaaa","node_id":"node-b"}`, `{"type":"delete","resource_id":"sha256:aaaa","node_id":"node-b","reap":"orphan"}`,

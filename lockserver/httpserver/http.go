@@ -26,7 +26,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// Handler serves a Coordinator's HTTP API (SPEC §3):
+// Handler serves a Coordinator's HTTP API (docs/design.md §3):
 //
 //	POST /lock            acquire, skip, queue or refuse
 //	POST /unlock          release by the lease holder
@@ -37,7 +37,7 @@ import (
 //	POST /refs/add        add a reference
 //	GET  /refs            a resource's references
 //	GET  /refs/list       every reference set, a page at a time
-//	POST /nodes/session   open or renew a node's session (SPEC §8)
+//	POST /nodes/session   open or renew a node's session (docs/design.md §8.3)
 //	POST /nodes/session/end  a node ends its own session (clean shutdown)
 //	PUT  /nodes/{id}/refs a node's full sync, chunked
 //	DELETE /nodes/{id}    forget a member (admin)
@@ -57,7 +57,7 @@ import (
 //
 // The API is served by fasthttp rather than net/http: a lock cycle is two
 // small requests, and net/http's per-request machinery (on both ends)
-// cost more than the locking itself (docs/design.md, "HTTP stack").
+// cost more than the locking itself (docs/design.md §3.11, "HTTP stack").
 type Handler struct {
 	locker *lockserver.Coordinator
 	http   *fasthttp.Server
@@ -507,7 +507,7 @@ const maxDrainBytes = 64 << 20
 
 // DecodeRequest decodes one JSON request body into v: exactly one object,
 // no duplicate members, members of the right types, valid UTF-8, nothing
-// after it. Unknown members are ignored (SPEC §9): nodes of different
+// after it. Unknown members are ignored (docs/design.md §9): nodes of different
 // versions talk to one coordinator during a rolling upgrade, and a field a
 // newer client adds must not break an older coordinator.
 // Errors match api.ErrInvalidArgument; a body over api.MaxBodyBytes matches

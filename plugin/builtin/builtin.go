@@ -30,7 +30,7 @@ type Config struct {
 	// AuthTokenFile holds the bearer token for the coordinator. It must not
 	// be readable by others (chmod 600).
 	AuthTokenFile string `toml:"auth_token_file"`
-	// StateDir holds the node journal (SPEC §8), on this node's own disk.
+	// StateDir holds the node journal (docs/design.md §8.2), on this node's own disk.
 	// Default: the plugin's state dir.
 	StateDir string `toml:"state_dir"`
 	// NodeTokenFile holds this node's own bearer token, for a coordinator
