@@ -35,11 +35,26 @@ func writeArchive(w io.Writer, idx v1.ImageIndex, ref string, mtime time.Time) e
 	}
 	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{
 		annRefName:        tag,
-		annContainerdName: ref,
+		annContainerdName: fullName(ref),
 	})); err != nil {
 		return err
 	}
 	return tarDir(w, dir, mtime)
+}
+
+// fullName is ref as containerd and the kubelet name images: with its
+// registry, docker.io/library/ for a short name ("sharedcontent:v1" is
+// docker.io/library/sharedcontent:v1), so that an image imported with
+// ctr -n k8s.io images import is the one a pod's image: names.
+func fullName(ref string) string {
+	domain, rest, ok := strings.Cut(ref, "/")
+	if !ok || (!strings.ContainsAny(domain, ".:") && domain != "localhost") {
+		domain, rest = "docker.io", ref
+	}
+	if domain == "docker.io" && !strings.Contains(rest, "/") {
+		rest = "library/" + rest
+	}
+	return domain + "/" + rest
 }
 
 // tarDir writes the tree under dir to w in lexical order (fs.WalkDir's),

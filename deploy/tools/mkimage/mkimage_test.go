@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/require"
 )
@@ -95,6 +96,12 @@ func TestBuildAndPush(t *testing.T) {
 	}
 	require.Contains(t, names, "oci-layout")
 	require.Contains(t, names, "index.json")
+	outer, err := layout.ImageIndexFromPath(unpack(t, out))
+	require.NoError(t, err)
+	om, err := outer.IndexManifest()
+	require.NoError(t, err)
+	require.Len(t, om.Manifests, 1)
+	require.Equal(t, map[string]string{annRefName: "v1", annContainerdName: "example.test/sharedcontent:v1"}, om.Manifests[0].Annotations)
 
 	idx, err := readArchive(out, t.TempDir())
 	require.NoError(t, err)
@@ -179,4 +186,26 @@ func layerFiles(t *testing.T, img v1.Image) map[string]string {
 		require.NoError(t, rc.Close())
 	}
 	return files
+}
+
+func TestFullName(t *testing.T) {
+	for ref, want := range map[string]string{
+		"sharedcontent:v1":                     "docker.io/library/sharedcontent:v1",
+		"org/sharedcontent:v1":                 "docker.io/org/sharedcontent:v1",
+		"docker.io/sharedcontent:v1":           "docker.io/library/sharedcontent:v1",
+		"registry.example/sc/sharedcontent:v1": "registry.example/sc/sharedcontent:v1",
+		"localhost:5000/sharedcontent:v1":      "localhost:5000/sharedcontent:v1",
+		"localhost/sharedcontent:v1":           "localhost/sharedcontent:v1",
+	} {
+		require.Equal(t, want, fullName(ref), ref)
+	}
+}
+
+// unpack unpacks an OCI layout tarball into a new directory.
+func unpack(t *testing.T, file string) string {
+	t.Helper()
+	dir := t.TempDir()
+	_, err := readArchive(file, dir)
+	require.NoError(t, err)
+	return dir
 }
