@@ -12,8 +12,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 )
 
 const (
@@ -209,20 +207,7 @@ func checkHelmNode(t *testing.T, m *manifests, coordinatorSvc *corev1.Service, c
 func checkHelmServiceMonitors(t *testing.T, m *manifests) {
 	t.Helper()
 	for _, sm := range m.serviceMonitor {
-		sel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
-		require.NoError(t, err)
-		var svc *corev1.Service
-		for _, s := range m.services {
-			if sel.Matches(labels.Set(s.Labels)) {
-				require.Nil(t, svc, "ServiceMonitor %s selects one Service", sm.Name)
-				svc = s
-			}
-		}
-		require.NotNil(t, svc, "ServiceMonitor %s selects no Service", sm.Name)
-		require.Len(t, sm.Spec.Endpoints, 1)
-		ep := sm.Spec.Endpoints[0]
-		require.True(t, slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == ep.Port }),
-			"ServiceMonitor %s scrapes port %q of Service %s", sm.Name, ep.Port, svc.Name)
+		scrapedService(t, m, sm)
 	}
 }
 
