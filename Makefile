@@ -73,8 +73,9 @@ demo:
 # into .cache/bin) with the proxy plugin, driven by ctr. Needs root, else it
 # skips; see docs/e2e.md. E2E_FLAGS=-run=TestBaseline picks scenarios. It
 # includes a short TestChaosReal (90 s of faults; `make chaos` runs it long)
-# and TestImageCoordinator, the coordinator run from `make image`'s image
-# with `ctr run`, which needs runc (installed from Debian when missing).
+# and TestImageCoordinator and TestImageNodes, the coordinator and the
+# node daemons run from `make image`'s image with `ctr run`, which needs
+# runc (installed from Debian when missing).
 e2e:
 	@[ "$$(id -u)" != 0 ] || command -v runc >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc; }
 	SHAREDCONTENT_E2E=1 $(GO) test -count=1 -timeout 40m -v $(E2E_FLAGS) ./integration/e2e/

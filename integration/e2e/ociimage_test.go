@@ -61,12 +61,10 @@ func buildOCIImage(t *testing.T) string {
 	return ociImage.tarball
 }
 
-// startImageCoordinator imports the image into a containerd of its own
-// (`ctr images import`) and runs the coordinator from it with `ctr run
-// --net-host`, as the image's own non-root user, its data directory bind
-// mounted at the same path. The returned lockServer restarts as the host
-// binary's does (each start is a new container).
-func (e *env) startImageCoordinator(tarball string) *lockServer {
+// importImage starts a containerd of its own (the image host) and imports
+// the image into it with `ctr images import`; it returns the host and the
+// image's name there.
+func (e *env) importImage(tarball string) (*node, string) {
 	t := e.t
 	t.Helper()
 	host := e.newNode("image", "host", e.path("image", "content"))
@@ -77,19 +75,43 @@ func (e *env) startImageCoordinator(tarball string) *lockServer {
 	require.NoError(t, err, out)
 	names := strings.Fields(out)
 	require.Len(t, names, 1, "ctr images import imports one image: %q", names)
-	ref := names[0]
+	return host, names[0]
+}
 
+// ctrRunWrapper writes a script that runs binary from image ref on host
+// with `ctr run --rm --net-host`, its own arguments appended, with runArgs
+// (mounts, user) before the image; each run is a new container. Harness
+// code that starts a binary with flags (lockServer.bin, node.pluginBin)
+// starts the container instead: ctr run forwards signals to the task.
+func (e *env) ctrRunWrapper(host *node, ref, binary string, runArgs ...string) string {
+	t := e.t
+	t.Helper()
+	var quoted []string
+	for _, a := range runArgs {
+		quoted = append(quoted, fmt.Sprintf("%q", a))
+	}
+	wrapper := e.path("image", "ctr-run-"+binary)
+	script := fmt.Sprintf("#!/bin/sh\nexec %q --address %q run --rm --net-host %s %q %s-$$ /usr/local/bin/%s \"$@\"\n",
+		bins.ctr, host.sock, strings.Join(quoted, " "), ref, binary, binary)
+	require.NoError(t, os.WriteFile(wrapper, []byte(script), 0o755))
+	return wrapper
+}
+
+// bindSame is ctr run's --mount of dir at its own path.
+func bindSame(dir string) []string {
+	return []string{"--mount", fmt.Sprintf("type=bind,src=%s,dst=%s,options=rbind:rw", dir, dir)}
+}
+
+// startImageCoordinator runs the coordinator from the image on host, as
+// the image's own non-root user, its data directory bind mounted at the
+// same path. The returned lockServer restarts as the host binary's does.
+func (e *env) startImageCoordinator(host *node, ref string) *lockServer {
+	t := e.t
+	t.Helper()
 	l := &lockServer{e: e, addr: freePort(t), dataDir: e.path("coordinator-data")}
 	require.NoError(t, os.MkdirAll(l.dataDir, 0o700))
 	require.NoError(t, os.Chown(l.dataDir, imageUser, imageUser), "the image's user owns the database")
-	// launch runs bin with the coordinator's flags: this wrapper makes
-	// them the container's. ctr run forwards signals to the task and
-	// --rm removes the container when it exits.
-	wrapper := e.path("image", "ctr-run-coordinator")
-	script := fmt.Sprintf("#!/bin/sh\nexec %q --address %q run --rm --net-host --mount type=bind,src=%s,dst=%s,options=rbind:rw %q coordinator-$$ /usr/local/bin/sharedcontent-lockserver \"$@\"\n",
-		bins.ctr, host.sock, l.dataDir, l.dataDir, ref)
-	require.NoError(t, os.WriteFile(wrapper, []byte(script), 0o755))
-	l.bin = wrapper
+	l.bin = e.ctrRunWrapper(host, ref, "sharedcontent-lockserver", bindSame(l.dataDir)...)
 	l.start()
 	e.onCleanup(func() { l.p.stop(stopGrace) })
 	return l
@@ -100,7 +122,7 @@ func (e *env) startImageCoordinator(tarball string) *lockServer {
 // `ctr run` (runc, host network, the image's non-root user); scenarios
 // 1–3 pass against it exactly as against the host binary: one GET per
 // blob, GC on one node breaks no other, nothing leaks. The nodes' daemons
-// are the host binaries (not yet from the image).
+// are the host binaries.
 func TestImageCoordinator(t *testing.T) {
 	needSharedcontent(t)
 	tarball := buildOCIImage(t)
@@ -110,7 +132,39 @@ func TestImageCoordinator(t *testing.T) {
 	t.Cleanup(func() { reg.Close() })
 	shared := e.path("shared")
 	c := &cluster{e: e, reg: reg, shared: shared, tag: "image coordinator: "}
-	c.ls = e.startImageCoordinator(tarball)
+	host, ref := e.importImage(tarball)
+	c.ls = e.startImageCoordinator(host, ref)
 	c.nodes = e.startSharedNodes([]string{shared, shared, shared}, c.ls.url())
+	runSharedContent(t, c)
+}
+
+// TestImageNodes (issue 27): the coordinator and every node's daemon run
+// from the image: each daemon as root, privileged (it applies layers into
+// containerd's snapshots), with the shared root, its socket, its state
+// directory and its containerd's directories bind mounted at their own
+// paths, as the Helm chart's DaemonSet runs it; scenarios 1–3 pass as
+// with the host binaries.
+func TestImageNodes(t *testing.T) {
+	needSharedcontent(t)
+	tarball := buildOCIImage(t)
+	e := newEnv(t)
+	reg, err := registry.Start(registry.WithBandwidth(concurrentBandwidth))
+	require.NoError(t, err)
+	t.Cleanup(func() { reg.Close() })
+	shared := e.path("shared")
+	c := &cluster{e: e, reg: reg, shared: shared, tag: "image nodes: "}
+	host, ref := e.importImage(tarball)
+	c.ls = e.startImageCoordinator(host, ref)
+	// The environment's directory holds the shared root and every node's
+	// directories (socket, state, containerd's root).
+	daemon := e.ctrRunWrapper(host, ref, "containerd-sharedcontent",
+		append([]string{"--privileged", "--user", "0:0"}, bindSame(e.dir)...)...)
+	for i := 1; i <= 3; i++ {
+		nd := e.newSharedNode(fmt.Sprintf("n%d", i), shared, c.ls.url())
+		nd.pluginBin = daemon
+		nd.startPlugin()
+		nd.startContainerd(nd.config(true))
+		c.nodes = append(c.nodes, nd)
+	}
 	runSharedContent(t, c)
 }
