@@ -4,7 +4,8 @@ BIN       ?= bin
 PKGS      := ./...
 BINARIES  := containerd-sharedcontent sharedcontent-lockserver sharedcontent-demo sharedcontentctl
 
-.PHONY: all build test bench bench-abuse bench-containerd demo lint check e2e chaos chaos-inproc clean $(BINARIES)
+.PHONY: all build test bench bench-abuse bench-containerd demo lint check e2e chaos chaos-inproc clean $(BINARIES) \
+	image image-check image-push helm-check helm-docs helm-render
 
 all: build
 
@@ -16,10 +17,12 @@ $(BINARIES):
 # Unit and in-process integration tests, always with the race detector.
 # Fuzz targets run their seed corpus here. Then deploy/check, a module of
 # its own (it needs k8s.io/api, which the main module does not): the
-# Kubernetes manifests, systemd units and Grafana dashboard.
+# Kubernetes manifests, systemd units and Grafana dashboard. Then
+# deploy/tools, the module of the image builder and of helm.
 test:
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 	cd deploy/check && $(GO) test -race -count=1 -timeout 5m ./...
+	cd deploy/tools && $(GO) test -race -count=1 -timeout 5m ./...
 
 # Benchmarks, about nine minutes on 2 cores: the Go benchmarks of the
 # coordinator and the client (BenchmarkNotify for 400 rounds, for its p99),
@@ -69,8 +72,12 @@ demo:
 # End to end: real containerd daemons (pinned in integration/tools, built once
 # into .cache/bin) with the proxy plugin, driven by ctr. Needs root, else it
 # skips; see docs/e2e.md. E2E_FLAGS=-run=TestBaseline picks scenarios. It
-# includes a short TestChaosReal (90 s of faults; `make chaos` runs it long).
+# includes a short TestChaosReal (90 s of faults; `make chaos` runs it long)
+# and TestImageCoordinator and TestImageNodes, the coordinator and the
+# node daemons run from `make image`'s image with `ctr run`, which needs
+# runc (installed from Debian when missing).
 e2e:
+	@[ "$$(id -u)" != 0 ] || command -v runc >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc; }
 	SHAREDCONTENT_E2E=1 $(GO) test -count=1 -timeout 40m -v $(E2E_FLAGS) ./integration/e2e/
 
 # The real-process chaos test (issue 23; integration/e2e/chaos_test.go): a
@@ -107,6 +114,106 @@ chaos-inproc:
 	  $(GO) test -race -count=1 -timeout 60m -v -run '^TestChaos$$' ./integration/ >$(CHAOS_INPROC_LOG) 2>&1; \
 	  rc=$$?; grep -v 'level=' $(CHAOS_INPROC_LOG); echo "full log: $(CHAOS_INPROC_LOG)"; exit $$rc
 
+# The OCI image (docs/helm.md "The image"), with no Docker engine and no
+# base image: one image index for IMAGE_PLATFORMS holding the static
+# (CGO_ENABLED=0, -trimpath) containerd-sharedcontent,
+# sharedcontent-lockserver and sharedcontentctl in /usr/local/bin, built
+# by deploy/tools/mkimage (go-containerregistry). Its default user is
+# 65532 and its entrypoint the coordinator; the node daemon runs from it as
+# root. Every time in it is SOURCE_DATE_EPOCH (the commit's time), so two
+# builds of one commit give one digest (`make image-check` proves it). The
+# output is an OCI layout tarball, IMAGE_OUT, named IMAGE_NAME:IMAGE_VERSION:
+#   ctr images import --all-platforms bin/sharedcontent-image.tar
+IMAGE_NAME        ?= sharedcontent
+IMAGE_VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE_REVISION    ?= $(shell git rev-parse HEAD 2>/dev/null)
+IMAGE_SOURCE      ?= https://github.com/sharedcontent/sharedcontent
+IMAGE_PLATFORMS   ?= linux/amd64 linux/arm64
+IMAGE_OUT         ?= $(BIN)/sharedcontent-image.tar
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+TOOLS_BIN         := $(CURDIR)/.cache/bin
+IMAGE_BINARIES    := containerd-sharedcontent sharedcontent-lockserver sharedcontentctl
+comma             := ,
+empty             :=
+space             := $(empty) $(empty)
+
+image:
+	cd deploy/tools && GOWORK=off $(GO) build -trimpath -o $(TOOLS_BIN)/mkimage ./mkimage
+	@set -e; for p in $(IMAGE_PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; echo "building $(IMAGE_BINARIES) for $$os/$$arch"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags='-s -w' \
+	    -o $(BIN)/image/$${os}_$$arch/ $(addprefix ./cmd/,$(IMAGE_BINARIES)); done
+	$(TOOLS_BIN)/mkimage build -bin $(BIN)/image -out $(IMAGE_OUT) -digest-file $(IMAGE_OUT).digest \
+	  -name $(IMAGE_NAME):$(IMAGE_VERSION) -platforms $(subst $(space),$(comma),$(strip $(IMAGE_PLATFORMS))) \
+	  -epoch $(SOURCE_DATE_EPOCH) -version $(IMAGE_VERSION) -revision $(IMAGE_REVISION) -source $(IMAGE_SOURCE)
+
+# Builds the image twice, the second time with an empty Go build cache (so
+# every binary is compiled again), and fails unless both tarballs are the
+# same bytes. Version, revision and epoch are read once, for both. Several
+# minutes on 2 cores.
+image-check:
+	@set -e; tmp=$$(mktemp -d); trap 'chmod -R u+w $$tmp; rm -rf $$tmp' EXIT; \
+	  pin="IMAGE_VERSION=$(IMAGE_VERSION) IMAGE_REVISION=$(IMAGE_REVISION) SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH)"; \
+	  $(MAKE) --no-print-directory image $$pin; \
+	  GOCACHE=$$tmp/gocache $(MAKE) --no-print-directory image $$pin BIN=$$tmp/bin; \
+	  echo "first:  $$(cat $(IMAGE_OUT).digest)"; echo "second: $$(cat $$tmp/bin/sharedcontent-image.tar.digest)"; \
+	  cmp $(IMAGE_OUT) $$tmp/bin/sharedcontent-image.tar && echo "image-check: one digest"
+
+# Pushes IMAGE_OUT (make image first) as REGISTRY/IMAGE_NAME:IMAGE_VERSION,
+# with the credentials of ~/.docker/config.json. REGISTRY_INSECURE=1 for a
+# registry speaking plain HTTP.
+image-push:
+	@test -n "$(REGISTRY)" || { echo "usage: make image-push REGISTRY=registry.example/project"; exit 2; }
+	cd deploy/tools && GOWORK=off $(GO) build -trimpath -o $(TOOLS_BIN)/mkimage ./mkimage
+	$(TOOLS_BIN)/mkimage push $(if $(REGISTRY_INSECURE),-insecure) -in $(IMAGE_OUT) $(REGISTRY)/$(IMAGE_NAME):$(IMAGE_VERSION)
+
+# The Helm chart deploy/helm/sharedcontent (docs/helm.md). helm is built
+# from the version deploy/tools/go.mod pins, once, into .cache/bin. For
+# each values file of the chart's ci/: helm lint --strict and helm
+# template, whose output must equal deploy/check/testdata/helm/NAME.yaml
+# (make helm-render rewrites those); deploy/check decodes them strictly
+# against the Kubernetes API types and cmd/containerd-sharedcontent parses
+# the DaemonSet's args with the daemon's own flags (both in make test).
+# Values that cannot work (HA on etcd, not yet) must fail to render. The
+# README's values table must be what values.yaml's comments give
+# (make helm-docs rewrites it).
+HELM        := $(TOOLS_BIN)/helm
+CHART       := deploy/helm/sharedcontent
+HELM_GOLDEN := deploy/check/testdata/helm
+
+# As helm's own build: its version, and the Kubernetes version of its
+# client-go (1.MINOR for v0.MINOR.x) as the default for lint and template.
+$(HELM): deploy/tools/go.mod deploy/tools/go.sum
+	cd deploy/tools && v=$$(awk '$$1 == "helm.sh/helm/v3" {print $$2}' go.mod) && \
+	  minor=$$(awk '$$1 == "k8s.io/client-go" {split($$2, p, "."); print p[2]}' go.mod) && \
+	  GOWORK=off CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$$v \
+	    -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$$minor \
+	    -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$$minor" \
+	  -o $(HELM) helm.sh/helm/v3/cmd/helm
+
+helm-docs:
+	cd deploy/tools && GOWORK=off $(GO) run ./helmdocs ../helm/sharedcontent
+
+helm-render: $(HELM)
+	@mkdir -p $(HELM_GOLDEN)
+	@for f in $(CHART)/ci/*-values.yaml; do n=$$(basename $$f -values.yaml); \
+	  $(HELM) template sharedcontent $(CHART) -n sharedcontent -f $$f >$(HELM_GOLDEN)/$$n.yaml || exit 1; done
+
+helm-check: $(HELM)
+	cd deploy/tools && GOWORK=off $(GO) run ./helmdocs -check ../helm/sharedcontent
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	  for f in $(CHART)/ci/*-values.yaml; do n=$$(basename $$f -values.yaml); \
+	    $(HELM) lint --strict $(CHART) -n sharedcontent -f $$f >$$tmp/lint 2>&1 || { cat $$tmp/lint; exit 1; }; \
+	    $(HELM) template sharedcontent $(CHART) -n sharedcontent -f $$f >$$tmp/$$n.yaml; \
+	    cmp -s $$tmp/$$n.yaml $(HELM_GOLDEN)/$$n.yaml || { diff -u $(HELM_GOLDEN)/$$n.yaml $$tmp/$$n.yaml | head -40; \
+	      echo "helm-check: $(HELM_GOLDEN)/$$n.yaml is stale: make helm-render"; exit 1; }; \
+	    echo "helm-check: $$n: lint and template ok"; done; \
+	  if $(HELM) template sharedcontent $(CHART) --set 'coordinator.ha.etcdEndpoints={http://etcd:2379}' >$$tmp/ha 2>&1; then \
+	    echo "helm-check: coordinator.ha.etcdEndpoints rendered, want an error"; exit 1; fi; \
+	  grep -q 'not supported yet' $$tmp/ha || { cat $$tmp/ha; exit 1; }
+	cd deploy/check && $(GO) test -count=1 -run Helm ./...
+	$(GO) test -count=1 -run Helm ./cmd/containerd-sharedcontent/
+
 # gofmt, go vet, and the package layers (internal/layers: imports point
 # down only, nothing imports integration/).
 lint:
@@ -114,6 +221,7 @@ lint:
 	$(GO) vet $(PKGS)
 	$(GO) test -count=1 ./internal/layers/
 	cd deploy/check && $(GO) vet ./...
+	cd deploy/tools && $(GO) vet ./...
 
 check: lint
 

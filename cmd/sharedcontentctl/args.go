@@ -25,6 +25,7 @@ type command struct {
 var commands = []command{
 	{name: "doctor", flags: func(fs *flag.FlagSet, inv *invocation) {
 		fs.StringVar(&inv.containerdConfig, "containerd-config", defaultContainerdConfig, "containerd's config file (its imports are followed)")
+		fs.BoolVar(&inv.configOnly, "config-only", false, "check containerd's config only: dial neither the proxies' sockets nor the coordinator, read no root (before containerd-sharedcontent starts, as the Helm chart's init container)")
 	}},
 	{name: "status"},
 	{name: "refs", args: []string{"DIGEST"}, check: checkDigest},
@@ -49,6 +50,7 @@ type invocation struct {
 	serverSet                       bool // --coordinator was given
 	// The commands' own flags.
 	containerdConfig string
+	configOnly       bool
 	dryRun, force    bool
 	reapGrace        time.Duration
 }

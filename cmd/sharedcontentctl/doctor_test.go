@@ -448,3 +448,36 @@ func TestDoctorCompiledIn(t *testing.T) {
 	require.Equal(t, []string{"compiled-in store"}, problems)
 	require.Contains(t, results["compiled-in store"].Fix, "set coordinator")
 }
+
+// TestDoctorConfigOnly: --config-only, as the Helm chart's init container
+// runs it before the daemon starts, checks containerd's config alone: no
+// socket, no coordinator, no root is a problem then, and a config problem
+// still fails with the lines to add.
+func TestDoctorConfigOnly(t *testing.T) {
+	dead := filepath.Join(shortDir(t), "absent.sock")
+	config := writeFile(t, filepath.Join(t.TempDir(), "config.toml"), deployConfig(t, dead))
+	doctor := func(config string) (map[string]checkResult, []string, error) {
+		var out bytes.Buffer
+		// Nothing listens at this coordinator URL, and the root is absent.
+		err := run([]string{"--coordinator", "http://127.0.0.1:1", "--root", filepath.Join(t.TempDir(), "absent"),
+			"-o", "json", "doctor", "--config-only", "--containerd-config", config}, &out, io.Discard)
+		return parseDoctor(t, out.Bytes(), err)
+	}
+	results, problems, err := doctor(config)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+	require.Len(t, results, len(allChecks))
+	for _, c := range []string{"content proxy socket", "diff proxy socket", "coordinator", "shared root", "root cluster"} {
+		require.Equal(t, checkSkipped, results[c].Result, "%s: %+v", c, results[c])
+	}
+	require.Equal(t, checkOK, results["transfer unpack differ"].Result)
+
+	b, err := os.ReadFile(config)
+	require.NoError(t, err)
+	broken := writeFile(t, filepath.Join(t.TempDir(), "config.toml"),
+		without(t, string(b), `disabled_plugins = ["io.containerd.content.v1.content"]`))
+	results, problems, err = doctor(broken)
+	require.EqualError(t, err, "1 problem")
+	require.Equal(t, []string{"content plugin disabled"}, problems)
+	require.Contains(t, results["content plugin disabled"].Fix, `disabled_plugins = ["io.containerd.content.v1.content"]`)
+}

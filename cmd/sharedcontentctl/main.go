@@ -54,7 +54,7 @@ func main() {
 
 const usage = `usage: sharedcontentctl [flags] COMMAND [flags]
 commands:
-  doctor [--containerd-config PATH]   check this node's setup (containerd's config, the plugin's socket, the coordinator, --root); says what to fix
+  doctor [--containerd-config PATH] [--config-only]   check this node's setup (containerd's config, the plugin's socket, the coordinator, --root); says what to fix
   status                              cluster id and epoch, members (live, synced), locks queued, requests refused and why
   refs DIGEST                         the nodes that reference a blob, and (with --root) whether its file is there
   node ls                             list member nodes: live session, synced, absence in the coordinator's uptime
@@ -113,7 +113,7 @@ func (inv *invocation) run(ctx context.Context, c *lockclient.Client, token stri
 	case "cluster adopt":
 		return adopt(ctx, c, inv.root, inv.force, out)
 	case "doctor":
-		return doctor(ctx, c, inv.server, inv.root, inv.containerdConfig, p)
+		return doctor(ctx, c, inv.server, inv.root, inv.containerdConfig, inv.configOnly, p)
 	case "status":
 		return status(ctx, c, inv.server, token, p)
 	case "refs":

@@ -440,25 +440,33 @@ func TestContainerdDropIn(t *testing.T) {
 func TestServiceMonitors(t *testing.T) {
 	m, _ := load(t)
 	for _, sm := range m.serviceMonitor {
-		sel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
-		require.NoError(t, err)
-		var svc *corev1.Service
-		for _, s := range m.services {
-			if sel.Matches(labels.Set(s.Labels)) {
-				require.Nil(t, svc, "ServiceMonitor %s selects one Service", sm.Name)
-				svc = s
-			}
-		}
-		require.NotNil(t, svc, "ServiceMonitor %s selects no Service", sm.Name)
-		require.Len(t, sm.Spec.Endpoints, 1)
-		ep := sm.Spec.Endpoints[0]
+		svc, ep := scrapedService(t, m, sm)
 		require.Equal(t, "/metrics", ep.Path)
-		require.True(t, slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == ep.Port }),
-			"ServiceMonitor %s scrapes port %q of Service %s", sm.Name, ep.Port, svc.Name)
 		if svc.Name == m.statefulSets[0].Spec.ServiceName {
 			require.NotNil(t, ep.Authorization, "the coordinator's /metrics needs the token")
 			require.Equal(t, tokenSecret, ep.Authorization.Credentials.Name)
 			require.Equal(t, "token", ep.Authorization.Credentials.Key)
 		}
 	}
+}
+
+// scrapedService checks that sm selects exactly one Service of m and
+// scrapes, with its one endpoint, a port that Service has.
+func scrapedService(t *testing.T, m *manifests, sm *monitoringv1.ServiceMonitor) (*corev1.Service, monitoringv1.Endpoint) {
+	t.Helper()
+	sel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
+	require.NoError(t, err)
+	var svc *corev1.Service
+	for _, s := range m.services {
+		if sel.Matches(labels.Set(s.Labels)) {
+			require.Nil(t, svc, "ServiceMonitor %s selects one Service", sm.Name)
+			svc = s
+		}
+	}
+	require.NotNil(t, svc, "ServiceMonitor %s selects no Service", sm.Name)
+	require.Len(t, sm.Spec.Endpoints, 1)
+	ep := sm.Spec.Endpoints[0]
+	require.True(t, slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == ep.Port }),
+		"ServiceMonitor %s scrapes port %q of Service %s", sm.Name, ep.Port, svc.Name)
+	return svc, ep
 }

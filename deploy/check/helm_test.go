@@ -1,0 +1,241 @@
+package check
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+)
+
+const (
+	// helmRendered holds `helm template` of the chart for each values file
+	// of its ci/ (make helm-render writes them, make helm-check checks
+	// they are current).
+	helmRendered = "testdata/helm"
+	chartDir     = "../helm/sharedcontent"
+)
+
+// loadRendered decodes one rendered chart strictly.
+func loadRendered(t *testing.T, file string) *manifests {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	m := &manifests{}
+	docs := documents(b)
+	require.NotEmpty(t, docs, "%s holds no object", file)
+	for i, doc := range docs {
+		require.NoError(t, m.add(doc), "%s, document %d", file, i+1)
+	}
+	return m
+}
+
+// renderedFiles are the rendered charts, one per ci/ values file.
+func renderedFiles(t *testing.T) map[string]string {
+	t.Helper()
+	values, err := filepath.Glob(filepath.Join(chartDir, "ci", "*-values.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, values)
+	files := map[string]string{}
+	for _, v := range values {
+		name := strings.TrimSuffix(filepath.Base(v), "-values.yaml")
+		files[name] = filepath.Join(helmRendered, name+".yaml")
+	}
+	rendered, err := filepath.Glob(filepath.Join(helmRendered, "*.yaml"))
+	require.NoError(t, err)
+	require.Len(t, rendered, len(files), "one rendered file per values file in %s/ci: make helm-render", chartDir)
+	return files
+}
+
+// requireSecretFile checks that p is key of Secret secret, mounted read
+// only with a mode that the daemons accept (not readable by others).
+func requireSecretFile(t *testing.T, spec corev1.PodSpec, c corev1.Container, p, secret, key string) {
+	t.Helper()
+	v, vm := mountOf(t, spec, c, p)
+	require.NotNil(t, v, "%s: volume %s is not defined", p, vm.Name)
+	require.NotNil(t, v.Secret, "%s is in volume %s, not a Secret", p, v.Name)
+	require.Equal(t, secret, v.Secret.SecretName)
+	require.Equal(t, key, path.Base(p))
+	require.Equal(t, vm.MountPath, path.Dir(p))
+	require.NotNil(t, v.Secret.DefaultMode, "the default 0644 is refused: set defaultMode")
+	require.Zero(t, *v.Secret.DefaultMode&0o007, "files readable by others are refused: defaultMode %#o", *v.Secret.DefaultMode)
+	require.True(t, vm.ReadOnly)
+}
+
+// requireHostFile checks that p is in a hostPath volume mounted at its own
+// path, read only.
+func requireHostFile(t *testing.T, spec corev1.PodSpec, c corev1.Container, p string) {
+	t.Helper()
+	requireHostPath(t, spec, c, p)
+	_, vm := mountOf(t, spec, c, p)
+	require.True(t, vm.ReadOnly, "%s is mounted read only", p)
+}
+
+// TestHelmRendered: every rendering of the chart decodes strictly, and its
+// objects fit together: the node daemon reaches the coordinator's Service
+// with files that are mounted, on the host's own paths; the coordinator
+// keeps its database on the PVC, as user 65532; every ServiceMonitor
+// selects one Service and one of its ports.
+func TestHelmRendered(t *testing.T) {
+	for name, file := range renderedFiles(t) {
+		t.Run(name, func(t *testing.T) {
+			m := loadRendered(t, file)
+			var coordinatorSvc *corev1.Service
+			var coordinator corev1.Container
+			if len(m.statefulSets) > 0 {
+				coordinatorSvc, coordinator = checkHelmCoordinator(t, m)
+			}
+			require.Len(t, m.daemonSets, 1)
+			checkHelmNode(t, m, coordinatorSvc, coordinator)
+			checkHelmServiceMonitors(t, m)
+			for _, cm := range m.configMaps {
+				want, err := os.ReadFile("../grafana/sharedcontent.json")
+				require.NoError(t, err)
+				require.JSONEq(t, string(want), cm.Data["sharedcontent.json"], "the dashboard ConfigMap is deploy/grafana's")
+			}
+		})
+	}
+}
+
+func checkHelmCoordinator(t *testing.T, m *manifests) (*corev1.Service, corev1.Container) {
+	t.Helper()
+	require.Len(t, m.statefulSets, 1)
+	st := m.statefulSets[0]
+	spec := st.Spec.Template.Spec
+	require.Equal(t, int32(1), *st.Spec.Replicas, "one coordinator per cluster")
+	c := onlyContainer(t, spec)
+	require.Equal(t, []string{"/usr/local/bin/sharedcontent-lockserver"}, c.Command)
+	f := flagValues(t, c)
+	hp := port(t, c, "http")
+	require.Equal(t, listenPort(t, f["listen"]), fmt.Sprint(hp.ContainerPort))
+	v, vm := mountOf(t, spec, c, f["data-dir"])
+	require.Nil(t, v, "--data-dir is not on a pod volume (emptyDir loses the database)")
+	require.True(t, slices.ContainsFunc(st.Spec.VolumeClaimTemplates, func(p corev1.PersistentVolumeClaim) bool { return p.Name == vm.Name }),
+		"--data-dir %s is on the PVC", f["data-dir"])
+	require.Equal(t, int64(65532), *spec.SecurityContext.RunAsUser, "the image's non-root user")
+	require.True(t, *spec.SecurityContext.RunAsNonRoot)
+	for flag, key := range map[string]string{"auth-token-file": "token", "admin-token-file": "token", "node-tokens-file": "node-tokens",
+		"tls-cert": "tls.crt", "tls-key": "tls.key", "tls-client-ca": "ca.crt"} {
+		if p, ok := f[flag]; ok {
+			v, _ := mountOf(t, spec, c, p)
+			require.NotNil(t, v, "--%s %s", flag, p)
+			require.NotNil(t, v.Secret, "--%s %s", flag, p)
+			requireSecretFile(t, spec, c, p, v.Secret.SecretName, key)
+		}
+	}
+	if f["tls-node-identity"] == "true" || f["node-tokens-file"] != "" {
+		require.NotContains(t, f, "auth-token-file", "a shared token with node identities is refused")
+	}
+	svc := serviceSelecting(t, m, st.Spec.Template.Labels)
+	require.Equal(t, st.Spec.ServiceName, svc.Name)
+	requireServicePort(t, svc, c, "http")
+	return svc, c
+}
+
+func checkHelmNode(t *testing.T, m *manifests, coordinatorSvc *corev1.Service, coordinator corev1.Container) {
+	t.Helper()
+	ds := m.daemonSets[0]
+	spec := ds.Spec.Template.Spec
+	c := onlyContainer(t, spec)
+	require.Equal(t, []string{"/usr/local/bin/containerd-sharedcontent"}, c.Command)
+	require.Equal(t, "system-node-critical", spec.PriorityClassName)
+	require.Contains(t, spec.Tolerations, corev1.Toleration{Operator: corev1.TolerationOpExists}, "tolerates every taint")
+	require.True(t, *c.SecurityContext.Privileged, "the diff service mounts snapshots")
+	require.Equal(t, int64(0), *c.SecurityContext.RunAsUser, "root: the image's default user is not")
+	require.Equal(t, "spec.nodeName", env(c, "SHAREDCONTENT_NODE_ID").ValueFrom.FieldRef.FieldPath)
+
+	f := flagValues(t, c)
+	for _, p := range []string{f["root"], f["address"], f["state-dir"], "/var/lib/containerd"} {
+		require.NotEmpty(t, p)
+		requireHostPath(t, spec, c, p)
+	}
+	if p, ok := f["auth-token-file"]; ok {
+		v, _ := mountOf(t, spec, c, p)
+		require.NotNil(t, v)
+		require.NotNil(t, v.Secret)
+		requireSecretFile(t, spec, c, p, v.Secret.SecretName, "token")
+	}
+	for _, flag := range []string{"node-token-file", "node-cert", "node-key"} {
+		if p, ok := f[flag]; ok {
+			requireHostFile(t, spec, c, p)
+		}
+	}
+	if p, ok := f["coordinator-ca"]; ok {
+		v, _ := mountOf(t, spec, c, p)
+		require.NotNil(t, v.Secret, "--coordinator-ca")
+		require.Equal(t, "ca.crt", path.Base(p))
+	}
+
+	u, err := url.Parse(f["coordinator"])
+	require.NoError(t, err)
+	if coordinatorSvc != nil {
+		host, _, _ := strings.Cut(u.Hostname(), ".")
+		require.Equal(t, coordinatorSvc.Name, host, "--coordinator names the coordinator's Service")
+		require.Equal(t, fmt.Sprint(coordinatorSvc.Spec.Ports[0].Port), u.Port())
+		_, https := flagValues(t, coordinator)["tls-cert"]
+		require.Equal(t, map[bool]string{true: "https", false: "http"}[https], u.Scheme)
+		require.Equal(t, https, f["coordinator-ca"] != "", "--coordinator-ca exactly when the coordinator serves HTTPS")
+	}
+	_, clientCA := flagValues(t, coordinator)["tls-client-ca"]
+	if clientCA {
+		require.NotEmpty(t, f["node-cert"], "mTLS: the node sends a certificate")
+	}
+
+	mp := port(t, c, "metrics")
+	require.Equal(t, listenPort(t, f["metrics-listen"]), fmt.Sprint(mp.ContainerPort))
+	requireServicePort(t, serviceSelecting(t, m, ds.Spec.Template.Labels), c, "metrics")
+
+	// The doctor init container reads containerd's config at the host's
+	// own path (its imports name host paths), from the same image.
+	for _, ic := range spec.InitContainers {
+		require.Equal(t, "doctor", ic.Name)
+		require.Equal(t, c.Image, ic.Image)
+		require.Equal(t, []string{"/usr/local/bin/sharedcontentctl"}, ic.Command)
+		require.Equal(t, []string{"doctor", "--config-only"}, ic.Args[:2])
+		config, ok := strings.CutPrefix(ic.Args[2], "--containerd-config=")
+		require.True(t, ok, ic.Args[2])
+		requireHostFile(t, spec, ic, config)
+	}
+}
+
+func checkHelmServiceMonitors(t *testing.T, m *manifests) {
+	t.Helper()
+	for _, sm := range m.serviceMonitor {
+		scrapedService(t, m, sm)
+	}
+}
+
+// TestHelmDashboardCopy: the chart's copy of the dashboard (a chart reads
+// only its own files) is deploy/grafana's.
+func TestHelmDashboardCopy(t *testing.T) {
+	want, err := os.ReadFile("../grafana/sharedcontent.json")
+	require.NoError(t, err)
+	got, err := os.ReadFile(filepath.Join(chartDir, "files", "grafana-dashboard.json"))
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(got), "cp deploy/grafana/sharedcontent.json %s/files/grafana-dashboard.json", chartDir)
+}
+
+// TestHelmMatchesKustomize: the chart's default node daemon and
+// coordinator take the flags deploy/kubernetes gives them, with the same
+// paths (only the coordinator's URL and the log level differ).
+func TestHelmMatchesKustomize(t *testing.T) {
+	k, _ := load(t)
+	h := loadRendered(t, renderedFiles(t)["default"])
+	kf := flagValues(t, onlyContainer(t, k.daemonSets[0].Spec.Template.Spec))
+	hf := flagValues(t, onlyContainer(t, h.daemonSets[0].Spec.Template.Spec))
+	for _, f := range []string{"coordinator", "log-level"} {
+		delete(kf, f)
+		delete(hf, f)
+	}
+	require.Equal(t, kf, hf)
+	kf = flagValues(t, onlyContainer(t, k.statefulSets[0].Spec.Template.Spec))
+	hf = flagValues(t, onlyContainer(t, h.statefulSets[0].Spec.Template.Spec))
+	delete(hf, "log-level")
+	require.Equal(t, kf, hf)
+}
