@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sharedcontent/sharedcontent/integration/registry"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 )
 
 // imageUser is the image's default user (deploy/tools/mkimage), the
