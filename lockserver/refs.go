@@ -13,7 +13,8 @@ import (
 // AddRef handles POST /refs/add: it records that node uses the resource
 // (for example a blob it is about to commit). It is refused with
 // api.ErrDeleting while a delete of the resource is in flight, because that
-// delete already decided nobody uses it.
+// delete already decided nobody uses it. The answer has the set's Count,
+// not its Nodes (api.RefsAddRequest.CountOnly; GET /refs has them).
 func (l *Coordinator) AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
 	return l.addRef(ctx, resourceID, nodeID, false)
 }
