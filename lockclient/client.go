@@ -125,7 +125,8 @@ func (c *Client) Status(ctx context.Context, typ api.OperationType, resourceID s
 // AddRef adds this client's node's reference to the resource (for example
 // a blob it is about to commit). It fails with ErrDeleting while a delete of
 // the resource is in flight. Transient errors are retried (adding a
-// reference is idempotent).
+// reference is idempotent). The answer has the set's Count but not its
+// Nodes (api.RefsAddRequest.CountOnly): Refs returns them.
 func (c *Client) AddRef(ctx context.Context, resourceID string) (api.RefsResponse, error) {
 	return c.addRef(ctx, resourceID, c.transport.AddRef)
 }

@@ -121,7 +121,7 @@ func ExampleClient_Session() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("references:", refs.Nodes)
+	fmt.Println("references:", refs.Count)
 
 	_, err = b.TryLock(ctx, lockclient.LockRequest{Type: api.OperationDelete, ResourceID: blob})
 	var inUse *api.InUseError
@@ -136,7 +136,7 @@ func ExampleClient_Session() {
 	fmt.Println("session ended:", end.Ended)
 	// Output:
 	// new member: true
-	// references: [node-a]
+	// references: 1
 	// delete refused; in use by [node-a]
 	// session ended: true
 }

@@ -189,11 +189,11 @@ func (tr *httpTransport) Status(ctx context.Context, typ api.OperationType, reso
 }
 
 func (tr *httpTransport) AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
-	return tr.addRef(ctx, api.RefsAddRequest{ResourceID: resourceID, NodeID: nodeID})
+	return tr.addRef(ctx, api.RefsAddRequest{ResourceID: resourceID, NodeID: nodeID, CountOnly: true})
 }
 
 func (tr *httpTransport) AddFoundRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
-	return tr.addRef(ctx, api.RefsAddRequest{ResourceID: resourceID, NodeID: nodeID, Found: true})
+	return tr.addRef(ctx, api.RefsAddRequest{ResourceID: resourceID, NodeID: nodeID, Found: true, CountOnly: true})
 }
 
 func (tr *httpTransport) addRef(ctx context.Context, req api.RefsAddRequest) (api.RefsResponse, error) {

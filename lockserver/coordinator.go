@@ -73,6 +73,10 @@ type shard struct {
 	recent      map[string]time.Duration
 	recentFloor time.Duration
 	prunedAt    time.Duration
+	// adding maps a resource to the nodes whose references to it are
+	// ordered but not yet durable, with how many each (refs.go addRef).
+	// Protected by mu.
+	adding map[string]map[string]int
 }
 
 // maxFreeResources bounds a shard's free list.
@@ -163,6 +167,9 @@ func (l *Coordinator) Close() error {
 	}
 	close(l.stop)
 	l.wg.Wait()
+	if err := l.flushSeen(context.Background()); err != nil {
+		log.L.WithError(err).Warn("the members' last session times are not saved; GET /nodes shows older ones after the restart")
+	}
 	for _, sh := range l.shards {
 		sh.mu.Lock()
 		for _, r := range sh.resources {
@@ -670,7 +677,7 @@ func (l *Coordinator) checkGrantRefs(ctx context.Context, id string, req request
 }
 
 func (l *Coordinator) checkNoOtherRefs(ctx context.Context, id, node string) error {
-	rc, err := l.refs.GetRefCount(ctx, id)
+	rc, err := l.refsWithPending(ctx, id)
 	if err != nil {
 		return fmt.Errorf("update:%s: %w", id, err)
 	}

@@ -49,6 +49,10 @@ type member struct {
 	clashUntil time.Time
 	// sync is the full sync in progress, if any.
 	sync *nodeSync
+	// seen is the node's last session call; rec.LastSeen is what is
+	// persisted, written with the member and at a clean shutdown only
+	// (persistSeen).
+	seen time.Time
 }
 
 // nodeSync is a full sync being received.
@@ -165,10 +169,16 @@ func (l *Coordinator) checkClash(resourceID, node string, now time.Time) error {
 	return nil
 }
 
-// persistSeen writes m's LastSeen when the persisted one is too stale.
-// Callers hold mmu.
+// persistSeen records that m held a session at now. Only a new member's
+// record is written (membership is durable: docs/design.md §8.4); a known
+// member's LastSeen is informational (GET /nodes; nothing decides on it:
+// expiry counts absence in this coordinator's uptime), so it stays in
+// memory and is written at a clean shutdown (flushSeen), not with an
+// fsync per node per minute (docs/design.md §10, "The reference hot
+// path"). Callers hold mmu.
 func (l *Coordinator) persistSeen(ctx context.Context, m *member, now time.Time) error {
-	if !m.rec.LastSeen.IsZero() && now.Sub(m.rec.LastSeen) <= l.persistSeenEvery() {
+	m.seen = now
+	if !m.rec.LastSeen.IsZero() {
 		return nil
 	}
 	rec := m.rec
@@ -180,9 +190,28 @@ func (l *Coordinator) persistSeen(ctx context.Context, m *member, now time.Time)
 	return nil
 }
 
-// persistSeenEvery is how stale a member's persisted LastSeen may get.
-func (l *Coordinator) persistSeenEvery() time.Duration {
-	return min(time.Minute, l.cfg.NodeExpiry/10)
+// flushSeen writes the LastSeen of every member seen since its record
+// was written, in one commit (Close).
+func (l *Coordinator) flushSeen(ctx context.Context) error {
+	l.mmu.Lock()
+	defer l.mmu.Unlock()
+	b := new(refcount.Batch)
+	var recs []*member
+	for _, m := range l.members {
+		if m.seen.After(m.rec.LastSeen) {
+			rec := m.rec
+			rec.LastSeen = m.seen
+			b.PutMember(rec).Break()
+			recs = append(recs, m)
+		}
+	}
+	if err := l.commit(ctx, b); err != nil {
+		return fmt.Errorf("persist the members' last session: %w", err)
+	}
+	for _, m := range recs {
+		m.rec.LastSeen = m.seen
+	}
+	return nil
 }
 
 // SyncRefs handles PUT /nodes/{id}/refs: one chunk of the node's full
@@ -337,7 +366,7 @@ func (l *Coordinator) checkDeleteRule(ctx context.Context, resourceID string, co
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	if countRefs {
-		rc, err := l.refs.GetRefCount(ctx, resourceID)
+		rc, err := l.refsWithPending(ctx, resourceID)
 		if err != nil {
 			return fmt.Errorf("delete:%s: %w", resourceID, err)
 		}
@@ -388,6 +417,9 @@ func (l *Coordinator) Nodes(context.Context) (api.NodesResponse, error) {
 		Nodes: make([]api.NodeStatus, 0, len(l.members))}
 	for _, m := range l.members {
 		seen := m.rec.LastSeen
+		if m.seen.After(seen) {
+			seen = m.seen
+		}
 		if m.live(now) {
 			seen = now
 		}

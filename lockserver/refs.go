@@ -13,7 +13,8 @@ import (
 // AddRef handles POST /refs/add: it records that node uses the resource
 // (for example a blob it is about to commit). It is refused with
 // api.ErrDeleting while a delete of the resource is in flight, because that
-// delete already decided nobody uses it.
+// delete already decided nobody uses it. The answer has the set's Count,
+// not its Nodes (api.RefsAddRequest.CountOnly; GET /refs has them).
 func (l *Coordinator) AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
 	return l.addRef(ctx, resourceID, nodeID, false)
 }
@@ -27,6 +28,15 @@ func (l *Coordinator) AddFoundRef(ctx context.Context, resourceID, nodeID string
 	return l.addRef(ctx, resourceID, nodeID, true)
 }
 
+// addRef decides under the shard mutex (a delete in flight or retained
+// refuses the reference) and orders the write there, but waits for the
+// write's commit without it, so that the references of many nodes to one
+// blob share a commit (docs/design.md §10, "The reference hot path").
+// Until the write is durable the reference counts as pending
+// (shard.adding): a delete or an update that checks the references
+// meanwhile counts it, so the delete rule stays atomic (§8.7). A reference
+// that ends a delete's completion is written under the mutex, as it
+// changes the in-memory completion too.
 func (l *Coordinator) addRef(ctx context.Context, resourceID, nodeID string, found bool) (api.RefsResponse, error) {
 	if err := validateResourceID(resourceID); err != nil {
 		return api.RefsResponse{}, err
@@ -36,42 +46,105 @@ func (l *Coordinator) addRef(ctx context.Context, resourceID, nodeID string, fou
 	}
 	sh := l.shardFor(resourceID)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	r := sh.resources[resourceID]
 	var done *completion // a delete's completion that this reference ends
 	if r != nil {
 		if g := r.keys[idxDelete].holder; g != nil {
+			sh.mu.Unlock()
 			return api.RefsResponse{}, fmt.Errorf("refs %s: delete by node %s in flight: %w", resourceID, g.nodeID, api.ErrDeleting)
 		}
 		done = r.keys[idxDelete].completed
 		if found && done != nil {
 			if err := l.staleView(resourceID, done); err != nil {
+				sh.mu.Unlock()
 				return api.RefsResponse{}, err
 			}
 		}
 	}
 	l.noteRef(nodeID, resourceID, true)
-	var (
-		rc  refcount.Set
-		err error
-	)
 	failpoint.Inject(failpoint.CoordAddRefBefore)
-	if done == nil {
-		rc, err = l.refs.AddRef(ctx, resourceID, nodeID)
-	} else if err = l.refs.Commit(ctx, new(refcount.Batch).AddRef(resourceID, nodeID).DropDeleted(resourceID)); err == nil {
-		rc, err = l.refs.GetRefCount(ctx, resourceID)
+	if done != nil {
+		defer sh.mu.Unlock()
+		n, err := l.addEndingDelete(ctx, sh, r, resourceID, nodeID)
+		if err != nil {
+			return api.RefsResponse{}, err
+		}
+		return api.RefsResponse{ResourceID: resourceID, Count: n}, nil
 	}
+	wait := l.refs.AddRefOrdered(ctx, resourceID, nodeID)
+	sh.addPending(resourceID, nodeID)
+	l.noteActivity(sh, resourceID, l.now())
+	sh.mu.Unlock()
+
+	n, err := wait()
+	sh.mu.Lock()
+	sh.donePending(resourceID, nodeID)
+	sh.mu.Unlock()
 	if err := l.wrote(ctx, err); err != nil {
 		return api.RefsResponse{}, fmt.Errorf("refs %s: %w", resourceID, err)
 	}
-	if done != nil {
-		// The resource is in use again, so a later delete must really run.
-		r.keys[idxDelete].completed = nil
-		sh.tidy(r)
+	failpoint.Inject(failpoint.CoordAddRefAfter)
+	return api.RefsResponse{ResourceID: resourceID, Count: n}, nil
+}
+
+// addEndingDelete writes node's reference to the resource together with
+// the end of the delete completion it ends, and returns the set's size.
+// Callers hold the shard mutex.
+func (l *Coordinator) addEndingDelete(ctx context.Context, sh *shard, r *resource, resourceID, nodeID string) (int, error) {
+	err := l.refs.Commit(ctx, new(refcount.Batch).AddRef(resourceID, nodeID).DropDeleted(resourceID))
+	var rc refcount.Set
+	if err == nil {
+		rc, err = l.refs.GetRefCount(ctx, resourceID)
 	}
+	if err := l.wrote(ctx, err); err != nil {
+		return 0, fmt.Errorf("refs %s: %w", resourceID, err)
+	}
+	// The resource is in use again, so a later delete must really run.
+	r.keys[idxDelete].completed = nil
+	sh.tidy(r)
 	failpoint.Inject(failpoint.CoordAddRefAfter)
 	l.noteActivity(sh, resourceID, l.now())
-	return api.RefsResponse{ResourceID: resourceID, Count: rc.Len(), Nodes: rc.NodeList()}, nil
+	return rc.Len(), nil
+}
+
+// addPending records node's reference to the resource as written but not
+// yet durable. Callers hold the shard mutex.
+func (sh *shard) addPending(resourceID, nodeID string) {
+	if sh.adding == nil {
+		sh.adding = map[string]map[string]int{}
+	}
+	p := sh.adding[resourceID]
+	if p == nil {
+		p = map[string]int{}
+		sh.adding[resourceID] = p
+	}
+	p[nodeID]++
+}
+
+// donePending ends what addPending recorded. Callers hold the shard
+// mutex.
+func (sh *shard) donePending(resourceID, nodeID string) {
+	p := sh.adding[resourceID]
+	if p[nodeID]--; p[nodeID] <= 0 {
+		delete(p, nodeID)
+	}
+	if len(p) == 0 {
+		delete(sh.adding, resourceID)
+	}
+}
+
+// refsWithPending returns the resource's reference set with the
+// references still being written (addRef) in it. Callers hold the
+// resource's shard mutex.
+func (l *Coordinator) refsWithPending(ctx context.Context, resourceID string) (refcount.Set, error) {
+	rc, err := l.refs.GetRefCount(ctx, resourceID)
+	if err != nil {
+		return rc, err
+	}
+	for n := range l.shardFor(resourceID).adding[resourceID] {
+		rc.Add(n)
+	}
+	return rc, nil
 }
 
 // staleView refuses a node's use of a blob it found present while the

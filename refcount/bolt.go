@@ -3,7 +3,6 @@ package refcount
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -19,7 +18,8 @@ import (
 // release the database file.
 const DefaultOpenTimeout = time.Second
 
-// Bucket names. refcounts maps a resource ID to a JSON boltRecord; meta maps
+// Bucket names. refcounts holds a nested bucket per resource ID, its
+// reference set (bolt_refs.go); meta maps
 // a meta key to an 8-byte big-endian uint64 or a string; deleting and
 // deleted map a resource ID to a JSON DeleteMarker and DeleteCompletion;
 // owner holds the guard (ownerKey: the fence of the newest handle, an
@@ -32,13 +32,6 @@ var (
 	ownerBucket     = []byte("owner")
 	ownerKey        = []byte("fence")
 )
-
-// boltRecord is the stored form of a Set. Count is written for people
-// reading the file; decoding ignores it.
-type boltRecord struct {
-	Count int      `json:"count"`
-	Nodes []string `json:"nodes"`
-}
 
 // BoltStorage is a handle on a Storage in one bbolt database file.
 //
@@ -102,6 +95,9 @@ func OpenBoltStorage(path string, opts ...BoltOption) (*BoltStorage, error) {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
+		}
+		if err := migrateRefs(tx); err != nil {
+			return err
 		}
 		fence, err = bumpOwner(tx)
 		return err
@@ -192,13 +188,8 @@ func (s *BoltStorage) Get(ctx context.Context, resourceID string) (Set, error) {
 		found bool
 	)
 	err := s.view(ctx, func(tx *bolt.Tx) error {
-		v := tx.Bucket(refcountsBucket).Get([]byte(resourceID))
-		if v == nil {
-			return nil
-		}
-		found = true
 		var err error
-		rc, err = decodeRecord(v)
+		rc, found, err = readSet(tx.Bucket(refcountsBucket), []byte(resourceID))
 		return err
 	})
 	if err != nil {
@@ -218,15 +209,16 @@ func (s *BoltStorage) List(ctx context.Context, after string, limit int) ([]Entr
 	}
 	var page []Entry
 	err := s.view(ctx, func(tx *bolt.Tx) error {
-		c := tx.Bucket(refcountsBucket).Cursor()
-		k, v := c.Seek([]byte(after))
+		refs := tx.Bucket(refcountsBucket)
+		c := refs.Cursor()
+		k, _ := c.Seek([]byte(after))
 		if k != nil && string(k) == after {
-			k, v = c.Next()
+			k, _ = c.Next()
 		}
-		for ; k != nil && len(page) < limit; k, v = c.Next() {
-			rc, err := decodeRecord(v)
+		for ; k != nil && len(page) < limit; k, _ = c.Next() {
+			rc, _, err := readSet(refs, k)
 			if err != nil {
-				return fmt.Errorf("refcount %s: %w", k, err)
+				return err
 			}
 			page = append(page, Entry{ResourceID: string(k), Refs: rc})
 		}
@@ -236,19 +228,6 @@ func (s *BoltStorage) List(ctx context.Context, after string, limit int) ([]Entr
 		return nil, fmt.Errorf("list refcounts: %w", err)
 	}
 	return page, nil
-}
-
-// putRecord stores rc under id in b, or drops the entry when rc is empty.
-func putRecord(b *bolt.Bucket, id string, rc Set) error {
-	if rc.Len() == 0 {
-		return b.Delete([]byte(id))
-	}
-	nodes := rc.NodeList()
-	v, err := json.Marshal(boltRecord{Count: len(nodes), Nodes: nodes})
-	if err != nil {
-		return fmt.Errorf("refcount %s: encode: %w", id, err)
-	}
-	return b.Put([]byte(id), v)
 }
 
 // Close releases the handle. The last handle on the file commits the
@@ -268,14 +247,4 @@ func (s *BoltStorage) Close() error {
 	}
 	f.writes.close()
 	return f.db.Close()
-}
-
-// decodeRecord decodes a stored boltRecord. Its Count is not trusted:
-// the set is its Nodes.
-func decodeRecord(v []byte) (Set, error) {
-	var r boltRecord
-	if err := json.Unmarshal(v, &r); err != nil {
-		return Set{}, fmt.Errorf("decode stored value: %w: %w", errdefs.ErrDataLoss, err)
-	}
-	return NewSet(r.Nodes...), nil
 }

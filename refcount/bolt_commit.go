@@ -17,25 +17,35 @@ import (
 // owner. A write that fails rolls the transaction back; the committer
 // then retries every other batch of the group alone.
 func (s *BoltStorage) Commit(ctx context.Context, b *Batch) error {
+	return s.Submit(ctx, b)()
+}
+
+// Submit implements Submitter: the batch joins the group committer's
+// queue before Submit returns, so it is applied after every batch
+// submitted or committed before and before every one submitted after;
+// wait returns once its transaction is on disk.
+func (s *BoltStorage) Submit(ctx context.Context, b *Batch) (wait func() error) {
+	failed := func(err error) func() error { return func() error { return err } }
 	if err := s.usable(ctx); err != nil {
-		return err
+		return failed(err)
 	}
 	if b.Len() == 0 {
-		return nil
+		return failed(nil)
 	}
 	if err := checkAll(b.ops); err != nil {
-		return fmt.Errorf("refcount: commit: %w", err)
+		return failed(fmt.Errorf("refcount: commit: %w", err))
 	}
 	// Encode outside the transaction: the committer's goroutine runs it.
-	vals := make([][]byte, len(b.ops))
-	for i := range b.ops {
-		v, err := encodeOp(&b.ops[i])
+	ops := b.ops
+	vals := make([][]byte, len(ops))
+	for i := range ops {
+		v, err := encodeOp(&ops[i])
 		if err != nil {
-			return fmt.Errorf("refcount: commit: %w", err)
+			return failed(fmt.Errorf("refcount: commit: %w", err))
 		}
 		vals[i] = v
 	}
-	err := s.file.writes.commit(func(tx *bolt.Tx) error {
+	done, err := s.file.writes.submit(func(tx *bolt.Tx) error {
 		now, err := owner(tx)
 		if err != nil {
 			return err
@@ -43,17 +53,23 @@ func (s *BoltStorage) Commit(ctx context.Context, b *Batch) error {
 		if now != s.fence {
 			return fenced(s.fence, now)
 		}
-		for i := range b.ops {
-			if err := applyOp(tx, &b.ops[i], vals[i]); err != nil {
+		for i := range ops {
+			if err := applyOp(tx, &ops[i], vals[i]); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, ErrFenced) {
-		return fmt.Errorf("refcount: commit: %w", err)
+	if err != nil {
+		return failed(err)
 	}
-	return err
+	return func() error {
+		err := <-done
+		if err != nil && !errors.Is(err, ErrFenced) {
+			return fmt.Errorf("refcount: commit: %w", err)
+		}
+		return err
+	}
 }
 
 // encodeOp returns the stored value of op, for the kinds that store one
@@ -88,10 +104,14 @@ func applyOp(tx *bolt.Tx, op *Op, v []byte) error {
 			return err
 		}
 		return meta.Put([]byte(epochKey), binary.BigEndian.AppendUint64(nil, op.Identity.Epoch))
-	case OpDropRefs, OpDeleteMember, OpDropDeleting, OpDropDeleted:
+	case OpDeleteMember, OpDropDeleting, OpDropDeleted:
 		return tx.Bucket(bucketOf(op.Kind)).Delete(key)
-	case OpAddRef, OpRemoveRef:
-		return changeRef(tx.Bucket(refcountsBucket), op.Key, op.Node, op.Kind == OpAddRef)
+	case OpDropRefs:
+		return dropRefs(tx.Bucket(refcountsBucket), op.Key)
+	case OpAddRef:
+		return addRef(tx.Bucket(refcountsBucket), op.Key, op.Node)
+	case OpRemoveRef:
+		return removeRef(tx.Bucket(refcountsBucket), op.Key, op.Node)
 	case OpReplaceNode:
 		return replaceNode(tx.Bucket(refcountsBucket), op.Node, op.NodeRefs)
 	}
@@ -100,8 +120,6 @@ func applyOp(tx *bolt.Tx, op *Op, v []byte) error {
 
 func bucketOf(k OpKind) []byte {
 	switch k {
-	case OpDropRefs:
-		return refcountsBucket
 	case OpPutMember, OpDeleteMember:
 		return membersBucket
 	case OpPutDeleting, OpDropDeleting:
@@ -110,57 +128,6 @@ func bucketOf(k OpKind) []byte {
 		return deletedBucket
 	}
 	return metaBucket
-}
-
-// changeRef adds node to (or removes it from) the entry id of b.
-func changeRef(b *bolt.Bucket, id, node string, add bool) error {
-	var rc Set
-	if v := b.Get([]byte(id)); v != nil {
-		var err error
-		if rc, err = decodeRecord(v); err != nil {
-			return fmt.Errorf("refcount %s: %w", id, err)
-		}
-	}
-	if add && rc.Add(node) || !add && rc.Remove(node) {
-		return putRecord(b, id, rc)
-	}
-	return nil
-}
-
-// replaceNode makes node a reference of exactly the entries refs of b.
-func replaceNode(b *bolt.Bucket, node string, refs map[string]struct{}) error {
-	type change struct {
-		id string
-		rc Set
-	}
-	var changes []change
-	err := b.ForEach(func(k, v []byte) error {
-		if _, keep := refs[string(k)]; keep {
-			return nil
-		}
-		rc, err := decodeRecord(v)
-		if err != nil {
-			return fmt.Errorf("refcount %s: %w", k, err)
-		}
-		if rc.Remove(node) {
-			changes = append(changes, change{string(k), rc})
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, c := range changes {
-		if err := putRecord(b, c.id, c.rc); err != nil {
-			return err
-		}
-	}
-	for id := range refs {
-		if err := changeRef(b, id, node, true); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Deletes implements Storage. A stored value that does not decode is an

@@ -48,15 +48,24 @@ func newGroupCommitter(db *bolt.DB) *groupCommitter {
 // is on disk. fn may run more than once (alone, after a failed group) and
 // must not have other side effects.
 func (c *groupCommitter) commit(fn func(*bolt.Tx) error) error {
+	done, err := c.submit(fn)
+	if err != nil {
+		return err
+	}
+	return <-done
+}
+
+// submit queues fn, after every mutation queued before, and returns the
+// channel that receives its outcome once its transaction is on disk.
+func (c *groupCommitter) submit(fn func(*bolt.Tx) error) (<-chan error, error) {
 	m := &mutation{fn: fn, done: make(chan error, 1)}
 	c.mu.RLock()
+	defer c.mu.RUnlock()
 	if c.closed {
-		c.mu.RUnlock()
-		return errClosed
+		return nil, errClosed
 	}
 	c.pending <- m
-	c.mu.RUnlock()
-	return <-m.done
+	return m.done, nil
 }
 
 // close commits what is pending, stops the goroutine and waits for it.

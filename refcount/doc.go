@@ -52,4 +52,19 @@
 // rest (a coordinator's start turning delete markers into completions,
 // pruning completions) is one small group per resource, separated by
 // Break.
+//
+// # Adding a reference at a cost flat in the set's size
+//
+// Two optional interfaces extend Storage without changing its semantics
+// (docs/design.md §10, "The reference hot path"). A RefStater tells
+// whether a node references a resource and how many nodes do without
+// reading the set. A Submitter splits Commit into Submit, which orders a
+// batch before it returns, and a wait for its durability, so that a
+// caller orders writes under its own mutex and waits for the disk
+// without it. The memory and bbolt stores implement both; bbolt keeps a
+// reference set as a nested bucket, one key per node and the count as
+// the bucket's sequence, so adding one reference is O(log N) (a file
+// with the JSON records of before is migrated when it is opened).
+// Manager.AddRefOrdered uses them, and falls back to AddRef on a store
+// that has neither.
 package refcount

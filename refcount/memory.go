@@ -146,15 +146,31 @@ func (s *memoryStorage) Commit(ctx context.Context, b *Batch) error {
 	return nil
 }
 
+// Submit implements Submitter: memory commits at once.
+func (s *memoryStorage) Submit(ctx context.Context, b *Batch) (wait func() error) {
+	err := s.Commit(ctx, b)
+	return func() error { return err }
+}
+
+// RefState implements RefStater.
+func (s *memoryStorage) RefState(ctx context.Context, resourceID, node string) (has bool, count int, err error) {
+	unlock, err := s.read(ctx)
+	if err != nil {
+		return false, 0, err
+	}
+	defer unlock()
+	rc := s.st.entries[resourceID]
+	return rc.Has(node), rc.Len(), nil
+}
+
 // apply makes one checked write. Callers hold mu exclusively.
 func (st *memoryState) apply(op *Op) {
 	switch op.Kind {
 	case OpDropRefs:
 		delete(st.entries, op.Key)
 	case OpAddRef:
-		if rc := st.entries[op.Key]; !rc.Has(op.Node) {
-			rc = rc.Clone()
-			rc.Add(op.Node)
+		// In place: reads copy a set out, so nothing aliases it.
+		if rc := st.entries[op.Key]; rc.Add(op.Node) {
 			st.entries[op.Key] = rc
 		}
 	case OpRemoveRef:
@@ -200,7 +216,6 @@ func (st *memoryState) replaceNode(node string, refs map[string]struct{}) {
 // dropNode stores rc without node under id, dropping the entry if that
 // leaves it empty. Callers hold mu exclusively.
 func (st *memoryState) dropNode(id string, rc Set, node string) {
-	rc = rc.Clone()
 	rc.Remove(node)
 	if rc.Len() == 0 {
 		delete(st.entries, id)

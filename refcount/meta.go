@@ -20,7 +20,7 @@ const (
 )
 
 func reservedMeta(key string) bool {
-	return key == clusterIDKey || key == epochKey || key == fenceMarkKey
+	return key == clusterIDKey || key == epochKey || key == fenceMarkKey || key == refsFormatKey
 }
 
 // GetUint64 implements Storage. A stored value that is not 8 bytes is an

@@ -147,10 +147,18 @@ type RefsAddRequest struct {
 	// refused with ErrDeleting and recorded nowhere. A node committing the
 	// blob itself leaves it false.
 	Found bool `json:"found,omitempty"`
+	// CountOnly asks for an answer without the reference set's nodes
+	// (RefsResponse.Nodes null, Count set): a node that adds a reference
+	// does not need them, and they grow with the cluster. Nodes and
+	// coordinators that predate the field send and get the nodes
+	// (docs/design.md §10, "The reference hot path").
+	CountOnly bool `json:"count_only,omitempty"`
 }
 
 // RefsResponse is the answer to GET /refs and POST /refs/add, and the extra
-// detail of an in_use error.
+// detail of an in_use error. The answer to a POST /refs/add with
+// count_only has no Nodes, and its Count is the set's size at some moment
+// after the reference was added.
 type RefsResponse struct {
 	ResourceID string   `json:"resource_id"`
 	Count      int      `json:"count"`

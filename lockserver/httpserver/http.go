@@ -377,6 +377,14 @@ func (h *Handler) refsAdd(ctx *fasthttp.RequestCtx) {
 		add = h.locker.AddFoundRef
 	}
 	resp, err := add(ctx, req.ResourceID, req.NodeID)
+	if err == nil && !req.CountOnly {
+		// A node that predates count_only gets the nodes, read after
+		// the add (docs/design.md §10, "The reference hot path").
+		var refs api.RefsResponse
+		if refs, err = h.locker.Refs(ctx, req.ResourceID); err == nil {
+			resp = refs
+		}
+	}
 	reply(ctx, resp, err)
 }
 

@@ -49,6 +49,8 @@ func Run(t *testing.T, newStorage func(t *testing.T) refcount.Storage, takeOver 
 		{"CommitEmpty", testCommitEmpty},
 		{"CommitIsolation", testCommitIsolation},
 		{"Closed", testClosed},
+		{"RefState", testRefState},
+		{"Submit", testSubmit},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,68 @@
+package refcount
+
+import "context"
+
+// RefStater is a Storage that tells whether a node references a resource
+// and how many nodes do without reading the reference set: O(1) in
+// memory, O(log N) on bbolt. The Manager uses it to add a reference at a
+// cost that does not grow with the set (docs/design.md §10, "The
+// reference hot path").
+type RefStater interface {
+	// RefState returns whether node is in the resource's reference set
+	// and the set's size (false and 0 when it has none).
+	RefState(ctx context.Context, resourceID, node string) (has bool, count int, err error)
+}
+
+// Submitter is a Storage whose Commit comes in two halves, so that a
+// caller can order its writes under its own mutex without holding that
+// mutex through the disk's flush. Submit orders b after every batch
+// submitted or committed through the store before it returns, and before
+// every one after; wait returns what Commit would have returned, once the
+// batch is durable. Until then reads may not see b. Commit(ctx, b) is
+// Submit(ctx, b)().
+type Submitter interface {
+	Submit(ctx context.Context, b *Batch) (wait func() error)
+}
+
+var (
+	_ RefStater = (*BoltStorage)(nil)
+	_ Submitter = (*BoltStorage)(nil)
+	_ RefStater = (*memoryStorage)(nil)
+	_ Submitter = (*memoryStorage)(nil)
+)
+
+// AddRefOrdered adds nodeID to the resource's references, as AddRef does,
+// in two halves: the write is ordered (Submitter) when AddRefOrdered
+// returns, and wait returns, once it is durable, the number of nodes that
+// reference the resource after it (other writes may have landed since).
+// A node already there writes nothing. It takes no stripe: the write is
+// one idempotent operation in its transaction, so it cannot undo a
+// concurrent change; so a caller may hold its own mutex during
+// AddRefOrdered and release it before wait.
+//
+// On a storage that is neither a RefStater nor a Submitter (a wrapper)
+// it is AddRef, done before it returns.
+func (m *Manager) AddRefOrdered(ctx context.Context, resourceID, nodeID string) (wait func() (int, error)) {
+	failed := func(err error) func() (int, error) { return func() (int, error) { return 0, err } }
+	if err := validateIDs(resourceID, nodeID); err != nil {
+		return failed(err)
+	}
+	st, okState := m.storage.(RefStater)
+	sub, okSub := m.storage.(Submitter)
+	if !okState || !okSub {
+		rc, err := m.AddRef(ctx, resourceID, nodeID)
+		return func() (int, error) { return rc.Len(), err }
+	}
+	has, n, err := st.RefState(ctx, resourceID, nodeID)
+	if err != nil || has {
+		return func() (int, error) { return n, err }
+	}
+	written := sub.Submit(ctx, new(Batch).AddRef(resourceID, nodeID))
+	return func() (int, error) {
+		if err := written(); err != nil {
+			return 0, err
+		}
+		_, n, err := st.RefState(ctx, resourceID, nodeID)
+		return n, err
+	}
+}
