@@ -17,12 +17,16 @@ import (
 )
 
 // Acquire implements Transport for the HTTP API: POST /lock, and when
-// queued, watch for the outcome on /lock/subscribe (re-subscribing when the
-// stream drops), or poll /lock/status when streams cannot be used.
+// queued, watch for the outcome on the node's event stream (/lock/events,
+// nodestream.go), else on /lock/subscribe (re-subscribing when the stream
+// drops), or poll /lock/status when streams cannot be used.
 func (tr *httpTransport) Acquire(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
+	w := tr.expect(req)
 	resp, err := tr.Lock(ctx, req)
 	if err == nil && resp.Queued {
-		resp, err = tr.wait(ctx, req)
+		resp, err = tr.wait(ctx, req, w)
+	} else {
+		w.forget()
 	}
 	if err != nil && ctx.Err() != nil {
 		// The request may be queued or granted by now: give it back.
@@ -47,8 +51,13 @@ const (
 	streamForgotten
 )
 
-// wait watches a queued request until it is acquired or skipped, or fails.
-func (tr *httpTransport) wait(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
+// wait watches a queued request until it is acquired or skipped, or fails:
+// on the node's one event stream, or when that cannot be had on a stream of
+// its own, or by polling.
+func (tr *httpTransport) wait(ctx context.Context, req api.LockRequest, w *nodeWait) (api.LockResponse, error) {
+	if resp, ok, err := tr.waitOn(ctx, req, w); ok {
+		return resp, err
+	}
 	drops := 0
 	for {
 		resp, end, err := tr.watchStream(ctx, req)

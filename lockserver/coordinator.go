@@ -52,6 +52,8 @@ type Coordinator struct {
 
 	// waiting counts each node's queued requests (bounds.go).
 	waiting *nodeCounter
+	// nodeStreams are the open node streams (nodestream.go).
+	nodeStreams *nodeStreams
 
 	stop chan struct{} // closed by Close; stops the sweepers
 	wg   sync.WaitGroup
@@ -116,16 +118,17 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 		return nil, err
 	}
 	l := &Coordinator{
-		cfg:     cfg,
-		refs:    opts.Refs,
-		state:   state,
-		metrics: m,
-		shards:  make([]*shard, cfg.Shards),
-		now:     now,
-		started: now(),
-		members: map[string]*member{},
-		waiting: newNodeCounter(cfg.MaxWaitersPerNode),
-		stop:    make(chan struct{}),
+		cfg:         cfg,
+		refs:        opts.Refs,
+		state:       state,
+		metrics:     m,
+		shards:      make([]*shard, cfg.Shards),
+		now:         now,
+		started:     now(),
+		members:     map[string]*member{},
+		waiting:     newNodeCounter(cfg.MaxWaitersPerNode),
+		nodeStreams: newNodeStreams(cfg.LeaseTTL, now),
+		stop:        make(chan struct{}),
 	}
 	ctx := context.Background()
 	if l.fences, err = l.newFenceSource(ctx, DefaultFenceBlock); err != nil {
@@ -179,6 +182,7 @@ func (l *Coordinator) Close() error {
 		}
 		sh.mu.Unlock()
 	}
+	l.nodeStreams.closeAll()
 	return nil
 }
 
@@ -561,7 +565,7 @@ func (l *Coordinator) complete(r *resource, t typeIndex, g *grant, now time.Time
 		if l.trace != nil {
 			l.trace("skipped", t, r.id, w.requestID)
 		}
-		w.sub.finish(l.event(r, t, api.EventCompleted, w.nodeID, w.requestID, true, ""))
+		l.tell(w, l.event(r, t, api.EventCompleted, w.nodeID, w.requestID, true, ""))
 		l.metrics.result(t, resultSkipped)
 		l.metrics.wait[t].Observe(now.Sub(w.queued).Seconds())
 		l.metrics.queueDepth[t].Dec()
@@ -602,7 +606,7 @@ func (l *Coordinator) advance(ctx context.Context, r *resource, now time.Time) {
 			ev := l.event(r, next, api.EventError, w.nodeID, w.requestID, false, "")
 			body := api.ErrorBody(err)
 			ev.Error = &body
-			w.sub.finish(ev)
+			l.tell(w, ev)
 			continue
 		}
 		g, err := l.grant(r, w.request, now)
@@ -610,15 +614,15 @@ func (l *Coordinator) advance(ctx context.Context, r *resource, now time.Time) {
 			ev := l.event(r, next, api.EventError, w.nodeID, w.requestID, false, "")
 			body := api.ErrorBody(err)
 			ev.Error = &body
-			w.sub.finish(ev)
+			l.tell(w, ev)
 			continue
 		}
 		l.metrics.handoffs[next].Inc()
-		if w.sub != nil {
+		if l.listens(w) {
 			ev := l.event(r, next, api.EventGranted, w.nodeID, w.requestID, true, "")
 			lease := l.grantResponse(g)
 			ev.Lease = &lease
-			w.sub.finish(ev) // from now on keepalives keep the lease
+			l.tell(w, ev) // from now on keepalives keep the lease
 		}
 		l.notifyWatchers(r, next, api.EventGranted, g.nodeID, true, "")
 	}
