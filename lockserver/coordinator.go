@@ -118,18 +118,18 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 		return nil, err
 	}
 	l := &Coordinator{
-		cfg:         cfg,
-		refs:        opts.Refs,
-		state:       state,
-		metrics:     m,
-		shards:      make([]*shard, cfg.Shards),
-		now:         now,
-		started:     now(),
-		members:     map[string]*member{},
-		waiting:     newNodeCounter(cfg.MaxWaitersPerNode),
-		nodeStreams: newNodeStreams(cfg.LeaseTTL, now),
-		stop:        make(chan struct{}),
+		cfg:     cfg,
+		refs:    opts.Refs,
+		state:   state,
+		metrics: m,
+		shards:  make([]*shard, cfg.Shards),
+		now:     now,
+		started: now(),
+		members: map[string]*member{},
+		waiting: newNodeCounter(cfg.MaxWaitersPerNode),
+		stop:    make(chan struct{}),
 	}
+	l.nodeStreams = newNodeStreams(cfg.LeaseTTL, func() time.Time { return l.now() })
 	ctx := context.Background()
 	if l.fences, err = l.newFenceSource(ctx, DefaultFenceBlock); err != nil {
 		return nil, err

@@ -85,7 +85,7 @@ func (l *streamLimiter) acquire(ip, node, kind string) (release func(), err erro
 	defer l.mu.Unlock()
 	switch {
 	case l.open >= lim.Total:
-		return nil, fmt.Errorf("%d event streams open (the limit for %d members); poll /lock/status or retry later: %w", l.open, lim.Members, api.ErrTooManyRequests)
+		return nil, fmt.Errorf("%d event streams open (the limit), for %d members; poll /lock/status or retry later: %w", l.open, lim.Members, api.ErrTooManyRequests)
 	case l.byIP[ip] >= l.perIP:
 		return nil, fmt.Errorf("%d event streams open from %s (the per-IP limit); poll /lock/status or retry later: %w", l.byIP[ip], ip, api.ErrTooManyRequests)
 	case node != "" && l.byNode[node] >= l.perNode:
