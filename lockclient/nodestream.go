@@ -2,8 +2,6 @@ package lockclient
 
 import (
 	"context"
-	"mime"
-	"net/http"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -313,24 +311,13 @@ func (ns *nodeStream) read(ctx context.Context) (live, events bool) {
 	watchdog := time.AfterFunc(tr.requestTimeout, func() { silent.Store(true); cancel() })
 	defer watchdog.Stop()
 
-	hreq, err := http.NewRequestWithContext(sctx, http.MethodGet, tr.base+"/lock/events?"+url.Values{"node_id": {ns.node}}.Encode(), nil)
-	if err != nil {
+	body, err := tr.openStream(sctx, "/lock/events?"+url.Values{"node_id": {ns.node}}.Encode())
+	if body == nil {
+		logger(ctx).WithError(err).Debug("node event stream: not opened")
 		return false, false
 	}
-	hreq.Header.Set("Accept", "text/event-stream")
-	hreq.Header.Set("Cache-Control", "no-cache")
-	tr.authorize(hreq)
-	resp, err := tr.long.Do(hreq)
-	if err != nil {
-		logger(ctx).WithError(err).Debug("node event stream: open failed")
-		return false, false
-	}
-	defer resp.Body.Close()
-	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
-		logger(ctx).WithField("status", resp.StatusCode).Debug("node event stream refused")
-		return false, false
-	}
-	r := newSSEReader(resp.Body)
+	defer body.Close()
+	r := newSSEReader(body)
 	defer r.close()
 	for {
 		ev, err := r.next()
@@ -372,23 +359,8 @@ func (ns *nodeStream) dispatch(ev sseEvent) bool {
 	if err := jsonv2.Unmarshal(ev.data, &e); err != nil || e.RequestID == "" {
 		return false
 	}
-	var r watchResult
-	switch ev.name {
-	case api.EventGranted:
-		if e.Lease == nil {
-			return false
-		}
-		r.resp = *e.Lease
-	case api.EventCompleted:
-		r.resp = api.LockResponse{RequestID: e.RequestID, Skip: true}
-	case api.EventError:
-		if e.Error == nil {
-			e.Error = &api.ErrorResponse{Error: "refused without a reason", Code: api.CodeInternal}
-		}
-		r.err = api.FromResponse(0, *e.Error)
-	case api.EventReleased:
-		r.end = streamForgotten
-	default:
+	r, ok := eventResult(ev.name, e, e.RequestID)
+	if !ok {
 		return false
 	}
 	ns.mu.Lock()
