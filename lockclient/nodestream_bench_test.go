@@ -107,16 +107,30 @@ func benchWaitStreams(b *testing.B, nodes, waits int, perRequest bool) {
 		}
 		defer c.Close()
 		c.http.perRequestStreams = perRequest
-		for j := range waits {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				res, err := c.Lock(ctx, LockRequest{Type: api.OperationUpdate, ResourceID: fmt.Sprintf("sha256:waitstreams-%d", j)})
-				if err == nil {
-					_ = c.Unlock(context.Background(), res.Lease, true, nil)
+		// A node's waits start one after the other, each once the one
+		// before is queued, so that its short requests share one
+		// connection (a burst would open one per request).
+		queued := make(chan struct{}, waits)
+		c.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range waits {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res, err := c.Lock(ctx, LockRequest{Type: api.OperationUpdate, ResourceID: fmt.Sprintf("sha256:waitstreams-%d", j)})
+					if err == nil {
+						_ = c.Unlock(context.Background(), res.Lease, true, nil)
+					}
+				}()
+				select {
+				case <-queued:
+				case <-ctx.Done():
+					return
 				}
-			}()
-		}
+			}
+		}()
 	}
 	// Every wait queued, and its stream (or its node's) open or refused.
 	want := nodes

@@ -286,6 +286,7 @@ func (w *watch) outcome(r watchResult) (watchResult, bool) {
 func (tr *httpTransport) poll(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
 	t := time.NewTicker(tr.pollInterval)
 	defer t.Stop()
+	told := false // onQueued was called
 	for {
 		st, err := tr.Status(ctx, req.Type, req.ResourceID, req.NodeID, req.RequestID)
 		if err != nil {
@@ -302,6 +303,9 @@ func (tr *httpTransport) poll(ctx context.Context, req api.LockRequest) (api.Loc
 			if err != nil || !resp.Queued {
 				return resp, err
 			}
+		case !told && tr.onQueued != nil:
+			told = true
+			tr.onQueued(req)
 		}
 		select {
 		case <-ctx.Done():
