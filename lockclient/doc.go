@@ -8,7 +8,8 @@
 // and the reaper.
 //
 // New returns a Client of a remote coordinator over HTTP: a queued Lock
-// watches its request on the coordinator's event stream, or polls the
+// watches its request on the node's one event stream, shared by all its
+// waits (docs/design.md §10.1), or on a stream of its own, or polls the
 // lock's status where streams cannot be used. NewEmbedded returns one of
 // an in-process coordinator (*lockserver.Coordinator), reached through the same
 // Transport interface. Both give the same results and the same errors,

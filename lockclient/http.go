@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -62,6 +63,14 @@ type httpTransport struct {
 	// onQueued, when set (by tests and benchmarks), is called when an
 	// event stream has confirmed that the request waits in the queue.
 	onQueued func(api.LockRequest)
+	// perRequestStreams: wait on a stream per request (/lock/subscribe),
+	// as clients before the node stream did (tests).
+	perRequestStreams bool
+
+	nodeStreamsMu sync.Mutex
+	nodeStreams   map[string]*nodeStream // by node; protected by nodeStreamsMu
+	// nodeStreamsClosed: the Client closed; protected by nodeStreamsMu.
+	nodeStreamsClosed bool
 }
 
 func newHTTPTransport(serverURL string, o *options) (*httpTransport, error) {
@@ -147,6 +156,7 @@ func newStreamRoundTripper(tc *tls.Config) *http.Transport {
 
 // closeIdle closes the idle connections of both clients.
 func (tr *httpTransport) closeIdle() {
+	tr.closeNodeStreams()
 	if c, ok := tr.short.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}

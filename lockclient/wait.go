@@ -17,12 +17,16 @@ import (
 )
 
 // Acquire implements Transport for the HTTP API: POST /lock, and when
-// queued, watch for the outcome on /lock/subscribe (re-subscribing when the
-// stream drops), or poll /lock/status when streams cannot be used.
+// queued, watch for the outcome on the node's event stream (/lock/events,
+// nodestream.go), else on /lock/subscribe (re-subscribing when the stream
+// drops), or poll /lock/status when streams cannot be used.
 func (tr *httpTransport) Acquire(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
+	w := tr.expect(req)
 	resp, err := tr.Lock(ctx, req)
 	if err == nil && resp.Queued {
-		resp, err = tr.wait(ctx, req)
+		resp, err = tr.wait(ctx, req, w)
+	} else {
+		w.forget()
 	}
 	if err != nil && ctx.Err() != nil {
 		// The request may be queued or granted by now: give it back.
@@ -47,8 +51,13 @@ const (
 	streamForgotten
 )
 
-// wait watches a queued request until it is acquired or skipped, or fails.
-func (tr *httpTransport) wait(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
+// wait watches a queued request until it is acquired or skipped, or fails:
+// on the node's one event stream, or when that cannot be had on a stream of
+// its own, or by polling.
+func (tr *httpTransport) wait(ctx context.Context, req api.LockRequest, w *nodeWait) (api.LockResponse, error) {
+	if resp, ok, err := tr.waitOn(ctx, req, w); ok {
+		return resp, err
+	}
 	drops := 0
 	for {
 		resp, end, err := tr.watchStream(ctx, req)
@@ -103,28 +112,43 @@ func (tr *httpTransport) watchStream(ctx context.Context, req api.LockRequest) (
 // cannot be built.
 func (tr *httpTransport) subscribe(ctx, sctx context.Context, req api.LockRequest) (io.ReadCloser, streamEnd, error) {
 	q := url.Values{"type": {string(req.Type)}, "resource_id": {req.ResourceID}, "node_id": {req.NodeID}, "request_id": {req.RequestID}}
-	hreq, err := http.NewRequestWithContext(sctx, http.MethodGet, tr.base+"/lock/subscribe?"+q.Encode(), nil)
+	body, err := tr.openStream(sctx, "/lock/subscribe?"+q.Encode())
+	switch {
+	case body != nil:
+		return body, 0, nil
+	case ctx.Err() != nil:
+		return nil, 0, ctx.Err()
+	case errors.Is(err, errBadStreamRequest):
+		return nil, streamUnusable, err
+	}
+	logger(ctx).WithError(err).Debug("subscribe failed")
+	return nil, streamUnusable, nil
+}
+
+// errBadStreamRequest: a stream's request could not be built.
+var errBadStreamRequest = errors.New("lockclient: bad event stream request")
+
+// openStream sends GET target (a path and query) for an event stream on
+// sctx and returns its body, or nil and why: it could not be sent, or was
+// answered with something other than a stream.
+func (tr *httpTransport) openStream(sctx context.Context, target string) (io.ReadCloser, error) {
+	hreq, err := http.NewRequestWithContext(sctx, http.MethodGet, tr.base+target, nil)
 	if err != nil {
-		return nil, streamUnusable, fmt.Errorf("lockclient: %w", err)
+		return nil, fmt.Errorf("%w: %w", errBadStreamRequest, err)
 	}
 	hreq.Header.Set("Accept", "text/event-stream")
 	hreq.Header.Set("Cache-Control", "no-cache")
 	tr.authorize(hreq)
 	resp, err := tr.long.Do(hreq)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, 0, ctx.Err()
-		}
-		logger(ctx).WithError(err).Debug("subscribe failed")
-		return nil, streamUnusable, nil
+		return nil, err
 	}
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 		resp.Body.Close()
-		logger(ctx).WithField("status", resp.StatusCode).WithField("content_type", ct).Debug("subscribe refused")
-		return nil, streamUnusable, nil
+		return nil, fmt.Errorf("event stream refused: status %d, content type %q", resp.StatusCode, ct)
 	}
-	return resp.Body, 0, nil
+	return resp.Body, nil
 }
 
 // watchResult is what watchStream returns: the request's outcome (a
@@ -215,18 +239,32 @@ func (w *watch) event(ev sseEvent) (watchResult, bool) {
 	if e.RequestID != "" && e.RequestID != w.req.RequestID {
 		return watchResult{}, false
 	}
-	switch ev.name {
+	switch r, ok := eventResult(ev.name, e, w.req.RequestID); {
+	case !ok:
+		return watchResult{}, false
+	case r.end == streamForgotten:
+		return r, true
+	default:
+		return w.outcome(r)
+	}
+}
+
+// eventResult is what event name (e) decides for the request requestID:
+// its outcome (a grant, a skip or an error), or streamForgotten when its
+// grant was taken back. False when it decides nothing.
+func eventResult(name string, e api.Event, requestID string) (watchResult, bool) {
+	switch name {
 	case api.EventGranted:
 		if e.Lease != nil {
-			return w.outcome(watchResult{resp: *e.Lease})
+			return watchResult{resp: *e.Lease}, true
 		}
 	case api.EventCompleted:
-		return w.outcome(watchResult{resp: api.LockResponse{RequestID: w.req.RequestID, Skip: true}})
+		return watchResult{resp: api.LockResponse{RequestID: requestID, Skip: true}}, true
 	case api.EventError:
 		if e.Error == nil {
 			e.Error = &api.ErrorResponse{Error: "refused without a reason", Code: api.CodeInternal}
 		}
-		return w.outcome(watchResult{err: api.FromResponse(0, *e.Error)})
+		return watchResult{err: api.FromResponse(0, *e.Error)}, true
 	case api.EventReleased:
 		return watchResult{end: streamForgotten}, true
 	}
@@ -248,6 +286,7 @@ func (w *watch) outcome(r watchResult) (watchResult, bool) {
 func (tr *httpTransport) poll(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
 	t := time.NewTicker(tr.pollInterval)
 	defer t.Stop()
+	told := false // onQueued was called
 	for {
 		st, err := tr.Status(ctx, req.Type, req.ResourceID, req.NodeID, req.RequestID)
 		if err != nil {
@@ -264,6 +303,9 @@ func (tr *httpTransport) poll(ctx context.Context, req api.LockRequest) (api.Loc
 			if err != nil || !resp.Queued {
 				return resp, err
 			}
+		case !told && tr.onQueued != nil:
+			told = true
+			tr.onQueued(req)
 		}
 		select {
 		case <-ctx.Done():

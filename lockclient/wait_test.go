@@ -47,13 +47,16 @@ func TestLostResponseGetsSameGrant(t *testing.T) {
 	require.NoError(t, c.Unlock(context.Background(), res.Lease, true, nil))
 }
 
-// TestWaitUsesEventStream: through a transparent proxy, a waiter learns of
-// its turn from /lock/subscribe and never polls.
+// TestWaitUsesEventStream: through a transparent proxy, a waiter that
+// waits with a stream per request (as clients did before the node stream,
+// which coordinators still serve) learns of its turn from /lock/subscribe
+// and never polls.
 func TestWaitUsesEventStream(t *testing.T) {
 	ts := lockservertest.Start(t)
 	px := startProxy(t, ts.Addr(), func(*http.Request, int) proxyAction { return forward })
 	holder := newHTTPClient(t, ts.URL(), "node-a")
 	waiter := newHTTPClient(t, px.url, "node-b")
+	waiter.http.perRequestStreams = true
 	req := LockRequest{Type: api.OperationPull, ResourceID: blob}
 
 	resA, err := holder.Lock(context.Background(), req)
@@ -65,6 +68,7 @@ func TestWaitUsesEventStream(t *testing.T) {
 	require.NoError(t, o.err)
 	require.True(t, o.res.Acquired)
 	require.Equal(t, 1, px.count("GET /lock/subscribe"))
+	require.Zero(t, px.count("GET /lock/events"))
 	require.Zero(t, px.count("GET /lock/status"))
 	require.NoError(t, waiter.Unlock(context.Background(), o.res.Lease, true, nil))
 }
@@ -92,6 +96,7 @@ func TestPollingFallback(t *testing.T) {
 				})
 				holder := newHTTPClient(t, ts.URL(), "node-a")
 				waiter := newHTTPClient(t, px.url, "node-b")
+				waiter.http.perRequestStreams = true
 				req := LockRequest{Type: api.OperationPull, ResourceID: blob}
 
 				resA, err := holder.Lock(context.Background(), req)
@@ -129,6 +134,7 @@ func TestStreamDropResubscribes(t *testing.T) {
 	px := startProxy(t, ts.Addr(), func(*http.Request, int) proxyAction { return forward })
 	holder := newHTTPClient(t, ts.URL(), "node-a")
 	waiter := newHTTPClient(t, px.url, "node-b")
+	waiter.http.perRequestStreams = true
 	queued := make(chan struct{}, 4)
 	waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
 	req := LockRequest{Type: api.OperationPull, ResourceID: blob}

@@ -52,6 +52,8 @@ type Coordinator struct {
 
 	// waiting counts each node's queued requests (bounds.go).
 	waiting *nodeCounter
+	// nodeStreams are the open node streams (nodestream.go).
+	nodeStreams *nodeStreams
 
 	stop chan struct{} // closed by Close; stops the sweepers
 	wg   sync.WaitGroup
@@ -131,6 +133,7 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 		waiting: newNodeCounter(cfg.MaxWaitersPerNode),
 		stop:    make(chan struct{}),
 	}
+	l.nodeStreams = newNodeStreams(cfg.LeaseTTL, func() time.Time { return l.now() })
 	ctx := context.Background()
 	if l.fences, err = l.newFenceSource(ctx, DefaultFenceBlock); err != nil {
 		return nil, err
@@ -186,6 +189,7 @@ func (l *Coordinator) Close() error {
 		}
 		sh.mu.Unlock()
 	}
+	l.nodeStreams.closeAll()
 	return nil
 }
 
@@ -568,7 +572,7 @@ func (l *Coordinator) complete(r *resource, t typeIndex, g *grant, now time.Time
 		if l.trace != nil {
 			l.trace("skipped", t, r.id, w.requestID)
 		}
-		w.sub.finish(l.event(r, t, api.EventCompleted, w.nodeID, w.requestID, true, ""))
+		l.tell(w, l.event(r, t, api.EventCompleted, w.nodeID, w.requestID, true, ""))
 		l.metrics.result(t, resultSkipped)
 		l.metrics.wait[t].Observe(now.Sub(w.queued).Seconds())
 		l.metrics.queueDepth[t].Dec()
@@ -609,7 +613,7 @@ func (l *Coordinator) advance(ctx context.Context, r *resource, now time.Time) {
 			ev := l.event(r, next, api.EventError, w.nodeID, w.requestID, false, "")
 			body := api.ErrorBody(err)
 			ev.Error = &body
-			w.sub.finish(ev)
+			l.tell(w, ev)
 			continue
 		}
 		g, err := l.grant(r, w.request, now)
@@ -617,15 +621,15 @@ func (l *Coordinator) advance(ctx context.Context, r *resource, now time.Time) {
 			ev := l.event(r, next, api.EventError, w.nodeID, w.requestID, false, "")
 			body := api.ErrorBody(err)
 			ev.Error = &body
-			w.sub.finish(ev)
+			l.tell(w, ev)
 			continue
 		}
 		l.metrics.handoffs[next].Inc()
-		if w.sub != nil {
+		if l.listens(w) {
 			ev := l.event(r, next, api.EventGranted, w.nodeID, w.requestID, true, "")
 			lease := l.grantResponse(g)
 			ev.Lease = &lease
-			w.sub.finish(ev) // from now on keepalives keep the lease
+			l.tell(w, ev) // from now on keepalives keep the lease
 		}
 		l.notifyWatchers(r, next, api.EventGranted, g.nodeID, true, "")
 	}

@@ -31,7 +31,7 @@ func (l *Coordinator) AddFoundRef(ctx context.Context, resourceID, nodeID string
 // addRef decides under the shard mutex (a delete in flight or retained
 // refuses the reference) and orders the write there, but waits for the
 // write's commit without it, so that the references of many nodes to one
-// blob share a commit (docs/design.md §10, "The reference hot path").
+// blob share a commit (docs/design.md §10.2).
 // Until the write is durable the reference counts as pending
 // (shard.adding): a delete or an update that checks the references
 // meanwhile counts it, so the delete rule stays atomic (§8.7). A reference

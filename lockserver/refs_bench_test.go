@@ -22,7 +22,7 @@ const refsBenchBlobs = 10
 const refsBenchWorkers = 64
 
 // BenchmarkRefsAddRollout is the reference hot path of a rollout
-// (docs/design.md §10, "The reference hot path"): N nodes each add a
+// (docs/design.md §10.2): N nodes each add a
 // reference to each of 10 blobs through Coordinator.AddRef over bbolt in
 // a temporary directory, 64 adds in flight. One op is one whole rollout;
 // it reports the wall time and the process CPU time per node-blob, which

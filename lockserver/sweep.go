@@ -39,10 +39,11 @@ func (l *Coordinator) sweep(sh *shard, now time.Time) {
 					l.release(ctx, sh, r, t, false, "expired", now)
 				}
 			}
-			// A waiter without a stream that stopped polling is gone.
+			// A waiter without a stream that stopped polling is gone,
+			// unless its node's stream carries it (nodestream.go).
 			var gone []*waiter
 			k.queue.Each(func(w *waiter) bool {
-				if w.sub == nil && now.Sub(w.lastSeen) > l.cfg.LeaseTTL {
+				if w.sub == nil && now.Sub(w.lastSeen) > l.cfg.LeaseTTL && !l.nodeStreams.keeps(w.nodeID, now) {
 					gone = append(gone, w)
 				}
 				return true

@@ -56,7 +56,7 @@
 // # Adding a reference at a cost flat in the set's size
 //
 // Two optional interfaces extend Storage without changing its semantics
-// (docs/design.md §10, "The reference hot path"). A RefStater tells
+// (docs/design.md §10.2). A RefStater tells
 // whether a node references a resource and how many nodes do without
 // reading the set. A Submitter splits Commit into Submit, which orders a
 // batch before it returns, and a wait for its durability, so that a

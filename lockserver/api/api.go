@@ -151,7 +151,7 @@ type RefsAddRequest struct {
 	// (RefsResponse.Nodes null, Count set): a node that adds a reference
 	// does not need them, and they grow with the cluster. Nodes and
 	// coordinators that predate the field send and get the nodes
-	// (docs/design.md §10, "The reference hot path").
+	// (docs/design.md §10.2).
 	CountOnly bool `json:"count_only,omitempty"`
 }
 
@@ -429,6 +429,29 @@ const (
 	// queued delete that found the resource in use when its turn came).
 	EventError = "error"
 )
+
+// NodeStreamState is the first event ("state") of a node's event stream,
+// GET /lock/events?node_id= (docs/design.md §10, "One event stream per
+// node"). From then on the stream carries an Event (granted with its
+// lease, completed, or error; RequestID set) for each queued request of
+// the node that has no /lock/subscribe stream of its own, and ": keepalive"
+// comments. It does not end after an outcome.
+type NodeStreamState struct {
+	NodeID string `json:"node_id"`
+	// Limits are the coordinator's stream limits now (they follow the
+	// number of members).
+	Limits StreamLimits `json:"limits"`
+}
+
+// StreamLimits are the event-stream limits in effect: in all (it grows
+// with the number of members), per client IP and per node.
+type StreamLimits struct {
+	Total   int `json:"total"`
+	PerIP   int `json:"per_ip"`
+	PerNode int `json:"per_node"`
+	// Members is the member count Total was derived from.
+	Members int `json:"members"`
+}
 
 // Event is the JSON payload of every SSE event other than "state".
 type Event struct {

@@ -177,6 +177,7 @@ func NewHandler(l *lockserver.Coordinator, opts ...HandlerOption) *Handler {
 		"/lock/keepalive":    onPost(h.keepalive),
 		"/lock/cancel":       onPost(h.cancel),
 		"/lock/subscribe":    onStream(h.subscribe),
+		"/lock/events":       onStream(h.nodeEvents),
 		"/lock/status":       onGet(h.status),
 		"/refs/add":          onPost(h.refsAdd),
 		"/refs":              onGet(h.refs),
@@ -192,8 +193,13 @@ func NewHandler(l *lockserver.Coordinator, opts ...HandlerOption) *Handler {
 	for _, o := range opts {
 		o(h)
 	}
+	h.streams.members = l.MemberCount
 	return h
 }
+
+// StreamMetrics is a prometheus.Collector of the Handler's event streams:
+// open by kind, and the limits in effect (streams.go).
+func (h *Handler) StreamMetrics() prometheus.Collector { return h.streams }
 
 // HTTPServer returns the server of the API. Its Handler is Handle; a
 // caller may wrap it (to count or inject faults) before serving. Drain
@@ -379,7 +385,7 @@ func (h *Handler) refsAdd(ctx *fasthttp.RequestCtx) {
 	resp, err := add(ctx, req.ResourceID, req.NodeID)
 	if err == nil && !req.CountOnly {
 		// A node that predates count_only gets the nodes, read after
-		// the add (docs/design.md §10, "The reference hot path").
+		// the add (docs/design.md §10.2).
 		var refs api.RefsResponse
 		if refs, err = h.locker.Refs(ctx, req.ResourceID); err == nil {
 			resp = refs

@@ -109,6 +109,7 @@ func Open(cfg Config) (*Server, error) {
 	reg.MustRegister(sm)
 	s := &Server{Coordinator: locker, storage: storage, handler: NewHandler(locker, opts...), limits: limits, metrics: sm,
 		cfg: cfg, exposedWarnEvery: exposedWarnEvery}
+	reg.MustRegister(s.handler.StreamMetrics())
 	s.http = s.handler.HTTPServer()
 	if cfg.TLSCert != "" || cfg.TLSKey != "" {
 		s.tls, err = serverTLS(cfg)

@@ -45,16 +45,7 @@ var (
 // stream is over, the connection goes back to the Handler's server for the
 // client's next request.
 func (h *Handler) subscribe(ctx *fasthttp.RequestCtx) {
-	if !ctx.Request.Header.IsHTTP11() {
-		writeError(ctx, fmt.Errorf("event streams need HTTP/1.1: %w", api.ErrInvalidArgument))
-		return
-	}
-	if n := ctx.Request.Header.ContentLength(); n > 0 || n == -1 { // -1: chunked
-		// The stream takes the connection over where the request ends:
-		// a body (perhaps still arriving) would be read as the next
-		// request.
-		writeError(ctx, fmt.Errorf("a subscription has no body: %w", api.ErrInvalidArgument))
-		ctx.SetConnectionClose()
+	if !h.streamRequest(ctx) {
 		return
 	}
 	q := ctx.QueryArgs()
@@ -62,7 +53,7 @@ func (h *Handler) subscribe(ctx *fasthttp.RequestCtx) {
 	if !actAs(ctx, &node) {
 		return
 	}
-	release, err := h.streams.acquire(ctx.RemoteIP().String(), node)
+	release, err := h.streams.acquire(ctx.RemoteIP().String(), node, streamOfRequest)
 	if err != nil {
 		ctx.Response.Header.Set("Retry-After", "1")
 		writeError(ctx, err)
@@ -81,6 +72,70 @@ func (h *Handler) subscribe(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
+	h.startStream(ctx, s, release)
+}
+
+// nodeEvents serves GET /lock/events?node_id=, the node's one event stream
+// (docs/design.md §10, "One event stream per node"): first "state" (an
+// api.NodeStreamState), then the outcome of each of the node's queued
+// requests that has no stream of its own, as they happen. It lasts until
+// the client closes it, a newer stream of the node replaces it, or the
+// server drains.
+func (h *Handler) nodeEvents(ctx *fasthttp.RequestCtx) {
+	if !h.streamRequest(ctx) {
+		return
+	}
+	node := string(ctx.QueryArgs().Peek("node_id"))
+	if !actAs(ctx, &node) {
+		return
+	}
+	if node == "" {
+		writeError(ctx, fmt.Errorf("node_id is required: %w", api.ErrInvalidArgument))
+		return
+	}
+	release, err := h.streams.acquire(ctx.RemoteIP().String(), node, streamOfNode)
+	if err != nil {
+		ctx.Response.Header.Set("Retry-After", "1")
+		writeError(ctx, err)
+		return
+	}
+	ns, err := h.locker.OpenNodeStream(node)
+	if err != nil {
+		release()
+		writeError(ctx, err)
+		return
+	}
+	s := &eventStream{node: ns, done: h.streamsDone, keepAlive: !ctx.Request.Header.ConnectionClose(), idle: h.http.IdleTimeout}
+	if err := s.add(api.EventState, api.NodeStreamState{NodeID: node, Limits: h.streams.limits()}); err != nil {
+		release()
+		ns.Close()
+		writeError(ctx, err)
+		return
+	}
+	h.startStream(ctx, s, release)
+}
+
+// streamRequest checks what every event stream needs of its request: HTTP/1.1
+// and no body. It answers the request when it returns false.
+func (h *Handler) streamRequest(ctx *fasthttp.RequestCtx) bool {
+	if !ctx.Request.Header.IsHTTP11() {
+		writeError(ctx, fmt.Errorf("event streams need HTTP/1.1: %w", api.ErrInvalidArgument))
+		return false
+	}
+	if n := ctx.Request.Header.ContentLength(); n > 0 || n == -1 { // -1: chunked
+		// The stream takes the connection over where the request ends:
+		// a body (perhaps still arriving) would be read as the next
+		// request.
+		writeError(ctx, fmt.Errorf("a subscription has no body: %w", api.ErrInvalidArgument))
+		ctx.SetConnectionClose()
+		return false
+	}
+	return true
+}
+
+// startStream sends the head of s's response and takes the connection
+// over to write its events.
+func (h *Handler) startStream(ctx *fasthttp.RequestCtx, s *eventStream, release func()) {
 	hdr := &ctx.Response.Header
 	hdr.SetContentType("text/event-stream")
 	hdr.Set("Cache-Control", "no-cache")
@@ -112,10 +167,13 @@ func (h *Handler) serveStream(hijacked net.Conn, s *eventStream, release func())
 	}
 }
 
-// eventStream is one /lock/subscribe response, written as a chunked body.
-// All methods run on the stream's goroutine but watch's.
+// eventStream is one /lock/subscribe or /lock/events response, written as
+// a chunked body. All methods run on the stream's goroutine but watch's.
 type eventStream struct {
+	// One of sub (/lock/subscribe) and node (/lock/events) is set.
 	sub       *lockserver.Subscription
+	node      *lockserver.NodeStream
+	batch     []api.Event     // node's events being taken
 	done      <-chan struct{} // Handler.streamsDone
 	keepAlive bool            // the connection carries requests after the stream
 	idle      time.Duration   // how long it waits for the next one
@@ -127,9 +185,9 @@ type eventStream struct {
 	// write (the response head, then chunks).
 	events []byte
 	out    []byte
-	// claim is the lease of a grant in events: once written, the grant
-	// has left for its holder.
-	claim string
+	// claims are the grants in events: once written, they have left for
+	// their holders.
+	claims []api.Event
 	// ended says the subscription has ended: the next write ends the
 	// body.
 	ended bool
@@ -156,18 +214,20 @@ func (s *eventStream) run(ahead []byte) ([]byte, bool) {
 	s.collect()
 	for {
 		if err := s.write(); err != nil {
-			s.sub.Close()
+			s.closeSource()
 			return nil, false
 		}
 		if s.ended {
 			break
 		}
 		select {
-		case ev, ok := <-s.sub.Events():
+		case ev, ok := <-s.subEvents():
 			s.take(ev, ok)
 			s.collect()
+		case <-s.nodeReady():
+			s.takeNode()
 		case now := <-s.heartbeat.C:
-			if s.sub.RequestID() == "" && now.Sub(s.lastEvent) >= watchIdle {
+			if s.watchesKey() && now.Sub(s.lastEvent) >= watchIdle {
 				s.sub.Close() // ends the body at the next write
 				s.ended = true
 				break
@@ -175,14 +235,14 @@ func (s *eventStream) run(ahead []byte) ([]byte, bool) {
 			s.events = append(s.events, sseKeepalive...)
 		case b := <-watching:
 			if len(b) == 0 {
-				s.sub.Close() // the client went
+				s.closeSource() // the client went
 				return nil, false
 			}
 			// A client that pipelines: its next request waits for
 			// the end of this response.
 			next, watching = join(next, b), nil
 		case <-s.done:
-			s.sub.Close()
+			s.closeSource()
 			s.ended = true
 			_ = s.write()
 			return nil, false
@@ -246,22 +306,72 @@ func (s *eventStream) take(ev api.Event, ok bool) {
 	}
 	if err := s.add(ev.Name, ev); err != nil {
 		log.L.WithError(err).Error("encoding an event")
-		s.sub.Close()
+		s.closeSource()
 		s.ended = true
 		return
 	}
 	s.lastEvent = time.Now()
 	if ev.Lease != nil {
-		s.claim = ev.Lease.LeaseID
+		s.claims = append(s.claims, ev)
 	}
-	if s.sub.RequestID() != "" {
+	if s.sub != nil && s.sub.RequestID() != "" {
 		s.ended = true
+	}
+}
+
+// takeNode adds the events waiting on a node's stream.
+func (s *eventStream) takeNode() {
+	var ok bool
+	s.batch, ok = s.node.Take(s.batch[:0])
+	for _, ev := range s.batch {
+		s.take(ev, true)
+	}
+	clear(s.batch)
+	if !ok {
+		s.ended = true
+	}
+}
+
+// subEvents is the subscription's events; nil for a node's stream.
+func (s *eventStream) subEvents() <-chan api.Event {
+	if s.sub == nil {
+		return nil
+	}
+	return s.sub.Events()
+}
+
+// nodeReady is the node stream's signal; nil for a subscription.
+func (s *eventStream) nodeReady() <-chan struct{} {
+	if s.node == nil {
+		return nil
+	}
+	return s.node.Ready()
+}
+
+// watchesKey reports whether the stream watches a key (no request): it
+// ends after watchIdle without an event.
+func (s *eventStream) watchesKey() bool { return s.sub != nil && s.sub.RequestID() == "" }
+
+// closeSource closes the subscription or the node's stream.
+func (s *eventStream) closeSource() {
+	if s.sub != nil {
+		s.sub.Close()
+	} else {
+		s.node.Close()
 	}
 }
 
 // collect takes the events already queued on the subscription, without
 // waiting, so that they leave in one write.
 func (s *eventStream) collect() {
+	if s.node != nil {
+		select {
+		case <-s.node.Ready():
+			s.takeNode()
+		default:
+		}
+		return
+	}
 	for !s.ended {
 		select {
 		case ev, ok := <-s.sub.Events():
@@ -307,9 +417,16 @@ func (s *eventStream) write() error {
 	}
 	_, err := s.conn.Write(s.out)
 	s.out = s.out[:0]
-	if err == nil && s.claim != "" {
-		s.sub.Claimed(s.claim)
-		s.claim = ""
+	if err == nil && len(s.claims) > 0 {
+		for _, ev := range s.claims {
+			if s.sub != nil {
+				s.sub.Claimed(ev.Lease.LeaseID)
+			} else {
+				s.node.Claimed(ev.Type, ev.ResourceID, ev.Lease.LeaseID)
+			}
+		}
+		clear(s.claims)
+		s.claims = s.claims[:0]
 	}
 	return err
 }
