@@ -5,8 +5,7 @@ import "context"
 // RefStater is a Storage that tells whether a node references a resource
 // and how many nodes do without reading the reference set: O(1) in
 // memory, O(log N) on bbolt. The Manager uses it to add a reference at a
-// cost that does not grow with the set (docs/design.md §10, "The
-// reference hot path").
+// cost that does not grow with the set (docs/design.md §10.2).
 type RefStater interface {
 	// RefState returns whether node is in the resource's reference set
 	// and the set's size (false and 0 when it has none).

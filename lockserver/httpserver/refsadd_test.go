@@ -12,8 +12,7 @@ import (
 
 // TestRefsAddCountOnly: POST /refs/add answers a node that predates
 // count_only with the reference set's nodes, as it always did, and a
-// node that sends it with the count alone (docs/design.md §10, "The
-// reference hot path").
+// node that sends it with the count alone (docs/design.md §10.2).
 func TestRefsAddCountOnly(t *testing.T) {
 	url := serveHandler(t, NewHandler(newTestCoordinator(t)))
 	add := func(req api.RefsAddRequest) (api.RefsResponse, map[string]json.RawMessage) {
