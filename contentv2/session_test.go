@@ -230,6 +230,9 @@ func TestDuplicateNodeNeverFailsOpen(t *testing.T) {
 		return errFakeDown
 	})
 	require.ErrorIs(t, kick(t, s, c).Err, ErrDuplicateNode)
+	// kick returns once the coordinator has seen the call, before the
+	// round has recorded its answer; the next round's call comes after.
+	require.ErrorIs(t, kick(t, s, c).Err, ErrDuplicateNode)
 	backdate(s, 2*FailOpenDelay(longTTL))
 	_, desc := testBlob("duplicate ")
 	_, err := s.Writer(context.Background(), writerOf(desc)...)
