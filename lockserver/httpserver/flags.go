@@ -22,6 +22,8 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "TLS private key (PEM)")
 	fs.IntVar(&cfg.Limits.Total, "max-conns", cfg.Limits.Total, "connections served at once; more are answered 503 with Retry-After (0: three quarters of the descriptor limit)")
 	fs.IntVar(&cfg.Limits.PerIP, "max-conns-per-ip", cfg.Limits.PerIP, "connections served at once from one IP address (0: 1024)")
+	fs.DurationVar(&cfg.Limits.FirstHeader, "first-header-timeout", cfg.Limits.FirstHeader, "a connection that has not sent its first request header (and TLS handshake) this long after it was accepted is closed (0: 5s)")
+	fs.DurationVar(&cfg.Limits.Idle, "idle-timeout", cfg.Limits.Idle, "longest idle wait of a keep-alive connection while fewer than half of --max-conns are taken; above that it shrinks with the free slots, down to 1s (0: 2m)")
 	fs.StringVar(&cfg.NodeTokensFile, "node-tokens-file", cfg.NodeTokensFile, "file of \"NODE_ID TOKEN\" lines: each token authenticates its node, which may then act only as itself (mode as for --auth-token-file)")
 	fs.BoolVar(&cfg.TLSNodeIdentity, "tls-node-identity", cfg.TLSNodeIdentity, "with --tls-client-ca: a client certificate names its node (URI SAN urn:sharedcontent:node:ID, else the common name; urn:sharedcontent:admin is the admin), which may then act only as itself")
 	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", cfg.TLSClientCA, "CA (PEM) that client certificates must chain to (enables mTLS)")

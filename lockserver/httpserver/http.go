@@ -223,6 +223,9 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 	}
 	probe := string(path) == "/healthz" || string(path) == "/readyz"
 	who, known := h.authenticate(ctx)
+	if known {
+		markProven(ctx.Conn()) // evict.go
+	}
 	if !probe && !known {
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="sharedcontent"`)
 		writeError(ctx, fmt.Errorf("missing or wrong credentials (bearer token or client certificate): %w", api.ErrUnauthorized))

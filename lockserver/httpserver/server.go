@@ -110,6 +110,7 @@ func Open(cfg Config) (*Server, error) {
 	s := &Server{Coordinator: locker, storage: storage, handler: NewHandler(locker, opts...), limits: limits, metrics: sm,
 		cfg: cfg, exposedWarnEvery: exposedWarnEvery}
 	s.http = s.handler.HTTPServer()
+	s.http.IdleTimeout = limits.Idle
 	if cfg.TLSCert != "" || cfg.TLSKey != "" {
 		s.tls, err = serverTLS(cfg)
 		if err != nil {
@@ -209,7 +210,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.tls != nil {
 		ln = tls.NewListener(ln, s.tls)
 	}
-	gl := newGuardedListener(ln, s.limits, s.answerHeader, s.metrics.rejected, s.metrics.acceptErrors.Inc)
+	gl := newGuardedListener(ln, s.limits, s.answerHeader, s.metrics.rejected, s.metrics.evicted, s.metrics.acceptErrors.Inc)
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()
