@@ -400,6 +400,8 @@ func (h *Handler) session(ctx *fasthttp.RequestCtx) {
 	if !decode(ctx, &req) || !actAs(ctx, &req.NodeID) {
 		return
 	}
+	who, _ := h.authenticate(ctx)
+	req.Identified = who.node != "" && who.node == req.NodeID
 	resp, err := h.locker.Session(ctx, req)
 	reply(ctx, resp, err)
 }
@@ -437,7 +439,16 @@ func (h *Handler) expire(ctx *fasthttp.RequestCtx, nodeID string) {
 }
 
 func (h *Handler) nodes(ctx *fasthttp.RequestCtx) {
-	resp, err := h.locker.Nodes(ctx)
+	q := ctx.QueryArgs()
+	limit := 0
+	if v := q.Peek("limit"); len(v) > 0 {
+		var err error
+		if limit, err = strconv.Atoi(string(v)); err != nil || limit < 0 {
+			writeError(ctx, fmt.Errorf("limit %q: not a count: %w", v, api.ErrInvalidArgument))
+			return
+		}
+	}
+	resp, err := h.locker.NodesPage(ctx, string(q.Peek("after")), limit)
 	reply(ctx, resp, err)
 }
 
