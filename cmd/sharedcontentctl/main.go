@@ -59,6 +59,8 @@ commands:
   refs DIGEST                         the nodes that reference a blob, and (with --root) whether its file is there
   node ls                             list member nodes: live session, synced, absence in the coordinator's uptime
   node forget ID                      forget a node gone for good (drops its references)
+  node forget [--match GLOB] [--not-seen-since D] [--bystanders] [--dry-run]
+                                      forget every member not live that matches (e.g. one-off sessions)
   du                                  bytes in the shared directory (--root), per node, and reclaimable
   reap --dry-run [--reap-grace D]     what a reaper pass would remove now (--root) and why: the reaper's own decision code
   cluster adopt --root DIR [--force]  make the coordinator take the shared root's cluster (after it lost its database)
@@ -125,11 +127,11 @@ func (inv *invocation) run(ctx context.Context, c *lockclient.Client, token stri
 	case "node ls":
 		return nodes(ctx, c, p)
 	case "node forget":
-		if err := c.Forget(ctx, inv.args[0]); err != nil {
-			return err
+		var id string
+		if len(inv.args) > 0 {
+			id = inv.args[0]
 		}
-		fmt.Fprintf(out, "forgot node %s; its references are dropped (the reaper reclaims what nobody else uses)\n", inv.args[0])
-		return nil
+		return forgetNodes(ctx, c, id, inv.forget, inv.dryRun, p, out)
 	}
 	panic("sharedcontentctl: no code for command " + inv.cmd.name)
 }
