@@ -167,9 +167,9 @@ func nodes(ctx context.Context, c *lockclient.Client, p printer) error {
 	}
 	return p.print(resp, func(tw *tabwriter.Writer) {
 		fmt.Fprintf(tw, "cluster %s, epoch %d, node expiry %s\n", resp.ClusterID, resp.Epoch, time.Duration(resp.NodeExpiryMs)*time.Millisecond)
-		fmt.Fprintln(tw, "NODE\tLIVE\tSYNCED\tLAST SEEN\tABSENT (COORDINATOR UPTIME)")
+		fmt.Fprintln(tw, "NODE\tLIVE\tSYNCED\tBYSTANDER\tLAST SEEN\tABSENT (COORDINATOR UPTIME)")
 		for _, n := range resp.Nodes {
-			fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%s\n", n.NodeID, n.Live, n.Synced, n.LastSeen, (time.Duration(n.AbsentMs) * time.Millisecond).Round(time.Second))
+			fmt.Fprintf(tw, "%s\t%v\t%v\t%v\t%s\t%s\n", n.NodeID, n.Live, n.Synced, n.Bystander, n.LastSeen, (time.Duration(n.AbsentMs) * time.Millisecond).Round(time.Second))
 		}
 	})
 }
