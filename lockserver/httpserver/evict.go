@@ -146,7 +146,7 @@ func markProven(c net.Conn) {
 	if !ok {
 		return
 	}
-	if tc := t.tracked(); tc != nil && !tc.proven.Swap(true) {
+	if tc := t.tracked(); tc != nil && !tc.proven.Load() && !tc.proven.Swap(true) {
 		tc.firstHeader.Stop()
 		if tc.ip != "" {
 			tc.l.remember(tc.ip, time.Now())
