@@ -36,6 +36,11 @@ import (
 const (
 	defaultServer = "http://127.0.0.1:8642"
 	callTimeout   = 30 * time.Second
+	// walkTimeout bounds the commands that walk every reference or member
+	// (du, reap --dry-run, bulk node forget) a page at a time: each call
+	// is still bounded by the client's own timeouts, but a million
+	// references take longer than callTimeout on a loaded coordinator.
+	walkTimeout = 15 * time.Minute
 )
 
 func main() {
@@ -100,7 +105,12 @@ func run(args []string, out, errOut io.Writer) error {
 		return err
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	timeout := callTimeout
+	switch inv.cmd.name {
+	case "du", "reap", "node forget":
+		timeout = walkTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err = inv.run(ctx, c, token, p, out)
 	if err != nil && !isReported(err) {
