@@ -175,7 +175,7 @@ func (j *journal) snapshot() ([]digest.Digest, error) {
 	return out, nil
 }
 
-// memberOf returns the cluster whose coordinator has accepted a session of
+// memberOf returns the cluster whose coordinator has completed a sync of
 // this node ("" if none has).
 func (j *journal) memberOf() string {
 	j.mu.Lock()
@@ -183,8 +183,8 @@ func (j *journal) memberOf() string {
 	return j.member
 }
 
-// setMember records, durably, that the coordinator of cluster accepted a
-// session of this node.
+// setMember records, durably, that the coordinator of cluster completed a
+// sync of this node (lockserver/bystander.go: not its first session).
 func (j *journal) setMember(cluster string) error {
 	if j.memberOf() == cluster {
 		return nil

@@ -285,7 +285,7 @@ func (s *store) sessionRound(ctx context.Context) error {
 	}
 	if info.Synced {
 		s.setSynced(true)
-		return nil
+		return s.journal.setMember(info.ClusterID)
 	}
 	s.setSynced(false)
 	if err := s.seedJournal(ctx); err != nil {
@@ -301,6 +301,12 @@ func (s *store) sessionRound(ctx context.Context) error {
 		}
 		return err
 	}
+	// A member, and so a node that may fail open, only once a sync of it
+	// completed: until then the coordinator need not wait for it
+	// (lockserver/bystander.go).
+	if err := s.journal.setMember(info.ClusterID); err != nil {
+		return err
+	}
 	s.setSynced(true)
 	s.metrics.syncs.Inc()
 	return nil
@@ -311,9 +317,6 @@ func (s *store) sessionRound(ctx context.Context) error {
 // forgotten this node (forgotten.go).
 func (s *store) answered(ctx context.Context, info SessionInfo, received time.Time) error {
 	forgotten := info.NewMember && s.journal.memberOf() == info.ClusterID
-	if err := s.journal.setMember(info.ClusterID); err != nil {
-		return err
-	}
 	if err := s.journal.setAnnouncedTTL(info.TTL); err != nil {
 		return err
 	}
@@ -393,7 +396,7 @@ func (s *store) failOpenRefused(cause error) error {
 }
 
 // joined reports whether this node is a member of its root's cluster:
-// that cluster's coordinator accepted a session of it once (the journal
+// that cluster's coordinator completed a sync of it once (the journal
 // records it).
 func (s *store) joined() bool {
 	s.smu.Lock()

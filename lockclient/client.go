@@ -235,15 +235,33 @@ func (c *Client) RefsList(ctx context.Context, after string, limit int) (api.Ref
 	return resp, err
 }
 
-// Nodes lists the cluster's members. Transient errors are retried.
+// nodesPage is how many members Nodes asks for at once (a variable for
+// tests).
+var nodesPage = 1000
+
+// Nodes lists the cluster's members, a page at a time (a coordinator
+// older than paging answers them all at once). Transient errors are
+// retried.
 func (c *Client) Nodes(ctx context.Context) (api.NodesResponse, error) {
-	var resp api.NodesResponse
-	err := c.retry(ctx, call{op: "nodes"}, func(ctx context.Context) error {
-		var err error
-		resp, err = c.transport.Nodes(ctx)
-		return err
-	})
-	return resp, err
+	var all api.NodesResponse
+	after := ""
+	for {
+		var resp api.NodesResponse
+		err := c.retry(ctx, call{op: "nodes", id: after}, func(ctx context.Context) error {
+			var err error
+			resp, err = c.transport.NodesPage(ctx, after, nodesPage)
+			return err
+		})
+		if err != nil {
+			return api.NodesResponse{}, err
+		}
+		nodes := append(all.Nodes, resp.Nodes...)
+		all, all.Nodes, all.Next = resp, nodes, ""
+		if resp.Next == "" || resp.Next <= after {
+			return all, nil
+		}
+		after = resp.Next
+	}
 }
 
 // Forget drops a member and its references (admin; docs/design.md §8.4).

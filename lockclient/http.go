@@ -243,9 +243,10 @@ func (tr *httpTransport) SyncRefs(ctx context.Context, nodeID string, req api.Sy
 	return resp, err
 }
 
-func (tr *httpTransport) Nodes(ctx context.Context) (api.NodesResponse, error) {
+func (tr *httpTransport) NodesPage(ctx context.Context, after string, limit int) (api.NodesResponse, error) {
 	var resp api.NodesResponse
-	err := tr.do(ctx, http.MethodGet, "/nodes", nil, nil, &resp)
+	q := url.Values{"after": {after}, "limit": {strconv.Itoa(limit)}}
+	err := tr.do(ctx, http.MethodGet, "/nodes", q, nil, &resp)
 	return resp, err
 }
 

@@ -2,6 +2,7 @@ package lockclient
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -57,4 +58,25 @@ func TestEndSessionActsAsItself(t *testing.T) {
 	resp, err := a.EndSession(ctx, "i1")
 	require.NoError(t, err)
 	require.True(t, resp.Ended, "node-a's session was left live by the impostor")
+}
+
+// TestNodesWalksPages (issue 26): Client.Nodes asks the coordinator a page
+// at a time and returns every member once, in order.
+func TestNodesWalksPages(t *testing.T) {
+	defer func(n int) { nodesPage = n }(nodesPage)
+	nodesPage = 3
+	ts := lockservertest.Start(t)
+	ctx := context.Background()
+	members := 2*nodesPage + 2
+	for i := range members {
+		_, err := ts.Core().Session(ctx, api.SessionRequest{NodeID: fmt.Sprintf("n%05d", i)})
+		require.NoError(t, err)
+	}
+	nodes, err := newHTTPClient(t, ts.URL(), "admin").Nodes(ctx)
+	require.NoError(t, err)
+	require.Len(t, nodes.Nodes, members)
+	require.Empty(t, nodes.Next)
+	for i, n := range nodes.Nodes {
+		require.Equal(t, fmt.Sprintf("n%05d", i), n.NodeID)
+	}
 }

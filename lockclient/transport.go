@@ -53,8 +53,9 @@ type Transport interface {
 	EndSession(ctx context.Context, req api.EndSessionRequest) (api.EndSessionResponse, error)
 	// SyncRefs sends one chunk of a node's full sync.
 	SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error)
-	// Nodes lists the members and their state.
-	Nodes(ctx context.Context) (api.NodesResponse, error)
+	// NodesPage lists the members and their state, those whose ID sorts
+	// after `after`, at most limit (0: all).
+	NodesPage(ctx context.Context, after string, limit int) (api.NodesResponse, error)
 	// Forget drops a member and its references (admin).
 	Forget(ctx context.Context, nodeID string) error
 	// Adopt makes the coordinator take a shared root's cluster (admin).

@@ -27,6 +27,10 @@ const (
 	// docs/design.md §8). Until then, deletes wait for it. A week outlasts a long
 	// weekend's outage and a node's repair.
 	DefaultNodeExpiry = 7 * 24 * time.Hour
+	// DefaultBystanderAfter is how long a bystander must be absent before
+	// deletes stop waiting for it (docs/design.md §10, "Bounds under
+	// abuse").
+	DefaultBystanderAfter = 10 * time.Minute
 	// DefaultReapGrace is how long after a resource's last pull or
 	// reference change the coordinator refuses a reaper's delete of it,
 	// and how long it refuses every reaper's delete after it starts
@@ -61,6 +65,11 @@ type Config struct {
 	// only once the coordinator has not heard from it for this long of its
 	// own uptime and its marker has not changed for this long.
 	NodeExpiry time.Duration
+	// BystanderAfter: a bystander (bystander.go: a member that never
+	// named its cluster, never authenticated as itself and never synced)
+	// absent this long of the coordinator's uptime no longer holds
+	// deletes up. 0 never lets one go.
+	BystanderAfter time.Duration
 	// ReapGrace: a delete with a reap mode is refused within this long
 	// of the resource's last pull or reference change, and while the
 	// coordinator has been up less than this long (it cannot know what
@@ -81,6 +90,7 @@ func DefaultConfig() Config {
 		AllowMultiNodeDownload: true,
 		SessionTTL:             DefaultSessionTTL,
 		NodeExpiry:             DefaultNodeExpiry,
+		BystanderAfter:         DefaultBystanderAfter,
 		ReapGrace:              DefaultReapGrace,
 		MaxWaitersPerNode:      DefaultMaxWaitersPerNode,
 	}
@@ -101,6 +111,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("session_ttl must be at least 10ms, got %s", c.SessionTTL)
 	case c.MaxWaitersPerNode < 1:
 		return fmt.Errorf("max_waiters_per_node must be at least 1, got %d", c.MaxWaitersPerNode)
+	case c.BystanderAfter < 0:
+		return fmt.Errorf("bystander_after must not be negative, got %s", c.BystanderAfter)
 	case c.ReapGrace < 0:
 		return fmt.Errorf("reap_grace must not be negative, got %s", c.ReapGrace)
 	case c.NodeExpiry < c.SessionTTL:

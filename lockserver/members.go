@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/containerd/log"
@@ -104,7 +103,7 @@ func (l *Coordinator) Session(ctx context.Context, req api.SessionRequest) (api.
 	m := l.members[req.NodeID]
 	isNew := m == nil
 	if isNew {
-		m = &member{rec: refcount.Member{ID: req.NodeID, FirstSeen: now}}
+		m = &member{rec: refcount.Member{ID: req.NodeID, FirstSeen: now, Bystander: bystanderSession(req)}}
 	}
 	if err := l.checkInstance(ctx, req, m, now); err != nil {
 		return api.SessionResponse{}, err
@@ -121,6 +120,9 @@ func (l *Coordinator) Session(ctx context.Context, req api.SessionRequest) (api.
 		if !m.live(now) {
 			m.sync = nil
 		}
+	}
+	if err := l.noLongerBystander(ctx, m, !bystanderSession(req)); err != nil {
+		return api.SessionResponse{}, err
 	}
 	if err := l.persistSeen(ctx, m, now); err != nil {
 		return api.SessionResponse{}, err
@@ -296,6 +298,7 @@ func (l *Coordinator) applySync(ctx context.Context, m *member, generation strin
 	}
 	rec := m.rec
 	rec.Generation = generation
+	rec.Bystander = false // it synced (bystander.go)
 	if rec != m.rec {
 		b.PutMember(rec)
 	}
@@ -333,7 +336,7 @@ func (l *Coordinator) unsynced(now time.Time) []string {
 func (l *Coordinator) unsyncedLocked(now time.Time) []string {
 	var out []string
 	for id, m := range l.members {
-		if !m.synced || !m.live(now) || m.clashing(now) {
+		if (!m.synced || !m.live(now) || m.clashing(now)) && !l.letGo(m, now) {
 			out = append(out, id)
 		}
 	}
@@ -408,14 +411,38 @@ func (l *Coordinator) forgetLocked(ctx context.Context, nodeID, why string) erro
 	return nil
 }
 
-// Nodes handles GET /nodes: every member and its state.
-func (l *Coordinator) Nodes(context.Context) (api.NodesResponse, error) {
+// Nodes returns every member and its state.
+func (l *Coordinator) Nodes(ctx context.Context) (api.NodesResponse, error) {
+	return l.NodesPage(ctx, "", 0)
+}
+
+// NodesPage handles GET /nodes: the members whose node ID sorts after
+// after, in ID order, at most limit of them (0: all), and the `after` of
+// the next page if there is one. It costs O(members) in memory, no
+// storage read.
+func (l *Coordinator) NodesPage(_ context.Context, after string, limit int) (api.NodesResponse, error) {
+	if limit < 0 {
+		return api.NodesResponse{}, fmt.Errorf("nodes: limit %d: %w", limit, api.ErrInvalidArgument)
+	}
 	now := l.now()
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
+	ids := make([]string, 0, len(l.members))
+	for id := range l.members {
+		if id > after {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
 	out := api.NodesResponse{Cluster: l.Cluster(), NodeExpiryMs: l.cfg.NodeExpiry.Milliseconds(),
-		Nodes: make([]api.NodeStatus, 0, len(l.members))}
-	for _, m := range l.members {
+		BystanderAfterMs: l.cfg.BystanderAfter.Milliseconds()}
+	if limit > 0 && len(ids) > limit {
+		ids = ids[:limit]
+		out.Next = ids[limit-1]
+	}
+	out.Nodes = make([]api.NodeStatus, 0, len(ids))
+	for _, id := range ids {
+		m := l.members[id]
 		seen := m.rec.LastSeen
 		if m.seen.After(seen) {
 			seen = m.seen
@@ -426,10 +453,9 @@ func (l *Coordinator) Nodes(context.Context) (api.NodesResponse, error) {
 		out.Nodes = append(out.Nodes, api.NodeStatus{
 			NodeID: m.rec.ID, Live: m.live(now), Synced: m.synced && m.live(now) && !m.clashing(now),
 			FirstSeen: m.rec.FirstSeen.UTC().Format(time.RFC3339Nano), LastSeen: seen.UTC().Format(time.RFC3339Nano),
-			AbsentMs: l.absence(m, now).Milliseconds(),
+			AbsentMs: l.absence(m, now).Milliseconds(), Bystander: m.rec.Bystander,
 		})
 	}
-	slices.SortFunc(out.Nodes, func(a, b api.NodeStatus) int { return strings.Compare(a.NodeID, b.NodeID) })
 	return out, nil
 }
 

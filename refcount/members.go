@@ -25,6 +25,11 @@ type Member struct {
 	// Generation is the journal generation the coordinator last received
 	// a full sync from: a sync from another one only adds references.
 	Generation string `json:"generation,omitempty"`
+	// Bystander: the node joined without naming its cluster or
+	// authenticating as itself and has completed no sync since
+	// (docs/design.md §10, "Bounds under abuse"). Absent from records an
+	// older coordinator wrote: those members are not bystanders.
+	Bystander bool `json:"bystander,omitempty"`
 }
 
 // ListMembers implements Storage. A stored record that does not decode is

@@ -20,6 +20,8 @@ type command struct {
 	flags func(fs *flag.FlagSet, inv *invocation)
 	// check refuses bad arguments before anything is asked.
 	check func(args []string) error
+	// optional: the arguments may all be left out.
+	optional bool
 }
 
 var commands = []command{
@@ -30,7 +32,12 @@ var commands = []command{
 	{name: "status"},
 	{name: "refs", args: []string{"DIGEST"}, check: checkDigest},
 	{name: "node ls"},
-	{name: "node forget", args: []string{"ID"}},
+	{name: "node forget", args: []string{"ID"}, optional: true, flags: func(fs *flag.FlagSet, inv *invocation) {
+		fs.StringVar(&inv.forget.match, "match", "", "without ID: forget the members whose ID matches this glob (* ? [..])")
+		fs.DurationVar(&inv.forget.notSeenSince, "not-seen-since", 0, "without ID: forget the members last seen at least this long ago (e.g. 168h)")
+		fs.BoolVar(&inv.forget.bystanders, "bystanders", false, "without ID: forget only bystanders (one-off sessions that never synced)")
+		fs.BoolVar(&inv.dryRun, "dry-run", false, "without ID: list what would be forgotten, change nothing")
+	}},
 	{name: "du"},
 	{name: "reap", flags: func(fs *flag.FlagSet, inv *invocation) {
 		fs.BoolVar(&inv.dryRun, "dry-run", false, "list what the reaper would remove; required (the nodes' reapers reclaim, one at a time)")
@@ -53,6 +60,7 @@ type invocation struct {
 	configOnly       bool
 	dryRun, force    bool
 	reapGrace        time.Duration
+	forget           forgetSelection
 }
 
 // parseArgs parses a command line: the flags every command takes, before
@@ -86,11 +94,11 @@ func parseArgs(args []string, errOut io.Writer) (*invocation, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(positional) != len(cmd.args) {
+	if len(positional) != len(cmd.args) && (!cmd.optional || len(positional) != 0) {
 		want := strings.TrimSpace(cmd.name + " " + strings.Join(cmd.args, " "))
 		return nil, fmt.Errorf("%s: want %q, got arguments %q", cmd.name, want, positional)
 	}
-	if cmd.check != nil {
+	if cmd.check != nil && len(positional) > 0 {
 		if err := cmd.check(positional); err != nil {
 			return nil, err
 		}

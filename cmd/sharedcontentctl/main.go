@@ -36,6 +36,11 @@ import (
 const (
 	defaultServer = "http://127.0.0.1:8642"
 	callTimeout   = 30 * time.Second
+	// walkTimeout bounds the commands that walk every reference or member
+	// (du, reap --dry-run, bulk node forget) a page at a time: each call
+	// is still bounded by the client's own timeouts, but a million
+	// references take longer than callTimeout on a loaded coordinator.
+	walkTimeout = 15 * time.Minute
 )
 
 func main() {
@@ -59,6 +64,8 @@ commands:
   refs DIGEST                         the nodes that reference a blob, and (with --root) whether its file is there
   node ls                             list member nodes: live session, synced, absence in the coordinator's uptime
   node forget ID                      forget a node gone for good (drops its references)
+  node forget [--match GLOB] [--not-seen-since D] [--bystanders] [--dry-run]
+                                      forget every member not live that matches (e.g. one-off sessions)
   du                                  bytes in the shared directory (--root), per node, and reclaimable
   reap --dry-run [--reap-grace D]     what a reaper pass would remove now (--root) and why: the reaper's own decision code
   cluster adopt --root DIR [--force]  make the coordinator take the shared root's cluster (after it lost its database)
@@ -98,7 +105,12 @@ func run(args []string, out, errOut io.Writer) error {
 		return err
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	timeout := callTimeout
+	switch inv.cmd.name {
+	case "du", "reap", "node forget":
+		timeout = walkTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err = inv.run(ctx, c, token, p, out)
 	if err != nil && !isReported(err) {
@@ -125,11 +137,11 @@ func (inv *invocation) run(ctx context.Context, c *lockclient.Client, token stri
 	case "node ls":
 		return nodes(ctx, c, p)
 	case "node forget":
-		if err := c.Forget(ctx, inv.args[0]); err != nil {
-			return err
+		var id string
+		if len(inv.args) > 0 {
+			id = inv.args[0]
 		}
-		fmt.Fprintf(out, "forgot node %s; its references are dropped (the reaper reclaims what nobody else uses)\n", inv.args[0])
-		return nil
+		return forgetNodes(ctx, c, id, inv.forget, inv.dryRun, p, out)
 	}
 	panic("sharedcontentctl: no code for command " + inv.cmd.name)
 }
@@ -165,9 +177,9 @@ func nodes(ctx context.Context, c *lockclient.Client, p printer) error {
 	}
 	return p.print(resp, func(tw *tabwriter.Writer) {
 		fmt.Fprintf(tw, "cluster %s, epoch %d, node expiry %s\n", resp.ClusterID, resp.Epoch, time.Duration(resp.NodeExpiryMs)*time.Millisecond)
-		fmt.Fprintln(tw, "NODE\tLIVE\tSYNCED\tLAST SEEN\tABSENT (COORDINATOR UPTIME)")
+		fmt.Fprintln(tw, "NODE\tLIVE\tSYNCED\tBYSTANDER\tLAST SEEN\tABSENT (COORDINATOR UPTIME)")
 		for _, n := range resp.Nodes {
-			fmt.Fprintf(tw, "%s\t%v\t%v\t%s\t%s\n", n.NodeID, n.Live, n.Synced, n.LastSeen, (time.Duration(n.AbsentMs) * time.Millisecond).Round(time.Second))
+			fmt.Fprintf(tw, "%s\t%v\t%v\t%v\t%s\t%s\n", n.NodeID, n.Live, n.Synced, n.Bystander, n.LastSeen, (time.Duration(n.AbsentMs) * time.Millisecond).Round(time.Second))
 		}
 	})
 }

@@ -207,6 +207,9 @@ type SessionRequest struct {
 	// (409 duplicate_node). Empty (an older node): not checked.
 	InstanceID string `json:"instance_id,omitempty"`
 	Echo       *Echo  `json:"echo,omitempty"`
+	// Identified is set by the coordinator's HTTP side, never sent: the
+	// caller authenticated as NodeID (a node token or certificate).
+	Identified bool `json:"-"`
 }
 
 // Echo is what a node sends back of the last session answer it received:
@@ -309,6 +312,11 @@ type NodeStatus struct {
 	// last session, or since the coordinator started, whichever is later;
 	// docs/design.md §8.4). Zero while live.
 	AbsentMs int64 `json:"absent_ms"`
+	// Bystander: the node never named its cluster, never authenticated
+	// as itself and never synced; absent longer than BystanderAfterMs,
+	// deletes no longer wait for it (docs/design.md §10, "Bounds under
+	// abuse").
+	Bystander bool `json:"bystander,omitempty"`
 }
 
 // NodesResponse is the answer to GET /nodes.
@@ -317,8 +325,14 @@ type NodesResponse struct {
 	// NodeExpiryMs is the coordinator's --node-expiry: a member is
 	// expired only once both its absence and its marker's staleness
 	// reach it.
-	NodeExpiryMs int64        `json:"node_expiry_ms"`
-	Nodes        []NodeStatus `json:"nodes"`
+	NodeExpiryMs int64 `json:"node_expiry_ms"`
+	// BystanderAfterMs is the coordinator's --bystander-after (0: off).
+	BystanderAfterMs int64        `json:"bystander_after_ms,omitempty"`
+	Nodes            []NodeStatus `json:"nodes"`
+	// Next, when set, is the node ID to pass as `after` for the next page
+	// (GET /nodes?after=&limit=); a request without limit gets every
+	// member, as before paging.
+	Next string `json:"next,omitempty"`
 }
 
 // ExpireRequest is the body of POST /nodes/{id}/expire: the reaper asks

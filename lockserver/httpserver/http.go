@@ -229,6 +229,9 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 	}
 	probe := string(path) == "/healthz" || string(path) == "/readyz"
 	who, known := h.authenticate(ctx)
+	if known {
+		markProven(ctx.Conn()) // evict.go
+	}
 	if !probe && !known {
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="sharedcontent"`)
 		writeError(ctx, fmt.Errorf("missing or wrong credentials (bearer token or client certificate): %w", api.ErrUnauthorized))
@@ -411,6 +414,8 @@ func (h *Handler) session(ctx *fasthttp.RequestCtx) {
 	if !decode(ctx, &req) || !actAs(ctx, &req.NodeID) {
 		return
 	}
+	who, _ := h.authenticate(ctx)
+	req.Identified = who.node != "" && who.node == req.NodeID
 	resp, err := h.locker.Session(ctx, req)
 	reply(ctx, resp, err)
 }
@@ -448,7 +453,16 @@ func (h *Handler) expire(ctx *fasthttp.RequestCtx, nodeID string) {
 }
 
 func (h *Handler) nodes(ctx *fasthttp.RequestCtx) {
-	resp, err := h.locker.Nodes(ctx)
+	q := ctx.QueryArgs()
+	limit := 0
+	if v := q.Peek("limit"); len(v) > 0 {
+		var err error
+		if limit, err = strconv.Atoi(string(v)); err != nil || limit < 0 {
+			writeError(ctx, fmt.Errorf("limit %q: not a count: %w", v, api.ErrInvalidArgument))
+			return
+		}
+	}
+	resp, err := h.locker.NodesPage(ctx, string(q.Peek("after")), limit)
 	reply(ctx, resp, err)
 }
 

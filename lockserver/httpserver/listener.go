@@ -32,11 +32,27 @@ type ConnLimits struct {
 	// PerIP bounds open connections from one IP address. Zero picks
 	// DefaultConnsPerIP.
 	PerIP int
+	// FirstHeader bounds the wait for a connection's first request
+	// header (and its TLS handshake): a connection that has not sent
+	// one by then is closed. Zero picks DefaultFirstHeaderTimeout.
+	FirstHeader time.Duration
+	// Idle is the longest a connection waits idle between requests
+	// while fewer than half the Total slots are taken; above that it
+	// shrinks with the free slots (evict.go). Zero picks DefaultIdle.
+	Idle time.Duration
 }
 
 // DefaultConnsPerIP is the default of ConnLimits.PerIP: a node keeps a
 // few pooled connections plus one event stream per queued request.
 const DefaultConnsPerIP = 1024
+
+// DefaultFirstHeaderTimeout is the default of ConnLimits.FirstHeader: a
+// client sends its header at once; only the network and, over TLS, the
+// handshake delay it.
+const DefaultFirstHeaderTimeout = 5 * time.Second
+
+// DefaultIdle is the default of ConnLimits.Idle.
+const DefaultIdle = 2 * time.Minute
 
 // withDefaults fills the zero fields.
 func (c ConnLimits) withDefaults() ConnLimits {
@@ -49,6 +65,12 @@ func (c ConnLimits) withDefaults() ConnLimits {
 	}
 	if c.PerIP <= 0 {
 		c.PerIP = DefaultConnsPerIP
+	}
+	if c.FirstHeader <= 0 {
+		c.FirstHeader = DefaultFirstHeaderTimeout
+	}
+	if c.Idle <= 0 {
+		c.Idle = DefaultIdle
 	}
 	return c
 }
@@ -77,21 +99,25 @@ type guardedListener struct {
 	// header returns the header lines every answer carries (each ending
 	// in CRLF), for the 503s written here; nil: none.
 	header func() string
-	// onReject counts a refused connection (by reason); onAcceptError an
-	// accept that failed and was retried.
+	// onReject counts a refused connection (by reason); onEvict one
+	// closed to make room or for missing its first header deadline
+	// (evict.go); onAcceptError an accept that failed and was retried.
 	onReject      func(reason string)
+	onEvict       func(reason string)
 	onAcceptError func()
 
 	rejecting atomic.Int32
 
-	mu    sync.Mutex
-	open  map[*trackedConn]struct{} // protected by mu
-	perIP map[string]int            // protected by mu
+	mu        sync.Mutex
+	open      map[*trackedConn]struct{} // protected by mu
+	perIP     map[string]int            // protected by mu
+	lastSweep time.Time                 // protected by mu: of idle connections (evict.go)
+	known     map[string]time.Time      // protected by mu: address → its last proven connection (evict.go)
 }
 
-func newGuardedListener(ln net.Listener, limits ConnLimits, header func() string, onReject func(string), onAcceptError func()) *guardedListener {
-	return &guardedListener{Listener: ln, limits: limits.withDefaults(), header: header, onReject: onReject, onAcceptError: onAcceptError,
-		open: map[*trackedConn]struct{}{}, perIP: map[string]int{}}
+func newGuardedListener(ln net.Listener, limits ConnLimits, header func() string, onReject, onEvict func(string), onAcceptError func()) *guardedListener {
+	return &guardedListener{Listener: ln, limits: limits.withDefaults(), header: header, onReject: onReject, onEvict: onEvict,
+		onAcceptError: onAcceptError, open: map[*trackedConn]struct{}{}, perIP: map[string]int{}, known: map[string]time.Time{}}
 }
 
 // Accept returns the next connection within the limits.
@@ -136,9 +162,16 @@ func retryableAccept(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// admit counts c in, or returns why it is over a limit.
+// admit counts c in, or returns why it is over a limit. When every slot
+// is taken it first makes room, if it can, by closing a connection that
+// has not proven itself or waits idle (evict.go).
 func (l *guardedListener) admit(c net.Conn) (*trackedConn, string) {
 	ip := remoteIP(c)
+	now := time.Now()
+	l.sweepIdle(now)
+	if victim, reason := l.victim(ip, now); victim != nil {
+		victim.evict(reason)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.open) >= l.limits.Total {
@@ -147,11 +180,17 @@ func (l *guardedListener) admit(c net.Conn) (*trackedConn, string) {
 	if ip != "" && l.perIP[ip] >= l.limits.PerIP {
 		return nil, "per_ip"
 	}
-	tc := &trackedConn{Conn: c, l: l, ip: ip}
+	tc := &trackedConn{Conn: c, l: l, ip: ip, admitted: now}
+	tc.since.Store(now.UnixNano())
 	l.open[tc] = struct{}{}
 	if ip != "" {
 		l.perIP[ip]++
 	}
+	tc.firstHeader = time.AfterFunc(l.limits.FirstHeader, func() {
+		if !tc.proven.Load() {
+			tc.evict("first_header")
+		}
+	})
 	return tc, ""
 }
 
@@ -220,6 +259,7 @@ func setConnState(c net.Conn, s fasthttp.ConnState) {
 	if t, ok := c.(interface{ tracked() *trackedConn }); ok {
 		if tc := t.tracked(); tc != nil {
 			tc.state.Store(int32(s))
+			tc.since.Store(time.Now().UnixNano())
 		}
 	}
 }
@@ -234,17 +274,26 @@ func remoteIP(c net.Conn) string {
 // trackedConn is an admitted connection: closing it gives its place back.
 type trackedConn struct {
 	net.Conn
-	l      *guardedListener
-	ip     string
-	state  atomic.Int32 // fasthttp.ConnState
-	closed sync.Once
+	l        *guardedListener
+	ip       string
+	admitted time.Time
+	state    atomic.Int32 // fasthttp.ConnState
+	since    atomic.Int64 // UnixNano of the last state change (or admission)
+	// proven: the connection carried a request from a known caller
+	// (markProven); it is no longer evicted as new.
+	proven      atomic.Bool
+	firstHeader *time.Timer // closes it unless proven in time
+	closed      sync.Once
 }
 
 func (c *trackedConn) tracked() *trackedConn { return c }
 
 func (c *trackedConn) Close() error {
 	err := c.Conn.Close()
-	c.closed.Do(func() { c.l.release(c) })
+	c.closed.Do(func() {
+		c.firstHeader.Stop()
+		c.l.release(c)
+	})
 	return err
 }
 

@@ -111,6 +111,7 @@ func Open(cfg Config) (*Server, error) {
 		cfg: cfg, exposedWarnEvery: exposedWarnEvery}
 	reg.MustRegister(s.handler.StreamMetrics())
 	s.http = s.handler.HTTPServer()
+	s.http.IdleTimeout = limits.Idle
 	if cfg.TLSCert != "" || cfg.TLSKey != "" {
 		s.tls, err = serverTLS(cfg)
 		if err != nil {
@@ -210,7 +211,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.tls != nil {
 		ln = tls.NewListener(ln, s.tls)
 	}
-	gl := newGuardedListener(ln, s.limits, s.answerHeader, s.metrics.rejected, s.metrics.acceptErrors.Inc)
+	gl := newGuardedListener(ln, s.limits, s.answerHeader, s.metrics.rejected, s.metrics.evicted, s.metrics.acceptErrors.Inc)
 	s.mu.Lock()
 	if s.shutdown {
 		s.mu.Unlock()

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/lockclient"
+	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
+	"github.com/sharedcontent/sharedcontent/refcount"
+	"github.com/sharedcontent/sharedcontent/refcount/storagetest"
+)
+
+// benchRefs is how many references BenchmarkDuAndReapDryRun1M's
+// coordinator holds.
+const benchRefs = 1_000_000
+
+// BenchmarkDuAndReapDryRun1M runs `du` and `reap --dry-run` (their code,
+// through a real coordinator on loopback) against 1M references, each
+// walking GET /refs/list a page at a time (issue 26: they timed out at
+// 200k). It reports wall and process CPU time per command. With
+// SHAREDCONTENT_BENCH_DATA_DIR set, the coordinator's data directory is
+// kept there (filled once, reused), so that the real binaries can be
+// measured on it (docs/BENCHMARKS.md).
+//
+//	go test -run '^$' -bench DuAndReapDryRun1M -benchtime 1x ./cmd/sharedcontentctl/
+func BenchmarkDuAndReapDryRun1M(b *testing.B) {
+	dir := os.Getenv("SHAREDCONTENT_BENCH_DATA_DIR")
+	if dir == "" {
+		dir = b.TempDir()
+	}
+	if _, err := os.Stat(filepath.Join(dir, httpserver.DBFile)); os.IsNotExist(err) {
+		require.NoError(b, os.MkdirAll(dir, 0o755))
+		s, err := refcount.OpenBoltStorage(filepath.Join(dir, httpserver.DBFile))
+		require.NoError(b, err)
+		require.NoError(b, storagetest.Fill(b.Context(), s, benchRefs, 2))
+		require.NoError(b, s.Close())
+	}
+	coord := lockservertest.Start(b, lockservertest.WithDataDir(dir))
+	c, err := lockclient.New(coord.URL(), lockclient.WithNodeID("sharedcontentctl"))
+	require.NoError(b, err)
+	b.Cleanup(func() { c.Close() })
+	root := b.TempDir()
+	require.NoError(b, os.MkdirAll(filepath.Join(root, "blobs", "sha256"), 0o755))
+	p := printer{out: io.Discard, json: true}
+
+	for _, cmd := range []struct {
+		name string
+		run  func(ctx context.Context) error
+	}{
+		{"du", func(ctx context.Context) error { return du(ctx, c, root, p) }},
+		{"reap-dry-run", func(ctx context.Context) error { return reapDryRun(ctx, c, root, true, time.Hour, p) }},
+		{"walk", func(ctx context.Context) error {
+			refs, err := allRefs(ctx, c)
+			if err == nil && len(refs) != benchRefs {
+				b.Fatalf("walked %d references, want %d", len(refs), benchRefs)
+			}
+			return err
+		}},
+	} {
+		b.Run(cmd.name, func(b *testing.B) {
+			cpu := cpuTime()
+			start := time.Now()
+			for b.Loop() {
+				require.NoError(b, cmd.run(b.Context()))
+			}
+			b.ReportMetric(float64(time.Since(start).Milliseconds())/float64(b.N), "wall-ms/op")
+			b.ReportMetric(float64((cpuTime()-cpu).Milliseconds())/float64(b.N), "cpu-ms/op")
+		})
+	}
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
