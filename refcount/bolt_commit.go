@@ -93,7 +93,7 @@ func applyOp(tx *bolt.Tx, op *Op, v []byte) error {
 	case OpAddRef, OpRemoveRef:
 		return changeRef(tx.Bucket(refcountsBucket), op.Key, op.Node, op.Kind == OpAddRef)
 	case OpReplaceNode:
-		return replaceNode(tx.Bucket(refcountsBucket), op.Node, op.NodeRefs)
+		return replaceNode(tx.Bucket(refcountsBucket), op.Node, op.Buckets, op.NodeRefs)
 	}
 	return fmt.Errorf("refcount: unknown write kind %d: %w", op.Kind, errdefs.ErrInvalidArgument)
 }
@@ -127,15 +127,17 @@ func changeRef(b *bolt.Bucket, id, node string, add bool) error {
 	return nil
 }
 
-// replaceNode makes node a reference of exactly the entries refs of b.
-func replaceNode(b *bolt.Bucket, node string, refs map[string]struct{}) error {
+// replaceNode makes node a reference of exactly the entries refs of b,
+// among the entries of buckets (nil: all). An entry outside buckets is
+// skipped before it is decoded.
+func replaceNode(b *bolt.Bucket, node string, buckets *BucketSet, refs map[string]struct{}) error {
 	type change struct {
 		id string
 		rc Set
 	}
 	var changes []change
 	err := b.ForEach(func(k, v []byte) error {
-		if _, keep := refs[string(k)]; keep {
+		if _, keep := refs[string(k)]; keep || !buckets.Holds(string(k)) {
 			return nil
 		}
 		rc, err := decodeRecord(v)
