@@ -189,6 +189,17 @@ func (s *BucketSet) Holds(resourceID string) bool {
 	return s == nil || s[synchash.Bucket(resourceID)]
 }
 
+// List returns the buckets of the set, in order.
+func (s *BucketSet) List() []int {
+	var out []int
+	for i, in := range s {
+		if in {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
 // PutMember creates or replaces the member m.ID.
 func (b *Batch) PutMember(m Member) *Batch {
 	return b.add(Op{Kind: OpPutMember, Key: m.ID, Member: m})

@@ -1,5 +1,7 @@
 package api
 
+import "github.com/sharedcontent/sharedcontent/internal/synchash"
+
 // OperationType is the kind of operation on a shared resource, and so the
 // kind of lock (docs/design.md §3): pull, update or delete. It is defined here, once,
 // for the protocol, the client and refcount's callback API.
@@ -274,6 +276,19 @@ type SyncRequest struct {
 	// node's references alone. Without it every chunk of an unknown sync
 	// starts one (older nodes).
 	Offset *int `json:"offset,omitempty"`
+
+	// Sync by hash (docs/design.md §10, "Sync by hash"). After the
+	// announcement (which a coordinator that can compare hashes answers
+	// with ByHash), the node sends the hash of its whole snapshot (Hash,
+	// offset 0, with an Echo as for Done): when it equals the
+	// coordinator's record of the node, the node is synced and nothing is
+	// written. Otherwise it sends its bucket hashes (BucketHashes, all
+	// synchash.Buckets of them, offset 0); the answer names the buckets
+	// that differ, and the chunks that follow carry only the resource IDs
+	// of those buckets: Done replaces the node's references in those
+	// buckets only. A node that sends neither syncs in full, as before.
+	Hash         *synchash.Sum  `json:"hash,omitempty"`
+	BucketHashes []synchash.Sum `json:"bucket_hashes,omitempty"`
 }
 
 // SyncResponse is the answer to PUT /nodes/{id}/refs.
@@ -281,6 +296,13 @@ type SyncResponse struct {
 	// Received counts the resource IDs of the sync so far.
 	Received int  `json:"received"`
 	Synced   bool `json:"synced"`
+	// ByHash, on the announcement: the coordinator compares hashes for
+	// this sync (the node's member record is of the same journal
+	// generation); the node may send Hash.
+	ByHash bool `json:"by_hash,omitempty"`
+	// Buckets answers BucketHashes: the buckets whose resource IDs the
+	// node sends (those whose hashes differ), in order.
+	Buckets []int `json:"buckets,omitempty"`
 }
 
 // MaxSyncChunk bounds the resource IDs of one SyncRequest (about 600 KiB
