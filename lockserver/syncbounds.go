@@ -147,6 +147,7 @@ func (l *Coordinator) endSync(m *member) {
 // hold mmu.
 func (l *Coordinator) bufferSync(ctx context.Context, m *member, ids []string, now time.Time) error {
 	s := m.sync
+	s.touched = now // the node is sending: its own sync is not stale
 	if l.syncLimits.buffered+len(ids) > l.cfg.MaxSyncBuffer {
 		l.dropStaleSyncs(ctx, now)
 	}
@@ -161,7 +162,6 @@ func (l *Coordinator) bufferSync(ctx context.Context, m *member, ids []string, n
 	}
 	l.syncLimits.buffered += len(s.refs) - before
 	l.syncMetrics.buffered.Set(float64(l.syncLimits.buffered))
-	s.touched = now
 	return nil
 }
 

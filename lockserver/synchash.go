@@ -20,6 +20,10 @@ import (
 // Otherwise it sends its bucket hashes, and the sync continues as a full
 // one restricted to the buckets that differ.
 
+// The wire's bucket count is the hash's.
+var _ [api.SyncBuckets - synchash.Buckets]struct{}
+var _ [synchash.Buckets - api.SyncBuckets]struct{}
+
 // isHashStep reports whether req is a step of a sync by hash.
 func isHashStep(req api.SyncRequest) bool { return req.Hash != nil || req.BucketHashes != nil }
 
@@ -32,7 +36,7 @@ func validateHashStep(node string, req api.SyncRequest) error {
 	switch {
 	case req.Hash != nil && req.BucketHashes != nil:
 		return fmt.Errorf("sync of node %s: hash and bucket_hashes in one request: %w", node, api.ErrInvalidArgument)
-	case req.BucketHashes != nil && len(req.BucketHashes) != synchash.Buckets:
+	case req.BucketHashes != nil && len(req.BucketHashes) != api.SyncBuckets:
 		return fmt.Errorf("sync of node %s: %d bucket hashes, want %d: %w", node, len(req.BucketHashes), synchash.Buckets, api.ErrInvalidArgument)
 	case len(req.ResourceIDs) > 0 || req.Done || req.Offset == nil || *req.Offset != 0:
 		return fmt.Errorf("sync of node %s: a hash step carries no resource IDs, is not done and has offset 0: %w", node, api.ErrInvalidArgument)
@@ -62,7 +66,7 @@ func (l *Coordinator) syncHashStep(ctx context.Context, m *member, req api.SyncR
 	s.touched = now
 	kept, _ := l.refs.NodeHash(node)
 	if req.Hash != nil {
-		if *req.Hash != kept.Whole() {
+		if synchash.Sum(*req.Hash) != kept.Whole() {
 			return api.SyncResponse{}, nil
 		}
 		// Equal: the coordinator has the node's journal; nothing to write.
@@ -77,7 +81,9 @@ func (l *Coordinator) syncHashStep(ctx context.Context, m *member, req api.SyncR
 		return api.SyncResponse{Received: int(req.Hash.Count), Synced: true}, nil
 	}
 	var sent synchash.Table
-	copy(sent[:], req.BucketHashes)
+	for i, h := range req.BucketHashes {
+		sent[i] = synchash.Sum(h)
+	}
 	differ := kept.Differ(&sent)
 	s.buckets = new(refcount.BucketSet)
 	for _, b := range differ {

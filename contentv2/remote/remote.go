@@ -119,7 +119,11 @@ func (s *coordinator) SyncRefs(ctx context.Context, req contentv2.SyncRequest) e
 // buckets, which the chunks then carry.
 func (s *coordinator) syncByHash(ctx context.Context, syncID string, req contentv2.SyncRequest, ids []string) (rest []string, done bool, err error) {
 	table := synchash.FromIDs(ids)
-	whole := table.Whole()
+	whole := api.SyncHash(table.Whole())
+	buckets := make([]api.SyncHash, len(table))
+	for i, b := range table {
+		buckets[i] = api.SyncHash(b)
+	}
 	e := req.Echo()
 	if e == nil {
 		return nil, false, fmt.Errorf("sync: too long since the last session answer to finish it: %w", contentv2.ErrLate)
@@ -132,7 +136,7 @@ func (s *coordinator) syncByHash(ctx context.Context, syncID string, req content
 	if resp.Synced {
 		return nil, true, nil
 	}
-	resp, err = s.c.SyncRefs(ctx, api.SyncRequest{SyncID: syncID, Generation: req.Generation, Offset: &zero, BucketHashes: table[:]})
+	resp, err = s.c.SyncRefs(ctx, api.SyncRequest{SyncID: syncID, Generation: req.Generation, Offset: &zero, BucketHashes: buckets})
 	if err != nil {
 		return nil, false, mapErr(err)
 	}

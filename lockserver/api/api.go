@@ -1,7 +1,5 @@
 package api
 
-import "github.com/sharedcontent/sharedcontent/internal/synchash"
-
 // OperationType is the kind of operation on a shared resource, and so the
 // kind of lock (docs/design.md §3): pull, update or delete. It is defined here, once,
 // for the protocol, the client and refcount's callback API.
@@ -283,13 +281,25 @@ type SyncRequest struct {
 	// offset 0, with an Echo as for Done): when it equals the
 	// coordinator's record of the node, the node is synced and nothing is
 	// written. Otherwise it sends its bucket hashes (BucketHashes, all
-	// synchash.Buckets of them, offset 0); the answer names the buckets
+	// SyncBuckets of them, offset 0); the answer names the buckets
 	// that differ, and the chunks that follow carry only the resource IDs
 	// of those buckets: Done replaces the node's references in those
 	// buckets only. A node that sends neither syncs in full, as before.
-	Hash         *synchash.Sum  `json:"hash,omitempty"`
-	BucketHashes []synchash.Sum `json:"bucket_hashes,omitempty"`
+	Hash         *SyncHash  `json:"hash,omitempty"`
+	BucketHashes []SyncHash `json:"bucket_hashes,omitempty"`
 }
+
+// SyncHash is the order-independent hash of a set of resource IDs (a
+// node's journal, or one bucket of it): how many, and the sum (mod 2^64)
+// of each ID's hash, the first 8 bytes (big-endian) of its SHA-256. An
+// ID's bucket is the first of those bytes (SyncBuckets of them).
+type SyncHash struct {
+	Count uint64 `json:"count"`
+	Hash  uint64 `json:"hash"`
+}
+
+// SyncBuckets is the number of bucket hashes of a sync by hash.
+const SyncBuckets = 256
 
 // SyncResponse is the answer to PUT /nodes/{id}/refs.
 type SyncResponse struct {
