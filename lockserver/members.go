@@ -50,6 +50,11 @@ type member struct {
 	// sync is the sync in progress, if any (syncbounds.go starts and ends
 	// it).
 	sync *nodeSync
+	// done is the last sync that made the node synced, and its count: a
+	// retry of its last request (whose answer was lost) is answered
+	// again rather than refused as unknown, while the node stays synced.
+	done      string
+	doneCount int
 }
 
 // nodeSync is a full sync being received.
@@ -230,6 +235,9 @@ func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncR
 	if m == nil || !m.live(now) {
 		return api.SyncResponse{}, fmt.Errorf("sync of node %s: no live session; open one first: %w", nodeID, api.ErrNotFound)
 	}
+	if m.synced && m.done == req.SyncID && (req.Done || req.Hash != nil) {
+		return api.SyncResponse{Received: m.doneCount, Synced: true}, nil // a retry
+	}
 	if m.sync == nil || m.sync.id != req.SyncID {
 		if req.Offset != nil && (*req.Offset != 0 || len(req.ResourceIDs) > 0 || req.Done || isHashStep(req)) {
 			return api.SyncResponse{}, fmt.Errorf("sync %s of node %s: unknown (its start was lost, e.g. with a lapsed session, or dropped after sync-timeout); start the sync again: %w",
@@ -289,7 +297,7 @@ func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncR
 		return api.SyncResponse{}, err
 	}
 	failpoint.Inject(failpoint.CoordSyncAfterReplace)
-	m.synced = true
+	m.synced, m.done, m.doneCount = true, s.id, len(refs)
 	mode := "full"
 	if s.buckets != nil {
 		mode = "buckets"

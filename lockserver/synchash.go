@@ -75,7 +75,7 @@ func (l *Coordinator) syncHashStep(ctx context.Context, m *member, req api.SyncR
 			return api.SyncResponse{}, err
 		}
 		l.endSync(m)
-		m.synced = true
+		m.synced, m.done, m.doneCount = true, s.id, int(req.Hash.Count)
 		l.syncMetrics.syncs.WithLabelValues("hash").Inc()
 		log.G(ctx).WithField("node", node).WithField("refs", req.Hash.Count).Info("node synced by hash")
 		return api.SyncResponse{Received: int(req.Hash.Count), Synced: true}, nil

@@ -126,6 +126,11 @@ func TestSyncByHashUnchanged(t *testing.T) {
 	resp, err = n.call(api.SyncRequest{SyncID: "s0", ResourceIDs: journal, Offset: &zero, Done: true, Echo: echoOf(l, "n1")})
 	require.NoError(t, err)
 	require.True(t, resp.Synced)
+	// The last chunk's answer was lost: its retry is answered again.
+	resp, err = n.call(api.SyncRequest{SyncID: "s0", ResourceIDs: journal, Offset: &zero, Done: true, Echo: echoOf(l, "n1")})
+	require.NoError(t, err)
+	require.True(t, resp.Synced)
+	require.Equal(t, len(journal), resp.Received)
 
 	reopen(t, l, "n1")
 	before := store.commits.Load()
@@ -134,6 +139,14 @@ func TestSyncByHashUnchanged(t *testing.T) {
 	require.Equal(t, 2, n.requests, "the announcement and the hash")
 	require.Equal(t, before, store.commits.Load(), "nothing written")
 	require.True(t, session(t, l, "n1").Synced)
+
+	// The hash's answer was lost: its retry is answered again, synced.
+	whole := api.SyncHash(synchash.FromIDs(journal).Whole())
+	zero = 0
+	resp, err = n.call(api.SyncRequest{SyncID: "s1", Offset: &zero, Hash: &whole, Echo: echoOf(l, "n1")})
+	require.NoError(t, err)
+	require.True(t, resp.Synced)
+	require.Equal(t, before, store.commits.Load())
 }
 
 // TestSyncByHashChangedBuckets: a node whose journal differs sends only
