@@ -154,7 +154,7 @@ type store struct {
 	epoch     uint64 // protected by smu
 	synced    bool   // protected by smu
 	// restarted: the coordinator's epoch changed since the last answer,
-	// and the sync it asks for waits until syncAt (resync.go). Protected
+	// and the sync it asks for waits until syncAt (syncdelay.go). Protected
 	// by smu.
 	restarted bool
 	syncAt    time.Time

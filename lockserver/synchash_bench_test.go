@@ -13,7 +13,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// BenchmarkResync: every node of a cluster re-syncs after a coordinator
+// BenchmarkSyncAfterRestart: every node of a cluster re-syncs after a coordinator
 // restart, none of them changed: full (the whole journal, as older nodes
 // do) against by hash (docs/design.md §10, "Sync by hash"). The
 // references are on bbolt; node i references blobs i·s … i·s+refs-1
@@ -21,19 +21,19 @@ import (
 // images). Each iteration is the whole cluster's re-sync; the metrics are
 // per cluster re-sync.
 //
-//	go test -run '^$' -bench Resync -benchtime 1x ./lockserver/
-func BenchmarkResync(b *testing.B) {
+//	go test -run '^$' -bench SyncAfterRestart -benchtime 1x ./lockserver/
+func BenchmarkSyncAfterRestart(b *testing.B) {
 	const refs = 1000
 	for _, nodes := range []int{100, 300, 1000} {
 		for _, mode := range []string{"full", "hash"} {
 			b.Run(fmt.Sprintf("%s/nodes=%d/refs=%d", mode, nodes, refs), func(b *testing.B) {
-				benchResync(b, mode == "hash", nodes, refs)
+				benchSyncAfterRestart(b, mode == "hash", nodes, refs)
 			})
 		}
 	}
 }
 
-func benchResync(b *testing.B, byHash bool, nodes, refs int) {
+func benchSyncAfterRestart(b *testing.B, byHash bool, nodes, refs int) {
 	ctx := context.Background()
 	s, err := refcount.OpenBoltStorage(filepath.Join(b.TempDir(), "refs.db"))
 	if err != nil {
@@ -47,10 +47,10 @@ func benchResync(b *testing.B, byHash bool, nodes, refs int) {
 		for j := range refs {
 			id := fmt.Sprintf("sha256:%064d", (i*refs/20+j)%blobs)
 			journals[i] = append(journals[i], id)
-			batch.AddRef(id, nodeName(i))
+			batch.AddRef(id, benchNode(i))
 		}
 		// Seen just now: the sessions after the restart write nothing.
-		batch.PutMember(refcount.Member{ID: nodeName(i), FirstSeen: time.Now(), LastSeen: time.Now(), Generation: "g"})
+		batch.PutMember(refcount.Member{ID: benchNode(i), FirstSeen: time.Now(), LastSeen: time.Now(), Generation: "g"})
 		if err := s.Commit(ctx, batch); err != nil {
 			b.Fatal(err)
 		}
@@ -90,7 +90,7 @@ func benchResync(b *testing.B, byHash bool, nodes, refs int) {
 		}
 		hashing += time.Since(start)
 		for i, journal := range journals {
-			node := nodeName(i)
+			node := benchNode(i)
 			if _, err := l.Session(ctx, api.SessionRequest{NodeID: node}); err != nil {
 				b.Fatal(err)
 			}
@@ -120,4 +120,4 @@ func benchResync(b *testing.B, byHash bool, nodes, refs int) {
 	b.ReportMetric(float64(bytes)/float64(b.N), "bytes/op")
 }
 
-func nodeName(i int) string { return fmt.Sprintf("node-%04d", i) }
+func benchNode(i int) string { return fmt.Sprintf("node-%04d", i) }

@@ -7,11 +7,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestResyncAfterRestartIsSpread: the round that learns of a coordinator
+// TestSyncAfterRestartIsSpread: the round that learns of a coordinator
 // restart renews the session but does not sync; the sync follows on its
 // own, at a random point of the next renewal interval, before the next
 // regular renewal.
-func TestResyncAfterRestartIsSpread(t *testing.T) {
+func TestSyncAfterRestartIsSpread(t *testing.T) {
 	c := newFakeCluster(3 * time.Second) // rounds every second
 	s := fakeStore(t, c, t.TempDir(), "node-1")
 	before := len(calls(c.recorded(), "SyncRefs"))

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Re-syncs after a coordinator restart are spread (docs/design.md §10,
+// Syncs after a coordinator restart are spread (docs/design.md §10,
 // "Sync by hash"): every node learns of the restart within one renewal
 // period of the others, and would sync at once, all together. Instead
 // each waits a random part of its renewal interval (TTL/3) before it
