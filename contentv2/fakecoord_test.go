@@ -36,6 +36,7 @@ type fakeCluster struct {
 	started time.Time
 
 	mu      sync.Mutex
+	epoch   uint64                     // protected by mu; 0 answers 1
 	down    bool                       // protected by mu
 	locks   map[string]*fakeLock       // protected by mu; by resource
 	queues  map[string][]*fakeWaiter   // protected by mu; by resource
@@ -249,7 +250,7 @@ func (n *fakeNode) Session(_ context.Context, req SessionRequest) (info SessionI
 		m.synced = false
 	}
 	m.instance, m.live = req.InstanceID, true
-	call.Answer = SessionInfo{ClusterID: c.id, Epoch: 1, TTL: c.ttl, Synced: m.synced, Stamp: time.Since(c.started), NewMember: !known}
+	call.Answer = SessionInfo{ClusterID: c.id, Epoch: max(c.epoch, 1), TTL: c.ttl, Synced: m.synced, Stamp: time.Since(c.started), NewMember: !known}
 	return call.Answer, nil
 }
 
@@ -259,6 +260,16 @@ func (c *fakeCluster) unsync(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.members[node].synced = false
+}
+
+// restart moves the coordinator to a new epoch, every member unsynced.
+func (c *fakeCluster) restart() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch = max(c.epoch, 1) + 1
+	for _, m := range c.members {
+		m.synced = false
+	}
 }
 
 func (n *fakeNode) EndSession(_ context.Context, instanceID string) (ended bool, err error) {

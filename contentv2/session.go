@@ -149,7 +149,7 @@ func (s *store) sessionLoop() {
 		}
 		cancel()
 		s.refreshMarker() // answered or not: this node is alive
-		t.Reset(s.sessionInterval())
+		t.Reset(s.nextRound())
 	}
 }
 
@@ -288,6 +288,9 @@ func (s *store) sessionRound(ctx context.Context) error {
 		return s.journal.setMember(info.ClusterID)
 	}
 	s.setSynced(false)
+	if s.deferSync(received) {
+		return nil // the next round, at syncAt, syncs
+	}
 	if err := s.seedJournal(ctx); err != nil {
 		return err
 	}
@@ -329,6 +332,7 @@ func (s *store) answered(ctx context.Context, info SessionInfo, received time.Ti
 	s.failedOpen = time.Time{}
 	if info.Epoch != s.epoch && s.epoch != 0 {
 		log.L.WithField("node", s.nodeID).WithField("epoch", info.Epoch).Info("coordinator restarted; syncing the journal")
+		s.restarted = true
 	}
 	s.epoch = info.Epoch
 	s.smu.Unlock()

@@ -153,6 +153,11 @@ type store struct {
 	duplicate bool
 	epoch     uint64 // protected by smu
 	synced    bool   // protected by smu
+	// restarted: the coordinator's epoch changed since the last answer,
+	// and the sync it asks for waits until syncAt (syncdelay.go). Protected
+	// by smu.
+	restarted bool
+	syncAt    time.Time
 	// instanceID is random per store start (docs/design.md §8.5); read-only.
 	instanceID string
 	kick       chan struct{} // a session round now

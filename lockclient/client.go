@@ -331,6 +331,12 @@ func (c *Client) retry(ctx context.Context, what call, fn func(context.Context) 
 			return fmt.Errorf("%s: giving up after %d attempt(s): %w", what, attempt, unreachable(err))
 		}
 		wait := jitter(c.opts.retryInterval)
+		if ra := retryAfterOf(err); ra > 0 {
+			// A busy coordinator said when: spread the retries over
+			// [ra, 2·ra) so that those it refused together do not come
+			// back together.
+			wait = ra + rand.N(ra)
+		}
 		logger(ctx).WithError(err).WithField("attempt", attempt).WithField("retry_in", wait).
 			Warn(what.String() + " failed; retrying")
 		if timer == nil {

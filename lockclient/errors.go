@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
@@ -88,6 +89,18 @@ func retryable(err error) bool {
 type statusError struct {
 	status int
 	err    error
+	// retryAfter is the answer's Retry-After (a busy coordinator's 429):
+	// the retry waits at least that long.
+	retryAfter time.Duration
+}
+
+// retryAfterOf returns the Retry-After of err's answer, 0 if none.
+func retryAfterOf(err error) time.Duration {
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.retryAfter
+	}
+	return 0
 }
 
 func (e *statusError) Error() string { return e.err.Error() }

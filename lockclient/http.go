@@ -327,7 +327,9 @@ func (tr *httpTransport) do(ctx context.Context, method, path string, q url.Valu
 	}
 	data := resp.Body()
 	if resp.StatusCode() != http.StatusOK {
-		return responseError(resp.StatusCode(), data)
+		err := responseError(resp.StatusCode(), data)
+		err.retryAfter = parseRetryAfter(string(resp.Header.Peek("Retry-After")))
+		return err
 	}
 	if out == nil {
 		return nil
@@ -363,7 +365,7 @@ func (tr *httpTransport) authorize(req *http.Request) {
 // responseError turns an error answer into an error that matches the
 // sentinel of its code. A body that is not the coordinator's JSON (a proxy's
 // error page) keeps its status and a short excerpt.
-func responseError(status int, data []byte) error {
+func responseError(status int, data []byte) *statusError {
 	var er api.ErrorResponse
 	if err := json.Unmarshal(data, &er); err != nil || er.Code == "" {
 		msg := strings.TrimSpace(string(data))
@@ -373,4 +375,18 @@ func responseError(status int, data []byte) error {
 		er = api.ErrorResponse{Error: msg}
 	}
 	return &statusError{status: status, err: api.FromResponse(status, er)}
+}
+
+// maxRetryAfter bounds the pause a Retry-After header asks for.
+const maxRetryAfter = time.Minute
+
+// parseRetryAfter returns the pause of a Retry-After header given in
+// seconds (the coordinator's form), 0 when there is none or it is not
+// seconds.
+func parseRetryAfter(v string) time.Duration {
+	secs, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || secs <= 0 {
+		return 0
+	}
+	return min(time.Duration(secs)*time.Second, maxRetryAfter)
 }

@@ -90,7 +90,8 @@ func (l *Coordinator) Adopt(ctx context.Context, req api.AdoptRequest) (api.Clus
 	}
 	// Everyone syncs again: under the adopted identity nothing is known.
 	for _, m := range l.members {
-		m.synced, m.sync = false, nil
+		m.synced = false
+		l.endSync(m)
 	}
 	l.cluster.Store(&c)
 	l.metrics.members.Set(float64(len(l.members)))

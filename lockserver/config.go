@@ -3,6 +3,8 @@ package lockserver
 import (
 	"fmt"
 	"time"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 const (
@@ -78,6 +80,16 @@ type Config struct {
 	// MaxWaitersPerNode bounds the requests one node may have queued at
 	// once; more are refused with 429 (docs/design.md §9).
 	MaxWaitersPerNode int
+	// MaxSyncs bounds the sync requests served at once; more are
+	// answered 429 with Retry-After (syncbounds.go). Session calls are
+	// never counted.
+	MaxSyncs int
+	// MaxSyncBuffer bounds the resource IDs that every unfinished sync
+	// together buffers; a chunk past it is answered 429.
+	MaxSyncBuffer int
+	// SyncTimeout: an unfinished sync that sends nothing for this long is
+	// dropped with its buffer.
+	SyncTimeout time.Duration
 }
 
 // DefaultConfig returns the documented defaults.
@@ -93,7 +105,25 @@ func DefaultConfig() Config {
 		BystanderAfter:         DefaultBystanderAfter,
 		ReapGrace:              DefaultReapGrace,
 		MaxWaitersPerNode:      DefaultMaxWaitersPerNode,
+		MaxSyncs:               DefaultMaxSyncs(),
+		MaxSyncBuffer:          DefaultSyncBuffer,
+		SyncTimeout:            DefaultSyncTimeout,
 	}
+}
+
+// withSyncDefaults fills the sync bounds a configuration left zero (one
+// written before they existed) with their defaults.
+func (c Config) withSyncDefaults() Config {
+	if c.MaxSyncs == 0 {
+		c.MaxSyncs = DefaultMaxSyncs()
+	}
+	if c.MaxSyncBuffer == 0 {
+		c.MaxSyncBuffer = DefaultSyncBuffer
+	}
+	if c.SyncTimeout == 0 {
+		c.SyncTimeout = DefaultSyncTimeout
+	}
+	return c
 }
 
 // Validate reports the first invalid field.
@@ -113,6 +143,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max_waiters_per_node must be at least 1, got %d", c.MaxWaitersPerNode)
 	case c.BystanderAfter < 0:
 		return fmt.Errorf("bystander_after must not be negative, got %s", c.BystanderAfter)
+	case c.MaxSyncs < 1:
+		return fmt.Errorf("max_syncs must be at least 1, got %d", c.MaxSyncs)
+	case c.MaxSyncBuffer < api.MaxSyncChunk:
+		return fmt.Errorf("max_sync_buffer must be at least one chunk (%d), got %d", api.MaxSyncChunk, c.MaxSyncBuffer)
+	case c.SyncTimeout < 10*time.Millisecond:
+		return fmt.Errorf("sync_timeout must be at least 10ms, got %s", c.SyncTimeout)
 	case c.ReapGrace < 0:
 		return fmt.Errorf("reap_grace must not be negative, got %s", c.ReapGrace)
 	case c.NodeExpiry < c.SessionTTL:

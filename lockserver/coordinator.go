@@ -54,6 +54,9 @@ type Coordinator struct {
 	waiting *nodeCounter
 	// nodeStreams are the open node streams (nodestream.go).
 	nodeStreams *nodeStreams
+	// syncLimits admits syncs and accounts their buffers (syncbounds.go).
+	syncLimits  *syncLimits
+	syncMetrics *syncMetrics
 
 	stop chan struct{} // closed by Close; stops the sweepers
 	wg   sync.WaitGroup
@@ -110,6 +113,7 @@ func NewCoordinator(cfg Config, opts Options) (*Coordinator, error) {
 
 // newCoordinator is NewCoordinator on the clock now (tests move it).
 func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinator, error) {
+	cfg = cfg.withSyncDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("lockserver config: %w: %w", api.ErrInvalidArgument, err)
 	}
@@ -132,6 +136,11 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 		members: map[string]*member{},
 		waiting: newNodeCounter(cfg.MaxWaitersPerNode),
 		stop:    make(chan struct{}),
+
+		syncLimits: newSyncLimits(cfg),
+	}
+	if l.syncMetrics, err = newSyncMetrics(opts.Registerer); err != nil {
+		return nil, err
 	}
 	l.nodeStreams = newNodeStreams(cfg.LeaseTTL, func() time.Time { return l.now() })
 	ctx := context.Background()
@@ -144,6 +153,10 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 	if err := l.loadMembers(ctx); err != nil {
 		return nil, err
 	}
+	// One walk of the references: the members' hashes for syncs by hash.
+	if err := l.refs.BuildHashes(ctx); err != nil {
+		return nil, fmt.Errorf("lockserver: hashing the references: %w", err)
+	}
 	for i := range l.shards {
 		l.shards[i] = &shard{resources: make(map[string]*resource), released: make(map[leaseKey]released)}
 	}
@@ -154,6 +167,8 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 		l.wg.Add(1)
 		go l.sweepLoop(sh)
 	}
+	l.wg.Add(1)
+	go l.syncSweepLoop()
 	return l, nil
 }
 

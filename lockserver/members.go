@@ -46,12 +46,18 @@ type member struct {
 	// are refused without dropping its references: whatever the other
 	// instance uses under the same ID is in neither's reach otherwise.
 	clashUntil time.Time
-	// sync is the full sync in progress, if any.
+	// sync is the sync in progress, if any (syncbounds.go starts and ends
+	// it).
 	sync *nodeSync
 	// seen is the node's last session call; rec.LastSeen is what is
 	// persisted, written with the member and at a clean shutdown only
 	// (persistSeen).
 	seen time.Time
+	// done is the last sync that made the node synced, and its count: a
+	// retry of its last request (whose answer was lost) is answered
+	// again rather than refused as unknown, while the node stays synced.
+	done      string
+	doneCount int
 }
 
 // nodeSync is a full sync being received.
@@ -62,6 +68,12 @@ type nodeSync struct {
 	// started (true: added, false: removed). They win over the chunks:
 	// the node's snapshot may be older than them.
 	since map[string]bool
+	// buckets, in a sync by hash, are the buckets whose hashes differed:
+	// the chunks carry their resource IDs only, and Done replaces only
+	// them. Nil: a full sync.
+	buckets *refcount.BucketSet
+	// touched is when the node last sent a chunk (for SyncTimeout).
+	touched time.Time
 }
 
 // maxSyncRefs bounds the references one node may sync.
@@ -118,7 +130,7 @@ func (l *Coordinator) Session(ctx context.Context, req api.SessionRequest) (api.
 		// A lapsed session, or an open: the node syncs in this one.
 		m.synced = false
 		if !m.live(now) {
-			m.sync = nil
+			l.endSync(m)
 		}
 	}
 	if err := l.noLongerBystander(ctx, m, !bystanderSession(req)); err != nil {
@@ -217,8 +229,12 @@ func (l *Coordinator) flushSeen(ctx context.Context) error {
 }
 
 // SyncRefs handles PUT /nodes/{id}/refs: one chunk of the node's full
-// journal (api.SyncRequest). The last chunk replaces the node's references
-// in one transaction and makes the node synced.
+// journal (api.SyncRequest), or one step of a sync by hash (synchash.go).
+// The last chunk replaces the node's references (of every bucket, or of
+// the differing ones) in one transaction and makes the node synced. At
+// most MaxSyncs requests are served at once; more are refused with a
+// BusyError (429), as is a chunk past the cluster-wide buffer bound
+// (syncbounds.go).
 func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error) {
 	if err := validateID("node_id", nodeID); err != nil {
 		return api.SyncResponse{}, err
@@ -235,6 +251,14 @@ func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncR
 			return api.SyncResponse{}, err
 		}
 	}
+	if err := validateHashStep(nodeID, req); err != nil {
+		return api.SyncResponse{}, err
+	}
+	release, err := l.admitSync(nodeID)
+	if err != nil {
+		return api.SyncResponse{}, err
+	}
+	defer release()
 	now := l.now()
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
@@ -242,56 +266,93 @@ func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncR
 	if m == nil || !m.live(now) {
 		return api.SyncResponse{}, fmt.Errorf("sync of node %s: no live session; open one first: %w", nodeID, api.ErrNotFound)
 	}
+	if m.synced && m.done == req.SyncID && (req.Done || req.Hash != nil) {
+		return api.SyncResponse{Received: m.doneCount, Synced: true}, nil // a retry
+	}
 	if m.sync == nil || m.sync.id != req.SyncID {
-		if req.Offset != nil && (*req.Offset != 0 || len(req.ResourceIDs) > 0 || req.Done) {
-			return api.SyncResponse{}, fmt.Errorf("sync %s of node %s: unknown (its start was lost, e.g. with a lapsed session); start the sync again: %w",
+		if req.Offset != nil && (*req.Offset != 0 || len(req.ResourceIDs) > 0 || req.Done || isHashStep(req)) {
+			return api.SyncResponse{}, fmt.Errorf("sync %s of node %s: unknown (its start was lost, e.g. with a lapsed session, or dropped after sync-timeout); start the sync again: %w",
 				req.SyncID, nodeID, api.ErrNotFound)
 		}
-		m.sync = &nodeSync{id: req.SyncID, refs: map[string]struct{}{}, since: map[string]bool{}}
+		l.startSync(m, &nodeSync{id: req.SyncID, refs: map[string]struct{}{}, since: map[string]bool{}, touched: now})
+		if isHashStep(req) { // without an offset
+			l.endSync(m)
+			return api.SyncResponse{}, fmt.Errorf("sync %s of node %s: a hash step must follow the announcement: %w", req.SyncID, nodeID, api.ErrInvalidArgument)
+		}
 	}
 	s := m.sync
+	if len(req.ResourceIDs) == 0 && !req.Done && !isHashStep(req) && len(s.refs) == 0 && s.buckets == nil {
+		// The announcement (or its retry): say whether the sync may go by
+		// hash.
+		s.touched = now
+		return api.SyncResponse{ByHash: l.canSyncByHash(m, req.Generation)}, nil
+	}
+	if isHashStep(req) {
+		return l.syncHashStep(ctx, m, req, now)
+	}
 	if len(s.refs)+len(req.ResourceIDs) > maxSyncRefs {
-		m.sync = nil
+		l.endSync(m)
 		return api.SyncResponse{}, fmt.Errorf("sync of node %s: more than %d references: %w", nodeID, maxSyncRefs, api.ErrInvalidArgument)
 	}
-	for _, id := range req.ResourceIDs {
-		s.refs[id] = struct{}{}
+	if s.buckets != nil {
+		for _, id := range req.ResourceIDs {
+			if !s.buckets.Holds(id) {
+				return api.SyncResponse{}, fmt.Errorf("sync of node %s: resource %q is not in a bucket the coordinator asked for: %w", nodeID, id, api.ErrInvalidArgument)
+			}
+		}
+	}
+	if err := l.bufferSync(ctx, m, req.ResourceIDs, now); err != nil {
+		return api.SyncResponse{}, err
 	}
 	if !req.Done {
 		return api.SyncResponse{Received: len(s.refs)}, nil
 	}
 	if err := l.checkDoneLate(nodeID, m, req.Echo, now); err != nil {
-		m.sync = nil
+		l.endSync(m)
 		return api.SyncResponse{}, err
 	}
+	refs := s.refs
 	for id, added := range s.since {
+		if !s.buckets.Holds(id) {
+			continue // outside the replaced buckets, the change is stored already
+		}
 		if added {
-			s.refs[id] = struct{}{}
+			refs[id] = struct{}{}
 		} else {
-			delete(s.refs, id)
+			delete(refs, id)
 		}
 	}
-	m.sync = nil
+	l.endSync(m)
 	failpoint.Inject(failpoint.CoordSyncBeforeReplace)
-	if err := l.applySync(ctx, m, req.Generation, s.refs); err != nil {
+	if err := l.applySync(ctx, m, req.Generation, s.buckets, refs); err != nil {
 		return api.SyncResponse{}, err
 	}
 	failpoint.Inject(failpoint.CoordSyncAfterReplace)
-	m.synced = true
-	log.G(ctx).WithField("node", nodeID).WithField("refs", len(s.refs)).Info("node synced")
-	return api.SyncResponse{Received: len(s.refs), Synced: true}, nil
+	m.synced, m.done, m.doneCount = true, s.id, len(refs)
+	mode := "full"
+	if s.buckets != nil {
+		mode = "buckets"
+	}
+	l.syncMetrics.syncs.WithLabelValues(mode).Inc()
+	log.G(ctx).WithField("node", nodeID).WithField("refs", len(refs)).WithField("mode", mode).Info("node synced")
+	return api.SyncResponse{Received: len(refs), Synced: true}, nil
 }
 
 // applySync writes a node's full sync: it replaces the node's references,
 // or, from a journal generation the coordinator has not had a full sync
 // from (a wiped or replaced state dir), only adds them, then records the
 // generation (docs/design.md §8.6). Callers hold mmu.
-func (l *Coordinator) applySync(ctx context.Context, m *member, generation string, refs map[string]struct{}) error {
+func (l *Coordinator) applySync(ctx context.Context, m *member, generation string, buckets *refcount.BucketSet, refs map[string]struct{}) error {
 	node := m.rec.ID
 	b := new(refcount.Batch)
-	if generation == m.rec.Generation {
+	switch {
+	case buckets != nil && generation == m.rec.Generation:
+		if differ := buckets.List(); len(differ) > 0 {
+			b.ReplaceNodeBuckets(node, differ, refs)
+		}
+	case generation == m.rec.Generation:
 		b.ReplaceNode(node, refs)
-	} else {
+	default:
 		for id := range refs {
 			b.AddRef(id, node)
 		}
@@ -405,6 +466,9 @@ func (l *Coordinator) forgetLocked(ctx context.Context, nodeID, why string) erro
 		return fmt.Errorf("forget node %s: nothing was changed; run the same command again: %w", nodeID, err)
 	}
 	failpoint.Inject(failpoint.CoordForgetAfterCommit)
+	if m := l.members[nodeID]; m != nil {
+		l.endSync(m)
+	}
 	delete(l.members, nodeID)
 	l.metrics.members.Set(float64(len(l.members)))
 	log.G(ctx).WithField("node", nodeID).WithField("reason", why).Warn("member forgotten; its references are dropped")

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/sharedcontent/sharedcontent/internal/synchash"
 )
 
 // MaxGroupOps is the most writes one atomic group of a Batch should hold
@@ -61,6 +63,10 @@ type Op struct {
 	Key      string
 	Node     string
 	NodeRefs map[string]struct{}
+	// Buckets, when set on a ReplaceNode, restricts it to the resource IDs
+	// of those buckets (synchash.Bucket): the node's references in other
+	// buckets are left as they are.
+	Buckets  *BucketSet
 	Member   Member
 	Identity Identity
 	String   string
@@ -158,6 +164,42 @@ func (b *Batch) ReplaceNode(node string, refs map[string]struct{}) *Batch {
 	return b.add(Op{Kind: OpReplaceNode, Node: node, NodeRefs: c})
 }
 
+// ReplaceNodeBuckets is ReplaceNode restricted to the resource IDs of
+// buckets (synchash.Bucket): within them node references exactly refs,
+// outside them nothing changes (a sync by hash, docs/design.md §10). Every
+// ID of refs must be in one of buckets.
+func (b *Batch) ReplaceNodeBuckets(node string, buckets []int, refs map[string]struct{}) *Batch {
+	b.ReplaceNode(node, refs)
+	set := new(BucketSet)
+	for _, i := range buckets {
+		if i >= 0 && i < synchash.Buckets {
+			set[i] = true
+		}
+	}
+	b.ops[len(b.ops)-1].Buckets = set
+	return b
+}
+
+// BucketSet is a set of buckets (synchash.Bucket).
+type BucketSet [synchash.Buckets]bool
+
+// Holds reports whether the resource ID is in one of the set's buckets;
+// a nil set holds every ID.
+func (s *BucketSet) Holds(resourceID string) bool {
+	return s == nil || s[synchash.Bucket(resourceID)]
+}
+
+// List returns the buckets of the set, in order.
+func (s *BucketSet) List() []int {
+	var out []int
+	for i, in := range s {
+		if in {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
 // PutMember creates or replaces the member m.ID.
 func (b *Batch) PutMember(m Member) *Batch {
 	return b.add(Op{Kind: OpPutMember, Key: m.ID, Member: m})
@@ -217,6 +259,11 @@ func (op *Op) check() error {
 	case OpReplaceNode:
 		if op.Node == "" {
 			return errEmpty("node ID")
+		}
+		for id := range op.NodeRefs {
+			if !op.Buckets.Holds(id) {
+				return fmt.Errorf("refcount: replace of node %s: resource %q is outside the replaced buckets: %w", op.Node, id, errdefs.ErrInvalidArgument)
+			}
 		}
 		return nil
 	case OpPutIdentity:

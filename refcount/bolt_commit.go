@@ -113,7 +113,7 @@ func applyOp(tx *bolt.Tx, op *Op, v []byte) error {
 	case OpRemoveRef:
 		return removeRef(tx.Bucket(refcountsBucket), op.Key, op.Node)
 	case OpReplaceNode:
-		return replaceNode(tx.Bucket(refcountsBucket), op.Node, op.NodeRefs)
+		return replaceNode(tx.Bucket(refcountsBucket), op.Node, op.Buckets, op.NodeRefs)
 	}
 	return fmt.Errorf("refcount: unknown write kind %d: %w", op.Kind, errdefs.ErrInvalidArgument)
 }

@@ -153,12 +153,13 @@ func dropRefs(refs *bolt.Bucket, id string) error {
 	return nil
 }
 
-// replaceNode makes node a reference of exactly the sets refs of b: one
+// replaceNode makes node a reference of exactly the sets refs of b, among
+// the sets of buckets (nil: all; a set outside them is skipped): one
 // lookup per stored set, no set read whole.
-func replaceNode(b *bolt.Bucket, node string, refs map[string]struct{}) error {
+func replaceNode(b *bolt.Bucket, node string, buckets *BucketSet, refs map[string]struct{}) error {
 	var drop []string
 	err := b.ForEachBucket(func(k []byte) error {
-		if _, keep := refs[string(k)]; !keep && b.Bucket(k).Get([]byte(node)) != nil {
+		if _, keep := refs[string(k)]; !keep && buckets.Holds(string(k)) && b.Bucket(k).Get([]byte(node)) != nil {
 			drop = append(drop, string(k))
 		}
 		return nil

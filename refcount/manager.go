@@ -27,6 +27,8 @@ type Manager struct {
 	// ID modulo lockStripes) is held from the read of its set to the write.
 	// Reads that do not write take no stripe.
 	stripes [lockStripes]sync.Mutex
+	// hashes are the nodes' reference hashes (hashes.go).
+	hashes nodeHashes
 }
 
 // NewManager returns a Manager over storage.
@@ -80,6 +82,7 @@ func (m *Manager) modify(ctx context.Context, b *Batch, change func(*Set, string
 	if err := m.storage.Commit(ctx, b); err != nil {
 		return Set{}, err
 	}
+	m.applyHashes([]hashChange{refChange(op.Key, op.Node, op.Kind == OpAddRef)})
 	return rc, nil
 }
 
@@ -100,7 +103,15 @@ func (m *Manager) ReplaceNode(ctx context.Context, nodeID string, refs map[strin
 func (m *Manager) Commit(ctx context.Context, b *Batch) error {
 	unlock := m.lockBatch(b)
 	defer unlock()
-	return m.storage.Commit(ctx, b)
+	changes, err := m.batchHashes(ctx, b)
+	if err != nil {
+		return err
+	}
+	if err := m.storage.Commit(ctx, b); err != nil {
+		return err
+	}
+	m.applyHashes(changes)
+	return nil
 }
 
 // Storage returns the storage the Manager writes to. Writes to reference

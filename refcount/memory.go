@@ -178,7 +178,7 @@ func (st *memoryState) apply(op *Op) {
 			st.dropNode(op.Key, rc, op.Node)
 		}
 	case OpReplaceNode:
-		st.replaceNode(op.Node, op.NodeRefs)
+		st.replaceNode(op.Node, op.Buckets, op.NodeRefs)
 	case OpPutMember:
 		st.members[op.Key] = op.Member
 	case OpDeleteMember:
@@ -202,9 +202,9 @@ func (st *memoryState) apply(op *Op) {
 	}
 }
 
-func (st *memoryState) replaceNode(node string, refs map[string]struct{}) {
+func (st *memoryState) replaceNode(node string, buckets *BucketSet, refs map[string]struct{}) {
 	for id, rc := range st.entries {
-		if _, keep := refs[id]; !keep && rc.Has(node) {
+		if _, keep := refs[id]; !keep && rc.Has(node) && buckets.Holds(id) {
 			st.dropNode(id, rc, node)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/internal/failpoint"
+	"github.com/sharedcontent/sharedcontent/internal/synchash"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
@@ -78,28 +80,86 @@ func wireEcho(e *contentv2.Echo) *api.Echo {
 	return &api.Echo{Epoch: e.Epoch, StampMs: e.Stamp.Milliseconds(), ElapsedMs: e.Elapsed.Milliseconds()}
 }
 
+// SyncRefs sends the journal (docs/design.md §8.3): it announces the sync,
+// takes the snapshot, and then, when the coordinator can (ByHash), syncs by
+// hash (docs/design.md §10.4): the whole hash first (synced
+// at once when nothing changed), then the bucket hashes, then only the
+// resource IDs of the buckets that differ. An older coordinator gets the
+// whole journal.
 func (s *coordinator) SyncRefs(ctx context.Context, req contentv2.SyncRequest) error {
 	syncID := newSyncID()
 	// Announce the sync before the snapshot (see Coordinator.SyncRefs).
-	sent := 0
-	announce := api.SyncRequest{SyncID: syncID, ResourceIDs: []string{}, Generation: req.Generation, Offset: &sent}
-	if _, err := s.c.SyncRefs(ctx, announce); err != nil {
+	zero := 0
+	announce := api.SyncRequest{SyncID: syncID, ResourceIDs: []string{}, Generation: req.Generation, Offset: &zero}
+	resp, err := s.c.SyncRefs(ctx, announce)
+	if err != nil {
 		return mapErr(err)
 	}
 	failpoint.Inject(failpoint.StoreSyncAnnounced)
-	refs, err := req.Snapshot()
+	snap, err := req.Snapshot()
 	if err != nil {
 		return err
 	}
 	failpoint.Inject(failpoint.StoreSyncSnapshot)
+	ids := make([]string, len(snap))
+	for i, d := range snap {
+		ids[i] = d.String()
+	}
+	if resp.ByHash {
+		var done bool
+		if ids, done, err = s.syncByHash(ctx, syncID, req, ids); err != nil || done {
+			return err
+		}
+	}
+	return s.sendChunks(ctx, syncID, req, ids)
+}
+
+// syncByHash sends the hash steps of a sync: done when the whole hash
+// matched (the node is synced), else the resource IDs of the differing
+// buckets, which the chunks then carry.
+func (s *coordinator) syncByHash(ctx context.Context, syncID string, req contentv2.SyncRequest, ids []string) (rest []string, done bool, err error) {
+	table := synchash.FromIDs(ids)
+	whole := api.SyncHash(table.Whole())
+	buckets := make([]api.SyncHash, len(table))
+	for i, b := range table {
+		buckets[i] = api.SyncHash(b)
+	}
+	e := req.Echo()
+	if e == nil {
+		return nil, false, fmt.Errorf("sync: too long since the last session answer to finish it: %w", contentv2.ErrLate)
+	}
+	zero := 0
+	resp, err := s.c.SyncRefs(ctx, api.SyncRequest{SyncID: syncID, Generation: req.Generation, Offset: &zero, Hash: &whole, Echo: wireEcho(e)})
+	if err != nil {
+		return nil, false, mapErr(err)
+	}
+	if resp.Synced {
+		return nil, true, nil
+	}
+	resp, err = s.c.SyncRefs(ctx, api.SyncRequest{SyncID: syncID, Generation: req.Generation, Offset: &zero, BucketHashes: buckets})
+	if err != nil {
+		return nil, false, mapErr(err)
+	}
+	var differ [synchash.Buckets]bool
+	for _, b := range resp.Buckets {
+		if b >= 0 && b < synchash.Buckets {
+			differ[b] = true
+		}
+	}
+	rest = slices.DeleteFunc(ids, func(id string) bool { return !differ[synchash.Bucket(id)] })
+	return rest, false, nil
+}
+
+// sendChunks sends ids in chunks of api.MaxSyncChunk, the last one Done.
+// A chunk the coordinator refuses as busy (429) is sent again after its
+// Retry-After by lockclient, so the sync continues where it was.
+func (s *coordinator) sendChunks(ctx context.Context, syncID string, req contentv2.SyncRequest, refs []string) error {
+	sent := 0
 	for {
 		n := min(len(refs), api.MaxSyncChunk)
 		offset := sent
-		chunk := api.SyncRequest{SyncID: syncID, ResourceIDs: make([]string, n), Generation: req.Generation, Offset: &offset}
+		chunk := api.SyncRequest{SyncID: syncID, ResourceIDs: refs[:n:n], Generation: req.Generation, Offset: &offset}
 		sent += n
-		for i, d := range refs[:n] {
-			chunk.ResourceIDs[i] = d.String()
-		}
 		refs = refs[n:]
 		if len(refs) == 0 {
 			chunk.Done = true

@@ -285,13 +285,45 @@ type SyncRequest struct {
 	// node's references alone. Without it every chunk of an unknown sync
 	// starts one (older nodes).
 	Offset *int `json:"offset,omitempty"`
+
+	// Sync by hash (docs/design.md §10.4). After the
+	// announcement (which a coordinator that can compare hashes answers
+	// with ByHash), the node sends the hash of its whole snapshot (Hash,
+	// offset 0, with an Echo as for Done): when it equals the
+	// coordinator's record of the node, the node is synced and nothing is
+	// written. Otherwise it sends its bucket hashes (BucketHashes, all
+	// SyncBuckets of them, offset 0); the answer names the buckets
+	// that differ, and the chunks that follow carry only the resource IDs
+	// of those buckets: Done replaces the node's references in those
+	// buckets only. A node that sends neither syncs in full, as before.
+	Hash         *SyncHash  `json:"hash,omitempty"`
+	BucketHashes []SyncHash `json:"bucket_hashes,omitempty"`
 }
+
+// SyncHash is the order-independent hash of a set of resource IDs (a
+// node's journal, or one bucket of it): how many, and the sum (mod 2^64)
+// of each ID's hash, the first 8 bytes (big-endian) of its SHA-256. An
+// ID's bucket is the first of those bytes (SyncBuckets of them).
+type SyncHash struct {
+	Count uint64 `json:"count"`
+	Hash  uint64 `json:"hash"`
+}
+
+// SyncBuckets is the number of bucket hashes of a sync by hash.
+const SyncBuckets = 256
 
 // SyncResponse is the answer to PUT /nodes/{id}/refs.
 type SyncResponse struct {
 	// Received counts the resource IDs of the sync so far.
 	Received int  `json:"received"`
 	Synced   bool `json:"synced"`
+	// ByHash, on the announcement: the coordinator compares hashes for
+	// this sync (the node's member record is of the same journal
+	// generation); the node may send Hash.
+	ByHash bool `json:"by_hash,omitempty"`
+	// Buckets answers BucketHashes: the buckets whose resource IDs the
+	// node sends (those whose hashes differ), in order.
+	Buckets []int `json:"buckets,omitempty"`
 }
 
 // MaxSyncChunk bounds the resource IDs of one SyncRequest (about 600 KiB

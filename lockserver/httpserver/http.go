@@ -582,6 +582,11 @@ func writeError(ctx *fasthttp.RequestCtx, err error) {
 	if status >= 500 {
 		log.L.WithError(err).WithField("path", string(ctx.Path())).Error("request failed")
 	}
+	var busy *lockserver.BusyError
+	if errors.As(err, &busy) {
+		// Whole seconds, rounded up: the node waits at least that long.
+		ctx.Response.Header.Set("Retry-After", strconv.Itoa(int((busy.RetryAfter+time.Second-1)/time.Second)))
+	}
 	writeJSON(ctx, status, body)
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/synchash"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
@@ -39,6 +40,7 @@ func Run(t *testing.T, newStorage func(t *testing.T) refcount.Storage, takeOver 
 		{"Concurrent", testConcurrent},
 		{"ContextDone", testContextDone},
 		{"ReplaceNode", testReplaceNode},
+		{"ReplaceNodeBuckets", testReplaceNodeBuckets},
 		{"Members", testMembers},
 		{"Identity", testIdentity},
 		{"FenceMark", testFenceMark},
@@ -268,6 +270,46 @@ func testReplaceNode(t *testing.T, s refcount.Storage) {
 	require.Equal(t, [][]string{{"m"}, {"m"}}, nodes)
 
 	require.ErrorIs(t, s.Commit(ctx, new(refcount.Batch).ReplaceNode("", nil)), errdefs.ErrInvalidArgument)
+}
+
+// testReplaceNodeBuckets: a ReplaceNode restricted to some buckets changes
+// the node's references in those buckets only (a sync by hash).
+func testReplaceNodeBuckets(t *testing.T, s refcount.Storage) {
+	ctx := t.Context()
+	// Two resource IDs per bucket side: in and out of the replaced bucket.
+	var in, out []string
+	for i := 0; len(in) < 3 || len(out) < 2; i++ {
+		id := fmt.Sprintf("r%d", i)
+		if synchash.Bucket(id) == synchash.Bucket("r0") {
+			if len(in) < 3 {
+				in = append(in, id)
+			}
+		} else if len(out) < 2 {
+			out = append(out, id)
+		}
+	}
+	bucket := synchash.Bucket(in[0])
+	commit(t, s, refs(in[0], "n").AddRef(in[1], "n").AddRef(in[1], "m").AddRef(out[0], "n"))
+	// in[0] dropped, in[1] keeps m only, in[2] added; out[0] kept though
+	// refs does not name it, out[1] untouched.
+	commit(t, s, new(refcount.Batch).ReplaceNodeBuckets("n", []int{bucket}, map[string]struct{}{in[2]: {}}))
+	has := func(id string) []string {
+		rc, err := s.Get(ctx, id)
+		if errdefs.IsNotFound(err) {
+			return nil
+		}
+		require.NoError(t, err)
+		return rc.NodeList()
+	}
+	require.Nil(t, has(in[0]))
+	require.Equal(t, []string{"m"}, has(in[1]))
+	require.Equal(t, []string{"n"}, has(in[2]))
+	require.Equal(t, []string{"n"}, has(out[0]), "a reference outside the replaced bucket stays")
+
+	// A resource ID outside the buckets is refused, and nothing changes.
+	err := s.Commit(ctx, new(refcount.Batch).ReplaceNodeBuckets("n", []int{bucket}, map[string]struct{}{out[1]: {}}))
+	require.ErrorIs(t, err, errdefs.ErrInvalidArgument)
+	require.Nil(t, has(out[1]))
 }
 
 func testMembers(t *testing.T, s refcount.Storage) {

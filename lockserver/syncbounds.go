@@ -1,0 +1,196 @@
+package lockserver
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/containerd/log"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+// Bounds on syncs (docs/design.md §10.4): session calls never
+// wait for a sync slot, syncs beyond MaxSyncs at once are answered 429
+// with Retry-After, the resource IDs that unfinished syncs buffer are
+// bounded cluster-wide (MaxSyncBuffer), and an unfinished sync that sends
+// nothing for SyncTimeout is dropped with its buffer.
+
+const (
+	// DefaultSyncBuffer bounds the resource IDs that every unfinished
+	// sync together buffers: 4M, about 500 MB at most, four times the
+	// largest full sync of a node with 1M references.
+	DefaultSyncBuffer = 1 << 22
+	// DefaultSyncTimeout is how long an unfinished sync may send nothing
+	// before its buffer is dropped; the node then starts it again.
+	DefaultSyncTimeout = 2 * time.Minute
+	// syncRetryAfter is the Retry-After of a refused sync.
+	syncRetryAfter = time.Second
+)
+
+// DefaultMaxSyncs is the default number of sync requests the coordinator
+// serves at once: two per CPU, at least 4.
+func DefaultMaxSyncs() int { return max(4, 2*runtime.GOMAXPROCS(0)) }
+
+// BusyError is a refusal of a busy coordinator: retry after RetryAfter. It
+// matches api.ErrTooManyRequests (429; the HTTP side sends RetryAfter as
+// the Retry-After header).
+type BusyError struct {
+	Reason     string
+	RetryAfter time.Duration
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("%s; retry in %s: %s", e.Reason, e.RetryAfter, api.ErrTooManyRequests)
+}
+
+// Unwrap makes errors.Is(err, api.ErrTooManyRequests) true.
+func (e *BusyError) Unwrap() error { return api.ErrTooManyRequests }
+
+// syncMetrics are the series of syncs.
+type syncMetrics struct {
+	// syncs counts completed syncs by mode: full, hash (the whole hash was
+	// equal: nothing written), buckets (only differing buckets replaced).
+	syncs *prometheus.CounterVec
+	// refused counts sync requests answered 429, by reason (busy, buffer).
+	refused *prometheus.CounterVec
+	// dropped counts unfinished syncs dropped, by reason (timeout).
+	dropped *prometheus.CounterVec
+	// buffered is the resource IDs unfinished syncs hold.
+	buffered prometheus.Gauge
+}
+
+func newSyncMetrics(reg prometheus.Registerer) (*syncMetrics, error) {
+	m := &syncMetrics{
+		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sharedcontent_syncs_total",
+			Help: "Syncs completed, by mode: full (the whole journal), hash (the node's hash equalled the coordinator's record: nothing written), buckets (only the differing buckets were sent and replaced).",
+		}, []string{"mode"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sharedcontent_sync_refusals_total",
+			Help: "Sync requests answered 429 with Retry-After, by reason: busy (max-syncs requests being served), buffer (the unfinished syncs' buffers are full: max-sync-buffer).",
+		}, []string{"reason"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sharedcontent_syncs_dropped_total",
+			Help: "Unfinished syncs dropped with their buffer, by reason: timeout (nothing sent for sync-timeout).",
+		}, []string{"reason"}),
+		buffered: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sharedcontent_sync_buffer_refs",
+			Help: "Resource IDs buffered by unfinished syncs, over every node (bounded by max-sync-buffer).",
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.syncs, m.refused, m.dropped, m.buffered} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+// syncLimits is the coordinator's sync admission and buffer accounting.
+type syncLimits struct {
+	// slots admits MaxSyncs sync requests at once.
+	slots chan struct{}
+	// buffered counts the resource IDs of every unfinished sync;
+	// protected by Coordinator.mmu.
+	buffered int
+	// active are the members with an unfinished sync; protected by mmu.
+	active map[*member]struct{}
+}
+
+func newSyncLimits(cfg Config) *syncLimits {
+	return &syncLimits{slots: make(chan struct{}, cfg.MaxSyncs), active: map[*member]struct{}{}}
+}
+
+// admitSync takes a sync slot, or refuses the request at once: a sync
+// never queues (a queued one would hold a connection and time out on the
+// node), and session calls take no slot.
+func (l *Coordinator) admitSync(node string) (release func(), err error) {
+	select {
+	case l.syncLimits.slots <- struct{}{}:
+		return func() { <-l.syncLimits.slots }, nil
+	default:
+		l.syncMetrics.refused.WithLabelValues("busy").Inc()
+		return nil, &BusyError{Reason: fmt.Sprintf("sync of node %s: %d syncs are being served (max-syncs)", node, cap(l.syncLimits.slots)),
+			RetryAfter: syncRetryAfter}
+	}
+}
+
+// startSync makes s m's unfinished sync, dropping the one m had. Callers
+// hold mmu.
+func (l *Coordinator) startSync(m *member, s *nodeSync) {
+	l.endSync(m)
+	m.sync = s
+	l.syncLimits.active[m] = struct{}{}
+}
+
+// endSync drops m's unfinished sync, if any, and its buffer. Callers hold
+// mmu.
+func (l *Coordinator) endSync(m *member) {
+	if m.sync == nil {
+		return
+	}
+	l.syncLimits.buffered -= len(m.sync.refs)
+	l.syncMetrics.buffered.Set(float64(l.syncLimits.buffered))
+	delete(l.syncLimits.active, m)
+	m.sync = nil
+}
+
+// bufferSync adds ids to s, m's sync, within the cluster-wide bound: a
+// chunk that would pass it drops the syncs that timed out first, and is
+// refused (429, nothing buffered) if that is not enough; the node sends
+// the same chunk again later, so the sync resumes where it was. Callers
+// hold mmu.
+func (l *Coordinator) bufferSync(ctx context.Context, m *member, ids []string, now time.Time) error {
+	s := m.sync
+	s.touched = now // the node is sending: its own sync is not stale
+	if l.syncLimits.buffered+len(ids) > l.cfg.MaxSyncBuffer {
+		l.dropStaleSyncs(ctx, now)
+	}
+	if l.syncLimits.buffered+len(ids) > l.cfg.MaxSyncBuffer {
+		l.syncMetrics.refused.WithLabelValues("buffer").Inc()
+		return &BusyError{Reason: fmt.Sprintf("sync of node %s: unfinished syncs buffer %d resource IDs, %d more would pass max-sync-buffer (%d)",
+			m.rec.ID, l.syncLimits.buffered, len(ids), l.cfg.MaxSyncBuffer), RetryAfter: syncRetryAfter}
+	}
+	before := len(s.refs)
+	for _, id := range ids {
+		s.refs[id] = struct{}{}
+	}
+	l.syncLimits.buffered += len(s.refs) - before
+	l.syncMetrics.buffered.Set(float64(l.syncLimits.buffered))
+	return nil
+}
+
+// dropStaleSyncs drops every unfinished sync that has sent nothing for
+// SyncTimeout. Callers hold mmu.
+func (l *Coordinator) dropStaleSyncs(ctx context.Context, now time.Time) {
+	for m := range l.syncLimits.active {
+		if now.Sub(m.sync.touched) >= l.cfg.SyncTimeout {
+			log.G(ctx).WithField("node", m.rec.ID).WithField("refs", len(m.sync.refs)).WithField("idle", now.Sub(m.sync.touched)).
+				Warn("unfinished sync dropped: nothing sent for sync-timeout; the node starts it again")
+			l.syncMetrics.dropped.WithLabelValues("timeout").Inc()
+			l.endSync(m)
+		}
+	}
+}
+
+// syncSweepLoop drops timed-out syncs every SyncTimeout/4 until Close.
+func (l *Coordinator) syncSweepLoop() {
+	defer l.wg.Done()
+	t := time.NewTicker(max(l.cfg.SyncTimeout/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+			l.mmu.Lock()
+			l.dropStaleSyncs(context.Background(), l.now())
+			l.mmu.Unlock()
+		}
+	}
+}

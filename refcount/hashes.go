@@ -1,0 +1,211 @@
+package refcount
+
+import (
+	"context"
+	"sync"
+
+	"github.com/sharedcontent/sharedcontent/internal/synchash"
+)
+
+// hashListPage is the page size of the walk that builds the hashes.
+const hashListPage = 1000
+
+// nodeHashes is, per node, the hash of the resource IDs it references
+// (synchash.Table), kept by the Manager on every write it makes: what a
+// sync by hash compares with the node's journal (docs/design.md §10).
+type nodeHashes struct {
+	mu     sync.Mutex
+	built  bool
+	byNode map[string]*synchash.Table // protected by mu
+}
+
+// BuildHashes computes every node's hash with one walk of the stored
+// reference sets (O(references)), holding every stripe meanwhile so that
+// no write is missed; from then on the Manager keeps them up to date.
+// A coordinator calls it once, when it starts.
+func (m *Manager) BuildHashes(ctx context.Context) error {
+	unlock := m.lockBatch(new(Batch).ReplaceNode("*", nil)) // every stripe
+	defer unlock()
+	byNode := map[string]*synchash.Table{}
+	after := ""
+	for {
+		page, err := m.storage.List(ctx, after, hashListPage)
+		if err != nil {
+			return err
+		}
+		for _, e := range page {
+			for n := range e.Refs.Nodes {
+				t := byNode[n]
+				if t == nil {
+					t = new(synchash.Table)
+					byNode[n] = t
+				}
+				t.Add(e.ResourceID)
+			}
+		}
+		if len(page) < hashListPage {
+			break
+		}
+		after = page[len(page)-1].ResourceID
+	}
+	m.hashes.mu.Lock()
+	m.hashes.byNode, m.hashes.built = byNode, true
+	m.hashes.mu.Unlock()
+	return nil
+}
+
+// NodeHash returns the hash of the node's references, and false when
+// BuildHashes has not run.
+func (m *Manager) NodeHash(node string) (synchash.Table, bool) {
+	m.hashes.mu.Lock()
+	defer m.hashes.mu.Unlock()
+	if !m.hashes.built {
+		return synchash.Table{}, false
+	}
+	if t := m.hashes.byNode[node]; t != nil {
+		return *t, true
+	}
+	return synchash.Table{}, true
+}
+
+// hashChange is one change of the hashes, applied once its write is
+// committed.
+type hashChange func(byNode map[string]*synchash.Table)
+
+// applyHashes applies changes in order. Callers hold the stripes of the
+// writes the changes come from.
+func (m *Manager) applyHashes(changes []hashChange) {
+	if len(changes) == 0 {
+		return
+	}
+	m.hashes.mu.Lock()
+	defer m.hashes.mu.Unlock()
+	if !m.hashes.built {
+		return
+	}
+	for _, c := range changes {
+		c(m.hashes.byNode)
+	}
+}
+
+// refChange returns the change of node's hash by one added (or dropped)
+// reference to resourceID.
+func refChange(resourceID, node string, add bool) hashChange {
+	return func(byNode map[string]*synchash.Table) {
+		t := byNode[node]
+		if t == nil {
+			t = new(synchash.Table)
+			byNode[node] = t
+		}
+		if add {
+			t.Add(resourceID)
+		} else {
+			t.Remove(resourceID)
+		}
+		if t.Empty() {
+			delete(byNode, node)
+		}
+	}
+}
+
+// replaceChange returns the change of node's hash by a ReplaceNode: the
+// buckets it replaces (all without buckets) become those of refs.
+func replaceChange(node string, buckets *BucketSet, refs map[string]struct{}) hashChange {
+	var fresh synchash.Table
+	for id := range refs {
+		fresh.Add(id)
+	}
+	return func(byNode map[string]*synchash.Table) {
+		t := byNode[node]
+		if t == nil {
+			t = new(synchash.Table)
+			byNode[node] = t
+		}
+		for i := range t {
+			if buckets == nil || buckets[i] {
+				t[i] = fresh[i]
+			}
+		}
+		if t.Empty() {
+			delete(byNode, node)
+		}
+	}
+}
+
+// batchHashes returns the hash changes of b's writes to reference sets,
+// reading the sets they change as they are before b (and as b's earlier
+// writes leave them). Callers hold the stripes of b.
+func (m *Manager) batchHashes(ctx context.Context, b *Batch) ([]hashChange, error) {
+	m.hashes.mu.Lock()
+	built := m.hashes.built
+	m.hashes.mu.Unlock()
+	if !built {
+		return nil, nil
+	}
+	type replaced struct {
+		buckets *BucketSet
+		refs    map[string]struct{}
+	}
+	sets := map[string]Set{}            // reference sets as b's earlier writes leave them
+	replacedBy := map[string]replaced{} // the last ReplaceNode of each node in b
+	get := func(id string) (Set, error) {
+		if rc, ok := sets[id]; ok {
+			return rc, nil
+		}
+		rc, err := m.GetRefCount(ctx, id)
+		if err != nil {
+			return Set{}, err
+		}
+		// Apply b's earlier replaces to a set read from the storage.
+		for n, r := range replacedBy {
+			if r.buckets.Holds(id) {
+				if _, ok := r.refs[id]; ok {
+					rc.Add(n)
+				} else {
+					rc.Remove(n)
+				}
+			}
+		}
+		sets[id] = rc
+		return rc, nil
+	}
+	var out []hashChange
+	for i := range b.ops {
+		op := &b.ops[i]
+		switch op.Kind {
+		case OpAddRef, OpRemoveRef:
+			rc, err := get(op.Key)
+			if err != nil {
+				return nil, err
+			}
+			add := op.Kind == OpAddRef
+			if add && rc.Add(op.Node) || !add && rc.Remove(op.Node) {
+				out = append(out, refChange(op.Key, op.Node, add))
+			}
+			sets[op.Key] = rc
+		case OpDropRefs:
+			rc, err := get(op.Key)
+			if err != nil {
+				return nil, err
+			}
+			for n := range rc.Nodes {
+				out = append(out, refChange(op.Key, n, false))
+			}
+			sets[op.Key] = Set{}
+		case OpReplaceNode:
+			out = append(out, replaceChange(op.Node, op.Buckets, op.NodeRefs))
+			replacedBy[op.Node] = replaced{op.Buckets, op.NodeRefs}
+			for id, rc := range sets {
+				if op.Buckets.Holds(id) {
+					if _, ok := op.NodeRefs[id]; ok {
+						rc.Add(op.Node)
+					} else {
+						rc.Remove(op.Node)
+					}
+					sets[id] = rc
+				}
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,87 @@
+package refcount
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/internal/synchash"
+)
+
+// requireHashes checks that m's kept hashes equal those a fresh walk of the
+// storage computes.
+func requireHashes(t *testing.T, m *Manager, nodes ...string) {
+	t.Helper()
+	fresh := NewManager(m.Storage())
+	require.NoError(t, fresh.BuildHashes(t.Context()))
+	for _, n := range nodes {
+		kept, ok := m.NodeHash(n)
+		require.True(t, ok)
+		want, _ := fresh.NodeHash(n)
+		require.Equal(t, want, kept, "node %s", n)
+	}
+}
+
+// TestHashesKept: every write through the Manager keeps the nodes' hashes
+// equal to those of the stored references, on both stores, and a restart
+// (a new Manager over the same file) builds them again.
+func TestHashesKept(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "refs.db")
+	bolt, err := OpenBoltStorage(path)
+	require.NoError(t, err)
+	for name, s := range map[string]Storage{"memory": NewMemoryStorage(), "bolt": bolt} {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			m := NewManager(s)
+			require.NoError(t, m.BuildHashes(ctx))
+			h, ok := m.NodeHash("n")
+			require.True(t, ok)
+			require.True(t, h.Empty())
+
+			for _, id := range []string{"a", "b", "c", "d"} {
+				_, err := m.AddRef(ctx, id, "n")
+				require.NoError(t, err)
+			}
+			_, err := m.AddRef(ctx, "a", "n") // twice: counted once
+			require.NoError(t, err)
+			_, err = m.AddRef(ctx, "a", "m")
+			require.NoError(t, err)
+			h, _ = m.NodeHash("n")
+			require.Equal(t, *synchash.FromIDs([]string{"a", "b", "c", "d"}), h)
+			requireHashes(t, m, "n", "m")
+
+			_, err = m.RemoveRef(ctx, "b", "n") // drop
+			require.NoError(t, err)
+			requireHashes(t, m, "n", "m")
+			// A delete's completion drops the set; a batch adds and drops.
+			require.NoError(t, m.Commit(ctx, new(Batch).DropRefs("a").AddRef("e", "n").AddRef("e", "n").RemoveRef("c", "n")))
+			requireHashes(t, m, "n", "m")
+			h, _ = m.NodeHash("m")
+			require.True(t, h.Empty(), "m's only reference was dropped")
+			// A bucket-wise replace, then a full one.
+			require.NoError(t, m.Commit(ctx, new(Batch).ReplaceNodeBuckets("n", []int{synchash.Bucket("f")}, map[string]struct{}{"f": {}})))
+			requireHashes(t, m, "n")
+			require.NoError(t, m.Commit(ctx, new(Batch).AddRef("g", "m").ReplaceNode("n", map[string]struct{}{"g": {}, "h": {}}).AddRef("g", "n")))
+			requireHashes(t, m, "n", "m")
+			h, _ = m.NodeHash("n")
+			require.Equal(t, *synchash.FromIDs([]string{"g", "h"}), h)
+			// Forget.
+			require.NoError(t, m.ReplaceNode(ctx, "n", nil))
+			h, _ = m.NodeHash("n")
+			require.True(t, h.Empty())
+			requireHashes(t, m, "n", "m")
+		})
+	}
+	// Restart: a new Manager over the reopened file walks it once.
+	require.NoError(t, bolt.Close())
+	bolt, err = OpenBoltStorage(path)
+	require.NoError(t, err)
+	defer bolt.Close()
+	m := NewManager(bolt)
+	_, ok := m.NodeHash("m")
+	require.False(t, ok, "not built yet")
+	require.NoError(t, m.BuildHashes(t.Context()))
+	h, _ := m.NodeHash("m")
+	require.Equal(t, *synchash.FromIDs([]string{"g"}), h)
+}
