@@ -85,3 +85,34 @@ func TestHashesKept(t *testing.T) {
 	h, _ := m.NodeHash("m")
 	require.Equal(t, *synchash.FromIDs([]string{"g"}), h)
 }
+
+// TestOrderedAddHidesTheHash: a reference added by AddRefOrdered is
+// written outside the stripes, so its node's hash is not offered (a sync
+// of it is whole) until a whole ReplaceNode sets the hash anew; a hash
+// that missed the reference could make a node whose journal has it, and
+// the coordinator not, look synced.
+func TestOrderedAddHidesTheHash(t *testing.T) {
+	bolt, err := OpenBoltStorage(filepath.Join(t.TempDir(), "refs.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { bolt.Close() })
+	for name, s := range map[string]Storage{"memory": NewMemoryStorage(), "bolt": bolt} {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			m := NewManager(s)
+			require.NoError(t, m.BuildHashes(ctx))
+			n, err := m.AddRefOrdered(ctx, "a", "n")()
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+			_, ok := m.NodeHash("n")
+			require.False(t, ok, "the ordered add is not in the hash")
+			_, ok = m.NodeHash("m")
+			require.True(t, ok, "another node's hash is offered")
+
+			require.NoError(t, m.ReplaceNode(ctx, "n", map[string]struct{}{"a": {}, "b": {}}))
+			h, ok := m.NodeHash("n")
+			require.True(t, ok, "a whole replace sets the hash anew")
+			require.Equal(t, *synchash.FromIDs([]string{"a", "b"}), h)
+			requireHashes(t, m, "n")
+		})
+	}
+}

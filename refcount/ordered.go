@@ -56,6 +56,10 @@ func (m *Manager) AddRefOrdered(ctx context.Context, resourceID, nodeID string) 
 	if err != nil || has {
 		return func() (int, error) { return n, err }
 	}
+	// The write is ordered outside the stripes, so the hash of the node
+	// cannot be kept exactly: it is not offered until a whole sync of the
+	// node sets it anew (a sync by hash of it sends the whole journal).
+	m.markDirty(nodeID)
 	written := sub.Submit(ctx, new(Batch).AddRef(resourceID, nodeID))
 	return func() (int, error) {
 		if err := written(); err != nil {
