@@ -32,6 +32,7 @@ import (
 
 	"github.com/containerd/log"
 
+	"github.com/sharedcontent/sharedcontent/bench/scale"
 	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 )
 
@@ -97,6 +98,7 @@ type config struct {
 	pluginReps   int
 	profileDir   string
 	goBench      string
+	scale        scaleFlags
 }
 
 func main() {
@@ -153,6 +155,11 @@ func (r *report) runSections(ctx context.Context) error {
 		}
 		r.plugin = res
 	}
+	if cfg.sections["scale"] {
+		if err := r.runScale(progress); err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -162,9 +169,16 @@ func (r *report) write() error {
 	var table bytes.Buffer
 	r.writeTables(&table)
 	r.writeTargets(&table)
+	if r.scale != nil {
+		r.writeScaleBlock(&table)
+	}
 	os.Stdout.Write(table.Bytes())
 	if r.cfg.out == "" {
 		return nil
+	}
+	doc := filepath.Join(r.cfg.out, "BENCHMARKS.md")
+	if r.onlyScale() {
+		return r.spliceScale(doc)
 	}
 	if err := os.MkdirAll(r.cfg.out, 0o755); err != nil {
 		return err
@@ -174,7 +188,13 @@ func (r *report) write() error {
 			return fmt.Errorf("charts: %w", err)
 		}
 	}
-	return r.writeDoc(filepath.Join(r.cfg.out, "BENCHMARKS.md"))
+	return r.writeDoc(doc)
+}
+
+// onlyScale: the run is the scale section's alone, which rewrites only its
+// block of the doc.
+func (r *report) onlyScale() bool {
+	return r.cfg.sections["scale"] && len(r.cfg.sections) == 1
 }
 
 // parseFlags reads the command line into a config.
@@ -182,7 +202,7 @@ func parseFlags() (config, error) {
 	var cfg config
 	var sections, lockClients, nodes, waiters string
 	flag.StringVar(&cfg.out, "out", "", "directory for BENCHMARKS.md and the PNG charts (empty: stdout only)")
-	flag.StringVar(&sections, "only", "lock,dedup,notify,plugin", "sections to run, comma-separated")
+	flag.StringVar(&sections, "only", "lock,dedup,notify,plugin", "sections to run, comma-separated (scale: the scale benchmark, which `make bench-scale` runs)")
 	flag.DurationVar(&cfg.lockRound, "lock-round", defaultLockRound, "duration of one lock round")
 	flag.IntVar(&cfg.lockRounds, "lock-rounds", defaultLockRounds, "lock rounds per system and scenario (median reported)")
 	flag.StringVar(&lockClients, "lock-clients", "16,64", "concurrent lock clients")
@@ -198,6 +218,7 @@ func parseFlags() (config, error) {
 	flag.IntVar(&cfg.pluginReps, "plugin-reps", defaultPluginReps, "runs per path in the plugin test (median reported)")
 	flag.StringVar(&cfg.profileDir, "profile", "", "write CPU profiles of sharedcontent's part of each section here")
 	flag.StringVar(&cfg.goBench, "gobench", "", "output of the Go benchmarks (go test -bench) to include in the doc")
+	cfg.scale.register(flag.CommandLine)
 	flag.Parse()
 	var err error
 	if cfg.lockClients, err = ints(lockClients); err != nil {
@@ -241,6 +262,11 @@ type report struct {
 	imageBytes int64
 	notify     []notifyResult
 	plugin     []overheadResult
+
+	scale                           *scale.Results
+	scaleStarted                    time.Time
+	scaleTook                       time.Duration
+	scaleLoadBefore, scaleLoadAfter string
 }
 
 func (r *report) runLock(ctx context.Context, progress func(string)) error {
@@ -686,6 +712,10 @@ func (r *report) writeDoc(path string) error {
 			fmt.Fprintf(&b, "\n## Go benchmarks (`go test -run '^$' -bench . -skip Notify -benchmem ./lockserver/ ./lockclient/`, then `go test -run '^$' -bench Notify -benchtime 400x -benchmem ./lockclient/`, then `go test -v -run '^$' -bench . -benchtime 1x ./cmd/sharedcontent-lockserver/`; same run)\n\n")
 			fmt.Fprintf(&b, "Memory per held lock and per queued waiter (issue 2 §6) are `B/held-lock` and `B/waiter`. `BenchmarkNotify` is the push latency with a bbolt (fsync per reference change) or in-memory reference store. `BenchmarkMemoryIdleKeys` and `BenchmarkWaiters` run the stand-alone coordinator in its own process (issue 15, memory under abuse): its VmRSS and Go heap in MiB with 200k keys held, released, forgotten and after its next collection; and the time until each of 5,000 waiters has its outcome.\n\n```\n%s```\n\n", benchLines(gb))
 		}
+	}
+	if block := r.scaleBlock(path); block != nil {
+		fmt.Fprintln(&b)
+		b.Write(block)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
