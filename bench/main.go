@@ -117,12 +117,12 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r := &report{cfg: cfg, started: time.Now(), loadBefore: loadavg()}
+	r := &report{cfg: cfg, started: time.Now(), loadBefore: scale.Loadavg()}
 	if err := r.runSections(ctx); err != nil {
 		return err
 	}
 	r.took = time.Since(r.started)
-	r.loadAfter = loadavg()
+	r.loadAfter = scale.Loadavg()
 	return r.write()
 }
 
@@ -524,11 +524,8 @@ func ratio(a, b float64) string {
 
 // ---- targets ----
 
-type verdict struct {
-	name   string
-	met    bool
-	detail string
-}
+// verdict is one target, met or not, with the figure.
+type verdict = scale.Verdict
 
 func (r *report) targets() []verdict {
 	var out []verdict
@@ -541,9 +538,9 @@ func (r *report) targets() []verdict {
 			redis, _ := r.find("redis", sc)
 			got := l.Rate / redis.Rate
 			out = append(out, verdict{
-				name: fmt.Sprintf("lock, %s: ≥ %.1f× Redis", sc, targetDistinctVsRedis),
-				met:  got >= targetDistinctVsRedis,
-				detail: fmt.Sprintf("%.2f× (%.0f vs %.0f cycles/s)%s", got, l.Rate, redis.Rate,
+				Name: fmt.Sprintf("lock, %s: ≥ %.1f× Redis", sc, targetDistinctVsRedis),
+				Met:  got >= targetDistinctVsRedis,
+				Detail: fmt.Sprintf("%.2f× (%.0f vs %.0f cycles/s)%s", got, l.Rate, redis.Rate,
 					shortBy(got, targetDistinctVsRedis)),
 			})
 			continue
@@ -555,9 +552,9 @@ func (r *report) targets() []verdict {
 		// cycles. (Redis, with no queue, shows the opposite.)
 		fifo := float64(l.MinCount) >= fifoMinShare*float64(l.MaxCount)
 		out = append(out, verdict{
-			name: fmt.Sprintf("lock, %s: ≥ %.0f× etcd, FIFO kept", sc, targetHotVsEtcd),
-			met:  got >= targetHotVsEtcd && fifo,
-			detail: fmt.Sprintf("%.1f× (%.0f vs %.0f cycles/s)%s; cycles per client %d..%d (%s)",
+			Name: fmt.Sprintf("lock, %s: ≥ %.0f× etcd, FIFO kept", sc, targetHotVsEtcd),
+			Met:  got >= targetHotVsEtcd && fifo,
+			Detail: fmt.Sprintf("%.1f× (%.0f vs %.0f cycles/s)%s; cycles per client %d..%d (%s)",
 				got, l.Rate, etcd.Rate, shortBy(got, targetHotVsEtcd), l.MinCount, l.MaxCount,
 				map[bool]string{true: "round-robin: FIFO kept", false: "NOT round-robin"}[fifo]),
 		})
@@ -580,9 +577,9 @@ func (r *report) targets() []verdict {
 	}
 	if len(r.dedup) > 0 {
 		out = append(out, verdict{
-			name:   fmt.Sprintf("pull: registry bytes ≤ %.2f× the image for every N", targetBytesVsImage),
-			met:    worst <= targetBytesVsImage,
-			detail: fmt.Sprintf("worst %.3f× (N=%d)", worst, worstN),
+			Name:   fmt.Sprintf("pull: registry bytes ≤ %.2f× the image for every N", targetBytesVsImage),
+			Met:    worst <= targetBytesVsImage,
+			Detail: fmt.Sprintf("worst %.3f× (N=%d)", worst, worstN),
 		})
 	}
 	if n1 > 0 && n8 > 0 {
@@ -591,7 +588,7 @@ func (r *report) targets() []verdict {
 		if got > targetWallN8VsN1 {
 			d += fmt.Sprintf(", missed by %.0f%% (%.2f s over)", 100*(got/targetWallN8VsN1-1), (n8 - time.Duration(targetWallN8VsN1*float64(n1))).Seconds())
 		}
-		out = append(out, verdict{name: fmt.Sprintf("pull: wall at N=8 ≤ %.1f× N=1", targetWallN8VsN1), met: got <= targetWallN8VsN1, detail: d})
+		out = append(out, verdict{Name: fmt.Sprintf("pull: wall at N=8 ≤ %.1f× N=1", targetWallN8VsN1), Met: got <= targetWallN8VsN1, Detail: d})
 	}
 	for _, p := range r.plugin {
 		o := p.Overhead()
@@ -599,7 +596,7 @@ func (r *report) targets() []verdict {
 		if o > targetPluginOverhead {
 			d += fmt.Sprintf(", missed by %.1f points", 100*(o-targetPluginOverhead))
 		}
-		out = append(out, verdict{name: fmt.Sprintf("plugin %s: overhead ≤ %.0f%%", p.Op, 100*targetPluginOverhead), met: o <= targetPluginOverhead, detail: d})
+		out = append(out, verdict{Name: fmt.Sprintf("plugin %s: overhead ≤ %.0f%%", p.Op, 100*targetPluginOverhead), Met: o <= targetPluginOverhead, Detail: d})
 	}
 	return out
 }
@@ -620,29 +617,16 @@ func (r *report) writeTargets(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, v := range vs {
 		mark := "MET   "
-		if !v.met {
+		if !v.Met {
 			mark = "MISSED"
 		}
-		fmt.Fprintf(tw, "- %s\t%s\t%s\n", mark, v.name, v.detail)
+		fmt.Fprintf(tw, "- %s\t%s\t%s\n", mark, v.Name, v.Detail)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
 }
 
 // ---- the document ----
-
-// loadavg returns the 1-, 5- and 15-minute load averages.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
 
 func machine() (cores int, model, mem string) {
 	cores = runtime.NumCPU()
@@ -695,14 +679,7 @@ func (r *report) writeDoc(path string) error {
 	fmt.Fprintf(&b, "## Results\n\n")
 	r.writeTables(&b)
 	fmt.Fprintf(&b, "## Targets\n\n")
-	for _, v := range r.targets() {
-		mark := "**met**"
-		if !v.met {
-			mark = "**MISSED**"
-		}
-		fmt.Fprintf(&b, "- %s — %s: %s\n", mark, v.name, v.detail)
-	}
-	fmt.Fprintln(&b)
+	writeVerdicts(&b, r.targets())
 	if len(r.dedup) > 0 {
 		fmt.Fprintf(&b, "![registry bytes vs N](%s)\n\n![wall time vs N](%s)\n\n", chartBytes, chartWall)
 	}
@@ -721,6 +698,18 @@ func (r *report) writeDoc(path string) error {
 		return err
 	}
 	return os.WriteFile(path, b.Bytes(), 0o644)
+}
+
+// writeVerdicts writes a markdown list of verdicts.
+func writeVerdicts(w io.Writer, vs []verdict) {
+	for _, v := range vs {
+		mark := "**met**"
+		if !v.Met {
+			mark = "**MISSED**"
+		}
+		fmt.Fprintf(w, "- %s — %s: %s\n", mark, v.Name, v.Detail)
+	}
+	fmt.Fprintln(w)
 }
 
 // benchLines keeps the result lines of go test -bench output.

@@ -83,10 +83,10 @@ func (r *report) runScale(progress func(string)) error {
 		return err
 	}
 	cfg.Progress = progress
-	r.scaleStarted, r.scaleLoadBefore = time.Now(), loadavg()
+	r.scaleStarted, r.scaleLoadBefore = time.Now(), scale.Loadavg()
 	res, err := scale.Run(cfg)
 	r.scale = res
-	r.scaleTook, r.scaleLoadAfter = time.Since(r.scaleStarted), loadavg()
+	r.scaleTook, r.scaleLoadAfter = time.Since(r.scaleStarted), scale.Loadavg()
 	if err != nil {
 		return err
 	}
@@ -111,14 +111,7 @@ func (r *report) writeScaleBlock(w io.Writer) {
 	r.scale.WriteTables(w)
 	if vs := r.scale.Targets(); len(vs) > 0 {
 		fmt.Fprintf(w, "Targets (issue 26):\n\n")
-		for _, v := range vs {
-			mark := "**met**"
-			if !v.Met {
-				mark = "**MISSED**"
-			}
-			fmt.Fprintf(w, "- %s — %s: %s\n", mark, v.Name, v.Detail)
-		}
-		fmt.Fprintln(w)
+		writeVerdicts(w, vs)
 	}
 	fmt.Fprint(w, scaleEnd)
 }

@@ -59,21 +59,32 @@ func (e *env) tearDown() {
 	os.RemoveAll(e.dir)
 }
 
-// measure is what a scenario measures, between begin and end.
+// Usage is what every scenario measures of the coordinator and the nodes.
+type Usage struct {
+	// CPU is the coordinator's utime+stime over the scenario.
+	CPU time.Duration
+	// PeakRSS is the coordinator's VmHWM; PeakFiles the most descriptors
+	// it had open; PeakStreams the most event streams the nodes had open.
+	PeakRSS     int64
+	PeakFiles   int
+	PeakStreams int64
+	// Errors counts the nodes' failed attempts by kind.
+	Errors Errors
+	// BytesSent counts the bytes the nodes read from the coordinator.
+	BytesSent int64
+	// MaxGap is the longest time any node went without a session answer.
+	MaxGap time.Duration
+	// Load is the load average at the end.
+	Load string
+}
+
+// measure is a scenario's Usage, between begin and end.
 type measure struct {
+	Usage
 	cpu0    time.Duration
 	errors0 Errors
 	bytes0  int64
-
-	cpu         time.Duration
-	peakRSS     int64
-	peakFiles   int
-	peakStreams int64
-	errors      Errors
-	bytes       int64
-	maxGap      time.Duration
-	load        string
-	err         error // reading /proc
+	err     error // reading /proc
 }
 
 // begin starts measuring: the coordinator's CPU so far, the nodes' counts,
@@ -94,14 +105,14 @@ func (e *env) end(m *measure) {
 	if err != nil && m.err == nil {
 		m.err = err
 	}
-	m.cpu = cpu - m.cpu0
-	if m.peakRSS, err = peakRSS(e.coord.pid()); err != nil && m.err == nil {
+	m.CPU = cpu - m.cpu0
+	if m.PeakRSS, err = peakRSS(e.coord.pid()); err != nil && m.err == nil {
 		m.err = err
 	}
-	m.peakFiles = e.coord.peakOpenFiles()
-	m.peakStreams = e.fleet.a.peakStreams.Load()
-	m.errors = e.fleet.a.errors().sub(m.errors0)
-	m.bytes = e.fleet.a.bytesRead.Load() - m.bytes0
-	m.maxGap = e.fleet.maxGap()
-	m.load = Loadavg()
+	m.PeakFiles = e.coord.peakOpenFiles()
+	m.PeakStreams = e.fleet.a.peakStreams.Load()
+	m.Errors = e.fleet.a.errors().sub(m.errors0)
+	m.BytesSent = e.fleet.a.bytesRead.Load() - m.bytes0
+	m.MaxGap = e.fleet.maxGap()
+	m.Load = Loadavg()
 }

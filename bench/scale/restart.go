@@ -25,20 +25,10 @@ type RestartResult struct {
 	// synced in its epoch; Unsynced nodes were not by the deadline.
 	Resync   time.Duration
 	Unsynced int
-	// CPU, PeakRSS and PeakFiles are the new process's, until the last
-	// node synced.
-	CPU         time.Duration
-	PeakRSS     int64
-	PeakFiles   int
-	PeakStreams int64
-	Errors      Errors
-	// BytesSent counts the bytes the nodes read from the kill until the
-	// last node synced.
-	BytesSent int64
-	// MaxGap is the longest time any node went without a session answer,
-	// the coordinator's downtime included.
-	MaxGap time.Duration
-	Load   string
+	// Usage is from the kill until the last node synced; CPU, PeakRSS
+	// and PeakFiles are the new process's; MaxGap includes the
+	// coordinator's downtime.
+	Usage
 }
 
 // journalOf returns node i's journal: refs consecutive digests (wrapping)
@@ -96,7 +86,6 @@ func restart(cfg Config, size RestartSize) (RestartResult, error) {
 	} else {
 		res.Resync = time.Since(answering)
 	}
-	res.CPU, res.PeakRSS, res.PeakFiles, res.PeakStreams = m.cpu, m.peakRSS, m.peakFiles, m.peakStreams
-	res.Errors, res.BytesSent, res.MaxGap, res.Load = m.errors, m.bytes, m.maxGap, m.load
+	res.Usage = m.Usage
 	return res, m.err
 }

@@ -20,8 +20,6 @@ type RolloutResult struct {
 	// Wall is from the start until the last node has every blob;
 	// Downloaded until the last holder unlocked.
 	Wall, Downloaded time.Duration
-	// CPU is the coordinator's (utime+stime) over the rollout.
-	CPU time.Duration
 	// Wake: from the holder's unlock to a waiter's skip, for waiters
 	// that asked before the unlock.
 	WakeP50, WakeP99 time.Duration
@@ -33,14 +31,8 @@ type RolloutResult struct {
 	Downloads []int64
 	// Retries counts pulls (lock calls) and reference adds that failed
 	// and were tried again.
-	Retries     int64
-	PeakRSS     int64
-	PeakFiles   int
-	PeakStreams int64
-	Errors      Errors
-	BytesSent   int64
-	MaxGap      time.Duration
-	Load        string
+	Retries int64
+	Usage
 }
 
 // CPUPerNodeBlob is the coordinator's CPU per node and blob.
@@ -94,8 +86,7 @@ func rollout(cfg Config, nodes int) (RolloutResult, error) {
 	wg.Wait()
 	res.Wall = time.Since(start)
 	env.end(m)
-	res.CPU, res.PeakRSS, res.PeakFiles, res.PeakStreams = m.cpu, m.peakRSS, m.peakFiles, m.peakStreams
-	res.Errors, res.BytesSent, res.MaxGap, res.Load = m.errors, m.bytes, m.maxGap, m.load
+	res.Usage = m.Usage
 	q, n := done.quantiles(0.5, 0.99)
 	res.DoneP50, res.DoneP99, res.Unfinished = q[0], q[1], nodes-n
 	q, res.WakeSamples = img.wakes.quantiles(0.5, 0.99)

@@ -5,15 +5,9 @@ import "time"
 // SteadyResult is a period in which N synced nodes only renew their
 // sessions.
 type SteadyResult struct {
-	Nodes     int
-	Period    time.Duration
-	CPU       time.Duration
-	PeakRSS   int64
-	PeakFiles int
-	Errors    Errors
-	BytesSent int64
-	MaxGap    time.Duration
-	Load      string
+	Nodes  int
+	Period time.Duration
+	Usage
 }
 
 // CoreShare is the coordinator's CPU as a share of one core.
@@ -30,7 +24,6 @@ func steady(cfg Config, nodes int) (SteadyResult, error) {
 	m := env.begin()
 	time.Sleep(cfg.SteadyFor)
 	env.end(m)
-	res.CPU, res.PeakRSS, res.PeakFiles = m.cpu, m.peakRSS, m.peakFiles
-	res.Errors, res.BytesSent, res.MaxGap, res.Load = m.errors, m.bytes, m.maxGap, m.load
+	res.Usage = m.Usage
 	return res, m.err
 }
