@@ -16,8 +16,8 @@ func (r *Results) WriteTables(w io.Writer) {
 		table(w, []string{"nodes", "wall (last download done)", "coordinator CPU per node-blob", "wake-up p50 / p99", "node done p50 / p99", "unfinished", "downloads per blob", "retried calls", "peak RSS", "peak descriptors", "peak streams", "errors: time-out / 503 / 429 / other", "sent by the coordinator", "longest without a session answer", "load average"},
 			func(row func(...string)) {
 				for _, x := range r.Rollout {
-					row(strconv.Itoa(x.Nodes), fmt.Sprintf("%s (%s)", dur(x.Wall), dur(x.Downloaded)), dur(x.CPUPerNodeBlob()), dur(x.WakeP50)+" / "+dur(x.WakeP99),
-						dur(x.DoneP50)+" / "+dur(x.DoneP99), strconv.Itoa(x.Unfinished), downloads(x.Downloads),
+					row(strconv.Itoa(x.Nodes), fmt.Sprintf("%s (%s)", dur(x.Wall), dur(x.Downloaded)), dur(x.CPUPerNodeBlob()), pair(x.WakeSamples > 0, x.WakeP50, x.WakeP99),
+						pair(x.Unfinished < x.Nodes, x.DoneP50, x.DoneP99), strconv.Itoa(x.Unfinished), downloads(x.Downloads),
 						strconv.FormatInt(x.Retries, 10), mb(x.PeakRSS), strconv.Itoa(x.PeakFiles), strconv.FormatInt(x.PeakStreams, 10),
 						errs(x.Errors), mb(x.BytesSent), dur(x.MaxGap), x.Load)
 				}
@@ -83,6 +83,14 @@ func dur(d time.Duration) string {
 		return fmt.Sprintf("%.2f s", d.Seconds())
 	}
 	return fmt.Sprintf("%.1f s", d.Seconds())
+}
+
+// pair shows two quantiles, or "-" without samples.
+func pair(any bool, a, b time.Duration) string {
+	if !any {
+		return "-"
+	}
+	return dur(a) + " / " + dur(b)
 }
 
 func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }

@@ -23,8 +23,9 @@ type RolloutResult struct {
 	// Wake: from the holder's unlock to a waiter's skip, for waiters
 	// that asked before the unlock.
 	WakeP50, WakeP99 time.Duration
-	WakeSamples      int
-	// Done: per node, from the start until it has every blob.
+	WakeSamples      int // 0: no waiter was woken
+	// Done: per node, from the start until it has every blob (over the
+	// nodes that finished).
 	DoneP50, DoneP99 time.Duration
 	Unfinished       int
 	// Downloads counts the holders that downloaded each blob.

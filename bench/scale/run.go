@@ -40,8 +40,8 @@ func Run(cfg Config) (*Results, error) {
 			continue
 		}
 		res.Rollout = append(res.Rollout, r)
-		progress(fmt.Sprintf("scale: rollout %d: wall %s, done p99 %s, wake p99 %s, CPU/node-blob %s", n,
-			r.Wall.Round(time.Millisecond), r.DoneP99.Round(time.Millisecond), r.WakeP99.Round(time.Millisecond), r.CPUPerNodeBlob()))
+		progress(fmt.Sprintf("scale: rollout %d: wall %s, %d nodes unfinished, done p99 %s, wake p99 %s, CPU/node-blob %s", n,
+			r.Wall.Round(time.Millisecond), r.Unfinished, r.DoneP99.Round(time.Millisecond), r.WakeP99.Round(time.Millisecond), r.CPUPerNodeBlob()))
 	}
 	for _, n := range cfg.Steady {
 		progress(fmt.Sprintf("scale: steady, %d nodes for %s", n, cfg.SteadyFor))
