@@ -86,8 +86,8 @@ func dur(d time.Duration) string {
 }
 
 // pair shows two quantiles, or "-" without samples.
-func pair(any bool, a, b time.Duration) string {
-	if !any {
+func pair(ok bool, a, b time.Duration) string {
+	if !ok {
 		return "-"
 	}
 	return dur(a) + " / " + dur(b)
