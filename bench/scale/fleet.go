@@ -18,14 +18,14 @@ import (
 type fleet struct {
 	nodes  []*node
 	a      *answers
+	ctx    context.Context // the session loops'
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-// startFleet builds n nodes against the coordinator at serverURL, with
-// journals journal(i) (nil: empty), and starts their session loops, each at a random point of its first interval (real
-// nodes started at different times renew at different times).
-func startFleet(n int, serverURL string, journal func(i int) []digest.Digest) (*fleet, error) {
+// newFleet builds n nodes against the coordinator at serverURL, with
+// journals journal(i) (nil: empty); start starts their session loops.
+func newFleet(n int, serverURL string, journal func(i int) []digest.Digest) (*fleet, error) {
 	if err := checkLoopback(n); err != nil {
 		return nil, err
 	}
@@ -40,20 +40,25 @@ func startFleet(n int, serverURL string, journal func(i int) []digest.Digest) (*
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &fleet{nodes: nodes, a: a, cancel: cancel}
+	return &fleet{nodes: nodes, a: a, ctx: ctx, cancel: cancel}, nil
+}
+
+// start starts the session loops of nodes, each at a random point of its
+// first interval (real nodes started at different times renew at different
+// times).
+func (f *fleet) start(nodes []*node) {
 	for _, nd := range nodes {
 		f.wg.Add(1)
 		go func() {
 			defer f.wg.Done()
 			select {
-			case <-ctx.Done():
+			case <-f.ctx.Done():
 				return
 			case <-time.After(rand.N(nd.interval())):
 			}
-			nd.runSessions(ctx)
+			nd.runSessions(f.ctx)
 		}()
 	}
-	return f, nil
 }
 
 // stop ends the session loops and closes the clients.
@@ -63,13 +68,13 @@ func (f *fleet) stop() {
 	closeNodes(f.nodes)
 }
 
-// waitSynced waits until every node is synced in epoch, or timeout; it
-// returns when the last one synced and how many did not.
-func (f *fleet) waitSynced(epoch uint64, timeout time.Duration) (last time.Time, unsynced int) {
+// waitSynced waits until every node of nodes is synced in epoch, or
+// timeout; it returns when the last one synced and how many did not.
+func waitSynced(nodes []*node, epoch uint64, timeout time.Duration) (last time.Time, unsynced int) {
 	deadline := time.Now().Add(timeout)
 	for {
 		last, unsynced = time.Time{}, 0
-		for _, n := range f.nodes {
+		for _, n := range nodes {
 			ok, at := n.syncedIn(epoch)
 			if !ok {
 				unsynced++

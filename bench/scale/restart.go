@@ -78,7 +78,7 @@ func restart(cfg Config, size RestartSize) (RestartResult, error) {
 	if epoch == env.epoch {
 		return res, fmt.Errorf("restart: the epoch stayed %d", epoch)
 	}
-	last, unsynced := env.fleet.waitSynced(epoch, cfg.Deadline)
+	last, unsynced := waitSynced(env.fleet.nodes, epoch, cfg.Deadline)
 	env.end(m)
 	res.Unsynced = unsynced
 	if unsynced == 0 {
