@@ -51,7 +51,8 @@ func setUp(cfg Config, n int, journal func(i int) []digest.Digest) (*env, error)
 		e.fleet.start(wave)
 		if _, unsynced := waitSynced(e.fleet.nodes[:i+len(wave)], e.epoch, cfg.SetupTimeout-time.Since(start)); unsynced > 0 {
 			e.tearDown()
-			return nil, fmt.Errorf("setup: %d of %d nodes not synced after %s", unsynced+n-i-len(wave), n, time.Since(start).Round(time.Second))
+			return nil, fmt.Errorf("setup: %d of the %d nodes joined so far not synced after %s (%d of %d not joined yet)",
+				unsynced, i+len(wave), time.Since(start).Round(time.Second), n-i-len(wave), n)
 		}
 	}
 	return e, nil
