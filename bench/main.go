@@ -32,6 +32,7 @@ import (
 
 	"github.com/containerd/log"
 
+	"github.com/sharedcontent/sharedcontent/bench/scale"
 	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 )
 
@@ -97,6 +98,7 @@ type config struct {
 	pluginReps   int
 	profileDir   string
 	goBench      string
+	scale        scaleFlags
 }
 
 func main() {
@@ -115,12 +117,12 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r := &report{cfg: cfg, started: time.Now(), loadBefore: loadavg()}
+	r := &report{cfg: cfg, started: time.Now(), loadBefore: scale.Loadavg()}
 	if err := r.runSections(ctx); err != nil {
 		return err
 	}
 	r.took = time.Since(r.started)
-	r.loadAfter = loadavg()
+	r.loadAfter = scale.Loadavg()
 	return r.write()
 }
 
@@ -153,6 +155,11 @@ func (r *report) runSections(ctx context.Context) error {
 		}
 		r.plugin = res
 	}
+	if cfg.sections["scale"] {
+		if err := r.runScale(progress); err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -162,9 +169,16 @@ func (r *report) write() error {
 	var table bytes.Buffer
 	r.writeTables(&table)
 	r.writeTargets(&table)
+	if r.scale != nil {
+		r.writeScaleBlock(&table)
+	}
 	os.Stdout.Write(table.Bytes())
 	if r.cfg.out == "" {
 		return nil
+	}
+	doc := filepath.Join(r.cfg.out, "BENCHMARKS.md")
+	if r.onlyScale() {
+		return r.spliceScale(doc)
 	}
 	if err := os.MkdirAll(r.cfg.out, 0o755); err != nil {
 		return err
@@ -174,7 +188,13 @@ func (r *report) write() error {
 			return fmt.Errorf("charts: %w", err)
 		}
 	}
-	return r.writeDoc(filepath.Join(r.cfg.out, "BENCHMARKS.md"))
+	return r.writeDoc(doc)
+}
+
+// onlyScale: the run is the scale section's alone, which rewrites only its
+// block of the doc.
+func (r *report) onlyScale() bool {
+	return r.cfg.sections["scale"] && len(r.cfg.sections) == 1
 }
 
 // parseFlags reads the command line into a config.
@@ -182,7 +202,7 @@ func parseFlags() (config, error) {
 	var cfg config
 	var sections, lockClients, nodes, waiters string
 	flag.StringVar(&cfg.out, "out", "", "directory for BENCHMARKS.md and the PNG charts (empty: stdout only)")
-	flag.StringVar(&sections, "only", "lock,dedup,notify,plugin", "sections to run, comma-separated")
+	flag.StringVar(&sections, "only", "lock,dedup,notify,plugin", "sections to run, comma-separated (scale: the scale benchmark, which `make bench-scale` runs)")
 	flag.DurationVar(&cfg.lockRound, "lock-round", defaultLockRound, "duration of one lock round")
 	flag.IntVar(&cfg.lockRounds, "lock-rounds", defaultLockRounds, "lock rounds per system and scenario (median reported)")
 	flag.StringVar(&lockClients, "lock-clients", "16,64", "concurrent lock clients")
@@ -198,6 +218,7 @@ func parseFlags() (config, error) {
 	flag.IntVar(&cfg.pluginReps, "plugin-reps", defaultPluginReps, "runs per path in the plugin test (median reported)")
 	flag.StringVar(&cfg.profileDir, "profile", "", "write CPU profiles of sharedcontent's part of each section here")
 	flag.StringVar(&cfg.goBench, "gobench", "", "output of the Go benchmarks (go test -bench) to include in the doc")
+	cfg.scale.register(flag.CommandLine)
 	flag.Parse()
 	var err error
 	if cfg.lockClients, err = ints(lockClients); err != nil {
@@ -241,6 +262,11 @@ type report struct {
 	imageBytes int64
 	notify     []notifyResult
 	plugin     []overheadResult
+
+	scale                           *scale.Results
+	scaleStarted                    time.Time
+	scaleTook                       time.Duration
+	scaleLoadBefore, scaleLoadAfter string
 }
 
 func (r *report) runLock(ctx context.Context, progress func(string)) error {
@@ -498,11 +524,8 @@ func ratio(a, b float64) string {
 
 // ---- targets ----
 
-type verdict struct {
-	name   string
-	met    bool
-	detail string
-}
+// verdict is one target, met or not, with the figure.
+type verdict = scale.Verdict
 
 func (r *report) targets() []verdict {
 	var out []verdict
@@ -515,9 +538,9 @@ func (r *report) targets() []verdict {
 			redis, _ := r.find("redis", sc)
 			got := l.Rate / redis.Rate
 			out = append(out, verdict{
-				name: fmt.Sprintf("lock, %s: ≥ %.1f× Redis", sc, targetDistinctVsRedis),
-				met:  got >= targetDistinctVsRedis,
-				detail: fmt.Sprintf("%.2f× (%.0f vs %.0f cycles/s)%s", got, l.Rate, redis.Rate,
+				Name: fmt.Sprintf("lock, %s: ≥ %.1f× Redis", sc, targetDistinctVsRedis),
+				Met:  got >= targetDistinctVsRedis,
+				Detail: fmt.Sprintf("%.2f× (%.0f vs %.0f cycles/s)%s", got, l.Rate, redis.Rate,
 					shortBy(got, targetDistinctVsRedis)),
 			})
 			continue
@@ -529,9 +552,9 @@ func (r *report) targets() []verdict {
 		// cycles. (Redis, with no queue, shows the opposite.)
 		fifo := float64(l.MinCount) >= fifoMinShare*float64(l.MaxCount)
 		out = append(out, verdict{
-			name: fmt.Sprintf("lock, %s: ≥ %.0f× etcd, FIFO kept", sc, targetHotVsEtcd),
-			met:  got >= targetHotVsEtcd && fifo,
-			detail: fmt.Sprintf("%.1f× (%.0f vs %.0f cycles/s)%s; cycles per client %d..%d (%s)",
+			Name: fmt.Sprintf("lock, %s: ≥ %.0f× etcd, FIFO kept", sc, targetHotVsEtcd),
+			Met:  got >= targetHotVsEtcd && fifo,
+			Detail: fmt.Sprintf("%.1f× (%.0f vs %.0f cycles/s)%s; cycles per client %d..%d (%s)",
 				got, l.Rate, etcd.Rate, shortBy(got, targetHotVsEtcd), l.MinCount, l.MaxCount,
 				map[bool]string{true: "round-robin: FIFO kept", false: "NOT round-robin"}[fifo]),
 		})
@@ -554,9 +577,9 @@ func (r *report) targets() []verdict {
 	}
 	if len(r.dedup) > 0 {
 		out = append(out, verdict{
-			name:   fmt.Sprintf("pull: registry bytes ≤ %.2f× the image for every N", targetBytesVsImage),
-			met:    worst <= targetBytesVsImage,
-			detail: fmt.Sprintf("worst %.3f× (N=%d)", worst, worstN),
+			Name:   fmt.Sprintf("pull: registry bytes ≤ %.2f× the image for every N", targetBytesVsImage),
+			Met:    worst <= targetBytesVsImage,
+			Detail: fmt.Sprintf("worst %.3f× (N=%d)", worst, worstN),
 		})
 	}
 	if n1 > 0 && n8 > 0 {
@@ -565,7 +588,7 @@ func (r *report) targets() []verdict {
 		if got > targetWallN8VsN1 {
 			d += fmt.Sprintf(", missed by %.0f%% (%.2f s over)", 100*(got/targetWallN8VsN1-1), (n8 - time.Duration(targetWallN8VsN1*float64(n1))).Seconds())
 		}
-		out = append(out, verdict{name: fmt.Sprintf("pull: wall at N=8 ≤ %.1f× N=1", targetWallN8VsN1), met: got <= targetWallN8VsN1, detail: d})
+		out = append(out, verdict{Name: fmt.Sprintf("pull: wall at N=8 ≤ %.1f× N=1", targetWallN8VsN1), Met: got <= targetWallN8VsN1, Detail: d})
 	}
 	for _, p := range r.plugin {
 		o := p.Overhead()
@@ -573,7 +596,7 @@ func (r *report) targets() []verdict {
 		if o > targetPluginOverhead {
 			d += fmt.Sprintf(", missed by %.1f points", 100*(o-targetPluginOverhead))
 		}
-		out = append(out, verdict{name: fmt.Sprintf("plugin %s: overhead ≤ %.0f%%", p.Op, 100*targetPluginOverhead), met: o <= targetPluginOverhead, detail: d})
+		out = append(out, verdict{Name: fmt.Sprintf("plugin %s: overhead ≤ %.0f%%", p.Op, 100*targetPluginOverhead), Met: o <= targetPluginOverhead, Detail: d})
 	}
 	return out
 }
@@ -594,29 +617,16 @@ func (r *report) writeTargets(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, v := range vs {
 		mark := "MET   "
-		if !v.met {
+		if !v.Met {
 			mark = "MISSED"
 		}
-		fmt.Fprintf(tw, "- %s\t%s\t%s\n", mark, v.name, v.detail)
+		fmt.Fprintf(tw, "- %s\t%s\t%s\n", mark, v.Name, v.Detail)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
 }
 
 // ---- the document ----
-
-// loadavg returns the 1-, 5- and 15-minute load averages.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
 
 func machine() (cores int, model, mem string) {
 	cores = runtime.NumCPU()
@@ -669,14 +679,7 @@ func (r *report) writeDoc(path string) error {
 	fmt.Fprintf(&b, "## Results\n\n")
 	r.writeTables(&b)
 	fmt.Fprintf(&b, "## Targets\n\n")
-	for _, v := range r.targets() {
-		mark := "**met**"
-		if !v.met {
-			mark = "**MISSED**"
-		}
-		fmt.Fprintf(&b, "- %s — %s: %s\n", mark, v.name, v.detail)
-	}
-	fmt.Fprintln(&b)
+	writeVerdicts(&b, r.targets())
 	if len(r.dedup) > 0 {
 		fmt.Fprintf(&b, "![registry bytes vs N](%s)\n\n![wall time vs N](%s)\n\n", chartBytes, chartWall)
 	}
@@ -687,10 +690,26 @@ func (r *report) writeDoc(path string) error {
 			fmt.Fprintf(&b, "Memory per held lock and per queued waiter (issue 2 §6) are `B/held-lock` and `B/waiter`. `BenchmarkNotify` is the push latency with a bbolt (fsync per reference change) or in-memory reference store. `BenchmarkMemoryIdleKeys` and `BenchmarkWaiters` run the stand-alone coordinator in its own process (issue 15, memory under abuse): its VmRSS and Go heap in MiB with 200k keys held, released, forgotten and after its next collection; and the time until each of 5,000 waiters has its outcome.\n\n```\n%s```\n\n", benchLines(gb))
 		}
 	}
+	if block := r.scaleBlock(path); block != nil {
+		fmt.Fprintln(&b)
+		b.Write(block)
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	return os.WriteFile(path, b.Bytes(), 0o644)
+}
+
+// writeVerdicts writes a markdown list of verdicts.
+func writeVerdicts(w io.Writer, vs []verdict) {
+	for _, v := range vs {
+		mark := "**met**"
+		if !v.Met {
+			mark = "**MISSED**"
+		}
+		fmt.Fprintf(w, "- %s — %s: %s\n", mark, v.Name, v.Detail)
+	}
+	fmt.Fprintln(w)
 }
 
 // benchLines keeps the result lines of go test -bench output.

@@ -1,0 +1,119 @@
+package scale
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// answers counts, over all nodes, every request's outcome that was not an
+// answer the caller wanted: each attempt counts (lockclient retries
+// transient errors itself), so one call can count several times.
+type answers struct {
+	timeouts    atomic.Int64 // no answer in time (client deadline)
+	unavailable atomic.Int64 // 503
+	tooMany     atomic.Int64 // 429
+	other       atomic.Int64 // any other 5xx, refused connections, resets, …
+
+	bytesRead   atomic.Int64 // bytes the nodes read from the coordinator
+	streams     atomic.Int64 // event streams open now
+	peakStreams atomic.Int64
+}
+
+// Errors is a snapshot of answers' error counts.
+type Errors struct {
+	Timeouts, Unavailable, TooMany, Other int64
+}
+
+func (e Errors) Total() int64 { return e.Timeouts + e.Unavailable + e.TooMany + e.Other }
+
+func (e Errors) sub(o Errors) Errors {
+	return Errors{e.Timeouts - o.Timeouts, e.Unavailable - o.Unavailable, e.TooMany - o.TooMany, e.Other - o.Other}
+}
+
+func (a *answers) errors() Errors {
+	return Errors{a.timeouts.Load(), a.unavailable.Load(), a.tooMany.Load(), a.other.Load()}
+}
+
+// note counts one attempt's outcome: a transport error, or the status.
+func (a *answers) note(err error, status int) {
+	var ne net.Error
+	switch {
+	case err != nil && (errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout())):
+		a.timeouts.Add(1)
+	case err != nil && errors.Is(err, context.Canceled):
+		// The caller gave up (end of the scenario): not the coordinator's.
+	case err != nil:
+		a.other.Add(1)
+	case status == http.StatusServiceUnavailable:
+		a.unavailable.Add(1)
+	case status == http.StatusTooManyRequests:
+		a.tooMany.Add(1)
+	case status >= 500:
+		a.other.Add(1)
+	}
+}
+
+// shortClient is lockclient's ShortClient of one node: a fasthttp client
+// bound to the node's address, counting every answer.
+type shortClient struct {
+	hc *fasthttp.HostClient
+	a  *answers
+}
+
+func (c *shortClient) DoDeadline(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
+	err := c.hc.DoDeadline(req, resp, deadline)
+	c.a.note(err, resp.StatusCode())
+	return err
+}
+
+// CloseIdleConnections lets lockclient's Close close them.
+func (c *shortClient) CloseIdleConnections() { c.hc.CloseIdleConnections() }
+
+// streamTransport is the round tripper of one node's event streams (the
+// only long requests), counting answers and the streams open.
+type streamTransport struct {
+	rt *http.Transport
+	a  *answers
+}
+
+func (t *streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.rt.RoundTrip(req)
+	if err != nil {
+		t.a.note(err, 0)
+		return nil, err
+	}
+	t.a.note(nil, resp.StatusCode)
+	if resp.StatusCode == http.StatusOK {
+		n := t.a.streams.Add(1)
+		for {
+			p := t.a.peakStreams.Load()
+			if n <= p || t.a.peakStreams.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		resp.Body = &streamBody{ReadCloser: resp.Body, a: t.a}
+	}
+	return resp, nil
+}
+
+// streamBody counts the stream closed when its reader closes it.
+type streamBody struct {
+	io.ReadCloser
+	a      *answers
+	closed atomic.Bool
+}
+
+func (b *streamBody) Close() error {
+	if b.closed.CompareAndSwap(false, true) {
+		b.a.streams.Add(-1)
+	}
+	return b.ReadCloser.Close()
+}

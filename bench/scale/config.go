@@ -1,0 +1,86 @@
+package scale
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is what Run runs.
+type Config struct {
+	// Server is the sharedcontent-lockserver binary.
+	Server string
+	// Rollout, Steady and Restart list the fleets of each scenario.
+	Rollout []int
+	Steady  []int
+	Restart []RestartSize
+	// Blobs is the image's blob count; Download the holder's simulated
+	// download; Parallel the blobs a node pulls at once.
+	Blobs    int
+	Download time.Duration
+	Parallel int
+	// LockTimeout bounds one waiting lock call; RetryPause is the mean
+	// pause before a failed call is tried again.
+	LockTimeout time.Duration
+	RetryPause  time.Duration
+	// SteadyFor is the steady scenario's period.
+	SteadyFor time.Duration
+	// SetupTimeout bounds the first sync of a fleet; Deadline bounds a
+	// rollout and a re-sync.
+	SetupTimeout time.Duration
+	Deadline     time.Duration
+	// Progress, if set, is told what runs.
+	Progress func(string)
+}
+
+// Defaults.
+const (
+	DefaultBlobs        = 10
+	DefaultDownload     = 200 * time.Millisecond
+	DefaultParallel     = 3 // containerd's max_concurrent_downloads
+	DefaultLockTimeout  = 60 * time.Second
+	DefaultRetryPause   = time.Second
+	DefaultSteadyFor    = 60 * time.Second
+	DefaultSetupTimeout = 15 * time.Minute
+	DefaultDeadline     = 10 * time.Minute
+)
+
+// ParseSizes parses node counts ("100,1000"); empty is none.
+func ParseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range fields(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 250*250*254 {
+			return nil, fmt.Errorf("%q: want node counts separated by commas", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// ParseRestartSizes parses "NxR" lists ("1000x1000,1000x10000"); empty is
+// none.
+func ParseRestartSizes(s string) ([]RestartSize, error) {
+	var out []RestartSize
+	for _, f := range fields(s) {
+		a, b, ok := strings.Cut(f, "x")
+		n, err1 := strconv.Atoi(a)
+		r, err2 := strconv.Atoi(b)
+		if !ok || err1 != nil || err2 != nil || n < 1 || r < 1 {
+			return nil, fmt.Errorf("%q: want NODESxREFERENCES separated by commas", s)
+		}
+		out = append(out, RestartSize{Nodes: n, Refs: r})
+	}
+	return out, nil
+}
+
+func fields(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

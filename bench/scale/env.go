@@ -1,0 +1,129 @@
+package scale
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// env is one scenario's coordinator and fleet.
+type env struct {
+	dir   string
+	coord *coordinator
+	fleet *fleet
+	epoch uint64 // the coordinator's epoch when the fleet synced
+}
+
+// setUpWave is how many nodes join at once at setup: a fleet that joins
+// all at once is a re-sync storm itself, which the restart scenario
+// measures; setup only has to get every node synced.
+const setUpWave = 100
+
+// setUp starts a coordinator on a fresh data directory and n nodes whose
+// journals are journal(i) (nil: empty), setUpWave at a time, each wave
+// once the one before is synced.
+func setUp(cfg Config, n int, journal func(i int) []digest.Digest) (*env, error) {
+	dir, err := os.MkdirTemp("", "bench-scale-")
+	if err != nil {
+		return nil, err
+	}
+	e := &env{dir: dir}
+	if e.coord, err = newCoordinator(cfg.Server, dir); err == nil {
+		err = e.coord.start()
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if e.fleet, err = newFleet(n, e.coord.url(), journal); err != nil {
+		e.tearDown()
+		return nil, err
+	}
+	if e.epoch, err = clusterEpoch(e.coord.url()); err != nil {
+		e.tearDown()
+		return nil, err
+	}
+	start := time.Now()
+	for i := 0; i < n; i += setUpWave {
+		wave := e.fleet.nodes[i:min(n, i+setUpWave)]
+		e.fleet.start(wave)
+		if _, unsynced := waitSynced(e.fleet.nodes[:i+len(wave)], e.epoch, cfg.SetupTimeout-time.Since(start)); unsynced > 0 {
+			e.tearDown()
+			return nil, fmt.Errorf("setup: %d of the %d nodes joined so far not synced after %s (%d of %d not joined yet)",
+				unsynced, i+len(wave), time.Since(start).Round(time.Second), n-i-len(wave), n)
+		}
+	}
+	return e, nil
+}
+
+func (e *env) tearDown() {
+	if e.fleet != nil {
+		e.fleet.stop()
+	}
+	if e.coord != nil && e.coord.cmd != nil {
+		if err := e.coord.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench-scale:", err)
+		}
+	}
+	os.RemoveAll(e.dir)
+}
+
+// Usage is what every scenario measures of the coordinator and the nodes.
+type Usage struct {
+	// CPU is the coordinator's utime+stime over the scenario.
+	CPU time.Duration
+	// PeakRSS is the coordinator's VmHWM; PeakFiles the most descriptors
+	// it had open; PeakStreams the most event streams the nodes had open.
+	PeakRSS     int64
+	PeakFiles   int
+	PeakStreams int64
+	// Errors counts the nodes' failed attempts by kind.
+	Errors Errors
+	// BytesSent counts the bytes the nodes read from the coordinator.
+	BytesSent int64
+	// MaxGap is the longest time any node went without a session answer.
+	MaxGap time.Duration
+	// Load is the load average at the end.
+	Load string
+}
+
+// measure is a scenario's Usage, between begin and end.
+type measure struct {
+	Usage
+	cpu0    time.Duration
+	errors0 Errors
+	bytes0  int64
+	err     error // reading /proc
+}
+
+// begin starts measuring: the coordinator's CPU so far, the nodes' counts,
+// and new peaks and session gaps from now.
+func (e *env) begin() *measure {
+	m := &measure{}
+	m.cpu0, m.err = cpuTime(e.coord.pid())
+	m.errors0, m.bytes0 = e.fleet.a.errors(), e.fleet.a.bytesRead.Load()
+	e.coord.resetPeakFiles()
+	e.fleet.a.peakStreams.Store(e.fleet.a.streams.Load())
+	e.fleet.resetGaps()
+	return m
+}
+
+// end completes m.
+func (e *env) end(m *measure) {
+	cpu, err := cpuTime(e.coord.pid())
+	if err != nil && m.err == nil {
+		m.err = err
+	}
+	m.CPU = cpu - m.cpu0
+	if m.PeakRSS, err = peakRSS(e.coord.pid()); err != nil && m.err == nil {
+		m.err = err
+	}
+	m.PeakFiles = e.coord.peakOpenFiles()
+	m.PeakStreams = e.fleet.a.peakStreams.Load()
+	m.Errors = e.fleet.a.errors().sub(m.errors0)
+	m.BytesSent = e.fleet.a.bytesRead.Load() - m.bytes0
+	m.MaxGap = e.fleet.maxGap()
+	m.Load = Loadavg()
+}

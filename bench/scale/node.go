@@ -1,0 +1,121 @@
+package scale
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/valyala/fasthttp"
+
+	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/contentv2/remote"
+	"github.com/sharedcontent/sharedcontent/lockclient"
+)
+
+// node is one simulated node: its node ID, its clients bound to its own
+// loopback address, its journal, and its session state.
+type node struct {
+	id       string
+	client   *lockclient.Client
+	coord    contentv2.Coordinator // contentv2's view of the coordinator, over client
+	instance string                // random per "daemon start", as contentv2's
+
+	mu         sync.Mutex
+	journal    []digest.Digest
+	generation string
+	session    sessionState
+}
+
+// newNode builds node i's clients against the coordinator at serverURL.
+func newNode(i int, serverURL string, a *answers) (*node, error) {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return nil, err
+	}
+	d := newDialer(nodeAddr(i), &a.bytesRead)
+	short := &shortClient{a: a, hc: &fasthttp.HostClient{
+		Addr: u.Host,
+		Name: "sharedcontent-lockclient",
+		Dial: d.Dial,
+		// As lockclient's own (lockclient/http.go).
+		MaxConns:                  512,
+		MaxConnWaitTimeout:        5 * time.Second,
+		MaxIdleConnDuration:       90 * time.Second,
+		MaxResponseBodySize:       16 << 20,
+		MaxIdemponentCallAttempts: 2,
+		RetryIfErr: func(_ *fasthttp.Request, _ int, err error) (resetTimeout, retry bool) {
+			return false, errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed) ||
+				errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+		},
+		DisablePathNormalizing: true,
+	}}
+	long := &http.Client{Transport: &streamTransport{a: a, rt: &http.Transport{
+		DialContext:         d.DialContext,
+		MaxIdleConns:        128,
+		MaxIdleConnsPerHost: 128,
+		IdleConnTimeout:     90 * time.Second,
+		Proxy:               nil,
+	}}}
+	id := fmt.Sprintf("scale-%05d", i)
+	c, err := lockclient.New(serverURL, lockclient.WithNodeID(id), lockclient.WithShortClient(short), lockclient.WithLongClient(long))
+	if err != nil {
+		return nil, err
+	}
+	return &node{id: id, client: c, coord: remote.New(c), instance: randomHex(8), generation: randomHex(8)}, nil
+}
+
+// newNodes builds n nodes.
+func newNodes(n int, serverURL string, a *answers) ([]*node, error) {
+	nodes := make([]*node, n)
+	for i := range nodes {
+		var err error
+		if nodes[i], err = newNode(i, serverURL, a); err != nil {
+			closeNodes(nodes[:i])
+			return nil, err
+		}
+	}
+	return nodes, nil
+}
+
+func closeNodes(nodes []*node) {
+	for _, n := range nodes {
+		n.client.Close()
+	}
+}
+
+// addToJournal records a reference the node added.
+func (n *node) addToJournal(d digest.Digest) {
+	n.mu.Lock()
+	n.journal = append(n.journal, d)
+	n.mu.Unlock()
+}
+
+func (n *node) snapshot() ([]digest.Digest, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]digest.Digest(nil), n.journal...), nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ensure the loopback address is usable before building thousands of nodes.
+func checkLoopback(n int) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort(nodeAddr(n-1).String(), "0"))
+	if err != nil {
+		return fmt.Errorf("loopback address %s for node %d: %w (need Linux, where all of 127/8 is lo)", nodeAddr(n-1), n-1, err)
+	}
+	return ln.Close()
+}

@@ -1,0 +1,116 @@
+package scale
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// WriteTables writes the results as markdown tables (which read well on a
+// terminal too).
+func (r *Results) WriteTables(w io.Writer) {
+	if len(r.Rollout) > 0 {
+		fmt.Fprintf(w, "Rollout: every node pulls the same image at once (lock with wait; the holder downloads, the others are woken and skip; each adds its reference).\n\n")
+		table(w, []string{"nodes", "wall (last download done)", "coordinator CPU per node-blob", "wake-up p50 / p99", "node done p50 / p99", "unfinished", "downloads per blob", "retried calls", "peak RSS", "peak descriptors", "peak streams", "errors: time-out / 503 / 429 / other", "sent by the coordinator", "longest without a session answer", "load average"},
+			func(row func(...string)) {
+				for _, x := range r.Rollout {
+					row(strconv.Itoa(x.Nodes), fmt.Sprintf("%s (%s)", dur(x.Wall), dur(x.Downloaded)), dur(x.CPUPerNodeBlob()), pair(x.WakeSamples > 0, x.WakeP50, x.WakeP99),
+						pair(x.Unfinished < x.Nodes, x.DoneP50, x.DoneP99), strconv.Itoa(x.Unfinished), downloads(x.Downloads),
+						strconv.FormatInt(x.Retries, 10), mb(x.PeakRSS), strconv.Itoa(x.PeakFiles), strconv.FormatInt(x.PeakStreams, 10),
+						errs(x.Errors), mb(x.BytesSent), dur(x.MaxGap), x.Load)
+				}
+			})
+	}
+	if len(r.Steady) > 0 {
+		fmt.Fprintf(w, "Steady: synced nodes only renew their sessions (every TTL/3).\n\n")
+		table(w, []string{"nodes", "period", "coordinator CPU (share of one core)", "peak RSS", "peak descriptors", "errors: time-out / 503 / 429 / other", "sent by the coordinator", "longest without a session answer", "load average"},
+			func(row func(...string)) {
+				for _, x := range r.Steady {
+					row(strconv.Itoa(x.Nodes), dur(x.Period), fmt.Sprintf("%.1f%%", 100*x.CoreShare()), mb(x.PeakRSS),
+						strconv.Itoa(x.PeakFiles), errs(x.Errors), mb(x.BytesSent), dur(x.MaxGap), x.Load)
+				}
+			})
+	}
+	if len(r.Restart) > 0 {
+		fmt.Fprintf(w, "Restart: nodes × references each (a pool of 2×R blobs, each referenced by about half the nodes) synced; the coordinator is killed (SIGKILL) and started again on its data directory; every node notices the new epoch at its next renewal and syncs its journal (contentv2's session logic, through contentv2/remote).\n\n")
+		table(w, []string{"nodes × references", "first sync (setup)", "down (kill → answering)", "all synced again after answering", "not synced", "coordinator CPU (new process)", "peak RSS (new process)", "peak descriptors", "errors: time-out / 503 / 429 / other", "sent by the coordinator (per node)", "longest without a session answer", "load average"},
+			func(row func(...string)) {
+				for _, x := range r.Restart {
+					row(x.RestartSize.String(), dur(x.Setup), dur(x.Down), dur(x.Resync), strconv.Itoa(x.Unsynced), dur(x.CPU), mb(x.PeakRSS),
+						strconv.Itoa(x.PeakFiles), errs(x.Errors), fmt.Sprintf("%s (%s)", mb(x.BytesSent), kb(x.BytesSent/int64(max(1, x.Nodes)))),
+						dur(x.MaxGap), x.Load)
+				}
+			})
+	}
+	r.writeFailed(w)
+}
+
+// writeFailed lists the scenarios that could not run.
+func (r *Results) writeFailed(w io.Writer) {
+	if len(r.Failed) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "Not run to the end:\n\n")
+	for _, f := range r.Failed {
+		fmt.Fprintf(w, "- %s\n", f)
+	}
+	fmt.Fprintln(w)
+}
+
+func table(w io.Writer, head []string, rows func(row func(...string))) {
+	line := func(cells []string) { fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | ")) }
+	line(head)
+	sep := make([]string, len(head))
+	for i := range sep {
+		sep[i] = "---"
+	}
+	line(sep)
+	rows(func(cells ...string) { line(cells) })
+	fmt.Fprintln(w)
+}
+
+func dur(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0f µs", float64(d)/1e3)
+	case d < time.Second:
+		return fmt.Sprintf("%.0f ms", float64(d)/1e6)
+	case d < 10*time.Second:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	}
+	return fmt.Sprintf("%.1f s", d.Seconds())
+}
+
+// pair shows two quantiles, or "-" without samples.
+func pair(ok bool, a, b time.Duration) string {
+	if !ok {
+		return "-"
+	}
+	return dur(a) + " / " + dur(b)
+}
+
+func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+
+func kb(n int64) string { return fmt.Sprintf("%.1f KB", float64(n)/1e3) }
+
+func errs(e Errors) string {
+	return fmt.Sprintf("%d / %d / %d / %d", e.Timeouts, e.Unavailable, e.TooMany, e.Other)
+}
+
+// downloads shows the per-blob counts compactly: "1 each" when all are 1.
+func downloads(d []int64) string {
+	all1 := true
+	var s []string
+	for _, x := range d {
+		all1 = all1 && x == 1
+		s = append(s, strconv.FormatInt(x, 10))
+	}
+	if all1 {
+		return "1 each"
+	}
+	return strings.Join(s, ",")
+}

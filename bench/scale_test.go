@@ -1,0 +1,58 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sharedcontent/sharedcontent/bench/scale"
+)
+
+// TestSpliceScale: the scale run rewrites its own block of the doc, in
+// place, and keeps everything else; with no block yet it appends one.
+func TestSpliceScale(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	r := &report{cfg: config{sections: map[string]bool{"scale": true}}, scale: &scale.Results{
+		Rollout: []scale.RolloutResult{{Nodes: 7, Blobs: 10, Wall: time.Second, Downloads: []int64{1}}},
+	}, scaleStarted: time.Now()}
+
+	if err := os.WriteFile(path, []byte("# Benchmarks\n\nhead\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.spliceScale(path); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := os.ReadFile(path)
+	before, block, after := cutBlock(first)
+	if string(before) != "# Benchmarks\n\nhead\n\n" || block == nil || len(after) != 0 {
+		t.Fatalf("appended block: before %q, block %d bytes, after %q", before, len(block), after)
+	}
+	if !strings.Contains(string(block), "| 7 |") {
+		t.Fatalf("block lacks the run's row:\n%s", block)
+	}
+
+	// Text after the block, and a new run: only the block changes.
+	if err := os.WriteFile(path, append(first, []byte("tail\n")...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.scale.Rollout[0].Nodes = 9
+	if err := r.spliceScale(path); err != nil {
+		t.Fatal(err)
+	}
+	second, _ := os.ReadFile(path)
+	before2, block2, after2 := cutBlock(second)
+	if string(before2) != string(before) || string(after2) != "tail\n" {
+		t.Fatalf("the rest changed: before %q, after %q", before2, after2)
+	}
+	if !strings.Contains(string(block2), "| 9 |") || strings.Contains(string(block2), "| 7 |") {
+		t.Fatalf("block not replaced:\n%s", block2)
+	}
+
+	// The other sections' run carries the block over.
+	other := &report{cfg: config{sections: map[string]bool{"lock": true}}}
+	if got := other.scaleBlock(path); string(got) != string(block2) {
+		t.Fatalf("carried block:\n%s\nwant:\n%s", got, block2)
+	}
+}
