@@ -36,21 +36,35 @@ func main() {
 	}
 }
 
-func run(args []string) error {
-	cfg := httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: defaultDataDir}
+// options are the command line's settings.
+type options struct {
+	cfg              httpserver.Config
+	listen, logLevel string
+}
+
+// parse reads the command line (flags, environment, config file); a
+// request for help is flag.ErrHelp.
+func parse(args []string) (options, error) {
+	o := options{cfg: httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: defaultDataDir}}
 	fs := flag.NewFlagSet("sharedcontent-lockserver", flag.ContinueOnError)
 	fs.Usage = cli.Usage(fs, "usage: sharedcontent-lockserver [flags]")
 	fs.String(cli.ConfigFlag, "", "TOML config file; its keys are the flag names")
-	listen := fs.String("listen", defaultListen, "address to serve the HTTP API on")
-	logLevel := fs.String("log-level", "info", "log level: trace, debug, info, warn, error")
-	httpserver.RegisterFlags(fs, &cfg)
-	if err := cli.Parse(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	fs.StringVar(&o.listen, "listen", defaultListen, "address to serve the HTTP API on")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	httpserver.RegisterFlags(fs, &o.cfg)
+	return o, cli.Parse(fs, args)
+}
+
+func run(args []string) error {
+	o, err := parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
-	if err := cli.SetLogLevel(*logLevel); err != nil {
+	cfg := o.cfg
+	if err := cli.SetLogLevel(o.logLevel); err != nil {
 		return err
 	}
 
@@ -61,7 +75,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		srv.Shutdown(context.Background())
 		return err
