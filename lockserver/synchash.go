@@ -7,6 +7,7 @@ import (
 
 	"github.com/containerd/log"
 
+	"github.com/sharedcontent/sharedcontent/internal/failpoint"
 	"github.com/sharedcontent/sharedcontent/internal/synchash"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
@@ -75,7 +76,11 @@ func (l *Coordinator) syncHashStep(ctx context.Context, m *member, req api.SyncR
 			return api.SyncResponse{}, err
 		}
 		l.endSync(m)
+		// Nothing to write: the crash points of a sync's replace are
+		// here, on either side of making the node synced.
+		failpoint.Inject(failpoint.CoordSyncBeforeReplace)
 		m.synced, m.done, m.doneCount = true, s.id, int(req.Hash.Count)
+		failpoint.Inject(failpoint.CoordSyncAfterReplace)
 		l.syncMetrics.syncs.WithLabelValues("hash").Inc()
 		log.G(ctx).WithField("node", node).WithField("refs", req.Hash.Count).Info("node synced by hash")
 		return api.SyncResponse{Received: int(req.Hash.Count), Synced: true}, nil

@@ -134,6 +134,7 @@ func (s *coordinator) syncByHash(ctx context.Context, syncID string, req content
 		return nil, false, mapErr(err)
 	}
 	if resp.Synced {
+		failpoint.Inject(failpoint.StoreSyncAfterDone) // the sync's last request answered
 		return nil, true, nil
 	}
 	resp, err = s.c.SyncRefs(ctx, api.SyncRequest{SyncID: syncID, Generation: req.Generation, Offset: &zero, BucketHashes: buckets})

@@ -26,7 +26,7 @@ const (
 	StoreSyncAnnounced   = "store/sync/announced"   // the sync announced (empty first chunk)
 	StoreSyncSnapshot    = "store/sync/snapshot"    // the journal snapshot taken
 	StoreSyncAfterChunk  = "store/sync/after-chunk" // a chunk sent that is not the last
-	StoreSyncAfterDone   = "store/sync/after-done"  // the last chunk sent and answered
+	StoreSyncAfterDone   = "store/sync/after-done"  // the last chunk (or equal hash) sent and answered
 
 	// The coordinator's reference writes.
 	CoordAddRefBefore       = "coord/addref/before-write"
