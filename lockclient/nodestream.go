@@ -23,7 +23,7 @@ const (
 )
 
 // nodeStream is a node's one event stream, GET /lock/events (docs/design.md
-// §10, "One event stream per node"): all the node's waits share it. It is
+// §10.1): all the node's waits share it. It is
 // opened with the first wait and closed nodeStreamLinger after the last.
 // When it drops, it is opened again and every wait checks its request with
 // /lock/status once it is back, so a grant made while it was down is found

@@ -21,8 +21,7 @@ import (
 // BenchmarkWaitStreams measures what N nodes × 10 waits hold at the
 // coordinator once every wait is queued: event streams (by kind) and open
 // TCP connections, with a stream per waiting request (clients before the
-// node stream) and with one stream per node (docs/design.md §10, "One event
-// stream per node"). Every node is a member, so the limit in all is
+// node stream) and with one stream per node (docs/design.md §10.1). Every node is a member, so the limit in all is
 // StreamsPerMember×N + StreamSlack; per-request waits over it poll.
 // NODES sets N (default 100): NODES=1000 go test -run - -bench WaitStreams -benchtime 1x ./lockclient/
 func BenchmarkWaitStreams(b *testing.B) {

@@ -37,8 +37,7 @@ func streamsOpen(t testing.TB, url, kind string) int {
 	return 0
 }
 
-// TestNodeStreamCarriesAllWaits (docs/design.md §10, "One event stream per
-// node"): a node with 50 requests queued on one key holds exactly one event
+// TestNodeStreamCarriesAllWaits (docs/design.md §10.1): a node with 50 requests queued on one key holds exactly one event
 // stream, and the 50 are granted in queue order as each releases.
 func TestNodeStreamCarriesAllWaits(t *testing.T) {
 	ts := lockservertest.Start(t)

@@ -9,7 +9,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// Bystanders (docs/design.md §10, "Bounds under abuse"). On a coordinator
+// Bystanders (docs/design.md §10.3). On a coordinator
 // without node identities anyone may open a session under any node ID, and
 // every such session made a permanent member that every delete waited for
 // (issue 26: 20k one-off sessions blocked deletes until --node-expiry, a

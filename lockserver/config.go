@@ -30,8 +30,7 @@ const (
 	// weekend's outage and a node's repair.
 	DefaultNodeExpiry = 7 * 24 * time.Hour
 	// DefaultBystanderAfter is how long a bystander must be absent before
-	// deletes stop waiting for it (docs/design.md §10, "Bounds under
-	// abuse").
+	// deletes stop waiting for it (docs/design.md §10.3).
 	DefaultBystanderAfter = 10 * time.Minute
 	// DefaultReapGrace is how long after a resource's last pull or
 	// reference change the coordinator refuses a reaper's delete of it,

@@ -188,8 +188,7 @@ func (l *Coordinator) checkClash(resourceID, node string, now time.Time) error {
 // member's LastSeen is informational (GET /nodes; nothing decides on it:
 // expiry counts absence in this coordinator's uptime), so it stays in
 // memory and is written at a clean shutdown (flushSeen), not with an
-// fsync per node per minute (docs/design.md §10, "The reference hot
-// path"). Callers hold mmu.
+// fsync per node per minute (docs/design.md §10.2). Callers hold mmu.
 func (l *Coordinator) persistSeen(ctx context.Context, m *member, now time.Time) error {
 	m.seen = now
 	if !m.rec.LastSeen.IsZero() {

@@ -11,7 +11,7 @@ import (
 // NodeStreamBuffer bounds the events waiting to be written on one node's
 // stream. A stream that falls this far behind is ended; its node finds its
 // requests' outcomes with /lock/status and opens a new one
-// (docs/design.md §10, "One event stream per node").
+// (docs/design.md §10.1).
 const NodeStreamBuffer = 4096
 
 // NodeStream is one node's event stream (GET /lock/events): it carries

@@ -21,8 +21,7 @@ func takeEvents(t *testing.T, s *NodeStream) ([]api.Event, bool) {
 	return s.Take(nil)
 }
 
-// TestNodeStreamCarriesOutcomes (docs/design.md §10, "One event stream per
-// node"): a node's stream gets the outcome of each of its queued requests,
+// TestNodeStreamCarriesOutcomes (docs/design.md §10.1): a node's stream gets the outcome of each of its queued requests,
 // tagged with the request ID; once it is closed, a grant waits for its
 // claim by /lock/status.
 func TestNodeStreamCarriesOutcomes(t *testing.T) {

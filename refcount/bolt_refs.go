@@ -12,8 +12,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 )
 
-// How bbolt stores reference sets (docs/design.md §10, "The reference hot
-// path"): the refcounts bucket holds one nested bucket per resource ID,
+// How bbolt stores reference sets (docs/design.md §10.2): the refcounts bucket holds one nested bucket per resource ID,
 // with one key per node that references it (value refMark) and the number
 // of such keys as the nested bucket's sequence. Adding or removing one
 // reference touches one key and the sequence, O(log N) in the set's size

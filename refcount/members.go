@@ -27,7 +27,7 @@ type Member struct {
 	Generation string `json:"generation,omitempty"`
 	// Bystander: the node joined without naming its cluster or
 	// authenticating as itself and has completed no sync since
-	// (docs/design.md §10, "Bounds under abuse"). Absent from records an
+	// (docs/design.md §10.3). Absent from records an
 	// older coordinator wrote: those members are not bystanders.
 	Bystander bool `json:"bystander,omitempty"`
 }

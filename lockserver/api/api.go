@@ -346,8 +346,7 @@ type NodeStatus struct {
 	AbsentMs int64 `json:"absent_ms"`
 	// Bystander: the node never named its cluster, never authenticated
 	// as itself and never synced; absent longer than BystanderAfterMs,
-	// deletes no longer wait for it (docs/design.md §10, "Bounds under
-	// abuse").
+	// deletes no longer wait for it (docs/design.md §10.3).
 	Bystander bool `json:"bystander,omitempty"`
 }
 
@@ -477,8 +476,7 @@ const (
 )
 
 // NodeStreamState is the first event ("state") of a node's event stream,
-// GET /lock/events?node_id= (docs/design.md §10, "One event stream per
-// node"). From then on the stream carries an Event (granted with its
+// GET /lock/events?node_id= (docs/design.md §10.1). From then on the stream carries an Event (granted with its
 // lease, completed, or error; RequestID set) for each queued request of
 // the node that has no /lock/subscribe stream of its own, and ": keepalive"
 // comments. It does not end after an outcome.

@@ -7,8 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Fair shares of the connection slots (docs/design.md §10, "Bounds
-// under abuse"). Slow clients from many addresses must not keep every slot
+// Fair shares of the connection slots (docs/design.md §10.3). Slow clients from many addresses must not keep every slot
 // of ConnLimits.Total while known nodes are refused (issue 26: 120
 // slow-header connections from distinct addresses let 3 of 157 legitimate
 // requests through in 40 s). So:

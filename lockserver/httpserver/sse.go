@@ -76,7 +76,7 @@ func (h *Handler) subscribe(ctx *fasthttp.RequestCtx) {
 }
 
 // nodeEvents serves GET /lock/events?node_id=, the node's one event stream
-// (docs/design.md §10, "One event stream per node"): first "state" (an
+// (docs/design.md §10.1): first "state" (an
 // api.NodeStreamState), then the outcome of each of the node's queued
 // requests that has no stream of its own, as they happen. It lasts until
 // the client closes it, a newer stream of the node replaces it, or the

@@ -17,7 +17,7 @@ import (
 // bounded.
 //
 // A node needs one stream, /lock/events, for all its waits (docs/design.md
-// §10, "One event stream per node"), so the limit in all follows the
+// §10.1), so the limit in all follows the
 // number of members: StreamsPerMember per member plus StreamSlack, never
 // more than the fixed limit derived from the connection limits.
 
