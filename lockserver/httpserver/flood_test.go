@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
@@ -52,6 +54,27 @@ func openConns(s *Server) int {
 	for _, gl := range served {
 		gl.mu.Lock()
 		n += len(gl.open)
+		gl.mu.Unlock()
+	}
+	return n
+}
+
+// idleConns is how many connections s has marked idle. fasthttp marks a
+// connection idle after it has flushed the response, so a client can read
+// the response first: tests that depend on which connection is idle wait
+// for this count.
+func idleConns(s *Server) int {
+	s.mu.Lock()
+	served := s.served
+	s.mu.Unlock()
+	n := 0
+	for _, gl := range served {
+		gl.mu.Lock()
+		for tc := range gl.open {
+			if fasthttp.ConnState(tc.state.Load()) == fasthttp.StateIdle {
+				n++
+			}
+		}
 		gl.mu.Unlock()
 	}
 	return n
