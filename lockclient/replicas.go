@@ -1,8 +1,10 @@
 package lockclient
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 
@@ -151,4 +153,51 @@ func (tr *httpTransport) moveOn(i int) {
 	if tr.cur.CompareAndSwap(int32(i), int32((i+1)%len(tr.replicas))) {
 		tr.movedOn.Add(1)
 	}
+}
+
+// Roles of a configured coordinator URL, as Replicas reports them.
+const (
+	RoleLeader      = "leader"
+	RoleStandby     = "standby"
+	RoleUnready     = "unready"
+	RoleUnreachable = "unreachable"
+)
+
+// ReplicaRole is what one configured coordinator URL answered to /readyz.
+type ReplicaRole struct {
+	URL string `json:"url"`
+	// Role is RoleLeader (ready), RoleStandby, RoleUnready (it answers
+	// but is not ready: shutting down, its disk full) or RoleUnreachable.
+	Role string `json:"role"`
+	// Leader is a standby's leader, when it knows it.
+	Leader string `json:"leader,omitempty"`
+	// Error says why a replica is unready or unreachable.
+	Error string `json:"error,omitempty"`
+}
+
+// Replicas asks every configured coordinator URL for its role (its
+// /readyz), once each, in the order given. Nil for an embedded
+// coordinator.
+func (c *Client) Replicas(ctx context.Context) []ReplicaRole {
+	if c.http == nil {
+		return nil
+	}
+	tr := c.http
+	roles := make([]ReplicaRole, len(tr.replicas))
+	for i, r := range tr.replicas {
+		roles[i] = ReplicaRole{URL: r.base, Role: RoleLeader}
+		err := tr.doOn(ctx, r, http.MethodGet, "/readyz", nil, nil, nil)
+		var nl *api.NotLeaderError
+		var se *statusError
+		switch {
+		case err == nil:
+		case errors.As(err, &nl):
+			roles[i].Role, roles[i].Leader = RoleStandby, nl.Leader
+		case errors.As(err, &se):
+			roles[i].Role, roles[i].Error = RoleUnready, err.Error()
+		default:
+			roles[i].Role, roles[i].Error = RoleUnreachable, err.Error()
+		}
+	}
+	return roles
 }

@@ -244,3 +244,18 @@ func TestBadURLLists(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"http://a:1/p", "http://b:2"}, got)
 }
+
+// TestReplicaRoles: Replicas reports each configured URL's role, in the
+// order given.
+func TestReplicaRoles(t *testing.T) {
+	rs := lockservertest.StartReplicas(t, 2)
+	down := "http://" + lockservertest.FreeAddr(t)
+	c := newHTTPClient(t, urlsOf(rs, 1, 0)+","+down, "node-a")
+	roles := c.Replicas(context.Background())
+	require.Len(t, roles, 3)
+	require.Equal(t, ReplicaRole{URL: rs[1].URL(), Role: RoleStandby, Leader: rs[0].URL()}, roles[0])
+	require.Equal(t, ReplicaRole{URL: rs[0].URL(), Role: RoleLeader}, roles[1])
+	require.Equal(t, down, roles[2].URL)
+	require.Equal(t, RoleUnreachable, roles[2].Role)
+	require.NotEmpty(t, roles[2].Error)
+}
