@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/opencontainers/go-digest"
-
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
