@@ -115,13 +115,5 @@ func call(t *testing.T, method, u, body string, hdr ...string) (int, []byte, htt
 	}
 	req, err := http.NewRequest(method, u, r)
 	require.NoError(t, err)
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, out, resp.Header
+	return send(t, req, hdr...)
 }
