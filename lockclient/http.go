@@ -290,15 +290,10 @@ func (tr *httpTransport) Adopt(ctx context.Context, req api.AdoptRequest) (api.C
 // on another transient failure makes the next URL current for the retry
 // (replicas.go).
 func (tr *httpTransport) do(ctx context.Context, method, path string, q url.Values, in, out any) error {
-	i := tr.current()
-	for hints := 0; ; hints++ {
-		err := tr.doOn(ctx, tr.replicas[i], method, path, q, in, out)
-		next, follow := tr.after(i, err)
-		if !follow || hints >= maxHintFollows || ctx.Err() != nil {
-			return err
-		}
-		i = next
-	}
+	_, err := onLeader(ctx, tr, func(r *replica) (struct{}, error) {
+		return struct{}{}, tr.doOn(ctx, r, method, path, q, in, out)
+	})
+	return err
 }
 
 // doOn sends one short request to replica r (do).

@@ -97,6 +97,24 @@ func normalBase(u *url.URL) string {
 	return strings.ToLower(u.Scheme) + "://" + host + ":" + port + strings.TrimRight(u.EscapedPath(), "/")
 }
 
+// onLeader runs fn (one request) on the replica believed to lead, and
+// again on the replica a not_leader answer names, at most maxHintFollows
+// times (after). An error after ctx ended says nothing of the replica.
+func onLeader[T any](ctx context.Context, tr *httpTransport, fn func(*replica) (T, error)) (T, error) {
+	i := tr.current()
+	for hints := 0; ; hints++ {
+		v, err := fn(tr.replicas[i])
+		if ctx.Err() != nil {
+			return v, err
+		}
+		next, follow := tr.after(i, err)
+		if !follow || hints >= maxHintFollows {
+			return v, err
+		}
+		i = next
+	}
+}
+
 // replicaOf returns the index of the configured replica that the hint
 // names, or -1: a hint outside the list is not followed.
 func (tr *httpTransport) replicaOf(hint string) int {

@@ -133,15 +133,7 @@ var errBadStreamRequest = errors.New("lockclient: bad event stream request")
 // answered with something other than a stream. Like a short request, it
 // follows a not_leader hint to the leader at once (replicas.go).
 func (tr *httpTransport) openStream(sctx context.Context, target string) (io.ReadCloser, error) {
-	i := tr.current()
-	for hints := 0; ; hints++ {
-		body, err := tr.openStreamOn(sctx, tr.replicas[i], target)
-		next, follow := tr.after(i, err)
-		if !follow || hints >= maxHintFollows || sctx.Err() != nil {
-			return body, err
-		}
-		i = next
-	}
+	return onLeader(sctx, tr, func(r *replica) (io.ReadCloser, error) { return tr.openStreamOn(sctx, r, target) })
 }
 
 // openStreamOn is openStream on replica r.
