@@ -3,7 +3,9 @@ package lockclient
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -144,6 +146,9 @@ func TestLeadershipSwitch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "waiter", st.Holder.NodeID)
 	require.GreaterOrEqual(t, waiter.http.hintsFollowed.Load(), int64(1))
+	require.Eventually(t, func() bool { return nodeStreamsOpen(t, rs[0].URL()) == 0 }, testTimeout, time.Millisecond,
+		"the old leader ended its streams")
+	require.Equal(t, 1, nodeStreamsOpen(t, rs[1].URL()), "the node stream opened again, on the new leader (it lingers after the wait)")
 
 	resp, err := waiter.Session(context.Background(), api.SessionRequest{InstanceID: "i1"})
 	require.NoError(t, err)
@@ -258,4 +263,24 @@ func TestReplicaRoles(t *testing.T) {
 	require.Equal(t, down, roles[2].URL)
 	require.Equal(t, RoleUnreachable, roles[2].Role)
 	require.NotEmpty(t, roles[2].Error)
+}
+
+// nodeStreamsOpen reads the node streams open at the coordinator at base
+// from its /metrics.
+func nodeStreamsOpen(t *testing.T, base string) int {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, `sharedcontent_event_streams_open{kind="node"} `); ok {
+			n, err := strconv.Atoi(v)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatalf("no node stream gauge in %s/metrics", base)
+	return 0
 }
