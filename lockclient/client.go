@@ -24,6 +24,8 @@ type Client struct {
 	opts      options        // read-only after construction
 
 	expect atomic.Pointer[string] // the cluster ID given to ExpectCluster
+	// pauses counts the pauses retry took between attempts (tests).
+	pauses atomic.Int64
 
 	mu     sync.Mutex
 	leases map[*Lease]struct{} // protected by mu: leases whose keepalive runs
@@ -31,8 +33,13 @@ type Client struct {
 }
 
 // New returns a Client of the coordinator at serverURL
-// (http(s)://host:port, optionally with a path prefix). It does not connect:
-// an unreachable coordinator shows in the first call.
+// (http(s)://host:port, optionally with a path prefix), or of the
+// coordinator whose replicas serverURL lists, comma-separated
+// (docs/design.md §7): the Client then sticks to the one that leads,
+// follows a standby's not_leader hint at once when it names a listed URL,
+// and moves to the next URL after a transient failure (replicas.go).
+// ParseURLs says what a list may hold. New does not connect: an
+// unreachable coordinator shows in the first call.
 func New(serverURL string, opts ...Option) (*Client, error) {
 	o, err := buildOptions(opts)
 	if err != nil {
@@ -339,6 +346,7 @@ func (c *Client) retry(ctx context.Context, what call, fn func(context.Context) 
 		}
 		logger(ctx).WithError(err).WithField("attempt", attempt).WithField("retry_in", wait).
 			Warn(what.String() + " failed; retrying")
+		c.pauses.Add(1)
 		if timer == nil {
 			timer = time.NewTimer(wait)
 			defer timer.Stop()

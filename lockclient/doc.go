@@ -15,7 +15,10 @@
 // Transport interface. Both give the same results and the same errors,
 // which match this package's sentinels (ErrLocked, ErrInUse, ...) with
 // errors.Is. Network errors, timeouts and 5xx answers are retried; after
-// the last retry the error matches ErrUnavailable.
+// the last retry the error matches ErrUnavailable. Given the URLs of a
+// coordinator's replicas, New sticks to the leader and follows a standby's
+// not_leader hint at once, but only to a listed URL (replicas.go,
+// docs/design.md §4, §7).
 //
 // A held lock is NOT a guarantee that nobody else works on the resource:
 // if the lease cannot be renewed (network partition, coordinator restart)

@@ -47,11 +47,15 @@ type ShortClient interface {
 // of docs/design.md §3).
 // Its fields are set by newHTTPTransport and never change.
 type httpTransport struct {
-	base  string            // server URL without a trailing slash
-	urls  map[string]string // path → base+path, for the short requests' paths
-	short ShortClient       // short requests
-	long  *http.Client      // event streams, without a timeout
-	auth  string            // Authorization header value; empty sends none
+	// replicas are the coordinator's URLs (one, or its replicas); cur is
+	// the index of the one believed to lead (replicas.go).
+	replicas []*replica
+	cur      atomic.Int32
+	long     *http.Client // event streams, without a timeout
+	auth     string       // Authorization header value; empty sends none
+	// hintsFollowed counts not_leader hints followed at once; movedOn,
+	// moves to the next URL after a failure (tests read them).
+	hintsFollowed, movedOn atomic.Int64
 	// cluster is the cluster ID sent in api.ClusterHeader with every
 	// request (nil: none), so that a coordinator of another cluster
 	// refuses instead of acting (docs/design.md §8.10).
@@ -73,17 +77,12 @@ type httpTransport struct {
 	nodeStreamsClosed bool
 }
 
-func newHTTPTransport(serverURL string, o *options) (*httpTransport, error) {
-	u, err := url.Parse(serverURL)
+func newHTTPTransport(serverURLs string, o *options) (*httpTransport, error) {
+	list, err := ParseURLs(serverURLs)
 	if err != nil {
-		return nil, fmt.Errorf("lockclient: server URL %q: %w: %w", serverURL, ErrInvalidArgument, err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("lockclient: server URL %q: want http(s)://host[:port][/path]: %w", serverURL, ErrInvalidArgument)
+		return nil, err
 	}
 	tr := &httpTransport{
-		base:           strings.TrimRight(u.String(), "/"),
-		short:          o.short,
 		long:           o.long,
 		pollInterval:   o.pollInterval,
 		requestTimeout: o.requestTimeout,
@@ -91,12 +90,16 @@ func newHTTPTransport(serverURL string, o *options) (*httpTransport, error) {
 	if o.token != "" {
 		tr.auth = "Bearer " + o.token
 	}
-	tr.urls = make(map[string]string)
-	for _, p := range []string{"/lock", "/unlock", "/lock/keepalive", "/lock/cancel", "/lock/status", "/refs/add", "/refs"} {
-		tr.urls[p] = tr.base + p
-	}
-	if tr.short == nil {
-		tr.short = newHostClient(u, o.tlsConfig)
+	for _, base := range list {
+		u, _ := url.Parse(base) // checked by ParseURLs
+		r := &replica{base: base, norm: normalBase(u), short: o.short, urls: make(map[string]string)}
+		for _, p := range []string{"/lock", "/unlock", "/lock/keepalive", "/lock/cancel", "/lock/status", "/refs/add", "/refs"} {
+			r.urls[p] = base + p
+		}
+		if r.short == nil {
+			r.short = newHostClient(u, o.tlsConfig)
+		}
+		tr.replicas = append(tr.replicas, r)
 	}
 	if tr.long == nil {
 		tr.long = &http.Client{Transport: newStreamRoundTripper(o.tlsConfig)}
@@ -157,8 +160,10 @@ func newStreamRoundTripper(tc *tls.Config) *http.Transport {
 // closeIdle closes the idle connections of both clients.
 func (tr *httpTransport) closeIdle() {
 	tr.closeNodeStreams()
-	if c, ok := tr.short.(interface{ CloseIdleConnections() }); ok {
-		c.CloseIdleConnections()
+	for _, r := range tr.replicas {
+		if c, ok := r.short.(interface{ CloseIdleConnections() }); ok {
+			c.CloseIdleConnections()
+		}
 	}
 	tr.long.CloseIdleConnections()
 }
@@ -279,7 +284,20 @@ func (tr *httpTransport) Adopt(ctx context.Context, req api.AdoptRequest) (api.C
 // The request is bounded by the request timeout and ctx's deadline; a
 // cancellation of ctx is seen before it starts, not while it runs (it
 // takes a round trip on loopback, and at most the request timeout).
+//
+// With several coordinator URLs it goes to the replica believed to lead,
+// follows a not_leader hint at once (at most maxHintFollows times), and
+// on another transient failure makes the next URL current for the retry
+// (replicas.go).
 func (tr *httpTransport) do(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	_, err := onLeader(ctx, tr, func(r *replica) (struct{}, error) {
+		return struct{}{}, tr.doOn(ctx, r, method, path, q, in, out)
+	})
+	return err
+}
+
+// doOn sends one short request to replica r (do).
+func (tr *httpTransport) doOn(ctx context.Context, r *replica, method, path string, q url.Values, in, out any) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -288,9 +306,9 @@ func (tr *httpTransport) do(ctx context.Context, method, path string, q url.Valu
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 
-	target, ok := tr.urls[path]
+	target, ok := r.urls[path]
 	if !ok {
-		target = tr.base + path
+		target = r.base + path
 	}
 	if q != nil {
 		target += "?" + q.Encode()
@@ -316,7 +334,7 @@ func (tr *httpTransport) do(ctx context.Context, method, path string, q url.Valu
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	if err := tr.short.DoDeadline(req, resp, deadline); err != nil {
+	if err := r.short.DoDeadline(req, resp, deadline); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

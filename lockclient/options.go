@@ -126,7 +126,8 @@ func WithPollInterval(d time.Duration) Option { return func(o *options) { o.poll
 // WithShortClient replaces the HTTP client of short requests (a
 // *fasthttp.HostClient, for instance one that dials through a proxy).
 // Requests are bounded by WithRequestTimeout; WithTLSConfig does not apply
-// to it.
+// to it. With several coordinator URLs it serves all of them, so it must
+// reach each one's host (a *fasthttp.Client does; a HostClient dials one).
 func WithShortClient(c ShortClient) Option { return func(o *options) { o.short = c } }
 
 // WithLongClient replaces the HTTP client of event streams. It must not

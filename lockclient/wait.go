@@ -130,9 +130,15 @@ var errBadStreamRequest = errors.New("lockclient: bad event stream request")
 
 // openStream sends GET target (a path and query) for an event stream on
 // sctx and returns its body, or nil and why: it could not be sent, or was
-// answered with something other than a stream.
+// answered with something other than a stream. Like a short request, it
+// follows a not_leader hint to the leader at once (replicas.go).
 func (tr *httpTransport) openStream(sctx context.Context, target string) (io.ReadCloser, error) {
-	hreq, err := http.NewRequestWithContext(sctx, http.MethodGet, tr.base+target, nil)
+	return onLeader(sctx, tr, func(r *replica) (io.ReadCloser, error) { return tr.openStreamOn(sctx, r, target) })
+}
+
+// openStreamOn is openStream on replica r.
+func (tr *httpTransport) openStreamOn(sctx context.Context, r *replica, target string) (io.ReadCloser, error) {
+	hreq, err := http.NewRequestWithContext(sctx, http.MethodGet, r.base+target, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errBadStreamRequest, err)
 	}
@@ -144,8 +150,12 @@ func (tr *httpTransport) openStream(sctx context.Context, target string) (io.Rea
 		return nil, err
 	}
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("event stream refused: %w", responseError(resp.StatusCode, data))
+		}
 		return nil, fmt.Errorf("event stream refused: status %d, content type %q", resp.StatusCode, ct)
 	}
 	return resp.Body, nil

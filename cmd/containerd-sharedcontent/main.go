@@ -80,7 +80,7 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.stateDir, "state-dir", defaultStateDir, "this node's local state (the journal of the blobs it uses); on local disk, not the shared storage")
 	fs.DurationVar(&o.reapInterval, "reap-interval", defaultReapInterval, "how often this node offers to run the reaper (one node at a time runs it; 0: never)")
 	fs.BoolVar(&o.adopt, "adopt", false, "with the embedded coordinator: adopt the shared root's cluster at start (after its database was lost)")
-	fs.StringVar(&o.coordinatorURL, "coordinator", "", "coordinator URL (http:// or https://); empty embeds one")
+	fs.StringVar(&o.coordinatorURL, "coordinator", "", "coordinator URL (http:// or https://), or the comma-separated URLs of its replicas (the node follows the leader); empty embeds one")
 	fs.StringVar(&o.coordinatorListen, "coordinator-listen", "", "with the embedded coordinator: also serve it to other nodes on this address")
 	fs.StringVar(&o.coordinatorCA, "coordinator-ca", "", "CA (PEM) to verify an https coordinator")
 	cli.Alias(fs, "lock-server", "coordinator")
@@ -108,6 +108,11 @@ func parse(args []string) (options, error) {
 		return o, errors.New("--adopt adopts with the embedded coordinator; for a remote one use sharedcontentctl cluster adopt")
 	case o.stateDir == "":
 		return o, errors.New("--state-dir is required")
+	}
+	if o.coordinatorURL != "" {
+		if _, err := lockclient.ParseURLs(o.coordinatorURL); err != nil {
+			return o, fmt.Errorf("--coordinator: %w", err)
+		}
 	}
 	return o, nil
 }

@@ -192,3 +192,14 @@ func TestRunDoesNotWarnOfFSVerity(t *testing.T) {
 	require.Contains(t, logged, "containerd-sharedcontent ready", "the daemon's log was captured")
 	require.NotContains(t, logged, "fsverity")
 }
+
+// TestParseCoordinatorList: --coordinator takes the URLs of a
+// coordinator's replicas; a bad list is refused at start, naming the bad
+// URL.
+func TestParseCoordinatorList(t *testing.T) {
+	o, err := parse([]string{"--root", "/shared", "--coordinator", "https://c0:8642,https://c1:8642"})
+	require.NoError(t, err)
+	require.Equal(t, "https://c0:8642,https://c1:8642", o.coordinatorURL)
+	_, err = parse([]string{"--root", "/shared", "--coordinator", "https://c0:8642,c1:8642"})
+	require.ErrorContains(t, err, `--coordinator: lockclient: coordinator URL list "https://c0:8642,c1:8642": server URL "c1:8642"`)
+}

@@ -132,7 +132,7 @@ func findCommand(rest []string) (command, bool) {
 func (inv *invocation) flagSet(name string, errOut io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(errOut)
-	fs.Func("coordinator", "coordinator URL (env SHAREDCONTENT_COORDINATOR; default "+defaultServer+")", func(v string) error {
+	fs.Func("coordinator", "coordinator URL, or the comma-separated URLs of its replicas (env SHAREDCONTENT_COORDINATOR; default "+defaultServer+")", func(v string) error {
 		inv.server, inv.serverSet = v, true
 		return nil
 	})

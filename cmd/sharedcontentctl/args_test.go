@@ -149,7 +149,7 @@ func TestHelp(t *testing.T) {
 	out, help, err := ctlErr("-h")
 	require.NoError(t, err)
 	require.Empty(t, out)
-	require.Contains(t, help, "-coordinator value\n    \tcoordinator URL (env SHAREDCONTENT_COORDINATOR")
+	require.Contains(t, help, "-coordinator value\n    \tcoordinator URL, or the comma-separated URLs of its replicas (env SHAREDCONTENT_COORDINATOR")
 	require.Contains(t, help, "flags (before or after the command)")
 }
 

@@ -34,7 +34,12 @@ func isReported(err error) bool {
 // quoting the page it got. A coordinator's answer carries
 // api.ProtocolHeader; one older than that header answers "ok", and its
 // connection limit answers JSON without it: those count as coordinators.
+//
+// With a list of URLs (the replicas of one coordinator) it probes the
+// first.
 func checkCoordinator(ctx context.Context, server string, err error) error {
+	server, _, _ = strings.Cut(server, ",")
+	server = strings.TrimSpace(server)
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	req, perr := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(server, "/")+"/healthz", nil)

@@ -3,7 +3,7 @@
 // directory's, and it adopts a root or forgets a node. Output is a table,
 // or JSON with -o json.
 //
-//	sharedcontentctl [--coordinator URL] [--token-file F] [-o json] status
+//	sharedcontentctl [--coordinator URL[,URL...]] [--token-file F] [-o json] status
 //	sharedcontentctl ... [--root DIR] doctor [--containerd-config PATH]
 //	sharedcontentctl ... [--root DIR] refs DIGEST
 //	sharedcontentctl ... node ls | node forget ID

@@ -106,3 +106,25 @@ func TestStatus(t *testing.T) {
 	require.Contains(t, table, "deletes are held back until these nodes sync: node-1, node-2")
 	require.Error(t, run([]string{"--coordinator", server, "-o", "yaml", "status"}, &bytes.Buffer{}, io.Discard))
 }
+
+// TestStatusReplicas: with the URLs of a coordinator's replicas, status
+// reaches the leader whatever the order, lists each URL with its role and
+// reads the leader's counters; a bad list is refused naming the bad URL.
+func TestStatusReplicas(t *testing.T) {
+	rs := lockservertest.StartReplicas(t, 2)
+	down := "http://" + lockservertest.FreeAddr(t)
+	list := rs[1].URL() + "," + rs[0].URL() + "," + down
+	var r statusReport
+	require.NoError(t, json.Unmarshal([]byte(ctl(t, "--coordinator", list, "-o", "json", "status")), &r))
+	require.Equal(t, rs[0].Core().Cluster().ClusterID, r.ClusterID)
+	require.Empty(t, r.MetricsError)
+	require.Len(t, r.Replicas, 3)
+	require.Equal(t, []string{"standby", "leader", "unreachable"}, []string{r.Replicas[0].Role, r.Replicas[1].Role, r.Replicas[2].Role})
+	require.Equal(t, rs[0].URL(), r.Replicas[0].Leader)
+	table := ctl(t, "--coordinator", list, "status")
+	require.Contains(t, table, rs[1].URL()+"  standby (leader: "+rs[0].URL()+")")
+	require.Contains(t, table, down+"  unreachable (")
+
+	err := run([]string{"--coordinator", rs[0].URL() + ",ftp://x", "status"}, &bytes.Buffer{}, io.Discard)
+	require.ErrorContains(t, err, `"ftp://x"`)
+}

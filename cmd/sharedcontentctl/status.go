@@ -32,6 +32,9 @@ type statusReport struct {
 	RejectedConnections float64 `json:"rejected_connections"`
 	// MetricsError says why the counters are missing, if they are.
 	MetricsError string `json:"metrics_error,omitempty"`
+	// Replicas is each configured URL's role, when --coordinator lists
+	// several (docs/design.md §7).
+	Replicas []lockclient.ReplicaRole `json:"replicas,omitempty"`
 }
 
 func status(ctx context.Context, c *lockclient.Client, server, token string, p printer) error {
@@ -49,6 +52,21 @@ func status(ctx context.Context, c *lockclient.Client, server, token string, p p
 			r.Unsynced = append(r.Unsynced, n.NodeID)
 		}
 	}
+	// The counters are the leader's; with one URL, that one's.
+	urls, err := lockclient.ParseURLs(server)
+	if err != nil {
+		return err
+	}
+	if len(urls) > 1 {
+		r.Replicas = c.Replicas(ctx)
+		server = urls[0]
+		for _, rr := range r.Replicas {
+			if rr.Role == lockclient.RoleLeader {
+				server = rr.URL
+				break
+			}
+		}
+	}
 	if err := r.readMetrics(ctx, server, token); err != nil {
 		r.MetricsError = err.Error()
 	}
@@ -57,6 +75,20 @@ func status(ctx context.Context, c *lockclient.Client, server, token string, p p
 
 func (r *statusReport) table(tw *tabwriter.Writer) {
 	fmt.Fprintf(tw, "cluster %s, epoch %d\n\n", r.ClusterID, r.Epoch)
+	if len(r.Replicas) > 0 {
+		fmt.Fprintln(tw, "REPLICA\tROLE")
+		for _, rr := range r.Replicas {
+			role := rr.Role
+			switch {
+			case rr.Role == lockclient.RoleStandby:
+				role += " (leader: " + or(rr.Leader, "unknown") + ")"
+			case rr.Error != "":
+				role += " (" + rr.Error + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\n", rr.URL, role)
+		}
+		fmt.Fprintln(tw)
+	}
 	fmt.Fprintln(tw, "NODE\tLIVE\tSYNCED\tLAST SEEN")
 	for _, n := range r.Members {
 		fmt.Fprintf(tw, "%s\t%v\t%v\t%s\n", n.NodeID, n.Live, n.Synced, n.LastSeen)

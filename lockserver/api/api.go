@@ -179,6 +179,11 @@ const ClusterHeader = "Sharedcontent-Cluster"
 // added without one, since unknown members are ignored.
 const ProtocolHeader = "Sharedcontent-Protocol"
 
+// LeaderHeader carries the URL of the leading replica on a standby's 503
+// not_leader answer (docs/design.md §3.8, §7), as ErrorResponse.Leader
+// does in its body. It is absent when the standby does not know the leader.
+const LeaderHeader = "Sharedcontent-Leader"
+
 // ProtocolVersion is the version of this protocol.
 const ProtocolVersion = "1"
 
@@ -536,6 +541,7 @@ const (
 	CodeNotExpired          = "not_expired"
 	CodeLate                = "late"
 	CodeDuplicateNode       = "duplicate_node"
+	CodeNotLeader           = "not_leader"
 )
 
 // ErrorResponse is the body of every 4xx/5xx answer.
@@ -547,4 +553,7 @@ type ErrorResponse struct {
 	// Nodes is set with unsynced: the members whose references the
 	// coordinator does not have in full.
 	Nodes []string `json:"nodes,omitempty"`
+	// Leader is set with not_leader when the standby knows the leader:
+	// its advertised URL (docs/design.md §7).
+	Leader string `json:"leader,omitempty"`
 }

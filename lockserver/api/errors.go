@@ -67,6 +67,9 @@ var (
 	// ErrTooManyRequests: a bound was reached (event streams); retry
 	// later.
 	ErrTooManyRequests = newSentinel("lock: too many requests", errdefs.ErrResourceExhausted)
+	// ErrNotLeader: this replica is a standby (docs/design.md §7); the
+	// leader, when known, is named by a *NotLeaderError.
+	ErrNotLeader = newSentinel("lock: not the leader", errdefs.ErrUnavailable)
 )
 
 // sentinel is a protocol outcome of an errdefs class.
@@ -106,6 +109,7 @@ var codes = []struct {
 	{ErrTooManyRequests, CodeTooManyRequests, http.StatusTooManyRequests},
 	{ErrForbidden, CodeForbidden, http.StatusForbidden},
 	{ErrUnsupportedProtocol, CodeUnsupportedProtocol, http.StatusBadRequest},
+	{ErrNotLeader, CodeNotLeader, http.StatusServiceUnavailable},
 }
 
 // HTTPStatus returns the HTTP status and code for err. Errors that match no
@@ -138,6 +142,10 @@ func ErrorBody(err error) ErrorResponse {
 	var unsynced *UnsyncedError
 	if errors.As(err, &unsynced) {
 		body.Nodes = unsynced.Nodes
+	}
+	var notLeader *NotLeaderError
+	if errors.As(err, &notLeader) {
+		body.Leader = notLeader.Leader
 	}
 	return body
 }
@@ -179,6 +187,9 @@ func FromResponse(status int, body ErrorResponse) error {
 	if body.Code == CodeUnsynced {
 		return &UnsyncedError{Nodes: body.Nodes}
 	}
+	if body.Code == CodeNotLeader {
+		return &NotLeaderError{Leader: body.Leader}
+	}
 	for _, c := range codes {
 		if c.code == body.Code {
 			return &remoteError{sentinel: c.err, msg: body.Error}
@@ -186,6 +197,23 @@ func FromResponse(status int, body ErrorResponse) error {
 	}
 	return fmt.Errorf("coordinator: HTTP %d %s: %s", status, body.Code, body.Error)
 }
+
+// NotLeaderError is a standby's refusal (docs/design.md §7): it names
+// the leader's URL when the standby knows it (empty otherwise). It
+// matches ErrNotLeader.
+type NotLeaderError struct {
+	Leader string
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == "" {
+		return fmt.Sprintf("%s; the leader is not known yet", ErrNotLeader)
+	}
+	return fmt.Sprintf("%s; the leader is %s", ErrNotLeader, e.Leader)
+}
+
+// Unwrap makes errors.Is(err, ErrNotLeader) true, and its errdefs class.
+func (e *NotLeaderError) Unwrap() error { return ErrNotLeader }
 
 type remoteError struct {
 	sentinel error

@@ -63,3 +63,18 @@ func TestErrorBody(t *testing.T) {
 	require.Equal(t, ErrorResponse{Error: "boom", Code: CodeInternal}, body)
 	require.Equal(t, CodeLate, Code(fmt.Errorf("x: %w", ErrLate)))
 }
+
+// TestNotLeaderBody: a standby's refusal carries the leader's URL in its
+// body, and comes back as a *NotLeaderError naming it.
+func TestNotLeaderBody(t *testing.T) {
+	body := ErrorBody(fmt.Errorf("standby: %w", &NotLeaderError{Leader: "https://c0:8080"}))
+	require.Equal(t, CodeNotLeader, body.Code)
+	require.Equal(t, "https://c0:8080", body.Leader)
+	back := FromResponse(503, body)
+	var nl *NotLeaderError
+	require.ErrorAs(t, back, &nl)
+	require.Equal(t, "https://c0:8080", nl.Leader)
+	require.ErrorIs(t, back, ErrNotLeader)
+	require.True(t, errdefs.IsUnavailable(back))
+	require.Empty(t, ErrorBody(ErrUnavailable).Leader)
+}

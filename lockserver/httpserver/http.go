@@ -75,6 +75,9 @@ type Handler struct {
 	// streamsDone is closed by Drain to end every event stream.
 	streamsDone chan struct{}
 	streams     *streamLimiter
+	// leadership, when set, says whether this replica leads
+	// (leadership.go); nil: it always does.
+	leadership Leadership
 }
 
 // route is one endpoint: its method and handler. GET endpoints also answer
@@ -260,6 +263,12 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fmt.Errorf("no endpoint %q: %w", path, api.ErrNotFound))
 		return
 	}
+	// A standby refuses before the protocol and cluster checks: its
+	// cluster state is not the leader's, and a node must learn where the
+	// leader is rather than be refused for good (docs/design.md §7).
+	if !probe && string(path) != "/metrics" && !h.leads(ctx) {
+		return
+	}
 	if v := ctx.Request.Header.Peek(api.ProtocolHeader); len(v) > 0 && string(v) != api.ProtocolVersion {
 		writeError(ctx, fmt.Errorf("the client speaks sharedcontent protocol %q, this coordinator speaks %q; upgrade the older of the two: %w",
 			v, api.ProtocolVersion, api.ErrUnsupportedProtocol))
@@ -320,6 +329,9 @@ func (h *Handler) readyz(ctx *fasthttp.RequestCtx) {
 	if h.draining.Load() {
 		writeError(ctx, fmt.Errorf("server is shutting down: %w", api.ErrUnavailable))
 		return
+	}
+	if !h.leads(ctx) {
+		return // a standby is alive (/healthz) but not ready
 	}
 	for _, check := range append([]func(context.Context) error{h.locker.Ready}, h.ready...) {
 		if err := check(ctx); err != nil {
@@ -579,7 +591,7 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 func writeError(ctx *fasthttp.RequestCtx, err error) {
 	status, _ := api.HTTPStatus(err)
 	body := api.ErrorBody(err)
-	if status >= 500 {
+	if status >= 500 && !errors.Is(err, api.ErrNotLeader) { // a standby refusing is routine
 		log.L.WithError(err).WithField("path", string(ctx.Path())).Error("request failed")
 	}
 	var busy *lockserver.BusyError

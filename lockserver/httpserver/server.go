@@ -52,6 +52,10 @@ type Config struct {
 	// Limits bound the connections served; the zero value picks defaults
 	// below the descriptor limit.
 	Limits ConnLimits
+	// Leadership, when set, makes the server a replica that serves the
+	// API only while it leads (leadership.go, docs/design.md §7); nil:
+	// it always leads.
+	Leadership Leadership
 }
 
 // Server is a Coordinator with its persistent state and HTTP API.
@@ -105,6 +109,9 @@ func Open(cfg Config) (*Server, error) {
 	}
 	opts = append(opts, WithMetricsGatherer(reg), WithReadinessCheck(freeSpaceCheck(cfg.DataDir)),
 		WithStreamLimits(max(1, limits.Total/2), max(1, limits.PerIP/2), DefaultMaxStreamsPerNode))
+	if cfg.Leadership != nil {
+		opts = append(opts, WithLeadership(cfg.Leadership))
+	}
 	sm := newServerMetrics()
 	reg.MustRegister(sm)
 	s := &Server{Coordinator: locker, storage: storage, handler: NewHandler(locker, opts...), limits: limits, metrics: sm,

@@ -77,6 +77,14 @@ func post(t *testing.T, base, path string, body any, hdr ...string) (int, []byte
 	}
 	req, err := http.NewRequest(http.MethodPost, base+path, r)
 	require.NoError(t, err)
+	code, out, _ := send(t, req, hdr...)
+	return code, out
+}
+
+// send sends req with the header pairs hdr and returns the status, body
+// and header of the answer.
+func send(t *testing.T, req *http.Request, hdr ...string) (int, []byte, http.Header) {
+	t.Helper()
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
@@ -85,7 +93,7 @@ func post(t *testing.T, base, path string, body any, hdr ...string) (int, []byte
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	return resp.StatusCode, out
+	return resp.StatusCode, out, resp.Header
 }
 
 func get(t *testing.T, base, path string, q url.Values) (int, []byte) {

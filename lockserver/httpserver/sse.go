@@ -48,6 +48,10 @@ func (h *Handler) subscribe(ctx *fasthttp.RequestCtx) {
 	if !h.streamRequest(ctx) {
 		return
 	}
+	lost, leads := h.leadingStream(ctx)
+	if !leads {
+		return
+	}
 	q := ctx.QueryArgs()
 	node := string(q.Peek("node_id"))
 	if !actAs(ctx, &node) {
@@ -65,7 +69,7 @@ func (h *Handler) subscribe(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
-	s := &eventStream{sub: sub, done: h.streamsDone, keepAlive: !ctx.Request.Header.ConnectionClose(), idle: h.http.IdleTimeout}
+	s := &eventStream{sub: sub, done: h.streamsDone, lost: lost, keepAlive: !ctx.Request.Header.ConnectionClose(), idle: h.http.IdleTimeout}
 	if err := s.add(api.EventState, sub.First); err != nil {
 		release()
 		sub.Close()
@@ -83,6 +87,10 @@ func (h *Handler) subscribe(ctx *fasthttp.RequestCtx) {
 // server drains.
 func (h *Handler) nodeEvents(ctx *fasthttp.RequestCtx) {
 	if !h.streamRequest(ctx) {
+		return
+	}
+	lost, leads := h.leadingStream(ctx)
+	if !leads {
 		return
 	}
 	node := string(ctx.QueryArgs().Peek("node_id"))
@@ -105,7 +113,7 @@ func (h *Handler) nodeEvents(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
-	s := &eventStream{node: ns, done: h.streamsDone, keepAlive: !ctx.Request.Header.ConnectionClose(), idle: h.http.IdleTimeout}
+	s := &eventStream{node: ns, done: h.streamsDone, lost: lost, keepAlive: !ctx.Request.Header.ConnectionClose(), idle: h.http.IdleTimeout}
 	if err := s.add(api.EventState, api.NodeStreamState{NodeID: node, Limits: h.streams.limits()}); err != nil {
 		release()
 		ns.Close()
@@ -175,6 +183,7 @@ type eventStream struct {
 	node      *lockserver.NodeStream
 	batch     []api.Event     // node's events being taken
 	done      <-chan struct{} // Handler.streamsDone
+	lost      <-chan struct{} // closed when the replica stops leading (leadership.go)
 	keepAlive bool            // the connection carries requests after the stream
 	idle      time.Duration   // how long it waits for the next one
 	conn      net.Conn
@@ -242,10 +251,9 @@ func (s *eventStream) run(ahead []byte) ([]byte, bool) {
 			// the end of this response.
 			next, watching = join(next, b), nil
 		case <-s.done:
-			s.closeSource()
-			s.ended = true
-			_ = s.write()
-			return nil, false
+			return s.cut()
+		case <-s.lost:
+			return s.cut() // a standby now: the client reconnects, to the leader
 		}
 	}
 	if !s.keepAlive {
@@ -276,6 +284,15 @@ func (s *eventStream) run(ahead []byte) ([]byte, bool) {
 	case <-s.done:
 	case <-idle:
 	}
+	return nil, false
+}
+
+// cut ends the stream early (the server drains, or the replica stopped
+// leading): its body ends, and so does the connection.
+func (s *eventStream) cut() ([]byte, bool) {
+	s.closeSource()
+	s.ended = true
+	_ = s.write()
 	return nil, false
 }
 

@@ -2,6 +2,7 @@ package builtin
 
 import (
 	"errors"
+	"fmt"
 	"os"
 
 	"github.com/containerd/containerd/v2/plugins"
@@ -21,8 +22,10 @@ type Config struct {
 	Root string `toml:"root"`
 	// NodeID names this node to the coordinator. Default: the hostname.
 	NodeID string `toml:"node_id"`
-	// Coordinator is the coordinator's URL. Required: an in-process
-	// containerd plugin does not embed a coordinator.
+	// Coordinator is the coordinator's URL, or the comma-separated URLs
+	// of its replicas (the node follows the leader; docs/design.md §7).
+	// Required: an in-process containerd plugin does not embed a
+	// coordinator.
 	Coordinator string `toml:"coordinator"`
 	// LockServer is the deprecated name of Coordinator, used only when
 	// Coordinator is empty.
@@ -90,7 +93,7 @@ func init() {
 			}
 			client, err := lockclient.New(cfg.Coordinator, opts...)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("sharedcontent: coordinator: %w", err)
 			}
 			ic.Meta.Exports["root"] = cfg.Root
 			return contentv2.NewStore(cfg.Root, cfg.NodeID, remote.New(client), contentv2.WithStateDir(cfg.StateDir))

@@ -182,3 +182,27 @@ func TestCompiledInOldKey(t *testing.T) {
 	_, err = p.Instance()
 	require.NoError(t, err, "coordinator wins over lock_server")
 }
+
+// TestCompiledInReplicas: the TOML key coordinator takes the URLs of a
+// coordinator's replicas; the plugin reaches the leader through a standby
+// listed first. A bad list fails the plugin, naming the bad URL.
+func TestCompiledInReplicas(t *testing.T) {
+	rs := lockservertest.StartReplicas(t, 2)
+	dir := t.TempDir()
+	root := filepath.Join(dir, "shared")
+	_, p := initPlugin(t, &builtin.Config{Root: root, NodeID: "node-1", Coordinator: rs[1].URL() + "," + rs[0].URL()}, dir)
+	inst, err := p.Instance()
+	require.NoError(t, err)
+	ctx := context.Background()
+	data := []byte("a layer, through a standby")
+	desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: digest.FromBytes(data), Size: int64(len(data))}
+	require.NoError(t, content.WriteBlob(ctx, inst.(content.Store), "layer-1", bytes.NewReader(data), desc))
+	refs, err := rs[0].Core().Refs(ctx, desc.Digest.String())
+	require.NoError(t, err)
+	require.Equal(t, []string{"node-1"}, refs.Nodes, "the leader has the reference")
+
+	dir = t.TempDir()
+	_, p = initPlugin(t, &builtin.Config{Root: root, NodeID: "node-1", Coordinator: rs[0].URL() + ",http://"}, dir)
+	_, err = p.Instance()
+	require.ErrorContains(t, err, `"http://"`)
+}
