@@ -23,6 +23,7 @@ var ranks = map[string]int{
 	"internal/testutil/etcdtest": 0, // a real etcd cluster for tests
 	"refcount":                   10,
 	"refcount/...":               10,
+	"refcount/etcdstore":         10, // the Storage on etcd (docs/design.md §7)
 	"lockserver/api":             20,
 	"lockserver":                 30,
 	"lockserver/httpserver":      40,

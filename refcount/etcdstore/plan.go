@@ -1,0 +1,362 @@
+package etcdstore
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/containerd/errdefs"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/sharedcontent/sharedcontent/refcount"
+)
+
+// write is the value a key is left with: put val, or deleted.
+type write struct {
+	del bool
+	val string
+}
+
+// pair is one reference: its two keys are written together.
+type pair struct{ res, node string }
+
+// plan folds a Batch into the writes of its transactions. etcd refuses a
+// transaction that writes one key twice, and a batch's writes apply in
+// order (a later one sees an earlier one), so the plan applies them, one
+// atomic group after the other, to an overlay of the stored state and
+// keeps, per group, the value each key it touched is left with. It reads
+// only what a write depends on: the set a DropRefs drops, the node's
+// references a ReplaceNode replaces (one range of the node's index).
+type plan struct {
+	ctx context.Context
+	s   *Store
+
+	cur map[string]write // every key the batch touched, as the writes so far leave it
+	// What was read of the stored references: whole sets and whole nodes.
+	storedSets  map[string]map[string]bool // resource → its nodes
+	storedNodes map[string]map[string]bool // node → its resources
+	// The references the batch touched, by resource and by node.
+	byRes, byNode map[string]map[string]bool
+	pairOf        map[string]pair // reference and index key → its reference
+
+	groups  []map[string]write // per group: the keys it touched, left as at its end
+	touched map[string]bool    // the keys of the current group
+}
+
+func newPlan(ctx context.Context, s *Store) *plan {
+	return &plan{
+		ctx: ctx, s: s,
+		cur:         map[string]write{},
+		storedSets:  map[string]map[string]bool{},
+		storedNodes: map[string]map[string]bool{},
+		byRes:       map[string]map[string]bool{},
+		byNode:      map[string]map[string]bool{},
+		pairOf:      map[string]pair{},
+	}
+}
+
+// group applies one atomic group.
+func (p *plan) group(ops []refcount.Op) error {
+	p.touched = map[string]bool{}
+	for i := range ops {
+		if err := p.apply(&ops[i]); err != nil {
+			return err
+		}
+	}
+	g := make(map[string]write, len(p.touched))
+	for key := range p.touched {
+		g[key] = p.cur[key]
+	}
+	p.groups = append(p.groups, g)
+	return nil
+}
+
+func (p *plan) put(key, val string) {
+	p.cur[key] = write{val: val}
+	p.touched[key] = true
+}
+
+func (p *plan) del(key string) {
+	p.cur[key] = write{del: true}
+	p.touched[key] = true
+}
+
+func (p *plan) putJSON(key string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("etcdstore: encode %s: %w", key, err)
+	}
+	p.put(key, string(b))
+	return nil
+}
+
+// setRef makes node reference res, or not.
+func (p *plan) setRef(res, node string, on bool) {
+	rk, ik := p.s.k.ref(res, node), p.s.k.index(node, res)
+	if on {
+		p.put(rk, "")
+		p.put(ik, "")
+	} else {
+		p.del(rk)
+		p.del(ik)
+	}
+	pr := pair{res, node}
+	p.pairOf[rk], p.pairOf[ik] = pr, pr
+	mark(p.byRes, res, node)
+	mark(p.byNode, node, res)
+}
+
+func mark(m map[string]map[string]bool, a, b string) {
+	if m[a] == nil {
+		m[a] = map[string]bool{}
+	}
+	m[a][b] = true
+}
+
+// has reports whether node references res as the writes so far leave it,
+// and whether that is known (read or written).
+func (p *plan) has(res, node string) (on, known bool) {
+	if w, ok := p.cur[p.s.k.ref(res, node)]; ok {
+		return !w.del, true
+	}
+	if set, ok := p.storedSets[res]; ok {
+		return set[node], true
+	}
+	if refs, ok := p.storedNodes[node]; ok {
+		return refs[res], true
+	}
+	return false, false
+}
+
+func (p *plan) apply(op *refcount.Op) error {
+	k := p.s.k
+	switch op.Kind {
+	case refcount.OpAddRef, refcount.OpRemoveRef:
+		if err := cmp.Or(checkID("resource ID", op.Key), checkID("node ID", op.Node)); err != nil {
+			return err
+		}
+		p.setRef(op.Key, op.Node, op.Kind == refcount.OpAddRef)
+	case refcount.OpDropRefs:
+		if err := checkID("resource ID", op.Key); err != nil {
+			return err
+		}
+		if err := p.readSet(op.Key); err != nil {
+			return err
+		}
+		for _, n := range union(p.storedSets[op.Key], p.byRes[op.Key]) {
+			if on, _ := p.has(op.Key, n); on {
+				p.setRef(op.Key, n, false)
+			}
+		}
+	case refcount.OpReplaceNode:
+		if err := checkID("node ID", op.Node); err != nil {
+			return err
+		}
+		if err := p.readNode(op.Node); err != nil {
+			return err
+		}
+		for _, res := range union(p.storedNodes[op.Node], p.byNode[op.Node]) {
+			if _, keep := op.NodeRefs[res]; !keep && op.Buckets.Holds(res) {
+				if on, _ := p.has(res, op.Node); on {
+					p.setRef(res, op.Node, false)
+				}
+			}
+		}
+		for _, res := range slices.Sorted(maps.Keys(op.NodeRefs)) {
+			if err := checkID("resource ID", res); err != nil {
+				return err
+			}
+			if on, _ := p.has(res, op.Node); !on {
+				p.setRef(res, op.Node, true)
+			}
+		}
+	case refcount.OpPutMember:
+		return p.putJSON(k.member(op.Key), op.Member)
+	case refcount.OpDeleteMember:
+		p.del(k.member(op.Key))
+	case refcount.OpPutIdentity:
+		return p.putJSON(k.identity(), op.Identity)
+	case refcount.OpPutFenceMark:
+		p.put(k.fence(), encodeUint64(op.Uint64))
+	case refcount.OpPutString:
+		p.put(k.meta(op.Key), op.String)
+	case refcount.OpPutUint64:
+		p.put(k.meta(op.Key), encodeUint64(op.Uint64))
+	case refcount.OpPutDeleting:
+		return p.putJSON(k.deleting(op.Key), op.Deleting)
+	case refcount.OpDropDeleting:
+		p.del(k.deleting(op.Key))
+	case refcount.OpPutDeleted:
+		return p.putJSON(k.deleted(op.Key), op.Deleted)
+	case refcount.OpDropDeleted:
+		p.del(k.deleted(op.Key))
+	default:
+		return fmt.Errorf("etcdstore: unknown write kind %d: %w", op.Kind, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// union returns the keys of a and b, sorted.
+func union(a, b map[string]bool) []string {
+	m := maps.Clone(a)
+	if m == nil {
+		m = map[string]bool{}
+	}
+	maps.Copy(m, b)
+	return slices.Sorted(maps.Keys(m))
+}
+
+// readSet reads the stored reference set of res, once per batch.
+func (p *plan) readSet(res string) error {
+	if _, ok := p.storedSets[res]; ok {
+		return nil
+	}
+	prefix := p.s.k.set(res)
+	nodes, err := p.readKeys(prefix)
+	if err != nil {
+		return fmt.Errorf("etcdstore: commit: read the set of %s: %w", res, err)
+	}
+	p.storedSets[res] = nodes
+	return nil
+}
+
+// readNode reads the stored references of node, once per batch.
+func (p *plan) readNode(node string) error {
+	if _, ok := p.storedNodes[node]; ok {
+		return nil
+	}
+	refs, err := p.readKeys(p.s.k.node(node))
+	if err != nil {
+		return fmt.Errorf("etcdstore: commit: read the references of node %s: %w", node, err)
+	}
+	p.storedNodes[node] = refs
+	return nil
+}
+
+// readKeys returns the rest of every key under prefix (one read,
+// keys only).
+func (p *plan) readKeys(prefix string) (map[string]bool, error) {
+	resp, err := p.s.cli.Get(p.ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key[len(prefix):])] = true
+	}
+	return out, nil
+}
+
+// stored returns what key holds before the batch, as far as the plan read
+// it: known only for reference and index keys of a set or node it read.
+func (p *plan) stored(key string) (w write, known bool) {
+	pr, ok := p.pairOf[key]
+	if !ok {
+		return write{}, false
+	}
+	var on bool
+	if set, ok := p.storedSets[pr.res]; ok {
+		on, known = set[pr.node], true
+	} else if refs, ok := p.storedNodes[pr.node]; ok {
+		on, known = refs[pr.res], true
+	}
+	return write{del: !on}, known
+}
+
+// txn is one transaction's writes.
+type txn struct {
+	ops    []clientv3.Op
+	groups int // how many of the batch's groups it commits
+}
+
+// pack divides the groups into transactions of at most maxOps writes and
+// maxBytes bytes of keys and values, in order, never splitting a group;
+// within one transaction a key is written once, with its last value, and
+// a key left as it is stored is not written. A group too large alone is
+// an error wrapping errdefs.ErrResourceExhausted.
+func (p *plan) pack(maxOps, maxBytes int) ([]txn, error) {
+	var (
+		out    []txn
+		before = map[string]write{} // keys as the transactions so far leave them
+		final  map[string]write     // the open transaction's keys, as it leaves them
+		n      int                  // the open transaction's groups
+	)
+	// writes returns the open transaction's writes: the keys it changes.
+	writes := func() (keys []string, bytes int) {
+		for _, key := range slices.Sorted(maps.Keys(final)) {
+			w := final[key]
+			was, known := before[key]
+			if !known {
+				was, known = p.stored(key)
+			}
+			if known && was == w {
+				continue
+			}
+			keys = append(keys, key)
+			bytes += len(key) + len(w.val)
+		}
+		return keys, bytes
+	}
+	closeTxn := func() {
+		keys, _ := writes()
+		t := txn{groups: n}
+		for _, key := range keys {
+			w := final[key]
+			if w.del {
+				t.ops = append(t.ops, clientv3.OpDelete(key))
+			} else {
+				t.ops = append(t.ops, clientv3.OpPut(key, w.val))
+			}
+		}
+		maps.Copy(before, final)
+		out = append(out, t)
+		final, n = map[string]write{}, 0
+	}
+	final = map[string]write{}
+	for i, g := range p.groups {
+		undo := map[string]*write{}
+		for key, w := range g {
+			if old, ok := final[key]; ok {
+				undo[key] = &old
+			} else {
+				undo[key] = nil
+			}
+			final[key] = w
+		}
+		keys, bytes := writes()
+		if len(keys) <= maxOps && bytes <= maxBytes {
+			n++
+			continue
+		}
+		if n == 0 {
+			return nil, tooBig(i, len(keys), bytes, maxOps, maxBytes)
+		}
+		for key, old := range undo {
+			if old == nil {
+				delete(final, key)
+			} else {
+				final[key] = *old
+			}
+		}
+		closeTxn()
+		maps.Copy(final, g)
+		if keys, bytes := writes(); len(keys) > maxOps || bytes > maxBytes {
+			return nil, tooBig(i, len(keys), bytes, maxOps, maxBytes)
+		}
+		n = 1
+	}
+	if n > 0 {
+		closeTxn()
+	}
+	return out, nil
+}
+
+// tooBig is the error of a batch whose group i alone is too large for one
+// transaction (refcount/doc.go, "The size of a transaction").
+func tooBig(i, keys, bytes, maxOps, maxBytes int) error {
+	return fmt.Errorf("etcdstore: commit: atomic group %d of the batch writes %d keys (%d bytes), more than one transaction holds (%d keys, %d bytes): %w",
+		i+1, keys, bytes, maxOps, maxBytes, errdefs.ErrResourceExhausted)
+}
