@@ -336,29 +336,60 @@ func (c *Cluster) WaitHealthy(t testing.TB) {
 // commit.
 func (c *Cluster) WaitNoLeader(t testing.TB, i int) {
 	t.Helper()
-	m := c.members[i]
-	cli, err := newClient([]string{m.clientURL})
-	if err != nil {
-		t.Fatalf("etcdtest: %v", err)
-	}
-	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-		st, err := cli.Status(rctx, m.clientURL)
-		rcancel()
+		st, err := c.status(i)
 		if err == nil && st.Leader == 0 {
 			return
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("etcdtest: member %s still has a leader: %v", m.name, errors.Join(ctx.Err(), err))
+			t.Fatalf("etcdtest: member %s still has a leader: %v", c.members[i].name, errors.Join(ctx.Err(), err))
 		case <-tick.C:
 		}
 	}
+}
+
+// Leader returns the index of the cluster's leader: the running member
+// that some running member names as its leader and that answers itself.
+func (c *Cluster) Leader(t testing.TB) int {
+	t.Helper()
+	ids := map[uint64]int{} // member ID → index
+	var leader uint64
+	for i, m := range c.members {
+		if _, ok := m.running(); !ok {
+			continue
+		}
+		st, err := c.status(i)
+		if err != nil {
+			continue
+		}
+		ids[st.Header.MemberId] = i
+		if st.Leader != 0 {
+			leader = st.Leader
+		}
+	}
+	i, ok := ids[leader]
+	if !ok {
+		t.Fatalf("etcdtest: no running member is the leader (leader ID %x)", leader)
+	}
+	return i
+}
+
+// status asks member i for its status.
+func (c *Cluster) status(i int) (*clientv3.StatusResponse, error) {
+	m := c.members[i]
+	cli, err := newClient([]string{m.clientURL})
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return cli.Status(ctx, m.clientURL)
 }
 
 // dumpLogs logs the tail of every member's log.
