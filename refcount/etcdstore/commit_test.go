@@ -150,6 +150,8 @@ func TestCommits(t *testing.T) {
 		require.Empty(t, ids(t, big))
 	})
 
+	t.Run("Model", func(t *testing.T) { testModel(t, l, cli) })
+
 	// The open-time checks.
 	t.Run("OpenInvalid", func(t *testing.T) {
 		for _, o := range []etcdstore.Options{{LeaderKey: "k", Fence: 1}, {Prefix: "p", Fence: 1}, {Prefix: "p", LeaderKey: "k"}} {

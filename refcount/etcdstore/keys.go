@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/sharedcontent/sharedcontent/internal/synchash"
 )
 
 // The key layout under the store's prefix (docs/design.md §7). A
@@ -17,7 +19,7 @@ import (
 // and an ID may not contain it.
 const (
 	refsDir     = "refs/"     // refs/<resource>\x00<node> → "": node references resource
-	nodesDir    = "nodes/"    // nodes/<node>\x00<resource> → "": the same reference, by node
+	nodesDir    = "nodes/"    // nodes/<node>\x00<bucket><resource> → "": the same reference, by node
 	membersDir  = "members/"  // members/<node> → JSON refcount.Member
 	metaDir     = "meta/"     // meta/<key> → 8-byte big-endian uint64, or a string
 	deletingDir = "deleting/" // deleting/<resource> → JSON refcount.DeleteMarker
@@ -37,12 +39,24 @@ func (k keys) ref(resourceID, node string) string {
 // set is the prefix of a resource's reference keys.
 func (k keys) set(resourceID string) string { return k.prefix + refsDir + resourceID + sep }
 
+// index is the key of a reference by node: the resource ID follows its
+// bucket (synchash.Bucket, two hex digits), so that the node's references
+// in one bucket, what a ReplaceNodeBuckets replaces, are one range.
 func (k keys) index(node, resourceID string) string {
-	return k.prefix + nodesDir + node + sep + resourceID
+	return k.nodeBucket(node, synchash.Bucket(resourceID)) + resourceID
 }
 
 // node is the prefix of a node's index keys.
 func (k keys) node(node string) string { return k.prefix + nodesDir + node + sep }
+
+// nodeBucket is the prefix of a node's index keys in one bucket.
+func (k keys) nodeBucket(node string, bucket int) string {
+	return fmt.Sprintf("%s%02x", k.node(node), bucket)
+}
+
+// indexResource returns the resource ID of the rest of an index key after
+// its node's prefix.
+func indexResource(rest string) string { return rest[2:] }
 
 func (k keys) member(id string) string     { return k.prefix + membersDir + id }
 func (k keys) meta(key string) string      { return k.prefix + metaDir + key }

@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/errdefs"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/sharedcontent/sharedcontent/internal/synchash"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
@@ -35,9 +36,11 @@ type plan struct {
 	s   *Store
 
 	cur map[string]write // every key the batch touched, as the writes so far leave it
-	// What was read of the stored references: whole sets and whole nodes.
+	// What was read of the stored references: whole sets, and nodes'
+	// references in the buckets read.
 	storedSets  map[string]map[string]bool // resource → its nodes
-	storedNodes map[string]map[string]bool // node → its resources
+	storedNodes map[string]map[string]bool // node → its resources in nodeRead
+	nodeRead    map[string]*refcount.BucketSet
 	// The references the batch touched, by resource and by node.
 	byRes, byNode map[string]map[string]bool
 	pairOf        map[string]pair // reference and index key → its reference
@@ -52,6 +55,7 @@ func newPlan(ctx context.Context, s *Store) *plan {
 		cur:         map[string]write{},
 		storedSets:  map[string]map[string]bool{},
 		storedNodes: map[string]map[string]bool{},
+		nodeRead:    map[string]*refcount.BucketSet{},
 		byRes:       map[string]map[string]bool{},
 		byNode:      map[string]map[string]bool{},
 		pairOf:      map[string]pair{},
@@ -125,8 +129,8 @@ func (p *plan) has(res, node string) (on, known bool) {
 	if set, ok := p.storedSets[res]; ok {
 		return set[node], true
 	}
-	if refs, ok := p.storedNodes[node]; ok {
-		return refs[res], true
+	if p.nodeRead[node] != nil && p.nodeRead[node][synchash.Bucket(res)] {
+		return p.storedNodes[node][res], true
 	}
 	return false, false
 }
@@ -155,7 +159,7 @@ func (p *plan) apply(op *refcount.Op) error {
 		if err := checkID("node ID", op.Node); err != nil {
 			return err
 		}
-		if err := p.readNode(op.Node); err != nil {
+		if err := p.readNode(op.Node, op.Buckets); err != nil {
 			return err
 		}
 		for _, res := range union(p.storedNodes[op.Node], p.byNode[op.Node]) {
@@ -223,16 +227,47 @@ func (p *plan) readSet(res string) error {
 	return nil
 }
 
-// readNode reads the stored references of node, once per batch.
-func (p *plan) readNode(node string) error {
-	if _, ok := p.storedNodes[node]; ok {
+// readNode reads the stored references of node in buckets (nil: all),
+// each bucket once per batch: one range for the whole node, else one per
+// bucket, read together.
+func (p *plan) readNode(node string, buckets *refcount.BucketSet) error {
+	read := p.nodeRead[node]
+	if read == nil {
+		read = new(refcount.BucketSet)
+		p.nodeRead[node], p.storedNodes[node] = read, map[string]bool{}
+	}
+	var want []int
+	for i := range synchash.Buckets {
+		if (buckets == nil || buckets[i]) && !read[i] {
+			want = append(want, i)
+		}
+	}
+	if len(want) == 0 {
 		return nil
 	}
-	refs, err := p.readKeys(p.s.k.node(node))
-	if err != nil {
-		return fmt.Errorf("etcdstore: commit: read the references of node %s: %w", node, err)
+	var ops []clientv3.Op
+	if len(want) == synchash.Buckets {
+		ops = []clientv3.Op{clientv3.OpGet(p.s.k.node(node), clientv3.WithPrefix(), clientv3.WithKeysOnly())}
+	} else {
+		for _, i := range want {
+			ops = append(ops, clientv3.OpGet(p.s.k.nodeBucket(node, i), clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+		}
 	}
-	p.storedNodes[node] = refs
+	n := len(p.s.k.node(node))
+	for chunk := range slices.Chunk(ops, p.s.opts.MaxTxnOps) {
+		resp, err := p.s.cli.Txn(p.ctx).Then(chunk...).Commit()
+		if err != nil {
+			return fmt.Errorf("etcdstore: commit: read the references of node %s: %w", node, err)
+		}
+		for _, r := range resp.Responses {
+			for _, kv := range r.GetResponseRange().Kvs {
+				p.storedNodes[node][indexResource(string(kv.Key[n:]))] = true
+			}
+		}
+	}
+	for _, i := range want {
+		read[i] = true
+	}
 	return nil
 }
 
@@ -260,8 +295,8 @@ func (p *plan) stored(key string) (w write, known bool) {
 	var on bool
 	if set, ok := p.storedSets[pr.res]; ok {
 		on, known = set[pr.node], true
-	} else if refs, ok := p.storedNodes[pr.node]; ok {
-		on, known = refs[pr.res], true
+	} else if read := p.nodeRead[pr.node]; read != nil && read[synchash.Bucket(pr.res)] {
+		on, known = p.storedNodes[pr.node][pr.res], true
 	}
 	return write{del: !on}, known
 }
