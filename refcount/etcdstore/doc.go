@@ -1,5 +1,5 @@
 // Package etcdstore is the refcount.Storage on etcd, the durable state of
-// coordinator replicas (docs/design.md §7). A handle belongs to the
+// coordinator replicas (docs/design.md §7, §7.1). A handle belongs to the
 // winner of an election: its fence is the election key's create revision
 // (concurrency.Election.Rev), and every Commit is a transaction
 // If(CreateRevision(leader key) == fence), so a replica that lost its
@@ -9,12 +9,14 @@
 //
 // # Layout
 //
-// Every key is under the handle's prefix (docs/design.md §7 has the
+// Every key is under the handle's prefix (docs/design.md §7.1 has the
 // table). A reference is two empty-valued keys, refs/<resource>\x00<node>
-// and nodes/<node>\x00<resource>: adding or dropping one writes two keys
-// whatever the set's size, a set is one range read (and counted with a
-// count-only read, RefState), and a node's references (what ReplaceNode
-// replaces) are one range read of its index, not a scan of every set.
+// and nodes/<node>\x00<bucket><resource> (the resource's synchash.Bucket in
+// two hex digits): adding or dropping one writes two keys whatever the
+// set's size, a set is one range read (and counted with a count-only
+// read, RefState), and a node's references (what ReplaceNode replaces)
+// are one range read of its index, not a scan of every set; those in
+// some buckets (ReplaceNodeBuckets) one range per bucket.
 // Members, delete markers and completions are JSON values, one key each;
 // the identity is one JSON key, the fence high-water mark and meta values
 // one key each. Heartbeats write nothing: a member's LastSeen is written
