@@ -22,8 +22,8 @@ $(BINARIES):
 #
 # The tests of the etcd store run a real 3-member etcd cluster
 # (internal/testutil/etcdtest) from the etcd binary that `make etcd`
-# builds, named by SHAREDCONTENT_ETCD; without it they fail, unless
-# SHAREDCONTENT_SKIP_ETCD=1.
+# builds, named by SHAREDCONTENT_ETCD (a plain `go test` finds bin/etcd
+# itself); without it they fail, unless SHAREDCONTENT_SKIP_ETCD=1.
 test: etcd
 	SHAREDCONTENT_ETCD=$(ETCD) $(GO) test -race -count=1 -timeout 15m $(PKGS)
 	cd deploy/check && $(GO) test -race -count=1 -timeout 5m ./...

@@ -65,22 +65,51 @@ type member struct {
 	done chan struct{} // protected by mu; closed when cmd exits
 }
 
-// Binary returns the etcd binary of $SHAREDCONTENT_ETCD. Without it the
+// Binary returns the etcd binary of $SHAREDCONTENT_ETCD, or else the
+// bin/etcd that `make etcd` left at the module's root. Without either the
 // test fails, or skips when $SHAREDCONTENT_SKIP_ETCD=1.
 func Binary(t testing.TB) string {
 	t.Helper()
 	bin := os.Getenv(EnvBinary)
 	if bin == "" {
+		bin = built()
+	}
+	if bin == "" {
 		if os.Getenv(EnvSkip) == "1" {
 			t.Skipf("etcdtest: $%s is not set and $%s=1: skipping a test that needs etcd", EnvBinary, EnvSkip)
 		}
-		t.Fatalf("etcdtest: $%s is not set: build etcd with `make etcd` and set it to bin/etcd's absolute path "+
-			"(`make test` does both), or set %s=1 to skip the tests that need etcd", EnvBinary, EnvSkip)
+		t.Fatalf("etcdtest: no etcd: $%s is not set and bin/etcd is not built: run `make etcd` "+
+			"(`make test` does, and sets $%[1]s), or set %s=1 to skip the tests that need etcd", EnvBinary, EnvSkip)
 	}
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("etcdtest: $%s: %v (build it with `make etcd`)", EnvBinary, err)
 	}
 	return bin
+}
+
+// built returns the module root's bin/etcd when it exists: the root is
+// the first directory up from the working directory (a test's package
+// directory) whose go.mod is the main module's.
+func built() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
+			strings.HasPrefix(string(b), "module github.com/sharedcontent/sharedcontent\n") {
+			bin := filepath.Join(dir, "bin", "etcd")
+			if _, err := os.Stat(bin); err != nil {
+				return ""
+			}
+			return bin
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
 }
 
 // Start starts a cluster and waits until every member answers a
