@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -175,7 +177,8 @@ const listPage = 1000
 
 // List implements refcount.Storage. A page may take more than one read
 // (sets are one key per reference); the reads after the first are at the
-// first's revision, so the page is one consistent view.
+// first's revision, so the page is one consistent view. When etcd
+// compacted that revision away meanwhile, the page is read again.
 func (s *Store) List(ctx context.Context, after string, limit int) ([]refcount.Entry, error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("etcdstore: list limit %d: %w", limit, errdefs.ErrInvalidArgument)
@@ -183,6 +186,16 @@ func (s *Store) List(ctx context.Context, after string, limit int) ([]refcount.E
 	if err := s.usable(ctx); err != nil {
 		return nil, err
 	}
+	for {
+		page, err := s.list(ctx, after, limit)
+		if !errors.Is(err, rpctypes.ErrCompacted) {
+			return page, err
+		}
+	}
+}
+
+// list reads one page of List.
+func (s *Store) list(ctx context.Context, after string, limit int) ([]refcount.Entry, error) {
 	from := s.k.dir(refsDir)
 	if after != "" {
 		// The keys of after's set are after+NUL+node: the next set starts
