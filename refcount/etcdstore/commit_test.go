@@ -152,6 +152,38 @@ func TestCommits(t *testing.T) {
 
 	t.Run("Model", func(t *testing.T) { testModel(t, l, cli) })
 
+	// Sets larger than one read of List (1,000 keys): a page holds whole
+	// sets, read at one revision.
+	t.Run("ListLargeSets", func(t *testing.T) {
+		s := l.campaign(t, prefix(t), etcdstore.Options{})
+		b := new(refcount.Batch)
+		for _, id := range []string{"a", "b", "c"} {
+			for n := range 700 {
+				b.AddRef(id, fmt.Sprintf("n%03d", n))
+				if n%64 == 63 {
+					b.Break()
+				}
+			}
+			b.Break()
+		}
+		require.NoError(t, s.Commit(t.Context(), b))
+		page, err := s.List(t.Context(), "", 2)
+		require.NoError(t, err)
+		require.Len(t, page, 2)
+		require.Equal(t, "a", page[0].ResourceID)
+		require.Equal(t, 700, page[0].Refs.Len())
+		require.Equal(t, 700, page[1].Refs.Len(), "a set split across reads is whole")
+		page, err = s.List(t.Context(), "b", 2)
+		require.NoError(t, err)
+		require.Len(t, page, 1)
+		require.Equal(t, "c", page[0].ResourceID)
+		require.Equal(t, 700, page[0].Refs.Len())
+		has, n, err := s.RefState(t.Context(), "b", "n699")
+		require.NoError(t, err)
+		require.True(t, has)
+		require.Equal(t, 700, n)
+	})
+
 	// The open-time checks.
 	t.Run("OpenInvalid", func(t *testing.T) {
 		for _, o := range []etcdstore.Options{{LeaderKey: "k", Fence: 1}, {Prefix: "p", Fence: 1}, {Prefix: "p", LeaderKey: "k"}} {
