@@ -113,16 +113,42 @@ func built() string {
 }
 
 // Start starts a cluster and waits until every member answers a
-// linearizable read. The cluster is killed when t ends.
+// linearizable read. The cluster is killed when t ends. A member that
+// exits while starting (another process took its port between freePorts
+// and its bind) makes it start the cluster again on other ports, up to
+// startAttempts times.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	bin := Binary(t)
 	if opts.Members == 0 {
 		opts.Members = 3
 	}
+	for attempt := 1; ; attempt++ {
+		c, err := tryStart(t, bin, opts)
+		if err == nil {
+			return c
+		}
+		c.kill()
+		if !errors.Is(err, errExited) || attempt == startAttempts {
+			c.dumpLogs()
+			t.Fatalf("etcdtest: %v", err)
+		}
+		t.Logf("etcdtest: %v; starting again on other ports", err)
+	}
+}
+
+// startAttempts is how many times Start starts a cluster whose member
+// exited while starting.
+const startAttempts = 3
+
+// errExited is the error of a member that exited while starting.
+var errExited = errors.New("exited while starting")
+
+// tryStart starts a cluster on new ports and data directories.
+func tryStart(t testing.TB, bin string, opts Options) (*Cluster, error) {
 	c := &Cluster{t: t, bin: bin, opts: opts}
 	root := t.TempDir()
-	ports := freePorts(t, 2*opts.Members)
+	ports := pickPorts(t, 2*opts.Members)
 	var initial []string
 	for i := range opts.Members {
 		m := &member{
@@ -136,9 +162,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		initial = append(initial, m.name+"="+m.peerURL)
 	}
 	t.Cleanup(func() {
-		for _, m := range c.members {
-			m.signal(syscall.SIGKILL)
-		}
+		c.kill()
 		if t.Failed() {
 			c.dumpLogs()
 		}
@@ -146,19 +170,28 @@ func Start(t testing.TB, opts Options) *Cluster {
 	c.initial = strings.Join(initial, ",")
 	for _, m := range c.members {
 		if err := c.start(m); err != nil {
-			t.Fatalf("etcdtest: %v", err)
+			return c, err
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	for i := range c.members {
 		if err := c.waitHealthy(ctx, i); err != nil {
-			c.dumpLogs()
-			t.Fatalf("etcdtest: %v", err)
+			return c, err
 		}
 	}
-	return c
+	return c, nil
 }
+
+// kill kills every member.
+func (c *Cluster) kill() {
+	for _, m := range c.members {
+		m.signal(syscall.SIGKILL)
+	}
+}
+
+// pickPorts is freePorts; a test of the retry replaces it.
+var pickPorts = freePorts
 
 // freePorts returns n distinct free TCP ports on 127.0.0.1. They are free
 // when it returns; etcd binds them a moment later.
@@ -272,7 +305,7 @@ func (c *Cluster) waitHealthy(ctx context.Context, i int) error {
 		} else {
 			select {
 			case <-done:
-				return fmt.Errorf("member %s exited while starting (see its log below)", m.name)
+				return fmt.Errorf("member %s %w (see its log)", m.name, errExited)
 			default:
 			}
 		}
