@@ -151,6 +151,7 @@ func TestCommits(t *testing.T) {
 	})
 
 	t.Run("Model", func(t *testing.T) { testModel(t, l, cli) })
+	t.Run("Manager", func(t *testing.T) { testManager(t, l) })
 
 	// Sets larger than one read of List (1,000 keys): a page holds whole
 	// sets, read at one revision.
