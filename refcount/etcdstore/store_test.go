@@ -44,7 +44,7 @@ func newLeaders(cli *clientv3.Client) *leaders {
 // campaign wins the election of the state under prefix with a new
 // session and opens a handle as its leader, closed (and its session
 // revoked) when t ends.
-func (l *leaders) campaign(t *testing.T, prefix string, opts etcdstore.Options) *etcdstore.Store {
+func (l *leaders) campaign(t testing.TB, prefix string, opts etcdstore.Options) *etcdstore.Store {
 	t.Helper()
 	ctx := t.Context()
 	sess, err := concurrency.NewSession(l.cli, concurrency.WithTTL(sessionTTL))
