@@ -9,7 +9,8 @@ import (
 )
 
 // TestCluster: the three members form one cluster, which keeps its quorum
-// with one member killed, and a restarted member catches up.
+// with one member killed or its leader stopped, and a restarted member
+// catches up.
 func TestCluster(t *testing.T) {
 	c := etcdtest.Start(t, etcdtest.Options{})
 	require.Len(t, c.Endpoints(), 3)
@@ -33,4 +34,18 @@ func TestCluster(t *testing.T) {
 	resp, err := c.ClientOf(t, c.Endpoint(2)).Get(ctx, "k")
 	require.NoError(t, err)
 	require.Equal(t, "v2", string(resp.Kvs[0].Value), "the restarted member caught up")
+
+	// The leader stopped gracefully hands over; it comes back as well.
+	leader := c.Leader(t)
+	c.Stop(leader)
+	c.WaitHealthy(t)
+	other := (leader + 1) % 3
+	require.NotEqual(t, leader, c.Leader(t))
+	_, err = c.ClientOf(t, c.Endpoint(other)).Put(ctx, "k", "v3")
+	require.NoError(t, err)
+	c.Restart(t, leader)
+	c.WaitHealthy(t)
+	resp, err = c.ClientOf(t, c.Endpoint(leader)).Get(ctx, "k")
+	require.NoError(t, err)
+	require.Equal(t, "v3", string(resp.Kvs[0].Value))
 }
