@@ -19,23 +19,25 @@ import (
 // directory of its own rank). A key ending in "/..." names every package
 // below that directory; an exact key wins over a pattern.
 var ranks = map[string]int{
-	"internal/...":              0,
-	"refcount":                  10,
-	"refcount/...":              10,
-	"lockserver/api":            20,
-	"lockserver":                30,
-	"lockserver/httpserver":     40,
-	"lockserver/lockservertest": 50,
-	"lockclient":                60,
-	"contentv2":                 70,
-	"contentv2/...":             80,
-	"contentv2/contentv2test":   85,
-	"plugin":                    90,
-	"plugin/builtin":            100,
-	"cmd/internal/...":          110,
-	"cmd/...":                   120,
-	"integration":               130,
-	"integration/...":           130,
+	"internal/...":               0,
+	"internal/testutil/etcdtest": 0, // a real etcd cluster for tests
+	"refcount":                   10,
+	"refcount/...":               10,
+	"refcount/etcdstore":         10, // the Storage on etcd (docs/design.md §7)
+	"lockserver/api":             20,
+	"lockserver":                 30,
+	"lockserver/httpserver":      40,
+	"lockserver/lockservertest":  50,
+	"lockclient":                 60,
+	"contentv2":                  70,
+	"contentv2/...":              80,
+	"contentv2/contentv2test":    85,
+	"plugin":                     90,
+	"plugin/builtin":             100,
+	"cmd/internal/...":           110,
+	"cmd/...":                    120,
+	"integration":                130,
+	"integration/...":            130,
 }
 
 // notAllowed names imports that a package may not have outside its tests

@@ -1,0 +1,80 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/containerd/errdefs"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/sharedcontent/sharedcontent/refcount"
+)
+
+// Commit implements refcount.Storage. The batch is checked whole, then
+// folded into the writes of as few transactions as the limits allow
+// (one, for a batch that fits), each split at the batch's Break only and
+// each guarded by If(CreateRevision(leader key) == fence): a handle whose
+// leader key is gone or newer fails with an error wrapping
+// refcount.ErrFenced, writing nothing more. A group too large for one
+// transaction fails the Commit with an error wrapping
+// errdefs.ErrResourceExhausted before anything is written.
+//
+// Unlike memory and bbolt, ctx bounds the wait for etcd: a Commit whose
+// ctx ends while etcd has not answered (no quorum) returns ctx's error,
+// and then, as any etcd request that timed out, it may still have been
+// applied (never in part: each transaction is atomic).
+func (s *Store) Commit(ctx context.Context, b *refcount.Batch) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := b.Check(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := newPlan(ctx, s)
+	for _, g := range b.Groups() {
+		if err := p.group(g); err != nil {
+			return err
+		}
+	}
+	txns, err := p.pack(s.opts.MaxTxnOps, s.opts.MaxTxnBytes)
+	if err != nil {
+		return err
+	}
+	done := 0
+	for i, t := range txns {
+		if err := s.guarded(ctx, t.ops); err != nil {
+			if i > 0 {
+				return fmt.Errorf("etcdstore: commit: the first %d of the batch's %d atomic groups were committed: %w", done, len(p.groups), err)
+			}
+			return err
+		}
+		done += t.groups
+	}
+	return nil
+}
+
+// guarded commits ops in one transaction if the leader key still has the
+// handle's fence as its create revision.
+func (s *Store) guarded(ctx context.Context, ops []clientv3.Op) error {
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(s.leader), "=", s.fence)).
+		Then(ops...).
+		Else(clientv3.OpGet(s.leader, clientv3.WithKeysOnly())).
+		Commit()
+	switch {
+	case errors.Is(err, rpctypes.ErrTooManyOps), errors.Is(err, rpctypes.ErrRequestTooLarge):
+		return fmt.Errorf("etcdstore: commit of %d writes: %w: %w", len(ops), errdefs.ErrResourceExhausted, err)
+	case err != nil:
+		return fmt.Errorf("etcdstore: commit of %d writes: %w", len(ops), err)
+	case !resp.Succeeded:
+		return s.fenced(createRevision(resp.Responses[0].GetResponseRange().Kvs))
+	}
+	return nil
+}

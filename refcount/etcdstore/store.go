@@ -1,0 +1,347 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/containerd/errdefs"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/sharedcontent/sharedcontent/refcount"
+)
+
+// DefaultMaxTxnBytes is how many bytes of keys and values one transaction
+// carries at most by default: below etcd's default --max-request-bytes
+// (1.5 MiB), with room for the request's framing.
+const DefaultMaxTxnBytes = 1 << 20
+
+// Options configure Open.
+type Options struct {
+	// Prefix is the key prefix of the state; "/" is appended when it does
+	// not end with one. Required.
+	Prefix string
+	// LeaderKey is the key whose create revision is the handle's fence:
+	// the owner's election key (concurrency.Election.Key). Required.
+	LeaderKey string
+	// Fence is LeaderKey's create revision when the owner won
+	// (concurrency.Election.Rev). Required.
+	Fence int64
+	// MaxTxnOps is the most writes one transaction holds: the server's
+	// --max-txn-ops. 0 means refcount.MaxGroupOps (etcd's default).
+	MaxTxnOps int
+	// MaxTxnBytes is the most bytes of keys and values one transaction
+	// holds. 0 means DefaultMaxTxnBytes.
+	MaxTxnBytes int
+}
+
+// Store is a refcount.Storage on etcd, guarded by an election key's create
+// revision (docs/design.md §7). It is safe for concurrent use; its Commits
+// run one at a time. It does not own its client: Close leaves it open.
+type Store struct {
+	cli    *clientv3.Client
+	k      keys
+	leader string
+	fence  int64
+	opts   Options
+	closed atomic.Bool
+
+	// mu serializes Commits: a Commit reads what its writes depend on (a
+	// set that DropRefs drops, a node's references that ReplaceNode
+	// replaces), then writes; no other Commit of the owner may come
+	// between. Another owner's would fail its guard.
+	mu sync.Mutex
+}
+
+var (
+	_ refcount.Storage   = (*Store)(nil)
+	_ refcount.RefStater = (*Store)(nil)
+)
+
+var errClosed = fmt.Errorf("etcdstore: the store is closed: %w", errdefs.ErrFailedPrecondition)
+
+// Open returns a handle on the state under opts.Prefix whose Commits
+// succeed while opts.LeaderKey has create revision opts.Fence. It reads
+// the leader key once: when that revision is already gone, the error
+// wraps refcount.ErrFenced.
+func Open(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error) {
+	if opts.Prefix == "" || opts.LeaderKey == "" || opts.Fence <= 0 {
+		return nil, fmt.Errorf("etcdstore: open: a prefix, a leader key and a positive fence are required (got %q, %q, %d): %w",
+			opts.Prefix, opts.LeaderKey, opts.Fence, errdefs.ErrInvalidArgument)
+	}
+	if !strings.HasSuffix(opts.Prefix, "/") {
+		opts.Prefix += "/"
+	}
+	if opts.MaxTxnOps <= 0 {
+		opts.MaxTxnOps = refcount.MaxGroupOps
+	}
+	if opts.MaxTxnBytes <= 0 {
+		opts.MaxTxnBytes = DefaultMaxTxnBytes
+	}
+	s := &Store{cli: cli, k: keys{opts.Prefix}, leader: opts.LeaderKey, fence: opts.Fence, opts: opts}
+	resp, err := cli.Get(ctx, opts.LeaderKey)
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: open: read the leader key: %w", err)
+	}
+	if now := createRevision(resp.Kvs); now != opts.Fence {
+		return nil, s.fenced(now)
+	}
+	return s, nil
+}
+
+// OpenElection opens the state under prefix for the winner of e: call it
+// after e.Campaign returned. The fence is e.Rev(), the election key's
+// create revision.
+func OpenElection(ctx context.Context, cli *clientv3.Client, prefix string, e *concurrency.Election, opts Options) (*Store, error) {
+	opts.Prefix, opts.LeaderKey, opts.Fence = prefix, e.Key(), e.Rev()
+	return Open(ctx, cli, opts)
+}
+
+// Fence implements refcount.Storage: the leader key's create revision.
+func (s *Store) Fence() uint64 { return uint64(s.fence) }
+
+// Close implements refcount.Storage. It leaves the client open.
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	return nil
+}
+
+func (s *Store) usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return errClosed
+	}
+	return nil
+}
+
+// fenced is the error of a Commit (or Open) that found the leader key's
+// create revision at now (0: the key is gone).
+func (s *Store) fenced(now int64) error {
+	return fmt.Errorf("etcdstore: leader key %s has create revision %d, this handle's fence is %d: %w",
+		s.leader, now, s.fence, refcount.ErrFenced)
+}
+
+func createRevision(kvs []*mvccpb.KeyValue) int64 {
+	if len(kvs) == 0 {
+		return 0
+	}
+	return kvs[0].CreateRevision
+}
+
+// Get implements refcount.Storage.
+func (s *Store) Get(ctx context.Context, resourceID string) (refcount.Set, error) {
+	if err := s.usable(ctx); err != nil {
+		return refcount.Set{}, err
+	}
+	resp, err := s.cli.Get(ctx, s.k.set(resourceID), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return refcount.Set{}, fmt.Errorf("etcdstore: get %s: %w", resourceID, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return refcount.Set{}, fmt.Errorf("etcdstore: reference set of %s: %w", resourceID, errdefs.ErrNotFound)
+	}
+	var set refcount.Set
+	n := len(s.k.set(resourceID))
+	for _, kv := range resp.Kvs {
+		set.Add(string(kv.Key[n:]))
+	}
+	return set, nil
+}
+
+// RefState implements refcount.RefStater with one read of two counts.
+func (s *Store) RefState(ctx context.Context, resourceID, node string) (has bool, count int, err error) {
+	if err := s.usable(ctx); err != nil {
+		return false, 0, err
+	}
+	resp, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(s.k.ref(resourceID, node), clientv3.WithCountOnly()),
+		clientv3.OpGet(s.k.set(resourceID), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+	).Commit()
+	if err != nil {
+		return false, 0, fmt.Errorf("etcdstore: reference state of %s: %w", resourceID, err)
+	}
+	return resp.Responses[0].GetResponseRange().Count > 0, int(resp.Responses[1].GetResponseRange().Count), nil
+}
+
+// listPage is how many keys one read of List asks for at least.
+const listPage = 1000
+
+// List implements refcount.Storage. A page may take more than one read
+// (sets are one key per reference); the reads after the first are at the
+// first's revision, so the page is one consistent view. When etcd
+// compacted that revision away meanwhile, the page is read again.
+func (s *Store) List(ctx context.Context, after string, limit int) ([]refcount.Entry, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("etcdstore: list limit %d: %w", limit, errdefs.ErrInvalidArgument)
+	}
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	for {
+		page, err := s.list(ctx, after, limit)
+		if !errors.Is(err, rpctypes.ErrCompacted) {
+			return page, err
+		}
+	}
+}
+
+// list reads one page of List.
+func (s *Store) list(ctx context.Context, after string, limit int) ([]refcount.Entry, error) {
+	from := s.k.dir(refsDir)
+	if after != "" {
+		// The keys of after's set are after+NUL+node: the next set starts
+		// at after+"\x01" or above.
+		from = s.k.dir(refsDir) + after + "\x01"
+	}
+	end := clientv3.GetPrefixRangeEnd(s.k.dir(refsDir))
+	var (
+		out []refcount.Entry
+		rev int64
+	)
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(max(listPage, 2*limit)))}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := s.cli.Get(ctx, from, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("etcdstore: list: %w", err)
+		}
+		rev = resp.Header.Revision
+		for _, kv := range resp.Kvs {
+			id, node, ok := splitPair(s.k.trim(refsDir, string(kv.Key)))
+			if !ok {
+				return nil, fmt.Errorf("etcdstore: list: malformed key %q: %w", kv.Key, errdefs.ErrDataLoss)
+			}
+			if len(out) == 0 || out[len(out)-1].ResourceID != id {
+				if len(out) == limit {
+					return out, nil
+				}
+				out = append(out, refcount.Entry{ResourceID: id})
+			}
+			out[len(out)-1].Refs.Add(node)
+		}
+		if !resp.More {
+			return out, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// ListMembers implements refcount.Storage. A record that does not decode
+// is an error wrapping errdefs.ErrDataLoss.
+func (s *Store) ListMembers(ctx context.Context) ([]refcount.Member, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	resp, err := s.cli.Get(ctx, s.k.dir(membersDir), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: list members: %w", err)
+	}
+	out := make([]refcount.Member, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var m refcount.Member
+		if err := decode(kv.Key, kv.Value, &m); err != nil {
+			return nil, err
+		}
+		m.ID = s.k.trim(membersDir, string(kv.Key))
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// Identity implements refcount.Storage.
+func (s *Store) Identity(ctx context.Context) (refcount.Identity, error) {
+	var id refcount.Identity
+	v, err := s.value(ctx, s.k.identity())
+	if err != nil || v == nil {
+		return id, err
+	}
+	return id, decode([]byte(s.k.identity()), v, &id)
+}
+
+// FenceMark implements refcount.Storage.
+func (s *Store) FenceMark(ctx context.Context) (uint64, error) {
+	return s.uint64(ctx, s.k.fence())
+}
+
+// GetUint64 implements refcount.Storage. A stored value that is not 8
+// bytes is an error wrapping errdefs.ErrDataLoss.
+func (s *Store) GetUint64(ctx context.Context, key string) (uint64, error) {
+	return s.uint64(ctx, s.k.meta(key))
+}
+
+// GetString implements refcount.Storage.
+func (s *Store) GetString(ctx context.Context, key string) (string, error) {
+	v, err := s.value(ctx, s.k.meta(key))
+	return string(v), err
+}
+
+// Deletes implements refcount.Storage, with one read of both directories.
+func (s *Store) Deletes(ctx context.Context) (refcount.Deletes, error) {
+	d := refcount.Deletes{InFlight: map[string]refcount.DeleteMarker{}, Completed: map[string]refcount.DeleteCompletion{}}
+	if err := s.usable(ctx); err != nil {
+		return d, err
+	}
+	resp, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(s.k.dir(deletingDir), clientv3.WithPrefix()),
+		clientv3.OpGet(s.k.dir(deletedDir), clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return d, fmt.Errorf("etcdstore: deletes: %w", err)
+	}
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		var m refcount.DeleteMarker
+		if err := decode(kv.Key, kv.Value, &m); err != nil {
+			return d, err
+		}
+		d.InFlight[s.k.trim(deletingDir, string(kv.Key))] = m
+	}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		var c refcount.DeleteCompletion
+		if err := decode(kv.Key, kv.Value, &c); err != nil {
+			return d, err
+		}
+		d.Completed[s.k.trim(deletedDir, string(kv.Key))] = c
+	}
+	return d, nil
+}
+
+// value returns key's value, nil when absent.
+func (s *Store) value(ctx context.Context, key string) ([]byte, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: get %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	return resp.Kvs[0].Value, nil
+}
+
+func (s *Store) uint64(ctx context.Context, key string) (uint64, error) {
+	v, err := s.value(ctx, key)
+	if err != nil || v == nil {
+		return 0, err
+	}
+	return decodeUint64(key, v)
+}
+
+func decode(key, v []byte, into any) error {
+	if err := json.Unmarshal(v, into); err != nil {
+		return fmt.Errorf("etcdstore: %s: decode: %w: %w", key, errdefs.ErrDataLoss, err)
+	}
+	return nil
+}
