@@ -46,8 +46,9 @@ func (r *Replica) Leadership() httpserver.Leadership { return r.lead }
 // Gatherer serves the replica's metrics and its last term's Coordinator's.
 func (r *Replica) Gatherer() prometheus.Gatherer { return r.metrics }
 
-// electionPrefix is where the replicas campaign.
-func (r *Replica) electionPrefix() string { return r.opts.prefix() + "leader/" }
+// electionPrefix is where the replicas campaign: their keys are
+// <prefix>leader/<lease ID>.
+func (r *Replica) electionPrefix() string { return r.opts.prefix() + "leader" }
 
 func (o Options) prefix() string {
 	if o.Prefix[len(o.Prefix)-1] == '/' {
@@ -177,11 +178,16 @@ func (r *Replica) leadTerm(ctx, tctx context.Context, h *httpserver.Handler, ses
 	r.metrics.changes.Inc()
 	r.metrics.stepped.WithLabelValues(why.reason).Inc()
 	log.G(ctx).WithError(why.err).WithField("reason", why.reason).WithField("fence", e.Rev()).Warn("election: stepped down")
-	store.Close()
-	coord.Close()
 	if why.reason == "shutdown" {
-		resign() // the next leader need not wait for the lease
+		// Still the owner: the Coordinator saves what it keeps in
+		// memory, then the next leader need not wait for the lease.
+		coord.Close()
+		store.Close()
+		resign()
+		return why
 	}
+	store.Close() // first: a write of the closing Coordinator fails at once
+	coord.Close()
 	return why
 }
 
