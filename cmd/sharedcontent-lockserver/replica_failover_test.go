@@ -25,7 +25,8 @@ const replicaTTL = 3 * time.Second
 // TestReplicasFailOverOnKill: of three replicas exactly one is ready and
 // the others answer not_leader naming it; kill -9 of the leader, and
 // another takes over; a client given every URL goes on locking and
-// keeping its session.
+// keeping its session. Then SIGTERM of the new leader: it resigns, and
+// the last replica takes over.
 func TestReplicasFailOverOnKill(t *testing.T) {
 	etcd := etcdtest.Start(t, etcdtest.Options{})
 	reps := startReplicas(t, 3, etcd.Endpoints(), replicaTTL)
@@ -64,11 +65,23 @@ func TestReplicasFailOverOnKill(t *testing.T) {
 	cycle("blob-after")
 	t.Logf("failover at --etcd-session-ttl %v: kill -9 → first /readyz 200 of the new leader %v; → a client's lock cycle done %v",
 		replicaTTL, failover.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+	var third *replicaProc
 	for _, r := range reps {
 		if r != leader && r != next {
+			third = r
 			waitHint(t, r, next)
 		}
 	}
+
+	// A graceful stop resigns: the last replica takes over without
+	// waiting for the lease.
+	stopped := time.Now()
+	require.NoError(t, next.cmd.Process.Signal(syscall.SIGTERM))
+	require.Same(t, third, waitLeader(t, reps, leader, next))
+	graceful := time.Since(stopped)
+	cycle("blob-graceful")
+	t.Logf("graceful failover: SIGTERM → first /readyz 200 of the new leader %v; → a client's lock cycle done %v",
+		graceful.Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond))
 }
 
 // TestStoppedLeaderGrantsNothing: the leader is stopped (SIGSTOP) longer
