@@ -95,8 +95,13 @@ func run(args []string) error {
 		defer func() { stopReplica(); <-done; replica.close() }()
 		go func() { <-ctx.Done(); stopReplica() }()
 	}
-	log.G(ctx).WithField("listen", ln.Addr().String()).WithField("data_dir", cfg.DataDir).
-		WithField("shards", cfg.Shards).WithField("lease_ttl", cfg.LeaseTTL).
+	l := log.G(ctx).WithField("listen", ln.Addr().String())
+	if replica != nil {
+		l = l.WithField("etcd", o.etcd.Endpoints).WithField("advertise_url", o.etcd.AdvertiseURL).WithField("etcd_session_ttl", o.etcd.SessionTTL)
+	} else {
+		l = l.WithField("data_dir", cfg.DataDir)
+	}
+	l.WithField("shards", cfg.Shards).WithField("lease_ttl", cfg.LeaseTTL).
 		WithField("tls", cfg.TLSCert != "").WithField("auth", cfg.Identity()).
 		Info("sharedcontent-lockserver serving")
 
