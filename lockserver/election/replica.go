@@ -180,8 +180,17 @@ func (r *Replica) leadTerm(ctx, tctx context.Context, h *httpserver.Handler, ses
 	log.G(ctx).WithError(why.err).WithField("reason", why.reason).WithField("fence", e.Rev()).Warn("election: stepped down")
 	if why.reason == "shutdown" {
 		// Still the owner: the Coordinator saves what it keeps in
-		// memory, then the next leader need not wait for the lease.
-		coord.Close()
+		// memory (for a TTL at most: etcd may be gone), then the next
+		// leader need not wait for the lease.
+		closed := make(chan struct{})
+		go func() { defer close(closed); coord.Close() }()
+		wait := time.NewTimer(r.opts.SessionTTL)
+		select {
+		case <-closed:
+		case <-wait.C:
+			log.G(ctx).Warn("election: the coordinator did not close within the session TTL; leaving without saving")
+		}
+		wait.Stop()
 		store.Close()
 		resign()
 		return why
