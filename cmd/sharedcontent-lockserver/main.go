@@ -19,6 +19,7 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/cmd/internal/cli"
 	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/election"
 	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 )
 
@@ -39,20 +40,25 @@ func main() {
 // options are the command line's settings.
 type options struct {
 	cfg              httpserver.Config
+	etcd             election.Options
 	listen, logLevel string
 }
 
 // parse reads the command line (flags, environment, config file); a
 // request for help is flag.ErrHelp.
 func parse(args []string) (options, error) {
-	o := options{cfg: httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: defaultDataDir}}
+	o := options{cfg: httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: defaultDataDir}, etcd: election.DefaultOptions()}
 	fs := flag.NewFlagSet("sharedcontent-lockserver", flag.ContinueOnError)
 	fs.Usage = cli.Usage(fs, "usage: sharedcontent-lockserver [flags]")
 	fs.String(cli.ConfigFlag, "", "TOML config file; its keys are the flag names")
 	fs.StringVar(&o.listen, "listen", defaultListen, "address to serve the HTTP API on")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	httpserver.RegisterFlags(fs, &o.cfg)
-	return o, cli.Parse(fs, args)
+	election.RegisterFlags(fs, &o.etcd)
+	if err := cli.Parse(fs, args); err != nil {
+		return o, err
+	}
+	return o, o.etcd.Validate()
 }
 
 func run(args []string) error {
@@ -71,7 +77,7 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	srv, err := httpserver.Open(cfg)
+	srv, replica, err := open(o)
 	if err != nil {
 		return err
 	}
@@ -80,8 +86,22 @@ func run(args []string) error {
 		srv.Shutdown(context.Background())
 		return err
 	}
-	log.G(ctx).WithField("listen", ln.Addr().String()).WithField("data_dir", cfg.DataDir).
-		WithField("shards", cfg.Shards).WithField("lease_ttl", cfg.LeaseTTL).
+	if replica != nil {
+		// The replica campaigns once it can be reached: a leader's
+		// standbys send clients to its advertised URL.
+		rctx, stopReplica := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); replica.run(rctx, srv.Handler()) }()
+		defer func() { stopReplica(); <-done; replica.close() }()
+		go func() { <-ctx.Done(); stopReplica() }()
+	}
+	l := log.G(ctx).WithField("listen", ln.Addr().String())
+	if replica != nil {
+		l = l.WithField("etcd", o.etcd.Endpoints).WithField("advertise_url", o.etcd.AdvertiseURL).WithField("etcd_session_ttl", o.etcd.SessionTTL)
+	} else {
+		l = l.WithField("data_dir", cfg.DataDir)
+	}
+	l.WithField("shards", cfg.Shards).WithField("lease_ttl", cfg.LeaseTTL).
 		WithField("tls", cfg.TLSCert != "").WithField("auth", cfg.Identity()).
 		Info("sharedcontent-lockserver serving")
 

@@ -6,6 +6,7 @@
 //	lockserver/api             wire types
 //	lockserver                 the lock manager
 //	lockserver/httpserver      the coordinator's HTTP side
+//	lockserver/election        a replica's etcd election loop
 //	lockserver/lockservertest  a real coordinator for tests
 //	lockclient                 the coordinator's client
 //	contentv2                  the content store

@@ -27,6 +27,7 @@ var ranks = map[string]int{
 	"lockserver/api":             20,
 	"lockserver":                 30,
 	"lockserver/httpserver":      40,
+	"lockserver/election":        45, // a replica's etcd election loop (docs/design.md §7)
 	"lockserver/lockservertest":  50,
 	"lockclient":                 60,
 	"contentv2":                  70,

@@ -59,7 +59,10 @@ import (
 // small requests, and net/http's per-request machinery (on both ends)
 // cost more than the locking itself (docs/design.md §3.11, "HTTP stack").
 type Handler struct {
-	locker *lockserver.Coordinator
+	// locker is the Coordinator served; a replica's election swaps it at
+	// every term it wins (SetCoordinator). Nil on a standby that never
+	// led.
+	locker atomic.Pointer[lockserver.Coordinator]
 	http   *fasthttp.Server
 	token  []byte // bearer token; empty disables auth
 	// admin is the bearer token of admin calls; empty: token (if any).
@@ -148,7 +151,10 @@ func WithMetricsGatherer(g prometheus.Gatherer) HandlerOption {
 // NewHandler returns the HTTP API of l. Serve it with HTTPServer, or
 // through a Server.
 func NewHandler(l *lockserver.Coordinator, opts ...HandlerOption) *Handler {
-	h := &Handler{locker: l, streamsDone: make(chan struct{}), streams: newStreamLimiter(DefaultMaxStreams, DefaultMaxStreamsPerIP, DefaultMaxStreamsPerNode)}
+	h := &Handler{streamsDone: make(chan struct{}), streams: newStreamLimiter(DefaultMaxStreams, DefaultMaxStreamsPerIP, DefaultMaxStreamsPerNode)}
+	if l != nil {
+		h.locker.Store(l)
+	}
 	h.http = &fasthttp.Server{
 		Handler:      h.Handle,
 		ErrorHandler: HandleError,
@@ -196,9 +202,25 @@ func NewHandler(l *lockserver.Coordinator, opts ...HandlerOption) *Handler {
 	for _, o := range opts {
 		o(h)
 	}
-	h.streams.members = l.MemberCount
+	h.streams.members = func() int {
+		if l := h.coord(); l != nil {
+			return l.MemberCount()
+		}
+		return 0
+	}
 	return h
 }
+
+// coord returns the Coordinator served now (nil on a standby that never
+// led: the leadership check refuses every API call there first).
+func (h *Handler) coord() *lockserver.Coordinator { return h.locker.Load() }
+
+// SetCoordinator makes the Handler serve l from the next request on: a
+// replica that wins an election serves the Coordinator of its term
+// (docs/design.md §7). Set it before the Leadership says leader. A
+// request in flight may still finish on the one before; the Handler then
+// answers it not_leader if the replica no longer leads (Handle).
+func (h *Handler) SetCoordinator(l *lockserver.Coordinator) { h.locker.Store(l) }
 
 // StreamMetrics is a prometheus.Collector of the Handler's event streams:
 // open by kind, and the limits in effect (streams.go).
@@ -220,8 +242,11 @@ func (h *Handler) Drain() {
 // Handle serves one request; it is the fasthttp.RequestHandler of the API.
 func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
-	c := h.locker.Cluster()
-	ctx.Response.Header.Set(api.ClusterHeader, clusterHeader(c))
+	var c api.Cluster
+	if l := h.coord(); l != nil {
+		c = l.Cluster()
+		ctx.Response.Header.Set(api.ClusterHeader, clusterHeader(c))
+	}
 	ctx.Response.Header.Set(api.ProtocolHeader, api.ProtocolVersion)
 	var r route
 	ok := canonicalPath(ctx.URI().PathOriginal(), path)
@@ -284,6 +309,9 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	r.handle(ctx)
+	if !probe && string(path) != "/metrics" {
+		h.stillLeads(ctx)
+	}
 }
 
 // clusterHeader is the value of api.ClusterHeader: the coordinator's
@@ -321,7 +349,7 @@ func (h *Handler) nodeRoute(ctx *fasthttp.RequestCtx) (route, bool) {
 		return route{}, false
 	}
 	return route{method: http.MethodDelete, admin: true, handle: func(ctx *fasthttp.RequestCtx) {
-		reply(ctx, struct{}{}, h.locker.Forget(ctx, rest))
+		reply(ctx, struct{}{}, h.coord().Forget(ctx, rest))
 	}}, true
 }
 
@@ -333,7 +361,7 @@ func (h *Handler) readyz(ctx *fasthttp.RequestCtx) {
 	if !h.leads(ctx) {
 		return // a standby is alive (/healthz) but not ready
 	}
-	for _, check := range append([]func(context.Context) error{h.locker.Ready}, h.ready...) {
+	for _, check := range append([]func(context.Context) error{h.coord().Ready}, h.ready...) {
 		if err := check(ctx); err != nil {
 			writeError(ctx, err)
 			return
@@ -347,7 +375,7 @@ func (h *Handler) lock(ctx *fasthttp.RequestCtx) {
 	if !decode(ctx, &req) || !actAs(ctx, &req.NodeID) {
 		return
 	}
-	resp, err := h.locker.Lock(ctx, req)
+	resp, err := h.coord().Lock(ctx, req)
 	reply(ctx, resp, err)
 }
 
@@ -356,7 +384,7 @@ func (h *Handler) unlock(ctx *fasthttp.RequestCtx) {
 	if !decode(ctx, &req) || !actAs(ctx, &req.NodeID) {
 		return
 	}
-	resp, err := h.locker.Unlock(ctx, req)
+	resp, err := h.coord().Unlock(ctx, req)
 	reply(ctx, resp, err)
 }
 
@@ -365,7 +393,7 @@ func (h *Handler) keepalive(ctx *fasthttp.RequestCtx) {
 	if !decode(ctx, &req) || !actAs(ctx, &req.NodeID) {
 		return
 	}
-	resp, err := h.locker.Keepalive(ctx, req)
+	resp, err := h.coord().Keepalive(ctx, req)
 	reply(ctx, resp, err)
 }
 
@@ -374,7 +402,7 @@ func (h *Handler) cancel(ctx *fasthttp.RequestCtx) {
 	if !decode(ctx, &req) || !actAs(ctx, &req.NodeID) {
 		return
 	}
-	err := h.locker.Cancel(ctx, req)
+	err := h.coord().Cancel(ctx, req)
 	reply(ctx, struct{}{}, err)
 }
 
@@ -384,7 +412,7 @@ func (h *Handler) status(ctx *fasthttp.RequestCtx) {
 	if !actAs(ctx, &node) {
 		return
 	}
-	resp, err := h.locker.Status(ctx, api.OperationType(q.Peek("type")), string(q.Peek("resource_id")), node, string(q.Peek("request_id")))
+	resp, err := h.coord().Status(ctx, api.OperationType(q.Peek("type")), string(q.Peek("resource_id")), node, string(q.Peek("request_id")))
 	reply(ctx, resp, err)
 }
 
@@ -393,16 +421,16 @@ func (h *Handler) refsAdd(ctx *fasthttp.RequestCtx) {
 	if !decode(ctx, &req) || !actAs(ctx, &req.NodeID) {
 		return
 	}
-	add := h.locker.AddRef
+	add := h.coord().AddRef
 	if req.Found {
-		add = h.locker.AddFoundRef
+		add = h.coord().AddFoundRef
 	}
 	resp, err := add(ctx, req.ResourceID, req.NodeID)
 	if err == nil && !req.CountOnly {
 		// A node that predates count_only gets the nodes, read after
 		// the add (docs/design.md §10.2).
 		var refs api.RefsResponse
-		if refs, err = h.locker.Refs(ctx, req.ResourceID); err == nil {
+		if refs, err = h.coord().Refs(ctx, req.ResourceID); err == nil {
 			resp = refs
 		}
 	}
@@ -410,14 +438,14 @@ func (h *Handler) refsAdd(ctx *fasthttp.RequestCtx) {
 }
 
 func (h *Handler) refs(ctx *fasthttp.RequestCtx) {
-	resp, err := h.locker.Refs(ctx, string(ctx.QueryArgs().Peek("resource_id")))
+	resp, err := h.coord().Refs(ctx, string(ctx.QueryArgs().Peek("resource_id")))
 	reply(ctx, resp, err)
 }
 
 func (h *Handler) refsList(ctx *fasthttp.RequestCtx) {
 	q := ctx.QueryArgs()
 	limit, _ := strconv.Atoi(string(q.Peek("limit")))
-	resp, err := h.locker.RefsList(ctx, string(q.Peek("after")), limit)
+	resp, err := h.coord().RefsList(ctx, string(q.Peek("after")), limit)
 	reply(ctx, resp, err)
 }
 
@@ -428,7 +456,7 @@ func (h *Handler) session(ctx *fasthttp.RequestCtx) {
 	}
 	who, _ := h.authenticate(ctx)
 	req.Identified = who.node != "" && who.node == req.NodeID
-	resp, err := h.locker.Session(ctx, req)
+	resp, err := h.coord().Session(ctx, req)
 	reply(ctx, resp, err)
 }
 
@@ -437,7 +465,7 @@ func (h *Handler) endSession(ctx *fasthttp.RequestCtx) {
 	if !decode(ctx, &req) || !actAs(ctx, &req.NodeID) {
 		return
 	}
-	resp, err := h.locker.EndSession(ctx, req)
+	resp, err := h.coord().EndSession(ctx, req)
 	reply(ctx, resp, err)
 }
 
@@ -446,7 +474,7 @@ func (h *Handler) syncRefs(ctx *fasthttp.RequestCtx, nodeID string) {
 	if !actAs(ctx, &nodeID) || !decode(ctx, &req) {
 		return
 	}
-	resp, err := h.locker.SyncRefs(ctx, nodeID, req)
+	resp, err := h.coord().SyncRefs(ctx, nodeID, req)
 	reply(ctx, resp, err)
 }
 
@@ -460,7 +488,7 @@ func (h *Handler) expire(ctx *fasthttp.RequestCtx, nodeID string) {
 		writeError(ctx, fmt.Errorf("expiring a member needs the reap lock's lease (lease_id) or the admin identity: %w", api.ErrForbidden))
 		return
 	}
-	resp, err := h.locker.Expire(ctx, nodeID, req)
+	resp, err := h.coord().Expire(ctx, nodeID, req)
 	reply(ctx, resp, err)
 }
 
@@ -474,18 +502,18 @@ func (h *Handler) nodes(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
-	resp, err := h.locker.NodesPage(ctx, string(q.Peek("after")), limit)
+	resp, err := h.coord().NodesPage(ctx, string(q.Peek("after")), limit)
 	reply(ctx, resp, err)
 }
 
-func (h *Handler) cluster(ctx *fasthttp.RequestCtx) { reply(ctx, h.locker.Cluster(), nil) }
+func (h *Handler) cluster(ctx *fasthttp.RequestCtx) { reply(ctx, h.coord().Cluster(), nil) }
 
 func (h *Handler) adopt(ctx *fasthttp.RequestCtx) {
 	var req api.AdoptRequest
 	if !decode(ctx, &req) {
 		return
 	}
-	resp, err := h.locker.Adopt(ctx, req)
+	resp, err := h.coord().Adopt(ctx, req)
 	reply(ctx, resp, err)
 }
 

@@ -106,3 +106,20 @@ func (s *StaticLeadership) Set(leader bool, leaderURL string) {
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
+
+// stillLeads replaces the answer of a request that ran while the replica
+// stopped leading with 503 not_leader: a deposed replica's Coordinator may
+// have granted something in memory, but nobody is told (docs/design.md
+// §7). An event stream, which has taken its connection over, ends on
+// Changed instead.
+func (h *Handler) stillLeads(ctx *fasthttp.RequestCtx) {
+	if h.leadership == nil || ctx.Hijacked() {
+		return
+	}
+	if leader, _ := h.leadership.Leader(); leader {
+		return
+	}
+	ctx.Response.ResetBody()
+	ctx.Response.Header.Del(fasthttp.HeaderRetryAfter)
+	h.leads(ctx)
+}

@@ -88,7 +88,6 @@ func Open(cfg Config) (*Server, error) {
 	if err := checkDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	limits := cfg.Limits.withDefaults()
 	opts, err := cfg.authOptions()
 	if err != nil {
 		return nil, err
@@ -107,23 +106,57 @@ func Open(cfg Config) (*Server, error) {
 		storage.Close()
 		return nil, err
 	}
-	opts = append(opts, WithMetricsGatherer(reg), WithReadinessCheck(freeSpaceCheck(cfg.DataDir)),
-		WithStreamLimits(max(1, limits.Total/2), max(1, limits.PerIP/2), DefaultMaxStreamsPerNode))
+	s, err := newServer(cfg, locker, reg, append(opts, WithReadinessCheck(freeSpaceCheck(cfg.DataDir)))...)
+	if err != nil {
+		locker.Close()
+		storage.Close()
+		return nil, err
+	}
+	s.storage = storage
+	return s, nil
+}
+
+// NewStandby returns a Server with no Coordinator and no data directory: a
+// replica whose election (cfg.Leadership, required) decides when it leads
+// and hands the Handler the Coordinator of each term it wins
+// (Handler.SetCoordinator; docs/design.md §7). /metrics serves the
+// server's own metrics and metrics'. Its owner closes the Coordinators.
+func NewStandby(cfg Config, metrics prometheus.Gatherer) (*Server, error) {
+	if cfg.Leadership == nil {
+		return nil, errors.New("lockserver: a standby needs a Leadership")
+	}
+	opts, err := cfg.authOptions()
+	if err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var g prometheus.Gatherer = reg
+	if metrics != nil {
+		g = prometheus.Gatherers{reg, metrics}
+	}
+	return newServer(cfg, nil, reg, append(opts, WithMetricsGatherer(g))...)
+}
+
+// newServer builds the Server of locker (nil: a standby's) with the
+// Handler options opts, registering its metrics with reg.
+func newServer(cfg Config, locker *lockserver.Coordinator, reg *prometheus.Registry, opts ...HandlerOption) (*Server, error) {
+	limits := cfg.Limits.withDefaults()
+	opts = append([]HandlerOption{WithMetricsGatherer(reg)}, opts...)
+	opts = append(opts, WithStreamLimits(max(1, limits.Total/2), max(1, limits.PerIP/2), DefaultMaxStreamsPerNode))
 	if cfg.Leadership != nil {
 		opts = append(opts, WithLeadership(cfg.Leadership))
 	}
 	sm := newServerMetrics()
 	reg.MustRegister(sm)
-	s := &Server{Coordinator: locker, storage: storage, handler: NewHandler(locker, opts...), limits: limits, metrics: sm,
+	s := &Server{Coordinator: locker, handler: NewHandler(locker, opts...), limits: limits, metrics: sm,
 		cfg: cfg, exposedWarnEvery: exposedWarnEvery}
 	reg.MustRegister(s.handler.StreamMetrics())
 	s.http = s.handler.HTTPServer()
 	s.http.IdleTimeout = limits.Idle
 	if cfg.TLSCert != "" || cfg.TLSKey != "" {
-		s.tls, err = serverTLS(cfg)
-		if err != nil {
-			locker.Close()
-			storage.Close()
+		var err error
+		if s.tls, err = serverTLS(cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -241,8 +274,11 @@ func (s *Server) Serve(ln net.Listener) error {
 // answerHeader is the header every answer carries (Handle sets the same),
 // as lines for an answer written without the Handler.
 func (s *Server) answerHeader() string {
-	return api.ClusterHeader + ": " + clusterHeader(s.Coordinator.Cluster()) + "\r\n" +
-		api.ProtocolHeader + ": " + api.ProtocolVersion + "\r\n"
+	h := api.ProtocolHeader + ": " + api.ProtocolVersion + "\r\n"
+	if l := s.handler.coord(); l != nil {
+		h = api.ClusterHeader + ": " + clusterHeader(l.Cluster()) + "\r\n" + h
+	}
+	return h
 }
 
 // Shutdown stops accepting, ends the event streams, waits for requests in
@@ -262,6 +298,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.http.ShutdownWithContext(ctx)
 	if errors.Is(err, net.ErrClosed) {
 		err = nil // fasthttp closing the listeners closed above
+	}
+	if s.storage == nil {
+		return err // a standby: its owner closes the Coordinators
 	}
 	s.Coordinator.Close()
 	return errors.Join(err, s.storage.Close())

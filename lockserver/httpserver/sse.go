@@ -63,7 +63,7 @@ func (h *Handler) subscribe(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
-	sub, err := h.locker.Subscribe(api.OperationType(q.Peek("type")), string(q.Peek("resource_id")), node, string(q.Peek("request_id")))
+	sub, err := h.coord().Subscribe(api.OperationType(q.Peek("type")), string(q.Peek("resource_id")), node, string(q.Peek("request_id")))
 	if err != nil {
 		release()
 		writeError(ctx, err)
@@ -107,7 +107,7 @@ func (h *Handler) nodeEvents(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, err)
 		return
 	}
-	ns, err := h.locker.OpenNodeStream(node)
+	ns, err := h.coord().OpenNodeStream(node)
 	if err != nil {
 		release()
 		writeError(ctx, err)

@@ -1,0 +1,210 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/containerd/log"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
+	"github.com/sharedcontent/sharedcontent/refcount"
+	"github.com/sharedcontent/sharedcontent/refcount/etcdstore"
+)
+
+// Replica is one coordinator replica: its election loop (Run), its
+// Leadership and its metrics.
+type Replica struct {
+	cli     *clientv3.Client
+	opts    Options
+	cfg     lockserver.Config
+	lead    *leadership
+	metrics *metrics
+}
+
+// New returns a replica that campaigns through cli with opts (validated)
+// and serves Coordinators configured by cfg.
+func New(cli *clientv3.Client, opts Options, cfg lockserver.Config) (*Replica, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if !opts.Enabled() {
+		return nil, errors.New("election: no etcd endpoints")
+	}
+	return &Replica{cli: cli, opts: opts, cfg: cfg, lead: newLeadership(opts.AdvertiseURL), metrics: newMetrics()}, nil
+}
+
+// Leadership is the replica's role, for httpserver.Config.Leadership.
+func (r *Replica) Leadership() httpserver.Leadership { return r.lead }
+
+// Gatherer serves the replica's metrics and its last term's Coordinator's.
+func (r *Replica) Gatherer() prometheus.Gatherer { return r.metrics }
+
+// electionPrefix is where the replicas campaign: their keys are
+// <prefix>leader/<lease ID>.
+func (r *Replica) electionPrefix() string { return r.opts.prefix() + "leader" }
+
+func (o Options) prefix() string {
+	if o.Prefix[len(o.Prefix)-1] == '/' {
+		return o.Prefix
+	}
+	return o.Prefix + "/"
+}
+
+// Run campaigns, leads and stands by, term after term, until ctx ends;
+// h serves the Coordinator of each term won. A leader whose ctx ends
+// resigns, so that another replica takes over at once.
+func (r *Replica) Run(ctx context.Context, h *httpserver.Handler) {
+	for ctx.Err() == nil {
+		err := r.term(ctx, h)
+		if ctx.Err() != nil {
+			return
+		}
+		log.G(ctx).WithError(err).Warn("election: standing by; campaigning again with a new etcd session")
+		// A short jittered pause: a replica whose etcd is down does not
+		// spin, and replicas do not all come back in step.
+		pause := time.NewTimer(time.Duration(100+rand.IntN(200)) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-pause.C:
+		}
+		pause.Stop()
+	}
+}
+
+// stepDown names why a term ended.
+type stepDown struct {
+	reason string // the metric's label
+	err    error
+}
+
+func (s *stepDown) Error() string { return s.reason + ": " + s.err.Error() }
+func (s *stepDown) Unwrap() error { return s.err }
+
+// term is one etcd session: campaign, lead until a reason to step down,
+// step down. It returns why the term ended.
+func (r *Replica) term(ctx context.Context, h *httpserver.Handler) error {
+	ttl := r.opts.SessionTTL
+	granted := time.Now() // before the grant is sent: the lease outlives granted + ttl
+	sess, err := concurrency.NewSession(r.cli, concurrency.WithTTL(int(ttl/time.Second)), concurrency.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("election: new etcd session: %w", err)
+	}
+	defer sess.Close() // revokes the lease: the election key goes with it
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ka := newKeepalive(r.cli, sess.Lease(), ttl, granted)
+	go ka.run(tctx)
+	e := concurrency.NewElection(sess, r.electionPrefix())
+	go r.observe(tctx, concurrency.NewElection(sess, r.electionPrefix()))
+
+	// Campaigning ends with the session too.
+	cctx, stopCampaign := context.WithCancel(tctx)
+	go func() {
+		select {
+		case <-sess.Done():
+		case <-ka.Lapsed():
+		case <-cctx.Done():
+		}
+		stopCampaign()
+	}()
+	err = e.Campaign(cctx, r.opts.AdvertiseURL)
+	stopCampaign()
+	if err != nil {
+		return fmt.Errorf("election: campaign: %w", err)
+	}
+	return r.leadTerm(ctx, tctx, h, sess, e, ka)
+}
+
+// leadTerm serves a Coordinator on the store guarded by the won election
+// until a reason to step down, then steps down.
+func (r *Replica) leadTerm(ctx, tctx context.Context, h *httpserver.Handler, sess *concurrency.Session, e *concurrency.Election, ka *keepalive) error {
+	resign := func() {
+		rctx, cancel := context.WithTimeout(context.Background(), r.opts.SessionTTL)
+		defer cancel()
+		_ = e.Resign(rctx)
+	}
+	store, err := etcdstore.OpenElection(tctx, r.cli, r.opts.prefix(), e, etcdstore.Options{})
+	if err != nil {
+		resign()
+		return fmt.Errorf("election: open the etcd store: %w", err)
+	}
+	fenced := make(chan error, 1)
+	st := reportFenced(store, func(err error) {
+		select {
+		case fenced <- err:
+		default:
+		}
+	})
+	reg := prometheus.NewRegistry()
+	// The Coordinator's start moves the epoch on in its first guarded
+	// write: nodes re-sync as after a restart (docs/design.md §8.10).
+	coord, err := lockserver.NewCoordinator(r.cfg, lockserver.Options{Refs: refcount.NewManager(st), Registerer: reg})
+	if err != nil {
+		store.Close()
+		resign()
+		return fmt.Errorf("election: start the coordinator: %w", err)
+	}
+	r.metrics.term.Store(reg)
+	h.SetCoordinator(coord)
+	r.lead.lead(ka)
+	r.metrics.leader.Set(1)
+	r.metrics.changes.Inc()
+	c := coord.Cluster()
+	log.G(ctx).WithField("fence", e.Rev()).WithField("cluster", c.ClusterID).WithField("epoch", c.Epoch).
+		WithField("advertise_url", r.opts.AdvertiseURL).Info("election: leading")
+
+	var why *stepDown
+	select {
+	case <-sess.Done():
+		why = &stepDown{"session_lost", errors.New("the etcd session ended (its lease expired or was revoked)")}
+	case err := <-fenced:
+		why = &stepDown{"fenced", err}
+	case <-ka.Lapsed():
+		why = &stepDown{"keepalive_lapsed", errors.New("no keepalive acknowledged in time; the lease may lapse")}
+	case <-ctx.Done():
+		why = &stepDown{"shutdown", ctx.Err()}
+	}
+	// Stop answering first; then nothing of the term's Coordinator can
+	// be written (the store is closed) and its streams and queues go.
+	r.lead.standBy()
+	r.metrics.leader.Set(0)
+	r.metrics.changes.Inc()
+	r.metrics.stepped.WithLabelValues(why.reason).Inc()
+	log.G(ctx).WithError(why.err).WithField("reason", why.reason).WithField("fence", e.Rev()).Warn("election: stepped down")
+	if why.reason == "shutdown" {
+		// Still the owner: the Coordinator saves what it keeps in
+		// memory (for a TTL at most: etcd may be gone), then the next
+		// leader need not wait for the lease.
+		closed := make(chan struct{})
+		go func() { defer close(closed); coord.Close() }()
+		wait := time.NewTimer(r.opts.SessionTTL)
+		select {
+		case <-closed:
+		case <-wait.C:
+			log.G(ctx).Warn("election: the coordinator did not close within the session TTL; leaving without saving")
+		}
+		wait.Stop()
+		store.Close()
+		resign()
+		return why
+	}
+	store.Close() // first: a write of the closing Coordinator fails at once
+	coord.Close()
+	return why
+}
+
+// observe keeps the leader's URL for the standby's not_leader answers.
+func (r *Replica) observe(ctx context.Context, e *concurrency.Election) {
+	for resp := range e.Observe(ctx) {
+		if len(resp.Kvs) > 0 {
+			r.lead.observed(string(resp.Kvs[0].Value))
+		}
+	}
+}
