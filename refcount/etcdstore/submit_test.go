@@ -22,7 +22,7 @@ const never = time.Hour
 
 // metric sums the samples of the counter or histogram (its count) name
 // whose labels include the given name=value pairs, as m collects them.
-func metric(t *testing.T, m *etcdstore.Metrics, name string, labels ...string) float64 {
+func metric(t testing.TB, m *etcdstore.Metrics, name string, labels ...string) float64 {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(m))
