@@ -36,10 +36,8 @@ func (s *Store) Commit(ctx context.Context, b *refcount.Batch) error {
 // without other batches. Callers hold mu.
 func (s *Store) commitAlone(ctx context.Context, groups [][]refcount.Op) error {
 	p := newPlan(ctx, s)
-	for _, g := range groups {
-		if err := p.group(g); err != nil {
-			return err
-		}
+	if err := p.batch(groups); err != nil {
+		return err
 	}
 	txns, err := p.pack(s.opts.MaxTxnOps, s.opts.MaxTxnBytes)
 	if err != nil {
