@@ -3,6 +3,7 @@ package etcdstore_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -194,6 +195,35 @@ func TestGroupCommit(t *testing.T) {
 		require.Equal(t, []string{"L0", "L1", "L2", "s1", "s2", "s3"}, ids(t, s))
 		// s1+s2, large in two (8 writes, then 4), s3.
 		require.Equal(t, 4.0, metric(t, m, "sharedcontent_etcd_txns_total"))
+	})
+
+	// Pending batches that fill a transaction are flushed without
+	// waiting for the interval: at MaxTxnOps writes, and near
+	// MaxTxnBytes (the batch that would overflow it waits for the next).
+	t.Run("FullTxn", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		s, m := open(t, etcdstore.Options{FlushInterval: never, MaxTxnOps: 8})
+		var waits []func() error
+		for i := range 4 { // 2 writes each
+			waits = append(waits, s.Submit(ctx, new(refcount.Batch).AddRef(fmt.Sprintf("r%d", i), "a")))
+		}
+		for _, w := range waits {
+			require.NoError(t, w(), "4 references fill 8 writes")
+		}
+		require.Equal(t, 1.0, metric(t, m, "sharedcontent_etcd_txns_total"))
+
+		s, m = open(t, etcdstore.Options{FlushInterval: never, MaxTxnBytes: 1000})
+		big := strings.Repeat("x", 450)
+		w1 := s.Submit(ctx, new(refcount.Batch).PutString("k1", big))
+		w2 := s.Submit(ctx, new(refcount.Batch).PutString("k2", big))
+		require.NoError(t, w1(), "two values of 450 bytes fill about 1000")
+		require.Equal(t, 1.0, metric(t, m, "sharedcontent_etcd_txns_total"))
+		require.NoError(t, s.Commit(ctx, new(refcount.Batch).PutString("k3", "v")))
+		require.NoError(t, w2())
+		require.Equal(t, 2.0, metric(t, m, "sharedcontent_etcd_txns_total"), "the second value shares the Commit's Txn")
+		require.Equal(t, 2.0, metric(t, m, "sharedcontent_etcd_txn_ops"), "one ops observation per Txn")
+		require.Equal(t, 2.0, metric(t, m, "sharedcontent_etcd_txn_seconds", "outcome", "ok"))
 	})
 
 	// Close commits what is pending before it returns.
