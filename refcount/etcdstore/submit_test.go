@@ -2,7 +2,9 @@ package etcdstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -224,6 +226,50 @@ func TestGroupCommit(t *testing.T) {
 		require.Equal(t, 2.0, metric(t, m, "sharedcontent_etcd_txns_total"), "the second value shares the Commit's Txn")
 		require.Equal(t, 2.0, metric(t, m, "sharedcontent_etcd_txn_ops"), "one ops observation per Txn")
 		require.Equal(t, 2.0, metric(t, m, "sharedcontent_etcd_txn_seconds", "outcome", "ok"))
+	})
+
+	// Random batches of reference writes, submitted some at a time and
+	// flushed together, leave the store as they leave the memory store
+	// one Commit after the other (the folding across batches, and the
+	// re-planning when one does not fit, change nothing), and no batch
+	// is split: one too large alone fails alone.
+	t.Run("Model", func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(3, 4))
+		s, m := open(t, etcdstore.Options{FlushInterval: never, MaxTxnOps: 16})
+		mem := refcount.NewMemoryStorage()
+		gen := randomBatches(rng)
+		ctx := t.Context()
+		committed, submitted := 0, 0
+		for round := range 40 {
+			var (
+				batches []*refcount.Batch
+				waits   []func() error
+			)
+			for range 1 + rng.IntN(10) {
+				b := gen()
+				batches = append(batches, b)
+				waits = append(waits, s.Submit(ctx, b))
+			}
+			require.NoError(t, s.Commit(ctx, new(refcount.Batch).PutUint64("round", uint64(round))))
+			for i, w := range waits {
+				err := w()
+				if errors.Is(err, errdefs.ErrResourceExhausted) {
+					continue // a group over 16 writes: nothing written
+				}
+				require.NoError(t, err)
+				require.NoError(t, mem.Commit(ctx, batches[i]))
+				committed++
+			}
+			submitted += len(batches)
+			want, err := mem.List(ctx, "", 1000)
+			require.NoError(t, err)
+			got, err := s.List(ctx, "", 1000)
+			require.NoError(t, err)
+			require.Equal(t, entries(want), entries(got), "after round %d", round)
+		}
+		txns := metric(t, m, "sharedcontent_etcd_txns_total")
+		t.Logf("%d batches submitted, %d committed, in %.0f transactions (with a Commit per round)", submitted, committed, txns)
+		require.Greater(t, committed, 50, "too few batches fit")
 	})
 
 	// Close commits what is pending before it returns.
