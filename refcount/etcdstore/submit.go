@@ -72,8 +72,10 @@ func (q *queue) wake() {
 // the transaction holding the batch committed, or with its error: a
 // failed guard fails every batch of that transaction with an error
 // wrapping refcount.ErrFenced, and every later one. wait also returns
-// when ctx ends first (then, as any etcd request that timed out, the
-// batch may still be committed). Until its transaction committed, reads
+// when ctx ends first: then, as any etcd request that timed out, the
+// batch may still be committed, unless the contexts of every batch of
+// its flush had ended before it was sent (then nothing is sent, and the
+// batch is not written). Until its transaction committed, reads
 // (RefState included) do not see the batch.
 func (s *Store) Submit(ctx context.Context, b *refcount.Batch) (wait func() error) {
 	return s.submit(ctx, b, false)
@@ -266,6 +268,12 @@ func (s *Store) flushSome(items []*submitted) int {
 	}
 	ctx, cancel := whileAnyWaits(items)
 	defer cancel()
+	if ctx.Err() != nil { // no one waits any more: nothing is sent
+		for _, it := range items {
+			it.finish(fmt.Errorf("etcdstore: commit: abandoned: %w", it.ctx.Err()))
+		}
+		return len(items)
+	}
 	p, n := s.planFit(ctx, items)
 	if n == 0 {
 		items[0].finish(s.commitAlone(ctx, items[0].groups))
@@ -344,13 +352,18 @@ func whileAnyWaits(items []*submitted) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var left atomic.Int64
 	left.Store(int64(len(items)))
-	stops := make([]func() bool, len(items))
-	for i, it := range items {
-		stops[i] = context.AfterFunc(it.ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		})
+	leave := func() {
+		if left.Add(-1) == 0 {
+			cancel()
+		}
+	}
+	var stops []func() bool
+	for _, it := range items {
+		if it.ctx.Err() != nil {
+			leave() // now, not in AfterFunc's goroutine: the Txn is not sent
+			continue
+		}
+		stops = append(stops, context.AfterFunc(it.ctx, leave))
 	}
 	return ctx, func() {
 		for _, stop := range stops {

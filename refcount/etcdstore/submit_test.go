@@ -195,8 +195,21 @@ func TestGroupCommit(t *testing.T) {
 		require.NoError(t, waits[2]())
 		require.ErrorIs(t, waits[3](), errdefs.ErrResourceExhausted)
 		require.Equal(t, []string{"L0", "L1", "L2", "s1", "s2", "s3"}, ids(t, s))
-		// s1+s2, large in two (8 writes, then 4), s3.
+		// s1+s2, large in two (8 writes, then 4), s3: the mod revisions
+		// of their keys say which Txn wrote them.
 		require.Equal(t, 4.0, metric(t, m, "sharedcontent_etcd_txns_total"))
+		rev := func(res, node string) int64 {
+			resp, err := cli.Get(ctx, l.wins[s].prefix+"refs/"+res+"\x00"+node)
+			require.NoError(t, err)
+			require.Len(t, resp.Kvs, 1)
+			return resp.Kvs[0].ModRevision
+		}
+		require.Equal(t, rev("s1", "a"), rev("s2", "a"), "s1 and s2 share a Txn")
+		require.Less(t, rev("s2", "a"), rev("L0", "a"))
+		require.Equal(t, rev("L0", "a"), rev("L1", "b"), "the large batch's first two groups share a Txn")
+		require.Less(t, rev("L1", "b"), rev("L2", "a"))
+		require.Equal(t, rev("L2", "a"), rev("L2", "b"))
+		require.Less(t, rev("L2", "b"), rev("s3", "a"))
 	})
 
 	// Pending batches that fill a transaction are flushed without
@@ -270,6 +283,23 @@ func TestGroupCommit(t *testing.T) {
 		txns := metric(t, m, "sharedcontent_etcd_txns_total")
 		t.Logf("%d batches submitted, %d committed, in %.0f transactions (with a Commit per round)", submitted, committed, txns)
 		require.Greater(t, committed, 50, "too few batches fit")
+	})
+
+	// A batch whose waiter left (its context ended) before its flush is
+	// abandoned: no Txn is sent, and it writes nothing.
+	t.Run("Abandoned", func(t *testing.T) {
+		s, m := open(t, etcdstore.Options{FlushInterval: never})
+		ctx, cancel := context.WithCancel(t.Context())
+		w := s.Submit(ctx, new(refcount.Batch).AddRef("r1", "a"))
+		cancel()
+		require.ErrorIs(t, w(), context.Canceled)
+		require.NoError(t, s.Close(), "flushes what is pending")
+		require.Zero(t, metric(t, m, "sharedcontent_etcd_txns_total"))
+		win := l.wins[s]
+		r, err := etcdstore.Open(t.Context(), cli, etcdstore.Options{Prefix: win.prefix, LeaderKey: win.elect.Key(), Fence: int64(s.Fence())})
+		require.NoError(t, err)
+		_, err = r.Get(t.Context(), "r1")
+		require.ErrorIs(t, err, errdefs.ErrNotFound)
 	})
 
 	// Close commits what is pending before it returns.
