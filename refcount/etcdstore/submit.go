@@ -183,7 +183,11 @@ func (s *Store) enqueue(it *submitted) error {
 	if it.urgent {
 		q.urgent++
 	}
-	q.wake()
+	// Wake the flusher when this changes what it waits for: the first
+	// batch starts the interval; a Commit or a full transaction ends it.
+	if len(q.items) == 1 || it.urgent || q.ops >= s.opts.MaxTxnOps || q.bytes >= s.opts.MaxTxnBytes {
+		q.wake()
+	}
 	return nil
 }
 
