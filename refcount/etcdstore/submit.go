@@ -2,6 +2,7 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -109,16 +110,23 @@ func (s *Store) submit(ctx context.Context, b *refcount.Batch, urgent bool) (wai
 	return func() error {
 		select {
 		case <-it.done:
-			return it.err
 		case <-ctx.Done():
-			select {
-			case <-it.done:
-				return it.err
-			default:
-				return fmt.Errorf("etcdstore: commit: %w", ctx.Err())
-			}
 		}
+		select {
+		case <-it.done:
+			// A flush that failed because every waiter's context ended
+			// fails with this waiter's own context error.
+			if ctx.Err() == nil || !isContextErr(it.err) {
+				return it.err
+			}
+		default:
+		}
+		return fmt.Errorf("etcdstore: commit: %w", ctx.Err())
 	}
+}
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // copyGroups copies b's groups and the maps and sets their writes hold.
