@@ -61,7 +61,9 @@
 // reading the set. A Submitter splits Commit into Submit, which orders a
 // batch before it returns, and a wait for its durability, so that a
 // caller orders writes under its own mutex and waits for the disk
-// without it. The memory and bbolt stores implement both; bbolt keeps a
+// without it. The memory, bbolt and etcd stores implement both (etcd's
+// Submit is group commit: the batches pending within a few milliseconds
+// share one transaction, docs/design.md §7.1); bbolt keeps a
 // reference set as a nested bucket, one key per node and the count as
 // the bucket's sequence, so adding one reference is O(log N) (a file
 // with the JSON records of before is migrated when it is opened).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -12,11 +13,13 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// Commit implements refcount.Storage. The batch is checked whole, then
-// folded into the writes of as few transactions as the limits allow
-// (one, for a batch that fits), each split at the batch's Break only and
-// each guarded by If(CreateRevision(leader key) == fence): a handle whose
-// leader key is gone or newer fails with an error wrapping
+// Commit implements refcount.Storage: it is Submit(ctx, b)(), except that
+// it does not wait for the flush interval: the batch is flushed at once,
+// with the batches pending before it (see Submit). The batch is checked
+// whole, then folded into the writes of as few transactions as the limits
+// allow (one, for a batch that fits), each split at the batch's Break only
+// and each guarded by If(CreateRevision(leader key) == fence): a handle
+// whose leader key is gone or newer fails with an error wrapping
 // refcount.ErrFenced, writing nothing more. A group too large for one
 // transaction fails the Commit with an error wrapping
 // errdefs.ErrResourceExhausted before anything is written.
@@ -26,22 +29,15 @@ import (
 // and then, as any etcd request that timed out, it may still have been
 // applied (never in part: each transaction is atomic).
 func (s *Store) Commit(ctx context.Context, b *refcount.Batch) error {
-	if err := s.usable(ctx); err != nil {
-		return err
-	}
-	if b.Len() == 0 {
-		return nil
-	}
-	if err := b.Check(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	return s.submit(ctx, b, true)()
+}
+
+// commitAlone commits one batch's groups in as few transactions as fit,
+// without other batches. Callers hold mu.
+func (s *Store) commitAlone(ctx context.Context, groups [][]refcount.Op) error {
 	p := newPlan(ctx, s)
-	for _, g := range b.Groups() {
-		if err := p.group(g); err != nil {
-			return err
-		}
+	if err := p.batch(groups); err != nil {
+		return err
 	}
 	txns, err := p.pack(s.opts.MaxTxnOps, s.opts.MaxTxnBytes)
 	if err != nil {
@@ -61,20 +57,29 @@ func (s *Store) Commit(ctx context.Context, b *refcount.Batch) error {
 }
 
 // guarded commits ops in one transaction if the leader key still has the
-// handle's fence as its create revision.
+// handle's fence as its create revision. Once a guard failed, the handle
+// is fenced for good (a key's create revision never comes back), so
+// later calls fail at once, sending nothing.
 func (s *Store) guarded(ctx context.Context, ops []clientv3.Op) error {
+	if err := s.lost.Load(); err != nil {
+		return *err
+	}
+	start := time.Now()
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(s.leader), "=", s.fence)).
 		Then(ops...).
 		Else(clientv3.OpGet(s.leader, clientv3.WithKeysOnly())).
 		Commit()
+	s.metrics.txn(time.Since(start), len(ops), err, err == nil && !resp.Succeeded)
 	switch {
 	case errors.Is(err, rpctypes.ErrTooManyOps), errors.Is(err, rpctypes.ErrRequestTooLarge):
 		return fmt.Errorf("etcdstore: commit of %d writes: %w: %w", len(ops), errdefs.ErrResourceExhausted, err)
 	case err != nil:
 		return fmt.Errorf("etcdstore: commit of %d writes: %w", len(ops), err)
 	case !resp.Succeeded:
-		return s.fenced(createRevision(resp.Responses[0].GetResponseRange().Kvs))
+		err := s.fenced(createRevision(resp.Responses[0].GetResponseRange().Kvs))
+		s.lost.Store(&err)
+		return err
 	}
 	return nil
 }

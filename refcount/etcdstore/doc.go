@@ -37,6 +37,19 @@
 // reference changes under etcd's default limit (refcount/doc.go, "The
 // size of a transaction").
 //
+// # Group commit
+//
+// The store is a refcount.Submitter: Submit queues a checked copy of a
+// batch, and one flusher folds the pending batches, in order, into one
+// guarded transaction (keys written by several written once, the last
+// write winning) when the oldest has waited Options.FlushInterval (5 ms
+// by default), or when they fill a transaction, whichever comes first.
+// Commit is a Submit flushed at once. A batch's groups never straddle two
+// transactions; a batch larger than one is committed alone. A failed
+// guard fails every batch of its transaction, and the handle fails every
+// later one at once. Metrics counts the transactions (docs/design.md
+// §7.1).
+//
 // Reads are linearizable (etcd's default): a leader reads what it and
 // every earlier leader committed.
 package etcdstore

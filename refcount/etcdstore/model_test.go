@@ -25,39 +25,10 @@ func testModel(t *testing.T, l *leaders, cli *clientv3.Client) {
 	prefix := fmt.Sprintf("/test/%s/", t.Name())
 	s := l.campaign(t, prefix, etcdstore.Options{MaxTxnOps: 16})
 	mem := refcount.NewMemoryStorage()
-	res := func() string { return fmt.Sprintf("r%d", rng.IntN(12)) }
-	node := func() string { return fmt.Sprintf("n%d", rng.IntN(4)) }
+	gen := randomBatches(rng)
 	committed := 0
 	for range 150 {
-		b := new(refcount.Batch)
-		for range 1 + rng.IntN(8) {
-			switch rng.IntN(6) {
-			case 0, 1:
-				b.AddRef(res(), node())
-			case 2:
-				b.RemoveRef(res(), node())
-			case 3:
-				b.DropRefs(res())
-			case 4:
-				refs := map[string]struct{}{}
-				for range rng.IntN(4) {
-					refs[res()] = struct{}{}
-				}
-				b.ReplaceNode(node(), refs)
-			case 5:
-				bucket := synchash.Bucket(res())
-				refs := map[string]struct{}{}
-				for range rng.IntN(6) {
-					if id := res(); synchash.Bucket(id) == bucket {
-						refs[id] = struct{}{}
-					}
-				}
-				b.ReplaceNodeBuckets(node(), []int{bucket}, refs)
-			}
-			if rng.IntN(3) == 0 {
-				b.Break()
-			}
-		}
+		b := gen()
 		err := s.Commit(t.Context(), b)
 		if errors.Is(err, errdefs.ErrResourceExhausted) {
 			continue // a group over 16 writes: nothing written, skip it
@@ -90,6 +61,45 @@ func testModel(t *testing.T, l *leaders, cli *clientv3.Client) {
 		fromNodes = append(fromNodes, r+" "+n)
 	}
 	require.ElementsMatch(t, fromRefs, fromNodes)
+}
+
+// randomBatches returns a generator of random batches of reference
+// writes, with breaks, over 12 resources and 4 nodes.
+func randomBatches(rng *rand.Rand) func() *refcount.Batch {
+	res := func() string { return fmt.Sprintf("r%d", rng.IntN(12)) }
+	node := func() string { return fmt.Sprintf("n%d", rng.IntN(4)) }
+	return func() *refcount.Batch {
+		b := new(refcount.Batch)
+		for range 1 + rng.IntN(8) {
+			switch rng.IntN(6) {
+			case 0, 1:
+				b.AddRef(res(), node())
+			case 2:
+				b.RemoveRef(res(), node())
+			case 3:
+				b.DropRefs(res())
+			case 4:
+				refs := map[string]struct{}{}
+				for range rng.IntN(4) {
+					refs[res()] = struct{}{}
+				}
+				b.ReplaceNode(node(), refs)
+			case 5:
+				bucket := synchash.Bucket(res())
+				refs := map[string]struct{}{}
+				for range rng.IntN(6) {
+					if id := res(); synchash.Bucket(id) == bucket {
+						refs[id] = struct{}{}
+					}
+				}
+				b.ReplaceNodeBuckets(node(), []int{bucket}, refs)
+			}
+			if rng.IntN(3) == 0 {
+				b.Break()
+			}
+		}
+		return b
+	}
 }
 
 // entries renders a List page for comparison.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -40,11 +41,23 @@ type Options struct {
 	// MaxTxnBytes is the most bytes of keys and values one transaction
 	// holds. 0 means DefaultMaxTxnBytes.
 	MaxTxnBytes int
+	// FlushInterval is how long a submitted batch waits at most for
+	// others to share its transaction (group commit, Submit). 0 means
+	// DefaultFlushInterval; a negative interval turns group commit off:
+	// every batch is committed in its own transactions before Submit
+	// returns.
+	FlushInterval time.Duration
+	// Metrics receives the store's transactions, so that several
+	// handles (one per election won) count into one registered
+	// Collector. nil: a Metrics of the store's own, registered nowhere.
+	Metrics *Metrics
 }
 
 // Store is a refcount.Storage on etcd, guarded by an election key's create
-// revision (docs/design.md §7). It is safe for concurrent use; its Commits
-// run one at a time. It does not own its client: Close leaves it open.
+// revision (docs/design.md §7). It is safe for concurrent use; its
+// transactions run one at a time, and concurrent batches share them
+// (group commit, Submit). It does not own its client: Close leaves it
+// open.
 type Store struct {
 	cli    *clientv3.Client
 	k      keys
@@ -53,11 +66,17 @@ type Store struct {
 	opts   Options
 	closed atomic.Bool
 
-	// mu serializes Commits: a Commit reads what its writes depend on (a
-	// set that DropRefs drops, a node's references that ReplaceNode
-	// replaces), then writes; no other Commit of the owner may come
-	// between. Another owner's would fail its guard.
+	// mu serializes the transactions: a plan reads what its writes
+	// depend on (a set that DropRefs drops, a node's references that
+	// ReplaceNode replaces), then writes; no other write of the owner may
+	// come between. Another owner's would fail its guard.
 	mu sync.Mutex
+	// q holds the submitted batches that the flusher has not taken yet.
+	q queue
+	// lost is the error of the first guard that failed: the handle is
+	// fenced for good.
+	lost    atomic.Pointer[error]
+	metrics *Metrics
 }
 
 var (
@@ -85,7 +104,14 @@ func Open(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, erro
 	if opts.MaxTxnBytes <= 0 {
 		opts.MaxTxnBytes = DefaultMaxTxnBytes
 	}
-	s := &Store{cli: cli, k: keys{opts.Prefix}, leader: opts.LeaderKey, fence: opts.Fence, opts: opts}
+	if opts.FlushInterval == 0 {
+		opts.FlushInterval = DefaultFlushInterval
+	}
+	s := &Store{cli: cli, k: keys{opts.Prefix}, leader: opts.LeaderKey, fence: opts.Fence, opts: opts, metrics: opts.Metrics}
+	if s.metrics == nil {
+		s.metrics = NewMetrics()
+	}
+	s.q.kick, s.q.stopped = make(chan struct{}, 1), make(chan struct{})
 	resp, err := cli.Get(ctx, opts.LeaderKey)
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: open: read the leader key: %w", err)
@@ -107,9 +133,19 @@ func OpenElection(ctx context.Context, cli *clientv3.Client, prefix string, e *c
 // Fence implements refcount.Storage: the leader key's create revision.
 func (s *Store) Fence() uint64 { return uint64(s.fence) }
 
-// Close implements refcount.Storage. It leaves the client open.
+// Close implements refcount.Storage. It commits the batches submitted
+// before it (their waits return as usual), then returns. It leaves the
+// client open.
 func (s *Store) Close() error {
 	s.closed.Store(true)
+	s.q.mu.Lock()
+	started := s.q.started
+	s.q.closing = true
+	s.q.mu.Unlock()
+	if started {
+		s.q.wake()
+		<-s.q.stopped
+	}
 	return nil
 }
 
