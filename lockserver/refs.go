@@ -165,8 +165,8 @@ func (l *Coordinator) staleView(resourceID string, c *completion) error {
 
 // Maximum and default page sizes of RefsList.
 const (
-	maxRefsPage     = 10000
-	defaultRefsPage = 1000
+	maxRefsPage     = api.MaxRefsPage
+	defaultRefsPage = api.DefaultRefsPage
 )
 
 // RefsList handles GET /refs/list: the reference sets in resource ID order,
