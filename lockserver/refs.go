@@ -182,6 +182,9 @@ func (l *Coordinator) RefsList(ctx context.Context, after string, limit int) (ap
 		return api.RefsListResponse{}, fmt.Errorf("refs list: %w", err)
 	}
 	var out api.RefsListResponse
+	if len(page) > 0 { // an empty page stays "entries": null
+		out.Entries = make([]api.RefsEntry, 0, min(len(page), limit))
+	}
 	if len(page) > limit {
 		page = page[:limit]
 		out.Next = page[limit-1].ResourceID

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -36,6 +37,15 @@ const (
 
 // AppendRefsLines appends page in the lines form to dst.
 func AppendRefsLines(dst []byte, page RefsListResponse) []byte {
+	// Grown once: the size of the page unquoted.
+	n := len(page.Next) + 1
+	for _, e := range page.Entries {
+		n += len(e.ResourceID) + 1
+		for _, node := range e.Nodes {
+			n += len(node) + 1
+		}
+	}
+	dst = slices.Grow(dst, n)
 	dst = appendLinesField(dst, page.Next)
 	dst = append(dst, '\n')
 	for _, e := range page.Entries {

@@ -20,6 +20,13 @@ import (
 func TestRefsListForms(t *testing.T) {
 	ts := startServer(t, t.TempDir())
 	ctx := context.Background()
+	status, body := get(t, ts.url, "/refs/list", nil)
+	require.Equal(t, http.StatusOK, status, string(body))
+	require.JSONEq(t, `{"entries":null}`, string(body), "no reference: the old shape")
+	status, body = get(t, ts.url, "/refs/list", url.Values{api.RefsListFormParam: {api.RefsListFormLines}})
+	require.Equal(t, http.StatusOK, status, string(body))
+	require.Equal(t, "\n", string(body), "no reference: an empty Next and no line")
+
 	const sets = 5
 	for i := range sets {
 		for _, n := range []string{"node-b", "node-a"}[:1+i%2] {
@@ -32,7 +39,7 @@ func TestRefsListForms(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
-	status, body := get(t, ts.url, "/refs/list", url.Values{"limit": {"2"}})
+	status, body = get(t, ts.url, "/refs/list", url.Values{"limit": {"2"}})
 	require.Equal(t, http.StatusOK, status, string(body))
 	require.JSONEq(t, fmt.Sprintf(`{"entries":[`+
 		`{"resource_id":"sha256:%064d","nodes":["node-b"]},`+
