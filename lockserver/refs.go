@@ -177,7 +177,7 @@ func (l *Coordinator) RefsList(ctx context.Context, after string, limit int) (ap
 	}
 	limit = min(limit, maxRefsPage)
 	// One more than the page says whether another follows.
-	page, err := l.refs.List(ctx, after, limit+1)
+	page, err := l.refs.ListNodes(ctx, after, limit+1)
 	if err != nil {
 		return api.RefsListResponse{}, fmt.Errorf("refs list: %w", err)
 	}
@@ -190,7 +190,7 @@ func (l *Coordinator) RefsList(ctx context.Context, after string, limit int) (ap
 		out.Next = page[limit-1].ResourceID
 	}
 	for _, e := range page {
-		out.Entries = append(out.Entries, api.RefsEntry{ResourceID: e.ResourceID, Nodes: e.Refs.NodeList()})
+		out.Entries = append(out.Entries, api.RefsEntry{ResourceID: e.ResourceID, Nodes: e.Nodes})
 	}
 	return out, nil
 }
