@@ -20,10 +20,7 @@ func (s *BoltStorage) ListNodes(ctx context.Context, after string, limit int) ([
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		refs := tx.Bucket(refcountsBucket)
 		c := refs.Cursor()
-		k, _ := c.Seek([]byte(after))
-		if k != nil && string(k) == after {
-			k, _ = c.Next()
-		}
+		k := seekAfter(c, after)
 		names := map[string]string{}
 		for ; k != nil && len(page) < limit; k, _ = c.Next() {
 			b := refs.Bucket(k)
@@ -52,4 +49,14 @@ func (s *BoltStorage) ListNodes(ctx context.Context, after string, limit int) ([
 		return nil, fmt.Errorf("list refcounts: %w", err)
 	}
 	return page, nil
+}
+
+// seekAfter moves c to the first key greater than after and returns it
+// (nil past the last).
+func seekAfter(c *bolt.Cursor, after string) []byte {
+	k, _ := c.Seek([]byte(after))
+	if k != nil && string(k) == after {
+		k, _ = c.Next()
+	}
+	return k
 }
