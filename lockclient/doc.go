@@ -4,8 +4,8 @@
 // queue, keeps the granted lease alive while the caller works, and
 // releases it with the outcome. It also adds and reads references, opens
 // and ends the node's session, and syncs the node's journal; the admin
-// calls (Nodes, Forget, Adopt, Expire, RefsList) serve sharedcontentctl
-// and the reaper.
+// calls (Nodes, Forget, Adopt, Expire, RefsList, WalkRefs) serve
+// sharedcontentctl and the reaper.
 //
 // New returns a Client of a remote coordinator over HTTP: a queued Lock
 // watches its request on the node's one event stream, shared by all its

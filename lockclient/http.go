@@ -224,10 +224,10 @@ func (tr *httpTransport) Refs(ctx context.Context, resourceID string) (api.RefsR
 }
 
 func (tr *httpTransport) RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error) {
-	var resp api.RefsListResponse
-	q := url.Values{"after": {after}, "limit": {strconv.Itoa(limit)}}
-	err := tr.do(ctx, http.MethodGet, "/refs/list", q, nil, &resp)
-	return resp, err
+	var page refsPage
+	q := url.Values{"after": {after}, "limit": {strconv.Itoa(limit)}, api.RefsListFormParam: {api.RefsListFormLines}}
+	err := tr.do(ctx, http.MethodGet, "/refs/list", q, nil, &page)
+	return page.RefsListResponse, err
 }
 
 func (tr *httpTransport) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
@@ -350,6 +350,12 @@ func (tr *httpTransport) doOn(ctx context.Context, r *replica, method, path stri
 		return err
 	}
 	if out == nil {
+		return nil
+	}
+	if d, ok := out.(bodyDecoder); ok {
+		if err := d.decodeBody(string(resp.Header.ContentType()), data); err != nil {
+			return fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
+		}
 		return nil
 	}
 	if err := jsonv2.Unmarshal(data, out); err != nil {

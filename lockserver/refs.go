@@ -165,8 +165,8 @@ func (l *Coordinator) staleView(resourceID string, c *completion) error {
 
 // Maximum and default page sizes of RefsList.
 const (
-	maxRefsPage     = 10000
-	defaultRefsPage = 1000
+	maxRefsPage     = api.MaxRefsPage
+	defaultRefsPage = api.DefaultRefsPage
 )
 
 // RefsList handles GET /refs/list: the reference sets in resource ID order,
@@ -177,17 +177,20 @@ func (l *Coordinator) RefsList(ctx context.Context, after string, limit int) (ap
 	}
 	limit = min(limit, maxRefsPage)
 	// One more than the page says whether another follows.
-	page, err := l.refs.List(ctx, after, limit+1)
+	page, err := l.refs.ListNodes(ctx, after, limit+1)
 	if err != nil {
 		return api.RefsListResponse{}, fmt.Errorf("refs list: %w", err)
 	}
 	var out api.RefsListResponse
+	if len(page) > 0 { // an empty page stays "entries": null
+		out.Entries = make([]api.RefsEntry, 0, min(len(page), limit))
+	}
 	if len(page) > limit {
 		page = page[:limit]
 		out.Next = page[limit-1].ResourceID
 	}
 	for _, e := range page {
-		out.Entries = append(out.Entries, api.RefsEntry{ResourceID: e.ResourceID, Nodes: e.Refs.NodeList()})
+		out.Entries = append(out.Entries, api.RefsEntry{ResourceID: e.ResourceID, Nodes: e.Nodes})
 	}
 	return out, nil
 }

@@ -211,10 +211,7 @@ func (s *BoltStorage) List(ctx context.Context, after string, limit int) ([]Entr
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		refs := tx.Bucket(refcountsBucket)
 		c := refs.Cursor()
-		k, _ := c.Seek([]byte(after))
-		if k != nil && string(k) == after {
-			k, _ = c.Next()
-		}
+		k := seekAfter(c, after)
 		for ; k != nil && len(page) < limit; k, _ = c.Next() {
 			rc, _, err := readSet(refs, k)
 			if err != nil {

@@ -69,4 +69,9 @@
 // with the JSON records of before is migrated when it is opened).
 // Manager.AddRefOrdered uses them, and falls back to AddRef on a store
 // that has neither.
+//
+// A third, NodeLister, lists a page of reference sets with each set's
+// nodes already in order, without a Set per entry: bbolt reads them in
+// the nested bucket's key order (docs/design.md §10.3). Manager.ListNodes
+// uses it, and falls back to List on a store without it.
 package refcount

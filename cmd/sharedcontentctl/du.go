@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/sharedcontent/sharedcontent/lockclient"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // diskUsage is what `du` computes from the shared root and the
@@ -32,27 +33,34 @@ func measure(ctx context.Context, c *lockclient.Client, root string) (diskUsage,
 	if err != nil {
 		return diskUsage{}, err
 	}
-	refs, err := allRefs(ctx, c)
+	// The references arrive in resource ID order, a page at a time: du
+	// holds the blobs, never every reference (docs/design.md §10.3).
+	u := diskUsage{PerNode: map[string]int64{}, Orphans: []blob{}, Dangling: []string{}}
+	referenced := map[string]bool{}
+	err = c.WalkRefs(ctx, func(e api.RefsEntry) error {
+		size, ok := blobs[e.ResourceID]
+		if !ok {
+			u.Dangling = append(u.Dangling, e.ResourceID)
+			return nil
+		}
+		if len(e.Nodes) > 0 {
+			referenced[e.ResourceID] = true
+		}
+		for _, n := range e.Nodes {
+			u.PerNode[n] += size
+		}
+		return nil
+	})
 	if err != nil {
 		return diskUsage{}, err
 	}
-	u := diskUsage{PerNode: map[string]int64{}, Orphans: []blob{}, Dangling: []string{}}
 	for _, d := range slices.Sorted(maps.Keys(blobs)) {
 		size := blobs[d]
 		u.Blobs++
 		u.Bytes += size
-		nodes := refs[d]
-		if len(nodes) == 0 {
+		if !referenced[d] {
 			u.Orphans = append(u.Orphans, blob{Digest: d, Size: size})
 			u.Reclaimable += size
-		}
-		for _, n := range nodes {
-			u.PerNode[n] += size
-		}
-	}
-	for _, d := range slices.Sorted(maps.Keys(refs)) {
-		if _, ok := blobs[d]; !ok {
-			u.Dangling = append(u.Dangling, d)
 		}
 	}
 	u.TrashFiles, u.TrashBytes, err = trashBytes(root)

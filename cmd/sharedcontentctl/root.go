@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,7 +10,6 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
-	"github.com/sharedcontent/sharedcontent/lockclient"
 )
 
 // blob is a file under <root>/blobs/<alg>/.
@@ -79,24 +77,4 @@ func trashBytes(root string) (int, int64, error) {
 		}
 	}
 	return len(entries), n, nil
-}
-
-// allRefs returns the coordinator's references, resource → nodes, a page
-// at a time.
-func allRefs(ctx context.Context, c *lockclient.Client) (map[string][]string, error) {
-	refs := map[string][]string{}
-	after := ""
-	for {
-		page, err := c.RefsList(ctx, after, 1000)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range page.Entries {
-			refs[e.ResourceID] = e.Nodes
-		}
-		if page.Next == "" {
-			return refs, nil
-		}
-		after = page.Next
-	}
 }

@@ -211,22 +211,17 @@ func (s *coordinator) Lock(ctx context.Context, req contentv2.LockRequest) (cont
 }
 
 func (s *coordinator) Refs(ctx context.Context, fn func(resource string, nodes []string) error) error {
-	after := ""
-	for {
-		page, err := s.c.RefsList(ctx, after, 0)
-		if err != nil {
-			return mapErr(err)
-		}
-		for _, e := range page.Entries {
-			if err := fn(e.ResourceID, e.Nodes); err != nil {
-				return err
-			}
-		}
-		if page.Next == "" {
-			return nil
-		}
-		after = page.Next
+	// One page at a time (docs/design.md §10.3); fn's own error is
+	// returned as it is.
+	var fnErr error
+	err := s.c.WalkRefs(ctx, func(e api.RefsEntry) error {
+		fnErr = fn(e.ResourceID, e.Nodes)
+		return fnErr
+	})
+	if err != nil && fnErr == nil {
+		return mapErr(err)
 	}
+	return err
 }
 
 func (s *coordinator) Members(ctx context.Context) (contentv2.Membership, error) {

@@ -2,6 +2,7 @@ package remote_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -63,8 +64,9 @@ func blobDigest(i int) digest.Digest { return digest.FromString(fmt.Sprintf("blo
 
 // TestSessionAndSync: a session answer comes back in contentv2's terms;
 // a journal longer than one sync chunk reaches the coordinator whole (the
-// sync is announced before the snapshot is taken), Refs pages through all
-// of it, and the renewal that follows finds the node synced.
+// sync is announced before the snapshot is taken), Refs walks all of it
+// (lockclient's tests walk many pages) and stops at fn's error, and the
+// renewal that follows finds the node synced.
 func TestSessionAndSync(t *testing.T) {
 	ctx := context.Background()
 	coord := start(t)
@@ -97,10 +99,14 @@ func TestSessionAndSync(t *testing.T) {
 		listed[resource] = nodes
 		return nil
 	}))
-	require.Len(t, listed, len(refs), "every reference, over several pages")
+	require.Len(t, listed, len(refs), "every reference")
 	for _, d := range []digest.Digest{refs[0], refs[api.MaxSyncChunk], refs[len(refs)-1]} {
 		require.Equal(t, []string{"node-1"}, listed[d.String()], "%s: in every chunk", d)
 	}
+	stop, calls := errors.New("enough"), 0
+	err = c.Refs(ctx, func(string, []string) error { calls++; return stop })
+	require.Equal(t, stop, err, "fn's error, as it is")
+	require.Equal(t, 1, calls)
 
 	renewed, err := c.Session(ctx, contentv2.SessionRequest{ClusterID: cluster.ClusterID, InstanceID: "instance-1",
 		Echo: &contentv2.Echo{Epoch: info.Epoch, Stamp: info.Stamp, Elapsed: 0}})

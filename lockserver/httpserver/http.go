@@ -446,6 +446,14 @@ func (h *Handler) refsList(ctx *fasthttp.RequestCtx) {
 	q := ctx.QueryArgs()
 	limit, _ := strconv.Atoi(string(q.Peek("limit")))
 	resp, err := h.coord().RefsList(ctx, string(q.Peek("after")), limit)
+	if err == nil && string(q.Peek(api.RefsListFormParam)) == api.RefsListFormLines {
+		// Asked for the lines form (docs/design.md §10.3); any other
+		// request gets JSON, as before.
+		ctx.Response.Header.SetContentType(api.RefsLinesMediaType)
+		ctx.Response.SetBodyRaw(api.AppendRefsLines(nil, resp))
+		ctx.SetStatusCode(fasthttp.StatusOK)
+		return
+	}
 	reply(ctx, resp, err)
 }
 
