@@ -2,6 +2,7 @@ package lockserver
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/sharedcontent/sharedcontent/internal/synchash"
 	"github.com/sharedcontent/sharedcontent/internal/testutil/etcdtest"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
@@ -46,6 +48,18 @@ func readState(t *testing.T, s refcount.Storage) storedState {
 	out.Identity, err = s.Identity(ctx)
 	require.NoError(t, err)
 	out.Identity.ClusterID = "" // random per store
+	return out
+}
+
+// crowded returns n resource IDs in the first buckets buckets
+// (synchash.Bucket), sorted.
+func crowded(buckets, n int) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		if id := fmt.Sprintf("sha256:crowd%07d", i); synchash.Bucket(id) < buckets {
+			out = append(out, id)
+		}
+	}
 	return out
 }
 
@@ -97,6 +111,14 @@ func TestGroupsOnEtcd(t *testing.T) {
 		require.NotEmpty(t, differ)
 		require.True(t, isSynced(t, l, "n1"))
 
+		// More references in one bucket than a group holds: the
+		// bucket's additions go first, as AddRefs.
+		session(t, l, "n3")
+		syncFull(t, l, "n3", "g1", j1[:1])
+		reopen(t, l, "n3")
+		syncFull(t, l, "n3", "g1", crowded(2, 200))
+		require.True(t, isSynced(t, l, "n3"))
+
 		session(t, l, "n2")
 		syncFull(t, l, "n2", "g1", j1)
 		skew.Store(int64(2 * l.cfg.SessionTTL)) // every session lapsed
@@ -111,7 +133,7 @@ func TestGroupsOnEtcd(t *testing.T) {
 			}
 		}
 		require.Equal(t, sorted(j3), refsN1)
-		require.Len(t, got.Members, len(nodes)+1)
+		require.Len(t, got.Members, len(nodes)+2)
 		require.False(t, slices.ContainsFunc(got.Members, func(m refcount.Member) bool { return m.ID == "n2" }))
 		return got
 	}
