@@ -102,14 +102,14 @@ func TestGroupsOnEtcd(t *testing.T) {
 
 		session(t, l, "n1")
 		syncFull(t, l, "n1", "g1", j1) // a new generation: additions only
-		require.True(t, isSynced(t, l, "n1"))
+		require.True(t, synced(t, l, "n1"))
 		reopen(t, l, "n1")
 		syncFull(t, l, "n1", "g1", j2) // a replace
-		require.True(t, isSynced(t, l, "n1"))
+		require.True(t, synced(t, l, "n1"))
 		reopen(t, l, "n1")
 		differ := (&hashNode{t: t, l: l, id: "n1", gen: "g1"}).sync("by-hash", j3...)
 		require.NotEmpty(t, differ)
-		require.True(t, isSynced(t, l, "n1"))
+		require.True(t, synced(t, l, "n1"))
 
 		// More references in one bucket than a group holds: the
 		// bucket's additions go first, as AddRefs.
@@ -117,7 +117,7 @@ func TestGroupsOnEtcd(t *testing.T) {
 		syncFull(t, l, "n3", "g1", j1[:1])
 		reopen(t, l, "n3")
 		syncFull(t, l, "n3", "g1", crowded(2, 200))
-		require.True(t, isSynced(t, l, "n3"))
+		require.True(t, synced(t, l, "n3"))
 
 		session(t, l, "n2")
 		syncFull(t, l, "n2", "g1", j1)

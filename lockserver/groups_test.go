@@ -119,19 +119,6 @@ func storedMember(t *testing.T, s refcount.Storage, node string) (refcount.Membe
 	return refcount.Member{}, false
 }
 
-func isSynced(t *testing.T, l *Coordinator, node string) bool {
-	t.Helper()
-	nodes, err := l.Nodes(context.Background())
-	require.NoError(t, err)
-	for _, n := range nodes.Nodes {
-		if n.NodeID == node {
-			return n.Synced
-		}
-	}
-	t.Fatalf("%s is no member", node)
-	return false
-}
-
 // missing returns the IDs of want that stored lacks.
 func missing(stored, want []string) []string {
 	var out []string
@@ -165,7 +152,7 @@ func TestSyncStoppedBetweenGroups(t *testing.T) {
 		l := coordinatorOn(t, w)
 		session(t, l, node)
 		syncFull(t, l, node, "g1", j1)
-		require.True(t, isSynced(t, l, node))
+		require.True(t, synced(t, l, node))
 		reopen(t, l, node)
 		return l, w, mem
 	}
@@ -189,7 +176,7 @@ func TestSyncStoppedBetweenGroups(t *testing.T) {
 					req := api.SyncRequest{SyncID: "s-" + gen, ResourceIDs: j2, Generation: gen, Done: true, Echo: echoOf(l, node)}
 					_, err := l.SyncRefs(ctx, node, req)
 					require.ErrorIs(t, err, errStopped)
-					require.False(t, isSynced(t, l, node), "a sync stopped after %d of %d groups made the node synced", k, groups)
+					require.False(t, synced(t, l, node), "a sync stopped after %d of %d groups made the node synced", k, groups)
 					rec, ok := storedMember(t, w, node)
 					require.True(t, ok)
 					if gen != "g1" && rec.Generation == gen {
@@ -205,13 +192,13 @@ func TestSyncStoppedBetweenGroups(t *testing.T) {
 					// is of this generation, to exactly its journal.
 					l2, s2 := failover(t, l, mem)
 					session(t, l2, node)
-					require.False(t, isSynced(t, l2, node))
+					require.False(t, synced(t, l2, node))
 					if rec.Generation == gen {
 						(&hashNode{t: t, l: l2, id: node, gen: gen}).sync("after", j2...)
 					} else {
 						syncFull(t, l2, node, gen, j2)
 					}
-					require.True(t, isSynced(t, l2, node))
+					require.True(t, synced(t, l2, node))
 					require.Equal(t, want, storedRefs(t, s2, node))
 				})
 			}
