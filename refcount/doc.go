@@ -48,7 +48,8 @@
 //
 //   - a full sync: the node's references first, cut by bucket
 //     (Manager.ReplaceNodeGroups: at most GroupRefs references changed a
-//     group, as estimated from the node's hash), or one AddRef a group
+//     group, as estimated from the node's hash; one write on memory and
+//     bbolt, which commit whole), or one AddRef a group
 //     from a new journal generation; the member record with its
 //     generation last, alone. The node is synced only once all of it is
 //     written;

@@ -34,7 +34,14 @@ const GroupRefs = MaxGroupOps / 2
 // leaves nothing claimed that is not stored. The estimate reads the
 // node's hash now; a change that lands before the commit makes a group
 // bigger or smaller than estimated, never the writes different.
+//
+// On a store that commits every batch whole (memory, bbolt) it is one
+// write, as before: a bucket-restricted replace costs them a walk of
+// every set each.
 func (m *Manager) ReplaceNodeGroups(b *Batch, node string, buckets *BucketSet, refs map[string]struct{}) *Batch {
+	if _, whole := m.storage.(wholeCommitter); whole {
+		return replaceIn(b, node, buckets, refs)
+	}
 	kept, exact, known := m.nodeTable(node)
 	var fresh synchash.Table
 	var ids [synchash.Buckets][]string
@@ -59,10 +66,7 @@ func (m *Manager) ReplaceNodeGroups(b *Batch, node string, buckets *BucketSet, r
 		}
 	}
 	if total <= GroupRefs {
-		if buckets == nil {
-			return b.ReplaceNode(node, refs)
-		}
-		return b.ReplaceNodeBuckets(node, buckets.List(), refs)
+		return replaceIn(b, node, buckets, refs)
 	}
 	b.Break()
 	var group []int
@@ -104,6 +108,22 @@ func (m *Manager) ReplaceNodeGroups(b *Batch, node string, buckets *BucketSet, r
 	flush()
 	return b
 }
+
+// replaceIn appends one replace of node's references in buckets (nil:
+// all) to b.
+func replaceIn(b *Batch, node string, buckets *BucketSet, refs map[string]struct{}) *Batch {
+	if buckets == nil {
+		return b.ReplaceNode(node, refs)
+	}
+	return b.ReplaceNodeBuckets(node, buckets.List(), refs)
+}
+
+// wholeCommitter is a store that commits every batch in one transaction,
+// however big.
+type wholeCommitter interface{ commitsWhole() }
+
+func (*memoryStorage) commitsWhole() {}
+func (*BoltStorage) commitsWhole()   {}
 
 // HoldsBucket reports whether bucket i is in the set; a nil set holds every
 // bucket.

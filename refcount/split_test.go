@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -64,7 +65,8 @@ func groupChanges(t *testing.T, b *Batch, node string, stored map[string]struct{
 // with exactly the references named, whether the node had many (most
 // buckets change a little), had none and gets more than a bucket's share
 // (a bucket alone does not fit: its additions go first), or is forgotten.
-// A small replace stays one write.
+// A small replace stays one write, and so does any replace on a store
+// that commits every batch whole.
 func TestReplaceNodeGroups(t *testing.T) {
 	ctx := context.Background()
 	old := idSet(3000, "old")
@@ -81,7 +83,7 @@ func TestReplaceNodeGroups(t *testing.T) {
 		{"small", idSet(10, "old"), idSet(20, "old"), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := NewManager(NewMemoryStorage())
+			m := NewManager(&failingCommits{Storage: NewMemoryStorage()}) // a wrapper: not whole
 			require.NoError(t, m.ReplaceNode(ctx, "n", tc.stored))
 			require.NoError(t, m.BuildHashes(ctx))
 			b := m.ReplaceNodeGroups(new(Batch), "n", tc.buckets, tc.refs)
@@ -118,6 +120,20 @@ func TestReplaceNodeGroups(t *testing.T) {
 			require.True(t, ok)
 			require.Equal(t, *synchash.FromIDs(keys(want)), h)
 		})
+	}
+}
+
+// TestReplaceNodeGroupsWhole: memory and bbolt commit every batch whole,
+// so a big replace stays one write for them.
+func TestReplaceNodeGroupsWhole(t *testing.T) {
+	bolt, err := OpenBoltStorage(filepath.Join(t.TempDir(), "db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { bolt.Close() })
+	for _, s := range []Storage{NewMemoryStorage(), bolt} {
+		m := NewManager(s)
+		require.NoError(t, m.BuildHashes(context.Background()))
+		b := m.ReplaceNodeGroups(new(Batch), "n", nil, idSet(1000, "x"))
+		require.Equal(t, 1, b.Len(), "%T", s)
 	}
 }
 
