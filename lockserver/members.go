@@ -366,10 +366,14 @@ func (l *Coordinator) applySync(ctx context.Context, m *member, generation strin
 	switch {
 	case buckets != nil && generation == m.rec.Generation:
 		if len(buckets.List()) > 0 {
-			l.refs.ReplaceNodeGroups(b, node, buckets, refs)
+			if _, err := l.refs.ReplaceNodeGroups(ctx, b, node, buckets, refs); err != nil {
+				return fmt.Errorf("sync of node %s: %w", node, err)
+			}
 		}
 	case generation == m.rec.Generation:
-		l.refs.ReplaceNodeGroups(b, node, nil, refs)
+		if _, err := l.refs.ReplaceNodeGroups(ctx, b, node, nil, refs); err != nil {
+			return fmt.Errorf("sync of node %s: %w", node, err)
+		}
 	default:
 		for id := range refs {
 			b.AddRef(id, node).Break()
@@ -490,8 +494,11 @@ func (l *Coordinator) Forget(ctx context.Context, nodeID string) error {
 // Callers hold mmu.
 func (l *Coordinator) forgetLocked(ctx context.Context, nodeID, why string) error {
 	failpoint.Inject(failpoint.CoordForgetBeforeCommit)
-	b := l.refs.ReplaceNodeGroups(new(refcount.Batch), nodeID, nil, nil)
-	if err := l.commit(ctx, b.Break().DeleteMember(nodeID)); err != nil {
+	b, err := l.refs.ReplaceNodeGroups(ctx, new(refcount.Batch), nodeID, nil, nil)
+	if err == nil {
+		err = l.commit(ctx, b.Break().DeleteMember(nodeID))
+	}
+	if err != nil {
 		return fmt.Errorf("forget node %s: the member is kept (part of its references may have been dropped); run the same command again: %w", nodeID, err)
 	}
 	failpoint.Inject(failpoint.CoordForgetAfterCommit)

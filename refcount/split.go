@@ -1,6 +1,7 @@
 package refcount
 
 import (
+	"context"
 	"slices"
 
 	"github.com/sharedcontent/sharedcontent/internal/synchash"
@@ -22,9 +23,10 @@ const GroupRefs = MaxGroupOps / 2
 // node's hash (the references it holds in the bucket plus those refs
 // names there); a bucket whose node hash is exact and equal to that of
 // refs changes nothing and is left out. A bucket that alone does not fit
-// gets its additions as AddRefs, GroupRefs to a group, and then its
-// replace, which is left to drop what refs does not name: it still fails
-// on such a store when it drops more than GroupRefs references at once.
+// gets its additions as AddRefs, GroupRefs to a group, then, when it
+// surely drops more than a group holds, its drops as RemoveRefs (found by
+// one walk of the reference sets: crowdedDrops), and then its replace,
+// which is left to drop the rest.
 // Each group starts and ends with a Break.
 //
 // Any prefix of the groups leaves every bucket either as it was or as
@@ -38,9 +40,9 @@ const GroupRefs = MaxGroupOps / 2
 // On a store that commits every batch whole (memory, bbolt) it is one
 // write, as before: a bucket-restricted replace costs them a walk of
 // every set each.
-func (m *Manager) ReplaceNodeGroups(b *Batch, node string, buckets *BucketSet, refs map[string]struct{}) *Batch {
+func (m *Manager) ReplaceNodeGroups(ctx context.Context, b *Batch, node string, buckets *BucketSet, refs map[string]struct{}) (*Batch, error) {
 	if _, whole := m.storage.(wholeCommitter); whole {
-		return replaceIn(b, node, buckets, refs)
+		return replaceIn(b, node, buckets, refs), nil
 	}
 	kept, exact, known := m.nodeTable(node)
 	var fresh synchash.Table
@@ -66,7 +68,11 @@ func (m *Manager) ReplaceNodeGroups(b *Batch, node string, buckets *BucketSet, r
 		}
 	}
 	if total <= GroupRefs {
-		return replaceIn(b, node, buckets, refs)
+		return replaceIn(b, node, buckets, refs), nil
+	}
+	drops, err := m.crowdedDrops(ctx, node, buckets, kept, known, &ids)
+	if err != nil {
+		return nil, err
 	}
 	b.Break()
 	var group []int
@@ -93,6 +99,12 @@ func (m *Manager) ReplaceNodeGroups(b *Batch, node string, buckets *BucketSet, r
 				}
 				b.Break()
 			}
+			for chunk := range slices.Chunk(drops[i], GroupRefs) {
+				for _, id := range chunk {
+					b.RemoveRef(id, node)
+				}
+				b.Break()
+			}
 		} else if groupCost+c > GroupRefs {
 			flush()
 		}
@@ -106,7 +118,52 @@ func (m *Manager) ReplaceNodeGroups(b *Batch, node string, buckets *BucketSet, r
 		}
 	}
 	flush()
-	return b
+	return b, nil
+}
+
+// crowdedDrops returns, for each bucket where the node surely drops more
+// than GroupRefs references (it holds that many more than ids names
+// there: a forget of a big node, a sync that drops thousands), the
+// node's stored references there that ids does not name, found by one
+// walk of the reference sets (the Storage has no read by node). So the
+// bucket's drops go as RemoveRefs, GroupRefs to a group, before its
+// replace, which is left to drop what changed since the walk.
+func (m *Manager) crowdedDrops(ctx context.Context, node string, buckets *BucketSet, kept synchash.Table, known bool, ids *[synchash.Buckets][]string) (map[int][]string, error) {
+	crowded := new(BucketSet)
+	some := false
+	for i := range synchash.Buckets {
+		if known && buckets.HoldsBucket(i) && int(kept[i].Count)-len(ids[i]) > GroupRefs {
+			crowded[i], some = true, true
+		}
+	}
+	if !some {
+		return nil, nil
+	}
+	named := map[string]bool{}
+	for i, in := range crowded {
+		if in {
+			for _, id := range ids[i] {
+				named[id] = true
+			}
+		}
+	}
+	out := map[int][]string{}
+	after := ""
+	for {
+		page, err := m.storage.List(ctx, after, hashListPage)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range page {
+			if i := synchash.Bucket(e.ResourceID); crowded[i] && e.Refs.Has(node) && !named[e.ResourceID] {
+				out[i] = append(out[i], e.ResourceID)
+			}
+		}
+		if len(page) < hashListPage {
+			return out, nil
+		}
+		after = page[len(page)-1].ResourceID
+	}
 }
 
 // replaceIn appends one replace of node's references in buckets (nil:

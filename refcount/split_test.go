@@ -38,6 +38,11 @@ func groupChanges(t *testing.T, b *Batch, node string, stored map[string]struct{
 					cur[op.Key] = struct{}{}
 					n++
 				}
+			case OpRemoveRef:
+				if _, ok := cur[op.Key]; ok {
+					delete(cur, op.Key)
+					n++
+				}
 			case OpReplaceNode:
 				for id := range cur {
 					if _, keep := op.NodeRefs[id]; !keep && op.Buckets.Holds(id) {
@@ -79,6 +84,8 @@ func TestReplaceNodeGroups(t *testing.T) {
 		{"half replaced", old, mergeSets(kept, idSet(1000, "new")), nil},
 		{"first sync, big buckets", nil, crowded(4, 300), nil},
 		{"forget", old, nil, nil},
+		{"crowded forget", crowded(4, 300), nil, nil},
+		{"crowded drop", crowded(4, 300), onlyFirst(crowded(4, 300), 20), nil},
 		{"some buckets", old, onlyBuckets(idSet(1000, "new"), 0, 1, 2, 200), &BucketSet{0: true, 1: true, 2: true, 200: true}},
 		{"small", idSet(10, "old"), idSet(20, "old"), nil},
 	} {
@@ -86,7 +93,8 @@ func TestReplaceNodeGroups(t *testing.T) {
 			m := NewManager(&failingCommits{Storage: NewMemoryStorage()}) // a wrapper: not whole
 			require.NoError(t, m.ReplaceNode(ctx, "n", tc.stored))
 			require.NoError(t, m.BuildHashes(ctx))
-			b := m.ReplaceNodeGroups(new(Batch), "n", tc.buckets, tc.refs)
+			b, err := m.ReplaceNodeGroups(ctx, new(Batch), "n", tc.buckets, tc.refs)
+			require.NoError(t, err)
 			changes := groupChanges(t, b, "n", tc.stored)
 			if tc.name == "small" {
 				require.Equal(t, 1, b.Len(), "a small replace is one write")
@@ -130,9 +138,11 @@ func TestReplaceNodeGroupsWhole(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { bolt.Close() })
 	for _, s := range []Storage{NewMemoryStorage(), bolt} {
+		ctx := context.Background()
 		m := NewManager(s)
-		require.NoError(t, m.BuildHashes(context.Background()))
-		b := m.ReplaceNodeGroups(new(Batch), "n", nil, idSet(1000, "x"))
+		require.NoError(t, m.BuildHashes(ctx))
+		b, err := m.ReplaceNodeGroups(ctx, new(Batch), "n", nil, idSet(1000, "x"))
+		require.NoError(t, err)
 		require.Equal(t, 1, b.Len(), "%T", s)
 	}
 }
@@ -152,7 +162,8 @@ func TestReplaceNodeGroupsClearsDirty(t *testing.T) {
 	_, ok := m.NodeHash("n")
 	require.False(t, ok)
 	refs := idSet(1000, "x")
-	b := m.ReplaceNodeGroups(new(Batch), "n", nil, refs)
+	b, err := m.ReplaceNodeGroups(ctx, new(Batch), "n", nil, refs)
+	require.NoError(t, err)
 	require.Greater(t, len(b.Groups()), 2)
 	require.NoError(t, m.Commit(ctx, b))
 	h, ok := m.NodeHash("n")
@@ -187,6 +198,18 @@ func crowded(buckets, n int) map[string]struct{} {
 		if id := fmt.Sprintf("sha256:crowd%07d", i); synchash.Bucket(id) < buckets {
 			out[id] = struct{}{}
 		}
+	}
+	return out
+}
+
+// onlyFirst returns n of the IDs of s.
+func onlyFirst(s map[string]struct{}, n int) map[string]struct{} {
+	out := map[string]struct{}{}
+	for id := range s {
+		if len(out) == n {
+			break
+		}
+		out[id] = struct{}{}
 	}
 	return out
 }
