@@ -61,14 +61,16 @@
 //
 // A Commit that fails marks the nodes whose references it changes
 // (their hashes may not be what was stored), so their next sync is whole.
-// One limit is left: a bucket that alone changes more than GroupRefs
-// references gets its additions as AddRefs first, but its removals in
-// one group, so a sync that drops, or a forget of, more than about 64
-// references in one bucket (some 16,000 in all) still fails on such a
-// store, writing the groups before it. The rest (a coordinator's start
-// turning delete markers into completions, pruning completions, the
-// members' last session at a shutdown) is one small group per resource
-// or member, separated by Break.
+// A bucket too big for a group gets its additions as AddRefs first and,
+// when it surely drops more than a group holds (a forget of a big node),
+// its drops as RemoveRefs, found by one walk of the reference sets. One
+// limit is left: a sync that both adds and drops more than about 64
+// references in one bucket (a node that swapped some 16,000 references
+// for others since it last synced) still fails on such a store, after
+// the groups before that bucket. The rest (a coordinator's start turning
+// delete markers into completions, pruning completions, the members'
+// last session at a shutdown) is one small group per resource or member,
+// separated by Break.
 //
 // # Adding a reference at a cost flat in the set's size
 //
