@@ -26,14 +26,15 @@ const GroupRefs = MaxGroupOps / 2
 // gets its additions as AddRefs, GroupRefs to a group, then, when it
 // surely drops more than a group holds, its drops as RemoveRefs (found by
 // one walk of the reference sets: crowdedDrops), and then its replace,
-// which is left to drop the rest.
-// Each group starts and ends with a Break.
+// which is left to drop the rest. Cut, the writes start and end with a
+// Break.
 //
-// Any prefix of the groups leaves every bucket either as it was or as
-// refs says (an added bucket's AddRefs add only references of refs), so a
-// caller that writes the record that ends its operation (a member's
-// generation, a member's deletion) after them, in a group of its own,
-// leaves nothing claimed that is not stored. The estimate reads the
+// Any prefix of the groups leaves each of the node's references (in
+// buckets) either as it was or as refs says: the AddRefs add only
+// references of refs and the RemoveRefs drop only others. So a caller
+// that writes the record that ends its operation (a member's generation,
+// a member's deletion) after them, in a group of its own, leaves nothing
+// claimed that is not stored. The estimate reads the
 // node's hash now; a change that lands before the commit makes a group
 // bigger or smaller than estimated, never the writes different.
 //
