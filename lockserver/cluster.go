@@ -45,10 +45,17 @@ func (l *Coordinator) Cluster() api.Cluster { return *l.cluster.Load() }
 // delete until every one of them has sent its journal. A coordinator of
 // another cluster that already has members is refused unless req.Force.
 //
-// The members, the cluster ID and the epoch are written in one
-// transaction (docs/design.md §8.10): an adopt interrupted at any point leaves the old
-// state or the new one, and adopting the same cluster again completes it
-// (it is idempotent: nothing is refused, the epoch moves on).
+// The members, the cluster ID and the epoch are written in one batch
+// (docs/design.md §8.10): the members first, one atomic group each, and
+// the identity last, in a group of its own, so that a store that commits
+// the batch as several transactions (etcd, docs/design.md §7.1) and
+// stops between two leaves the old identity with some of the new members
+// (unsynced: deletes wait for them too, the safe side), never the new
+// identity without its members (nodes would accept this coordinator and
+// deletes would not wait for the members it lacks). Adopting the same
+// cluster again completes it (it is idempotent: nothing is refused, the
+// epoch moves on); after a failover in between, the new leader has
+// members of another cluster and the re-run needs --force.
 func (l *Coordinator) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {
 	if err := validateID("cluster_id", req.ClusterID); err != nil {
 		return api.Cluster{}, err
@@ -75,14 +82,14 @@ func (l *Coordinator) Adopt(ctx context.Context, req api.AdoptRequest) (api.Clus
 			continue
 		}
 		rec := refcount.Member{ID: n, FirstSeen: now, LastSeen: now}
-		b.PutMember(rec)
+		b.PutMember(rec).Break()
 		added = append(added, rec)
 	}
 	c := api.Cluster{ClusterID: req.ClusterID, Epoch: cur.Epoch + 1}
-	b.PutIdentity(refcount.Identity{ClusterID: c.ClusterID, Epoch: c.Epoch})
+	b.Break().PutIdentity(refcount.Identity{ClusterID: c.ClusterID, Epoch: c.Epoch})
 	failpoint.Inject(failpoint.CoordAdoptBeforeCommit)
 	if err := l.commit(ctx, b); err != nil {
-		return api.Cluster{}, fmt.Errorf("adopt: nothing was changed; run the same command again: %w", err)
+		return api.Cluster{}, fmt.Errorf("adopt: not done (the identity is unchanged; some members may have been written); run the same command again: %w", err)
 	}
 	failpoint.Inject(failpoint.CoordAdoptAfterCommit)
 	for _, rec := range added {

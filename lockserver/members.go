@@ -341,26 +341,49 @@ func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncR
 // or, from a journal generation the coordinator has not had a full sync
 // from (a wiped or replaced state dir), only adds them, then records the
 // generation (docs/design.md §8.6). Callers hold mmu.
+//
+// A store with a limit per transaction (etcd, docs/design.md §7.1) may
+// commit the batch as several transactions, one atomic group after the
+// other, and stop between two (a failure, a failover). So the references
+// come first, in groups that fit (refcount.Manager.ReplaceNodeGroups, or
+// one AddRef a group), and the member record, which carries the
+// generation, last, in a group of its own. Any prefix is safe:
+//   - the node is not synced (m.synced is set after the whole commit; a
+//     new leader starts with no member synced), so deletes wait for it
+//     whatever its references are meanwhile, and it syncs again;
+//   - so the order of the reference groups does not matter: an addition
+//     is of a reference the node's journal holds, a removal of one its
+//     complete journal no longer holds, and until the last group lands
+//     nothing decides on the mix;
+//   - the generation is recorded only once every reference of it is
+//     stored: until then a sync from it only adds again;
+//   - the node's hash (sync by hash) is not offered after a failed commit
+//     (the Manager marks it dirty), so the next sync sends the whole
+//     journal; a new leader builds the hashes from what was committed.
 func (l *Coordinator) applySync(ctx context.Context, m *member, generation string, buckets *refcount.BucketSet, refs map[string]struct{}) error {
 	node := m.rec.ID
 	b := new(refcount.Batch)
 	switch {
 	case buckets != nil && generation == m.rec.Generation:
-		if differ := buckets.List(); len(differ) > 0 {
-			b.ReplaceNodeBuckets(node, differ, refs)
+		if len(buckets.List()) > 0 {
+			if _, err := l.refs.ReplaceNodeGroups(ctx, b, node, buckets, refs); err != nil {
+				return fmt.Errorf("sync of node %s: %w", node, err)
+			}
 		}
 	case generation == m.rec.Generation:
-		b.ReplaceNode(node, refs)
+		if _, err := l.refs.ReplaceNodeGroups(ctx, b, node, nil, refs); err != nil {
+			return fmt.Errorf("sync of node %s: %w", node, err)
+		}
 	default:
 		for id := range refs {
-			b.AddRef(id, node)
+			b.AddRef(id, node).Break()
 		}
 	}
 	rec := m.rec
 	rec.Generation = generation
 	rec.Bystander = false // it synced (bystander.go)
 	if rec != m.rec {
-		b.PutMember(rec)
+		b.Break().PutMember(rec)
 	}
 	if err := l.commit(ctx, b); err != nil {
 		return fmt.Errorf("sync of node %s: %w", node, err)
@@ -456,13 +479,27 @@ func (l *Coordinator) Forget(ctx context.Context, nodeID string) error {
 	return l.forgetLocked(ctx, nodeID, "forgotten by an operator")
 }
 
-// forgetLocked drops the member and its references, in one transaction
-// (docs/design.md §8): interrupted, it leaves both, and running it again completes
-// it. Callers hold mmu.
+// forgetLocked drops the member and its references (docs/design.md
+// §8.4, §8.10). On a store that commits the batch as several transactions
+// (etcd, docs/design.md §7.1) the references go first, in groups that fit
+// (refcount.Manager.ReplaceNodeGroups), and the member record last, in a
+// group of its own. Interrupted between two, it leaves the member with
+// part of its references: the member is not live (Forget and Expire
+// refuse a live one), so it is not synced and deletes still wait for it,
+// and the references dropped were being dropped on purpose; running it
+// again completes it, and a node that was not gone after all is
+// unsynced until its next sync stores them again. The other order would
+// leave references of a node that is no member any more, which nothing
+// drops (Expire needs a member) and which block deletes for ever.
+// Callers hold mmu.
 func (l *Coordinator) forgetLocked(ctx context.Context, nodeID, why string) error {
 	failpoint.Inject(failpoint.CoordForgetBeforeCommit)
-	if err := l.commit(ctx, new(refcount.Batch).ReplaceNode(nodeID, nil).DeleteMember(nodeID)); err != nil {
-		return fmt.Errorf("forget node %s: nothing was changed; run the same command again: %w", nodeID, err)
+	b, err := l.refs.ReplaceNodeGroups(ctx, new(refcount.Batch), nodeID, nil, nil)
+	if err == nil {
+		err = l.commit(ctx, b.Break().DeleteMember(nodeID))
+	}
+	if err != nil {
+		return fmt.Errorf("forget node %s: the member is kept (part of its references may have been dropped); run the same command again: %w", nodeID, err)
 	}
 	failpoint.Inject(failpoint.CoordForgetAfterCommit)
 	if m := l.members[nodeID]; m != nil {

@@ -131,6 +131,23 @@ func (b *Batch) Groups() [][]Op {
 	return out
 }
 
+// Head returns a new batch of the first n atomic groups of b (all of
+// them when b has no more): what a store that commits b one group after
+// the other has written when it stops after n.
+func (b *Batch) Head(n int) *Batch {
+	out := new(Batch)
+	for i, g := range b.Groups() {
+		if i == n {
+			break
+		}
+		for _, op := range g {
+			out.add(op)
+		}
+		out.Break()
+	}
+	return out
+}
+
 func (b *Batch) add(op Op) *Batch {
 	b.ops = append(b.ops, op)
 	return b

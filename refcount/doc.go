@@ -32,26 +32,45 @@
 // etcd refuses a Txn of more than 128 operations (--max-txn-ops, default
 // 128; MaxGroupOps) or of more than about 1.5 MiB (--max-request-bytes), so
 // a store on etcd may commit a big Batch as several transactions, one
-// atomic group (Batch.Break) after the other. It never splits a group;
-// memory and bbolt commit every batch whole. What needs atomicity is what
-// one group holds:
+// atomic group (Batch.Break) after the other, and may stop between two (a
+// failure; a failover, whose new leader reads what was committed). It
+// never splits a group; memory and bbolt commit every batch whole. What
+// needs atomicity is small:
 //
 //   - a delete's unlock: DropRefs, DropDeleting and PutDeleted of the
 //     resource (3 writes);
 //   - a reference that ends a delete's completion: AddRef and DropDeleted
-//     (2);
-//   - forgetting a node: ReplaceNode(node, nil) and DeleteMember;
-//   - adopting a cluster: PutIdentity and one PutMember per adopted node;
-//   - a full sync: ReplaceNode (or one AddRef per reference, from a new
-//     journal generation) and the member record with its generation.
+//     (2).
 //
-// A store that keeps one key per reference set counts ReplaceNode as one
-// operation per set it changes, so the last three can exceed MaxGroupOps
-// at scale; such a store must lay them out to fit (or fail the Commit with
-// an error wrapping errdefs.ErrResourceExhausted, writing nothing). The
-// rest (a coordinator's start turning delete markers into completions,
-// pruning completions) is one small group per resource, separated by
-// Break.
+// The coordinator's big batches are instead ordered so that every prefix
+// of their groups is safe, and cut into groups that fit
+// (docs/design.md §7.1):
+//
+//   - a full sync: the node's references first, cut by bucket
+//     (Manager.ReplaceNodeGroups: at most GroupRefs references changed a
+//     group, as estimated from the node's hash; one write on memory and
+//     bbolt, which commit whole), or one AddRef a group
+//     from a new journal generation; the member record with its
+//     generation last, alone. The node is synced only once all of it is
+//     written;
+//   - forgetting a node: its references first (ReplaceNodeGroups with
+//     none), DeleteMember last: a member left with part of its references
+//     is unsynced, so deletes still wait for it;
+//   - adopting a cluster: one PutMember a group, PutIdentity last: never
+//     the new identity without every member.
+//
+// A Commit that fails marks the nodes whose references it changes
+// (their hashes may not be what was stored), so their next sync is whole.
+// A bucket too big for a group gets its additions as AddRefs first and,
+// when it surely drops more than a group holds (a forget of a big node),
+// its drops as RemoveRefs, found by one walk of the reference sets. One
+// limit is left: a sync that both adds and drops more than about 64
+// references in one bucket (a node that swapped some 16,000 references
+// for others since it last synced) still fails on such a store, after
+// the groups before that bucket. The rest (a coordinator's start turning
+// delete markers into completions, pruning completions, the members'
+// last session at a shutdown) is one small group per resource or member,
+// separated by Break.
 //
 // # Adding a reference at a cost flat in the set's size
 //

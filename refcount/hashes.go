@@ -2,6 +2,8 @@ package refcount
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/sharedcontent/sharedcontent/internal/synchash"
@@ -155,14 +157,22 @@ func replaceChange(node string, buckets *BucketSet, refs map[string]struct{}) ha
 
 // batchHashes returns the hash changes of b's writes to reference sets,
 // reading the sets they change as they are before b (and as b's earlier
-// writes leave them). Callers hold the stripes of b.
-func (m *Manager) batchHashes(ctx context.Context, b *Batch) ([]hashChange, error) {
+// writes leave them), and the nodes whose references b changes. Callers
+// hold the stripes of b.
+//
+// A node whose references b replaces in every bucket, by one whole
+// ReplaceNode or by bucket-restricted ones that together cover them all
+// (ReplaceNodeGroups), has its whole hash set anew: it is no longer
+// dirty.
+func (m *Manager) batchHashes(ctx context.Context, b *Batch) ([]hashChange, []string, error) {
 	m.hashes.mu.Lock()
 	built := m.hashes.built
 	m.hashes.mu.Unlock()
 	if !built {
-		return nil, nil
+		return nil, nil, nil
 	}
+	touched := map[string]bool{}
+	covered := map[string]*BucketSet{} // the buckets b replaces, by node
 	type replaced struct {
 		buckets *BucketSet
 		refs    map[string]struct{}
@@ -197,8 +207,9 @@ func (m *Manager) batchHashes(ctx context.Context, b *Batch) ([]hashChange, erro
 		case OpAddRef, OpRemoveRef:
 			rc, err := get(op.Key)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
+			touched[op.Node] = true
 			add := op.Kind == OpAddRef
 			if add && rc.Add(op.Node) || !add && rc.Remove(op.Node) {
 				out = append(out, refChange(op.Key, op.Node, add))
@@ -207,13 +218,23 @@ func (m *Manager) batchHashes(ctx context.Context, b *Batch) ([]hashChange, erro
 		case OpDropRefs:
 			rc, err := get(op.Key)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			for n := range rc.Nodes {
 				out = append(out, refChange(op.Key, n, false))
+				touched[n] = true
 			}
 			sets[op.Key] = Set{}
 		case OpReplaceNode:
+			touched[op.Node] = true
+			c := covered[op.Node]
+			if c == nil {
+				c = new(BucketSet)
+				covered[op.Node] = c
+			}
+			for i := range c {
+				c[i] = c[i] || op.Buckets.HoldsBucket(i)
+			}
 			out = append(out, replaceChange(op.Node, op.Buckets, op.NodeRefs))
 			replacedBy[op.Node] = replaced{op.Buckets, op.NodeRefs}
 			for id, rc := range sets {
@@ -228,5 +249,20 @@ func (m *Manager) batchHashes(ctx context.Context, b *Batch) ([]hashChange, erro
 			}
 		}
 	}
-	return out, nil
+	for node, c := range covered {
+		if !slices.Contains(c[:], false) {
+			out = append(out, func(h *nodeHashes) { delete(h.dirty, node) })
+		}
+	}
+	return out, slices.Sorted(maps.Keys(touched)), nil
+}
+
+// markAllDirty marks dirty the nodes whose references a failed Commit
+// changes: it may have been applied in part (a store that commits a
+// batch as several transactions), or later (etcd, after a timeout), so
+// their hashes may no longer be what is stored.
+func (m *Manager) markAllDirty(nodes []string) {
+	for _, n := range nodes {
+		m.markDirty(n)
+	}
 }

@@ -80,6 +80,7 @@ func (m *Manager) modify(ctx context.Context, b *Batch, change func(*Set, string
 		return rc, nil
 	}
 	if err := m.storage.Commit(ctx, b); err != nil {
+		m.markAllDirty([]string{op.Node}) // it may land later (etcd)
 		return Set{}, err
 	}
 	m.applyHashes([]hashChange{refChange(op.Key, op.Node, op.Kind == OpAddRef)})
@@ -103,11 +104,12 @@ func (m *Manager) ReplaceNode(ctx context.Context, nodeID string, refs map[strin
 func (m *Manager) Commit(ctx context.Context, b *Batch) error {
 	unlock := m.lockBatch(b)
 	defer unlock()
-	changes, err := m.batchHashes(ctx, b)
+	changes, nodes, err := m.batchHashes(ctx, b)
 	if err != nil {
 		return err
 	}
 	if err := m.storage.Commit(ctx, b); err != nil {
+		m.markAllDirty(nodes)
 		return err
 	}
 	m.applyHashes(changes)

@@ -1,0 +1,203 @@
+package refcount
+
+import (
+	"context"
+	"slices"
+
+	"github.com/sharedcontent/sharedcontent/internal/synchash"
+)
+
+// GroupRefs is the most references one atomic group written by
+// ReplaceNodeGroups changes: a store that keeps a reference as two keys
+// (etcd: the set's and the node index's) writes two per reference, and
+// MaxGroupOps in all.
+const GroupRefs = MaxGroupOps / 2
+
+// ReplaceNodeGroups appends to b the writes of b.ReplaceNode(node, refs),
+// restricted to buckets when it is not nil (as ReplaceNodeBuckets), in
+// atomic groups that a store with a limit per transaction can commit one
+// after the other (docs/design.md §7.1, "Transactions"). A replace that
+// changes at most GroupRefs references is one write, as before. A bigger
+// one is cut by bucket (synchash.Bucket): consecutive buckets share a
+// group while what they may change fits in GroupRefs, estimated from the
+// node's hash (the references it holds in the bucket plus those refs
+// names there); a bucket whose node hash is exact and equal to that of
+// refs changes nothing and is left out. A bucket that alone does not fit
+// gets its additions as AddRefs, GroupRefs to a group, then, when it
+// surely drops more than a group holds, its drops as RemoveRefs (found by
+// one walk of the reference sets: crowdedDrops), and then its replace,
+// which is left to drop the rest. Cut, the writes start and end with a
+// Break.
+//
+// Any prefix of the groups leaves each of the node's references (in
+// buckets) either as it was or as refs says: the AddRefs add only
+// references of refs and the RemoveRefs drop only others. So a caller
+// that writes the record that ends its operation (a member's generation,
+// a member's deletion) after them, in a group of its own, leaves nothing
+// claimed that is not stored. The estimate reads the
+// node's hash now; a change that lands before the commit makes a group
+// bigger or smaller than estimated, never the writes different.
+//
+// On a store that commits every batch whole (memory, bbolt) it is one
+// write, as before: a bucket-restricted replace costs them a walk of
+// every set each.
+func (m *Manager) ReplaceNodeGroups(ctx context.Context, b *Batch, node string, buckets *BucketSet, refs map[string]struct{}) (*Batch, error) {
+	if _, whole := m.storage.(wholeCommitter); whole {
+		return replaceIn(b, node, buckets, refs), nil
+	}
+	kept, exact, known := m.nodeTable(node)
+	var fresh synchash.Table
+	var ids [synchash.Buckets][]string
+	for id := range refs {
+		i := synchash.Bucket(id)
+		fresh.Add(id)
+		ids[i] = append(ids[i], id)
+	}
+	cost := func(i int) int {
+		switch {
+		case exact && kept[i] == fresh[i]:
+			return 0
+		case known:
+			return len(ids[i]) + int(kept[i].Count)
+		}
+		return len(ids[i]) + GroupRefs // unknown: the bucket goes alone
+	}
+	total := 0
+	for i := range synchash.Buckets {
+		if buckets.HoldsBucket(i) {
+			total += cost(i)
+		}
+	}
+	if total <= GroupRefs {
+		return replaceIn(b, node, buckets, refs), nil
+	}
+	drops, err := m.crowdedDrops(ctx, node, buckets, kept, known, &ids)
+	if err != nil {
+		return nil, err
+	}
+	b.Break()
+	var group []int
+	var groupRefs map[string]struct{}
+	groupCost := 0
+	flush := func() {
+		if len(group) > 0 {
+			b.ReplaceNodeBuckets(node, group, groupRefs).Break()
+		}
+		group, groupRefs, groupCost = nil, map[string]struct{}{}, 0
+	}
+	flush()
+	for i := range synchash.Buckets {
+		c := cost(i)
+		if !buckets.HoldsBucket(i) || c == 0 && exact {
+			continue
+		}
+		if c > GroupRefs {
+			flush()
+			slices.Sort(ids[i])
+			for chunk := range slices.Chunk(ids[i], GroupRefs) {
+				for _, id := range chunk {
+					b.AddRef(id, node)
+				}
+				b.Break()
+			}
+			for chunk := range slices.Chunk(drops[i], GroupRefs) {
+				for _, id := range chunk {
+					b.RemoveRef(id, node)
+				}
+				b.Break()
+			}
+		} else if groupCost+c > GroupRefs {
+			flush()
+		}
+		group = append(group, i)
+		groupCost += c
+		for _, id := range ids[i] {
+			groupRefs[id] = struct{}{}
+		}
+		if c > GroupRefs {
+			flush()
+		}
+	}
+	flush()
+	return b, nil
+}
+
+// crowdedDrops returns, for each bucket where the node surely drops more
+// than GroupRefs references (it holds that many more than ids names
+// there: a forget of a big node, a sync that drops thousands), the
+// node's stored references there that ids does not name, found by one
+// walk of the reference sets (the Storage has no read by node). So the
+// bucket's drops go as RemoveRefs, GroupRefs to a group, before its
+// replace, which is left to drop what changed since the walk.
+func (m *Manager) crowdedDrops(ctx context.Context, node string, buckets *BucketSet, kept synchash.Table, known bool, ids *[synchash.Buckets][]string) (map[int][]string, error) {
+	crowded := new(BucketSet)
+	some := false
+	for i := range synchash.Buckets {
+		if known && buckets.HoldsBucket(i) && int(kept[i].Count)-len(ids[i]) > GroupRefs {
+			crowded[i], some = true, true
+		}
+	}
+	if !some {
+		return nil, nil
+	}
+	named := map[string]bool{}
+	for i, in := range crowded {
+		if in {
+			for _, id := range ids[i] {
+				named[id] = true
+			}
+		}
+	}
+	out := map[int][]string{}
+	after := ""
+	for {
+		page, err := m.storage.List(ctx, after, hashListPage)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range page {
+			if i := synchash.Bucket(e.ResourceID); crowded[i] && e.Refs.Has(node) && !named[e.ResourceID] {
+				out[i] = append(out[i], e.ResourceID)
+			}
+		}
+		if len(page) < hashListPage {
+			return out, nil
+		}
+		after = page[len(page)-1].ResourceID
+	}
+}
+
+// replaceIn appends one replace of node's references in buckets (nil:
+// all) to b.
+func replaceIn(b *Batch, node string, buckets *BucketSet, refs map[string]struct{}) *Batch {
+	if buckets == nil {
+		return b.ReplaceNode(node, refs)
+	}
+	return b.ReplaceNodeBuckets(node, buckets.List(), refs)
+}
+
+// wholeCommitter is a store that commits every batch in one transaction,
+// however big.
+type wholeCommitter interface{ commitsWhole() }
+
+func (*memoryStorage) commitsWhole() {}
+func (*BoltStorage) commitsWhole()   {}
+
+// HoldsBucket reports whether bucket i is in the set; a nil set holds every
+// bucket.
+func (s *BucketSet) HoldsBucket(i int) bool { return s == nil || s[i] }
+
+// nodeTable returns a copy of node's hash, whether it is exact (built and
+// not missing a reference: NodeHash) and whether it is known at all (the
+// hashes are built; a dirty node's counts may miss a few references).
+func (m *Manager) nodeTable(node string) (t synchash.Table, exact, known bool) {
+	m.hashes.mu.Lock()
+	defer m.hashes.mu.Unlock()
+	if !m.hashes.built {
+		return t, false, false
+	}
+	if p := m.hashes.byNode[node]; p != nil {
+		t = *p
+	}
+	return t, !m.hashes.dirty[node], true
+}
