@@ -42,6 +42,7 @@ func (s *scaleFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.cfg.RetryPause, "scale-retry-pause", scale.DefaultRetryPause, "scale: mean pause before a failed call is tried again")
 	fs.DurationVar(&s.cfg.SteadyFor, "scale-steady-for", scale.DefaultSteadyFor, "scale: period of the steady scenario")
 	fs.DurationVar(&s.cfg.SetupTimeout, "scale-setup-timeout", scale.DefaultSetupTimeout, "scale: bound of a fleet's first sync")
+	fs.StringVar(&s.cfg.Profile, "scale-profile", "", "scale: directory for CPU profiles of each rollout and steady run (the simulator's with pprof, the coordinator's with perf record if perf is on the PATH)")
 	fs.DurationVar(&s.cfg.Deadline, "scale-deadline", scale.DefaultDeadline, "scale: bound of a rollout and of a re-sync")
 }
 

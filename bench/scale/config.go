@@ -30,6 +30,9 @@ type Config struct {
 	// rollout and a re-sync.
 	SetupTimeout time.Duration
 	Deadline     time.Duration
+	// Profile, if set, is a directory for CPU profiles of each
+	// scenario's measured part (profile.go).
+	Profile string
 	// Progress, if set, is told what runs.
 	Progress func(string)
 }

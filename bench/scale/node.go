@@ -26,6 +26,8 @@ import (
 type node struct {
 	id       string
 	client   *lockclient.Client
+	short    *shortClient          // client's short requests
+	stream   *streamTransport      // client's event streams
 	coord    contentv2.Coordinator // contentv2's view of the coordinator, over client
 	instance string                // random per "daemon start", as contentv2's
 
@@ -46,9 +48,14 @@ func newNode(i int, serverURL string, a *answers) (*node, error) {
 		Addr: u.Host,
 		Name: "sharedcontent-lockclient",
 		Dial: d.Dial,
-		// As lockclient's own (lockclient/http.go).
-		MaxConns:                  512,
-		MaxConnWaitTimeout:        5 * time.Second,
+		// As lockclient's own (lockclient/http.go), but one
+		// connection: a node's short requests take turns on one
+		// keep-alive connection, as they do while each is answered
+		// before the next (lockclient opens more, up to 512, when its
+		// requests overlap). A request that waits for it longer than
+		// its deadline counts as a time-out.
+		MaxConns:                  shortConnsPerNode,
+		MaxConnWaitTimeout:        time.Hour,
 		MaxIdleConnDuration:       90 * time.Second,
 		MaxResponseBodySize:       16 << 20,
 		MaxIdemponentCallAttempts: 2,
@@ -58,19 +65,20 @@ func newNode(i int, serverURL string, a *answers) (*node, error) {
 		},
 		DisablePathNormalizing: true,
 	}}
-	long := &http.Client{Transport: &streamTransport{a: a, rt: &http.Transport{
+	stream := &streamTransport{a: a, rt: &http.Transport{
 		DialContext:         d.DialContext,
 		MaxIdleConns:        128,
 		MaxIdleConnsPerHost: 128,
 		IdleConnTimeout:     90 * time.Second,
 		Proxy:               nil,
-	}}}
+	}}
+	long := &http.Client{Transport: stream}
 	id := fmt.Sprintf("scale-%05d", i)
 	c, err := lockclient.New(serverURL, lockclient.WithNodeID(id), lockclient.WithShortClient(short), lockclient.WithLongClient(long))
 	if err != nil {
 		return nil, err
 	}
-	return &node{id: id, client: c, coord: remote.New(c), instance: randomHex(8), generation: randomHex(8)}, nil
+	return &node{id: id, client: c, short: short, stream: stream, coord: remote.New(c), instance: randomHex(8), generation: randomHex(8)}, nil
 }
 
 // newNodes builds n nodes.
