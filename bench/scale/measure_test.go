@@ -11,14 +11,17 @@ import (
 // spare descriptors are within three quarters of the limit; beyond, the
 // message names the limit and how many nodes fit.
 func TestFits(t *testing.T) {
-	if err := fits(5000, 20000); err != nil {
+	if err := fits(5000, DefaultShortConns, 20000); err != nil {
 		t.Fatalf("5,000 nodes under 20,000 descriptors: %v", err)
 	}
-	max := (20000*3/4 - spareFiles) / connsPerNode
-	if err := fits(max, 20000); err != nil {
+	if err := fits(5000, 2, 20000); err == nil {
+		t.Fatal("5,000 nodes with three connections each fit under 20,000 descriptors")
+	}
+	max := (20000*3/4 - spareFiles) / 2
+	if err := fits(max, 1, 20000); err != nil {
 		t.Fatalf("%d nodes, the most that fit: %v", max, err)
 	}
-	err := fits(max+1, 20000)
+	err := fits(max+1, 1, 20000)
 	if err == nil {
 		t.Fatalf("%d nodes fit under 20,000 descriptors", max+1)
 	}

@@ -37,8 +37,9 @@ type node struct {
 	session    sessionState
 }
 
-// newNode builds node i's clients against the coordinator at serverURL.
-func newNode(i int, serverURL string, a *answers) (*node, error) {
+// newNode builds node i's clients against the coordinator at serverURL,
+// with shortConns keep-alive connections for its short requests.
+func newNode(i, shortConns int, serverURL string, a *answers) (*node, error) {
 	u, err := url.Parse(serverURL)
 	if err != nil {
 		return nil, err
@@ -48,13 +49,11 @@ func newNode(i int, serverURL string, a *answers) (*node, error) {
 		Addr: u.Host,
 		Name: "sharedcontent-lockclient",
 		Dial: d.Dial,
-		// As lockclient's own (lockclient/http.go), but one
-		// connection: a node's short requests take turns on one
-		// keep-alive connection, as they do while each is answered
-		// before the next (lockclient opens more, up to 512, when its
-		// requests overlap). A request that waits for it longer than
-		// its deadline counts as a time-out.
-		MaxConns:                  shortConnsPerNode,
+		// As lockclient's own (lockclient/http.go), but with
+		// shortConns connections (Config.ShortConns; lockclient opens
+		// up to 512 when its requests overlap). A request that waits
+		// for one longer than its deadline counts as a time-out.
+		MaxConns:                  shortConns,
 		MaxConnWaitTimeout:        time.Hour,
 		MaxIdleConnDuration:       90 * time.Second,
 		MaxResponseBodySize:       16 << 20,
@@ -82,11 +81,11 @@ func newNode(i int, serverURL string, a *answers) (*node, error) {
 }
 
 // newNodes builds n nodes.
-func newNodes(n int, serverURL string, a *answers) ([]*node, error) {
+func newNodes(n, shortConns int, serverURL string, a *answers) ([]*node, error) {
 	nodes := make([]*node, n)
 	for i := range nodes {
 		var err error
-		if nodes[i], err = newNode(i, serverURL, a); err != nil {
+		if nodes[i], err = newNode(i, shortConns, serverURL, a); err != nil {
 			closeNodes(nodes[:i])
 			return nil, err
 		}

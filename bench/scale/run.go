@@ -36,7 +36,7 @@ func Run(cfg Config) (*Results, error) {
 		progress("scale: " + res.Failed[len(res.Failed)-1])
 	}
 	for _, n := range cfg.Rollout {
-		if err := fits(n, res.Nofile); err != nil {
+		if err := fits(n, cfg.ShortConns, res.Nofile); err != nil {
 			fail(fmt.Sprintf("rollout %d", n), err)
 			continue
 		}
@@ -54,7 +54,7 @@ func Run(cfg Config) (*Results, error) {
 			r.DispatchP50.Round(time.Millisecond), r.DispatchP99.Round(time.Millisecond), r.Errors.Timeouts, r.CPUPerNodeBlob()))
 	}
 	for _, n := range cfg.Steady {
-		if err := fits(n, res.Nofile); err != nil {
+		if err := fits(n, cfg.ShortConns, res.Nofile); err != nil {
 			fail(fmt.Sprintf("steady %d", n), err)
 			continue
 		}
@@ -68,7 +68,7 @@ func Run(cfg Config) (*Results, error) {
 		progress(fmt.Sprintf("scale: steady %d: %.1f%% of a core", n, 100*r.CoreShare()))
 	}
 	for _, s := range cfg.Restart {
-		if err := fits(s.Nodes, res.Nofile); err != nil {
+		if err := fits(s.Nodes, cfg.ShortConns, res.Nofile); err != nil {
 			fail(fmt.Sprintf("restart %v", s), err)
 			continue
 		}
@@ -86,7 +86,7 @@ func Run(cfg Config) (*Results, error) {
 }
 
 // raiseNofile raises the soft descriptor limit to the hard one: each node
-// holds connsPerNode connections, and the coordinator (a child) inherits
+// holds a few connections (fits), and the coordinator (a child) inherits
 // the limit.
 func raiseNofile() (uint64, error) {
 	var l syscall.Rlimit
@@ -123,28 +123,27 @@ func (r *Results) Violations() []string {
 	return out
 }
 
-// Descriptors: each simulated node holds shortConnsPerNode keep-alive
-// connections for its short requests (session, lock, unlock, status,
-// references) and one for its event stream, a descriptor each in this
-// process and in the coordinator.
+// Descriptors: each simulated node holds Config.ShortConns keep-alive
+// connections for its short requests and one for its event stream, a
+// descriptor each in this process and in the coordinator.
 const (
-	shortConnsPerNode = 1
-	connsPerNode      = shortConnsPerNode + 1
 	// spareFiles are the descriptors either process needs besides the
 	// nodes' connections: listener, database, logs, the benchmark's own
 	// requests, and connections being closed and opened again.
 	spareFiles = 512
 )
 
-// fits reports, with a message naming the limit, when n nodes cannot fit
-// under the descriptor limit nofile: in this process, and in the
-// coordinator, which inherits it and serves connections up to three
-// quarters of it (--max-conns' default, httpserver.ConnLimits).
-func fits(n int, nofile uint64) error {
+// fits reports, with a message naming the limit, when n nodes with
+// shortConns connections each besides their stream cannot fit under the
+// descriptor limit nofile: in this process, and in the coordinator, which
+// inherits it and serves connections up to three quarters of it
+// (--max-conns' default, httpserver.ConnLimits).
+func fits(n, shortConns int, nofile uint64) error {
+	connsPerNode := shortConns + 1
 	need := uint64(n*connsPerNode + spareFiles)
 	if serves := nofile * 3 / 4; need > serves {
 		return fmt.Errorf("%d nodes need about %d descriptors (%d connections each, plus %d), more than the coordinator serves under the descriptor limit %d (RLIMIT_NOFILE, ulimit -Hn; --max-conns defaults to three quarters of it, %d): at most %d nodes fit; raise the hard limit",
-			n, need, connsPerNode, spareFiles, nofile, serves, (serves-spareFiles)/connsPerNode)
+			n, need, connsPerNode, spareFiles, nofile, serves, (serves-spareFiles)/uint64(connsPerNode))
 	}
 	return nil
 }
