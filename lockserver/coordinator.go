@@ -80,8 +80,11 @@ type shard struct {
 	prunedAt    time.Duration
 	// adding maps a resource to the nodes whose references to it are
 	// ordered but not yet durable, with how many each (refs.go addRef).
-	// Protected by mu.
-	adding map[string]map[string]int
+	// Protected by addingMu, taken after mu or alone: an add that has
+	// become durable leaves it without mu, so the adds one commit ends
+	// do not queue for mu in front of the shard's locks and unlocks.
+	addingMu sync.Mutex
+	adding   map[string]map[string]int
 }
 
 // maxFreeResources bounds a shard's free list.

@@ -77,9 +77,7 @@ func (l *Coordinator) addRef(ctx context.Context, resourceID, nodeID string, fou
 	sh.mu.Unlock()
 
 	n, err := wait()
-	sh.mu.Lock()
 	sh.donePending(resourceID, nodeID)
-	sh.mu.Unlock()
 	if err := l.wrote(ctx, err); err != nil {
 		return api.RefsResponse{}, fmt.Errorf("refs %s: %w", resourceID, err)
 	}
@@ -108,8 +106,11 @@ func (l *Coordinator) addEndingDelete(ctx context.Context, sh *shard, r *resourc
 }
 
 // addPending records node's reference to the resource as written but not
-// yet durable. Callers hold the shard mutex.
+// yet durable. Callers hold the shard mutex, so that no delete decides
+// meanwhile.
 func (sh *shard) addPending(resourceID, nodeID string) {
+	sh.addingMu.Lock()
+	defer sh.addingMu.Unlock()
 	if sh.adding == nil {
 		sh.adding = map[string]map[string]int{}
 	}
@@ -121,9 +122,14 @@ func (sh *shard) addPending(resourceID, nodeID string) {
 	p[nodeID]++
 }
 
-// donePending ends what addPending recorded. Callers hold the shard
-// mutex.
+// donePending ends what addPending recorded, once the reference is
+// durable. It does not need the shard mutex: the thousands of adds that
+// one commit ends in a rollout would otherwise each queue for it again,
+// ahead of the holder's unlock that wakes the blob's waiters
+// (docs/design.md §10.2).
 func (sh *shard) donePending(resourceID, nodeID string) {
+	sh.addingMu.Lock()
+	defer sh.addingMu.Unlock()
 	p := sh.adding[resourceID]
 	if p[nodeID]--; p[nodeID] <= 0 {
 		delete(p, nodeID)
@@ -135,13 +141,22 @@ func (sh *shard) donePending(resourceID, nodeID string) {
 
 // refsWithPending returns the resource's reference set with the
 // references still being written (addRef) in it. Callers hold the
-// resource's shard mutex.
+// resource's shard mutex, so no add starts meanwhile. The pending ones
+// are read first: one that leaves them (donePending) after that is durable
+// before it leaves, so the stored set read next has it.
 func (l *Coordinator) refsWithPending(ctx context.Context, resourceID string) (refcount.Set, error) {
+	sh := l.shardFor(resourceID)
+	sh.addingMu.Lock()
+	var pending []string
+	for n := range sh.adding[resourceID] {
+		pending = append(pending, n)
+	}
+	sh.addingMu.Unlock()
 	rc, err := l.refs.GetRefCount(ctx, resourceID)
 	if err != nil {
 		return rc, err
 	}
-	for n := range l.shardFor(resourceID).adding[resourceID] {
+	for _, n := range pending {
 		rc.Add(n)
 	}
 	return rc, nil

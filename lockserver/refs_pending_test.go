@@ -35,29 +35,36 @@ func (s *heldSubmits) Submit(ctx context.Context, b *refcount.Batch) func() erro
 	}
 }
 
+// addHeld starts node n1's reference to blob on a coordinator whose
+// storage holds the write at its gate (store.open), and returns once the
+// write is ordered; added receives the add's error (or a wrong count).
+func addHeld(t *testing.T) (l *Coordinator, store *heldSubmits, added <-chan error) {
+	store = &heldSubmits{LocalStorage: refcount.NewMemoryStorage(), submitted: make(chan struct{}), open: make(chan struct{})}
+	l, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(store)})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	done := make(chan error, 1)
+	go func() {
+		resp, err := l.AddRef(context.Background(), blob, "n1")
+		if err == nil && resp.Count != 1 {
+			err = fmt.Errorf("count %d, want 1", resp.Count)
+		}
+		done <- err
+	}()
+	<-store.submitted
+	return l, store, done
+}
+
 // TestDeleteRefusedWhileAddPending: a reference whose write is ordered
 // but not yet durable counts for the delete rule (docs/design.md §8.7): a
 // delete that checks meanwhile is refused with the adding node named, and
 // the add completes once its write does.
 func TestDeleteRefusedWhileAddPending(t *testing.T) {
 	ctx := context.Background()
-	store := &heldSubmits{LocalStorage: refcount.NewMemoryStorage(), submitted: make(chan struct{}), open: make(chan struct{})}
-	l, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(store)})
-	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
-
-	added := make(chan error, 1)
-	go func() {
-		resp, err := l.AddRef(ctx, blob, "n1")
-		if err == nil && resp.Count != 1 {
-			err = fmt.Errorf("count %d, want 1", resp.Count)
-		}
-		added <- err
-	}()
-	<-store.submitted
+	l, store, added := addHeld(t)
 	// The add waits for its write without the shard mutex: a delete gets
 	// an answer, and it is no.
-	_, err = l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: blob, NodeID: "n2"})
+	_, err := l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: blob, NodeID: "n2"})
 	var inUse *api.InUseError
 	require.ErrorAs(t, err, &inUse)
 	require.Equal(t, []string{"n1"}, inUse.Refs.Nodes)
@@ -65,9 +72,30 @@ func TestDeleteRefusedWhileAddPending(t *testing.T) {
 	require.NoError(t, <-added)
 	require.Equal(t, []string{"n1"}, refsOf(t, l, blob))
 	sh := l.shardFor(blob)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	sh.addingMu.Lock()
+	defer sh.addingMu.Unlock()
 	require.Empty(t, sh.adding, "nothing is pending once the add returned")
+}
+
+// TestAddEndsWithoutShardMutex: an add whose write has become durable
+// returns without taking the shard mutex again, so the adds one commit
+// ends do not queue for it in front of the shard's locks and unlocks
+// (docs/design.md §10.2). Here the shard mutex is held while the write
+// lands: the add returns all the same (else the test hangs).
+func TestAddEndsWithoutShardMutex(t *testing.T) {
+	ctx := context.Background()
+	l, store, added := addHeld(t)
+	sh := l.shardFor(blob)
+	sh.mu.Lock()
+	rc, err := l.refsWithPending(ctx, blob)
+	require.NoError(t, err)
+	require.Equal(t, []string{"n1"}, rc.NodeList(), "pending, counted")
+	close(store.open)
+	require.NoError(t, <-added)
+	rc, err = l.refsWithPending(ctx, blob)
+	sh.mu.Unlock()
+	require.NoError(t, err)
+	require.Equal(t, []string{"n1"}, rc.NodeList(), "durable, counted once")
 }
 
 // TestAddRefRacesDelete: on bbolt, where an add waits for its commit

@@ -1,15 +1,20 @@
 package scale
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // answers counts, over all nodes, every request's outcome that was not an
@@ -62,16 +67,45 @@ func (a *answers) note(err error, status int) {
 }
 
 // shortClient is lockclient's ShortClient of one node: a fasthttp client
-// bound to the node's address, counting every answer.
+// bound to the node's address, counting every answer and noting which
+// lock requests the coordinator queued.
 type shortClient struct {
-	hc *fasthttp.HostClient
-	a  *answers
+	hc     *fasthttp.HostClient
+	a      *answers
+	queued queuedAt
 }
 
 func (c *shortClient) DoDeadline(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
 	err := c.hc.DoDeadline(req, resp, deadline)
 	c.a.note(err, resp.StatusCode())
+	if err == nil && resp.StatusCode() == http.StatusOK && string(req.URI().Path()) == "/lock" {
+		c.queued.note(req.Body(), resp.Body())
+	}
 	return err
+}
+
+// queuedAt records, by resource, that the coordinator answered a node's
+// lock request "queued": the node then waits for the outcome on its event
+// stream. A request answered at once (granted, or skip because the blob
+// was done meanwhile) was never woken.
+type queuedAt struct{ m sync.Map }
+
+func (q *queuedAt) note(reqBody, respBody []byte) {
+	var r api.LockResponse
+	if json.Unmarshal(respBody, &r) != nil || !r.Queued {
+		return
+	}
+	var lr api.LockRequest
+	if json.Unmarshal(reqBody, &lr) == nil {
+		q.m.Store(lr.ResourceID, true)
+	}
+}
+
+// take reports whether a lock request of resourceID was queued, and
+// forgets it.
+func (q *queuedAt) take(resourceID string) bool {
+	_, ok := q.m.LoadAndDelete(resourceID)
+	return ok
 }
 
 // CloseIdleConnections lets lockclient's Close close them.
@@ -80,8 +114,9 @@ func (c *shortClient) CloseIdleConnections() { c.hc.CloseIdleConnections() }
 // streamTransport is the round tripper of one node's event streams (the
 // only long requests), counting answers and the streams open.
 type streamTransport struct {
-	rt *http.Transport
-	a  *answers
+	rt   *http.Transport
+	a    *answers
+	seen eventSeen
 }
 
 func (t *streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -99,7 +134,7 @@ func (t *streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 				break
 			}
 		}
-		resp.Body = &streamBody{ReadCloser: resp.Body, a: t.a}
+		resp.Body = &streamBody{ReadCloser: resp.Body, a: t.a, seen: &t.seen}
 	}
 	return resp, nil
 }
@@ -108,7 +143,50 @@ func (t *streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 type streamBody struct {
 	io.ReadCloser
 	a      *answers
+	seen   *eventSeen
 	closed atomic.Bool
+}
+
+// Read notes when each event arrived, as soon as lockclient's reader gets
+// its bytes, before lockclient parses and dispatches it.
+func (b *streamBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.seen.note(p[:n], time.Now())
+	}
+	return n, err
+}
+
+// eventSeen records, by resource, when the first event about it was read
+// from the node's stream.
+type eventSeen struct{ m sync.Map }
+
+var resourceField = []byte(`"resource_id":"`)
+
+func (e *eventSeen) note(b []byte, at time.Time) {
+	for {
+		i := bytes.Index(b, resourceField)
+		if i < 0 {
+			return
+		}
+		b = b[i+len(resourceField):]
+		j := bytes.IndexByte(b, '"')
+		if j < 0 {
+			return // split across reads: that event goes unnoted
+		}
+		e.m.LoadOrStore(string(b[:j]), at)
+		b = b[j:]
+	}
+}
+
+// take returns when an event about resourceID was first read (false:
+// none was), and forgets it.
+func (e *eventSeen) take(resourceID string) (time.Time, bool) {
+	v, ok := e.m.LoadAndDelete(resourceID)
+	if !ok {
+		return time.Time{}, false
+	}
+	return v.(time.Time), true
 }
 
 func (b *streamBody) Close() error {

@@ -20,6 +20,9 @@ type Config struct {
 	Blobs    int
 	Download time.Duration
 	Parallel int
+	// ShortConns is how many keep-alive connections a node's short
+	// requests (session, lock, unlock, status, references) share.
+	ShortConns int
 	// LockTimeout bounds one waiting lock call; RetryPause is the mean
 	// pause before a failed call is tried again.
 	LockTimeout time.Duration
@@ -30,6 +33,9 @@ type Config struct {
 	// rollout and a re-sync.
 	SetupTimeout time.Duration
 	Deadline     time.Duration
+	// Profile, if set, is a directory for CPU profiles of each
+	// scenario's measured part (profile.go).
+	Profile string
 	// Progress, if set, is told what runs.
 	Progress func(string)
 }
@@ -39,6 +45,7 @@ const (
 	DefaultBlobs        = 10
 	DefaultDownload     = 200 * time.Millisecond
 	DefaultParallel     = 3 // containerd's max_concurrent_downloads
+	DefaultShortConns   = 1 // with the event stream, two a node
 	DefaultLockTimeout  = 60 * time.Second
 	DefaultRetryPause   = time.Second
 	DefaultSteadyFor    = 60 * time.Second

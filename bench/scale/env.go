@@ -37,7 +37,7 @@ func setUp(cfg Config, n int, journal func(i int) []digest.Digest) (*env, error)
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	if e.fleet, err = newFleet(n, e.coord.url(), journal); err != nil {
+	if e.fleet, err = newFleet(n, cfg.ShortConns, e.coord.url(), journal); err != nil {
 		e.tearDown()
 		return nil, err
 	}

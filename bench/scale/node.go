@@ -26,6 +26,8 @@ import (
 type node struct {
 	id       string
 	client   *lockclient.Client
+	short    *shortClient          // client's short requests
+	stream   *streamTransport      // client's event streams
 	coord    contentv2.Coordinator // contentv2's view of the coordinator, over client
 	instance string                // random per "daemon start", as contentv2's
 
@@ -35,8 +37,9 @@ type node struct {
 	session    sessionState
 }
 
-// newNode builds node i's clients against the coordinator at serverURL.
-func newNode(i int, serverURL string, a *answers) (*node, error) {
+// newNode builds node i's clients against the coordinator at serverURL,
+// with shortConns keep-alive connections for its short requests.
+func newNode(i, shortConns int, serverURL string, a *answers) (*node, error) {
 	u, err := url.Parse(serverURL)
 	if err != nil {
 		return nil, err
@@ -46,9 +49,12 @@ func newNode(i int, serverURL string, a *answers) (*node, error) {
 		Addr: u.Host,
 		Name: "sharedcontent-lockclient",
 		Dial: d.Dial,
-		// As lockclient's own (lockclient/http.go).
-		MaxConns:                  512,
-		MaxConnWaitTimeout:        5 * time.Second,
+		// As lockclient's own (lockclient/http.go), but with
+		// shortConns connections (Config.ShortConns; lockclient opens
+		// up to 512 when its requests overlap). A request that waits
+		// for one longer than its deadline counts as a time-out.
+		MaxConns:                  shortConns,
+		MaxConnWaitTimeout:        time.Hour,
 		MaxIdleConnDuration:       90 * time.Second,
 		MaxResponseBodySize:       16 << 20,
 		MaxIdemponentCallAttempts: 2,
@@ -58,27 +64,28 @@ func newNode(i int, serverURL string, a *answers) (*node, error) {
 		},
 		DisablePathNormalizing: true,
 	}}
-	long := &http.Client{Transport: &streamTransport{a: a, rt: &http.Transport{
+	stream := &streamTransport{a: a, rt: &http.Transport{
 		DialContext:         d.DialContext,
 		MaxIdleConns:        128,
 		MaxIdleConnsPerHost: 128,
 		IdleConnTimeout:     90 * time.Second,
 		Proxy:               nil,
-	}}}
+	}}
+	long := &http.Client{Transport: stream}
 	id := fmt.Sprintf("scale-%05d", i)
 	c, err := lockclient.New(serverURL, lockclient.WithNodeID(id), lockclient.WithShortClient(short), lockclient.WithLongClient(long))
 	if err != nil {
 		return nil, err
 	}
-	return &node{id: id, client: c, coord: remote.New(c), instance: randomHex(8), generation: randomHex(8)}, nil
+	return &node{id: id, client: c, short: short, stream: stream, coord: remote.New(c), instance: randomHex(8), generation: randomHex(8)}, nil
 }
 
 // newNodes builds n nodes.
-func newNodes(n int, serverURL string, a *answers) ([]*node, error) {
+func newNodes(n, shortConns int, serverURL string, a *answers) ([]*node, error) {
 	nodes := make([]*node, n)
 	for i := range nodes {
 		var err error
-		if nodes[i], err = newNode(i, serverURL, a); err != nil {
+		if nodes[i], err = newNode(i, shortConns, serverURL, a); err != nil {
 			closeNodes(nodes[:i])
 			return nil, err
 		}

@@ -20,10 +20,25 @@ type RolloutResult struct {
 	// Wall is from the start until the last node has every blob;
 	// Downloaded until the last holder unlocked.
 	Wall, Downloaded time.Duration
-	// Wake: from the holder's unlock to a waiter's skip, for waiters
-	// that asked before the unlock.
+	// Wake: from the holder's unlock (sent) until a waiter the
+	// coordinator had queued (its answer to /lock said "queued") read
+	// its outcome (noteSkip).
 	WakeP50, WakeP99 time.Duration
 	WakeSamples      int // 0: no waiter was woken
+	// Late: from the holder's unlock to the answer "skip" of a lock
+	// request sent before the unlock but answered at once, after it (the
+	// coordinator had not read it yet): the request's own latency.
+	LateP50, LateP99 time.Duration
+	LateSamples      int
+	// Parts of a wake-up: Unlock, the holder's unlock request (sent to
+	// answered); Fanout, from the unlock's answer to the waiter's read
+	// of its outcome (the coordinator's write and the simulator's read:
+	// negative when read before the holder had its answer); Dispatch,
+	// from that read until Lock returned (lockclient's parse and
+	// hand-over and the simulator's scheduling; not in Wake).
+	UnlockP50, UnlockP99     time.Duration
+	FanoutP50, FanoutP99     time.Duration
+	DispatchP50, DispatchP99 time.Duration
 	// Done: per node, from the start until it has every blob (over the
 	// nodes that finished).
 	DoneP50, DoneP99 time.Duration
@@ -46,13 +61,18 @@ func (r RolloutResult) CPUPerNodeBlob() time.Duration {
 type image struct {
 	blobs     []digest.Digest
 	unlockAt  []atomic.Int64 // unix ns when the holder unlocked
+	unlocked  []atomic.Int64 // unix ns when the holder's unlock was answered
 	downloads []atomic.Int64
 	wakes     samples
+	late      samples
+	unlock    samples
+	fanout    samples
+	dispatch  samples
 	retries   atomic.Int64
 }
 
 func newImage(blobs int) *image {
-	img := &image{unlockAt: make([]atomic.Int64, blobs), downloads: make([]atomic.Int64, blobs)}
+	img := &image{unlockAt: make([]atomic.Int64, blobs), unlocked: make([]atomic.Int64, blobs), downloads: make([]atomic.Int64, blobs)}
 	salt := randomHex(8)
 	for j := range blobs {
 		img.blobs = append(img.blobs, digest.FromString(fmt.Sprintf("scale-blob-%s-%d", salt, j)))
@@ -70,6 +90,7 @@ func rollout(cfg Config, nodes int) (RolloutResult, error) {
 	defer env.tearDown()
 	img := newImage(cfg.Blobs)
 	m := env.begin()
+	stopProfile := profile(cfg, fmt.Sprintf("rollout-%d", nodes), env.coord.pid())
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Deadline)
 	defer cancel()
 	var done samples
@@ -86,12 +107,21 @@ func rollout(cfg Config, nodes int) (RolloutResult, error) {
 	}
 	wg.Wait()
 	res.Wall = time.Since(start)
+	stopProfile()
 	env.end(m)
 	res.Usage = m.Usage
 	q, n := done.quantiles(0.5, 0.99)
 	res.DoneP50, res.DoneP99, res.Unfinished = q[0], q[1], nodes-n
 	q, res.WakeSamples = img.wakes.quantiles(0.5, 0.99)
 	res.WakeP50, res.WakeP99 = q[0], q[1]
+	q, res.LateSamples = img.late.quantiles(0.5, 0.99)
+	res.LateP50, res.LateP99 = q[0], q[1]
+	q, _ = img.unlock.quantiles(0.5, 0.99)
+	res.UnlockP50, res.UnlockP99 = q[0], q[1]
+	q, _ = img.fanout.quantiles(0.5, 0.99)
+	res.FanoutP50, res.FanoutP99 = q[0], q[1]
+	q, _ = img.dispatch.quantiles(0.5, 0.99)
+	res.DispatchP50, res.DispatchP99 = q[0], q[1]
 	for j := range img.downloads {
 		res.Downloads = append(res.Downloads, img.downloads[j].Load())
 	}
@@ -145,12 +175,17 @@ func (n *node) pullBlob(ctx context.Context, cfg Config, img *image, j int) bool
 		if res.Acquired {
 			img.downloads[j].Add(1)
 			time.Sleep(cfg.Download)
-			img.unlockAt[j].Store(time.Now().UnixNano())
+			sent := time.Now()
+			img.unlockAt[j].Store(sent.UnixNano())
 			// A failed unlock leaves the lease to expire: the blob is
 			// here all the same.
-			_ = n.client.Unlock(ctx, res.Lease, true, nil)
-		} else if at := img.unlockAt[j].Load(); at != 0 && asked.UnixNano() < at {
-			img.wakes.add(got.Sub(time.Unix(0, at)))
+			if n.client.Unlock(ctx, res.Lease, true, nil) == nil {
+				answered := time.Now()
+				img.unlocked[j].Store(answered.UnixNano())
+				img.unlock.add(answered.Sub(sent))
+			}
+		} else {
+			img.noteSkip(n, j, asked, got)
 		}
 		break
 	}
@@ -164,6 +199,37 @@ func (n *node) pullBlob(ctx context.Context, cfg Config, img *image, j int) bool
 	}
 	n.addToJournal(img.blobs[j])
 	return true
+}
+
+// noteSkip records the wake-up of node n told to skip blob j: asked
+// when it sent its lock request, got when Lock returned. A waiter the
+// coordinator queued is woken when its outcome is read from its event
+// stream (timed there, before lockclient and the simulator's scheduling
+// handle it: dispatch measures those), or, if its stream came up after the
+// outcome, when /lock/status answered it. A lock request sent before the
+// unlock but answered "skip" at once was not woken: its time is the
+// request's own latency (late).
+func (img *image) noteSkip(n *node, j int, asked, got time.Time) {
+	blob := img.blobs[j].String()
+	queued := n.short.queued.take(blob)
+	read, seen := n.stream.seen.take(blob)
+	at := img.unlockAt[j].Load()
+	if at == 0 || asked.UnixNano() >= at {
+		return // asked after the unlock: answered at once
+	}
+	unlockAt := time.Unix(0, at)
+	switch {
+	case !queued:
+		img.late.add(got.Sub(unlockAt))
+	case seen && read.Before(got):
+		img.wakes.add(read.Sub(unlockAt))
+		img.dispatch.add(got.Sub(read))
+		if u := img.unlocked[j].Load(); u != 0 {
+			img.fanout.add(read.Sub(time.Unix(0, u)))
+		}
+	default:
+		img.wakes.add(got.Sub(unlockAt))
+	}
 }
 
 // pause counts a retry and waits about d (jittered ±50%); false when ctx

@@ -31,35 +31,51 @@ func Run(cfg Config) (*Results, error) {
 	if res.Nofile, err = raiseNofile(); err != nil {
 		return res, err
 	}
+	fail := func(scenario string, err error) {
+		res.Failed = append(res.Failed, fmt.Sprintf("%s: %v", scenario, err))
+		progress("scale: " + res.Failed[len(res.Failed)-1])
+	}
 	for _, n := range cfg.Rollout {
+		if err := fits(n, cfg.ShortConns, res.Nofile); err != nil {
+			fail(fmt.Sprintf("rollout %d", n), err)
+			continue
+		}
 		progress(fmt.Sprintf("scale: rollout, %d nodes × %d blobs", n, cfg.Blobs))
 		r, err := rollout(cfg, n)
 		if err != nil {
-			res.Failed = append(res.Failed, fmt.Sprintf("rollout %d: %v", n, err))
-			progress("scale: " + res.Failed[len(res.Failed)-1])
+			fail(fmt.Sprintf("rollout %d", n), err)
 			continue
 		}
 		res.Rollout = append(res.Rollout, r)
-		progress(fmt.Sprintf("scale: rollout %d: wall %s, %d nodes unfinished, done p99 %s, wake p99 %s, CPU/node-blob %s", n,
-			r.Wall.Round(time.Millisecond), r.Unfinished, r.DoneP99.Round(time.Millisecond), r.WakeP99.Round(time.Millisecond), r.CPUPerNodeBlob()))
+		progress(fmt.Sprintf("scale: rollout %d: wall %s, %d nodes unfinished, done p99 %s, wake p50/p99 %s/%s (%d), late p50/p99 %s/%s (%d), unlock %s/%s, fan-out %s/%s, dispatch %s/%s, time-outs %d, CPU/node-blob %s", n,
+			r.Wall.Round(time.Millisecond), r.Unfinished, r.DoneP99.Round(time.Millisecond), r.WakeP50.Round(time.Millisecond), r.WakeP99.Round(time.Millisecond), r.WakeSamples,
+			r.LateP50.Round(time.Millisecond), r.LateP99.Round(time.Millisecond), r.LateSamples,
+			r.UnlockP50.Round(time.Millisecond), r.UnlockP99.Round(time.Millisecond), r.FanoutP50.Round(time.Millisecond), r.FanoutP99.Round(time.Millisecond),
+			r.DispatchP50.Round(time.Millisecond), r.DispatchP99.Round(time.Millisecond), r.Errors.Timeouts, r.CPUPerNodeBlob()))
 	}
 	for _, n := range cfg.Steady {
+		if err := fits(n, cfg.ShortConns, res.Nofile); err != nil {
+			fail(fmt.Sprintf("steady %d", n), err)
+			continue
+		}
 		progress(fmt.Sprintf("scale: steady, %d nodes for %s", n, cfg.SteadyFor))
 		r, err := steady(cfg, n)
 		if err != nil {
-			res.Failed = append(res.Failed, fmt.Sprintf("steady %d: %v", n, err))
-			progress("scale: " + res.Failed[len(res.Failed)-1])
+			fail(fmt.Sprintf("steady %d", n), err)
 			continue
 		}
 		res.Steady = append(res.Steady, r)
 		progress(fmt.Sprintf("scale: steady %d: %.1f%% of a core", n, 100*r.CoreShare()))
 	}
 	for _, s := range cfg.Restart {
+		if err := fits(s.Nodes, cfg.ShortConns, res.Nofile); err != nil {
+			fail(fmt.Sprintf("restart %v", s), err)
+			continue
+		}
 		progress(fmt.Sprintf("scale: restart, %s references", s))
 		r, err := restart(cfg, s)
 		if err != nil {
-			res.Failed = append(res.Failed, fmt.Sprintf("restart %v: %v", s, err))
-			progress("scale: " + res.Failed[len(res.Failed)-1])
+			fail(fmt.Sprintf("restart %v", s), err)
 			continue
 		}
 		res.Restart = append(res.Restart, r)
@@ -70,7 +86,8 @@ func Run(cfg Config) (*Results, error) {
 }
 
 // raiseNofile raises the soft descriptor limit to the hard one: each node
-// holds a few connections, and the coordinator (a child) inherits it.
+// holds a few connections (fits), and the coordinator (a child) inherits
+// the limit.
 func raiseNofile() (uint64, error) {
 	var l syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
@@ -104,4 +121,29 @@ func (r *Results) Violations() []string {
 		}
 	}
 	return out
+}
+
+// Descriptors: each simulated node holds Config.ShortConns keep-alive
+// connections for its short requests and one for its event stream, a
+// descriptor each in this process and in the coordinator.
+const (
+	// spareFiles are the descriptors either process needs besides the
+	// nodes' connections: listener, database, logs, the benchmark's own
+	// requests, and connections being closed and opened again.
+	spareFiles = 512
+)
+
+// fits reports, with a message naming the limit, when n nodes with
+// shortConns connections each besides their stream cannot fit under the
+// descriptor limit nofile: in this process, and in the coordinator, which
+// inherits it and serves connections up to three quarters of it
+// (--max-conns' default, httpserver.ConnLimits).
+func fits(n, shortConns int, nofile uint64) error {
+	connsPerNode := shortConns + 1
+	need := uint64(n*connsPerNode + spareFiles)
+	if serves := nofile * 3 / 4; need > serves {
+		return fmt.Errorf("%d nodes need about %d descriptors (%d connections each, plus %d), more than the coordinator serves under the descriptor limit %d (RLIMIT_NOFILE, ulimit -Hn; --max-conns defaults to three quarters of it, %d): at most %d nodes fit; raise the hard limit",
+			n, need, connsPerNode, spareFiles, nofile, serves, (serves-spareFiles)/uint64(connsPerNode))
+	}
+	return nil
 }

@@ -1,6 +1,9 @@
 package scale
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // SteadyResult is a period in which N synced nodes only renew their
 // sessions.
@@ -22,7 +25,9 @@ func steady(cfg Config, nodes int) (SteadyResult, error) {
 	}
 	defer env.tearDown()
 	m := env.begin()
+	stopProfile := profile(cfg, fmt.Sprintf("steady-%d", nodes), env.coord.pid())
 	time.Sleep(cfg.SteadyFor)
+	stopProfile()
 	env.end(m)
 	res.Usage = m.Usage
 	return res, m.err
