@@ -2,6 +2,7 @@ package refcount
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/sharedcontent/sharedcontent/internal/synchash"
@@ -154,8 +155,13 @@ func replaceChange(node string, buckets *BucketSet, refs map[string]struct{}) ha
 }
 
 // batchHashes returns the hash changes of b's writes to reference sets,
-// reading the sets they change as they are before b (and as b's earlier
-// writes leave them). Callers hold the stripes of b.
+// deciding each by whether the node is in the set as the stored state and
+// b's earlier writes leave it (batchView). Callers hold the stripes of b.
+// It reads no set whole but those b drops: on a RefStater, whether a node
+// is in a set is one lookup (bbolt: O(log N)), so a first sync of R
+// references costs O(R log N), not O(R·N) as when each set was read
+// (issue 26: 175.6 s for the first syncs of 1,000 nodes × 1,000
+// references).
 func (m *Manager) batchHashes(ctx context.Context, b *Batch) ([]hashChange, error) {
 	m.hashes.mu.Lock()
 	built := m.hashes.built
@@ -163,69 +169,35 @@ func (m *Manager) batchHashes(ctx context.Context, b *Batch) ([]hashChange, erro
 	if !built {
 		return nil, nil
 	}
-	type replaced struct {
-		buckets *BucketSet
-		refs    map[string]struct{}
+	if err := checkAll(b.ops); err != nil {
+		return nil, fmt.Errorf("refcount: commit: %w", err)
 	}
-	sets := map[string]Set{}            // reference sets as b's earlier writes leave them
-	replacedBy := map[string]replaced{} // the last ReplaceNode of each node in b
-	get := func(id string) (Set, error) {
-		if rc, ok := sets[id]; ok {
-			return rc, nil
-		}
-		rc, err := m.GetRefCount(ctx, id)
-		if err != nil {
-			return Set{}, err
-		}
-		// Apply b's earlier replaces to a set read from the storage.
-		for n, r := range replacedBy {
-			if r.buckets.Holds(id) {
-				if _, ok := r.refs[id]; ok {
-					rc.Add(n)
-				} else {
-					rc.Remove(n)
-				}
-			}
-		}
-		sets[id] = rc
-		return rc, nil
-	}
+	v := newBatchView(ctx, m.storage)
 	var out []hashChange
 	for i := range b.ops {
 		op := &b.ops[i]
 		switch op.Kind {
 		case OpAddRef, OpRemoveRef:
-			rc, err := get(op.Key)
+			has, err := v.has(op.Key, op.Node)
 			if err != nil {
 				return nil, err
 			}
-			add := op.Kind == OpAddRef
-			if add && rc.Add(op.Node) || !add && rc.Remove(op.Node) {
+			if add := op.Kind == OpAddRef; has != add {
 				out = append(out, refChange(op.Key, op.Node, add))
+				v.set(op.Key, op.Node, add)
 			}
-			sets[op.Key] = rc
 		case OpDropRefs:
-			rc, err := get(op.Key)
+			nodes, err := v.nodes(op.Key)
 			if err != nil {
 				return nil, err
 			}
-			for n := range rc.Nodes {
+			for _, n := range nodes {
 				out = append(out, refChange(op.Key, n, false))
 			}
-			sets[op.Key] = Set{}
+			v.drop(op.Key)
 		case OpReplaceNode:
 			out = append(out, replaceChange(op.Node, op.Buckets, op.NodeRefs))
-			replacedBy[op.Node] = replaced{op.Buckets, op.NodeRefs}
-			for id, rc := range sets {
-				if op.Buckets.Holds(id) {
-					if _, ok := op.NodeRefs[id]; ok {
-						rc.Add(op.Node)
-					} else {
-						rc.Remove(op.Node)
-					}
-					sets[id] = rc
-				}
-			}
+			v.replace(op.Node, op.Buckets, op.NodeRefs)
 		}
 	}
 	return out, nil
