@@ -102,7 +102,7 @@ func (r boltRefs) drop(id string) error {
 func (r boltRefs) replaceNode(node string, buckets *BucketSet, refs map[string]struct{}) error {
 	var drop []string
 	if nb := r.nodes.Bucket([]byte(node)); nb != nil {
-		keep := func(k []byte) {
+		consider := func(k []byte) {
 			if _, ok := refs[string(k[1:])]; !ok {
 				drop = append(drop, string(k[1:]))
 			}
@@ -110,12 +110,12 @@ func (r boltRefs) replaceNode(node string, buckets *BucketSet, refs map[string]s
 		c := nb.Cursor()
 		if buckets == nil {
 			for k, _ := c.First(); k != nil; k, _ = c.Next() {
-				keep(k)
+				consider(k)
 			}
 		} else {
 			for _, i := range buckets.List() {
 				for k, _ := c.Seek([]byte{byte(i)}); k != nil && k[0] == byte(i); k, _ = c.Next() {
-					keep(k)
+					consider(k)
 				}
 			}
 		}
