@@ -17,7 +17,9 @@ import (
 // of such keys as the nested bucket's sequence. Adding or removing one
 // reference touches one key and the sequence, O(log N) in the set's size
 // N, and whether a node references a resource and how many do are read
-// without reading the set (RefState).
+// without reading the set (RefState). The functions here change the sets
+// only; every write goes through boltRefs (bolt_nodes.go), which keeps
+// the per-node index in step.
 //
 // Until refsFormatNested, refcounts mapped a resource ID to a JSON
 // boltRecord, which every change decoded and re-encoded whole. Opening
