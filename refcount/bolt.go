@@ -19,7 +19,8 @@ import (
 const DefaultOpenTimeout = time.Second
 
 // Bucket names. refcounts holds a nested bucket per resource ID, its
-// reference set (bolt_refs.go); meta maps
+// reference set (bolt_refs.go); nodes the per-node index, a nested bucket
+// per node naming the resources it references (bolt_nodes.go); meta maps
 // a meta key to an 8-byte big-endian uint64 or a string; deleting and
 // deleted map a resource ID to a JSON DeleteMarker and DeleteCompletion;
 // owner holds the guard (ownerKey: the fence of the newest handle, an
@@ -91,7 +92,7 @@ func OpenBoltStorage(path string, opts ...BoltOption) (*BoltStorage, error) {
 	}
 	var fence uint64
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{refcountsBucket, metaBucket, membersBucket, deletingBucket, deletedBucket, ownerBucket} {
+		for _, name := range [][]byte{refcountsBucket, nodesBucket, metaBucket, membersBucket, deletingBucket, deletedBucket, ownerBucket} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
@@ -102,6 +103,9 @@ func OpenBoltStorage(path string, opts ...BoltOption) (*BoltStorage, error) {
 		fence, err = bumpOwner(tx)
 		return err
 	})
+	if err == nil {
+		err = buildNodeIndex(db)
+	}
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open refcount db %s: %w", path, err)

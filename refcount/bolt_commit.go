@@ -107,13 +107,13 @@ func applyOp(tx *bolt.Tx, op *Op, v []byte) error {
 	case OpDeleteMember, OpDropDeleting, OpDropDeleted:
 		return tx.Bucket(bucketOf(op.Kind)).Delete(key)
 	case OpDropRefs:
-		return dropRefs(tx.Bucket(refcountsBucket), op.Key)
+		return refsOf(tx).drop(op.Key)
 	case OpAddRef:
-		return addRef(tx.Bucket(refcountsBucket), op.Key, op.Node)
+		return refsOf(tx).add(op.Key, op.Node)
 	case OpRemoveRef:
-		return removeRef(tx.Bucket(refcountsBucket), op.Key, op.Node)
+		return refsOf(tx).remove(op.Key, op.Node)
 	case OpReplaceNode:
-		return replaceNode(tx.Bucket(refcountsBucket), op.Node, op.Buckets, op.NodeRefs)
+		return refsOf(tx).replaceNode(op.Node, op.Buckets, op.NodeRefs)
 	}
 	return fmt.Errorf("refcount: unknown write kind %d: %w", op.Kind, errdefs.ErrInvalidArgument)
 }

@@ -65,6 +65,7 @@ func TestBoltMigratesJSONRecords(t *testing.T) {
 			require.True(t, has)
 			require.Equal(t, len(nodes), n, id)
 		}
+		requireNodeRefs(t, s, want)
 	}
 
 	s := openBolt(t, path)
@@ -80,7 +81,7 @@ func TestBoltMigratesJSONRecords(t *testing.T) {
 			require.NotNil(t, b, "%s is a nested bucket", id)
 			require.Equal(t, uint64(len(nodes)), b.Sequence(), "%s's count", id)
 		}
-		require.Equal(t, []byte{0, 0, 0, 0, 0, 0, 0, 2}, tx.Bucket([]byte("meta")).Get([]byte("refs_format")))
+		require.Equal(t, []byte{0, 0, 0, 0, 0, 0, 0, 3}, tx.Bucket([]byte("meta")).Get([]byte("refs_format")), "migrated and indexed")
 		return nil
 	}))
 	require.NoError(t, db.Close())

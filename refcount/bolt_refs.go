@@ -17,7 +17,9 @@ import (
 // of such keys as the nested bucket's sequence. Adding or removing one
 // reference touches one key and the sequence, O(log N) in the set's size
 // N, and whether a node references a resource and how many do are read
-// without reading the set (RefState).
+// without reading the set (RefState). The functions here change the sets
+// only; every write goes through boltRefs (bolt_nodes.go), which keeps
+// the per-node index in step.
 //
 // Until refsFormatNested, refcounts mapped a resource ID to a JSON
 // boltRecord, which every change decoded and re-encoded whole. Opening
@@ -27,11 +29,22 @@ import (
 
 // refsFormatKey is the meta key of the reference sets' stored format
 // (reserved: the store writes it itself); refsFormatNested is the format
-// of nested buckets. A file without the key has JSON records.
+// of nested buckets, refsFormatIndexed the same with the per-node index
+// (bolt_nodes.go). A file without the key has JSON records.
 const (
-	refsFormatKey    = "refs_format"
-	refsFormatNested = 2
+	refsFormatKey     = "refs_format"
+	refsFormatNested  = 2
+	refsFormatIndexed = 3
 )
+
+// refsFormat returns the stored format of the reference sets (0: none
+// recorded, JSON records).
+func refsFormat(meta *bolt.Bucket) uint64 {
+	if v := meta.Get([]byte(refsFormatKey)); len(v) == 8 {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
+}
 
 // refMark is the value of a node's key in a reference set's bucket.
 var refMark = []byte{1}
@@ -58,7 +71,7 @@ func decodeRecord(v []byte) (Set, error) {
 // not decode are left.
 func migrateRefs(tx *bolt.Tx) error {
 	meta := tx.Bucket(metaBucket)
-	if v := meta.Get([]byte(refsFormatKey)); len(v) == 8 && binary.BigEndian.Uint64(v) == refsFormatNested {
+	if refsFormat(meta) >= refsFormatNested {
 		return nil
 	}
 	refs := tx.Bucket(refcountsBucket)
@@ -80,7 +93,7 @@ func migrateRefs(tx *bolt.Tx) error {
 			return fmt.Errorf("migrate reference set %s: %w", id, err)
 		}
 		for n := range rc.Nodes {
-			if err := addRef(refs, id, n); err != nil {
+			if _, err := addRef(refs, id, n); err != nil {
 				return fmt.Errorf("migrate reference set %s: %w", id, err)
 			}
 		}
@@ -110,73 +123,61 @@ func readSet(refs *bolt.Bucket, id []byte) (Set, bool, error) {
 	return rc, true, err
 }
 
-// addRef adds node to the set id of refs, creating it if needed.
-func addRef(refs *bolt.Bucket, id, node string) error {
+// addRef adds node to the set id of refs, creating it if needed, and
+// reports whether node was not in it yet. It does not touch the per-node
+// index: boltRefs.add does both.
+func addRef(refs *bolt.Bucket, id, node string) (bool, error) {
 	b, err := refs.CreateBucketIfNotExists([]byte(id))
 	if err != nil {
-		return fmt.Errorf("refcount %s: %w", id, err)
+		return false, fmt.Errorf("refcount %s: %w", id, err)
 	}
 	if b.Get([]byte(node)) != nil {
-		return nil
+		return false, nil
 	}
 	if err := b.Put([]byte(node), refMark); err != nil {
-		return err
+		return false, err
 	}
-	return b.SetSequence(b.Sequence() + 1)
+	return true, b.SetSequence(b.Sequence() + 1)
 }
 
 // removeRef removes node from the set id of refs, dropping the set when
-// node was its last.
-func removeRef(refs *bolt.Bucket, id, node string) error {
+// node was its last, and reports whether node was in it.
+func removeRef(refs *bolt.Bucket, id, node string) (bool, error) {
 	b := refs.Bucket([]byte(id))
 	if b == nil || b.Get([]byte(node)) == nil {
-		return nil
+		return false, nil
 	}
 	if b.Sequence() <= 1 {
-		return refs.DeleteBucket([]byte(id))
+		return true, refs.DeleteBucket([]byte(id))
 	}
 	if err := b.Delete([]byte(node)); err != nil {
-		return err
+		return false, err
 	}
-	return b.SetSequence(b.Sequence() - 1)
+	return true, b.SetSequence(b.Sequence() - 1)
 }
 
-// dropRefs drops the set id of refs (or the record migrateRefs left).
-func dropRefs(refs *bolt.Bucket, id string) error {
+// dropRefs drops the set id of refs (or the record migrateRefs left) and
+// returns the nodes it held.
+func dropRefs(refs *bolt.Bucket, id string) ([]string, error) {
 	if refs.Get([]byte(id)) != nil {
-		return refs.Delete([]byte(id))
+		return nil, refs.Delete([]byte(id))
 	}
-	if err := refs.DeleteBucket([]byte(id)); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
-		return fmt.Errorf("refcount %s: %w", id, err)
+	b := refs.Bucket([]byte(id))
+	if b == nil {
+		return nil, nil
 	}
-	return nil
-}
-
-// replaceNode makes node a reference of exactly the sets refs of b, among
-// the sets of buckets (nil: all; a set outside them is skipped): one
-// lookup per stored set, no set read whole.
-func replaceNode(b *bolt.Bucket, node string, buckets *BucketSet, refs map[string]struct{}) error {
-	var drop []string
-	err := b.ForEachBucket(func(k []byte) error {
-		if _, keep := refs[string(k)]; !keep && buckets.Holds(string(k)) && b.Bucket(k).Get([]byte(node)) != nil {
-			drop = append(drop, string(k))
-		}
+	nodes := make([]string, 0, b.Sequence())
+	err := b.ForEach(func(k, _ []byte) error {
+		nodes = append(nodes, string(k))
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("refcount %s: %w", id, err)
 	}
-	for _, id := range drop {
-		if err := removeRef(b, id, node); err != nil {
-			return err
-		}
+	if err := refs.DeleteBucket([]byte(id)); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
+		return nil, fmt.Errorf("refcount %s: %w", id, err)
 	}
-	for id := range refs {
-		if err := addRef(b, id, node); err != nil {
-			return err
-		}
-	}
-	return nil
+	return nodes, nil
 }
 
 // RefState implements RefStater: two lookups, however big the set.

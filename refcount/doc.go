@@ -74,23 +74,42 @@
 //
 // # Adding a reference at a cost flat in the set's size
 //
-// Two optional interfaces extend Storage without changing its semantics
-// (docs/design.md §10.2). A RefStater tells
+// Optional interfaces extend Storage without changing its
+// semantics (docs/design.md §10.2). A RefStater tells
 // whether a node references a resource and how many nodes do without
 // reading the set. A Submitter splits Commit into Submit, which orders a
 // batch before it returns, and a wait for its durability, so that a
 // caller orders writes under its own mutex and waits for the disk
-// without it. The memory, bbolt and etcd stores implement both (etcd's
-// Submit is group commit: the batches pending within a few milliseconds
-// share one transaction, docs/design.md §7.1); bbolt keeps a
-// reference set as a nested bucket, one key per node and the count as
-// the bucket's sequence, so adding one reference is O(log N) (a file
-// with the JSON records of before is migrated when it is opened).
-// Manager.AddRefOrdered uses them, and falls back to AddRef on a store
-// that has neither.
+// without it. A NodeRefLister reads the resources a node references from
+// a per-node index the store keeps beside the sets. The memory and bbolt
+// stores implement all three; the etcd store implements RefStater and
+// Submitter (etcd's Submit is group commit: the batches pending within a
+// few milliseconds share one transaction, docs/design.md §7.1).
+// Manager.AddRefOrdered uses the first two, and falls back to AddRef on a
+// store that has neither; the Manager's hash changes ask a RefStater
+// whether a node is in a set instead of reading the set.
 //
-// A third, NodeLister, lists a page of reference sets with each set's
+// A fourth, NodeLister, lists a page of reference sets with each set's
 // nodes already in order, without a Set per entry: bbolt reads them in
 // the nested bucket's key order (docs/design.md §10.3). Manager.ListNodes
 // uses it, and falls back to List on a store without it.
+//
+// # The bbolt layout
+//
+// bbolt keeps a reference set as a nested bucket of the refcounts bucket,
+// one key per node and the count as the bucket's sequence, so adding one
+// reference is O(log N) (bolt_refs.go). Beside it, the nodes bucket holds
+// a nested bucket per node with one key per resource the node references
+// (the resource's synchash bucket, one byte, then its ID; bolt_nodes.go),
+// written in the same transaction as every change of a set. ReplaceNode
+// (a full sync, forgetting a node) reads the node's index, not every set:
+// O(the node's old and new references), whatever else is stored; a
+// by-hash ReplaceNode seeks to the buckets it replaces. The meta key
+// refs_format records the layout: 3 (sets and index). Opening a file
+// migrates it: JSON records of before (no refs_format) become nested
+// buckets in the open's transaction, and a file of format 2 (nested
+// buckets, no index) gets its index built, about 100k references per
+// transaction, the last recording 3; the next open builds it again if
+// that was cut short, or if a coordinator of format 2 opened the file
+// since (it ignores the index and records 2 again).
 package refcount

@@ -2,6 +2,7 @@ package refcount
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -156,9 +157,13 @@ func replaceChange(node string, buckets *BucketSet, refs map[string]struct{}) ha
 }
 
 // batchHashes returns the hash changes of b's writes to reference sets,
-// reading the sets they change as they are before b (and as b's earlier
-// writes leave them), and the nodes whose references b changes. Callers
-// hold the stripes of b.
+// deciding each by whether the node is in the set as the stored state and
+// b's earlier writes leave it (batchView), and the nodes whose references
+// b changes. Callers hold the stripes of b. It reads no set whole but
+// those b drops: on a RefStater, whether a node is in a set is one lookup
+// (bbolt: O(log N)), so a first sync of R references costs O(R log N),
+// not O(R·N) as when each set was read (issue 26: 175.6 s for the first
+// syncs of 1,000 nodes × 1,000 references).
 //
 // A node whose references b replaces in every bucket, by one whole
 // ReplaceNode or by bucket-restricted ones that together cover them all
@@ -171,60 +176,36 @@ func (m *Manager) batchHashes(ctx context.Context, b *Batch) ([]hashChange, []st
 	if !built {
 		return nil, nil, nil
 	}
+	if err := checkAll(b.ops); err != nil {
+		return nil, nil, fmt.Errorf("refcount: commit: %w", err)
+	}
+	v := newBatchView(ctx, m.storage)
 	touched := map[string]bool{}
 	covered := map[string]*BucketSet{} // the buckets b replaces, by node
-	type replaced struct {
-		buckets *BucketSet
-		refs    map[string]struct{}
-	}
-	sets := map[string]Set{}            // reference sets as b's earlier writes leave them
-	replacedBy := map[string]replaced{} // the last ReplaceNode of each node in b
-	get := func(id string) (Set, error) {
-		if rc, ok := sets[id]; ok {
-			return rc, nil
-		}
-		rc, err := m.GetRefCount(ctx, id)
-		if err != nil {
-			return Set{}, err
-		}
-		// Apply b's earlier replaces to a set read from the storage.
-		for n, r := range replacedBy {
-			if r.buckets.Holds(id) {
-				if _, ok := r.refs[id]; ok {
-					rc.Add(n)
-				} else {
-					rc.Remove(n)
-				}
-			}
-		}
-		sets[id] = rc
-		return rc, nil
-	}
 	var out []hashChange
 	for i := range b.ops {
 		op := &b.ops[i]
 		switch op.Kind {
 		case OpAddRef, OpRemoveRef:
-			rc, err := get(op.Key)
+			has, err := v.has(op.Key, op.Node)
 			if err != nil {
 				return nil, nil, err
 			}
 			touched[op.Node] = true
-			add := op.Kind == OpAddRef
-			if add && rc.Add(op.Node) || !add && rc.Remove(op.Node) {
+			if add := op.Kind == OpAddRef; has != add {
 				out = append(out, refChange(op.Key, op.Node, add))
+				v.set(op.Key, op.Node, add)
 			}
-			sets[op.Key] = rc
 		case OpDropRefs:
-			rc, err := get(op.Key)
+			nodes, err := v.nodes(op.Key)
 			if err != nil {
 				return nil, nil, err
 			}
-			for n := range rc.Nodes {
+			for _, n := range nodes {
 				out = append(out, refChange(op.Key, n, false))
 				touched[n] = true
 			}
-			sets[op.Key] = Set{}
+			v.drop(op.Key)
 		case OpReplaceNode:
 			touched[op.Node] = true
 			c := covered[op.Node]
@@ -236,17 +217,7 @@ func (m *Manager) batchHashes(ctx context.Context, b *Batch) ([]hashChange, []st
 				c[i] = c[i] || op.Buckets.HoldsBucket(i)
 			}
 			out = append(out, replaceChange(op.Node, op.Buckets, op.NodeRefs))
-			replacedBy[op.Node] = replaced{op.Buckets, op.NodeRefs}
-			for id, rc := range sets {
-				if op.Buckets.Holds(id) {
-					if _, ok := op.NodeRefs[id]; ok {
-						rc.Add(op.Node)
-					} else {
-						rc.Remove(op.Node)
-					}
-					sets[id] = rc
-				}
-			}
+			v.replace(op.Node, op.Buckets, op.NodeRefs)
 		}
 	}
 	for node, c := range covered {

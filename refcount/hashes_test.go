@@ -1,6 +1,7 @@
 package refcount
 
 import (
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
@@ -113,6 +114,67 @@ func TestOrderedAddHidesTheHash(t *testing.T) {
 			require.True(t, ok, "a whole replace sets the hash anew")
 			require.Equal(t, *synchash.FromIDs([]string{"a", "b"}), h)
 			requireHashes(t, m, "n")
+		})
+	}
+}
+
+// plainStorage hides a store's optional interfaces: the Manager then
+// reads whole sets to decide its hash changes.
+type plainStorage struct{ Storage }
+
+// TestHashesKeptRandom: batches that mix every write to reference sets,
+// in any order and touching the same sets and nodes several times, keep
+// every node's hash equal to a fresh walk's, whether the Manager asks
+// the store whether a node is in a set (RefStater) or reads the set.
+func TestHashesKeptRandom(t *testing.T) {
+	bolt, err := OpenBoltStorage(filepath.Join(t.TempDir(), "refs.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { bolt.Close() })
+	stores := map[string]Storage{"memory": NewMemoryStorage(), "bolt": bolt, "plain": plainStorage{NewMemoryStorage()}}
+	for name, s := range stores {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			m := NewManager(s)
+			require.NoError(t, m.BuildHashes(ctx))
+			ids := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+			nodes := []string{"n0", "n1", "n2"}
+			rng := rand.New(rand.NewPCG(26, 7))
+			some := func() map[string]struct{} {
+				refs := map[string]struct{}{}
+				for _, id := range ids {
+					if rng.IntN(2) == 0 {
+						refs[id] = struct{}{}
+					}
+				}
+				return refs
+			}
+			for range 200 {
+				b := new(Batch)
+				for range 1 + rng.IntN(6) {
+					id, node := ids[rng.IntN(len(ids))], nodes[rng.IntN(len(nodes))]
+					switch rng.IntN(6) {
+					case 0, 1:
+						b.AddRef(id, node)
+					case 2:
+						b.RemoveRef(id, node)
+					case 3:
+						b.DropRefs(id)
+					case 4:
+						b.ReplaceNode(node, some())
+					case 5:
+						buckets := []int{synchash.Bucket(id)}
+						refs := map[string]struct{}{}
+						for r := range some() {
+							if synchash.Bucket(r) == buckets[0] {
+								refs[r] = struct{}{}
+							}
+						}
+						b.ReplaceNodeBuckets(node, buckets, refs)
+					}
+				}
+				require.NoError(t, m.Commit(ctx, b))
+				requireHashes(t, m, nodes...)
+			}
 		})
 	}
 }

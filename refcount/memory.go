@@ -24,6 +24,10 @@ type memoryState struct {
 	// entries holds private deep copies; nothing outside the storage aliases
 	// their Nodes maps.
 	entries map[string]Set
+	// byNode is the per-node index, as bbolt's (bolt_nodes.go): for each
+	// node, the resources whose sets hold it; kept with entries by every
+	// write, so replacing a node's references reads its own.
+	byNode  map[string]map[string]struct{}
 	members map[string]Member
 	// strs and uints hold the meta values, the identity and the fence
 	// high-water mark under their bbolt keys.
@@ -47,6 +51,7 @@ func NewMemoryStorage() LocalStorage {
 	st := &memoryState{
 		owner:     1,
 		entries:   map[string]Set{},
+		byNode:    map[string]map[string]struct{}{},
 		members:   map[string]Member{},
 		strs:      map[string]string{},
 		uints:     map[string]uint64{},
@@ -167,12 +172,12 @@ func (s *memoryStorage) RefState(ctx context.Context, resourceID, node string) (
 func (st *memoryState) apply(op *Op) {
 	switch op.Kind {
 	case OpDropRefs:
+		for n := range st.entries[op.Key].Nodes {
+			st.unindex(n, op.Key)
+		}
 		delete(st.entries, op.Key)
 	case OpAddRef:
-		// In place: reads copy a set out, so nothing aliases it.
-		if rc := st.entries[op.Key]; rc.Add(op.Node) {
-			st.entries[op.Key] = rc
-		}
+		st.addRef(op.Key, op.Node)
 	case OpRemoveRef:
 		if rc := st.entries[op.Key]; rc.Has(op.Node) {
 			st.dropNode(op.Key, rc, op.Node)
@@ -202,19 +207,39 @@ func (st *memoryState) apply(op *Op) {
 	}
 }
 
+// replaceNode reads the node's index only: O(its old and new
+// references).
 func (st *memoryState) replaceNode(node string, buckets *BucketSet, refs map[string]struct{}) {
-	for id, rc := range st.entries {
-		if _, keep := refs[id]; !keep && rc.Has(node) && buckets.Holds(id) {
-			st.dropNode(id, rc, node)
+	for id := range st.byNode[node] {
+		if _, keep := refs[id]; !keep && buckets.Holds(id) {
+			st.dropNode(id, st.entries[id], node)
 		}
 	}
 	for id := range refs {
-		st.apply(&Op{Kind: OpAddRef, Key: id, Node: node})
+		st.addRef(id, node)
 	}
 }
 
+// addRef adds node to the set id and to the node's index. Callers hold
+// mu exclusively.
+func (st *memoryState) addRef(id, node string) {
+	// In place: reads copy a set out, so nothing aliases it.
+	rc := st.entries[id]
+	if !rc.Add(node) {
+		return
+	}
+	st.entries[id] = rc
+	ids := st.byNode[node]
+	if ids == nil {
+		ids = map[string]struct{}{}
+		st.byNode[node] = ids
+	}
+	ids[id] = struct{}{}
+}
+
 // dropNode stores rc without node under id, dropping the entry if that
-// leaves it empty. Callers hold mu exclusively.
+// leaves it empty, and id from the node's index. Callers hold mu
+// exclusively.
 func (st *memoryState) dropNode(id string, rc Set, node string) {
 	rc.Remove(node)
 	if rc.Len() == 0 {
@@ -222,6 +247,26 @@ func (st *memoryState) dropNode(id string, rc Set, node string) {
 	} else {
 		st.entries[id] = rc
 	}
+	st.unindex(node, id)
+}
+
+// unindex removes id from the node's index, and the node with its last.
+func (st *memoryState) unindex(node, id string) {
+	ids := st.byNode[node]
+	delete(ids, id)
+	if len(ids) == 0 {
+		delete(st.byNode, node)
+	}
+}
+
+// NodeRefs implements NodeRefLister.
+func (s *memoryStorage) NodeRefs(ctx context.Context, node string) ([]string, error) {
+	unlock, err := s.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return slices.Sorted(maps.Keys(s.st.byNode[node])), nil
 }
 
 func (s *memoryStorage) ListMembers(ctx context.Context) ([]Member, error) {

@@ -23,11 +23,23 @@ type Submitter interface {
 	Submit(ctx context.Context, b *Batch) (wait func() error)
 }
 
+// NodeRefLister is a Storage that keeps, beside the reference sets, an
+// index of the resources each node references, and reads it: the memory
+// and bbolt stores, whose ReplaceNode reads that index and so costs
+// O(the node's references) (docs/design.md §10.2). NodeRefs returns the
+// resources in whose sets the node is, in resource ID order (none: an
+// empty list); it always equals what the sets say.
+type NodeRefLister interface {
+	NodeRefs(ctx context.Context, node string) ([]string, error)
+}
+
 var (
-	_ RefStater = (*BoltStorage)(nil)
-	_ Submitter = (*BoltStorage)(nil)
-	_ RefStater = (*memoryStorage)(nil)
-	_ Submitter = (*memoryStorage)(nil)
+	_ NodeRefLister = (*BoltStorage)(nil)
+	_ NodeRefLister = (*memoryStorage)(nil)
+	_ RefStater     = (*BoltStorage)(nil)
+	_ Submitter     = (*BoltStorage)(nil)
+	_ RefStater     = (*memoryStorage)(nil)
+	_ Submitter     = (*memoryStorage)(nil)
 )
 
 // AddRefOrdered adds nodeID to the resource's references, as AddRef does,

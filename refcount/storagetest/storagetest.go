@@ -1,8 +1,10 @@
 // Package storagetest is the conformance suite for refcount.Storage
 // implementations: reference sets, members, the identity, the fence
 // high-water mark, meta values, delete markers and completions, Commit's
-// all-or-nothing batches, and the guard that fences a handle once another
-// has taken the state over.
+// all-or-nothing batches, the guard that fences a handle once another
+// has taken the state over, and a node's references staying what the
+// reference sets say through every kind of write (the per-node index of
+// refcount.NodeRefLister, read directly when the store is one).
 package storagetest
 
 import (
@@ -53,6 +55,7 @@ func Run(t *testing.T, newStorage func(t *testing.T) refcount.Storage, takeOver 
 		{"Closed", testClosed},
 		{"RefState", testRefState},
 		{"Submit", testSubmit},
+		{"NodeIndex", testNodeIndex},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,6 +64,7 @@ func Run(t *testing.T, newStorage func(t *testing.T) refcount.Storage, takeOver 
 	}
 	t.Run("TakeOver", func(t *testing.T) { testTakeOver(t, newStorage(t), takeOver) })
 	t.Run("TakeOverRace", func(t *testing.T) { testTakeOverRace(t, newStorage(t), takeOver) })
+	t.Run("NodeIndexTakeOver", func(t *testing.T) { testNodeIndexTakeOver(t, newStorage(t), takeOver) })
 }
 
 // TakeOverLocal is Run's takeOver for a refcount.LocalStorage.
