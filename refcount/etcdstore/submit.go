@@ -278,17 +278,27 @@ func (s *Store) flushSome(items []*submitted) int {
 		}
 		return len(items)
 	}
-	ctx, cancel := whileAnyWaits(items)
-	defer cancel()
+	// release stops watching the waiters' contexts before any waiter is
+	// let go: the store never touches a caller's context after its
+	// Submit's wait or its Commit returned (a coordinator passes a
+	// fasthttp RequestCtx, which is reused once its handler returns).
+	ctx, release := whileAnyWaits(items)
 	if ctx.Err() != nil { // no one waits any more: nothing is sent
-		for _, it := range items {
-			it.finish(fmt.Errorf("etcdstore: commit: abandoned: %w", it.ctx.Err()))
+		errs := make([]error, len(items))
+		for i, it := range items {
+			errs[i] = fmt.Errorf("etcdstore: commit: abandoned: %w", it.ctx.Err())
+		}
+		release()
+		for i, it := range items {
+			it.finish(errs[i])
 		}
 		return len(items)
 	}
 	p, n := s.planFit(ctx, items)
 	if n == 0 {
-		items[0].finish(s.commitAlone(ctx, items[0].groups))
+		err := s.commitAlone(ctx, items[0].groups)
+		release()
+		items[0].finish(err)
 		return 1
 	}
 	txns, err := p.pack(s.opts.MaxTxnOps, s.opts.MaxTxnBytes)
@@ -298,6 +308,7 @@ func (s *Store) flushSome(items []*submitted) int {
 		}
 		err = s.guarded(ctx, t.ops)
 	}
+	release()
 	for _, it := range items[:n] {
 		it.finish(err)
 	}
