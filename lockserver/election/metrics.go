@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/sharedcontent/sharedcontent/refcount/etcdstore"
 )
 
 // metrics are the replica's own; the term's Coordinator registers its
@@ -14,6 +16,9 @@ type metrics struct {
 	leader  prometheus.Gauge
 	changes prometheus.Counter
 	stepped *prometheus.CounterVec
+	// etcd are the etcd store's: transactions, their size and round
+	// trip, over every term.
+	etcd *etcdstore.Metrics
 
 	term atomic.Pointer[prometheus.Registry]
 }
@@ -34,7 +39,8 @@ func newMetrics() *metrics {
 			Help: "Times this replica stopped leading, by reason: session_lost, fenced, keepalive_lapsed, shutdown.",
 		}, []string{"reason"}),
 	}
-	m.reg.MustRegister(m.leader, m.changes, m.stepped)
+	m.etcd = etcdstore.NewMetrics()
+	m.reg.MustRegister(m.leader, m.changes, m.stepped, m.etcd)
 	return m
 }
 

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/sharedcontent/sharedcontent/refcount/etcdstore"
 )
 
 const (
@@ -32,11 +34,15 @@ type Options struct {
 	AdvertiseURL string
 	// SessionTTL is the etcd session's lease TTL, in whole seconds.
 	SessionTTL time.Duration
+	// FlushInterval is how long the leader's writes wait at most to share
+	// one etcd transaction (group commit, docs/design.md §7.1); negative
+	// sends each batch alone. Zero picks etcdstore.DefaultFlushInterval.
+	FlushInterval time.Duration
 }
 
 // DefaultOptions returns the defaults: no endpoints.
 func DefaultOptions() Options {
-	return Options{Prefix: DefaultPrefix, SessionTTL: DefaultSessionTTL}
+	return Options{Prefix: DefaultPrefix, SessionTTL: DefaultSessionTTL, FlushInterval: etcdstore.DefaultFlushInterval}
 }
 
 // Enabled reports whether the options ask for a replica.
@@ -56,6 +62,7 @@ func RegisterFlags(fs *flag.FlagSet, o *Options) {
 	})
 	fs.StringVar(&o.Prefix, "etcd-prefix", o.Prefix, "etcd key prefix of the coordinator's state and election")
 	fs.StringVar(&o.AdvertiseURL, "advertise-url", o.AdvertiseURL, "this replica's URL as clients reach it (required with --etcd-endpoints): standbys send clients to the leader's")
+	fs.DurationVar(&o.FlushInterval, "etcd-flush-interval", o.FlushInterval, "how long the leader's writes wait at most to share one etcd transaction (group commit; they also go at 128 operations or about 1 MiB); negative sends each batch in its own transaction")
 	fs.DurationVar(&o.SessionTTL, "etcd-session-ttl", o.SessionTTL, "the replica's etcd session lease, whole seconds, at least 2s: a leader stops answering 1s before its lease may lapse, and a dead leader is replaced within about this long")
 }
 

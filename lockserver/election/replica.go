@@ -130,7 +130,8 @@ func (r *Replica) leadTerm(ctx, tctx context.Context, h *httpserver.Handler, ses
 		defer cancel()
 		_ = e.Resign(rctx)
 	}
-	store, err := etcdstore.OpenElection(tctx, r.cli, r.opts.prefix(), e, etcdstore.Options{})
+	store, err := etcdstore.OpenElection(tctx, r.cli, r.opts.prefix(), e,
+		etcdstore.Options{FlushInterval: r.opts.FlushInterval, Metrics: r.metrics.etcd})
 	if err != nil {
 		resign()
 		return fmt.Errorf("election: open the etcd store: %w", err)

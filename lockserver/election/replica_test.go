@@ -47,16 +47,25 @@ func startReplica(t *testing.T, cli *clientv3.Client, prefix string) (*Replica, 
 
 // stepDowns returns the replica's step-downs for reason.
 func stepDowns(t *testing.T, r *Replica, reason string) float64 {
+	return metric(t, r, "sharedcontent_leader_stepdowns_total", "reason", reason)
+}
+
+// metric returns the counter name of the replica's metrics, of the series
+// whose label has value (any series when label is ""), 0 when none.
+func metric(t *testing.T, r *Replica, name, label, value string) float64 {
 	t.Helper()
 	mfs, err := r.Gatherer().Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
-		if mf.GetName() != "sharedcontent_leader_stepdowns_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			if label == "" {
+				return m.GetCounter().GetValue()
+			}
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
+				if l.GetName() == label && l.GetValue() == value {
 					return m.GetCounter().GetValue()
 				}
 			}
@@ -103,6 +112,10 @@ func TestFencedCommitStepsDown(t *testing.T) {
 	require.Zero(t, got.Count, "the fenced write wrote nothing")
 	require.Eventually(t, func() bool { return leads(r) }, time.Minute, 10*time.Millisecond, "it campaigns again and leads")
 	require.Equal(t, float64(1), stepDowns(t, r, "fenced"))
+	// The etcd store's metrics are the replica's, over its terms.
+	require.Equal(t, float64(1), metric(t, r, "sharedcontent_etcd_txns_failed_total", "reason", "fenced"),
+		"the failed guard is counted")
+	require.Positive(t, metric(t, r, "sharedcontent_etcd_txns_total", "", ""), "each term's start wrote through the store")
 }
 
 func TestValidate(t *testing.T) {
