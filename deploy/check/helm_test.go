@@ -11,7 +11,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 const (
@@ -108,16 +110,24 @@ func checkHelmCoordinator(t *testing.T, m *manifests) (*corev1.Service, corev1.C
 	require.Len(t, m.statefulSets, 1)
 	st := m.statefulSets[0]
 	spec := st.Spec.Template.Spec
-	require.Equal(t, int32(1), *st.Spec.Replicas, "one coordinator per cluster")
 	c := onlyContainer(t, spec)
 	require.Equal(t, []string{"/usr/local/bin/sharedcontent-lockserver"}, c.Command)
 	f := flagValues(t, c)
 	hp := port(t, c, "http")
 	require.Equal(t, listenPort(t, f["listen"]), fmt.Sprint(hp.ContainerPort))
-	v, vm := mountOf(t, spec, c, f["data-dir"])
-	require.Nil(t, v, "--data-dir is not on a pod volume (emptyDir loses the database)")
-	require.True(t, slices.ContainsFunc(st.Spec.VolumeClaimTemplates, func(p corev1.PersistentVolumeClaim) bool { return p.Name == vm.Name }),
-		"--data-dir %s is on the PVC", f["data-dir"])
+	svc := serviceSelecting(t, m, st.Spec.Template.Labels)
+	requireServicePort(t, svc, c, "http")
+	if _, ha := f["etcd-endpoints"]; ha {
+		checkHelmReplicas(t, m, st, c, f, svc)
+	} else {
+		require.Equal(t, int32(1), *st.Spec.Replicas, "one coordinator per database")
+		v, vm := mountOf(t, spec, c, f["data-dir"])
+		require.Nil(t, v, "--data-dir is not on a pod volume (emptyDir loses the database)")
+		require.True(t, slices.ContainsFunc(st.Spec.VolumeClaimTemplates, func(p corev1.PersistentVolumeClaim) bool { return p.Name == vm.Name }),
+			"--data-dir %s is on the PVC", f["data-dir"])
+		require.Equal(t, st.Spec.ServiceName, svc.Name)
+		require.Empty(t, m.pdbs)
+	}
 	require.Equal(t, int64(65532), *spec.SecurityContext.RunAsUser, "the image's non-root user")
 	require.True(t, *spec.SecurityContext.RunAsNonRoot)
 	for flag, key := range map[string]string{"auth-token-file": "token", "admin-token-file": "token", "node-tokens-file": "node-tokens",
@@ -132,10 +142,64 @@ func checkHelmCoordinator(t *testing.T, m *manifests) (*corev1.Service, corev1.C
 	if f["tls-node-identity"] == "true" || f["node-tokens-file"] != "" {
 		require.NotContains(t, f, "auth-token-file", "a shared token with node identities is refused")
 	}
-	svc := serviceSelecting(t, m, st.Spec.Template.Labels)
-	require.Equal(t, st.Spec.ServiceName, svc.Name)
-	requireServicePort(t, svc, c, "http")
 	return svc, c
+}
+
+// checkHelmReplicas checks the coordinator's replicas on etcd
+// (docs/helm.md "HA on etcd"): several, no volume; each advertises its own
+// name in the headless Service that publishes every replica, ready or
+// not; the nodes' Service holds only ready pods (/readyz: the leader);
+// one replica per node, one disrupted at a time.
+func checkHelmReplicas(t *testing.T, m *manifests, st *appsv1.StatefulSet, c corev1.Container, f map[string]string, svc *corev1.Service) {
+	t.Helper()
+	spec := st.Spec.Template.Spec
+	require.GreaterOrEqual(t, *st.Spec.Replicas, int32(2), "a standby to take over")
+	require.Empty(t, st.Spec.VolumeClaimTemplates, "the state is in etcd")
+	require.NotContains(t, f, "data-dir")
+	for _, e := range strings.Split(f["etcd-endpoints"], ",") {
+		u, err := url.Parse(e)
+		require.NoError(t, err)
+		require.Contains(t, []string{"http", "https"}, u.Scheme, e)
+	}
+
+	require.NotEqual(t, st.Spec.ServiceName, svc.Name, "the nodes' Service is not the headless one")
+	require.False(t, svc.Spec.PublishNotReadyAddresses, "the nodes' Service routes to the ready replica: the leader")
+	var peers *corev1.Service
+	for _, s := range m.services {
+		if s.Name == st.Spec.ServiceName {
+			peers = s
+		}
+	}
+	require.NotNil(t, peers, "serviceName %s is a Service", st.Spec.ServiceName)
+	require.Equal(t, corev1.ClusterIPNone, peers.Spec.ClusterIP)
+	require.True(t, peers.Spec.PublishNotReadyAddresses, "standbys resolve too")
+	require.Equal(t, svc.Spec.Selector, peers.Spec.Selector)
+	requireServicePort(t, peers, c, "http")
+
+	// --advertise-url=SCHEME://$(POD_NAME).PEERS.NAMESPACE.svc:PORT, with
+	// POD_NAME the pod's name (kubelet expands $(VAR) in args).
+	u, err := url.Parse(f["advertise-url"])
+	require.NoError(t, err)
+	require.Equal(t, "$(POD_NAME)."+peers.Name+"."+st.Namespace+".svc", u.Hostname())
+	require.Equal(t, fmt.Sprint(port(t, c, "http").ContainerPort), u.Port())
+	_, https := f["tls-cert"]
+	require.Equal(t, map[bool]string{true: "https", false: "http"}[https], u.Scheme)
+	require.Equal(t, "metadata.name", env(c, "POD_NAME").ValueFrom.FieldRef.FieldPath)
+
+	require.NotNil(t, c.ReadinessProbe)
+	if f["tls-client-ca"] == "" {
+		require.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path, "ready: the leader")
+	}
+	require.NotNil(t, spec.Affinity.PodAntiAffinity, "one replica per node")
+	terms := spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	require.Len(t, terms, 1)
+	require.Equal(t, "kubernetes.io/hostname", terms[0].TopologyKey)
+	require.Equal(t, st.Spec.Selector.MatchLabels, terms[0].LabelSelector.MatchLabels)
+
+	require.Len(t, m.pdbs, 1)
+	pdb := m.pdbs[0]
+	require.Equal(t, st.Spec.Selector.MatchLabels, pdb.Spec.Selector.MatchLabels)
+	require.Equal(t, intstr.FromInt32(1), *pdb.Spec.MaxUnavailable, "one replica down at a time")
 }
 
 func checkHelmNode(t *testing.T, m *manifests, coordinatorSvc *corev1.Service, coordinator corev1.Container) {

@@ -36,8 +36,8 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* Refuse values that cannot work, before anything is applied. */}}
 {{- define "sharedcontent.validate" -}}
-{{- if .Values.coordinator.ha.etcdEndpoints -}}
-{{- fail "coordinator.ha.etcdEndpoints: HA coordinators are not supported yet; leave it empty (one replica with a PVC)" -}}
+{{- if and .Values.coordinator.ha.etcdEndpoints (lt (int .Values.coordinator.ha.replicas) 2) -}}
+{{- fail "coordinator.ha.replicas: at least 2 with etcdEndpoints (a standby to take over)" -}}
 {{- end -}}
 {{- if and .Values.tls.nodeIdentity (not .Values.tls.clientCA) -}}
 {{- fail "tls.nodeIdentity needs tls.clientCA: a certificate names its node only under mTLS" -}}
