@@ -1,0 +1,210 @@
+package check
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"sigs.k8s.io/yaml"
+)
+
+// haDir is the HA variant of deploy/kubernetes: the base plus the
+// coordinator's replicas on etcd (docs/kubernetes.md "HA on etcd").
+const haDir = "../kubernetes/ha"
+
+// haKustomization is the part of the overlay's Kustomization it uses.
+type haKustomization struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Namespace  string   `json:"namespace"`
+	Resources  []string `json:"resources"`
+	Patches    []struct {
+		Path string `json:"path"`
+	} `json:"patches"`
+}
+
+// loadHA builds the HA variant as kustomize does: the base's objects,
+// the overlay's own, and its strategic merge patch applied to the base's
+// StatefulSet (the patch semantics kustomize follows: null clears a
+// field, $patch: delete drops a list entry by its merge key).
+func loadHA(t *testing.T) (*manifests, haKustomization) {
+	t.Helper()
+	m, _ := load(t)
+	b, err := os.ReadFile(filepath.Join(haDir, "kustomization.yaml"))
+	require.NoError(t, err)
+	var k haKustomization
+	require.NoError(t, decodeStrict(b, &k))
+	require.Equal(t, "Kustomization", k.Kind)
+	require.Equal(t, "sharedcontent", k.Namespace, "the base's namespace")
+	require.Contains(t, k.Resources, "../", "the base")
+	require.Len(t, k.Patches, 1)
+
+	files, err := filepath.Glob(filepath.Join(haDir, "*.yaml"))
+	require.NoError(t, err)
+	listed := map[string]bool{"kustomization.yaml": true, k.Patches[0].Path: true}
+	for _, r := range k.Resources {
+		if r == "../" {
+			continue
+		}
+		listed[r] = true
+		b, err := os.ReadFile(filepath.Join(haDir, r))
+		require.NoError(t, err)
+		for i, doc := range documents(b) {
+			require.NoError(t, m.add(doc), "%s, document %d", r, i+1)
+		}
+	}
+	for _, f := range files {
+		require.True(t, listed[filepath.Base(f)], "%s is neither a resource nor the patch", f)
+	}
+
+	require.Len(t, m.statefulSets, 1)
+	base, err := yaml.Marshal(m.statefulSets[0])
+	require.NoError(t, err)
+	patch, err := os.ReadFile(filepath.Join(haDir, k.Patches[0].Path))
+	require.NoError(t, err)
+	var target struct {
+		Kind     string
+		Metadata struct{ Name string }
+	}
+	require.NoError(t, yaml.Unmarshal(patch, &target))
+	require.Equal(t, "StatefulSet", target.Kind)
+	require.Equal(t, m.statefulSets[0].Name, target.Metadata.Name, "the patch names the base's StatefulSet")
+	baseJSON, err := yaml.YAMLToJSON(base)
+	require.NoError(t, err)
+	patchJSON, err := yaml.YAMLToJSONStrict(patch)
+	require.NoError(t, err)
+	merged, err := strategicpatch.StrategicMergePatch(baseJSON, patchJSON, appsv1.StatefulSet{})
+	require.NoError(t, err)
+	st := &appsv1.StatefulSet{}
+	require.NoError(t, decodeStrict(merged, st), "the patched StatefulSet")
+	m.statefulSets[0] = st
+	return m, k
+}
+
+// TestKustomizeHA: the HA variant runs 3 replicas of the coordinator on
+// etcd with no PVC, its etcd settings from the ConfigMap, each replica
+// advertising its own name in the headless Service; the base's Service
+// (the nodes' --coordinator) routes to the ready replica, the leader; one
+// replica per node, one disrupted at a time. Flags and variables are the
+// coordinator's own.
+func TestKustomizeHA(t *testing.T) {
+	m, _ := loadHA(t)
+	st := m.statefulSets[0]
+	spec := st.Spec.Template.Spec
+	c := onlyContainer(t, spec)
+	require.Equal(t, int32(3), *st.Spec.Replicas)
+	require.Equal(t, appsv1.ParallelPodManagement, st.Spec.PodManagementPolicy)
+	require.Empty(t, st.Spec.VolumeClaimTemplates, "the state is in etcd")
+	f := flagValues(t, c)
+	require.NotContains(t, f, "data-dir")
+	for _, vm := range c.VolumeMounts {
+		v, _ := mountOf(t, spec, c, vm.MountPath)
+		require.NotNil(t, v, "mount %s has a volume", vm.MountPath)
+	}
+	requireTokenFile(t, spec, c, f["auth-token-file"])
+
+	// Every flag and every SHAREDCONTENT_ variable names a flag of the
+	// coordinator; etcd's settings come from the overlay's ConfigMap.
+	flags := flagNames(t, "sharedcontent-lockserver")
+	for name := range f {
+		require.True(t, flags[name], "--%s is no flag of sharedcontent-lockserver", name)
+	}
+	set := map[string]bool{}
+	for _, e := range c.Env {
+		flag, ok := strings.CutPrefix(e.Name, "SHAREDCONTENT_")
+		if !ok {
+			continue
+		}
+		flag = strings.ReplaceAll(strings.ToLower(flag), "_", "-")
+		require.True(t, flags[flag], "%s is no flag of sharedcontent-lockserver (--%s)", e.Name, flag)
+		set[flag] = true
+		if ref := e.ValueFrom; ref != nil {
+			require.NotNil(t, ref.ConfigMapKeyRef, e.Name)
+			var cm *corev1.ConfigMap
+			for _, x := range m.configMaps {
+				if x.Name == ref.ConfigMapKeyRef.Name {
+					cm = x
+				}
+			}
+			require.NotNil(t, cm, "%s: ConfigMap %s", e.Name, ref.ConfigMapKeyRef.Name)
+			require.NotEmpty(t, cm.Data[ref.ConfigMapKeyRef.Key], "%s: key %s", e.Name, ref.ConfigMapKeyRef.Key)
+			if flag == "etcd-endpoints" {
+				for _, ep := range strings.Split(cm.Data[ref.ConfigMapKeyRef.Key], ",") {
+					u, err := url.Parse(ep)
+					require.NoError(t, err)
+					require.Contains(t, []string{"http", "https"}, u.Scheme, ep)
+				}
+			}
+		}
+	}
+	require.True(t, set["etcd-endpoints"], "SHAREDCONTENT_ETCD_ENDPOINTS is set")
+
+	var peers, nodes *corev1.Service
+	for _, s := range m.services {
+		switch s.Name {
+		case st.Spec.ServiceName:
+			peers = s
+		case "sharedcontent-lockserver":
+			nodes = s
+		}
+	}
+	require.NotNil(t, peers, "serviceName %s is a Service", st.Spec.ServiceName)
+	require.Equal(t, corev1.ClusterIPNone, peers.Spec.ClusterIP)
+	require.True(t, peers.Spec.PublishNotReadyAddresses, "standbys resolve too")
+	requireServicePort(t, peers, c, "http")
+	require.NotNil(t, nodes)
+	require.False(t, nodes.Spec.PublishNotReadyAddresses, "the nodes' Service routes to the ready replica: the leader")
+	require.Equal(t, nodes.Spec.Selector, peers.Spec.Selector)
+	requireServicePort(t, nodes, c, "http")
+	coord, err := url.Parse(flagValues(t, onlyContainer(t, m.daemonSets[0].Spec.Template.Spec))["coordinator"])
+	require.NoError(t, err)
+	require.Equal(t, nodes.Name, strings.Split(coord.Hostname(), ".")[0], "the nodes use the Service that routes to the leader")
+
+	u, err := url.Parse(f["advertise-url"])
+	require.NoError(t, err)
+	require.Equal(t, "$(POD_NAME)."+peers.Name+".$(POD_NAMESPACE).svc", u.Hostname())
+	require.Equal(t, fmt.Sprint(port(t, c, "http").ContainerPort), u.Port())
+	require.Equal(t, "metadata.name", env(c, "POD_NAME").ValueFrom.FieldRef.FieldPath)
+	require.Equal(t, "metadata.namespace", env(c, "POD_NAMESPACE").ValueFrom.FieldRef.FieldPath)
+
+	require.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path, "ready: the leader")
+	require.Equal(t, int32(1), c.ReadinessProbe.PeriodSeconds)
+	require.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path)
+	terms := spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	require.Len(t, terms, 1)
+	require.Equal(t, "kubernetes.io/hostname", terms[0].TopologyKey)
+	require.Equal(t, st.Spec.Selector.MatchLabels, terms[0].LabelSelector.MatchLabels)
+
+	require.Len(t, m.pdbs, 1)
+	require.Equal(t, st.Spec.Selector.MatchLabels, m.pdbs[0].Spec.Selector.MatchLabels)
+	require.Equal(t, intstr.FromInt32(1), *m.pdbs[0].Spec.MaxUnavailable, "one replica down at a time")
+}
+
+// TestKustomizeHAMatchesHelm: the HA variant's replicas take the flags
+// the chart's HA rendering gives them (the chart's prefix and TTL are
+// flags, the overlay's are variables; the URLs name each one's objects).
+func TestKustomizeHAMatchesHelm(t *testing.T) {
+	k, _ := loadHA(t)
+	h := loadRendered(t, renderedFiles(t)["ha"])
+	kc := onlyContainer(t, k.statefulSets[0].Spec.Template.Spec)
+	kf := flagValues(t, kc)
+	for _, e := range kc.Env {
+		if flag, ok := strings.CutPrefix(e.Name, "SHAREDCONTENT_"); ok {
+			kf[strings.ReplaceAll(strings.ToLower(flag), "_", "-")] = "set"
+		}
+	}
+	hf := flagValues(t, onlyContainer(t, h.statefulSets[0].Spec.Template.Spec))
+	for _, f := range []string{"etcd-endpoints", "etcd-prefix", "etcd-session-ttl", "advertise-url", "listen", "auth-token-file"} {
+		require.Contains(t, kf, f)
+		require.Contains(t, hf, f)
+	}
+	require.Equal(t, *h.statefulSets[0].Spec.Replicas, *k.statefulSets[0].Spec.Replicas)
+}
