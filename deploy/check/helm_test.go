@@ -236,7 +236,20 @@ func checkHelmNode(t *testing.T, m *manifests, coordinatorSvc *corev1.Service, c
 		require.Equal(t, "ca.crt", path.Base(p))
 	}
 
-	u, err := url.Parse(f["coordinator"])
+	cf := flagValues(t, coordinator)
+	if _, ha := cf["etcd-endpoints"]; ha {
+		// Each replica as it advertises itself: a node follows a
+		// not_leader hint only to a URL of its list.
+		st := m.statefulSets[0]
+		var want []string
+		for i := range *st.Spec.Replicas {
+			want = append(want, strings.Replace(cf["advertise-url"], "$(POD_NAME)", fmt.Sprintf("%s-%d", st.Name, i), 1))
+		}
+		require.Equal(t, strings.Join(want, ","), f["coordinator"], "--coordinator lists every replica")
+		require.Equal(t, cf["tls-cert"] != "", f["coordinator-ca"] != "", "--coordinator-ca exactly when the coordinator serves HTTPS")
+		coordinatorSvc = nil // checked
+	}
+	u, err := url.Parse(strings.Split(f["coordinator"], ",")[0])
 	require.NoError(t, err)
 	if coordinatorSvc != nil {
 		host, _, _ := strings.Cut(u.Hostname(), ".")

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
+
 	"sigs.k8s.io/yaml"
 )
 
@@ -45,11 +47,14 @@ func loadHA(t *testing.T) (*manifests, haKustomization) {
 	require.Equal(t, "Kustomization", k.Kind)
 	require.Equal(t, "sharedcontent", k.Namespace, "the base's namespace")
 	require.Contains(t, k.Resources, "../", "the base")
-	require.Len(t, k.Patches, 1)
+	require.NotEmpty(t, k.Patches)
 
 	files, err := filepath.Glob(filepath.Join(haDir, "*.yaml"))
 	require.NoError(t, err)
-	listed := map[string]bool{"kustomization.yaml": true, k.Patches[0].Path: true}
+	listed := map[string]bool{"kustomization.yaml": true}
+	for _, p := range k.Patches {
+		listed[p.Path] = true
+	}
 	for _, r := range k.Resources {
 		if r == "../" {
 			continue
@@ -65,28 +70,48 @@ func loadHA(t *testing.T) (*manifests, haKustomization) {
 		require.True(t, listed[filepath.Base(f)], "%s is neither a resource nor the patch", f)
 	}
 
-	require.Len(t, m.statefulSets, 1)
-	base, err := yaml.Marshal(m.statefulSets[0])
-	require.NoError(t, err)
-	patch, err := os.ReadFile(filepath.Join(haDir, k.Patches[0].Path))
+	for _, p := range k.Patches {
+		applyPatch(t, m, filepath.Join(haDir, p.Path))
+	}
+	return m, k
+}
+
+// applyPatch applies the strategic merge patch in file to the base's
+// object it names (the StatefulSet or the DaemonSet), as kustomize does.
+func applyPatch(t *testing.T, m *manifests, file string) {
+	t.Helper()
+	patch, err := os.ReadFile(file)
 	require.NoError(t, err)
 	var target struct {
 		Kind     string
 		Metadata struct{ Name string }
 	}
 	require.NoError(t, yaml.Unmarshal(patch, &target))
-	require.Equal(t, "StatefulSet", target.Kind)
-	require.Equal(t, m.statefulSets[0].Name, target.Metadata.Name, "the patch names the base's StatefulSet")
-	baseJSON, err := yaml.YAMLToJSON(base)
-	require.NoError(t, err)
 	patchJSON, err := yaml.YAMLToJSONStrict(patch)
 	require.NoError(t, err)
-	merged, err := strategicpatch.StrategicMergePatch(baseJSON, patchJSON, appsv1.StatefulSet{})
-	require.NoError(t, err)
-	st := &appsv1.StatefulSet{}
-	require.NoError(t, decodeStrict(merged, st), "the patched StatefulSet")
-	m.statefulSets[0] = st
-	return m, k
+	merge := func(obj, schema any, out any) {
+		base, err := json.Marshal(obj)
+		require.NoError(t, err)
+		merged, err := strategicpatch.StrategicMergePatch(base, patchJSON, schema)
+		require.NoError(t, err, file)
+		require.NoError(t, decodeStrict(merged, out), "%s: the patched object", file)
+	}
+	switch target.Kind {
+	case "StatefulSet":
+		require.Len(t, m.statefulSets, 1)
+		require.Equal(t, m.statefulSets[0].Name, target.Metadata.Name, "%s names the base's StatefulSet", file)
+		st := &appsv1.StatefulSet{}
+		merge(m.statefulSets[0], appsv1.StatefulSet{}, st)
+		m.statefulSets[0] = st
+	case "DaemonSet":
+		require.Len(t, m.daemonSets, 1)
+		require.Equal(t, m.daemonSets[0].Name, target.Metadata.Name, "%s names the base's DaemonSet", file)
+		ds := &appsv1.DaemonSet{}
+		merge(m.daemonSets[0], appsv1.DaemonSet{}, ds)
+		m.daemonSets[0] = ds
+	default:
+		t.Fatalf("%s patches a %s: not known to this test", file, target.Kind)
+	}
 }
 
 // TestKustomizeHA: the HA variant runs 3 replicas of the coordinator on
@@ -164,16 +189,26 @@ func TestKustomizeHA(t *testing.T) {
 	require.False(t, nodes.Spec.PublishNotReadyAddresses, "the nodes' Service routes to the ready replica: the leader")
 	require.Equal(t, nodes.Spec.Selector, peers.Spec.Selector)
 	requireServicePort(t, nodes, c, "http")
-	coord, err := url.Parse(flagValues(t, onlyContainer(t, m.daemonSets[0].Spec.Template.Spec))["coordinator"])
-	require.NoError(t, err)
-	require.Equal(t, nodes.Name, strings.Split(coord.Hostname(), ".")[0], "the nodes use the Service that routes to the leader")
-
 	u, err := url.Parse(f["advertise-url"])
 	require.NoError(t, err)
-	require.Equal(t, "$(POD_NAME)."+peers.Name+".$(POD_NAMESPACE).svc", u.Hostname())
+	require.Equal(t, "$(POD_NAME)."+peers.Name, u.Hostname())
 	require.Equal(t, fmt.Sprint(port(t, c, "http").ContainerPort), u.Port())
 	require.Equal(t, "metadata.name", env(c, "POD_NAME").ValueFrom.FieldRef.FieldPath)
-	require.Equal(t, "metadata.namespace", env(c, "POD_NAMESPACE").ValueFrom.FieldRef.FieldPath)
+
+	// The nodes list every replica as it advertises itself (they follow
+	// a not_leader hint only to a URL of their list); their other flags
+	// are the base's.
+	var want []string
+	for i := range *st.Spec.Replicas {
+		want = append(want, strings.Replace(f["advertise-url"], "$(POD_NAME)", fmt.Sprintf("%s-%d", st.Name, i), 1))
+	}
+	base, _ := load(t)
+	bf := flagValues(t, onlyContainer(t, base.daemonSets[0].Spec.Template.Spec))
+	nf := flagValues(t, onlyContainer(t, m.daemonSets[0].Spec.Template.Spec))
+	require.Equal(t, strings.Join(want, ","), nf["coordinator"], "--coordinator lists every replica")
+	delete(bf, "coordinator")
+	delete(nf, "coordinator")
+	require.Equal(t, bf, nf, "daemonset-ha.yaml keeps the base's other arguments")
 
 	require.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path, "ready: the leader")
 	require.Equal(t, int32(1), c.ReadinessProbe.PeriodSeconds)
