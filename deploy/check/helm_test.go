@@ -155,6 +155,7 @@ func checkHelmReplicas(t *testing.T, m *manifests, st *appsv1.StatefulSet, c cor
 	spec := st.Spec.Template.Spec
 	require.GreaterOrEqual(t, *st.Spec.Replicas, int32(2), "a standby to take over")
 	require.Empty(t, st.Spec.VolumeClaimTemplates, "the state is in etcd")
+	require.Equal(t, appsv1.OnDeleteStatefulSetStrategyType, st.Spec.UpdateStrategy.Type, "a standby is never ready: a rolling update would stall")
 	require.NotContains(t, f, "data-dir")
 	for _, e := range strings.Split(f["etcd-endpoints"], ",") {
 		u, err := url.Parse(e)

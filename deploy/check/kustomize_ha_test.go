@@ -127,6 +127,7 @@ func TestKustomizeHA(t *testing.T) {
 	c := onlyContainer(t, spec)
 	require.Equal(t, int32(3), *st.Spec.Replicas)
 	require.Equal(t, appsv1.ParallelPodManagement, st.Spec.PodManagementPolicy)
+	require.Equal(t, appsv1.OnDeleteStatefulSetStrategyType, st.Spec.UpdateStrategy.Type, "a standby is never ready: a rolling update would stall")
 	require.Empty(t, st.Spec.VolumeClaimTemplates, "the state is in etcd")
 	f := flagValues(t, c)
 	require.NotContains(t, f, "data-dir")
