@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 const (
@@ -145,62 +144,17 @@ func checkHelmCoordinator(t *testing.T, m *manifests) (*corev1.Service, corev1.C
 	return svc, c
 }
 
-// checkHelmReplicas checks the coordinator's replicas on etcd
-// (docs/helm.md "HA on etcd"): several, no volume; each advertises its own
-// name in the headless Service that publishes every replica, ready or
-// not; the nodes' Service holds only ready pods (/readyz: the leader);
-// one replica per node, one disrupted at a time.
+// checkHelmReplicas checks the chart's replicas on etcd (docs/helm.md
+// "HA on etcd"): checkReplicas, each advertising its name in the headless
+// Service with the namespace, in the scheme it serves.
 func checkHelmReplicas(t *testing.T, m *manifests, st *appsv1.StatefulSet, c corev1.Container, f map[string]string, svc *corev1.Service) {
 	t.Helper()
-	spec := st.Spec.Template.Spec
-	require.GreaterOrEqual(t, *st.Spec.Replicas, int32(2), "a standby to take over")
-	require.Empty(t, st.Spec.VolumeClaimTemplates, "the state is in etcd")
-	require.Equal(t, appsv1.OnDeleteStatefulSetStrategyType, st.Spec.UpdateStrategy.Type, "a standby is never ready: a rolling update would stall")
-	require.NotContains(t, f, "data-dir")
-	for _, e := range strings.Split(f["etcd-endpoints"], ",") {
-		u, err := url.Parse(e)
-		require.NoError(t, err)
-		require.Contains(t, []string{"http", "https"}, u.Scheme, e)
-	}
-
-	require.NotEqual(t, st.Spec.ServiceName, svc.Name, "the nodes' Service is not the headless one")
-	require.False(t, svc.Spec.PublishNotReadyAddresses, "the nodes' Service routes to the ready replica: the leader")
-	var peers *corev1.Service
-	for _, s := range m.services {
-		if s.Name == st.Spec.ServiceName {
-			peers = s
-		}
-	}
-	require.NotNil(t, peers, "serviceName %s is a Service", st.Spec.ServiceName)
-	require.Equal(t, corev1.ClusterIPNone, peers.Spec.ClusterIP)
-	require.True(t, peers.Spec.PublishNotReadyAddresses, "standbys resolve too")
-	require.Equal(t, svc.Spec.Selector, peers.Spec.Selector)
-	requireServicePort(t, peers, c, "http")
-
-	// --advertise-url=SCHEME://$(POD_NAME).PEERS.NAMESPACE.svc:PORT, with
-	// POD_NAME the pod's name (kubelet expands $(VAR) in args).
+	peers := checkReplicas(t, m, st, c, f, svc)
 	u, err := url.Parse(f["advertise-url"])
 	require.NoError(t, err)
 	require.Equal(t, "$(POD_NAME)."+peers.Name+"."+st.Namespace+".svc", u.Hostname())
-	require.Equal(t, fmt.Sprint(port(t, c, "http").ContainerPort), u.Port())
 	_, https := f["tls-cert"]
 	require.Equal(t, map[bool]string{true: "https", false: "http"}[https], u.Scheme)
-	require.Equal(t, "metadata.name", env(c, "POD_NAME").ValueFrom.FieldRef.FieldPath)
-
-	require.NotNil(t, c.ReadinessProbe)
-	if f["tls-client-ca"] == "" {
-		require.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path, "ready: the leader")
-	}
-	require.NotNil(t, spec.Affinity.PodAntiAffinity, "one replica per node")
-	terms := spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution
-	require.Len(t, terms, 1)
-	require.Equal(t, "kubernetes.io/hostname", terms[0].TopologyKey)
-	require.Equal(t, st.Spec.Selector.MatchLabels, terms[0].LabelSelector.MatchLabels)
-
-	require.Len(t, m.pdbs, 1)
-	pdb := m.pdbs[0]
-	require.Equal(t, st.Spec.Selector.MatchLabels, pdb.Spec.Selector.MatchLabels)
-	require.Equal(t, intstr.FromInt32(1), *pdb.Spec.MaxUnavailable, "one replica down at a time")
 }
 
 func checkHelmNode(t *testing.T, m *manifests, coordinatorSvc *corev1.Service, coordinator corev1.Container) {
@@ -241,12 +195,7 @@ func checkHelmNode(t *testing.T, m *manifests, coordinatorSvc *corev1.Service, c
 	if _, ha := cf["etcd-endpoints"]; ha {
 		// Each replica as it advertises itself: a node follows a
 		// not_leader hint only to a URL of its list.
-		st := m.statefulSets[0]
-		var want []string
-		for i := range *st.Spec.Replicas {
-			want = append(want, strings.Replace(cf["advertise-url"], "$(POD_NAME)", fmt.Sprintf("%s-%d", st.Name, i), 1))
-		}
-		require.Equal(t, strings.Join(want, ","), f["coordinator"], "--coordinator lists every replica")
+		require.Equal(t, replicaURLs(m.statefulSets[0], cf["advertise-url"]), f["coordinator"], "--coordinator lists every replica")
 		require.Equal(t, cf["tls-cert"] != "", f["coordinator-ca"] != "", "--coordinator-ca exactly when the coordinator serves HTTPS")
 		coordinatorSvc = nil // checked
 	}

@@ -2,7 +2,6 @@ package check
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -12,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 
 	"sigs.k8s.io/yaml"
@@ -125,12 +123,9 @@ func TestKustomizeHA(t *testing.T) {
 	st := m.statefulSets[0]
 	spec := st.Spec.Template.Spec
 	c := onlyContainer(t, spec)
+	f := flagValues(t, c)
 	require.Equal(t, int32(3), *st.Spec.Replicas)
 	require.Equal(t, appsv1.ParallelPodManagement, st.Spec.PodManagementPolicy)
-	require.Equal(t, appsv1.OnDeleteStatefulSetStrategyType, st.Spec.UpdateStrategy.Type, "a standby is never ready: a rolling update would stall")
-	require.Empty(t, st.Spec.VolumeClaimTemplates, "the state is in etcd")
-	f := flagValues(t, c)
-	require.NotContains(t, f, "data-dir")
 	for _, vm := range c.VolumeMounts {
 		v, _ := mountOf(t, spec, c, vm.MountPath)
 		require.NotNil(t, v, "mount %s has a volume", vm.MountPath)
@@ -163,50 +158,31 @@ func TestKustomizeHA(t *testing.T) {
 			require.NotNil(t, cm, "%s: ConfigMap %s", e.Name, ref.ConfigMapKeyRef.Name)
 			require.NotEmpty(t, cm.Data[ref.ConfigMapKeyRef.Key], "%s: key %s", e.Name, ref.ConfigMapKeyRef.Key)
 			if flag == "etcd-endpoints" {
-				for _, ep := range strings.Split(cm.Data[ref.ConfigMapKeyRef.Key], ",") {
-					u, err := url.Parse(ep)
-					require.NoError(t, err)
-					require.Contains(t, []string{"http", "https"}, u.Scheme, ep)
-				}
+				requireEtcdURLs(t, cm.Data[ref.ConfigMapKeyRef.Key])
 			}
 		}
 	}
 	require.True(t, set["etcd-endpoints"], "SHAREDCONTENT_ETCD_ENDPOINTS is set")
 
-	var peers, nodes *corev1.Service
+	var nodes *corev1.Service
 	for _, s := range m.services {
-		switch s.Name {
-		case st.Spec.ServiceName:
-			peers = s
-		case "sharedcontent-lockserver":
+		if s.Name == "sharedcontent-lockserver" {
 			nodes = s
 		}
 	}
-	require.NotNil(t, peers, "serviceName %s is a Service", st.Spec.ServiceName)
-	require.Equal(t, corev1.ClusterIPNone, peers.Spec.ClusterIP)
-	require.True(t, peers.Spec.PublishNotReadyAddresses, "standbys resolve too")
-	requireServicePort(t, peers, c, "http")
-	require.NotNil(t, nodes)
-	require.False(t, nodes.Spec.PublishNotReadyAddresses, "the nodes' Service routes to the ready replica: the leader")
-	require.Equal(t, nodes.Spec.Selector, peers.Spec.Selector)
-	requireServicePort(t, nodes, c, "http")
+	require.NotNil(t, nodes, "the base's Service")
+	peers := checkReplicas(t, m, st, c, f, nodes)
 	u, err := url.Parse(f["advertise-url"])
 	require.NoError(t, err)
-	require.Equal(t, "$(POD_NAME)."+peers.Name, u.Hostname())
-	require.Equal(t, fmt.Sprint(port(t, c, "http").ContainerPort), u.Port())
-	require.Equal(t, "metadata.name", env(c, "POD_NAME").ValueFrom.FieldRef.FieldPath)
+	require.Equal(t, "$(POD_NAME)."+peers.Name, u.Hostname(), "short, as the base's Service")
 
 	// The nodes list every replica as it advertises itself (they follow
 	// a not_leader hint only to a URL of their list); their other flags
 	// are the base's.
-	var want []string
-	for i := range *st.Spec.Replicas {
-		want = append(want, strings.Replace(f["advertise-url"], "$(POD_NAME)", fmt.Sprintf("%s-%d", st.Name, i), 1))
-	}
 	base, _ := load(t)
 	bf := flagValues(t, onlyContainer(t, base.daemonSets[0].Spec.Template.Spec))
 	nf := flagValues(t, onlyContainer(t, m.daemonSets[0].Spec.Template.Spec))
-	require.Equal(t, strings.Join(want, ","), nf["coordinator"], "--coordinator lists every replica")
+	require.Equal(t, replicaURLs(st, f["advertise-url"]), nf["coordinator"], "--coordinator lists every replica")
 	delete(bf, "coordinator")
 	delete(nf, "coordinator")
 	require.Equal(t, bf, nf, "daemonset-ha.yaml keeps the base's other arguments")
@@ -214,14 +190,6 @@ func TestKustomizeHA(t *testing.T) {
 	require.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path, "ready: the leader")
 	require.Equal(t, int32(1), c.ReadinessProbe.PeriodSeconds)
 	require.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path)
-	terms := spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution
-	require.Len(t, terms, 1)
-	require.Equal(t, "kubernetes.io/hostname", terms[0].TopologyKey)
-	require.Equal(t, st.Spec.Selector.MatchLabels, terms[0].LabelSelector.MatchLabels)
-
-	require.Len(t, m.pdbs, 1)
-	require.Equal(t, st.Spec.Selector.MatchLabels, m.pdbs[0].Spec.Selector.MatchLabels)
-	require.Equal(t, intstr.FromInt32(1), *m.pdbs[0].Spec.MaxUnavailable, "one replica down at a time")
 }
 
 // TestKustomizeHAMatchesHelm: the HA variant's replicas take the flags
