@@ -208,8 +208,9 @@ image-push:
 # each values file of the chart's ci/: helm lint --strict and helm
 # template, whose output must equal deploy/check/testdata/helm/NAME.yaml
 # (make helm-render rewrites those); deploy/check decodes them strictly
-# against the Kubernetes API types and cmd/containerd-sharedcontent parses
-# the DaemonSet's args with the daemon's own flags (both in make test).
+# against the Kubernetes API types, cmd/containerd-sharedcontent parses
+# the DaemonSet's args with the daemon's own flags, cmd/sharedcontent-lockserver
+# the coordinator's with its own (all in make test).
 # HA on etcd renders replicas; values that cannot work must fail. The
 # README's values table must be what values.yaml's comments give
 # (make helm-docs rewrites it).
