@@ -208,9 +208,10 @@ image-push:
 # each values file of the chart's ci/: helm lint --strict and helm
 # template, whose output must equal deploy/check/testdata/helm/NAME.yaml
 # (make helm-render rewrites those); deploy/check decodes them strictly
-# against the Kubernetes API types and cmd/containerd-sharedcontent parses
-# the DaemonSet's args with the daemon's own flags (both in make test).
-# Values that cannot work (HA on etcd, not yet) must fail to render. The
+# against the Kubernetes API types, cmd/containerd-sharedcontent parses
+# the DaemonSet's args with the daemon's own flags, cmd/sharedcontent-lockserver
+# the coordinator's with its own (all in make test).
+# HA on etcd renders replicas; values that cannot work must fail. The
 # README's values table must be what values.yaml's comments give
 # (make helm-docs rewrites it).
 HELM        := $(TOOLS_BIN)/helm
@@ -244,11 +245,13 @@ helm-check: $(HELM)
 	    cmp -s $$tmp/$$n.yaml $(HELM_GOLDEN)/$$n.yaml || { diff -u $(HELM_GOLDEN)/$$n.yaml $$tmp/$$n.yaml | head -40; \
 	      echo "helm-check: $(HELM_GOLDEN)/$$n.yaml is stale: make helm-render"; exit 1; }; \
 	    echo "helm-check: $$n: lint and template ok"; done; \
-	  if $(HELM) template sharedcontent $(CHART) --set 'coordinator.ha.etcdEndpoints={http://etcd:2379}' >$$tmp/ha 2>&1; then \
-	    echo "helm-check: coordinator.ha.etcdEndpoints rendered, want an error"; exit 1; fi; \
-	  grep -q 'not supported yet' $$tmp/ha || { cat $$tmp/ha; exit 1; }
+	  $(HELM) template sharedcontent $(CHART) --set 'coordinator.ha.etcdEndpoints={http://etcd:2379}' >$$tmp/ha 2>&1 || { cat $$tmp/ha; exit 1; }; \
+	  grep -q -- '--etcd-endpoints=http://etcd:2379' $$tmp/ha || { echo "helm-check: coordinator.ha.etcdEndpoints: no replicas rendered"; exit 1; }; \
+	  if $(HELM) template sharedcontent $(CHART) --set 'coordinator.ha.etcdEndpoints={http://etcd:2379}' --set coordinator.ha.replicas=1 >$$tmp/ha1 2>&1; then \
+	    echo "helm-check: coordinator.ha.replicas=1 rendered, want an error"; exit 1; fi; \
+	  grep -q 'at least 2' $$tmp/ha1 || { cat $$tmp/ha1; exit 1; }
 	cd deploy/check && $(GO) test -count=1 -run Helm ./...
-	$(GO) test -count=1 -run Helm ./cmd/containerd-sharedcontent/
+	$(GO) test -count=1 -run Helm ./cmd/containerd-sharedcontent/ ./cmd/sharedcontent-lockserver/
 
 # gofmt, go vet, and the package layers (internal/layers: imports point
 # down only, nothing imports integration/).

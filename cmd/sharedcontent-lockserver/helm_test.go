@@ -34,12 +34,14 @@ type statefulSet struct {
 // every values file of its ci/ (deploy/check/testdata/helm, kept current
 // by make helm-check), is started with arguments its own flag set
 // accepts, listening beyond loopback (its Service must reach it) with an
-// identity, so that it does not serve the network unauthenticated.
+// identity, so that it does not serve the network unauthenticated. Some
+// values file renders replicas on etcd, whose flags validate too
+// (--advertise-url with the pod's name, which kubelet expands).
 func TestHelmCoordinatorArgs(t *testing.T) {
 	files, err := filepath.Glob("../../deploy/check/testdata/helm/*.yaml")
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
-	var rendered int
+	var rendered, replicas int
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
 			b, err := os.ReadFile(file)
@@ -63,8 +65,13 @@ func TestHelmCoordinatorArgs(t *testing.T) {
 				require.NoError(t, err, "args %q", cs[0].Args)
 				require.Equal(t, "0.0.0.0:8642", o.listen, "reachable through the Service")
 				require.NotEqual(t, "none", o.cfg.Identity(), "an identity on a reachable address")
+				if o.etcd.Enabled() {
+					replicas++
+					require.Contains(t, o.etcd.AdvertiseURL, "$(POD_NAME).", "each replica advertises its own name")
+				}
 			}
 		})
 	}
 	require.Positive(t, rendered, "some values file renders the coordinator")
+	require.Positive(t, replicas, "some values file renders replicas on etcd")
 }

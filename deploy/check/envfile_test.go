@@ -19,6 +19,7 @@ import (
 // it reads (EnvironmentFile=).
 var envFiles = []struct{ unit, example, binary string }{
 	{"../systemd/sharedcontent-lockserver.service", "../systemd/lockserver.env.example", "sharedcontent-lockserver"},
+	{"../systemd/sharedcontent-lockserver.service", "../systemd/lockserver-replica.env.example", "sharedcontent-lockserver"},
 	{"../systemd/containerd-sharedcontent.service", "../sharedcontent.env.example", "containerd-sharedcontent"},
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -108,16 +109,24 @@ func checkHelmCoordinator(t *testing.T, m *manifests) (*corev1.Service, corev1.C
 	require.Len(t, m.statefulSets, 1)
 	st := m.statefulSets[0]
 	spec := st.Spec.Template.Spec
-	require.Equal(t, int32(1), *st.Spec.Replicas, "one coordinator per cluster")
 	c := onlyContainer(t, spec)
 	require.Equal(t, []string{"/usr/local/bin/sharedcontent-lockserver"}, c.Command)
 	f := flagValues(t, c)
 	hp := port(t, c, "http")
 	require.Equal(t, listenPort(t, f["listen"]), fmt.Sprint(hp.ContainerPort))
-	v, vm := mountOf(t, spec, c, f["data-dir"])
-	require.Nil(t, v, "--data-dir is not on a pod volume (emptyDir loses the database)")
-	require.True(t, slices.ContainsFunc(st.Spec.VolumeClaimTemplates, func(p corev1.PersistentVolumeClaim) bool { return p.Name == vm.Name }),
-		"--data-dir %s is on the PVC", f["data-dir"])
+	svc := serviceSelecting(t, m, st.Spec.Template.Labels)
+	requireServicePort(t, svc, c, "http")
+	if _, ha := f["etcd-endpoints"]; ha {
+		checkHelmReplicas(t, m, st, c, f, svc)
+	} else {
+		require.Equal(t, int32(1), *st.Spec.Replicas, "one coordinator per database")
+		v, vm := mountOf(t, spec, c, f["data-dir"])
+		require.Nil(t, v, "--data-dir is not on a pod volume (emptyDir loses the database)")
+		require.True(t, slices.ContainsFunc(st.Spec.VolumeClaimTemplates, func(p corev1.PersistentVolumeClaim) bool { return p.Name == vm.Name }),
+			"--data-dir %s is on the PVC", f["data-dir"])
+		require.Equal(t, st.Spec.ServiceName, svc.Name)
+		require.Empty(t, m.pdbs)
+	}
 	require.Equal(t, int64(65532), *spec.SecurityContext.RunAsUser, "the image's non-root user")
 	require.True(t, *spec.SecurityContext.RunAsNonRoot)
 	for flag, key := range map[string]string{"auth-token-file": "token", "admin-token-file": "token", "node-tokens-file": "node-tokens",
@@ -132,10 +141,20 @@ func checkHelmCoordinator(t *testing.T, m *manifests) (*corev1.Service, corev1.C
 	if f["tls-node-identity"] == "true" || f["node-tokens-file"] != "" {
 		require.NotContains(t, f, "auth-token-file", "a shared token with node identities is refused")
 	}
-	svc := serviceSelecting(t, m, st.Spec.Template.Labels)
-	require.Equal(t, st.Spec.ServiceName, svc.Name)
-	requireServicePort(t, svc, c, "http")
 	return svc, c
+}
+
+// checkHelmReplicas checks the chart's replicas on etcd (docs/helm.md
+// "HA on etcd"): checkReplicas, each advertising its name in the headless
+// Service with the namespace, in the scheme it serves.
+func checkHelmReplicas(t *testing.T, m *manifests, st *appsv1.StatefulSet, c corev1.Container, f map[string]string, svc *corev1.Service) {
+	t.Helper()
+	peers := checkReplicas(t, m, st, c, f, svc)
+	u, err := url.Parse(f["advertise-url"])
+	require.NoError(t, err)
+	require.Equal(t, "$(POD_NAME)."+peers.Name+"."+st.Namespace+".svc", u.Hostname())
+	_, https := f["tls-cert"]
+	require.Equal(t, map[bool]string{true: "https", false: "http"}[https], u.Scheme)
 }
 
 func checkHelmNode(t *testing.T, m *manifests, coordinatorSvc *corev1.Service, coordinator corev1.Container) {
@@ -172,7 +191,15 @@ func checkHelmNode(t *testing.T, m *manifests, coordinatorSvc *corev1.Service, c
 		require.Equal(t, "ca.crt", path.Base(p))
 	}
 
-	u, err := url.Parse(f["coordinator"])
+	cf := flagValues(t, coordinator)
+	if _, ha := cf["etcd-endpoints"]; ha {
+		// Each replica as it advertises itself: a node follows a
+		// not_leader hint only to a URL of its list.
+		require.Equal(t, replicaURLs(m.statefulSets[0], cf["advertise-url"]), f["coordinator"], "--coordinator lists every replica")
+		require.Equal(t, cf["tls-cert"] != "", f["coordinator-ca"] != "", "--coordinator-ca exactly when the coordinator serves HTTPS")
+		coordinatorSvc = nil // checked
+	}
+	u, err := url.Parse(strings.Split(f["coordinator"], ",")[0])
 	require.NoError(t, err)
 	if coordinatorSvc != nil {
 		host, _, _ := strings.Cut(u.Hostname(), ".")

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -41,6 +42,7 @@ type manifests struct {
 	configMaps     []*corev1.ConfigMap
 	namespaces     []*corev1.Namespace
 	serviceMonitor []*monitoringv1.ServiceMonitor
+	pdbs           []*policyv1.PodDisruptionBudget
 }
 
 // kustomization is the part of kustomize's Kustomization the manifests
@@ -115,6 +117,8 @@ func (m *manifests) add(doc []byte) error {
 		return decodeInto(doc, &m.namespaces)
 	case "monitoring.coreos.com/v1 ServiceMonitor":
 		return decodeInto(doc, &m.serviceMonitor)
+	case "policy/v1 PodDisruptionBudget":
+		return decodeInto(doc, &m.pdbs)
 	}
 	return fmt.Errorf("kind %s: not known to this test; add it", gvk)
 }

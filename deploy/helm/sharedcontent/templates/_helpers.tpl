@@ -25,10 +25,20 @@ app.kubernetes.io/component: {{ .component }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
-{{/* The coordinator's URL, as the nodes reach it. */}}
+{{/* The coordinator's URL, as the nodes reach it: its Service, or with
+replicas on etcd each replica's own URL, as it advertises itself (a node
+follows a not_leader hint only to a URL of its list). */}}
 {{- define "sharedcontent.coordinatorURL" -}}
-{{- if .Values.coordinator.enabled -}}
-{{ ternary "https" "http" .Values.tls.enabled }}://{{ include "sharedcontent.fullname" . }}-coordinator.{{ .Release.Namespace }}.svc:{{ .Values.coordinator.port }}
+{{- $scheme := ternary "https" "http" .Values.tls.enabled -}}
+{{- $name := printf "%s-coordinator" (include "sharedcontent.fullname" .) -}}
+{{- if and .Values.coordinator.enabled .Values.coordinator.ha.etcdEndpoints -}}
+{{- $urls := list -}}
+{{- range $i := until (int .Values.coordinator.ha.replicas) -}}
+{{- $urls = append $urls (printf "%s://%s-%d.%s-peers.%s.svc:%v" $scheme $name $i $name $.Release.Namespace $.Values.coordinator.port) -}}
+{{- end -}}
+{{ join "," $urls }}
+{{- else if .Values.coordinator.enabled -}}
+{{ $scheme }}://{{ $name }}.{{ .Release.Namespace }}.svc:{{ .Values.coordinator.port }}
 {{- else -}}
 {{ required "coordinator.externalURL is required when coordinator.enabled is false" .Values.coordinator.externalURL }}
 {{- end -}}
@@ -36,8 +46,8 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* Refuse values that cannot work, before anything is applied. */}}
 {{- define "sharedcontent.validate" -}}
-{{- if .Values.coordinator.ha.etcdEndpoints -}}
-{{- fail "coordinator.ha.etcdEndpoints: HA coordinators are not supported yet; leave it empty (one replica with a PVC)" -}}
+{{- if and .Values.coordinator.ha.etcdEndpoints (lt (int .Values.coordinator.ha.replicas) 2) -}}
+{{- fail "coordinator.ha.replicas: at least 2 with etcdEndpoints (a standby to take over)" -}}
 {{- end -}}
 {{- if and .Values.tls.nodeIdentity (not .Values.tls.clientCA) -}}
 {{- fail "tls.nodeIdentity needs tls.clientCA: a certificate names its node only under mTLS" -}}
