@@ -141,8 +141,11 @@ func scrapeMetric(metricsURL, name, label string) (float64, error) {
 // 1 GET of every blob already in the shared directory at the kill; 1 to
 // len(nodes) of the others, each under a pull lock (no node failed
 // open). With one URL only (the leader's), the nodes cannot follow the
-// failover: they fail open once their session has surely expired
-// (§8.8), and the uncoordinated check fails.
+// failover: a commit cannot record its reference, and the node may not
+// use the blob unreferenced before its session has surely expired
+// (§8.8), so a pull fails (tried once: "cannot record this node's use:
+// coordinator unreachable ... uncoordinated use starts in 20.6s"); later
+// ones would fail open, which the uncoordinated check catches.
 func TestFailoverDuringPulls(t *testing.T) {
 	needSharedcontent(t)
 	etcd := etcdtest.Start(t, etcdtest.Options{})
