@@ -111,10 +111,11 @@ demo:
 # includes a short TestChaosReal (90 s of faults; `make chaos` runs it long)
 # and TestImageCoordinator and TestImageNodes, the coordinator and the
 # node daemons run from `make image`'s image with `ctr run`, which needs
-# runc (installed from Debian when missing).
-e2e:
+# runc (installed from Debian when missing). TestFailoverDuringPulls runs
+# coordinator replicas on a real etcd cluster: `make etcd`'s bin/etcd.
+e2e: etcd
 	@[ "$$(id -u)" != 0 ] || command -v runc >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc; }
-	SHAREDCONTENT_E2E=1 $(GO) test -count=1 -timeout 40m -v $(E2E_FLAGS) ./integration/e2e/
+	SHAREDCONTENT_E2E=1 SHAREDCONTENT_ETCD=$(ETCD) $(GO) test -count=1 -timeout 40m -v $(E2E_FLAGS) ./integration/e2e/
 
 # The real-process chaos test (issue 23; integration/e2e/chaos_test.go): a
 # stand-alone coordinator and 3 nodes (containerd + containerd-sharedcontent,

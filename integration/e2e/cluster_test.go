@@ -51,6 +51,9 @@ type lockServer struct {
 	// extra environment, on every start.
 	bin string
 	env []string
+	// log is its log file, relative to the env's directory (empty:
+	// lockserver.log); replicas of one test each need their own.
+	log string
 	p   *proc
 }
 
@@ -89,7 +92,11 @@ func (l *lockServer) launch() {
 	argv := append([]string{bin,
 		"--listen", l.addr, "--data-dir", l.dataDir,
 		"--lease-ttl", leaseTTL.String(), "--log-level", "debug"}, l.args...)
-	l.p = l.e.start("lockserver", "lockserver.log", l.env, argv...)
+	log := l.log
+	if log == "" {
+		log = "lockserver.log"
+	}
+	l.p = l.e.start(strings.TrimSuffix(log, ".log"), log, l.env, argv...)
 }
 
 // waitReady waits until the coordinator answers /readyz.
