@@ -63,6 +63,33 @@ type Coordinator interface {
 	// ErrNotExpired when the node is live or either measure falls short
 	// of the node expiry. It returns the coordinator's measure.
 	ExpireMember(ctx context.Context, reapLock Lock, nodeID string, markerUnchanged time.Duration) (absent time.Duration, err error)
+	// DeleteCompletion returns the coordinator's retained completion of
+	// the last delete of dgst (Done false when it retains none): the
+	// reaper unlinks a trash entry only when that delete succeeded with
+	// the entry's fence or a later one, and restores it otherwise
+	// (docs/design.md §8.11).
+	DeleteCompletion(ctx context.Context, dgst digest.Digest) (DeleteCompletion, error)
+}
+
+// DeleteCompletion is the coordinator's record of a delete that ended.
+type DeleteCompletion struct {
+	// Done: the coordinator retains a completion of a delete of the blob
+	// (for its completed TTL; a pull or a committing reference since ends
+	// it).
+	Done bool
+	// Lapsed: the delete's lease lapsed without an unlock; its holder may
+	// or may not have removed the blob.
+	Lapsed bool
+	// Fence is the completed delete's lease fence; 0 when the coordinator
+	// does not know it (a completion from before its start).
+	Fence uint64
+}
+
+// Succeeded reports whether c proves that a delete of the blob with a
+// fence of at least fence succeeded: its unlock(success) committed the drop
+// of the blob's references, and no pull or reference followed it.
+func (c DeleteCompletion) Succeeded(fence uint64) bool {
+	return c.Done && !c.Lapsed && fence > 0 && c.Fence >= fence
 }
 
 // Membership is the coordinator's view of the cluster's members.
@@ -90,6 +117,9 @@ type Lock interface {
 	// Check renews the lock now and fails unless the coordinator still
 	// grants it: a deleter calls it right before it removes a file.
 	Check(ctx context.Context) error
+	// Fence is the lease's fence (docs/design.md §3.5), strictly
+	// increasing across the coordinator's grants; 0 when unknown.
+	Fence() uint64
 }
 
 // Op is the kind of lock (docs/design.md §3).

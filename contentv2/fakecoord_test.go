@@ -48,6 +48,10 @@ type fakeCluster struct {
 	expiry  time.Duration            // protected by mu
 	absent  map[string]time.Duration // protected by mu
 	expired []string                 // protected by mu; members expired, in order
+	fence   uint64                   // protected by mu; the last fence granted
+	// completed is each resource's retained delete completion: set by a
+	// delete's unlock(success), ended by a pull's success or a reference.
+	completed map[string]DeleteCompletion // protected by mu
 	// refuse, when set, is asked before each call is served: a non-nil
 	// error is the call's answer.
 	refuse func(c fakeCall) error // protected by mu
@@ -94,6 +98,7 @@ type fakeLock struct {
 	op       Op
 	resource string
 	reap     ReapMode
+	fence    uint64
 	// withReapLock: the node held the reap lock when this reap delete
 	// was granted.
 	withReapLock bool
@@ -116,7 +121,8 @@ var errFakeDown = fmt.Errorf("fake coordinator: connection refused: %w", errdefs
 func newFakeCluster(ttl time.Duration) *fakeCluster {
 	return &fakeCluster{id: "fake-cluster", ttl: ttl, started: time.Now(), locks: map[string]*fakeLock{},
 		queues: map[string][]*fakeWaiter{}, pulled: map[string]bool{}, refs: map[string]map[string]bool{},
-		members: map[string]*fakeMember{}, absent: map[string]time.Duration{}, changed: make(chan struct{})}
+		members: map[string]*fakeMember{}, absent: map[string]time.Duration{}, completed: map[string]DeleteCompletion{},
+		changed: make(chan struct{})}
 }
 
 // node is the coordinator as node id reaches it.
@@ -338,6 +344,7 @@ func (n *fakeNode) AddRef(_ context.Context, dgst digest.Digest, _ bool) (err er
 		return fmt.Errorf("%s: %w", dgst, ErrDeleting)
 	}
 	c.addRefLocked(dgst.String(), n.id)
+	delete(c.completed, dgst.String())
 	return nil
 }
 
@@ -431,7 +438,8 @@ func (c *fakeCluster) checkDelete(node string, req LockRequest) error {
 
 // grantLocked makes node the holder. Callers hold mu.
 func (c *fakeCluster) grantLocked(node string, op Op, resource string, reap ReapMode) *fakeLock {
-	l := &fakeLock{c: c, node: node, op: op, resource: resource, reap: reap}
+	c.fence++
+	l := &fakeLock{c: c, node: node, op: op, resource: resource, reap: reap, fence: c.fence}
 	if reap != "" {
 		r := c.locks[ReapLockResource]
 		l.withReapLock = r != nil && r.node == node
@@ -450,8 +458,10 @@ func (c *fakeCluster) releaseLocked(l *fakeLock, success bool) {
 	switch {
 	case success && l.op == OpPull:
 		c.pulled[l.resource] = true
+		delete(c.completed, l.resource)
 	case success && l.op == OpDelete:
 		delete(c.pulled, l.resource)
+		c.completed[l.resource] = DeleteCompletion{Done: true, Fence: l.fence}
 		if l.reap == ReapDangling {
 			delete(c.refs, l.resource)
 		}
@@ -484,6 +494,20 @@ func (l *fakeLock) Unlock(_ context.Context, success bool, _ error) (err error) 
 	}
 	c.releaseLocked(l, success)
 	return nil
+}
+
+func (l *fakeLock) Fence() uint64 { return l.fence }
+
+func (n *fakeNode) DeleteCompletion(_ context.Context, dgst digest.Digest) (dc DeleteCompletion, err error) {
+	c := n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	call := fakeCall{Node: n.id, Method: "DeleteCompletion", Resource: dgst.String()}
+	defer func() { c.end(call, err) }()
+	if err := c.begin(&call); err != nil {
+		return DeleteCompletion{}, err
+	}
+	return c.completed[dgst.String()], nil
 }
 
 func (l *fakeLock) Check(context.Context) error {

@@ -38,7 +38,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 		deletes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sharedcontent_store_deletes_total",
-			Help: "Delete calls by outcome: deleted, in_use (kept for other nodes), unsynced (kept until every member is synced), locked, skipped, revoked (lock lost before the removal), unreachable.",
+			Help: "Delete calls by outcome: deleted, in_use (kept for other nodes), unsynced (kept until every member is synced), locked, skipped, revoked (lock lost before the removal), restored (the unlock was not confirmed: the blob was put back), unreachable.",
 		}, []string{"result"}),
 		waits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sharedcontent_store_coordinator_waits_total",
@@ -54,7 +54,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		reaped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sharedcontent_reaper_reclaimed_total",
-			Help: "What the reaper removed, by kind: orphan (blob nobody references), dangling (reference to a missing blob), ingest (of a forgotten node), marker (of a forgotten node), trash, member (expired: gone by both measures).",
+			Help: "What the reaper removed, by kind: orphan (blob nobody references), dangling (reference to a missing blob), ingest (of a forgotten node), marker (of a forgotten node), trash (entry of a delete that succeeded), trash_restored (entry put back: no successful delete of it), member (expired: gone by both measures).",
 		}, []string{"kind"}),
 		reapable: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sharedcontent_reaper_reclaimable_bytes",

@@ -23,7 +23,8 @@ import (
 //   - references to blobs that do not exist, seen so for the grace
 //     (ReapDangling);
 //   - ingests and node markers of nodes that are no longer members, and
-//     leftovers in .trash, older than the grace;
+//     leftovers in .trash, older than the grace: unlinked after a
+//     successful delete of them, restored otherwise (§8.11);
 //   - members gone by both measures: the coordinator has not heard from
 //     them, and their marker has not changed, for the node expiry (the
 //     coordinator checks its own measure again before it forgets).
@@ -56,8 +57,10 @@ type ReapReport struct {
 	Orphans, OrphanBytes, ReclaimableBytes int64
 	// Dangling counts references to missing blobs dropped.
 	Dangling int
-	// Ingests, Markers and Trash count leftovers removed.
-	Ingests, Markers, Trash int
+	// Ingests, Markers and Trash count leftovers removed; TrashRestored
+	// the trash entries put back in place, for want of a successful
+	// completion of their delete (docs/design.md §8.11).
+	Ingests, Markers, Trash, TrashRestored int
 	// Expired counts members forgotten.
 	Expired int
 }
@@ -120,7 +123,7 @@ func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 		return rep, err
 	}
 	s.reapDangling(ctx, plan.Dangling, &rep)
-	s.reapLeftovers(plan, &rep)
+	s.reapLeftovers(ctx, plan, &rep)
 	s.expireMembers(ctx, lk, plan.Expire, &rep)
 	s.metrics.reapable.Set(float64(rep.ReclaimableBytes))
 	return rep, nil
@@ -168,21 +171,33 @@ func (s *store) reapDangling(ctx context.Context, dangling []ReapRef, rep *ReapR
 	}
 }
 
-// reapLeftovers removes the planned ingests, markers and trash.
-func (s *store) reapLeftovers(plan ReapPlan, rep *ReapReport) {
+// reapLeftovers removes the planned ingests and markers, and settles the
+// planned trash entries: each is unlinked or restored (settleTrash).
+func (s *store) reapLeftovers(ctx context.Context, plan ReapPlan, rep *ReapReport) {
 	for _, kind := range []struct {
 		files []ReapFile
 		done  *[]ReapFile
 		n     *int
 		label string
-	}{{plan.Ingests, &rep.Done.Ingests, &rep.Ingests, "ingest"}, {plan.Markers, &rep.Done.Markers, &rep.Markers, "marker"},
-		{plan.Trash, &rep.Done.Trash, &rep.Trash, "trash"}} {
+	}{{plan.Ingests, &rep.Done.Ingests, &rep.Ingests, "ingest"}, {plan.Markers, &rep.Done.Markers, &rep.Markers, "marker"}} {
 		for _, f := range kind.files {
 			if os.RemoveAll(filepath.Join(s.root, f.Path)) == nil {
 				*kind.n++
 				*kind.done = append(*kind.done, f)
 				s.metrics.reaped.WithLabelValues(kind.label).Inc()
 			}
+		}
+	}
+	for _, f := range plan.Trash {
+		removed, restored := s.settleTrash(ctx, f.Path)
+		switch {
+		case removed:
+			rep.Trash++
+			rep.Done.Trash = append(rep.Done.Trash, f)
+			s.metrics.reaped.WithLabelValues("trash").Inc()
+		case restored:
+			rep.TrashRestored++
+			s.metrics.reaped.WithLabelValues("trash_restored").Inc()
 		}
 	}
 }

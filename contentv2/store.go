@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -408,9 +407,11 @@ func (s *store) Update(ctx context.Context, info content.Info, fieldpaths ...str
 // its whole sweep at the first Delete error.
 //
 // The file is removed only under the delete lock, checked to be still
-// held right before: it is renamed into <root>/.trash (atomic), the lock
-// released, then the trash entry unlinked, so a pull that commits the
-// same digest again meanwhile keeps its new file.
+// held right before: it is renamed into <root>/.trash (atomic, reversible),
+// the lock released with success, and the trash entry unlinked only once
+// the coordinator has answered that unlock; on any failure of it the blob
+// is put back (docs/design.md §8.11). A pull that commits the same digest
+// again meanwhile keeps its new file.
 func (s *store) Delete(ctx context.Context, dgst digest.Digest) error {
 	if err := dgst.Validate(); err != nil {
 		return fmt.Errorf("content %v: %w: %w", dgst, errdefs.ErrInvalidArgument, err)
@@ -478,18 +479,38 @@ func (s *store) removeLocked(ctx context.Context, dgst digest.Digest, lk Lock) e
 		return nil
 	}
 	failpoint.Inject(failpoint.StoreDeleteAfterCheck)
-	trashed, derr := s.moveToTrash(dgst)
+	trashed, derr := s.moveToTrash(dgst, lk.Fence())
 	failpoint.Inject(failpoint.StoreDeleteAfterTrash)
-	if uerr := lk.Unlock(ctx, derr == nil, derr); uerr != nil {
-		l.WithError(uerr).Warn("delete unlock failed")
-	}
+	uerr := lk.Unlock(ctx, derr == nil, derr)
 	failpoint.Inject(failpoint.StoreDeleteAfterUnlock)
 	if derr != nil {
+		if uerr != nil {
+			l.WithError(uerr).Debug("delete unlock after a failed rename")
+		}
 		return fmt.Errorf("content %v: %w", dgst, derr)
 	}
+	if uerr != nil {
+		// Refused, fenced, unreachable or timed out: the coordinator may
+		// not have dropped the references, so the one irreversible step
+		// is not taken (docs/design.md §8.11).
+		s.metrics.deletes.WithLabelValues("restored").Inc()
+		if trashed == "" {
+			l.WithError(uerr).Info("blob kept: the delete was not confirmed (the blob was already gone)")
+			return nil
+		}
+		put, err := restoreTrashed(s.root, trashed, dgst)
+		if err != nil {
+			l.WithError(err).WithField("unlock_error", uerr).Warn("blob in the trash: the delete was not confirmed and putting it back failed; the reaper restores it")
+			return nil
+		}
+		l.WithError(uerr).WithField("put_back", put).Info("blob kept: the delete was not confirmed; the blob is back in place")
+		return nil
+	}
+	// The coordinator committed the drop of the references, the marker
+	// and the completion: only now is the blob removed for good.
 	if trashed != "" {
 		if err := os.Remove(trashed); err != nil {
-			l.WithError(err).Warn("unlinking a trashed blob; the reaper removes it later")
+			l.WithError(err).Warn("unlinking a trashed blob; the reaper settles it later")
 		}
 	}
 	failpoint.Inject(failpoint.StoreDeleteAfterUnlink)
@@ -500,21 +521,4 @@ func (s *store) removeLocked(ctx context.Context, dgst digest.Digest, lk Lock) e
 // blobPath is where the local store keeps dgst.
 func (s *store) blobPath(dgst digest.Digest) string {
 	return filepath.Join(s.root, "blobs", dgst.Algorithm().String(), dgst.Encoded())
-}
-
-// moveToTrash renames the blob to a unique name under <root>/.trash and
-// returns that name ("" when the blob was already gone).
-func (s *store) moveToTrash(dgst digest.Digest) (string, error) {
-	dir := filepath.Join(s.root, TrashDir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	to := filepath.Join(dir, dgst.Encoded()+"."+newID()[:12])
-	if err := os.Rename(s.blobPath(dgst), to); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return "", nil
-		}
-		return "", err
-	}
-	return to, nil
 }

@@ -580,7 +580,7 @@ func (l *Coordinator) release(ctx context.Context, sh *shard, r *resource, t typ
 // have been told to skip.
 func (l *Coordinator) complete(r *resource, t typeIndex, g *grant, now time.Time) {
 	k := &r.keys[t]
-	k.completed = &completion{nodeID: g.nodeID, at: now}
+	k.completed = &completion{nodeID: g.nodeID, at: now, fence: g.fence}
 	if t == idxPull {
 		r.keys[idxDelete].completed = nil
 	} else {

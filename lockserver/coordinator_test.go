@@ -630,6 +630,8 @@ func TestFailedDeleteUnlockChangesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, st.Holder)
 	require.NotNil(t, st.Completed)
+	require.Equal(t, d.Fence, st.Completed.Fence, "the completion names the delete's fence (docs/design.md §8.11)")
+	require.False(t, st.Completed.Lapsed)
 	_, err = l.AddFoundRef(ctx, blob, "n3")
 	require.ErrorIs(t, err, api.ErrDeleting, "a found blob is a stale view until a pull or reference follows")
 }

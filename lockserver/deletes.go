@@ -36,10 +36,12 @@ func (l *Coordinator) loadDeletes(ctx context.Context) error {
 	}
 	now := l.now()
 	b := new(refcount.Batch)
+	fences := map[string]uint64{}
 	for id, m := range d.InFlight {
 		c := refcount.DeleteCompletion{Node: m.Node, At: now, Lapsed: true}
 		b.DropDeleting(id).PutDeleted(id, c).Break()
 		d.Completed[id] = c
+		fences[id] = m.Fence
 	}
 	if err := l.refs.Commit(ctx, b); err != nil {
 		return err
@@ -47,7 +49,7 @@ func (l *Coordinator) loadDeletes(ctx context.Context) error {
 	for id, c := range d.Completed {
 		sh := l.shardFor(id)
 		r := sh.resource(id)
-		r.keys[idxDelete].completed = &completion{nodeID: c.Node, at: now, lapsed: c.Lapsed}
+		r.keys[idxDelete].completed = &completion{nodeID: c.Node, at: now, lapsed: c.Lapsed, fence: fences[id]}
 	}
 	if n := len(d.InFlight); n > 0 {
 		log.G(ctx).WithField("deletes", n).Warn("deletes were granted when the coordinator stopped; counted as completed")
@@ -74,7 +76,7 @@ func deleted(id, node string, now time.Time) *refcount.Batch {
 func (l *Coordinator) endDelete(ctx context.Context, r *resource, g *grant, reason string, now time.Time) {
 	b := new(refcount.Batch).DropDeleting(r.id)
 	if reason == "expired" || reason == "unclaimed" {
-		r.keys[idxDelete].completed = &completion{nodeID: g.nodeID, at: now, lapsed: true}
+		r.keys[idxDelete].completed = &completion{nodeID: g.nodeID, at: now, lapsed: true, fence: g.fence}
 		// The blob may be gone: a later pull must not skip.
 		r.keys[idxPull].completed = nil
 		b.PutDeleted(r.id, refcount.DeleteCompletion{Node: g.nodeID, At: now, Lapsed: true})

@@ -115,6 +115,11 @@ func TestLapsedDeleteIsACompletion(t *testing.T) {
 	dd := persistedDeletes(t, l)
 	require.Empty(t, dd.InFlight)
 	require.True(t, dd.Completed[blob].Lapsed)
+	st, err := l.Status(ctx, api.OperationDelete, blob, "", "")
+	require.NoError(t, err)
+	require.NotNil(t, st.Completed)
+	require.Equal(t, &api.Completion{NodeID: "n1", CompletedAt: st.Completed.CompletedAt, Fence: d.Fence, Lapsed: true}, st.Completed,
+		"a node's reaper sees the lapse and its fence: it restores the trash entry (docs/design.md §8.11)")
 	pull := mustLock(t, l, api.OperationPull, "n2")
 	require.False(t, pull.Skip, "the blob may be gone: a pull must not skip")
 	require.True(t, pull.Acquired)

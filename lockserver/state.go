@@ -100,6 +100,9 @@ type completion struct {
 	// lapsed: the delete's holder went without an unlock. Nobody skips
 	// on it (the blob may still be there); stale views are refused.
 	lapsed bool
+	// fence is the delete's or pull's lease fence; 0 when unknown (a
+	// completion loaded from the database, which does not keep it).
+	fence uint64
 }
 
 // released remembers a lease that ended, so a retried Unlock with the same

@@ -192,7 +192,8 @@ func (l *Coordinator) status(r *resource, t typeIndex, nodeID, requestID string,
 	}
 	completed := k.completed != nil && now.Sub(k.completed.at) < l.cfg.CompletedTTL
 	if completed {
-		st.Completed = &api.Completion{NodeID: k.completed.nodeID, CompletedAt: k.completed.at.UTC().Format(time.RFC3339Nano)}
+		st.Completed = &api.Completion{NodeID: k.completed.nodeID, CompletedAt: k.completed.at.UTC().Format(time.RFC3339Nano),
+			Fence: k.completed.fence, Lapsed: k.completed.lapsed}
 	}
 	if withQueue {
 		for _, w := range k.queue.Head(api.StatusQueueHead) {

@@ -248,6 +248,21 @@ func (s *coordinator) ExpireMember(ctx context.Context, reapLock contentv2.Lock,
 	return time.Duration(resp.AbsentMs) * time.Millisecond, nil
 }
 
+// DeleteCompletion reads the delete key's status: its retained completion
+// (docs/design.md §8.11). A coordinator from before the completion's
+// fence was on the wire answers none (Fence 0), which the reaper reads as
+// "not proven": it restores.
+func (s *coordinator) DeleteCompletion(ctx context.Context, dgst digest.Digest) (contentv2.DeleteCompletion, error) {
+	st, err := s.c.Status(ctx, api.OperationDelete, dgst.String())
+	if err != nil {
+		return contentv2.DeleteCompletion{}, mapErr(err)
+	}
+	if st.Completed == nil {
+		return contentv2.DeleteCompletion{}, nil
+	}
+	return contentv2.DeleteCompletion{Done: true, Lapsed: st.Completed.Lapsed, Fence: st.Completed.Fence}, nil
+}
+
 // lease is a contentv2.Lock held through a lockclient lease.
 type lease struct {
 	c *lockclient.Client
@@ -257,6 +272,8 @@ type lease struct {
 func (l *lease) Unlock(ctx context.Context, success bool, cause error) error {
 	return mapErr(l.c.Unlock(ctx, l.l, success, cause))
 }
+
+func (l *lease) Fence() uint64 { return l.l.Fence }
 
 func (l *lease) Check(ctx context.Context) error {
 	if err := l.l.Err(); err != nil {

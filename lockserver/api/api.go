@@ -433,10 +433,17 @@ type Waiter struct {
 	QueuedAt  string `json:"queued_at"`
 }
 
-// Completion is a retained successful pull or delete.
+// Completion is a retained successful pull or delete, or a delete whose
+// lease lapsed (Lapsed: its holder may or may not have removed the blob).
+// Fence is the fence of the lease that completed, when the coordinator
+// knows it (0: unknown, e.g. a completion from before its start); a node's
+// reaper compares it with the fence a trash entry's name carries
+// (docs/design.md §8.11).
 type Completion struct {
 	NodeID      string `json:"node_id"`
 	CompletedAt string `json:"completed_at"`
+	Fence       uint64 `json:"fence,omitempty"`
+	Lapsed      bool   `json:"lapsed,omitempty"`
 }
 
 // StatusQueueHead bounds the waiters a StatusResponse lists: a key may
