@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -300,4 +301,56 @@ func TestEtcdQuorumLoss(t *testing.T) {
 	t.Logf("quorum loss at --etcd-session-ttl %v: 2 of 3 members killed → last grant sent %v, first refusal (%d %s %q) %v; quorum back → %s ready %v",
 		replicaTTL, sinceOrNone(got.lastGrantSent, cut), got.status, got.code, got.message, got.refused.Sub(cut).Round(time.Millisecond),
 		next.url, resumed.Round(time.Millisecond))
+}
+
+// TestDeleteInFlightAcrossFailover: a delete granted by leader A (its
+// marker written; the deleter's own reference dropped when it asked,
+// docs/design.md §8.7), A killed before the unlock. B, the new leader,
+// finds the marker and counts the delete as lapsed (maybe done, §8.9): a
+// node that still sees the blob may not reference it on that stale view
+// (it downloads again), a node that downloaded it may. The deleter's
+// unlock, arriving at B, which never granted that lease, is refused and
+// drops nothing: the other node's reference stays.
+func TestDeleteInFlightAcrossFailover(t *testing.T) {
+	etcd := etcdtest.Start(t, etcdtest.Options{})
+	reps := startReplicas(t, 2, etcd.Endpoints(), replicaTTL)
+	a := waitLeader(t, reps)
+	deleter := replicaClient(t, "node-a", reps...)
+	other := replicaClient(t, "node-b", reps...)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for _, c := range []*lockclient.Client{deleter, other} {
+		_, err := c.Session(ctx, api.SessionRequest{NodeID: c.NodeID()})
+		require.NoError(t, err)
+		_, err = c.SyncRefs(ctx, api.SyncRequest{SyncID: "s", Done: true})
+		require.NoError(t, err)
+	}
+	_, err := deleter.AddRef(ctx, "blob-del")
+	require.NoError(t, err)
+	del, err := deleter.Lock(ctx, lockclient.LockRequest{Type: api.OperationDelete, ResourceID: "blob-del"})
+	require.NoError(t, err)
+	require.True(t, del.Acquired, "%+v", del)
+
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGKILL))
+	b := waitLeader(t, reps, a)
+	for _, c := range []*lockclient.Client{deleter, other} {
+		_, err := c.Session(ctx, api.SessionRequest{NodeID: c.NodeID()})
+		require.NoError(t, err)
+		_, err = c.SyncRefs(ctx, api.SyncRequest{SyncID: "s2", Done: true})
+		require.NoError(t, err)
+	}
+	// A stale view of the blob is refused: B does not know whether A's
+	// deleter removed it.
+	_, err = other.AddFoundRef(ctx, "blob-del")
+	require.Error(t, err, "B lets a node reference a blob whose delete may have completed, on a stale view")
+	t.Logf("B (%s), a found reference to blob-del: %v", b.url, err)
+	// A node that downloaded it again references it.
+	_, err = other.AddRef(ctx, "blob-del")
+	require.NoError(t, err)
+
+	err = deleter.Unlock(ctx, del.Lease, true, nil)
+	require.ErrorIs(t, err, api.ErrNotHolder, "B never granted A's delete: its unlock is refused")
+	refs, err := other.Refs(ctx, "blob-del")
+	require.NoError(t, err)
+	require.Equal(t, []string{"node-b"}, refs.Nodes, "the refused unlock dropped nothing")
 }
