@@ -123,7 +123,7 @@ func TestPartitionedLeaderStops(t *testing.T) {
 			others = append(others, r)
 		}
 	}
-	client := replicaClient(t, "node-a", others...)
+	client := replicaClient(t, "node-a", others)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	lockCycle(ctx, t, client, "blob-after")
@@ -152,12 +152,16 @@ func sinceOrNone(t, from time.Time) string {
 // TestEtcdMemberLoss: one etcd member killed (a follower, then, restarted,
 // etcd's leader): the coordinator goes on serving lock cycles and
 // reference adds, throughout, to a client holding every URL; with a
-// follower gone, the same replica leads.
+// follower gone, the same replica leads. With etcd's leader gone, the
+// pause may be a coordinator failover (the watchdog lapses when etcd
+// elects slower than TTL − 1 s): logged, not asserted.
 func TestEtcdMemberLoss(t *testing.T) {
 	etcd := etcdtest.Start(t, etcdtest.Options{})
 	reps := startReplicas(t, 2, etcd.Endpoints(), replicaTTL)
 	leader := waitLeader(t, reps)
-	client := replicaClient(t, "node-a", reps...)
+	// Retries for a few TTLs: etcd's leader lost, the replica's watchdog
+	// may lapse before etcd has a new leader, and a failover costs a TTL.
+	client := replicaClient(t, "node-a", reps, lockclient.WithMaxRetries(100))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	lockCycle(ctx, t, client, "blob-warm")
@@ -234,9 +238,9 @@ func TestEtcdMemberLoss(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.NoError(t, failed)
-	t.Logf("etcd member loss: %d lock cycles + reference adds, the slowest %v; etcd's leader killed %v ago; replica leader steps down: %v",
+	t.Logf("etcd member loss: %d lock cycles + reference adds, the slowest %v; etcd's leader killed %v ago; the first leader's step-downs: %v",
 		done, slowest.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond),
-		leader.metric(t, "sharedcontent_leader_stepdowns_total"))
+		max(leader.metric(t, "sharedcontent_leader_stepdowns_total"), 0))
 }
 
 // cycleAndAdd is a lock cycle on resource, then a reference added to it
@@ -275,7 +279,7 @@ func TestEtcdQuorumLoss(t *testing.T) {
 	etcd := etcdtest.Start(t, etcdtest.Options{})
 	reps := startReplicas(t, 2, etcd.Endpoints(), replicaTTL)
 	leader := waitLeader(t, reps)
-	client := replicaClient(t, "node-a", reps...)
+	client := replicaClient(t, "node-a", reps)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	require.NoError(t, cycleAndAdd(ctx, client, "blob-kept"))
@@ -318,8 +322,8 @@ func TestDeleteInFlightAcrossFailover(t *testing.T) {
 	etcd := etcdtest.Start(t, etcdtest.Options{})
 	reps := startReplicas(t, 2, etcd.Endpoints(), replicaTTL)
 	a := waitLeader(t, reps)
-	deleter := replicaClient(t, "node-a", reps...)
-	other := replicaClient(t, "node-b", reps...)
+	deleter := replicaClient(t, "node-a", reps)
+	other := replicaClient(t, "node-b", reps)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	for _, c := range []*lockclient.Client{deleter, other} {

@@ -36,7 +36,7 @@ func TestReplicasFailOverOnKill(t *testing.T) {
 		}
 	}
 
-	client := replicaClient(t, "node-a", reps...)
+	client := replicaClient(t, "node-a", reps)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cycle := func(resource string) {

@@ -218,15 +218,17 @@ func (r *replicaProc) metric(t *testing.T, name string) float64 {
 }
 
 // replicaClient is a lockclient for node given the URLs of reps, in that
-// order, retrying long enough to ride out a failover.
-func replicaClient(t *testing.T, node string, reps ...*replicaProc) *lockclient.Client {
+// order, retrying long enough to ride out a failover (opts may change
+// that).
+func replicaClient(t *testing.T, node string, reps []*replicaProc, opts ...lockclient.Option) *lockclient.Client {
 	t.Helper()
 	urls := make([]string, len(reps))
 	for i, r := range reps {
 		urls[i] = r.url
 	}
-	client, err := lockclient.New(strings.Join(urls, ","), lockclient.WithNodeID(node),
-		lockclient.WithMaxRetries(20), lockclient.WithRetryInterval(200*time.Millisecond))
+	opts = append([]lockclient.Option{lockclient.WithNodeID(node),
+		lockclient.WithMaxRetries(20), lockclient.WithRetryInterval(200 * time.Millisecond)}, opts...)
+	client, err := lockclient.New(strings.Join(urls, ","), opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { client.Close() })
 	return client
