@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/internal/testutil/etcdtest"
-	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -37,24 +36,12 @@ func TestReplicasFailOverOnKill(t *testing.T) {
 		}
 	}
 
-	urls := make([]string, len(reps))
-	for i, r := range reps {
-		urls[i] = r.url
-	}
-	client, err := lockclient.New(strings.Join(urls, ","), lockclient.WithNodeID("node-a"),
-		lockclient.WithMaxRetries(20), lockclient.WithRetryInterval(200*time.Millisecond))
-	require.NoError(t, err)
-	defer client.Close()
+	client := replicaClient(t, "node-a", reps)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cycle := func(resource string) {
 		t.Helper()
-		_, err := client.Session(ctx, api.SessionRequest{NodeID: "node-a"})
-		require.NoError(t, err, "session")
-		res, err := client.Lock(ctx, lockclient.LockRequest{Type: api.OperationPull, ResourceID: resource})
-		require.NoError(t, err, "lock %s", resource)
-		require.True(t, res.Acquired, "lock %s: %+v", resource, res)
-		require.NoError(t, client.Unlock(ctx, res.Lease, true, nil), "unlock %s", resource)
+		lockCycle(ctx, t, client, resource)
 	}
 	cycle("blob-before")
 

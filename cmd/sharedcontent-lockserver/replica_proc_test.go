@@ -6,6 +6,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -79,16 +81,27 @@ func freeAddr(t *testing.T) string {
 // startReplicas starts n replicas on endpoints with session TTL ttl.
 func startReplicas(t *testing.T, n int, endpoints []string, ttl time.Duration) []*replicaProc {
 	t.Helper()
+	each := make([][]string, n)
+	for i := range each {
+		each[i] = endpoints
+	}
+	return startReplicasOn(t, each, ttl)
+}
+
+// startReplicasOn starts one replica per list of etcd endpoints (replica
+// i talks to etcd through endpoints[i] only: a relay, for instance).
+func startReplicasOn(t *testing.T, endpoints [][]string, ttl time.Duration) []*replicaProc {
+	t.Helper()
 	bin := serverBinary(t)
 	dir := t.TempDir()
-	reps := make([]*replicaProc, n)
+	reps := make([]*replicaProc, len(endpoints))
 	for i := range reps {
 		addr := freeAddr(t)
 		r := &replicaProc{url: "http://" + addr, log: filepath.Join(dir, fmt.Sprintf("replica%d.log", i))}
 		logf, err := os.Create(r.log)
 		require.NoError(t, err)
 		r.cmd = exec.Command(bin, "--listen", addr, "--data-dir", filepath.Join(dir, "unused"), "--log-level", "debug",
-			"--etcd-endpoints", strings.Join(endpoints, ","), "--advertise-url", r.url,
+			"--etcd-endpoints", strings.Join(endpoints[i], ","), "--advertise-url", r.url,
 			"--etcd-session-ttl", ttl.String(), "--etcd-prefix", "/sc-test/")
 		r.cmd.Stdout, r.cmd.Stderr = logf, logf
 		require.NoError(t, r.cmd.Start())
@@ -202,4 +215,45 @@ func (r *replicaProc) metric(t *testing.T, name string) float64 {
 		return -1
 	}
 	return sum
+}
+
+// replicaClient is a lockclient for node given the URLs of reps, in that
+// order, retrying long enough to ride out a failover (opts may change
+// that).
+func replicaClient(t *testing.T, node string, reps []*replicaProc, opts ...lockclient.Option) *lockclient.Client {
+	t.Helper()
+	urls := make([]string, len(reps))
+	for i, r := range reps {
+		urls[i] = r.url
+	}
+	opts = append([]lockclient.Option{lockclient.WithNodeID(node),
+		lockclient.WithMaxRetries(20), lockclient.WithRetryInterval(200 * time.Millisecond)}, opts...)
+	client, err := lockclient.New(strings.Join(urls, ","), opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { client.Close() })
+	return client
+}
+
+// lockCycle keeps the client's session, then locks and unlocks resource.
+func lockCycle(ctx context.Context, t *testing.T, client *lockclient.Client, resource string) {
+	t.Helper()
+	require.NoError(t, tryLockCycle(ctx, client, resource))
+}
+
+// tryLockCycle is lockCycle's work, for a goroutine: its first error.
+func tryLockCycle(ctx context.Context, client *lockclient.Client, resource string) error {
+	if _, err := client.Session(ctx, api.SessionRequest{NodeID: client.NodeID()}); err != nil {
+		return fmt.Errorf("session: %w", err)
+	}
+	res, err := client.Lock(ctx, lockclient.LockRequest{Type: api.OperationPull, ResourceID: resource})
+	if err != nil {
+		return fmt.Errorf("lock %s: %w", resource, err)
+	}
+	if !res.Acquired {
+		return fmt.Errorf("lock %s: not acquired: %+v", resource, res)
+	}
+	if err := client.Unlock(ctx, res.Lease, true, nil); err != nil {
+		return fmt.Errorf("unlock %s: %w", resource, err)
+	}
+	return nil
 }
