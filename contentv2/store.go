@@ -489,6 +489,13 @@ func (s *store) removeLocked(ctx context.Context, dgst digest.Digest, lk Lock) e
 		}
 		return fmt.Errorf("content %v: %w", dgst, derr)
 	}
+	if uerr != nil && trashed != "" && s.deleteCommitted(ctx, dgst, lk.Fence()) {
+		// The answer was lost (the coordinator restarted or failed over
+		// after committing), but the coordinator shows this delete, or a
+		// later one, committed and nothing referenced the blob since.
+		l.WithError(uerr).Info("the delete's unlock was not answered, but the coordinator committed it")
+		uerr = nil
+	}
 	if uerr != nil {
 		// Refused, fenced, unreachable or timed out: the coordinator may
 		// not have dropped the references, so the one irreversible step
@@ -516,6 +523,17 @@ func (s *store) removeLocked(ctx context.Context, dgst digest.Digest, lk Lock) e
 	failpoint.Inject(failpoint.StoreDeleteAfterUnlink)
 	s.metrics.deletes.WithLabelValues("deleted").Inc()
 	return nil
+}
+
+// deleteCommitted asks the coordinator whether a delete of dgst with a
+// fence of at least fence succeeded and nothing referenced the blob since
+// (the rule the reaper settles trash entries by). Any failure to ask is
+// false: the blob is put back.
+func (s *store) deleteCommitted(ctx context.Context, dgst digest.Digest, fence uint64) bool {
+	cctx, cancel := context.WithTimeout(ctx, deleteCheckTimeout)
+	defer cancel()
+	c, err := s.coord.DeleteCompletion(cctx, dgst)
+	return err == nil && c.Succeeded(fence)
 }
 
 // blobPath is where the local store keeps dgst.

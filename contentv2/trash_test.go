@@ -222,3 +222,31 @@ func TestTrashNames(t *testing.T) {
 		require.Error(t, err, bad)
 	}
 }
+
+// TestDeleteAnswerLostButCommitted: the coordinator committed the
+// delete's unlock(success) but its answer was lost (it restarted, or the
+// leader failed over, right after the commit): the deleter asks for the
+// completion and, finding this delete committed, unlinks its trash entry
+// instead of putting back a blob the coordinator counts as deleted. A
+// lapsed completion is no proof: the blob is put back.
+func TestDeleteAnswerLostButCommitted(t *testing.T) {
+	for name, lapsed := range map[string]bool{"committed": false, "lapsed": true} {
+		t.Run(name, func(t *testing.T) {
+			c, s := reapEnv(t)
+			d := putBlob(t, s, "answer lost "+name, 0)
+			refuseDeleteUnlock(c, errFakeDown, func() {
+				// Under the fake's mutex: what the coordinator committed
+				// before the answer was lost.
+				c.completed[d.String()] = DeleteCompletion{Done: true, Lapsed: lapsed, Fence: c.locks[d.String()].fence}
+			})
+			require.NoError(t, s.Delete(context.Background(), d))
+			require.Empty(t, trashEntries(t, s))
+			require.Len(t, calls(c.recorded(), "DeleteCompletion"), 1, "the deleter asked")
+			if lapsed {
+				require.FileExists(t, s.blobPath(d), "a lapsed completion proves nothing: the blob is back")
+			} else {
+				require.NoFileExists(t, s.blobPath(d), "the committed delete is finished")
+			}
+		})
+	}
+}

@@ -405,7 +405,7 @@ func (l *Coordinator) Unlock(ctx context.Context, req api.UnlockRequest) (api.Un
 			}
 		case idxDelete:
 			failpoint.Inject(failpoint.CoordUnlockDeleteBefore)
-			err = l.refs.Commit(ctx, deleted(req.ResourceID, g.nodeID, now))
+			err = l.refs.Commit(ctx, deleted(req.ResourceID, g.nodeID, g.fence, now))
 		}
 		if err := l.wrote(ctx, err); err != nil {
 			return api.UnlockResponse{}, fmt.Errorf("%s:%s: recording success: %w", req.Type, req.ResourceID, err)

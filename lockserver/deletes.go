@@ -36,12 +36,10 @@ func (l *Coordinator) loadDeletes(ctx context.Context) error {
 	}
 	now := l.now()
 	b := new(refcount.Batch)
-	fences := map[string]uint64{}
 	for id, m := range d.InFlight {
-		c := refcount.DeleteCompletion{Node: m.Node, At: now, Lapsed: true}
+		c := refcount.DeleteCompletion{Node: m.Node, At: now, Lapsed: true, Fence: m.Fence}
 		b.DropDeleting(id).PutDeleted(id, c).Break()
 		d.Completed[id] = c
-		fences[id] = m.Fence
 	}
 	if err := l.refs.Commit(ctx, b); err != nil {
 		return err
@@ -49,7 +47,7 @@ func (l *Coordinator) loadDeletes(ctx context.Context) error {
 	for id, c := range d.Completed {
 		sh := l.shardFor(id)
 		r := sh.resource(id)
-		r.keys[idxDelete].completed = &completion{nodeID: c.Node, at: now, lapsed: c.Lapsed, fence: fences[id]}
+		r.keys[idxDelete].completed = &completion{nodeID: c.Node, at: now, lapsed: c.Lapsed, fence: c.Fence}
 	}
 	if n := len(d.InFlight); n > 0 {
 		log.G(ctx).WithField("deletes", n).Warn("deletes were granted when the coordinator stopped; counted as completed")
@@ -62,10 +60,12 @@ func (l *Coordinator) markDelete(ctx context.Context, id string, g *grant) error
 	return l.commit(ctx, new(refcount.Batch).PutDeleting(id, refcount.DeleteMarker{Node: g.nodeID, Fence: g.fence, Expires: g.expires}))
 }
 
-// deleted returns the batch of a delete's unlock(success): the
-// resource's references and marker go, its completion is recorded.
-func deleted(id, node string, now time.Time) *refcount.Batch {
-	return new(refcount.Batch).DropRefs(id).DropDeleting(id).PutDeleted(id, refcount.DeleteCompletion{Node: node, At: now})
+// deleted returns the batch of a delete's unlock(success) by the lease of
+// node with fence: the resource's references and marker go, its
+// completion (with the fence, so that it is known after a restart) is
+// recorded.
+func deleted(id, node string, fence uint64, now time.Time) *refcount.Batch {
+	return new(refcount.Batch).DropRefs(id).DropDeleting(id).PutDeleted(id, refcount.DeleteCompletion{Node: node, At: now, Fence: fence})
 }
 
 // endDelete drops the marker of the delete g of r that ended without
@@ -79,7 +79,7 @@ func (l *Coordinator) endDelete(ctx context.Context, r *resource, g *grant, reas
 		r.keys[idxDelete].completed = &completion{nodeID: g.nodeID, at: now, lapsed: true, fence: g.fence}
 		// The blob may be gone: a later pull must not skip.
 		r.keys[idxPull].completed = nil
-		b.PutDeleted(r.id, refcount.DeleteCompletion{Node: g.nodeID, At: now, Lapsed: true})
+		b.PutDeleted(r.id, refcount.DeleteCompletion{Node: g.nodeID, At: now, Lapsed: true, Fence: g.fence})
 	}
 	if err := l.commit(ctx, b); err != nil {
 		log.G(ctx).WithError(err).WithField("resource", r.id).Warn("recording the end of a delete; a restart counts it as completed")

@@ -21,11 +21,12 @@ import (
 func never(refcount.Op) bool { return false }
 
 // deleteBlob deletes blob as node, granted and unlocked with success.
-func deleteBlob(t *testing.T, l *Coordinator, node string) {
+func deleteBlob(t *testing.T, l *Coordinator, node string) (fence uint64) {
 	t.Helper()
 	d := mustLock(t, l, api.OperationDelete, node)
 	require.True(t, d.Acquired)
 	unlock(t, l, api.OperationDelete, d.LeaseID, true)
+	return d.Fence
 }
 
 // waitReleased waits until the delete of blob has no holder.
@@ -53,10 +54,16 @@ func TestDeleteCompletionSurvivesRestart(t *testing.T) {
 	l, _, stop := startOn(t, path, never)
 	_, err := l.AddRef(ctx, blob, "n1")
 	require.NoError(t, err)
-	deleteBlob(t, l, "n1")
+	fence := deleteBlob(t, l, "n1")
 	stop()
 
 	l, _, stop = startOn(t, path, never)
+	st, err := l.Status(ctx, api.OperationDelete, blob, "", "")
+	require.NoError(t, err)
+	require.NotNil(t, st.Completed)
+	require.Equal(t, fence, st.Completed.Fence,
+		"the completion still names the delete's fence: a deleter whose answer was lost in the restart unlinks by it (docs/design.md §8.11)")
+	require.False(t, st.Completed.Lapsed)
 	_, err = l.AddFoundRef(ctx, blob, "n2")
 	require.ErrorIs(t, err, api.ErrDeleting, "the restarted coordinator forgot the delete")
 	require.Empty(t, refsOf(t, l, blob), "the refusal records nothing")

@@ -93,6 +93,11 @@ type DeleteCompletion struct {
 	Node   string    `json:"node_id"`
 	At     time.Time `json:"at"`
 	Lapsed bool      `json:"lapsed,omitempty"`
+	// Fence is the delete's lease fence (0 in a record written before it
+	// was kept): a deleter whose unlock's answer was lost, and the reaper
+	// settling a trash entry, unlink only for a successful completion of
+	// that delete or a later one (docs/design.md §8.11).
+	Fence uint64 `json:"fence,omitempty"`
 }
 
 // Deletes are the stored delete markers and completions, by resource ID.
