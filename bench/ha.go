@@ -104,12 +104,14 @@ func (r *report) runHA(ctx context.Context, progress func(string)) error {
 			return fmt.Errorf("failover (kill -9, TTL %s): %w", ttl, err)
 		}
 		res.failover = append(res.failover, s)
+		progress(s.summary())
 		if i == 0 {
 			s, err := failoverBench(ctx, bin, etcd, syscall.SIGTERM, ttl, h.failovers, progress)
 			if err != nil {
 				return fmt.Errorf("failover (SIGTERM, TTL %s): %w", ttl, err)
 			}
 			res.failover = append(res.failover, s)
+			progress(s.summary())
 		}
 	}
 
@@ -196,6 +198,9 @@ func (r *report) runHALock(ctx context.Context, bin string, etcd *etcdCluster, p
 		return fmt.Errorf("the leader changed during the rounds: %w", err)
 	}
 	r.ha.lock, r.ha.lockTxns, r.ha.lockOps = res, txns1-txns0, ops1-ops0
+	for _, l := range res {
+		progress(fmt.Sprintf("ha: hot key, %s: %.0f cycles/s, p50/p99 %s/%s, %d errors", l.System, l.Rate, ms(l.P50), ms(l.P99), l.Errors))
+	}
 	return nil
 }
 

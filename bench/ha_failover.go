@@ -28,6 +28,13 @@ type failoverSeries struct {
 	FirstErr string
 }
 
+// summary is a progress line of the series' figures.
+func (s failoverSeries) summary() string {
+	return fmt.Sprintf("ha: failover %s at TTL %s: ready p50/p99/max %s/%s/%s, cycle p50/p99/max %s/%s/%s, %d client errors",
+		s.Signal, s.TTL, quantile(s.Ready, 0.5), quantile(s.Ready, 0.99), maxOf(s.Ready),
+		quantile(s.Cycle, 0.5), quantile(s.Cycle, 0.99), maxOf(s.Cycle), s.Errors)
+}
+
 // cycler runs session + lock + unlock cycles in a loop and keeps when
 // each was begun and done.
 type cycler struct {
