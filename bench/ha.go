@@ -13,7 +13,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"syscall"
@@ -72,8 +71,8 @@ func (r *report) runHA(ctx context.Context, progress func(string)) error {
 	var ttls []time.Duration
 	for _, f := range fieldsComma(h.ttls) {
 		d, err := time.ParseDuration(f)
-		if err != nil || d < time.Second {
-			return fmt.Errorf("-ha-ttls %q: want durations of at least 1s", h.ttls)
+		if err != nil || d < 2*time.Second || d%time.Second != 0 {
+			return fmt.Errorf("-ha-ttls %q: want whole seconds, at least 2s (as --etcd-session-ttl)", h.ttls)
 		}
 		ttls = append(ttls, d)
 	}
@@ -328,15 +327,5 @@ func (r *report) haTargets() []verdict {
 // haBlock returns the block to put in the doc: this run's, or the one the
 // doc at path has (nil: none).
 func (r *report) haBlock(path string) []byte {
-	if r.ha != nil {
-		var b bytes.Buffer
-		r.writeHABlock(&b)
-		return b.Bytes()
-	}
-	old, err := os.ReadFile(path)
-	if err != nil {
-		return nil
-	}
-	_, block, _ := cutMarked(old, haBegin, haEnd)
-	return block
+	return markedBlock(path, haBegin, haEnd, r.ha != nil, r.writeHABlock)
 }

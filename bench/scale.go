@@ -125,16 +125,22 @@ func (r *report) writeScaleBlock(w io.Writer) {
 // scaleBlock returns the block to put in the doc: this run's, or the one
 // the doc at path has (nil: none).
 func (r *report) scaleBlock(path string) []byte {
-	if r.scale != nil {
+	return markedBlock(path, scaleBegin, scaleEnd, r.scale != nil, r.writeScaleBlock)
+}
+
+// markedBlock returns the block between the markers begin and end: the
+// one write writes if ran, else the one the doc at path has (nil: none).
+func markedBlock(path, begin, end string, ran bool, write func(io.Writer)) []byte {
+	if ran {
 		var b bytes.Buffer
-		r.writeScaleBlock(&b)
+		write(&b)
 		return b.Bytes()
 	}
 	old, err := os.ReadFile(path)
 	if err != nil {
 		return nil
 	}
-	_, block, _ := cutBlock(old)
+	_, block, _ := cutMarked(old, begin, end)
 	return block
 }
 
