@@ -147,11 +147,15 @@ func (r *replica) start() error {
 	for probeStatus(r.url+"/healthz") != http.StatusOK {
 		select {
 		case <-p.done:
-			return p.failed(errors.New("exited"))
+			err := p.failed(errors.New("exited"))
+			os.RemoveAll(dir)
+			return err
 		default:
 		}
 		if time.Now().After(deadline) {
-			return p.failed(errors.New("/healthz did not answer"))
+			err := p.failed(errors.New("/healthz did not answer"))
+			p.stop()
+			return err
 		}
 		time.Sleep(10 * time.Millisecond) // a poll's pace
 	}
