@@ -131,23 +131,9 @@ func (o *oursClient) close() { o.c.Close() }
 // ---- etcd: concurrency.Mutex, one session (lease) per contender ----
 
 func etcdSystem(p *peer, cfg *clientv3.Config) *lockSystem {
-	return &lockSystem{
-		name: "etcd",
-		pid:  p.cmd.Process.Pid,
-		newClient: func(int) (lockClient, error) {
-			c, err := clientv3.New(*cfg)
-			if err != nil {
-				return nil, err
-			}
-			s, err := concurrency.NewSession(c, concurrency.WithTTL(int(lockTTL/time.Second)))
-			if err != nil {
-				c.Close()
-				return nil, err
-			}
-			return &etcdClient{c: c, s: s, mutexes: map[string]*concurrency.Mutex{}}, nil
-		},
-		stop: func() {},
-	}
+	sys := etcdMutexSystem(*cfg)
+	sys.name, sys.pid = "etcd", p.cmd.Process.Pid
+	return sys
 }
 
 type etcdClient struct {

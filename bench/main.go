@@ -99,6 +99,7 @@ type config struct {
 	profileDir   string
 	goBench      string
 	scale        scaleFlags
+	ha           haFlags
 }
 
 func main() {
@@ -160,6 +161,11 @@ func (r *report) runSections(ctx context.Context) error {
 			return fmt.Errorf("scale: %w", err)
 		}
 	}
+	if cfg.sections["ha"] {
+		if err := r.runHA(ctx, progress); err != nil {
+			return fmt.Errorf("ha: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -172,13 +178,24 @@ func (r *report) write() error {
 	if r.scale != nil {
 		r.writeScaleBlock(&table)
 	}
+	if r.ha != nil {
+		r.writeHABlock(&table)
+	}
 	os.Stdout.Write(table.Bytes())
 	if r.cfg.out == "" {
 		return nil
 	}
 	doc := filepath.Join(r.cfg.out, "BENCHMARKS.md")
-	if r.onlyScale() {
-		return r.spliceScale(doc)
+	if r.onlyBlocks() {
+		if r.scale != nil {
+			if err := r.spliceScale(doc); err != nil {
+				return err
+			}
+		}
+		if r.ha != nil {
+			return spliceBlock(doc, haBegin, haEnd, r.writeHABlock)
+		}
+		return nil
 	}
 	if err := os.MkdirAll(r.cfg.out, 0o755); err != nil {
 		return err
@@ -191,10 +208,15 @@ func (r *report) write() error {
 	return r.writeDoc(doc)
 }
 
-// onlyScale: the run is the scale section's alone, which rewrites only its
-// block of the doc.
-func (r *report) onlyScale() bool {
-	return r.cfg.sections["scale"] && len(r.cfg.sections) == 1
+// onlyBlocks: the run is the scale or HA section's alone (or both), which
+// rewrite only their blocks of the doc.
+func (r *report) onlyBlocks() bool {
+	for s := range r.cfg.sections {
+		if s != "scale" && s != "ha" {
+			return false
+		}
+	}
+	return len(r.cfg.sections) > 0
 }
 
 // parseFlags reads the command line into a config.
@@ -202,7 +224,7 @@ func parseFlags() (config, error) {
 	var cfg config
 	var sections, lockClients, nodes, waiters string
 	flag.StringVar(&cfg.out, "out", "", "directory for BENCHMARKS.md and the PNG charts (empty: stdout only)")
-	flag.StringVar(&sections, "only", "lock,dedup,notify,plugin", "sections to run, comma-separated (scale: the scale benchmark, which `make bench-scale` runs)")
+	flag.StringVar(&sections, "only", "lock,dedup,notify,plugin", "sections to run, comma-separated (scale: the scale benchmark, which `make bench-scale` runs; ha: HA on etcd, which `make bench-ha` runs)")
 	flag.DurationVar(&cfg.lockRound, "lock-round", defaultLockRound, "duration of one lock round")
 	flag.IntVar(&cfg.lockRounds, "lock-rounds", defaultLockRounds, "lock rounds per system and scenario (median reported)")
 	flag.StringVar(&lockClients, "lock-clients", "16,64", "concurrent lock clients")
@@ -219,6 +241,7 @@ func parseFlags() (config, error) {
 	flag.StringVar(&cfg.profileDir, "profile", "", "write CPU profiles of sharedcontent's part of each section here")
 	flag.StringVar(&cfg.goBench, "gobench", "", "output of the Go benchmarks (go test -bench) to include in the doc")
 	cfg.scale.register(flag.CommandLine)
+	cfg.ha.register(flag.CommandLine)
 	flag.Parse()
 	var err error
 	if cfg.lockClients, err = ints(lockClients); err != nil {
@@ -267,6 +290,8 @@ type report struct {
 	scaleStarted                    time.Time
 	scaleTook                       time.Duration
 	scaleLoadBefore, scaleLoadAfter string
+
+	ha *haResults
 }
 
 func (r *report) runLock(ctx context.Context, progress func(string)) error {
@@ -691,6 +716,10 @@ func (r *report) writeDoc(path string) error {
 		}
 	}
 	if block := r.scaleBlock(path); block != nil {
+		fmt.Fprintln(&b)
+		b.Write(block)
+	}
+	if block := r.haBlock(path); block != nil {
 		fmt.Fprintln(&b)
 		b.Write(block)
 	}

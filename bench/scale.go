@@ -125,45 +125,65 @@ func (r *report) writeScaleBlock(w io.Writer) {
 // scaleBlock returns the block to put in the doc: this run's, or the one
 // the doc at path has (nil: none).
 func (r *report) scaleBlock(path string) []byte {
-	if r.scale != nil {
+	return markedBlock(path, scaleBegin, scaleEnd, r.scale != nil, r.writeScaleBlock)
+}
+
+// markedBlock returns the block between the markers begin and end: the
+// one write writes if ran, else the one the doc at path has (nil: none).
+func markedBlock(path, begin, end string, ran bool, write func(io.Writer)) []byte {
+	if ran {
 		var b bytes.Buffer
-		r.writeScaleBlock(&b)
+		write(&b)
 		return b.Bytes()
 	}
 	old, err := os.ReadFile(path)
 	if err != nil {
 		return nil
 	}
-	_, block, _ := cutBlock(old)
+	_, block, _ := cutMarked(old, begin, end)
 	return block
 }
 
 // cutBlock splits doc around its scale block (before, block, after); with
 // none, block is nil and before is the whole doc.
 func cutBlock(doc []byte) (before, block, after []byte) {
-	i := bytes.Index(doc, []byte(scaleBegin))
-	j := bytes.Index(doc, []byte(scaleEnd))
+	return cutMarked(doc, scaleBegin, scaleEnd)
+}
+
+// cutMarked splits doc around the block between the markers begin and end
+// (before, block, after); with none, block is nil and before is the whole
+// doc.
+func cutMarked(doc []byte, begin, end string) (before, block, after []byte) {
+	i := bytes.Index(doc, []byte(begin))
+	j := bytes.Index(doc, []byte(end))
 	if i < 0 || j < i {
 		return doc, nil, nil
 	}
-	j += len(scaleEnd)
+	j += len(end)
 	return doc[:i], doc[i:j], doc[j:]
 }
 
 // spliceScale puts this run's scale block into the doc at path, in place
 // of the old one or at its end, and keeps the rest.
 func (r *report) spliceScale(path string) error {
+	return spliceBlock(path, scaleBegin, scaleEnd, r.writeScaleBlock)
+}
+
+// spliceBlock puts the block that write writes (between the markers begin
+// and end) into the doc at path, in place of the old one or at its end,
+// and keeps the rest.
+func spliceBlock(path, begin, end string, write func(io.Writer)) error {
 	old, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	before, block, after := cutBlock(old)
+	before, block, after := cutMarked(old, begin, end)
 	var b bytes.Buffer
 	b.Write(before)
 	if block == nil && len(before) > 0 && !bytes.HasSuffix(before, []byte("\n\n")) {
 		b.WriteString("\n")
 	}
-	r.writeScaleBlock(&b)
+	write(&b)
 	b.Write(after)
 	return os.WriteFile(path, b.Bytes(), 0o644)
 }

@@ -36,6 +36,11 @@ type Config struct {
 	// Profile, if set, is a directory for CPU profiles of each
 	// scenario's measured part (profile.go).
 	Profile string
+	// Etcd, if set, lists the endpoints of an etcd cluster: the
+	// coordinator runs as a replica on it (docs/design.md §7.2), alone,
+	// under a fresh prefix per scenario, and a scenario counts its etcd
+	// transactions.
+	Etcd []string
 	// Progress, if set, is told what runs.
 	Progress func(string)
 }

@@ -1,13 +1,13 @@
 package scale
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 )
@@ -19,8 +19,12 @@ type coordinator struct {
 	bin     string
 	addr    string // host:port
 	dataDir string
-	cmd     *exec.Cmd
-	exited  chan error
+	// etcd, if set, are the endpoints the coordinator runs on as a
+	// replica, under prefix; it serves once its /readyz answers 200.
+	etcd   []string
+	prefix string
+	cmd    *exec.Cmd
+	exited chan error
 
 	// peakFiles is the most descriptors seen open, sampled by watch.
 	mu        sync.Mutex
@@ -34,23 +38,34 @@ type coordinator struct {
 const startTimeout = 5 * time.Minute
 
 // newCoordinator picks a free loopback port and a data directory under dir.
-func newCoordinator(bin, dir string) (*coordinator, error) {
+func newCoordinator(bin, dir string, etcd []string) (*coordinator, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	return &coordinator{bin: bin, addr: addr, dataDir: filepath.Join(dir, "db")}, nil
+	c := &coordinator{bin: bin, addr: addr, dataDir: filepath.Join(dir, "db"), etcd: etcd}
+	if len(etcd) > 0 {
+		c.prefix = "/bench-scale-" + randomHex(8) + "/"
+	}
+	return c, nil
 }
 
 func (c *coordinator) url() string { return "http://" + c.addr }
 
 func (c *coordinator) pid() int { return c.cmd.Process.Pid }
 
-// start runs the binary and returns once /healthz answers.
+// start runs the binary and returns once /healthz answers (on etcd: once
+// /readyz does, the replica leads).
 func (c *coordinator) start() error {
-	c.cmd = exec.Command(c.bin, "--listen", c.addr, "--data-dir", c.dataDir, "--log-level", "error")
+	args := []string{"--listen", c.addr, "--data-dir", c.dataDir, "--log-level", "error"}
+	probe := "/healthz"
+	if len(c.etcd) > 0 {
+		args = append(args, "--etcd-endpoints", strings.Join(c.etcd, ","), "--advertise-url", c.url(), "--etcd-prefix", c.prefix)
+		probe = "/readyz"
+	}
+	c.cmd = exec.Command(c.bin, args...)
 	c.cmd.Stderr = os.Stderr
 	if err := c.cmd.Start(); err != nil {
 		return err
@@ -64,7 +79,7 @@ func (c *coordinator) start() error {
 			return fmt.Errorf("the coordinator exited at start: %v", err)
 		default:
 		}
-		if resp, err := hc.Get(c.url() + "/healthz"); err == nil {
+		if resp, err := hc.Get(c.url() + probe); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				c.watch()
@@ -73,7 +88,7 @@ func (c *coordinator) start() error {
 		}
 	}
 	c.kill()
-	return errors.New("the coordinator did not answer /healthz in time")
+	return fmt.Errorf("the coordinator did not answer %s in time", probe)
 }
 
 // kill ends the process with SIGKILL (a crash) and waits for it.

@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -30,7 +31,7 @@ func setUp(cfg Config, n int, journal func(i int) []digest.Digest) (*env, error)
 		return nil, err
 	}
 	e := &env{dir: dir}
-	if e.coord, err = newCoordinator(cfg.Server, dir); err == nil {
+	if e.coord, err = newCoordinator(cfg.Server, dir, cfg.Etcd); err == nil {
 		err = e.coord.start()
 	}
 	if err != nil {
@@ -87,6 +88,10 @@ type Usage struct {
 	MaxGap time.Duration
 	// Load is the load average at the end.
 	Load string
+	// EtcdTxns counts the guarded transactions a coordinator on etcd
+	// sent, EtcdOps their writes (sharedcontent_etcd_txns_total and
+	// sharedcontent_etcd_txn_ops_sum); zero on bbolt.
+	EtcdTxns, EtcdOps float64
 }
 
 // measure is a scenario's Usage, between begin and end.
@@ -95,7 +100,9 @@ type measure struct {
 	cpu0    time.Duration
 	errors0 Errors
 	bytes0  int64
-	err     error // reading /proc
+	txns0   float64
+	ops0    float64
+	err     error // reading /proc or /metrics
 }
 
 // begin starts measuring: the coordinator's CPU so far, the nodes' counts,
@@ -107,7 +114,28 @@ func (e *env) begin() *measure {
 	e.coord.resetPeakFiles()
 	e.fleet.a.peakStreams.Store(e.fleet.a.streams.Load())
 	e.fleet.resetGaps()
+	m.txns0, m.ops0 = e.etcdCounts(m)
 	return m
+}
+
+// Metrics of the etcd store (refcount/etcdstore).
+const (
+	metricEtcdTxns = "sharedcontent_etcd_txns_total"
+	metricEtcdOps  = "sharedcontent_etcd_txn_ops_sum"
+)
+
+// etcdCounts reads the coordinator's etcd transactions and writes so far;
+// zero on bbolt. A failure is kept in m.
+func (e *env) etcdCounts(m *measure) (txns, ops float64) {
+	if len(e.coord.etcd) == 0 {
+		return 0, 0
+	}
+	txns, err1 := Metric(e.coord.url(), metricEtcdTxns)
+	ops, err2 := Metric(e.coord.url(), metricEtcdOps)
+	if err := errors.Join(err1, err2); err != nil && m.err == nil {
+		m.err = err
+	}
+	return txns, ops
 }
 
 // end completes m.
@@ -126,4 +154,6 @@ func (e *env) end(m *measure) {
 	m.BytesSent = e.fleet.a.bytesRead.Load() - m.bytes0
 	m.MaxGap = e.fleet.maxGap()
 	m.Load = Loadavg()
+	txns, ops := e.etcdCounts(m)
+	m.EtcdTxns, m.EtcdOps = txns-m.txns0, ops-m.ops0
 }
