@@ -503,9 +503,22 @@ func (r *crashRun) sync(p crashPoint) {
 	})
 	n1.pluginEnv = armed(p.name)
 	n1.launchPlugin()
+	// "Synced without it" needs proof that n1 outlived the point, which
+	// comes right after the sync's last answer: being seen synced is not
+	// enough (the coordinator marks it synced before the node, about to
+	// exit there, has read the answer). A node still live more than a
+	// session TTL after it was first seen synced has renewed its session
+	// since, after the sync's end: it went past the point.
+	var syncedAt time.Time
 	r.awaitExit(n1.plugin, p.name, func() bool {
 		m, err := r.c.ls.members()
-		return err == nil && m[n1.id].Live && m[n1.id].Synced
+		if err != nil || !m[n1.id].Live || !m[n1.id].Synced {
+			return false
+		}
+		if syncedAt.IsZero() {
+			syncedAt = time.Now()
+		}
+		return time.Since(syncedAt) > crashTTL
 	})
 	if r.out.reached == "not reached" {
 		r.out.reached = "not reached: n1 synced without it"
