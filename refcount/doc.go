@@ -63,7 +63,8 @@
 // (their hashes may not be what was stored), so their next sync is whole.
 // A bucket too big for a group gets its additions as AddRefs first and,
 // when it surely drops more than a group holds (a forget of a big node),
-// its drops as RemoveRefs, found by one walk of the reference sets. One
+// its drops as RemoveRefs, read from the store's index by node
+// (NodeRefLister; a store without one is walked set by set). One
 // limit is left: a sync that both adds and drops more than about 64
 // references in one bucket (a node that swapped some 16,000 references
 // for others since it last synced) still fails on such a store, after

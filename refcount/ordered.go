@@ -24,9 +24,9 @@ type Submitter interface {
 }
 
 // NodeRefLister is a Storage that keeps, beside the reference sets, an
-// index of the resources each node references, and reads it: the memory
-// and bbolt stores, whose ReplaceNode reads that index and so costs
-// O(the node's references) (docs/design.md §10.2). NodeRefs returns the
+// index of the resources each node references, and reads it: the memory,
+// bbolt and etcd stores, whose ReplaceNode reads that index and so costs
+// O(the node's references) (docs/design.md §7.1, §10.2). NodeRefs returns the
 // resources in whose sets the node is, in resource ID order (none: an
 // empty list); it always equals what the sets say.
 type NodeRefLister interface {

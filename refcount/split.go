@@ -125,8 +125,9 @@ func (m *Manager) ReplaceNodeGroups(ctx context.Context, b *Batch, node string, 
 // crowdedDrops returns, for each bucket where the node surely drops more
 // than GroupRefs references (it holds that many more than ids names
 // there: a forget of a big node, a sync that drops thousands), the
-// node's stored references there that ids does not name, found by one
-// walk of the reference sets (the Storage has no read by node). So the
+// node's stored references there that ids does not name, read from the
+// store's index by node (NodeRefLister; etcd, memory and bbolt keep one),
+// or else found by one walk of the reference sets. So the
 // bucket's drops go as RemoveRefs, GroupRefs to a group, before its
 // replace, which is left to drop what changed since the walk.
 func (m *Manager) crowdedDrops(ctx context.Context, node string, buckets *BucketSet, kept synchash.Table, known bool, ids *[synchash.Buckets][]string) (map[int][]string, error) {
@@ -149,6 +150,18 @@ func (m *Manager) crowdedDrops(ctx context.Context, node string, buckets *Bucket
 		}
 	}
 	out := map[int][]string{}
+	if nl, ok := m.storage.(NodeRefLister); ok {
+		refs, err := nl.NodeRefs(ctx, node)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range refs {
+			if i := synchash.Bucket(id); crowded[i] && !named[id] {
+				out[i] = append(out[i], id)
+			}
+		}
+		return out, nil
+	}
 	after := ""
 	for {
 		page, err := m.storage.List(ctx, after, hashListPage)
