@@ -157,7 +157,12 @@ func sinceOrNone(t, from time.Time) string {
 // elects slower than TTL − 1 s): logged, not asserted.
 func TestEtcdMemberLoss(t *testing.T) {
 	etcd := etcdtest.Start(t, etcdtest.Options{})
-	reps := startReplicas(t, 2, etcd.Endpoints(), replicaTTL)
+	// A TTL longer than the other tests': "no step-down with a follower
+	// gone" means the replica's etcd client moved to a live member before
+	// its watchdog (TTL − 1 s) lapsed, which a loaded 2-core machine can
+	// delay past the 2 s a 3 s TTL leaves.
+	const memberLossTTL = 10 * time.Second
+	reps := startReplicas(t, 2, etcd.Endpoints(), memberLossTTL)
 	leader := waitLeader(t, reps)
 	// Retries for a few TTLs: etcd's leader lost, the replica's watchdog
 	// may lapse before etcd has a new leader, and a failover costs a TTL.
@@ -277,7 +282,12 @@ func containsString(ss []string, s string) bool {
 // again, with the reference added before the loss.
 func TestEtcdQuorumLoss(t *testing.T) {
 	etcd := etcdtest.Start(t, etcdtest.Options{})
-	reps := startReplicas(t, 2, etcd.Endpoints(), replicaTTL)
+	// A TTL longer than the other tests': "no step-down with a follower
+	// gone" means the replica's etcd client moved to a live member before
+	// its watchdog (TTL − 1 s) lapsed, which a loaded 2-core machine can
+	// delay past the 2 s a 3 s TTL leaves.
+	const memberLossTTL = 10 * time.Second
+	reps := startReplicas(t, 2, etcd.Endpoints(), memberLossTTL)
 	leader := waitLeader(t, reps)
 	client := replicaClient(t, "node-a", reps)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
