@@ -282,12 +282,7 @@ func containsString(ss []string, s string) bool {
 // again, with the reference added before the loss.
 func TestEtcdQuorumLoss(t *testing.T) {
 	etcd := etcdtest.Start(t, etcdtest.Options{})
-	// A TTL longer than the other tests': "no step-down with a follower
-	// gone" means the replica's etcd client moved to a live member before
-	// its watchdog (TTL − 1 s) lapsed, which a loaded 2-core machine can
-	// delay past the 2 s a 3 s TTL leaves.
-	const memberLossTTL = 10 * time.Second
-	reps := startReplicas(t, 2, etcd.Endpoints(), memberLossTTL)
+	reps := startReplicas(t, 2, etcd.Endpoints(), replicaTTL)
 	leader := waitLeader(t, reps)
 	client := replicaClient(t, "node-a", reps)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
