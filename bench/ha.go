@@ -266,19 +266,20 @@ func (r *report) writeHABlock(w io.Writer) {
 	if h.rolloutEtcd != nil && h.rolloutBolt != nil {
 		e, b := h.rolloutEtcd, h.rolloutBolt
 		fmt.Fprintf(w, "### A rollout on etcd and on bbolt\n\n")
-		fmt.Fprintf(w, "bench/scale's rollout (%d simulated nodes pull one %d-blob image at once; see the scale block for how) against one coordinator replica on the etcd cluster (leading alone; `-scale` flags at their defaults) and against the coordinator on bbolt, same run. etcd txns from the coordinator's `sharedcontent_etcd_txns_total` and writes from `sharedcontent_etcd_txn_ops_sum`, scraped before and after the rollout; txn/s over the rollout's wall.\n\n", e.Nodes, e.Blobs)
-		t := mdTable{head: []string{"store", "wall", "node done p99", "coordinator CPU", "CPU per node-blob", "etcd txns", "etcd txn/s", "writes per txn", "unfinished"}}
+		fmt.Fprintf(w, "bench/scale's rollout (%d simulated nodes pull one %d-blob image at once; see the scale block for how) against one coordinator replica on the etcd cluster (leading alone; `-scale` flags at their defaults) and against the coordinator on bbolt, same run. etcd txns from the coordinator's `sharedcontent_etcd_txns_total`, writes from `sharedcontent_etcd_txn_ops_sum` and bytes (keys and values) from `sharedcontent_etcd_txn_bytes_sum`, scraped before and after the rollout; txn/s over the rollout's wall.\n\n", e.Nodes, e.Blobs)
+		t := mdTable{head: []string{"store", "wall", "node done p99", "coordinator CPU", "CPU per node-blob", "etcd txns", "etcd txn/s", "writes per txn", "bytes written", "unfinished"}}
 		for _, x := range []struct {
 			name string
 			r    *scale.RolloutResult
 		}{{"etcd (3 members)", e}, {"bbolt", b}} {
-			txns, rate, per := "-", "-", "-"
+			txns, rate, per, written := "-", "-", "-", "-"
 			if x.r.EtcdTxns > 0 {
+				written = fmt.Sprintf("%.0f KiB", x.r.EtcdBytes/1024)
 				txns = fmt.Sprintf("%.0f", x.r.EtcdTxns)
 				rate = fmt.Sprintf("%.0f", x.r.EtcdTxns/x.r.Wall.Seconds())
 				per = fmt.Sprintf("%.1f", x.r.EtcdOps/x.r.EtcdTxns)
 			}
-			t.row(x.name, ms(x.r.Wall), ms(x.r.DoneP99), ms(x.r.CPU), us(x.r.CPUPerNodeBlob()), txns, rate, per, fmt.Sprint(x.r.Unfinished))
+			t.row(x.name, ms(x.r.Wall), ms(x.r.DoneP99), ms(x.r.CPU), us(x.r.CPUPerNodeBlob()), txns, rate, per, written, fmt.Sprint(x.r.Unfinished))
 		}
 		t.write(w)
 		fmt.Fprintln(w)

@@ -90,8 +90,9 @@ type Usage struct {
 	Load string
 	// EtcdTxns counts the guarded transactions a coordinator on etcd
 	// sent, EtcdOps their writes (sharedcontent_etcd_txns_total and
-	// sharedcontent_etcd_txn_ops_sum); zero on bbolt.
-	EtcdTxns, EtcdOps float64
+	// sharedcontent_etcd_txn_ops_sum), EtcdBytes the bytes they wrote
+	// (sharedcontent_etcd_txn_bytes_sum); zero on bbolt.
+	EtcdTxns, EtcdOps, EtcdBytes float64
 }
 
 // measure is a scenario's Usage, between begin and end.
@@ -102,7 +103,8 @@ type measure struct {
 	bytes0  int64
 	txns0   float64
 	ops0    float64
-	err     error // reading /proc or /metrics
+	bytes0E float64 // etcd bytes written
+	err     error   // reading /proc or /metrics
 }
 
 // begin starts measuring: the coordinator's CPU so far, the nodes' counts,
@@ -114,28 +116,30 @@ func (e *env) begin() *measure {
 	e.coord.resetPeakFiles()
 	e.fleet.a.peakStreams.Store(e.fleet.a.streams.Load())
 	e.fleet.resetGaps()
-	m.txns0, m.ops0 = e.etcdCounts(m)
+	m.txns0, m.ops0, m.bytes0E = e.etcdCounts(m)
 	return m
 }
 
 // Metrics of the etcd store (refcount/etcdstore).
 const (
-	metricEtcdTxns = "sharedcontent_etcd_txns_total"
-	metricEtcdOps  = "sharedcontent_etcd_txn_ops_sum"
+	metricEtcdTxns  = "sharedcontent_etcd_txns_total"
+	metricEtcdOps   = "sharedcontent_etcd_txn_ops_sum"
+	metricEtcdBytes = "sharedcontent_etcd_txn_bytes_sum"
 )
 
-// etcdCounts reads the coordinator's etcd transactions and writes so far;
-// zero on bbolt. A failure is kept in m.
-func (e *env) etcdCounts(m *measure) (txns, ops float64) {
+// etcdCounts reads the coordinator's etcd transactions, their writes and
+// bytes so far; zero on bbolt. A failure is kept in m.
+func (e *env) etcdCounts(m *measure) (txns, ops, bytes float64) {
 	if len(e.coord.etcd) == 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	txns, err1 := Metric(e.coord.url(), metricEtcdTxns)
 	ops, err2 := Metric(e.coord.url(), metricEtcdOps)
-	if err := errors.Join(err1, err2); err != nil && m.err == nil {
+	bytes, err3 := Metric(e.coord.url(), metricEtcdBytes)
+	if err := errors.Join(err1, err2, err3); err != nil && m.err == nil {
 		m.err = err
 	}
-	return txns, ops
+	return txns, ops, bytes
 }
 
 // end completes m.
@@ -154,6 +158,6 @@ func (e *env) end(m *measure) {
 	m.BytesSent = e.fleet.a.bytesRead.Load() - m.bytes0
 	m.MaxGap = e.fleet.maxGap()
 	m.Load = Loadavg()
-	txns, ops := e.etcdCounts(m)
-	m.EtcdTxns, m.EtcdOps = txns-m.txns0, ops-m.ops0
+	txns, ops, bytes := e.etcdCounts(m)
+	m.EtcdTxns, m.EtcdOps, m.EtcdBytes = txns-m.txns0, ops-m.ops0, bytes-m.bytes0E
 }

@@ -40,6 +40,9 @@ func New(cli *clientv3.Client, opts Options, cfg lockserver.Config) (*Replica, e
 	return &Replica{cli: cli, opts: opts, cfg: cfg, lead: newLeadership(opts.AdvertiseURL), metrics: newMetrics()}, nil
 }
 
+// dbSizeInterval is how often a replica reads etcd's database size.
+const dbSizeInterval = 30 * time.Second
+
 // Leadership is the replica's role, for httpserver.Config.Leadership.
 func (r *Replica) Leadership() httpserver.Leadership { return r.lead }
 
@@ -61,6 +64,7 @@ func (o Options) prefix() string {
 // h serves the Coordinator of each term won. A leader whose ctx ends
 // resigns, so that another replica takes over at once.
 func (r *Replica) Run(ctx context.Context, h *httpserver.Handler) {
+	go r.metrics.etcd.PollDBSize(ctx, r.cli, dbSizeInterval)
 	for ctx.Err() == nil {
 		err := r.term(ctx, h)
 		if ctx.Err() != nil {

@@ -70,7 +70,7 @@ func (s *Store) guarded(ctx context.Context, ops []clientv3.Op) error {
 		Then(ops...).
 		Else(clientv3.OpGet(s.leader, clientv3.WithKeysOnly())).
 		Commit()
-	s.metrics.txn(time.Since(start), len(ops), err, err == nil && !resp.Succeeded)
+	s.metrics.txn(time.Since(start), len(ops), opBytes(ops), err, err == nil && !resp.Succeeded)
 	switch {
 	case errors.Is(err, rpctypes.ErrTooManyOps), errors.Is(err, rpctypes.ErrRequestTooLarge):
 		return fmt.Errorf("etcdstore: commit of %d writes: %w: %w", len(ops), errdefs.ErrResourceExhausted, err)
@@ -82,4 +82,13 @@ func (s *Store) guarded(ctx context.Context, ops []clientv3.Op) error {
 		return err
 	}
 	return nil
+}
+
+// opBytes is what ops write: their keys and values.
+func opBytes(ops []clientv3.Op) int {
+	n := 0
+	for _, op := range ops {
+		n += len(op.KeyBytes()) + len(op.ValueBytes())
+	}
+	return n
 }

@@ -15,8 +15,11 @@ import (
 type Metrics struct {
 	seconds *prometheus.HistogramVec
 	ops     prometheus.Histogram
+	bytes   prometheus.Histogram
 	txns    prometheus.Counter
 	failed  *prometheus.CounterVec
+	// dbSize and dbInUse are etcd's own figures (PollDBSize).
+	dbSize, dbInUse prometheus.Gauge
 }
 
 var _ prometheus.Collector = (*Metrics)(nil)
@@ -34,6 +37,19 @@ func NewMetrics() *Metrics {
 			Help:    "Writes per guarded transaction of the etcd store (group commit folds many batches into one).",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 9), // 1 .. 256
 		}),
+		bytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sharedcontent_etcd_txn_bytes",
+			Help:    "Bytes (keys and values) each guarded transaction of the etcd store writes.",
+			Buckets: prometheus.ExponentialBuckets(64, 4, 9), // 64 B .. 4 MiB
+		}),
+		dbSize: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sharedcontent_etcd_db_size_bytes",
+			Help: "Size of etcd's database file, the largest over the members that answered (counts against --quota-backend-bytes).",
+		}),
+		dbInUse: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sharedcontent_etcd_db_size_in_use_bytes",
+			Help: "Bytes of etcd's database in use, the largest over the members that answered (the rest is freed by a defragmentation).",
+		}),
 		txns: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sharedcontent_etcd_txns_total",
 			Help: "Guarded transactions the etcd store sent.",
@@ -49,6 +65,9 @@ func NewMetrics() *Metrics {
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.seconds.Describe(ch)
 	m.ops.Describe(ch)
+	m.bytes.Describe(ch)
+	m.dbSize.Describe(ch)
+	m.dbInUse.Describe(ch)
 	m.txns.Describe(ch)
 	m.failed.Describe(ch)
 }
@@ -57,13 +76,16 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.seconds.Collect(ch)
 	m.ops.Collect(ch)
+	m.bytes.Collect(ch)
+	m.dbSize.Collect(ch)
+	m.dbInUse.Collect(ch)
 	m.txns.Collect(ch)
 	m.failed.Collect(ch)
 }
 
-// txn records one guarded transaction of ops writes that took d and
-// failed with err, or whose guard failed (fenced).
-func (m *Metrics) txn(d time.Duration, ops int, err error, fenced bool) {
+// txn records one guarded transaction of ops writes (size bytes) that
+// took d and failed with err, or whose guard failed (fenced).
+func (m *Metrics) txn(d time.Duration, ops, size int, err error, fenced bool) {
 	outcome := "ok"
 	switch {
 	case fenced || errors.Is(err, refcount.ErrFenced):
@@ -75,5 +97,6 @@ func (m *Metrics) txn(d time.Duration, ops int, err error, fenced bool) {
 	}
 	m.seconds.WithLabelValues(outcome).Observe(d.Seconds())
 	m.ops.Observe(float64(ops))
+	m.bytes.Observe(float64(size))
 	m.txns.Inc()
 }

@@ -1,0 +1,13 @@
+package etcdstore
+
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// PollDBSizeOnce is one round of PollDBSize.
+func (m *Metrics) PollDBSizeOnce(ctx context.Context, cli *clientv3.Client) {
+	m.pollDBSize(ctx, cli, time.Minute)
+}
