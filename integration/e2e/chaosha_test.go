@@ -136,10 +136,18 @@ func (ch *realChaos) haFault(kind string, p faultPlan) {
 		since := time.Now()
 		if kind == "leader-kill" {
 			l.p.kill()
-		} else if l.p.stop(stopGrace) {
-			ch.healError("%s did not stop within %v of SIGTERM", l.name(), stopGrace)
+			ch.failedOver(kind, l, since)
+		} else {
+			// Another replica leads while this one is still exiting.
+			l.p.signal(syscall.SIGTERM)
+			ch.failedOver(kind, l, since)
+			select {
+			case <-l.p.done:
+			case <-time.After(stopGrace):
+				l.p.kill()
+				ch.healError("%s did not stop within %v of SIGTERM", l.name(), stopGrace)
+			}
 		}
-		ch.failedOver(kind, l, since)
 		time.Sleep(p.down)
 		l.launch()
 	case "leader-stop":
