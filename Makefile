@@ -121,6 +121,8 @@ demo:
 # into .cache/bin) with the proxy plugin, driven by ctr. Needs root, else it
 # skips; see docs/e2e.md. E2E_FLAGS=-run=TestBaseline picks scenarios. It
 # includes a short TestChaosReal (90 s of faults; `make chaos` runs it long)
+# and a short TestChaosRealHA (60 s, replicas on etcd; `make chaos
+# CHAOS_COORDINATOR=etcd`)
 # and TestImageCoordinator and TestImageNodes, the coordinator and the
 # node daemons run from `make image`'s image with `ctr run`, which needs
 # runc (installed from Debian when missing). TestFailoverDuringPulls runs
@@ -142,13 +144,23 @@ e2e: etcd
 # kind, blobs read back, lost = N). Needs root, like `make e2e`.
 # CHAOS_SEED=<seed> replays the random choices; CHAOS_FAULTS=kill-plugin,delay
 # picks fault kinds. The log is in CHAOS_LOG.
+# CHAOS_COORDINATOR=etcd (issue 25; TestChaosRealHA) runs 3 coordinator
+# replicas on a real 3-member etcd (`make etcd`'s bin/etcd) instead of the
+# stand-alone bbolt coordinator (CHAOS_COORDINATOR=bbolt, the default), the
+# nodes given every replica's URL, and adds the fault kinds leader-kill,
+# leader-term, leader-stop (SIGSTOP past the etcd session TTL),
+# etcd-member-kill and etcd-quorum-loss; kill-coordinator and
+# coordinator-down-long then act on every replica.
+CHAOS_COORDINATOR ?= bbolt
 CHAOS_DURATION ?= 10m
 CHAOS_TIMEOUT  ?= 60m
 CHAOS_LOG      ?= $(or $(TMPDIR),/tmp)/sharedcontent-chaos.log
-chaos:
+CHAOS_TEST      = $(if $(filter etcd,$(CHAOS_COORDINATOR)),TestChaosRealHA,$(if $(filter bbolt,$(CHAOS_COORDINATOR)),TestChaosReal,$(error CHAOS_COORDINATOR=$(CHAOS_COORDINATOR): bbolt or etcd)))
+chaos: $(if $(filter etcd,$(CHAOS_COORDINATOR)),etcd)
 	@SHAREDCONTENT_E2E=1 SHAREDCONTENT_E2E_CHAOS_DURATION=$(CHAOS_DURATION) \
 	  $(if $(CHAOS_SEED),SHAREDCONTENT_E2E_CHAOS_SEED=$(CHAOS_SEED)) $(if $(CHAOS_FAULTS),SHAREDCONTENT_E2E_CHAOS_FAULTS=$(CHAOS_FAULTS)) \
-	  $(GO) test -count=1 -timeout $(CHAOS_TIMEOUT) -v -run '^TestChaosReal$$' ./integration/e2e/ >$(CHAOS_LOG) 2>&1; \
+	  $(if $(filter etcd,$(CHAOS_COORDINATOR)),SHAREDCONTENT_ETCD=$(ETCD)) \
+	  $(GO) test -count=1 -timeout $(CHAOS_TIMEOUT) -v -run '^$(CHAOS_TEST)$$' ./integration/e2e/ >$(CHAOS_LOG) 2>&1; \
 	  rc=$$?; grep -E 'chaos|^(---|===|ok|FAIL|PASS)' $(CHAOS_LOG) | grep -v 'not lost'; echo "full log: $(CHAOS_LOG)"; exit $$rc
 
 # The in-process randomized fault test of issue 13 (integration/chaos_test.go;

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/internal/testutil/etcdtest"
 )
 
 // TestChaosReal is the real-process chaos test (issue 23): a stand-alone
@@ -35,8 +38,29 @@ import (
 // machine's, so a replay runs the same sequences, not the same
 // interleaving.
 func TestChaosReal(t *testing.T) {
+	runChaos(t, nil, chaosDefaultDuration)
+}
+
+// TestChaosRealHA is TestChaosReal with the coordinator highly available
+// (issue 25, docs/design.md §7): three replicas on a real 3-member etcd
+// cluster, each node given every replica's URL, each URL through its own
+// netProxy (a link fault cuts them all). Besides chaosFaults (whose
+// coordinator faults act on every replica at once), chaosHAFaults kill,
+// terminate and stop the leading replica and kill etcd members, one or
+// two at once (quorum lost: nodes keep pulling per §8.8). The same
+// variables select the length, the seed and the kinds (default: all of
+// both); its default length is chaosHADefaultDuration. `make chaos
+// CHAOS_COORDINATOR=etcd` runs it.
+func TestChaosRealHA(t *testing.T) {
 	needSharedcontent(t)
-	duration := chaosDefaultDuration
+	etcd := etcdtest.Start(t, etcdtest.Options{})
+	runChaos(t, &chaosHA{etcd: etcd}, chaosHADefaultDuration)
+}
+
+// runChaos runs the chaos test: on a stand-alone coordinator when ha is
+// nil, else on ha's replicas; duration is the default length of faults.
+func runChaos(t *testing.T, ha *chaosHA, duration time.Duration) {
+	needSharedcontent(t)
 	if s := os.Getenv(envChaosDuration); s != "" {
 		d, err := time.ParseDuration(s)
 		require.NoError(t, err, "%s", envChaosDuration)
@@ -48,12 +72,12 @@ func TestChaosReal(t *testing.T) {
 		require.NoError(t, err, "%s", envChaosSeed)
 		seed = v
 	}
-	kinds, err := chaosKinds(os.Getenv(envChaosFaults))
+	kinds, err := chaosKinds(os.Getenv(envChaosFaults), ha != nil)
 	require.NoError(t, err, "%s", envChaosFaults)
-	t.Logf("chaos: seed %d, %v of faults (%s), kinds %s; replay: %s=%d %s=%s",
-		seed, duration, envChaosDuration, strings.Join(kinds, ","), envChaosSeed, seed, envChaosFaults, strings.Join(kinds, ","))
+	t.Logf("chaos: %s, seed %d, %v of faults (%s), kinds %s; replay: %s=%d %s=%s",
+		chaosModeName(ha), seed, duration, envChaosDuration, strings.Join(kinds, ","), envChaosSeed, seed, envChaosFaults, strings.Join(kinds, ","))
 
-	ch := newRealChaos(t, seed, kinds)
+	ch := newRealChaos(t, seed, kinds, ha)
 	defer ch.summary(duration)
 	ch.run(duration)
 	ch.heal()
@@ -70,8 +94,10 @@ const (
 )
 
 const (
-	// chaosDefaultDuration is the short run of `make e2e` (and CI).
-	chaosDefaultDuration = 90 * time.Second
+	// chaosDefaultDuration is the short run of `make e2e` (and CI), and
+	// chaosHADefaultDuration TestChaosRealHA's.
+	chaosDefaultDuration   = 90 * time.Second
+	chaosHADefaultDuration = 60 * time.Second
 	// chaosSessionTTL, chaosNodeExpiry and chaosLeaseTTL are the
 	// coordinator's: short, so that faults resolve quickly.
 	chaosSessionTTL = 3 * time.Second
@@ -113,16 +139,35 @@ var chaosFaults = []string{
 	"cut-past-expiry",       // a node black-holed for longer than --node-expiry
 }
 
-// chaosKinds parses SHAREDCONTENT_E2E_CHAOS_FAULTS: empty is every kind.
-func chaosKinds(s string) ([]string, error) {
+// chaosHAFaults are the fault kinds of TestChaosRealHA only (docs/design.md
+// §7.2); there "kill-coordinator" and "coordinator-down-long" act on every
+// replica.
+var chaosHAFaults = []string{
+	"leader-kill",      // kill -9 the leading replica; once another leads, restart it (a standby) up to 3 session TTLs later
+	"leader-term",      // SIGTERM the leading replica (it resigns); once another leads, restart it up to 3 session TTLs later
+	"leader-stop",      // SIGSTOP the leading replica past its etcd session TTL and until another leads, then SIGCONT
+	"etcd-member-kill", // kill -9 one etcd member (etcd's leader half the time), restart it 3–20 s later
+	"etcd-quorum-loss", // kill -9 two etcd members (quorum lost), restart them 5–40 s later
+}
+
+// chaosKinds parses SHAREDCONTENT_E2E_CHAOS_FAULTS: empty is every kind of
+// the mode (ha: on etcd, with chaosHAFaults).
+func chaosKinds(s string, ha bool) ([]string, error) {
+	known := slices.Clone(chaosFaults)
+	if ha {
+		known = append(known, chaosHAFaults...)
+	}
 	if strings.TrimSpace(s) == "" {
-		return slices.Clone(chaosFaults), nil
+		return known, nil
 	}
 	var out []string
 	for _, k := range strings.Split(s, ",") {
 		k = strings.TrimSpace(k)
-		if !slices.Contains(chaosFaults, k) {
-			return nil, fmt.Errorf("unknown fault kind %q; known: %s", k, strings.Join(chaosFaults, ","))
+		switch {
+		case !ha && slices.Contains(chaosHAFaults, k):
+			return nil, fmt.Errorf("fault kind %q needs the coordinator on etcd (TestChaosRealHA, make chaos CHAOS_COORDINATOR=etcd)", k)
+		case !slices.Contains(known, k):
+			return nil, fmt.Errorf("unknown fault kind %q; known: %s", k, strings.Join(known, ","))
 		}
 		out = append(out, k)
 	}
@@ -136,6 +181,7 @@ type realChaos struct {
 	seed  uint64
 	rng   *rand.Rand // the fault injector's
 	kinds []string
+	ha    *chaosHA // the replicas and etcd; nil: a stand-alone coordinator
 	imgs  []testImage
 	nodes []*chaosNode
 	start time.Time
@@ -153,6 +199,9 @@ type realChaos struct {
 	lostSeen   map[string]bool
 	blame      map[string]int // protected by mu: losses by recent fault kind
 	healErrs   []string       // protected by mu: what did not heal or leaked
+	// failovers are the times from a leader fault to another replica
+	// leading, by kind; protected by mu.
+	failovers map[string][]time.Duration
 }
 
 // faultRecord is one injected fault.
@@ -169,20 +218,28 @@ func (f faultRecord) String() string {
 	return fmt.Sprintf("%s %s at %s (%s)", f.kind, f.target, f.start.Format("15:04:05.0"), end)
 }
 
-// newRealChaos starts the registry, the coordinator and three nodes, and
-// pushes the images.
-func newRealChaos(t *testing.T, seed uint64, kinds []string) *realChaos {
+// newRealChaos starts the registry, the coordinator (ha nil: a
+// stand-alone one; else ha's replicas) and three nodes, and pushes the
+// images.
+func newRealChaos(t *testing.T, seed uint64, kinds []string, ha *chaosHA) *realChaos {
 	t.Helper()
-	ch := &realChaos{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0xc4a05)), kinds: kinds,
+	ch := &realChaos{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0xc4a05)), kinds: kinds, ha: ha,
 		stop: make(chan struct{}), ops: map[string]int{}, faults: map[string]int{},
-		lostSeen: map[string]bool{}, blame: map[string]int{}}
-	proxies := make([]*netProxy, 3)
+		lostSeen: map[string]bool{}, blame: map[string]int{}, failovers: map[string][]time.Duration{}}
+	args := []string{"--session-ttl", chaosSessionTTL.String(), "--node-expiry", chaosNodeExpiry.String(),
+		"--lease-ttl", chaosLeaseTTL.String(), "--reap-grace", chaosReapGrace.String()}
+	links := make([]chaosLink, 3)
 	ch.c = newFaultCluster(t, faultOpts{
-		lockServerArgs: []string{"--session-ttl", chaosSessionTTL.String(), "--node-expiry", chaosNodeExpiry.String(),
-			"--lease-ttl", chaosLeaseTTL.String(), "--reap-grace", chaosReapGrace.String()},
+		lockServerArgs: args,
+		coordinator:    ha.starter(args),
 		lockURL: func(ls *lockServer, i int) string {
-			proxies[i] = startNetProxy(t, ls.addr)
-			return proxies[i].url()
+			var urls []string
+			for _, c := range ha.replicasOr(ls) {
+				p := startNetProxy(t, c.addr)
+				links[i] = append(links[i], p)
+				urls = append(urls, p.url())
+			}
+			return strings.Join(urls, ",")
 		},
 		pluginArgs: func(int) []string {
 			return []string{"--reap-interval", chaosReapInterval.String(), "--reap-grace", chaosReapGrace.String()}
@@ -202,7 +259,7 @@ func newRealChaos(t *testing.T, seed uint64, kinds []string) *realChaos {
 		ch.imgs = append(ch.imgs, pushLayers(t, ch.c.reg, fmt.Sprintf("e2e/chaos%d", i), layers...))
 	}
 	for i, n := range ch.c.nodes {
-		ch.nodes = append(ch.nodes, newChaosNode(n, proxies[i], rand.New(rand.NewPCG(seed+uint64(i)+1, seed^0x0b5))))
+		ch.nodes = append(ch.nodes, newChaosNode(n, links[i], rand.New(rand.NewPCG(seed+uint64(i)+1, seed^0x0b5))))
 	}
 	return ch
 }
@@ -220,9 +277,32 @@ func (ch *realChaos) run(d time.Duration) {
 		if !time.Now().Before(deadline) {
 			break
 		}
-		ch.inject(ch.kinds[ch.rng.IntN(len(ch.kinds))])
+		ch.inject(ch.pick())
 	}
 	ch.stopNodes()
+}
+
+// pick draws the next fault's kind: on etcd, one of chaosHAFaults half of
+// the time when the kinds mix them with others (the new faults are what
+// TestChaosRealHA is for); else any kind.
+func (ch *realChaos) pick() string {
+	if ch.ha != nil {
+		var ha, other []string
+		for _, k := range ch.kinds {
+			if slices.Contains(chaosHAFaults, k) {
+				ha = append(ha, k)
+			} else {
+				other = append(other, k)
+			}
+		}
+		if len(ha) > 0 && len(other) > 0 {
+			if ch.rng.IntN(2) == 0 {
+				return ha[ch.rng.IntN(len(ha))]
+			}
+			return other[ch.rng.IntN(len(other))]
+		}
+	}
+	return ch.kinds[ch.rng.IntN(len(ch.kinds))]
 }
 
 // stopNodes stops the nodes' operations and waits for them (once).
@@ -276,10 +356,10 @@ func (ch *realChaos) summary(d time.Duration) {
 	for _, n := range ch.faults {
 		nfaults += n
 	}
-	report(ch.t, "chaos (real processes): seed %d, %v of faults; operations %d (%s); checks %d (skipped, node down: %d); faults %d (%s); blobs read back %d (failed reads of intact blobs %d); lost = %d%s; heal/leak errors %d",
-		ch.seed, d, total, tally(ops), checks-ch.ops["check skipped (node unreachable)"], ch.ops["check skipped (node unreachable)"],
-		nfaults, tally(ch.faults), ch.reads, ch.readErrors, len(ch.lost),
-		blameText(ch.blame), len(ch.healErrs))
+	report(ch.t, "chaos (real processes, %s): seed %d, %v of faults; operations %d (%s); checks %d (skipped, node down: %d); faults %d (%s)%s; blobs read back %d (failed reads of intact blobs %d); lost = %d%s; heal/leak errors %d; without the coordinator (plugins' logs): %s",
+		chaosModeName(ch.ha), ch.seed, d, total, tally(ops), checks-ch.ops["check skipped (node unreachable)"], ch.ops["check skipped (node unreachable)"],
+		nfaults, tally(ch.faults), failoverText(ch.failovers), ch.reads, ch.readErrors, len(ch.lost),
+		blameText(ch.blame), len(ch.healErrs), cmp.Or(tally(ch.uncoordinated()), "none"))
 	for _, l := range ch.lost {
 		ch.t.Log("chaos lost: " + l)
 	}

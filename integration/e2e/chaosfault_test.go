@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"slices"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -24,10 +25,28 @@ type faultPlan struct {
 	down time.Duration
 	// long is longer than --node-expiry, with the session's TTL on top.
 	long time.Duration
+
+	// On etcd only (TestChaosRealHA), drawn after the rest so that a
+	// stand-alone run's seed replays as before.
+	//
+	// paused is how long a stopped leader stays stopped at least: past
+	// its etcd session's TTL.
+	paused time.Duration
+	// quorumDown is how long etcd's quorum stays lost: 5–40 s, so more
+	// than the nodes' fail-open delay about half of the time (23.5 s: the
+	// plugins count with their default 15 s session TTL, docs/design.md
+	// §8.8).
+	quorumDown time.Duration
+	// member and other are two distinct etcd members; etcdLeader says
+	// whether etcd-member-kill picks etcd's leader instead of member.
+	member, other int
+	etcdLeader    bool
+	// leader is the leading replica, found when a leader fault begins.
+	leader *lockServer
 }
 
 func (ch *realChaos) plan() faultPlan {
-	return faultPlan{
+	p := faultPlan{
 		n:     ch.nodes[ch.rng.IntN(len(ch.nodes))],
 		hold:  3*time.Second + time.Duration(ch.rng.Int64N(int64(17*time.Second))),
 		delay: chaosSessionTTL/3 + 100*time.Millisecond + time.Duration(ch.rng.Int64N(int64(chaosSessionTTL/3))),
@@ -35,18 +54,36 @@ func (ch *realChaos) plan() faultPlan {
 		down:  time.Duration(ch.rng.Int64N(int64(3 * chaosSessionTTL))),
 		long:  chaosNodeExpiry + chaosSessionTTL + 5*time.Second + time.Duration(ch.rng.Int64N(int64(15*time.Second))),
 	}
+	if ch.ha != nil {
+		p.paused = replicaSessionTTL + time.Second + time.Duration(ch.rng.Int64N(int64(5*time.Second)))
+		p.member = ch.rng.IntN(3)
+		p.other = (p.member + 1 + ch.rng.IntN(2)) % 3
+		p.etcdLeader = ch.rng.IntN(2) == 0
+		p.quorumDown = 5*time.Second + time.Duration(ch.rng.Int64N(int64(35*time.Second)))
+	}
+	return p
 }
 
-// inject applies one fault of kind to a random node (or the coordinator),
-// and heals it before it returns.
+// inject applies one fault of kind to a random node (or the coordinator,
+// or etcd), and heals it before it returns.
 func (ch *realChaos) inject(kind string) {
 	p := ch.plan()
 	target := p.n.id
+	coordinator := "coordinator"
+	if ch.ha != nil {
+		coordinator = "every replica"
+	}
 	switch kind {
 	case "kill-coordinator":
-		target = "coordinator"
+		target = coordinator
 	case "coordinator-down-long":
-		target = "coordinator, " + p.n.id + " slow back"
+		target = coordinator + ", " + p.n.id + " slow back"
+	}
+	if slices.Contains(chaosHAFaults, kind) {
+		var ok bool
+		if target, ok = ch.haTarget(kind, &p); !ok {
+			return
+		}
 	}
 	f := ch.begin(kind, target)
 	defer ch.end(f)
@@ -54,9 +91,11 @@ func (ch *realChaos) inject(kind string) {
 	case "kill-plugin", "kill-containerd", "kill-node", "wipe-state":
 		ch.nodeFault(kind, p)
 	case "kill-coordinator":
-		ch.c.ls.p.kill()
+		ch.coordinatorDown(true)
 		time.Sleep(p.gap)
-		ch.c.ls.start()
+		ch.coordinatorUp()
+	case "leader-kill", "leader-term", "leader-stop", "etcd-member-kill", "etcd-quorum-loss":
+		ch.haFault(kind, p)
 	case "coordinator-down-long":
 		ch.coordinatorDownLong(p)
 	case "blackhole":
@@ -72,17 +111,17 @@ func (ch *realChaos) inject(kind string) {
 	}
 }
 
-// coordinatorDownLong stops the coordinator for longer than its
-// --node-expiry (a weekend). One node is slow to come back: its link is
-// refused from the stop until 3–5 s after the restart, longer than the
-// coordinator's expiry tick (--node-expiry/10).
+// coordinatorDownLong stops the coordinator (every replica) for longer
+// than its --node-expiry (a weekend). One node is slow to come back: its
+// link is refused from the stop until 3–5 s after the restart, longer than
+// the coordinator's expiry tick (--node-expiry/10).
 func (ch *realChaos) coordinatorDownLong(p faultPlan) {
-	ch.c.ls.p.stop(stopGrace)
-	p.n.proxy.set(proxyRefuse)
+	ch.coordinatorDown(false)
+	p.n.link.set(proxyRefuse)
 	time.Sleep(p.long)
-	ch.c.ls.start()
+	ch.coordinatorUp()
 	time.Sleep(3*time.Second + p.gap)
-	p.n.proxy.set(proxyUp)
+	p.n.link.set(proxyUp)
 }
 
 // nodeFault kills (or stops and wipes) a node's processes and starts them
@@ -118,21 +157,21 @@ func (ch *realChaos) nodeFault(kind string, p faultPlan) {
 // black-holing the rest (late-keepalives), for p.hold.
 func (ch *realChaos) late(kind string, p faultPlan) {
 	if kind == "delay" {
-		p.n.proxy.setDelay(proxyDelay, p.delay)
+		p.n.link.setDelay(proxyDelay, p.delay)
 		ch.t.Logf("chaos: %s's requests delayed %v", p.n.id, p.delay)
 	} else {
-		p.n.proxy.setDelay(proxyKeepalive, p.delay)
+		p.n.link.setDelay(proxyKeepalive, p.delay)
 		ch.t.Logf("chaos: %s's session renewals delayed %v, its other requests black-holed", p.n.id, p.delay)
 	}
 	time.Sleep(p.hold)
-	p.n.proxy.set(proxyUp)
+	p.n.link.set(proxyUp)
 }
 
 // cut switches n's coordinator link to mode for d, then back up.
 func (ch *realChaos) cut(n *chaosNode, mode proxyMode, d time.Duration) {
-	n.proxy.set(mode)
+	n.link.set(mode)
 	time.Sleep(d)
-	n.proxy.set(proxyUp)
+	n.link.set(proxyUp)
 }
 
 // begin records the start of a fault.

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // chaosSyncTimeout bounds the cluster's recovery after the last fault:
@@ -17,7 +19,7 @@ const chaosSyncTimeout = 2 * time.Minute
 // live and synced member.
 func (ch *realChaos) heal() {
 	for _, n := range ch.nodes {
-		n.proxy.set(proxyUp)
+		n.link.set(proxyUp)
 	}
 	start := time.Now()
 	if err := ch.synced(nodeIDs(ch.c.nodes), chaosSyncTimeout); err != nil {
@@ -27,13 +29,17 @@ func (ch *realChaos) heal() {
 	ch.t.Logf("chaos: every node live and synced %.1fs after the last fault", time.Since(start).Seconds())
 }
 
-// synced polls GET /nodes until the members are exactly ids, each live and
-// synced.
+// synced polls GET /nodes (the leading replica's, on etcd) until the
+// members are exactly ids, each live and synced.
 func (ch *realChaos) synced(ids []string, timeout time.Duration) error {
 	want := sorted(ids)
 	deadline := time.Now().Add(timeout)
 	for {
-		m, err := ch.c.ls.members()
+		var m map[string]api.NodeStatus
+		err := errNoLeader
+		if ls := ch.coordinator(); ls != nil {
+			m, err = ls.members()
+		}
 		if err == nil {
 			var got, unsynced []string
 			for id, s := range m {

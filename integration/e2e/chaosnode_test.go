@@ -21,18 +21,34 @@ import (
 // kills its processes takes it down until they run again).
 type chaosNode struct {
 	*node
-	proxy *netProxy  // its link to the coordinator
-	rng   *rand.Rand // its operations'
-	has   map[string]bool
+	link chaosLink  // its link to the coordinator
+	rng  *rand.Rand // its operations'
+	has  map[string]bool
 
 	mu   sync.Mutex
 	upCh chan struct{} // protected by mu: closed while the node is up
 }
 
-func newChaosNode(n *node, p *netProxy, rng *rand.Rand) *chaosNode {
+func newChaosNode(n *node, l chaosLink, rng *rand.Rand) *chaosNode {
 	up := make(chan struct{})
 	close(up)
-	return &chaosNode{node: n, proxy: p, rng: rng, has: map[string]bool{}, upCh: up}
+	return &chaosNode{node: n, link: l, rng: rng, has: map[string]bool{}, upCh: up}
+}
+
+// chaosLink is a node's link to the coordinator: one netProxy per URL the
+// node is given (one per replica on etcd). A link fault acts on all.
+type chaosLink []*netProxy
+
+func (l chaosLink) set(m proxyMode) {
+	for _, p := range l {
+		p.set(m)
+	}
+}
+
+func (l chaosLink) setDelay(m proxyMode, d time.Duration) {
+	for _, p := range l {
+		p.setDelay(m, d)
+	}
 }
 
 // setDown marks the node down: it starts no operation or check until
@@ -255,7 +271,7 @@ func (ch *realChaos) imagesOf(d string) string {
 // logs that mention d, but for unpacks.
 func (ch *realChaos) grepLogs(d string) string {
 	// The paths, not the procs: a fault may be restarting a daemon.
-	logs := []string{ch.c.e.path("lockserver.log")}
+	logs := ch.coordinatorLogs()
 	for _, n := range ch.nodes {
 		logs = append(logs, filepath.Join(n.dir, "plugin.log"))
 	}
@@ -287,4 +303,32 @@ func (ch *realChaos) grepLogs(d string) string {
 		}
 	}
 	return b.String()
+}
+
+// uncoordinated counts, from the plugins' logs, the operations that went
+// ahead (write, ref) or were held back (delete) without the coordinator
+// (docs/design.md §8.8: "coordinator unreachable"), by operation.
+func (ch *realChaos) uncoordinated() map[string]int {
+	out := map[string]int{}
+	for _, n := range ch.nodes {
+		f, err := os.Open(filepath.Join(n.dir, "plugin.log"))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if !strings.Contains(line, `msg="coordinator unreachable"`) {
+				continue
+			}
+			op := "?"
+			if i := strings.Index(line, " op="); i >= 0 {
+				op, _, _ = strings.Cut(line[i+len(" op="):], " ")
+			}
+			out[op]++
+		}
+		f.Close()
+	}
+	return out
 }

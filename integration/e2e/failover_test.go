@@ -37,9 +37,9 @@ const (
 )
 
 // startReplicas starts n sharedcontent-lockserver replicas against the
-// etcd endpoints without waiting for any to lead (only the leader is
-// ready); each logs to replica<i>.log.
-func (e *env) startReplicas(n int, endpoints []string) []*lockServer {
+// etcd endpoints, with args added to their flags, without waiting for any
+// to lead (only the leader is ready); each logs to replica<i>.log.
+func (e *env) startReplicas(n int, endpoints []string, args ...string) []*lockServer {
 	e.t.Helper()
 	var reps []*lockServer
 	for i := 1; i <= n; i++ {
@@ -47,6 +47,7 @@ func (e *env) startReplicas(n int, endpoints []string) []*lockServer {
 			log: fmt.Sprintf("replica%d.log", i)}
 		l.args = []string{"--etcd-endpoints", strings.Join(endpoints, ","), "--advertise-url", l.url(),
 			"--etcd-session-ttl", replicaSessionTTL.String(), "--etcd-prefix", "/sc-e2e/"}
+		l.args = append(l.args, args...)
 		l.launch()
 		e.onCleanup(func() { l.p.stop(stopGrace) })
 		reps = append(reps, l)

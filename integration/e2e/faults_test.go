@@ -53,6 +53,9 @@ type faultOpts struct {
 	regOpts []registry.Option
 	// lockServerArgs are added to the coordinator's flags.
 	lockServerArgs []string
+	// coordinator starts the coordinator (nil: a stand-alone one with
+	// lockServerArgs) and returns the one that serves.
+	coordinator func(e *env) *lockServer
 	// lockURL returns node i's (0-based) --coordinator; nil: the lock
 	// server's own URL.
 	lockURL func(ls *lockServer, i int) string
@@ -70,7 +73,11 @@ func newFaultCluster(t *testing.T, o faultOpts) *cluster {
 	require.NoError(t, err)
 	t.Cleanup(func() { reg.Close() })
 	c := &cluster{e: e, reg: reg, shared: e.path("shared")}
-	c.ls = e.startLockServer(o.lockServerArgs...)
+	if o.coordinator != nil {
+		c.ls = o.coordinator(e)
+	} else {
+		c.ls = e.startLockServer(o.lockServerArgs...)
+	}
 	for i := range 3 {
 		u := c.ls.url()
 		if o.lockURL != nil {
