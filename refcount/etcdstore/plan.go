@@ -47,7 +47,7 @@ type plan struct {
 	// and byNode: a bucket-restricted ReplaceNode (a big sync's groups)
 	// looks at its buckets only, not at every reference of the node.
 	inBucket map[string]*[synchash.Buckets]map[string]bool
-	pairOf        map[string]pair // reference and index key → its reference
+	pairOf   map[string]pair // reference and index key → its reference
 
 	groups  []map[string]write // per group: the keys it touched, left as at its end
 	touched map[string]bool    // the keys of the current group
