@@ -23,6 +23,7 @@ type batchView struct {
 	dropped  map[string]int             // resource → its drop's number
 	replaced map[string]viewReplacement // node → its last replace
 	sets     map[string]Set             // sets read whole
+	byNode   map[string]map[string]bool // node → its stored references, read whole (readNode)
 }
 
 type viewKey struct{ id, node string }
@@ -65,6 +66,9 @@ func (v *batchView) has(id, node string) (bool, error) {
 	if rc, ok := v.sets[id]; ok {
 		return rc.Has(node), nil
 	}
+	if refs, ok := v.byNode[node]; ok {
+		return refs[id], nil
+	}
 	if rs, ok := v.storage.(RefStater); ok {
 		has, _, err := rs.RefState(v.ctx, id, node)
 		return has, err
@@ -98,6 +102,31 @@ func (v *batchView) nodes(id string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// readNode reads node's stored references whole, in one request, when
+// the storage keeps an index by node (NodeRefLister): a batch of many
+// single writes of one node (a big bucket's AddRefs and RemoveRefs,
+// ReplaceNodeGroups) then asks the storage nothing per write. It reports
+// whether it read them.
+func (v *batchView) readNode(node string) (bool, error) {
+	nl, ok := v.storage.(NodeRefLister)
+	if !ok {
+		return false, nil
+	}
+	ids, err := nl.NodeRefs(v.ctx, node)
+	if err != nil {
+		return false, err
+	}
+	refs := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		refs[id] = true
+	}
+	if v.byNode == nil {
+		v.byNode = map[string]map[string]bool{}
+	}
+	v.byNode[node] = refs
+	return true, nil
 }
 
 // read returns the stored set id, read once.

@@ -180,6 +180,21 @@ func (m *Manager) batchHashes(ctx context.Context, b *Batch) ([]hashChange, []st
 		return nil, nil, fmt.Errorf("refcount: commit: %w", err)
 	}
 	v := newBatchView(ctx, m.storage)
+	// A node with more single writes than a group holds has its stored
+	// references read whole, once, rather than one request per write.
+	singles := map[string]int{}
+	for i := range b.ops {
+		if op := &b.ops[i]; op.Kind == OpAddRef || op.Kind == OpRemoveRef {
+			singles[op.Node]++
+		}
+	}
+	for node, n := range singles {
+		if n > GroupRefs {
+			if _, err := v.readNode(node); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
 	touched := map[string]bool{}
 	covered := map[string]*BucketSet{} // the buckets b replaces, by node
 	var out []hashChange

@@ -23,10 +23,13 @@ const GroupRefs = MaxGroupOps / 2
 // node's hash (the references it holds in the bucket plus those refs
 // names there); a bucket whose node hash is exact and equal to that of
 // refs changes nothing and is left out. A bucket that alone does not fit
-// gets its additions as AddRefs, GroupRefs to a group, then, when it
-// surely drops more than a group holds, its drops as RemoveRefs (found by
-// one walk of the reference sets: crowdedDrops), and then its replace,
-// which is left to drop the rest. Cut, the writes start and end with a
+// gets its additions as AddRefs (only those the node lacks, where its
+// stored references were read), GroupRefs to a group, then, when it may
+// drop more than a group holds (the node holds more than GroupRefs there,
+// or its count is not exact), its drops as RemoveRefs (read from the
+// node's index: crowdedDrops), and its replace last, which is left to
+// drop what changed since the read: so a bucket that swaps thousands of
+// references for others fits too. Cut, the writes start and end with a
 // Break.
 //
 // Any prefix of the groups leaves each of the node's references (in
@@ -34,7 +37,12 @@ const GroupRefs = MaxGroupOps / 2
 // references of refs and the RemoveRefs drop only others. So a caller
 // that writes the record that ends its operation (a member's generation,
 // a member's deletion) after them, in a group of its own, leaves nothing
-// claimed that is not stored. The estimate reads the
+// claimed that is not stored. A bucket's replace, which makes it exactly
+// refs's, comes after its AddRefs and RemoveRefs: stopped before it, the
+// bucket's stored references (and so the hash a new leader builds from
+// them, or the node's hash marked dirty by the failed Commit) differ from
+// refs's unless they are already equal, and the next sync by hash sends
+// the bucket again (docs/design.md §7.1). The estimate reads the
 // node's hash now; a change that lands before the commit makes a group
 // bigger or smaller than estimated, never the writes different.
 //
@@ -71,7 +79,13 @@ func (m *Manager) ReplaceNodeGroups(ctx context.Context, b *Batch, node string, 
 	if total <= GroupRefs {
 		return replaceIn(b, node, buckets, refs), nil
 	}
-	drops, err := m.crowdedDrops(ctx, node, buckets, kept, known, &ids)
+	// A bucket that goes alone may drop more than a group holds when the
+	// node holds more than that there, or when its count is not exact.
+	crowded := new(BucketSet)
+	for i := range synchash.Buckets {
+		crowded[i] = buckets.HoldsBucket(i) && cost(i) > GroupRefs && (!exact || int(kept[i].Count) > GroupRefs)
+	}
+	drops, held, err := m.crowdedDrops(ctx, node, crowded, &ids)
 	if err != nil {
 		return nil, err
 	}
@@ -93,8 +107,11 @@ func (m *Manager) ReplaceNodeGroups(ctx context.Context, b *Batch, node string, 
 		}
 		if c > GroupRefs {
 			flush()
-			slices.Sort(ids[i])
-			for chunk := range slices.Chunk(ids[i], GroupRefs) {
+			// Only what the node does not hold yet, where its stored
+			// references were read.
+			adds := slices.DeleteFunc(slices.Clone(ids[i]), func(id string) bool { return held[id] })
+			slices.Sort(adds)
+			for chunk := range slices.Chunk(adds, GroupRefs) {
 				for _, id := range chunk {
 					b.AddRef(id, node)
 				}
@@ -122,24 +139,18 @@ func (m *Manager) ReplaceNodeGroups(ctx context.Context, b *Batch, node string, 
 	return b, nil
 }
 
-// crowdedDrops returns, for each bucket where the node surely drops more
-// than GroupRefs references (it holds that many more than ids names
-// there: a forget of a big node, a sync that drops thousands), the
-// node's stored references there that ids does not name, read from the
-// store's index by node (NodeRefLister; etcd, memory and bbolt keep one),
-// or else found by one walk of the reference sets. So the
+// crowdedDrops returns, for each crowded bucket (one where the node may
+// drop more than GroupRefs references: a forget of a big node, a sync
+// that swaps thousands of references for others, however many it also
+// adds), the node's stored references there that ids does not name, and
+// the set of those it does name (held already: no AddRef needed), read
+// from the store's index by node (NodeRefLister; etcd, memory and bbolt
+// keep one), or else found by one walk of the reference sets. So the
 // bucket's drops go as RemoveRefs, GroupRefs to a group, before its
-// replace, which is left to drop what changed since the walk.
-func (m *Manager) crowdedDrops(ctx context.Context, node string, buckets *BucketSet, kept synchash.Table, known bool, ids *[synchash.Buckets][]string) (map[int][]string, error) {
-	crowded := new(BucketSet)
-	some := false
-	for i := range synchash.Buckets {
-		if known && buckets.HoldsBucket(i) && int(kept[i].Count)-len(ids[i]) > GroupRefs {
-			crowded[i], some = true, true
-		}
-	}
-	if !some {
-		return nil, nil
+// replace, which is left to drop what changed since the read.
+func (m *Manager) crowdedDrops(ctx context.Context, node string, crowded *BucketSet, ids *[synchash.Buckets][]string) (drops map[int][]string, held map[string]bool, err error) {
+	if len(crowded.List()) == 0 {
+		return nil, nil, nil
 	}
 	named := map[string]bool{}
 	for i, in := range crowded {
@@ -149,32 +160,39 @@ func (m *Manager) crowdedDrops(ctx context.Context, node string, buckets *Bucket
 			}
 		}
 	}
-	out := map[int][]string{}
+	drops, held = map[int][]string{}, map[string]bool{}
+	note := func(id string) {
+		switch i := synchash.Bucket(id); {
+		case !crowded[i]:
+		case named[id]:
+			held[id] = true
+		default:
+			drops[i] = append(drops[i], id)
+		}
+	}
 	if nl, ok := m.storage.(NodeRefLister); ok {
 		refs, err := nl.NodeRefs(ctx, node)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, id := range refs {
-			if i := synchash.Bucket(id); crowded[i] && !named[id] {
-				out[i] = append(out[i], id)
-			}
+			note(id)
 		}
-		return out, nil
+		return drops, held, nil
 	}
 	after := ""
 	for {
 		page, err := m.storage.List(ctx, after, hashListPage)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, e := range page {
-			if i := synchash.Bucket(e.ResourceID); crowded[i] && e.Refs.Has(node) && !named[e.ResourceID] {
-				out[i] = append(out[i], e.ResourceID)
+			if e.Refs.Has(node) {
+				note(e.ResourceID)
 			}
 		}
 		if len(page) < hashListPage {
-			return out, nil
+			return drops, held, nil
 		}
 		after = page[len(page)-1].ResourceID
 	}

@@ -86,6 +86,8 @@ func TestReplaceNodeGroups(t *testing.T) {
 		{"forget", old, nil, nil},
 		{"crowded forget", crowded(4, 300), nil, nil},
 		{"crowded drop", crowded(4, 300), onlyFirst(crowded(4, 300), 20), nil},
+		{"crowded swap", crowded(4, 600), crowdedNamed("swap", 4, 600), nil},
+		{"crowded swap, some kept", crowded(4, 600), mergeSets(onlyFirst(crowded(4, 600), 300), crowdedNamed("swap", 4, 300)), nil},
 		{"some buckets", old, onlyBuckets(idSet(1000, "new"), 0, 1, 2, 200), &BucketSet{0: true, 1: true, 2: true, 200: true}},
 		{"small", idSet(10, "old"), idSet(20, "old"), nil},
 	} {
@@ -176,6 +178,126 @@ func TestReplaceNodeGroupsClearsDirty(t *testing.T) {
 	require.False(t, ok, "a failed commit leaves the node's hash offered")
 }
 
+// TestReplaceNodeGroupsStopped: a replace that swaps hundreds of
+// references in a few buckets for others (more than a group holds both
+// ways), stopped after any prefix of its groups, leaves every reference
+// of the node either as it was or as the replace says; the node's hash
+// is not offered (the failed Commit marks it), and the hash a new leader
+// builds from the store differs from the journal's in every bucket whose
+// stored references differ, so the next sync by hash sends those buckets
+// and ends with exactly the journal.
+func TestReplaceNodeGroupsStopped(t *testing.T) {
+	ctx := context.Background()
+	old := mergeSets(crowded(4, 600), idSet(500, "spread"))
+	refs := mergeSets(crowdedNamed("swap", 4, 600), onlyFirst(idSet(500, "spread"), 250))
+	journal := synchash.FromIDs(keys(refs))
+
+	plan := func(s Storage) (*Manager, *Batch) {
+		m := NewManager(s)
+		require.NoError(t, m.ReplaceNode(ctx, "n", old))
+		require.NoError(t, m.BuildHashes(ctx))
+		b, err := m.ReplaceNodeGroups(ctx, new(Batch), "n", nil, refs)
+		require.NoError(t, err)
+		return m, b
+	}
+	_, whole := plan(&failingCommits{Storage: NewMemoryStorage()})
+	groups := len(whole.Groups())
+	require.Greater(t, groups, 10)
+	for _, k := range []int{1, 2, 3, groups / 2, groups - 2, groups - 1} {
+		t.Run(fmt.Sprint(k), func(t *testing.T) {
+			mem := NewMemoryStorage()
+			s := &stoppingCommits{Storage: mem, after: -1}
+			m, b := plan(s)
+			s.after = k
+			require.Error(t, m.Commit(ctx, b))
+			_, ok := m.NodeHash("n")
+			require.False(t, ok, "the node's hash is offered after a replace stopped in part")
+
+			stored := nodeRefs(t, mem, "n")
+			for id := range stored {
+				_, was := old[id]
+				_, will := refs[id]
+				require.True(t, was || will, "%s is neither as it was nor as the replace says", id)
+			}
+			for id := range old {
+				if _, will := refs[id]; will {
+					require.Contains(t, stored, id, "a reference both old and new was dropped")
+				}
+			}
+
+			// A new leader builds the hashes from what was committed.
+			next := NewManager(&failingCommits{Storage: mem}) // a wrapper: not whole
+			require.NoError(t, next.BuildHashes(ctx))
+			h, ok := next.NodeHash("n")
+			require.True(t, ok)
+			differ := h.Differ(journal)
+			want := []int{}
+			var storedT synchash.Table = *synchash.FromIDs(keys(stored))
+			for i := range synchash.Buckets {
+				if storedT[i] != journal[i] {
+					want = append(want, i)
+				}
+			}
+			require.ElementsMatch(t, want, differ)
+			require.NotEmpty(t, differ, "stopped after %d of %d groups, the store holds the journal already", k, groups)
+
+			// The next sync by hash: only the differing buckets.
+			resend := new(BucketSet)
+			sent := map[string]struct{}{}
+			for _, i := range differ {
+				resend[i] = true
+			}
+			for id := range refs {
+				if resend.Holds(id) {
+					sent[id] = struct{}{}
+				}
+			}
+			b2, err := next.ReplaceNodeGroups(ctx, new(Batch), "n", resend, sent)
+			require.NoError(t, err)
+			for i, n := range groupChanges(t, b2, "n", stored) {
+				require.LessOrEqual(t, n, GroupRefs, "group %d", i)
+			}
+			require.NoError(t, next.Commit(ctx, b2))
+			require.Equal(t, refs, nodeRefs(t, mem, "n"))
+			h, ok = next.NodeHash("n")
+			require.True(t, ok)
+			require.Equal(t, *journal, h)
+		})
+	}
+}
+
+// stoppingCommits commits only the first after groups of a batch that
+// has more (after < 0: every batch whole), then fails, as the etcd store
+// does when a later transaction fails.
+type stoppingCommits struct {
+	Storage
+	after int
+}
+
+func (s *stoppingCommits) Commit(ctx context.Context, b *Batch) error {
+	if s.after < 0 || len(b.Groups()) <= s.after {
+		return s.Storage.Commit(ctx, b)
+	}
+	if err := s.Storage.Commit(ctx, b.Head(s.after)); err != nil {
+		return err
+	}
+	return fmt.Errorf("stopped after %d groups", s.after)
+}
+
+// nodeRefs returns the resources node references in s.
+func nodeRefs(t *testing.T, s Storage, node string) map[string]struct{} {
+	t.Helper()
+	page, err := s.List(context.Background(), "", 1<<20)
+	require.NoError(t, err)
+	out := map[string]struct{}{}
+	for _, e := range page {
+		if e.Refs.Has(node) {
+			out[e.ResourceID] = struct{}{}
+		}
+	}
+	return out
+}
+
 // failingCommits is a store whose Commits fail while fail is set (set
 // before the Manager's calls, read by them: no race).
 type failingCommits struct {
@@ -192,10 +314,14 @@ func (s *failingCommits) Commit(ctx context.Context, b *Batch) error {
 
 // crowded returns n resource IDs in the first buckets buckets: more per
 // bucket than a group holds once n/buckets > GroupRefs.
-func crowded(buckets, n int) map[string]struct{} {
+func crowded(buckets, n int) map[string]struct{} { return crowdedNamed("crowd", buckets, n) }
+
+// crowdedNamed is crowded with IDs named after prefix: another prefix
+// gives other IDs in the same buckets.
+func crowdedNamed(prefix string, buckets, n int) map[string]struct{} {
 	out := map[string]struct{}{}
 	for i := 0; len(out) < n; i++ {
-		if id := fmt.Sprintf("sha256:crowd%07d", i); synchash.Bucket(id) < buckets {
+		if id := fmt.Sprintf("sha256:%s%07d", prefix, i); synchash.Bucket(id) < buckets {
 			out[id] = struct{}{}
 		}
 	}

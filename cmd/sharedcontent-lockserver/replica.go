@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -29,9 +27,9 @@ func open(o options) (*httpserver.Server, *replica, error) {
 		srv, err := httpserver.Open(o.cfg)
 		return srv, nil, err
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: o.etcd.Endpoints, DialTimeout: 5 * time.Second})
+	cli, err := election.NewClient(context.Background(), o.etcd)
 	if err != nil {
-		return nil, nil, fmt.Errorf("etcd client: %w", err)
+		return nil, nil, err
 	}
 	rep, err := election.New(cli, o.etcd, o.cfg.Config)
 	if err != nil {

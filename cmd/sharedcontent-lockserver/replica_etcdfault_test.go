@@ -56,6 +56,34 @@ func untilRefused(t *testing.T, r *replicaProc, prefix string) refusal {
 	return out
 }
 
+// etcdLost is the message of a replica's answer while it cannot reach
+// etcd (docs/design.md §7.2).
+const etcdLost = "no coordinator can lead: etcd is unreachable or has lost quorum ("
+
+// requireSaysEtcdLost waits until r answers a lock request 503
+// unavailable, naming etcd and no leader, as a replica that cannot reach
+// etcd does: its session's keepalive or lease grant fails within a TTL or
+// two. It returns the answer's message.
+func requireSaysEtcdLost(t *testing.T, r *replicaProc) string {
+	t.Helper()
+	var (
+		last   string
+		status int
+		e      api.ErrorResponse
+		h      http.Header
+	)
+	require.Eventually(t, func() bool {
+		status, _, e, h = lockAt(t, r, "blob-etcd-lost", "node-probe", 10*time.Second)
+		last = fmt.Sprintf("%d %s %q leader header %q", status, e.Code, e.Error, h.Get(api.LeaderHeader))
+		return status != http.StatusServiceUnavailable || e.Code == api.CodeUnavailable
+	}, 2*time.Minute, 20*time.Millisecond, "%s never said that etcd is unreachable (last: %s)", r.url, last)
+	require.Equal(t, http.StatusServiceUnavailable, status, "a replica cut off from etcd grants nothing: %s", last)
+	require.Contains(t, e.Error, etcdLost, "an unavailable answer of a replica cut off from etcd names etcd")
+	require.Empty(t, h.Get(api.LeaderHeader), "a replica cut off from etcd names no leader")
+	require.Empty(t, e.Leader, "a replica cut off from etcd names no leader")
+	return last
+}
+
 // requireStoppedInTime checks the watchdog's rule: no keepalive sent after
 // cut (the black hole, the quorum loss) can have been acknowledged, so the
 // leader's deadline is before cut + TTL − margin, and no request sent from
@@ -92,7 +120,8 @@ func relayed(t *testing.T, etcd *etcdtest.Cluster, n int) ([][]string, [][]*test
 // nodes. It stops granting before its lease can have lapsed (the
 // watchdog's rule), another replica leads, a client holding every URL —
 // the old leader's first — moves to it; the old leader, still cut off,
-// does not grant the lock the new one granted.
+// does not grant the lock the new one granted, and once its etcd requests
+// fail it says so (503 unavailable naming etcd, no leader).
 func TestPartitionedLeaderStops(t *testing.T) {
 	etcd := etcdtest.Start(t, etcdtest.Options{})
 	eps, relays := relayed(t, etcd, 3)
@@ -134,11 +163,12 @@ func TestPartitionedLeaderStops(t *testing.T) {
 	require.True(t, resp.Acquired, "the new leader grants blob-x to node-b")
 	status, resp, e, _ := lockAt(t, old, "blob-x", "node-c", 10*time.Second)
 	require.Equal(t, http.StatusServiceUnavailable, status, "the cut-off old leader grants nothing: %+v %+v", resp, e)
-	require.Equal(t, api.CodeNotLeader, e.Code)
+	require.Contains(t, []string{api.CodeNotLeader, api.CodeUnavailable}, e.Code)
 	require.False(t, old.ready())
-	t.Logf("partition at --etcd-session-ttl %v: black hole → last grant sent %v, first refusal (%s %q) %v; → new leader ready %v; → client's session and lock cycle done %v",
+	cutOff := requireSaysEtcdLost(t, old)
+	t.Logf("partition at --etcd-session-ttl %v: black hole → last grant sent %v, first refusal (%s %q) %v; → new leader ready %v; → client's session and lock cycle done %v; the cut-off replica then answered %s, %v after the black hole",
 		replicaTTL, sinceOrNone(got.lastGrantSent, cut), got.code, got.message, got.refused.Sub(cut).Round(time.Millisecond),
-		elected.Round(time.Millisecond), cycled.Round(time.Millisecond))
+		elected.Round(time.Millisecond), cycled.Round(time.Millisecond), cutOff, time.Since(cut).Round(time.Millisecond))
 }
 
 // sinceOrNone is t − from, or "none" when t is zero.
@@ -278,8 +308,10 @@ func containsString(ss []string, s string) bool {
 
 // TestEtcdQuorumLoss: two etcd members of three killed (etcd's leader
 // among them): the coordinator's leader stops granting within its TTL
-// (the watchdog's rule) and no replica leads; quorum back, a replica leads
-// again, with the reference added before the loss.
+// (the watchdog's rule) and no replica leads; once their etcd requests
+// fail, every replica answers 503 unavailable naming etcd, and no leader;
+// quorum back, a replica leads again, with the reference added before the
+// loss.
 func TestEtcdQuorumLoss(t *testing.T) {
 	etcd := etcdtest.Start(t, etcdtest.Options{})
 	reps := startReplicas(t, 2, etcd.Endpoints(), replicaTTL)
@@ -299,6 +331,15 @@ func TestEtcdQuorumLoss(t *testing.T) {
 	for _, r := range reps {
 		require.False(t, r.ready(), "%s leads without etcd's quorum", r.url)
 	}
+	// Every replica, the old leader and the standby, says why: etcd.
+	var said []string
+	for _, r := range reps {
+		said = append(said, requireSaysEtcdLost(t, r))
+	}
+	told := time.Since(cut)
+	for _, r := range reps {
+		require.False(t, r.ready(), "%s leads without etcd's quorum", r.url)
+	}
 
 	etcd.Restart(t, first)
 	etcd.Restart(t, second)
@@ -310,9 +351,9 @@ func TestEtcdQuorumLoss(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, refs.Nodes, "node-a", "the reference added before the loss")
 	require.NoError(t, cycleAndAdd(ctx, client, "blob-after"))
-	t.Logf("quorum loss at --etcd-session-ttl %v: 2 of 3 members killed → last grant sent %v, first refusal (%d %s %q) %v; quorum back → %s ready %v",
+	t.Logf("quorum loss at --etcd-session-ttl %v: 2 of 3 members killed → last grant sent %v, first refusal (%d %s %q) %v; every replica answering that etcd is lost %v (%q); quorum back → %s ready %v",
 		replicaTTL, sinceOrNone(got.lastGrantSent, cut), got.status, got.code, got.message, got.refused.Sub(cut).Round(time.Millisecond),
-		next.url, resumed.Round(time.Millisecond))
+		told.Round(time.Millisecond), said, next.url, resumed.Round(time.Millisecond))
 }
 
 // TestDeleteInFlightAcrossFailover: a delete granted by leader A (its

@@ -92,6 +92,12 @@ func startReplicas(t *testing.T, n int, endpoints []string, ttl time.Duration) [
 // i talks to etcd through endpoints[i] only: a relay, for instance).
 func startReplicasOn(t *testing.T, endpoints [][]string, ttl time.Duration) []*replicaProc {
 	t.Helper()
+	return startReplicasArgs(t, endpoints, ttl)
+}
+
+// startReplicasArgs is startReplicasOn with more flags for every replica.
+func startReplicasArgs(t *testing.T, endpoints [][]string, ttl time.Duration, extra ...string) []*replicaProc {
+	t.Helper()
 	bin := serverBinary(t)
 	dir := t.TempDir()
 	reps := make([]*replicaProc, len(endpoints))
@@ -100,9 +106,10 @@ func startReplicasOn(t *testing.T, endpoints [][]string, ttl time.Duration) []*r
 		r := &replicaProc{url: "http://" + addr, log: filepath.Join(dir, fmt.Sprintf("replica%d.log", i))}
 		logf, err := os.Create(r.log)
 		require.NoError(t, err)
-		r.cmd = exec.Command(bin, "--listen", addr, "--data-dir", filepath.Join(dir, "unused"), "--log-level", "debug",
+		args := append([]string{"--listen", addr, "--data-dir", filepath.Join(dir, "unused"), "--log-level", "debug",
 			"--etcd-endpoints", strings.Join(endpoints[i], ","), "--advertise-url", r.url,
-			"--etcd-session-ttl", ttl.String(), "--etcd-prefix", "/sc-test/")
+			"--etcd-session-ttl", ttl.String(), "--etcd-prefix", "/sc-test/"}, extra...)
+		r.cmd = exec.Command(bin, args...)
 		r.cmd.Stdout, r.cmd.Stderr = logf, logf
 		require.NoError(t, r.cmd.Start())
 		reps[i] = r

@@ -130,7 +130,8 @@ func checkHelmCoordinator(t *testing.T, m *manifests) (*corev1.Service, corev1.C
 	require.Equal(t, int64(65532), *spec.SecurityContext.RunAsUser, "the image's non-root user")
 	require.True(t, *spec.SecurityContext.RunAsNonRoot)
 	for flag, key := range map[string]string{"auth-token-file": "token", "admin-token-file": "token", "node-tokens-file": "node-tokens",
-		"tls-cert": "tls.crt", "tls-key": "tls.key", "tls-client-ca": "ca.crt"} {
+		"tls-cert": "tls.crt", "tls-key": "tls.key", "tls-client-ca": "ca.crt",
+		"etcd-cacert": "ca.crt", "etcd-cert": "tls.crt", "etcd-key": "tls.key"} {
 		if p, ok := f[flag]; ok {
 			v, _ := mountOf(t, spec, c, p)
 			require.NotNil(t, v, "--%s %s", flag, p)

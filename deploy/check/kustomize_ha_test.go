@@ -212,3 +212,33 @@ func TestKustomizeHAMatchesHelm(t *testing.T) {
 	}
 	require.Equal(t, *h.statefulSets[0].Spec.Replicas, *k.statefulSets[0].Spec.Replicas)
 }
+
+// TestKustomizeHAEtcdTLS: the etcd-tls component, applied to the HA
+// variant, sets the coordinator's etcd TLS files, each a key of the
+// Secret it mounts read only with a mode the coordinator accepts.
+func TestKustomizeHAEtcdTLS(t *testing.T) {
+	dir := filepath.Join(haDir, "etcd-tls")
+	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	require.NoError(t, err)
+	var k haKustomization
+	require.NoError(t, decodeStrict(b, &k))
+	require.Equal(t, "Component", k.Kind)
+	require.Len(t, k.Patches, 1)
+	m, _ := loadHA(t)
+	applyPatch(t, m, filepath.Join(dir, k.Patches[0].Path))
+	spec := m.statefulSets[0].Spec.Template.Spec
+	c := onlyContainer(t, spec)
+	flags := flagNames(t, "sharedcontent-lockserver")
+	files := map[string]string{}
+	for _, e := range c.Env {
+		if flag, ok := strings.CutPrefix(e.Name, "SHAREDCONTENT_ETCD_"); ok && e.ValueFrom == nil {
+			flag = "etcd-" + strings.ReplaceAll(strings.ToLower(flag), "_", "-")
+			require.True(t, flags[flag], "%s is no flag of sharedcontent-lockserver", e.Name)
+			files[flag] = e.Value
+		}
+	}
+	for flag, key := range map[string]string{"etcd-cacert": "ca.crt", "etcd-cert": "tls.crt", "etcd-key": "tls.key"} {
+		require.Contains(t, files, flag)
+		requireSecretFile(t, spec, c, files[flag], "sharedcontent-etcd-tls", key)
+	}
+}

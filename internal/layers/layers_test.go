@@ -20,7 +20,7 @@ import (
 // below that directory; an exact key wins over a pattern.
 var ranks = map[string]int{
 	"internal/...":               0,
-	"internal/testutil/etcdtest": 0, // a real etcd cluster for tests
+	"internal/testutil/etcdtest": 1, // a real etcd cluster for tests (its TLS from testca)
 	"refcount":                   10,
 	"refcount/...":               10,
 	"refcount/etcdstore":         10, // the Storage on etcd (docs/design.md §7)

@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/containerd/errdefs"
 
@@ -13,15 +14,18 @@ import (
 // write refused by the guard (refcount.ErrFenced): another replica has
 // taken over, and this one steps down at once (docs/design.md §7). It
 // keeps the store's RefStater and Submitter, which the reference hot path
-// uses (refcount.Manager.AddRefOrdered).
+// uses (refcount.Manager.AddRefOrdered), and its index by node
+// (NodeRefLister), which big syncs and forgets read
+// (refcount.Manager.ReplaceNodeGroups).
 type reportingStorage struct {
 	refcount.Storage
 	fenced func(error)
 }
 
 var (
-	_ refcount.RefStater = (*reportingStorage)(nil)
-	_ refcount.Submitter = (*reportingStorage)(nil)
+	_ refcount.RefStater     = (*reportingStorage)(nil)
+	_ refcount.Submitter     = (*reportingStorage)(nil)
+	_ refcount.NodeRefLister = (*reportingStorage)(nil)
 )
 
 func reportFenced(s refcount.Storage, fenced func(error)) *reportingStorage {
@@ -65,4 +69,14 @@ func (s *reportingStorage) RefState(ctx context.Context, resourceID, node string
 		return false, 0, err
 	}
 	return set.Has(node), set.Len(), nil
+}
+
+// NodeRefs implements refcount.NodeRefLister: the store's (the etcd
+// store keeps an index by node).
+func (s *reportingStorage) NodeRefs(ctx context.Context, node string) ([]string, error) {
+	nl, ok := s.Storage.(refcount.NodeRefLister)
+	if !ok {
+		return nil, fmt.Errorf("election: the store keeps no index by node: %w", errdefs.ErrNotImplemented)
+	}
+	return nl.NodeRefs(ctx, node)
 }

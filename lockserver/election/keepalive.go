@@ -2,9 +2,12 @@ package election
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -29,6 +32,10 @@ type keepalive struct {
 
 	lapsed     chan struct{} // closed by the watchdog
 	lapsedOnce sync.Once
+
+	// report, when set, is told the outcome of each renewal (reached),
+	// and of a lapse noticed on time. Set before run.
+	report func(error)
 }
 
 // newKeepalive watches the lease granted by a request sent at granted.
@@ -64,6 +71,12 @@ func (k *keepalive) run(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, k.ttl)
 		_, err := k.cli.KeepAliveOnce(rctx, k.lease)
 		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if !stalled(sent, k.ttl) {
+			k.told(reached(err))
+		}
 		if err != nil {
 			continue // the watchdog decides
 		}
@@ -80,6 +93,12 @@ func (k *keepalive) watch(ctx context.Context) {
 	for {
 		d := time.Until(k.deadline())
 		if d <= 0 {
+			if -d < k.ttl/3 {
+				// On time: the process ran, and etcd acknowledged
+				// nothing for TTL − margin. (Late, the process was
+				// stopped: that says nothing of etcd.)
+				k.told(fmt.Errorf("no renewal of the etcd session's lease acknowledged for %v", k.ttl-watchdogMargin))
+			}
 			k.lapsedOnce.Do(func() { close(k.lapsed) })
 			return
 		}
@@ -91,4 +110,26 @@ func (k *keepalive) watch(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// stalled reports whether a renewal sent at sent with a timeout of ttl
+// returned well after its timeout: the process was not running (SIGSTOP,
+// a VM frozen), and its failure says nothing of etcd.
+func stalled(sent time.Time, ttl time.Duration) bool {
+	return time.Since(sent) > ttl+ttl/3
+}
+
+func (k *keepalive) told(err error) {
+	if k.report != nil {
+		k.report(err)
+	}
+}
+
+// reached returns nil when err is etcd's own answer (the lease is gone:
+// etcd was reached), or else err, wrapped to say what failed.
+func reached(err error) error {
+	if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return nil
+	}
+	return fmt.Errorf("renew the etcd session's lease: %w", err)
 }

@@ -1,6 +1,7 @@
 package election
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -20,9 +21,13 @@ type leadership struct {
 	mu      sync.Mutex
 	leading bool   // protected by mu
 	hint    string // protected by mu: the leader's URL as last observed
+	etcdErr error  // protected by mu: the last failed etcd contact, nil once one succeeded since
 }
 
-var _ httpserver.Leadership = (*leadership)(nil)
+var (
+	_ httpserver.Leadership     = (*leadership)(nil)
+	_ httpserver.Unavailability = (*leadership)(nil)
+)
 
 func newLeadership(self string) *leadership {
 	return &leadership{role: httpserver.NewStaticLeadership(false, ""), self: self}
@@ -37,6 +42,28 @@ func (l *leadership) Leader() (bool, string) {
 		}
 	}
 	return leader, url
+}
+
+// Unavailable implements httpserver.Unavailability: while this replica's
+// last contact with etcd failed, no replica can be known to lead (etcd is
+// down, or this replica is cut off from it), and a replica that does not
+// lead says so rather than "the leader is not known yet" (docs/design.md
+// §7.2).
+func (l *leadership) Unavailable() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.etcdErr == nil {
+		return nil
+	}
+	return fmt.Errorf("no coordinator can lead: etcd is unreachable or has lost quorum (%w)", l.etcdErr)
+}
+
+// etcdContact records the outcome of a request to etcd: a failure makes
+// the replica answer unavailable until a later one succeeds.
+func (l *leadership) etcdContact(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.etcdErr = err
 }
 
 // Changed implements httpserver.Leadership.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // TestLeaderChecksTheDeadline: a leader whose last acknowledged keepalive
@@ -46,4 +47,23 @@ func TestLeaderChecksTheDeadline(t *testing.T) {
 	l.observed("http://self:8642")
 	_, url = l.Leader()
 	require.Empty(t, url, "never names itself")
+}
+
+// TestUnavailableNamesEtcd: a failed etcd contact makes the replica say
+// that no coordinator can lead, with the error, until a contact
+// succeeds; etcd's own "lease not found" is a contact; a renewal that
+// returned long after its timeout (a stopped process) is not judged.
+func TestUnavailableNamesEtcd(t *testing.T) {
+	l := newLeadership("http://self:8642")
+	require.NoError(t, l.Unavailable())
+	l.etcdContact(reached(context.DeadlineExceeded))
+	err := l.Unavailable()
+	require.ErrorContains(t, err, "no coordinator can lead: etcd is unreachable or has lost quorum (renew the etcd session's lease: context deadline exceeded)")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	l.etcdContact(reached(rpctypes.ErrLeaseNotFound))
+	require.NoError(t, l.Unavailable(), "etcd answered: reached")
+
+	const ttl = 3 * time.Second
+	require.False(t, stalled(time.Now().Add(-ttl), ttl), "a renewal that timed out on time")
+	require.True(t, stalled(time.Now().Add(-3*ttl), ttl), "a renewal that returned long after its timeout")
 }

@@ -34,6 +34,13 @@ type Options struct {
 	AdvertiseURL string
 	// SessionTTL is the etcd session's lease TTL, in whole seconds.
 	SessionTTL time.Duration
+	// CACert, Cert and Key are the PEM files of etcd's client TLS (the
+	// names etcdctl gives them: --cacert, --cert, --key): the CA that
+	// etcd's server certificates chain to, and this replica's client
+	// certificate and key, for etcd's --client-cert-auth. Any of them
+	// asks for TLS, which needs https:// endpoints; https:// endpoints
+	// without a CA verify etcd against the system's roots.
+	CACert, Cert, Key string
 	// FlushInterval is how long the leader's writes wait at most to share
 	// one etcd transaction (group commit, docs/design.md §7.1); negative
 	// sends each batch alone. Zero picks etcdstore.DefaultFlushInterval.
@@ -63,6 +70,9 @@ func RegisterFlags(fs *flag.FlagSet, o *Options) {
 	fs.StringVar(&o.Prefix, "etcd-prefix", o.Prefix, "etcd key prefix of the coordinator's state and election")
 	fs.StringVar(&o.AdvertiseURL, "advertise-url", o.AdvertiseURL, "this replica's URL as clients reach it (required with --etcd-endpoints): standbys send clients to the leader's")
 	fs.DurationVar(&o.FlushInterval, "etcd-flush-interval", o.FlushInterval, "how long the leader's writes wait at most to share one etcd transaction (group commit; they also go at 128 operations or about 1 MiB); negative sends each batch in its own transaction")
+	fs.StringVar(&o.CACert, "etcd-cacert", o.CACert, "CA certificate (PEM) that etcd's server certificates must chain to (TLS to etcd; needs https:// endpoints; empty with https:// endpoints: the system's roots)")
+	fs.StringVar(&o.Cert, "etcd-cert", o.Cert, "client certificate (PEM) this replica presents to etcd (etcd's --client-cert-auth); needs --etcd-key")
+	fs.StringVar(&o.Key, "etcd-key", o.Key, "private key (PEM) of --etcd-cert")
 	fs.DurationVar(&o.SessionTTL, "etcd-session-ttl", o.SessionTTL, "the replica's etcd session lease, whole seconds, at least 2s: a leader stops answering 1s before its lease may lapse, and a dead leader is replaced within about this long")
 }
 
@@ -73,7 +83,13 @@ func (o Options) Validate() error {
 		if o.AdvertiseURL != "" {
 			return errors.New("--advertise-url needs --etcd-endpoints")
 		}
+		if o.tlsFlags() {
+			return errors.New("--etcd-cacert, --etcd-cert and --etcd-key need --etcd-endpoints")
+		}
 		return nil
+	}
+	if err := o.validateTLS(); err != nil {
+		return err
 	}
 	if o.AdvertiseURL == "" {
 		return errors.New("--etcd-endpoints needs --advertise-url (this replica's URL as clients reach it)")

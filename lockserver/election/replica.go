@@ -96,7 +96,19 @@ func (s *stepDown) Unwrap() error { return s.err }
 func (r *Replica) term(ctx context.Context, h *httpserver.Handler) error {
 	ttl := r.opts.SessionTTL
 	granted := time.Now() // before the grant is sent: the lease outlives granted + ttl
-	sess, err := concurrency.NewSession(r.cli, concurrency.WithTTL(int(ttl/time.Second)), concurrency.WithContext(ctx))
+	// The lease's grant has a deadline of its own: a replica that cannot
+	// reach etcd learns it within a TTL, and answers so.
+	gctx, cancelGrant := context.WithTimeout(ctx, ttl)
+	lease, err := r.cli.Grant(gctx, int64(ttl/time.Second))
+	cancelGrant()
+	if err != nil {
+		if ctx.Err() == nil {
+			r.lead.etcdContact(fmt.Errorf("grant the etcd session's lease: %w", err))
+		}
+		return fmt.Errorf("election: new etcd session: %w", err)
+	}
+	r.lead.etcdContact(nil)
+	sess, err := concurrency.NewSession(r.cli, concurrency.WithLease(lease.ID), concurrency.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("election: new etcd session: %w", err)
 	}
@@ -104,6 +116,7 @@ func (r *Replica) term(ctx context.Context, h *httpserver.Handler) error {
 	tctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ka := newKeepalive(r.cli, sess.Lease(), ttl, granted)
+	ka.report = r.lead.etcdContact
 	go ka.run(tctx)
 	e := concurrency.NewElection(sess, r.electionPrefix())
 	go r.observe(tctx, concurrency.NewElection(sess, r.electionPrefix()))

@@ -131,6 +131,9 @@ func TestValidate(t *testing.T) {
 		"TTL too short":               {Prefix: DefaultPrefix, SessionTTL: time.Second, Endpoints: ok.Endpoints, AdvertiseURL: ok.AdvertiseURL},
 		"TTL not whole seconds":       {Prefix: DefaultPrefix, SessionTTL: 2500 * time.Millisecond, Endpoints: ok.Endpoints, AdvertiseURL: ok.AdvertiseURL},
 		"empty prefix":                {SessionTTL: DefaultSessionTTL, Endpoints: ok.Endpoints, AdvertiseURL: ok.AdvertiseURL},
+		"TLS to an http endpoint":     {Prefix: DefaultPrefix, SessionTTL: DefaultSessionTTL, Endpoints: ok.Endpoints, AdvertiseURL: ok.AdvertiseURL, CACert: "ca.pem"},
+		"certificate without key":     {Prefix: DefaultPrefix, SessionTTL: DefaultSessionTTL, Endpoints: []string{"https://e0:2379"}, AdvertiseURL: ok.AdvertiseURL, Cert: "c.pem"},
+		"TLS without endpoints":       {Prefix: DefaultPrefix, SessionTTL: DefaultSessionTTL, CACert: "ca.pem"},
 	} {
 		require.Error(t, o.Validate(), name)
 	}

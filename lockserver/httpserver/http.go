@@ -627,7 +627,8 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 func writeError(ctx *fasthttp.RequestCtx, err error) {
 	status, _ := api.HTTPStatus(err)
 	body := api.ErrorBody(err)
-	if status >= 500 && !errors.Is(err, api.ErrNotLeader) { // a standby refusing is routine
+	var cannotLead *cannotLeadError
+	if status >= 500 && !errors.Is(err, api.ErrNotLeader) && !errors.As(err, &cannotLead) { // a standby refusing is routine
 		log.L.WithError(err).WithField("path", string(ctx.Path())).Error("request failed")
 	}
 	var busy *lockserver.BusyError

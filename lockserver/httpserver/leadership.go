@@ -28,6 +28,15 @@ type Leadership interface {
 	Changed() <-chan struct{}
 }
 
+// Unavailability is a Leadership that can tell why no replica can lead
+// (its election's store is unreachable, docs/design.md §7.2). While
+// Unavailable returns an error and the replica does not lead, it answers
+// 503 unavailable with that error, naming no leader, instead of
+// not_leader.
+type Unavailability interface {
+	Unavailable() error
+}
+
 // WithLeadership makes the Handler a replica that leads only while l says
 // so (docs/design.md §7).
 func WithLeadership(l Leadership) HandlerOption {
@@ -45,12 +54,25 @@ func (h *Handler) leads(ctx *fasthttp.RequestCtx) bool {
 	if leader {
 		return true
 	}
+	if u, ok := h.leadership.(Unavailability); ok {
+		if err := u.Unavailable(); err != nil {
+			writeError(ctx, &cannotLeadError{err: err})
+			return false
+		}
+	}
 	if url != "" {
 		ctx.Response.Header.Set(api.LeaderHeader, url)
 	}
 	writeError(ctx, fmt.Errorf("this coordinator replica is a standby: %w", &api.NotLeaderError{Leader: url}))
 	return false
 }
+
+// cannotLeadError is a replica's answer while no replica can lead: it
+// matches api.ErrUnavailable, and its message is the Leadership's.
+type cannotLeadError struct{ err error }
+
+func (e *cannotLeadError) Error() string   { return e.err.Error() }
+func (e *cannotLeadError) Unwrap() []error { return []error{api.ErrUnavailable, e.err} }
 
 // leadingStream returns the channel that ends an event stream when the
 // replica stops leading (nil when it always leads), or false when it does

@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"encoding/binary"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/containerd/errdefs"
@@ -57,6 +58,16 @@ func (k keys) nodeBucket(node string, bucket int) string {
 // indexResource returns the resource ID of the rest of an index key after
 // its node's prefix.
 func indexResource(rest string) string { return rest[2:] }
+
+// indexBucket returns the bucket of the rest of an index key after its
+// node's prefix (its two hex digits; -1 if they are not).
+func indexBucket(rest string) int {
+	b, err := strconv.ParseUint(rest[:2], 16, 8)
+	if err != nil {
+		return -1
+	}
+	return int(b)
+}
 
 func (k keys) member(id string) string     { return k.prefix + membersDir + id }
 func (k keys) meta(key string) string      { return k.prefix + metaDir + key }

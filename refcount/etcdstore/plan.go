@@ -43,7 +43,11 @@ type plan struct {
 	nodeRead    map[string]*refcount.BucketSet
 	// The references the batch touched, by resource and by node.
 	byRes, byNode map[string]map[string]bool
-	pairOf        map[string]pair // reference and index key → its reference
+	// inBucket holds, by node and bucket, the resources of storedNodes
+	// and byNode: a bucket-restricted ReplaceNode (a big sync's groups)
+	// looks at its buckets only, not at every reference of the node.
+	inBucket map[string]*[synchash.Buckets]map[string]bool
+	pairOf   map[string]pair // reference and index key → its reference
 
 	groups  []map[string]write // per group: the keys it touched, left as at its end
 	touched map[string]bool    // the keys of the current group
@@ -58,6 +62,7 @@ func newPlan(ctx context.Context, s *Store) *plan {
 		nodeRead:    map[string]*refcount.BucketSet{},
 		byRes:       map[string]map[string]bool{},
 		byNode:      map[string]map[string]bool{},
+		inBucket:    map[string]*[synchash.Buckets]map[string]bool{},
 		pairOf:      map[string]pair{},
 	}
 }
@@ -111,6 +116,37 @@ func (p *plan) setRef(res, node string, on bool) {
 	p.pairOf[rk], p.pairOf[ik] = pr, pr
 	mark(p.byRes, res, node)
 	mark(p.byNode, node, res)
+	p.noteBucket(node, synchash.Bucket(res), res)
+}
+
+// noteBucket records res, of bucket, among node's resources in inBucket.
+func (p *plan) noteBucket(node string, bucket int, res string) {
+	b := p.inBucket[node]
+	if b == nil {
+		b = new([synchash.Buckets]map[string]bool)
+		p.inBucket[node] = b
+	}
+	if b[bucket] == nil {
+		b[bucket] = map[string]bool{}
+	}
+	b[bucket][res] = true
+}
+
+// nodeResources returns, sorted by bucket then ID, the resources of node
+// read or written so far in buckets (nil: all).
+func (p *plan) nodeResources(node string, buckets *refcount.BucketSet) []string {
+	if buckets == nil {
+		return union(p.storedNodes[node], p.byNode[node])
+	}
+	var out []string
+	if b := p.inBucket[node]; b != nil {
+		for i, in := range buckets {
+			if in {
+				out = append(out, slices.Sorted(maps.Keys(b[i]))...)
+			}
+		}
+	}
+	return out
 }
 
 func mark(m map[string]map[string]bool, a, b string) {
@@ -168,7 +204,7 @@ func (p *plan) apply(op *refcount.Op) error {
 		if err := p.readNode(op.Node, op.Buckets); err != nil {
 			return err
 		}
-		for _, res := range union(p.storedNodes[op.Node], p.byNode[op.Node]) {
+		for _, res := range p.nodeResources(op.Node, op.Buckets) {
 			if _, keep := op.NodeRefs[res]; !keep && op.Buckets.Holds(res) {
 				if on, _ := p.has(res, op.Node); on {
 					p.setRef(res, op.Node, false)
@@ -267,7 +303,14 @@ func (p *plan) readNode(node string, buckets *refcount.BucketSet) error {
 		}
 		for _, r := range resp.Responses {
 			for _, kv := range r.GetResponseRange().Kvs {
-				p.storedNodes[node][indexResource(string(kv.Key[n:]))] = true
+				rest := string(kv.Key[n:])
+				res := indexResource(rest)
+				p.storedNodes[node][res] = true
+				bucket := indexBucket(rest)
+				if bucket < 0 {
+					bucket = synchash.Bucket(res)
+				}
+				p.noteBucket(node, bucket, res)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package etcdtest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -17,6 +18,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/sharedcontent/sharedcontent/internal/testutil/testca"
 )
 
 // Environment variables: EnvBinary names the etcd binary; EnvSkip=1 skips
@@ -40,6 +43,17 @@ type Options struct {
 	// MaxRequestBytes is etcd's --max-request-bytes; 0 keeps etcd's
 	// default (1.5 MiB).
 	MaxRequestBytes int
+	// TLS serves the client URLs over TLS (https://) with client
+	// certificate authentication (etcd's --client-cert-auth), certificates
+	// of a CA of the test's own (Cluster.TLS); peers stay plain HTTP.
+	TLS bool
+}
+
+// TLSFiles are the PEM files of a TLS cluster's clients: the CA that
+// signed every certificate, and a client certificate and its key, as
+// etcdctl's --cacert, --cert and --key take them.
+type TLSFiles struct {
+	CACert, Cert, Key string
 }
 
 // Cluster is a running etcd cluster. Its members are stopped when the
@@ -50,6 +64,11 @@ type Cluster struct {
 	opts    Options
 	initial string // --initial-cluster
 	members []*member
+
+	ca        *testca.CA
+	serverTLS TLSFiles    // the members' certificate (server and client use), key and CA
+	clientTLS TLSFiles    // a client's
+	tlsConfig *tls.Config // the clients' configuration; nil without TLS
 }
 
 // member is one etcd process of a Cluster.
@@ -123,8 +142,12 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if opts.Members == 0 {
 		opts.Members = 3
 	}
+	var sec *security
+	if opts.TLS {
+		sec = newSecurity(t)
+	}
 	for attempt := 1; ; attempt++ {
-		c, err := tryStart(t, bin, opts)
+		c, err := tryStart(t, bin, opts, sec)
 		if err == nil {
 			return c
 		}
@@ -145,8 +168,13 @@ const startAttempts = 3
 var errExited = errors.New("exited while starting")
 
 // tryStart starts a cluster on new ports and data directories.
-func tryStart(t testing.TB, bin string, opts Options) (*Cluster, error) {
+func tryStart(t testing.TB, bin string, opts Options, sec *security) (*Cluster, error) {
 	c := &Cluster{t: t, bin: bin, opts: opts}
+	scheme := "http"
+	if sec != nil {
+		c.ca, c.serverTLS, c.clientTLS, c.tlsConfig = sec.ca, sec.server, sec.client, sec.config
+		scheme = "https"
+	}
 	root := t.TempDir()
 	ports := pickPorts(t, 2*opts.Members)
 	var initial []string
@@ -154,7 +182,7 @@ func tryStart(t testing.TB, bin string, opts Options) (*Cluster, error) {
 		m := &member{
 			name:      fmt.Sprintf("m%d", i),
 			dir:       filepath.Join(root, fmt.Sprintf("m%d", i), "data"),
-			clientURL: "http://127.0.0.1:" + strconv.Itoa(ports[2*i]),
+			clientURL: scheme + "://127.0.0.1:" + strconv.Itoa(ports[2*i]),
 			peerURL:   "http://127.0.0.1:" + strconv.Itoa(ports[2*i+1]),
 			logPath:   filepath.Join(root, fmt.Sprintf("m%d.log", i)),
 		}
@@ -243,6 +271,10 @@ func (c *Cluster) start(m *member) error {
 	if c.opts.MaxRequestBytes > 0 {
 		args = append(args, "--max-request-bytes", strconv.Itoa(c.opts.MaxRequestBytes))
 	}
+	if c.tlsConfig != nil {
+		args = append(args, "--cert-file", c.serverTLS.Cert, "--key-file", c.serverTLS.Key,
+			"--trusted-ca-file", c.serverTLS.CACert, "--client-cert-auth")
+	}
 	log, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -291,7 +323,7 @@ func (m *member) running() (chan struct{}, bool) {
 // needs a leader and a quorum.
 func (c *Cluster) waitHealthy(ctx context.Context, i int) error {
 	m := c.members[i]
-	cli, err := newClient([]string{m.clientURL})
+	cli, err := c.newClient([]string{m.clientURL})
 	if err != nil {
 		return err
 	}
@@ -344,7 +376,7 @@ func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 // ClientOf returns a client of the given endpoints, closed when t ends.
 func (c *Cluster) ClientOf(t testing.TB, endpoints ...string) *clientv3.Client {
 	t.Helper()
-	cli, err := newClient(endpoints)
+	cli, err := c.newClient(endpoints)
 	if err != nil {
 		t.Fatalf("etcdtest: client: %v", err)
 	}
@@ -352,13 +384,22 @@ func (c *Cluster) ClientOf(t testing.TB, endpoints ...string) *clientv3.Client {
 	return cli
 }
 
-func newClient(endpoints []string) (*clientv3.Client, error) {
+func (c *Cluster) newClient(endpoints []string) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
+		TLS:         c.tlsConfig,
 	})
 }
+
+// TLS returns the files of a client of a TLS cluster (Options.TLS): the
+// CA, a client certificate and its key. Without TLS, they are empty.
+func (c *Cluster) TLS() TLSFiles { return c.clientTLS }
+
+// CA returns the CA of a TLS cluster (nil without TLS): a test issues
+// other certificates with it.
+func (c *Cluster) CA() *testca.CA { return c.ca }
 
 // Stop stops member i gracefully (SIGTERM) and waits for it to exit.
 func (c *Cluster) Stop(i int) { c.members[i].signal(syscall.SIGTERM) }
@@ -444,7 +485,7 @@ func (c *Cluster) Leader(t testing.TB) int {
 // status asks member i for its status.
 func (c *Cluster) status(i int) (*clientv3.StatusResponse, error) {
 	m := c.members[i]
-	cli, err := newClient([]string{m.clientURL})
+	cli, err := c.newClient([]string{m.clientURL})
 	if err != nil {
 		return nil, err
 	}

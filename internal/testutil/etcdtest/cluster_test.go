@@ -1,9 +1,15 @@
 package etcdtest_test
 
 import (
+	"context"
+	"crypto/tls"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/sharedcontent/sharedcontent/internal/testutil/etcdtest"
 )
@@ -48,4 +54,28 @@ func TestCluster(t *testing.T) {
 	resp, err = c.ClientOf(t, c.Endpoint(leader)).Get(ctx, "k")
 	require.NoError(t, err)
 	require.Equal(t, "v3", string(resp.Kvs[0].Value))
+}
+
+// TestTLSCluster: a TLS cluster serves https:// client URLs to a client
+// with the test's certificates, and refuses one without a client
+// certificate.
+func TestTLSCluster(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{Members: 1, TLS: true})
+	require.True(t, strings.HasPrefix(c.Endpoint(0), "https://"), c.Endpoint(0))
+	files := c.TLS()
+	for _, f := range []string{files.CACert, files.Cert, files.Key} {
+		require.FileExists(t, f)
+	}
+	ctx := t.Context()
+	_, err := c.Client(t).Put(ctx, "k", "v")
+	require.NoError(t, err)
+
+	anonymous, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second,
+		TLS: &tls.Config{RootCAs: c.CA().Pool(), MinVersion: tls.VersionTLS12}, Logger: zap.NewNop()})
+	require.NoError(t, err)
+	defer anonymous.Close()
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = anonymous.Get(gctx, "k")
+	require.Error(t, err, "a client without a certificate is refused (--client-cert-auth)")
 }

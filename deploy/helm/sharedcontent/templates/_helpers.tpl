@@ -49,6 +49,13 @@ follows a not_leader hint only to a URL of its list). */}}
 {{- if and .Values.coordinator.ha.etcdEndpoints (lt (int .Values.coordinator.ha.replicas) 2) -}}
 {{- fail "coordinator.ha.replicas: at least 2 with etcdEndpoints (a standby to take over)" -}}
 {{- end -}}
+{{- if .Values.coordinator.ha.etcdTLSSecret -}}
+{{- range .Values.coordinator.ha.etcdEndpoints -}}
+{{- if hasPrefix "http://" . -}}
+{{- fail (printf "coordinator.ha.etcdTLSSecret needs https:// etcdEndpoints, not %s" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if and .Values.tls.nodeIdentity (not .Values.tls.clientCA) -}}
 {{- fail "tls.nodeIdentity needs tls.clientCA: a certificate names its node only under mTLS" -}}
 {{- end -}}
