@@ -50,7 +50,8 @@ type Coordinator interface {
 	// elsewhere. A delete is ErrInUse or ErrUnsynced under the delete
 	// rule; either way this node's reference is gone.
 	Lock(ctx context.Context, req LockRequest) (Lock, error)
-	// Refs calls fn for every resource the coordinator has references of.
+	// Refs calls fn for every resource the coordinator has references of,
+	// in resource ID order.
 	Refs(ctx context.Context, fn func(resource string, nodes []string) error) error
 	// Members returns the cluster's member nodes, each with how long the
 	// coordinator has not heard from it, and the coordinator's node

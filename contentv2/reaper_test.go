@@ -2,8 +2,6 @@ package contentv2
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -26,13 +24,7 @@ func reapEnv(t *testing.T) (*fakeCluster, *store) {
 // does, aged age.
 func putBlob(t *testing.T, s *store, name string, age time.Duration) digest.Digest {
 	t.Helper()
-	d := digest.FromString(name)
-	p := s.blobPath(d)
-	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
-	require.NoError(t, os.WriteFile(p, []byte(name), 0o644))
-	at := time.Now().Add(-age)
-	require.NoError(t, os.Chtimes(p, at, at))
-	return d
+	return writeBlob(t, s.root, name, age)
 }
 
 // TestReaperDeletesOnlyWhatThePlanAllows: one pass removes the orphan

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,6 +22,7 @@ import (
 // expiry, and a plan is never a promise that anything goes.
 
 // ReapSource is what the reaper's decision reads from the coordinator.
+// Refs calls fn in resource ID order (a plan fails otherwise).
 type ReapSource interface {
 	Refs(ctx context.Context, fn func(resource string, nodes []string) error) error
 	Members(ctx context.Context) (Membership, error)
@@ -114,7 +114,10 @@ type ReapMember struct {
 
 // PlanReap decides what a reaper pass would remove now from the shared
 // root, given the coordinator's references and members and what mem has
-// observed; it updates mem's observations and removes nothing.
+// observed; it updates mem's observations and removes nothing. It holds
+// the root's blob listing and the references to blobs not in it, never
+// every reference: the references arrive a page at a time in resource ID
+// order, merged with the sorted listing (docs/design.md §10.3).
 func PlanReap(ctx context.Context, root string, src ReapSource, opts ReapOptions, mem *ReapMemory) (ReapPlan, error) {
 	mem.mu.Lock()
 	defer mem.mu.Unlock()
@@ -123,23 +126,14 @@ func PlanReap(ctx context.Context, root string, src ReapSource, opts ReapOptions
 	}
 	plan := ReapPlan{Grace: opts.Grace, Orphans: []ReapBlob{}, Dangling: []ReapRef{}, Ingests: []ReapFile{},
 		Markers: []ReapFile{}, Trash: []ReapFile{}, Expire: []ReapMember{}, Absent: []ReapMember{}}
-	refs := map[string][]string{}
-	err := src.Refs(ctx, func(resource string, nodes []string) error {
-		refs[resource] = nodes
-		return nil
-	})
-	if err != nil {
-		return plan, fmt.Errorf("reaper: listing references: %w", err)
+	if err := mem.planBlobs(ctx, root, src, &plan); err != nil {
+		return plan, err
 	}
 	ms, err := src.Members(ctx)
 	if err != nil {
 		return plan, fmt.Errorf("reaper: listing members: %w", err)
 	}
 	plan.NodeExpiry = ms.NodeExpiry
-	if err := planOrphans(root, refs, &plan); err != nil {
-		return plan, err
-	}
-	mem.planDangling(root, refs, &plan)
 	member := map[string]bool{}
 	for _, m := range ms.Nodes {
 		member[m.ID] = true
@@ -152,63 +146,138 @@ func PlanReap(ctx context.Context, root string, src ReapSource, opts ReapOptions
 	return plan, nil
 }
 
-// planOrphans lists the blobs nobody references, older than the grace.
-func planOrphans(root string, refs map[string][]string, plan *ReapPlan) error {
+// listedBlob is a file of the root's blob directories whose name is a
+// valid digest.
+type listedBlob struct {
+	digest digest.Digest
+	entry  fs.DirEntry
+}
+
+// listBlobFiles lists the root's blob files, sorted by digest (the order
+// of the coordinator's resource IDs).
+func listBlobFiles(root string) ([]listedBlob, error) {
 	algs, err := os.ReadDir(filepath.Join(root, "blobs"))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("reaper: walking blobs: %w", err)
+		return nil, fmt.Errorf("reaper: walking blobs: %w", err)
 	}
-	now := time.Now()
+	var out []listedBlob
 	for _, alg := range algs {
 		files, _ := os.ReadDir(filepath.Join(root, "blobs", alg.Name()))
 		for _, f := range files {
 			d := digest.NewDigestFromEncoded(digest.Algorithm(alg.Name()), f.Name())
-			fi, err := f.Info()
-			if d.Validate() != nil || err != nil || !fi.Mode().IsRegular() || len(refs[d.String()]) > 0 {
-				continue
-			}
-			plan.ReclaimableBytes += fi.Size()
-			if age := now.Sub(fi.ModTime()); age >= plan.Grace {
-				plan.Orphans = append(plan.Orphans, ReapBlob{Digest: d, Size: fi.Size(), Age: age})
-			} else {
-				plan.WaitingOrphans++
+			if d.Validate() == nil {
+				out = append(out, listedBlob{digest: d, entry: f})
 			}
 		}
 	}
-	return nil
+	slices.SortFunc(out, func(a, b listedBlob) int { return strings.Compare(string(a.digest), string(b.digest)) })
+	return out, nil
 }
 
-// planDangling lists the references to blobs this memory has seen missing
-// for the grace.
-func (m *ReapMemory) planDangling(root string, refs map[string][]string, plan *ReapPlan) {
+// planBlobs lists the blobs nobody references, older than the grace, and
+// the references to blobs this memory has seen missing for the grace: one
+// walk of the references, merged with the blob listing taken before it.
+// A blob is referenced when its set names a node. A reference whose blob
+// is not in the listing is missing unless the blob turns up after the
+// walk (stillMissing).
+func (m *ReapMemory) planBlobs(ctx context.Context, root string, src ReapSource, plan *ReapPlan) error {
+	blobs, err := listBlobFiles(root)
+	if err != nil {
+		return err
+	}
 	now := time.Now()
-	for id := range m.dangling {
-		if _, ok := refs[id]; !ok {
-			delete(m.dangling, id)
+	orphan := func(b listedBlob) {
+		fi, err := b.entry.Info()
+		if err != nil || !fi.Mode().IsRegular() {
+			return
+		}
+		plan.ReclaimableBytes += fi.Size()
+		if age := now.Sub(fi.ModTime()); age >= plan.Grace {
+			plan.Orphans = append(plan.Orphans, ReapBlob{Digest: b.digest, Size: fi.Size(), Age: age})
+		} else {
+			plan.WaitingOrphans++
 		}
 	}
-	for _, id := range slices.Sorted(maps.Keys(refs)) {
-		d, err := digest.Parse(id)
-		if err != nil {
+	var (
+		missing []ReapRef // references to blobs not in the listing
+		next    int       // the first blob not merged yet
+		last    *string   // the previous resource
+	)
+	err = src.Refs(ctx, func(resource string, nodes []string) error {
+		if last != nil && resource <= *last {
+			return fmt.Errorf("reference %q after %q: not in resource ID order", resource, *last)
+		}
+		last = &resource
+		for ; next < len(blobs) && string(blobs[next].digest) < resource; next++ {
+			orphan(blobs[next])
+		}
+		if next < len(blobs) && string(blobs[next].digest) == resource {
+			if len(nodes) == 0 {
+				orphan(blobs[next])
+			}
+			next++
+			return nil
+		}
+		if d, err := digest.Parse(resource); err == nil {
+			missing = append(missing, ReapRef{Resource: resource, Nodes: nodes, blobMissing: d})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("reaper: listing references: %w", err)
+	}
+	for ; next < len(blobs); next++ {
+		orphan(blobs[next])
+	}
+	gone, err := stillMissing(root, missing, len(blobs))
+	if err != nil {
+		return err
+	}
+	// The memory keeps exactly the references seen missing now, each
+	// since it was first seen so.
+	dangling := make(map[string]time.Time, len(missing))
+	for _, r := range missing {
+		if !gone(r.blobMissing) {
 			continue
 		}
-		if _, err := os.Stat(blobPathIn(root, d)); !errors.Is(err, fs.ErrNotExist) {
-			delete(m.dangling, id)
-			continue
-		}
-		first, ok := m.dangling[id]
+		first, ok := m.dangling[r.Resource]
 		if !ok {
-			m.dangling[id], first = now, now
+			first = now
 		}
-		if missing := now.Sub(first); missing >= plan.Grace {
-			plan.Dangling = append(plan.Dangling, ReapRef{Resource: id, Nodes: refs[id], MissingFor: missing, blobMissing: d})
+		dangling[r.Resource] = first
+		if r.MissingFor = now.Sub(first); r.MissingFor >= plan.Grace {
+			plan.Dangling = append(plan.Dangling, r)
 		} else {
 			plan.WaitingDangling++
 		}
 	}
+	m.dangling = dangling
+	return nil
+}
+
+// stillMissing returns whether a blob of missing (references to blobs not
+// in a listing of listed blobs, taken before they were seen) is still
+// missing: a stat of each, or, when there are more of them than blobs, a
+// new listing.
+func stillMissing(root string, missing []ReapRef, listed int) (func(digest.Digest) bool, error) {
+	if len(missing) <= listed {
+		return func(d digest.Digest) bool {
+			_, err := os.Stat(blobPathIn(root, d))
+			return errors.Is(err, fs.ErrNotExist)
+		}, nil
+	}
+	blobs, err := listBlobFiles(root)
+	if err != nil {
+		return nil, err
+	}
+	present := make(map[digest.Digest]bool, len(blobs))
+	for _, b := range blobs {
+		present[b.digest] = true
+	}
+	return func(d digest.Digest) bool { return !present[d] }, nil
 }
 
 // planLeftovers lists the ingests and markers of nodes that are not

@@ -30,25 +30,30 @@ type nodeHashes struct {
 // BuildHashes computes every node's hash with one walk of the stored
 // reference sets (O(references)), holding every stripe meanwhile so that
 // no write is missed; from then on the Manager keeps them up to date.
-// A coordinator calls it once, when it starts.
+// A coordinator calls it once, when it starts, before it answers
+// (docs/design.md §10.4), so it reads each set as its list of nodes
+// (ListNodes: no Set built) and hashes each resource ID once, not once
+// per node that references it.
 func (m *Manager) BuildHashes(ctx context.Context) error {
 	unlock := m.lockBatch(new(Batch).ReplaceNode("*", nil)) // every stripe
 	defer unlock()
 	byNode := map[string]*synchash.Table{}
 	after := ""
 	for {
-		page, err := m.storage.List(ctx, after, hashListPage)
+		page, err := m.ListNodes(ctx, after, hashListPage)
 		if err != nil {
 			return err
 		}
 		for _, e := range page {
-			for n := range e.Refs.Nodes {
+			b, h := synchash.Of(e.ResourceID)
+			for _, n := range e.Nodes {
 				t := byNode[n]
 				if t == nil {
 					t = new(synchash.Table)
 					byNode[n] = t
 				}
-				t.Add(e.ResourceID)
+				t[b].Count++ // t.Add(e.ResourceID), its hash computed once
+				t[b].Hash += h
 			}
 		}
 		if len(page) < hashListPage {
