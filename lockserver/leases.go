@@ -30,6 +30,14 @@ import (
 // resource one lease TTL: nobody renews the adopted lease, and it
 // expires.
 
+// commitLeases writes b, which holds lease records only, to the store
+// directly: it changes no reference set, so the Manager's stripes and
+// the nodes' hashes have no part in it, and a pull's grant does not pay
+// for them.
+func (l *Coordinator) commitLeases(ctx context.Context, b *refcount.Batch) error {
+	return l.wrote(ctx, l.state.Commit(ctx, b))
+}
+
 // leaseRecord returns the stored record of g, a grant on resource id.
 func leaseRecord(id string, g *grant) refcount.LeaseRecord {
 	return refcount.LeaseRecord{ResourceID: id, Type: string(typeNames[g.typ]), Node: g.nodeID,
@@ -38,7 +46,7 @@ func leaseRecord(id string, g *grant) refcount.LeaseRecord {
 
 // recordLease persists the record of the pull lease being granted to g.
 func (l *Coordinator) recordLease(ctx context.Context, id string, g *grant) error {
-	if err := l.commit(ctx, new(refcount.Batch).PutLease(leaseRecord(id, g))); err != nil {
+	if err := l.commitLeases(ctx, new(refcount.Batch).PutLease(leaseRecord(id, g))); err != nil {
 		return err
 	}
 	g.recorded = true
@@ -50,7 +58,7 @@ func (l *Coordinator) recordLease(ctx context.Context, id string, g *grant) erro
 // coordinator adopts the lease and lets it expire. Callers hold the
 // shard's mutex.
 func (l *Coordinator) dropLease(ctx context.Context, id string, g *grant) {
-	if err := l.commit(ctx, new(refcount.Batch).DropLease(id, g.leaseID)); err != nil {
+	if err := l.commitLeases(ctx, new(refcount.Batch).DropLease(id, g.leaseID)); err != nil {
 		log.G(ctx).WithError(err).WithField("key", string(typeNames[g.typ])+":"+id).
 			Warn("dropping a lease record; the next coordinator holds the lease for a lease TTL")
 	}
@@ -97,7 +105,7 @@ func (l *Coordinator) adoptLeases(ctx context.Context) error {
 		l.noteReaper(rec.ResourceID, k.holder)
 		adopted++
 	}
-	if err := l.refs.Commit(ctx, stale); err != nil {
+	if err := l.commitLeases(ctx, stale); err != nil {
 		return err
 	}
 	if adopted > 0 {
@@ -126,7 +134,7 @@ func (l *Coordinator) saveLeases(ctx context.Context) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	if err := l.refs.Commit(ctx, b); err != nil {
+	if err := l.commitLeases(ctx, b); err != nil {
 		return err
 	}
 	log.G(ctx).WithField("leases", b.Len()).Info("recorded the update leases held, for the next coordinator")
