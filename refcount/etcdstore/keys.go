@@ -59,15 +59,18 @@ func (k keys) nodeBucket(node string, bucket int) string {
 // its node's prefix.
 func indexResource(rest string) string { return rest[2:] }
 
-func (k keys) member(id string) string       { return k.prefix + membersDir + id }
-func (k keys) meta(key string) string        { return k.prefix + metaDir + key }
-func (k keys) deleting(id string) string     { return k.prefix + deletingDir + id }
-func (k keys) deleted(id string) string      { return k.prefix + deletedDir + id }
-func (k keys) dir(dir string) string         { return k.prefix + dir }
+func (k keys) member(id string) string     { return k.prefix + membersDir + id }
+func (k keys) meta(key string) string      { return k.prefix + metaDir + key }
+func (k keys) deleting(id string) string   { return k.prefix + deletingDir + id }
+func (k keys) deleted(id string) string    { return k.prefix + deletedDir + id }
+func (k keys) dir(dir string) string       { return k.prefix + dir }
+func (k keys) identity() string            { return k.prefix + identityKey }
+func (k keys) fence() string               { return k.prefix + fenceKey }
+func (k keys) trim(dir, key string) string { return strings.TrimPrefix(key, k.prefix+dir) }
+
+// lease is the key of a lease record: a drop names one lease of the
+// resource, and a resource's records are one range.
 func (k keys) lease(id, lease string) string { return k.prefix + leasesDir + id + sep + lease }
-func (k keys) identity() string              { return k.prefix + identityKey }
-func (k keys) fence() string                 { return k.prefix + fenceKey }
-func (k keys) trim(dir, key string) string   { return strings.TrimPrefix(key, k.prefix+dir) }
 
 // splitPair splits the rest of a reference or index key (after its
 // directory) into its two IDs.
