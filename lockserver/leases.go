@@ -2,6 +2,9 @@ package lockserver
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"time"
 
 	"github.com/containerd/log"
 
@@ -30,12 +33,26 @@ import (
 // resource one lease TTL: nobody renews the adopted lease, and it
 // expires.
 
+// leaseWriteTimeout bounds a grant's or a release's write of a lease
+// record, made under the shard's mutex: a store that cannot be reached
+// (etcd partitioned away from the leader) must not wedge the shard, nor
+// the Coordinator's Close that waits for its sweeper. The grant is then
+// refused 503 and the client retries (at the next leader); a record whose
+// write timed out may still land, and costs what a stale record costs.
+const leaseWriteTimeout = 5 * time.Second
+
 // commitLeases writes b, which holds lease records only, to the store
 // directly: it changes no reference set, so the Manager's stripes and
 // the nodes' hashes have no part in it, and a pull's grant does not pay
-// for them.
+// for them. A write that times out is 503 unavailable.
 func (l *Coordinator) commitLeases(ctx context.Context, b *refcount.Batch) error {
-	return l.wrote(ctx, l.state.Commit(ctx, b))
+	ctx, cancel := context.WithTimeout(ctx, leaseWriteTimeout)
+	defer cancel()
+	err := l.state.Commit(ctx, b)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+		err = fmt.Errorf("writing lease records: no answer from the store in %s: %v", leaseWriteTimeout, err)
+	}
+	return l.wrote(ctx, err)
 }
 
 // leaseRecord returns the stored record of g, a grant on resource id.
