@@ -45,6 +45,11 @@ type Coordinator struct {
 	// enqueue and grant.
 	trace func(event string, t typeIndex, resourceID, requestID string)
 
+	// closing is set when Close begins: unlocks are refused from then
+	// on, so the update leases Close records for the next coordinator
+	// are exactly those still held (leases.go).
+	closing atomic.Bool
+
 	// mmu protects members (docs/design.md §8.4; members.go). Taken after a shard's
 	// mutex, never before.
 	mmu     sync.Mutex
@@ -166,6 +171,9 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 	if err := l.loadDeletes(ctx); err != nil {
 		return nil, err
 	}
+	if err := l.adoptLeases(ctx); err != nil {
+		return nil, fmt.Errorf("lockserver: adopting the recorded leases: %w", err)
+	}
 	for _, sh := range l.shards {
 		l.wg.Add(1)
 		go l.sweepLoop(sh)
@@ -178,16 +186,22 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 // Config returns the configuration the Coordinator runs with.
 func (l *Coordinator) Config() Config { return l.cfg }
 
-// Close stops the sweepers and ends every event subscription. Held locks
-// and queues are dropped with the Coordinator.
+// Close stops the sweepers and ends every event subscription. The update
+// leases held are recorded for the next coordinator on the store (pull
+// leases are already); queues are dropped with the Coordinator, and
+// unlocks are refused from the start of Close.
 func (l *Coordinator) Close() error {
 	select {
 	case <-l.stop:
 		return nil
 	default:
 	}
+	l.closing.Store(true)
 	close(l.stop)
 	l.wg.Wait()
+	if err := l.saveLeases(context.Background()); err != nil {
+		log.L.WithError(err).Warn("the update leases held are not recorded; their holders' unlocks fail at the next coordinator")
+	}
 	if err := l.flushSeen(context.Background()); err != nil {
 		log.L.WithError(err).Warn("the members' last session times are not saved; GET /nodes shows older ones after the restart")
 	}
@@ -371,6 +385,11 @@ func (l *Coordinator) Unlock(ctx context.Context, req api.UnlockRequest) (api.Un
 	sh := l.shardFor(req.ResourceID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if l.closing.Load() {
+		// Closing: the lease may be recorded for the next coordinator
+		// (leases.go), where the holder's retry releases it.
+		return api.UnlockResponse{}, fmt.Errorf("%s:%s: the coordinator is closing: %w", req.Type, req.ResourceID, api.ErrUnavailable)
+	}
 	r := sh.resources[req.ResourceID]
 	if r == nil || r.keys[t].holder == nil || r.keys[t].holder.leaseID != req.LeaseID {
 		if key, ok := leaseKeyOf(req.LeaseID); ok {
@@ -397,12 +416,16 @@ func (l *Coordinator) Unlock(ctx context.Context, req api.UnlockRequest) (api.Un
 		case idxPull:
 			l.noteRef(g.nodeID, req.ResourceID, true)
 			failpoint.Inject(failpoint.CoordUnlockPullBefore)
+			b := new(refcount.Batch).AddRef(req.ResourceID, g.nodeID)
+			if g.recorded {
+				// The lease's record goes with the reference it ends in.
+				b.DropLease(req.ResourceID, g.leaseID)
+			}
 			if r.keys[idxDelete].completed != nil {
 				// The pull ends the delete's completion, on disk too.
-				err = l.refs.Commit(ctx, new(refcount.Batch).AddRef(req.ResourceID, g.nodeID).DropDeleted(req.ResourceID))
-			} else {
-				_, err = l.refs.AddRef(ctx, req.ResourceID, g.nodeID)
+				b.DropDeleted(req.ResourceID)
 			}
+			err = l.refs.Commit(ctx, b)
 		case idxDelete:
 			failpoint.Inject(failpoint.CoordUnlockDeleteBefore)
 			err = l.refs.Commit(ctx, deleted(req.ResourceID, g.nodeID, g.fence, now))
@@ -521,8 +544,13 @@ func (l *Coordinator) grant(r *resource, req request, now time.Time) (*grant, er
 		expires:  now.Add(l.cfg.LeaseTTL),
 		claimBy:  now.Add(l.cfg.ClaimTimeout),
 	}
-	if req.typ == idxDelete {
+	switch req.typ {
+	case idxDelete:
 		if err := l.markDelete(context.Background(), r.id, g); err != nil {
+			return nil, fmt.Errorf("%s: %w", typeNames[req.typ], err)
+		}
+	case idxPull:
+		if err := l.recordLease(context.Background(), r.id, g); err != nil {
 			return nil, fmt.Errorf("%s: %w", typeNames[req.typ], err)
 		}
 	}
@@ -557,6 +585,10 @@ func (l *Coordinator) release(ctx context.Context, sh *shard, r *resource, t typ
 	l.metrics.hold[t].Observe(now.Sub(g.acquired).Seconds())
 	if t == idxDelete && !success {
 		l.endDelete(ctx, r, g, reason, now)
+	}
+	if g.recorded && (!success || t != idxPull) {
+		// A successful pull dropped its record with its reference.
+		l.dropLease(ctx, r.id, g)
 	}
 	switch reason {
 	case "expired", "unclaimed":

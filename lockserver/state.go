@@ -81,6 +81,9 @@ type grant struct {
 	// unclaimed grant is released at claimBy.
 	claimed bool
 	claimBy time.Time
+	// recorded: the store holds the lease's record, which its end drops
+	// (leases.go).
+	recorded bool
 }
 
 // waiter is a queued request.

@@ -53,6 +53,8 @@ const (
 	OpDropDeleting               // Key's in-flight delete marker is dropped
 	OpPutDeleted                 // Key's delete completed: Deleted
 	OpDropDeleted                // Key's delete completion is dropped
+	OpPutLease                   // Key's lease Lease.LeaseID is recorded: Lease
+	OpDropLease                  // the record of Key's lease Lease.LeaseID is dropped
 )
 
 // Op is one write of a Batch. Key is the resource ID, the member ID or
@@ -73,6 +75,7 @@ type Op struct {
 	Uint64   uint64
 	Deleting DeleteMarker
 	Deleted  DeleteCompletion
+	Lease    LeaseRecord
 }
 
 // DeleteMarker records a granted delete that has not ended yet
@@ -302,6 +305,10 @@ func (op *Op) check() error {
 	case OpPutString, OpPutUint64:
 		if reservedMeta(op.Key) {
 			return fmt.Errorf("refcount: meta key %q is reserved: %w", op.Key, errdefs.ErrInvalidArgument)
+		}
+	case OpPutLease, OpDropLease:
+		if err := checkLease(op); err != nil {
+			return err
 		}
 	case OpDropRefs, OpPutMember, OpDeleteMember, OpPutDeleting, OpDropDeleting, OpPutDeleted, OpDropDeleted:
 	default:

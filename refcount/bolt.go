@@ -23,6 +23,7 @@ const DefaultOpenTimeout = time.Second
 // per node naming the resources it references (bolt_nodes.go); meta maps
 // a meta key to an 8-byte big-endian uint64 or a string; deleting and
 // deleted map a resource ID to a JSON DeleteMarker and DeleteCompletion;
+// leases maps a resource ID, NUL, a lease ID to a JSON LeaseRecord;
 // owner holds the guard (ownerKey: the fence of the newest handle, an
 // 8-byte big-endian uint64).
 var (
@@ -30,6 +31,7 @@ var (
 	metaBucket      = []byte("meta")
 	deletingBucket  = []byte("deleting")
 	deletedBucket   = []byte("deleted")
+	leasesBucket    = []byte("leases")
 	ownerBucket     = []byte("owner")
 	ownerKey        = []byte("fence")
 )
@@ -92,7 +94,7 @@ func OpenBoltStorage(path string, opts ...BoltOption) (*BoltStorage, error) {
 	}
 	var fence uint64
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{refcountsBucket, nodesBucket, metaBucket, membersBucket, deletingBucket, deletedBucket, ownerBucket} {
+		for _, name := range [][]byte{refcountsBucket, nodesBucket, metaBucket, membersBucket, deletingBucket, deletedBucket, leasesBucket, ownerBucket} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}

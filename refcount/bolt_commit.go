@@ -86,6 +86,8 @@ func encodeOp(op *Op) ([]byte, error) {
 		return json.Marshal(op.Deleting)
 	case OpPutDeleted:
 		return json.Marshal(op.Deleted)
+	case OpPutLease:
+		return json.Marshal(op.Lease)
 	}
 	return nil, nil
 }
@@ -106,6 +108,10 @@ func applyOp(tx *bolt.Tx, op *Op, v []byte) error {
 		return meta.Put([]byte(epochKey), binary.BigEndian.AppendUint64(nil, op.Identity.Epoch))
 	case OpDeleteMember, OpDropDeleting, OpDropDeleted:
 		return tx.Bucket(bucketOf(op.Kind)).Delete(key)
+	case OpPutLease:
+		return tx.Bucket(leasesBucket).Put([]byte(leaseKey(op.Key, op.Lease.LeaseID)), v)
+	case OpDropLease:
+		return tx.Bucket(leasesBucket).Delete([]byte(leaseKey(op.Key, op.Lease.LeaseID)))
 	case OpDropRefs:
 		return refsOf(tx).drop(op.Key)
 	case OpAddRef:
@@ -156,4 +162,25 @@ func decodeAll[V any](tx *bolt.Tx, bucket []byte, out map[string]V) error {
 		out[string(k)] = v
 		return nil
 	})
+}
+
+// Leases implements Storage. A stored value that does not decode is an
+// error wrapping errdefs.ErrDataLoss.
+func (s *BoltStorage) Leases(ctx context.Context) ([]LeaseRecord, error) {
+	var out []LeaseRecord
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(leasesBucket).ForEach(func(k, raw []byte) error {
+			var l LeaseRecord
+			if err := json.Unmarshal(raw, &l); err != nil {
+				return fmt.Errorf("%s %q: decode: %w: %w", leasesBucket, k, errdefs.ErrDataLoss, err)
+			}
+			l.ResourceID, l.LeaseID = splitLeaseKey(string(k))
+			out = append(out, l)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list leases: %w", err)
+	}
+	return out, nil
 }

@@ -1,8 +1,9 @@
 // Package refcount keeps the coordinator's durable state: the reference
 // sets (which nodes reference each blob), the members, the coordinator's
-// identity, the fence high-water mark, small meta values, and the deletes
-// in flight or completed (docs/design.md §3.7, §8.9, §8.10). It holds
-// the model (Set, Member, DeleteMarker, DeleteCompletion), the
+// identity, the fence high-water mark, small meta values, the deletes
+// in flight or completed, and the leases that survive a failover
+// (docs/design.md §3.7, §8.9, §8.10). It holds the model (Set, Member,
+// DeleteMarker, DeleteCompletion, LeaseRecord), the
 // Storage interface with its in-memory and bbolt implementations, the
 // conformance suite every implementation passes (refcount/storagetest),
 // and the Manager that serializes changes to one reference set.
@@ -14,11 +15,12 @@
 // (If(CreateRevision(leaderKey) == fence) around every Txn). So:
 //
 //   - Reads (Get, List a page at a time, ListMembers, Identity, FenceMark,
-//     the meta getters, Deletes) are plain reads.
+//     the meta getters, Deletes, Leases) are plain reads.
 //   - The only write is Commit of a Batch of typed writes: add or drop a
 //     reference, drop a reference set, replace a node's references, put or
 //     delete a member, put the identity, the fence high-water mark or a
-//     meta value, put or drop a delete marker or completion.
+//     meta value, put or drop a delete marker or completion or a lease
+//     record.
 //   - Every Commit checks the handle's guard in the same transaction. A
 //     handle is opened as the owner of the state (bbolt: opening the file
 //     bumps a stored owner fence; memory and bbolt: TakeOver opens a newer
@@ -39,6 +41,8 @@
 //
 //   - a delete's unlock: DropRefs, DropDeleting and PutDeleted of the
 //     resource (3 writes);
+//   - a pull's unlock: AddRef and DropLease of its lease record, and
+//     DropDeleted when it ends a delete's completion (3);
 //   - a reference that ends a delete's completion: AddRef and DropDeleted
 //     (2).
 //

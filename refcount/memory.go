@@ -35,6 +35,7 @@ type memoryState struct {
 	uints     map[string]uint64
 	deleting  map[string]DeleteMarker
 	completed map[string]DeleteCompletion
+	leases    map[string]LeaseRecord // by leaseKey
 }
 
 // memoryStorage is a handle on a memoryState, lost when the process exits.
@@ -57,6 +58,7 @@ func NewMemoryStorage() LocalStorage {
 		uints:     map[string]uint64{},
 		deleting:  map[string]DeleteMarker{},
 		completed: map[string]DeleteCompletion{},
+		leases:    map[string]LeaseRecord{},
 	}
 	return &memoryStorage{st: st, fence: 1}
 }
@@ -204,6 +206,10 @@ func (st *memoryState) apply(op *Op) {
 		st.completed[op.Key] = op.Deleted
 	case OpDropDeleted:
 		delete(st.completed, op.Key)
+	case OpPutLease:
+		st.leases[leaseKey(op.Key, op.Lease.LeaseID)] = op.Lease
+	case OpDropLease:
+		delete(st.leases, leaseKey(op.Key, op.Lease.LeaseID))
 	}
 }
 
@@ -318,6 +324,19 @@ func (s *memoryStorage) Deletes(ctx context.Context) (Deletes, error) {
 	}
 	defer unlock()
 	return Deletes{InFlight: maps.Clone(s.st.deleting), Completed: maps.Clone(s.st.completed)}, nil
+}
+
+func (s *memoryStorage) Leases(ctx context.Context) ([]LeaseRecord, error) {
+	unlock, err := s.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	out := make([]LeaseRecord, 0, len(s.st.leases))
+	for _, k := range slices.Sorted(maps.Keys(s.st.leases)) {
+		out = append(out, s.st.leases[k])
+	}
+	return out, nil
 }
 
 // Close implements Storage: later calls through this handle fail; the

@@ -9,7 +9,8 @@ import (
 
 // Storage is one handle on the coordinator's durable state: the reference
 // sets, the members, the coordinator's identity, the fence high-water
-// mark, small meta values and the deletes in flight or completed. All of
+// mark, small meta values, the deletes in flight or completed and the
+// leases recorded to survive a failover. All of
 // it lives in one store, and the one way to change any of it is Commit,
 // which applies a Batch in one guarded transaction (see the package
 // documentation for the guard and for the limits of one transaction).
@@ -51,6 +52,9 @@ type Storage interface {
 	GetString(ctx context.Context, key string) (string, error)
 	// Deletes returns the delete markers and completions.
 	Deletes(ctx context.Context) (Deletes, error)
+	// Leases returns the lease records, in resource ID and then lease ID
+	// order.
+	Leases(ctx context.Context) ([]LeaseRecord, error)
 
 	// Commit applies every write of b, in order, in one transaction that
 	// first checks the handle's guard: when it returns an error, none of

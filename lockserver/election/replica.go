@@ -198,8 +198,10 @@ func (r *Replica) leadTerm(ctx, tctx context.Context, h *httpserver.Handler, ses
 	log.G(ctx).WithError(why.err).WithField("reason", why.reason).WithField("fence", e.Rev()).Warn("election: stepped down")
 	if why.reason == "shutdown" {
 		// Still the owner: the Coordinator saves what it keeps in
-		// memory (for a TTL at most: etcd may be gone), then the next
-		// leader need not wait for the lease.
+		// memory (the update leases held, which the next leader adopts,
+		// and the members' last sessions; for a TTL at most: etcd may
+		// be gone), then the next leader need not wait for the lease
+		// (docs/design.md §7.2).
 		closed := make(chan struct{})
 		go func() { defer close(closed); coord.Close() }()
 		wait := time.NewTimer(r.opts.SessionTTL)

@@ -53,39 +53,55 @@ func TestFullDisk(t *testing.T) {
 }
 
 func checkFullDisk(t *testing.T, base string, fill, free func()) {
-	lock := func(res, node string) api.LockResponse {
-		code, body := post(t, base, "/lock", api.LockRequest{Type: api.OperationPull, ResourceID: res, NodeID: node})
+	// grant locks res for n1, with n2 queued behind it; false when the
+	// database refused the grant's write (a pull's lease is recorded
+	// before it is answered: docs/design.md §3.7).
+	grant := func(res string) (holder, waiter api.LockResponse, ok bool) {
+		code, body := post(t, base, "/lock", api.LockRequest{Type: api.OperationPull, ResourceID: res, NodeID: "n1"})
+		if code == http.StatusServiceUnavailable {
+			require.Equal(t, api.CodeUnavailable, decodeAs[api.ErrorResponse](t, body).Code)
+			return holder, waiter, false
+		}
 		require.Equal(t, http.StatusOK, code, string(body))
-		return decodeAs[api.LockResponse](t, body)
+		holder = decodeAs[api.LockResponse](t, body)
+		code, body = post(t, base, "/lock", api.LockRequest{Type: api.OperationPull, ResourceID: res, NodeID: "n2"})
+		require.Equal(t, http.StatusOK, code, string(body))
+		waiter = decodeAs[api.LockResponse](t, body)
+		require.True(t, holder.Acquired)
+		require.True(t, waiter.Queued)
+		return holder, waiter, true
 	}
 	// The first grant persists the fence high-water mark (a block of
 	// fences) and creates the database's buckets.
-	warm := lock("sha256:warm", "n1")
+	warm, _, ok := grant("sha256:warm")
+	require.True(t, ok)
 	code, body := post(t, base, "/unlock", api.UnlockRequest{Type: api.OperationPull, ResourceID: "sha256:warm", LeaseID: warm.LeaseID, Success: true})
 	require.Equal(t, http.StatusOK, code, string(body))
+	resource := func(i int) string { return fmt.Sprintf("sha256:%064x", i) }
+	res := resource(0)
+	holder, waiter, held := grant(res)
+	require.True(t, held)
 	fill()
 	// A full disk may still take a few writes into pages the database
-	// had already allocated: unlock new resources until one fails.
-	var (
-		res    string
-		holder api.LockResponse
-		waiter api.LockResponse
-		req    api.UnlockRequest
-	)
-	for i := 0; ; i++ {
+	// had already allocated: grant the next resource, then unlock the
+	// one held, until an unlock fails.
+	var req api.UnlockRequest
+	for i := 1; ; i++ {
 		require.Less(t, i, 100000, "no write failed on a full disk")
-		res = fmt.Sprintf("sha256:%064x", i)
-		holder, waiter = lock(res, "n1"), lock(res, "n2")
-		require.True(t, holder.Acquired)
-		require.True(t, waiter.Queued)
-		req = api.UnlockRequest{Type: api.OperationPull, ResourceID: res, LeaseID: holder.LeaseID, Success: true}
-		code, body := post(t, base, "/unlock", req)
-		if code == http.StatusOK {
+		if !held {
+			res = resource(i)
+			holder, waiter, held = grant(res)
 			continue
 		}
-		require.Equal(t, http.StatusServiceUnavailable, code, string(body))
-		require.Equal(t, api.CodeUnavailable, decodeAs[api.ErrorResponse](t, body).Code)
-		break
+		nextHolder, nextWaiter, granted := grant(resource(i))
+		req = api.UnlockRequest{Type: api.OperationPull, ResourceID: res, LeaseID: holder.LeaseID, Success: true}
+		code, body := post(t, base, "/unlock", req)
+		if code != http.StatusOK {
+			require.Equal(t, http.StatusServiceUnavailable, code, string(body))
+			require.Equal(t, api.CodeUnavailable, decodeAs[api.ErrorResponse](t, body).Code)
+			break
+		}
+		res, holder, waiter, held = resource(i), nextHolder, nextWaiter, granted
 	}
 
 	code, body = get(t, base, "/lock/status", url.Values{"type": {"pull"}, "resource_id": {res}, "node_id": {"n2"}, "request_id": {waiter.RequestID}})

@@ -25,6 +25,7 @@ const (
 	metaDir     = "meta/"     // meta/<key> → 8-byte big-endian uint64, or a string
 	deletingDir = "deleting/" // deleting/<resource> → JSON refcount.DeleteMarker
 	deletedDir  = "deleted/"  // deleted/<resource> → JSON refcount.DeleteCompletion
+	leasesDir   = "leases/"   // leases/<resource>\x00<lease ID> → JSON refcount.LeaseRecord
 	identityKey = "identity"  // JSON refcount.Identity
 	fenceKey    = "fence"     // the fence high-water mark: 8-byte big-endian uint64
 	sep         = "\x00"
@@ -77,6 +78,10 @@ func (k keys) dir(dir string) string       { return k.prefix + dir }
 func (k keys) identity() string            { return k.prefix + identityKey }
 func (k keys) fence() string               { return k.prefix + fenceKey }
 func (k keys) trim(dir, key string) string { return strings.TrimPrefix(key, k.prefix+dir) }
+
+// lease is the key of a lease record: a drop names one lease of the
+// resource, and a resource's records are one range.
+func (k keys) lease(id, lease string) string { return k.prefix + leasesDir + id + sep + lease }
 
 // splitPair splits the rest of a reference or index key (after its
 // directory) into its two IDs.

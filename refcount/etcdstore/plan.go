@@ -239,6 +239,10 @@ func (p *plan) apply(op *refcount.Op) error {
 		return p.putJSON(k.deleted(op.Key), op.Deleted)
 	case refcount.OpDropDeleted:
 		p.del(k.deleted(op.Key))
+	case refcount.OpPutLease:
+		return p.putJSON(k.lease(op.Key, op.Lease.LeaseID), op.Lease)
+	case refcount.OpDropLease:
+		p.del(k.lease(op.Key, op.Lease.LeaseID))
 	default:
 		return fmt.Errorf("etcdstore: unknown write kind %d: %w", op.Kind, errdefs.ErrInvalidArgument)
 	}

@@ -352,6 +352,27 @@ func (s *Store) Deletes(ctx context.Context) (refcount.Deletes, error) {
 	return d, nil
 }
 
+// Leases implements refcount.Storage, with one read of the directory.
+func (s *Store) Leases(ctx context.Context) ([]refcount.LeaseRecord, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	resp, err := s.cli.Get(ctx, s.k.dir(leasesDir), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: leases: %w", err)
+	}
+	out := make([]refcount.LeaseRecord, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var l refcount.LeaseRecord
+		if err := decode(kv.Key, kv.Value, &l); err != nil {
+			return nil, err
+		}
+		l.ResourceID, l.LeaseID, _ = splitPair(s.k.trim(leasesDir, string(kv.Key)))
+		out = append(out, l)
+	}
+	return out, nil
+}
+
 // value returns key's value, nil when absent.
 func (s *Store) value(ctx context.Context, key string) ([]byte, error) {
 	if err := s.usable(ctx); err != nil {

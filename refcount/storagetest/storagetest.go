@@ -1,7 +1,7 @@
 // Package storagetest is the conformance suite for refcount.Storage
 // implementations: reference sets, members, the identity, the fence
-// high-water mark, meta values, delete markers and completions, Commit's
-// all-or-nothing batches, the guard that fences a handle once another
+// high-water mark, meta values, delete markers and completions, lease
+// records, Commit's all-or-nothing batches, the guard that fences a handle once another
 // has taken the state over, and a node's references staying what the
 // reference sets say through every kind of write (the per-node index of
 // refcount.NodeRefLister, read directly when the store is one).
@@ -48,6 +48,7 @@ func Run(t *testing.T, newStorage func(t *testing.T) refcount.Storage, takeOver 
 		{"FenceMark", testFenceMark},
 		{"Meta", testMeta},
 		{"Deletes", testDeletes},
+		{"Leases", testLeases},
 		{"CommitRefs", testCommitRefs},
 		{"CommitAtomic", testCommitAtomic},
 		{"CommitEmpty", testCommitEmpty},
@@ -402,6 +403,7 @@ type state struct {
 	fence    uint64
 	strs     map[string]string
 	deletes  refcount.Deletes
+	leases   []refcount.LeaseRecord
 }
 
 // snapshot reads the state of s: every reference set and member, the
@@ -429,6 +431,7 @@ func snapshot(t *testing.T, s refcount.Storage, strKeys ...string) state {
 	}
 	st.deletes, err = s.Deletes(ctx)
 	require.NoError(t, err)
+	st.leases = leases(t, s)
 	return st
 }
 
@@ -511,7 +514,8 @@ func testCommitAtomic(t *testing.T, s refcount.Storage) {
 	ctx := t.Context()
 	commit(t, s, refs("r1", "a").PutMember(refcount.Member{ID: "n1"}).
 		PutIdentity(refcount.Identity{ClusterID: "old", Epoch: 1}).PutFenceMark(5).
-		PutString("s", "old").PutDeleting("r2", marker))
+		PutString("s", "old").PutDeleting("r2", marker).
+		PutLease(refcount.LeaseRecord{ResourceID: "r1", Type: "pull", Node: "b", LeaseID: "l1"}))
 	before := snapshot(t, s, "s")
 
 	bad := []struct {
@@ -527,6 +531,7 @@ func testCommitAtomic(t *testing.T, s refcount.Storage) {
 		{"PutString without key", func(b *refcount.Batch) { b.PutString("", "x") }},
 		{"PutUint64 on a reserved key", func(b *refcount.Batch) { b.PutUint64("epoch", 1) }},
 		{"PutDeleted without resource", func(b *refcount.Batch) { b.PutDeleted("", deletion) }},
+		{"PutLease without lease ID", func(b *refcount.Batch) { b.PutLease(refcount.LeaseRecord{ResourceID: "r7"}) }},
 	}
 	for _, tt := range bad {
 		for _, at := range []string{"first", "middle", "last"} {
@@ -540,7 +545,7 @@ func testCommitAtomic(t *testing.T, s refcount.Storage) {
 					tt.add(b)
 				}
 				b.PutIdentity(refcount.Identity{ClusterID: "new", Epoch: 2}).PutFenceMark(9).PutString("s", "new").Break().
-					DropDeleting("r2").PutDeleted("r2", deletion).PutMember(refcount.Member{ID: "n2"})
+					DropDeleting("r2").PutDeleted("r2", deletion).PutMember(refcount.Member{ID: "n2"}).DropLease("r1", "l1")
 				if at == "last" {
 					tt.add(b)
 				}
@@ -597,8 +602,10 @@ func testClosed(t *testing.T, s refcount.Storage) {
 // the older one still reads, and the newer one writes.
 func testTakeOver(t *testing.T, s1 refcount.Storage, takeOver func(*testing.T, refcount.Storage) refcount.Storage) {
 	ctx := t.Context()
-	commit(t, s1, refs("r1", "a").PutIdentity(refcount.Identity{ClusterID: "c", Epoch: 1}))
+	held := refcount.LeaseRecord{ResourceID: "r1", Type: "pull", Node: "a", RequestID: "q", LeaseID: "l1", Fence: 3}
+	commit(t, s1, refs("r1", "a").PutIdentity(refcount.Identity{ClusterID: "c", Epoch: 1}).PutLease(held))
 	s2 := takeOver(t, s1)
+	require.Equal(t, []refcount.LeaseRecord{held}, leases(t, s2), "the new owner reads the old one's lease records")
 	require.Greater(t, s2.Fence(), s1.Fence())
 	before := snapshot(t, s2)
 	for _, b := range []*refcount.Batch{
@@ -611,6 +618,8 @@ func testTakeOver(t *testing.T, s1 refcount.Storage, takeOver func(*testing.T, r
 		new(refcount.Batch).PutFenceMark(100),
 		new(refcount.Batch).PutString("s", "x"),
 		new(refcount.Batch).PutDeleting("r1", marker).Break().PutDeleted("r3", deletion),
+		new(refcount.Batch).DropLease("r1", "l1"),
+		new(refcount.Batch).PutLease(refcount.LeaseRecord{ResourceID: "r2", LeaseID: "l2"}),
 	} {
 		err := s1.Commit(ctx, b)
 		require.ErrorIs(t, err, refcount.ErrFenced)
