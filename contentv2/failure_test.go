@@ -55,6 +55,10 @@ func TestUnreachableCoordinator(t *testing.T) {
 	id, err := contentv2.ReadClusterID(root)
 	require.NoError(t, err)
 	require.Equal(t, coord.Core().Cluster().ClusterID, id, "the first node records the root's cluster")
+	// Only a member fails open: wait for its first sync to complete (its
+	// last chunk may come late on a loaded machine, and then the next
+	// round syncs again).
+	awaitSynced(t, reg)
 
 	coord.Stop()
 	start := time.Now()
@@ -216,6 +220,17 @@ func TestLostLeaseStillRecordsReference(t *testing.T) {
 	// A delete whose lock is lost before the removal removes nothing.
 	require.NoError(t, cs.Delete(ctx, desc.Digest))
 	require.FileExists(t, blobFile(root, desc.Digest), "no removal without a confirmed delete lock")
+}
+
+// awaitSynced waits until the store whose metrics reg holds reports its
+// session synced, polling the gauge (the store offers no event for it).
+func awaitSynced(t *testing.T, reg *prometheus.Registry) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for gauge(t, reg, "sharedcontent_store_synced") != 1 {
+		require.True(t, time.Now().Before(deadline), "the node never synced")
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // gauge returns the value of the gauge name in reg (0 if unregistered).
