@@ -26,8 +26,9 @@ type answers struct {
 	tooMany     atomic.Int64 // 429
 	other       atomic.Int64 // any other 5xx, refused connections, resets, …
 
-	bytesRead   atomic.Int64 // bytes the nodes read from the coordinator
-	streams     atomic.Int64 // event streams open now
+	requests    requestCounts // requests sent, by kind
+	bytesRead   atomic.Int64  // bytes the nodes read from the coordinator
+	streams     atomic.Int64  // event streams open now
 	peakStreams atomic.Int64
 }
 
@@ -76,6 +77,7 @@ type shortClient struct {
 }
 
 func (c *shortClient) DoDeadline(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
+	c.a.requests.note(string(req.Header.Method()), string(req.URI().Path()))
 	err := c.hc.DoDeadline(req, resp, deadline)
 	c.a.note(err, resp.StatusCode())
 	if err == nil && resp.StatusCode() == http.StatusOK && string(req.URI().Path()) == "/lock" {
@@ -120,6 +122,7 @@ type streamTransport struct {
 }
 
 func (t *streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.a.requests.note(req.Method, req.URL.Path)
 	resp, err := t.rt.RoundTrip(req)
 	if err != nil {
 		t.a.note(err, 0)
