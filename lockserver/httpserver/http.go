@@ -428,7 +428,7 @@ func (h *Handler) refsAdd(ctx *fasthttp.RequestCtx) {
 	if req.Found {
 		add = h.coord().AddFoundRef
 	}
-	resp, err := add(ctx, req.ResourceID, req.NodeID)
+	resp, err := add(commitWaits(ctx), req.ResourceID, req.NodeID)
 	if err == nil && !req.CountOnly {
 		// A node that predates count_only gets the nodes, read after
 		// the add (docs/design.md §10.2).

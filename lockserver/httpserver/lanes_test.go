@@ -2,6 +2,7 @@ package httpserver
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
@@ -9,7 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
 // TestLanesServeUnlocksFirst: with every slot of the bulk lane taken, a new
@@ -69,4 +72,52 @@ func TestLanesLongBodiesOutside(t *testing.T) {
 	code, out, _ := send(t, req)
 	require.Equal(t, http.StatusOK, code, string(out))
 	require.Zero(t, h.lanes.waiting.Load())
+}
+
+// heldCommits is a memory storage whose reference writes wait at a gate
+// (open), as a bbolt commit waits for its fsync.
+type heldCommits struct {
+	refcount.LocalStorage
+	submitted chan struct{}
+	open      chan struct{}
+}
+
+func (s *heldCommits) RefState(ctx context.Context, id, node string) (bool, int, error) {
+	return s.LocalStorage.(refcount.RefStater).RefState(ctx, id, node)
+}
+
+func (s *heldCommits) Submit(ctx context.Context, b *refcount.Batch) func() error {
+	s.submitted <- struct{}{}
+	return func() error {
+		<-s.open
+		return s.Commit(ctx, b)
+	}
+}
+
+// TestLanesAddGivesBackItsSlot: a reference add waiting for its commit
+// holds no slot of new work (lockserver.WithCommitWait): with one slot, a
+// lock request is answered while the add waits.
+func TestLanesAddGivesBackItsSlot(t *testing.T) {
+	store := &heldCommits{LocalStorage: refcount.NewMemoryStorage(), submitted: make(chan struct{}), open: make(chan struct{})}
+	l, err := lockserver.NewCoordinator(lockserver.DefaultConfig(), lockserver.Options{Refs: refcount.NewManager(store)})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	h := NewHandler(l, WithBulkSlots(1))
+	url := serveHandler(t, h)
+	added := make(chan int, 1)
+	go func() {
+		body, _ := json.Marshal(api.RefsAddRequest{ResourceID: blob, NodeID: "node-a"})
+		resp, err := http.Post(url+"/refs/add", "application/json", bytes.NewReader(body))
+		if err != nil {
+			added <- 0
+			return
+		}
+		resp.Body.Close()
+		added <- resp.StatusCode
+	}()
+	<-store.submitted // the add's write is ordered
+	code, body := post(t, url, "/lock", lockReq(api.OperationPull, "node-b"))
+	require.Equal(t, http.StatusOK, code, string(body))
+	close(store.open)
+	require.Equal(t, http.StatusOK, <-added)
 }
