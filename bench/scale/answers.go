@@ -72,13 +72,18 @@ func (a *answers) note(err error, status int) {
 // lock requests the coordinator queued.
 type shortClient struct {
 	hc     *fasthttp.HostClient
+	held   *fasthttp.HostClient // unlocks and keepalives
 	a      *answers
 	queued queuedAt
 }
 
 func (c *shortClient) DoDeadline(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
 	c.a.requests.note(string(req.Header.Method()), string(req.URI().Path()))
-	err := c.hc.DoDeadline(req, resp, deadline)
+	hc := c.hc
+	if p := string(req.URI().Path()); p == "/unlock" || p == "/lock/keepalive" {
+		hc = c.held
+	}
+	err := hc.DoDeadline(req, resp, deadline)
 	c.a.note(err, resp.StatusCode())
 	if err == nil && resp.StatusCode() == http.StatusOK && string(req.URI().Path()) == "/lock" {
 		c.queued.note(req.Body(), resp.Body())
@@ -111,7 +116,10 @@ func (q *queuedAt) take(resourceID string) bool {
 }
 
 // CloseIdleConnections lets lockclient's Close close them.
-func (c *shortClient) CloseIdleConnections() { c.hc.CloseIdleConnections() }
+func (c *shortClient) CloseIdleConnections() {
+	c.hc.CloseIdleConnections()
+	c.held.CloseIdleConnections()
+}
 
 // streamTransport is the round tripper of one node's event streams (the
 // only long requests), counting answers and the streams open.

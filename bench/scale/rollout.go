@@ -38,8 +38,9 @@ type RolloutResult struct {
 	// hand-over and the simulator's scheduling; not in Wake).
 	UnlockP50, UnlockP99 time.Duration
 	// UnlockBehind counts the unlocks sent while their node's short
-	// connection(s) already carried requests of the node: they wait for
-	// those first (Config.ShortConns), as a real node's would not.
+	// connection(s) carried other requests of the node: an unlock takes
+	// a connection of its own (node.go), as lockclient would open one,
+	// instead of waiting for those.
 	UnlockBehind             int64
 	FanoutP50, FanoutP99     time.Duration
 	DispatchP50, DispatchP99 time.Duration
