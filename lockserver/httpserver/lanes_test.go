@@ -26,17 +26,7 @@ func TestLanesServeUnlocksFirst(t *testing.T) {
 	require.True(t, held.Acquired)
 
 	h.lanes.enter() // the one slot, as a handler serving new work holds it
-	answered := make(chan int, 1)
-	go func() {
-		body, _ := json.Marshal(lockReq(api.OperationPull, "node-b"))
-		resp, err := http.Post(url+"/lock", "application/json", bytes.NewReader(body))
-		if err != nil {
-			answered <- 0
-			return
-		}
-		resp.Body.Close()
-		answered <- resp.StatusCode
-	}()
+	answered := postAsync(url, "/lock", lockReq(api.OperationPull, "node-b"))
 	require.Eventually(t, func() bool { return h.lanes.waiting.Load() == 1 }, time.Minute, time.Millisecond,
 		"the lock request waits for the bulk slot")
 
@@ -104,20 +94,27 @@ func TestLanesAddGivesBackItsSlot(t *testing.T) {
 	t.Cleanup(func() { l.Close() })
 	h := NewHandler(l, WithBulkSlots(1))
 	url := serveHandler(t, h)
-	added := make(chan int, 1)
-	go func() {
-		body, _ := json.Marshal(api.RefsAddRequest{ResourceID: blob, NodeID: "node-a"})
-		resp, err := http.Post(url+"/refs/add", "application/json", bytes.NewReader(body))
-		if err != nil {
-			added <- 0
-			return
-		}
-		resp.Body.Close()
-		added <- resp.StatusCode
-	}()
+	added := postAsync(url, "/refs/add", api.RefsAddRequest{ResourceID: blob, NodeID: "node-a"})
 	<-store.submitted // the add's write is ordered
 	code, body := post(t, url, "/lock", lockReq(api.OperationPull, "node-b"))
 	require.Equal(t, http.StatusOK, code, string(body))
 	close(store.open)
 	require.Equal(t, http.StatusOK, <-added)
+}
+
+// postAsync posts body as JSON to base+path in a goroutine; the channel
+// receives the answer's status (0: no answer).
+func postAsync(base, path string, body any) <-chan int {
+	answered := make(chan int, 1)
+	go func() {
+		b, _ := json.Marshal(body)
+		resp, err := http.Post(base+path, "application/json", bytes.NewReader(b))
+		if err != nil {
+			answered <- 0
+			return
+		}
+		resp.Body.Close()
+		answered <- resp.StatusCode
+	}()
+	return answered
 }
