@@ -76,6 +76,7 @@ func (l *Coordinator) addRef(ctx context.Context, resourceID, nodeID string, fou
 	l.noteActivity(sh, resourceID, l.now())
 	sh.mu.Unlock()
 
+	commitWait(ctx)
 	n, err := wait()
 	sh.donePending(resourceID, nodeID)
 	if err := l.wrote(ctx, err); err != nil {

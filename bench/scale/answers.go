@@ -26,8 +26,9 @@ type answers struct {
 	tooMany     atomic.Int64 // 429
 	other       atomic.Int64 // any other 5xx, refused connections, resets, …
 
-	bytesRead   atomic.Int64 // bytes the nodes read from the coordinator
-	streams     atomic.Int64 // event streams open now
+	requests    requestCounts // requests sent, by kind
+	bytesRead   atomic.Int64  // bytes the nodes read from the coordinator
+	streams     atomic.Int64  // event streams open now
 	peakStreams atomic.Int64
 }
 
@@ -71,12 +72,18 @@ func (a *answers) note(err error, status int) {
 // lock requests the coordinator queued.
 type shortClient struct {
 	hc     *fasthttp.HostClient
+	held   *fasthttp.HostClient // unlocks and keepalives
 	a      *answers
 	queued queuedAt
 }
 
 func (c *shortClient) DoDeadline(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
-	err := c.hc.DoDeadline(req, resp, deadline)
+	c.a.requests.note(string(req.Header.Method()), string(req.URI().Path()))
+	hc := c.hc
+	if p := string(req.URI().Path()); p == "/unlock" || p == "/lock/keepalive" {
+		hc = c.held
+	}
+	err := hc.DoDeadline(req, resp, deadline)
 	c.a.note(err, resp.StatusCode())
 	if err == nil && resp.StatusCode() == http.StatusOK && string(req.URI().Path()) == "/lock" {
 		c.queued.note(req.Body(), resp.Body())
@@ -109,7 +116,10 @@ func (q *queuedAt) take(resourceID string) bool {
 }
 
 // CloseIdleConnections lets lockclient's Close close them.
-func (c *shortClient) CloseIdleConnections() { c.hc.CloseIdleConnections() }
+func (c *shortClient) CloseIdleConnections() {
+	c.hc.CloseIdleConnections()
+	c.held.CloseIdleConnections()
+}
 
 // streamTransport is the round tripper of one node's event streams (the
 // only long requests), counting answers and the streams open.
@@ -120,6 +130,7 @@ type streamTransport struct {
 }
 
 func (t *streamTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.a.requests.note(req.Method, req.URL.Path)
 	resp, err := t.rt.RoundTrip(req)
 	if err != nil {
 		t.a.note(err, 0)

@@ -82,6 +82,8 @@ type Usage struct {
 	PeakStreams int64
 	// Errors counts the nodes' failed attempts by kind.
 	Errors Errors
+	// Requests counts the nodes' requests by kind.
+	Requests Requests
 	// BytesSent counts the bytes the nodes read from the coordinator.
 	BytesSent int64
 	// MaxGap is the longest time any node went without a session answer.
@@ -100,6 +102,7 @@ type measure struct {
 	Usage
 	cpu0    time.Duration
 	errors0 Errors
+	reqs0   Requests
 	bytes0  int64
 	txns0   float64
 	ops0    float64
@@ -113,6 +116,7 @@ func (e *env) begin() *measure {
 	m := &measure{}
 	m.cpu0, m.err = cpuTime(e.coord.pid())
 	m.errors0, m.bytes0 = e.fleet.a.errors(), e.fleet.a.bytesRead.Load()
+	m.reqs0 = e.fleet.a.requests.snapshot()
 	e.coord.resetPeakFiles()
 	e.fleet.a.peakStreams.Store(e.fleet.a.streams.Load())
 	e.fleet.resetGaps()
@@ -155,6 +159,7 @@ func (e *env) end(m *measure) {
 	m.PeakFiles = e.coord.peakOpenFiles()
 	m.PeakStreams = e.fleet.a.peakStreams.Load()
 	m.Errors = e.fleet.a.errors().sub(m.errors0)
+	m.Requests = e.fleet.a.requests.snapshot().sub(m.reqs0)
 	m.BytesSent = e.fleet.a.bytesRead.Load() - m.bytes0
 	m.MaxGap = e.fleet.maxGap()
 	m.Load = Loadavg()

@@ -45,25 +45,32 @@ func newNode(i, shortConns int, serverURL string, a *answers) (*node, error) {
 		return nil, err
 	}
 	d := newDialer(nodeAddr(i), &a.bytesRead)
-	short := &shortClient{a: a, hc: &fasthttp.HostClient{
-		Addr: u.Host,
-		Name: "sharedcontent-lockclient",
-		Dial: d.Dial,
-		// As lockclient's own (lockclient/http.go), but with
-		// shortConns connections (Config.ShortConns; lockclient opens
-		// up to 512 when its requests overlap). A request that waits
-		// for one longer than its deadline counts as a time-out.
-		MaxConns:                  shortConns,
-		MaxConnWaitTimeout:        time.Hour,
-		MaxIdleConnDuration:       90 * time.Second,
-		MaxResponseBodySize:       16 << 20,
-		MaxIdemponentCallAttempts: 2,
-		RetryIfErr: func(_ *fasthttp.Request, _ int, err error) (resetTimeout, retry bool) {
-			return false, errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed) ||
-				errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
-		},
-		DisablePathNormalizing: true,
-	}}
+	// As lockclient's own (lockclient/http.go), but with shortConns
+	// connections (Config.ShortConns; lockclient opens up to 512 when its
+	// requests overlap). A request that waits for one longer than its
+	// deadline counts as a time-out.
+	hostClient := func(conns int) *fasthttp.HostClient {
+		return &fasthttp.HostClient{
+			Addr:                      u.Host,
+			Name:                      "sharedcontent-lockclient",
+			Dial:                      d.Dial,
+			MaxConns:                  conns,
+			MaxConnWaitTimeout:        time.Hour,
+			MaxIdleConnDuration:       90 * time.Second,
+			MaxResponseBodySize:       16 << 20,
+			MaxIdemponentCallAttempts: 2,
+			RetryIfErr: func(_ *fasthttp.Request, _ int, err error) (resetTimeout, retry bool) {
+				return false, errors.Is(err, io.EOF) || errors.Is(err, fasthttp.ErrConnectionClosed) ||
+					errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+			},
+			DisablePathNormalizing: true,
+		}
+	}
+	// A holder's unlock and keepalives take a connection of their own
+	// (dialed when first needed: only holders send them): lockclient
+	// would open one rather than queue them behind the node's lock
+	// requests and adds.
+	short := &shortClient{a: a, hc: hostClient(shortConns), held: hostClient(1)}
 	stream := &streamTransport{a: a, rt: &http.Transport{
 		DialContext:         d.DialContext,
 		MaxIdleConns:        128,

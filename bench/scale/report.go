@@ -13,7 +13,7 @@ import (
 func (r *Results) WriteTables(w io.Writer) {
 	if len(r.Rollout) > 0 {
 		fmt.Fprintf(w, "Rollout: every node pulls the same image at once (lock with wait; the holder downloads, the others are woken and skip; each adds its reference). A wake-up runs from the holder's unlock (sent) until a waiter the coordinator had queued reads its outcome from its event stream (or has it from /lock/status when its stream came up after it); its parts (p99 each) are the holder's unlock request, the fan-out (from the unlock's answer to the waiter's read) and the simulator's own handling after the read (lockclient's dispatch and the scheduling of all the nodes' goroutines in one process; not in the wake-up). A lock request sent before the unlock but read by the coordinator after it is answered skip at once: that is its own latency, shown apart.\n\n")
-		table(w, []string{"nodes", "wall (last download done)", "coordinator CPU per node-blob", "wake-up p50 / p99", "wake-up parts p99: unlock / fan-out / simulator", "skip answered at once after the unlock p50 / p99 (requests)", "node done p50 / p99", "unfinished", "downloads per blob", "retried calls", "peak RSS", "peak descriptors", "peak streams", "errors: time-out / 503 / 429 / other", "sent by the coordinator", "longest without a session answer", "load average"},
+		table(w, []string{"nodes", "wall (last download done)", "coordinator CPU per node-blob", "wake-up p50 / p99", "wake-up parts p99: unlock / fan-out / simulator", "skip answered at once after the unlock p50 / p99 (requests)", "node done p50 / p99", "unfinished", "downloads per blob", "retried calls", "peak RSS", "peak descriptors", "peak streams", "errors: time-out / 503 / 429 / other", "requests by kind", "sent by the coordinator", "longest without a session answer", "load average"},
 			func(row func(...string)) {
 				for _, x := range r.Rollout {
 					row(strconv.Itoa(x.Nodes), fmt.Sprintf("%s (%s)", dur(x.Wall), dur(x.Downloaded)), dur(x.CPUPerNodeBlob()), pair(x.WakeSamples > 0, x.WakeP50, x.WakeP99),
@@ -21,7 +21,7 @@ func (r *Results) WriteTables(w io.Writer) {
 						fmt.Sprintf("%s (%d)", pair(x.LateSamples > 0, x.LateP50, x.LateP99), x.LateSamples),
 						pair(x.Unfinished < x.Nodes, x.DoneP50, x.DoneP99), strconv.Itoa(x.Unfinished), downloads(x.Downloads),
 						strconv.FormatInt(x.Retries, 10), mb(x.PeakRSS), strconv.Itoa(x.PeakFiles), strconv.FormatInt(x.PeakStreams, 10),
-						errs(x.Errors), mb(x.BytesSent), dur(x.MaxGap), x.Load)
+						errs(x.Errors), x.Requests.String(), mb(x.BytesSent), dur(x.MaxGap), x.Load)
 				}
 			})
 	}

@@ -36,7 +36,12 @@ type RolloutResult struct {
 	// negative when read before the holder had its answer); Dispatch,
 	// from that read until Lock returned (lockclient's parse and
 	// hand-over and the simulator's scheduling; not in Wake).
-	UnlockP50, UnlockP99     time.Duration
+	UnlockP50, UnlockP99 time.Duration
+	// UnlockBehind counts the unlocks sent while their node's short
+	// connection(s) carried other requests of the node: an unlock takes
+	// a connection of its own (node.go), as lockclient would open one,
+	// instead of waiting for those.
+	UnlockBehind             int64
 	FanoutP50, FanoutP99     time.Duration
 	DispatchP50, DispatchP99 time.Duration
 	// Done: per node, from the start until it has every blob (over the
@@ -69,6 +74,7 @@ type image struct {
 	fanout    samples
 	dispatch  samples
 	retries   atomic.Int64
+	behind    atomic.Int64 // unlocks sent behind their node's requests
 }
 
 func newImage(blobs int) *image {
@@ -126,6 +132,7 @@ func rollout(cfg Config, nodes int) (RolloutResult, error) {
 		res.Downloads = append(res.Downloads, img.downloads[j].Load())
 	}
 	res.Retries = img.retries.Load()
+	res.UnlockBehind = img.behind.Load()
 	for j := range img.unlockAt {
 		if at := img.unlockAt[j].Load(); at != 0 {
 			res.Downloaded = max(res.Downloaded, time.Unix(0, at).Sub(start))
@@ -175,6 +182,9 @@ func (n *node) pullBlob(ctx context.Context, cfg Config, img *image, j int) bool
 		if res.Acquired {
 			img.downloads[j].Add(1)
 			time.Sleep(cfg.Download)
+			if n.short.hc.PendingRequests() >= cfg.ShortConns {
+				img.behind.Add(1)
+			}
 			sent := time.Now()
 			img.unlockAt[j].Store(sent.UnixNano())
 			// A failed unlock leaves the lease to expire: the blob is

@@ -78,6 +78,8 @@ type Handler struct {
 	// streamsDone is closed by Drain to end every event stream.
 	streamsDone chan struct{}
 	streams     *streamLimiter
+	// lanes serves unlocks and sessions ahead of new work (lanes.go).
+	lanes *lanes
 	// leadership, when set, says whether this replica leads
 	// (leadership.go); nil: it always does.
 	leadership Leadership
@@ -151,7 +153,8 @@ func WithMetricsGatherer(g prometheus.Gatherer) HandlerOption {
 // NewHandler returns the HTTP API of l. Serve it with HTTPServer, or
 // through a Server.
 func NewHandler(l *lockserver.Coordinator, opts ...HandlerOption) *Handler {
-	h := &Handler{streamsDone: make(chan struct{}), streams: newStreamLimiter(DefaultMaxStreams, DefaultMaxStreamsPerIP, DefaultMaxStreamsPerNode)}
+	h := &Handler{streamsDone: make(chan struct{}), streams: newStreamLimiter(DefaultMaxStreams, DefaultMaxStreamsPerIP, DefaultMaxStreamsPerNode),
+		lanes: newLanes(DefaultBulkSlots())}
 	if l != nil {
 		h.locker.Store(l)
 	}
@@ -308,7 +311,7 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fmt.Errorf("%s %s: %w", ctx.Method(), path, api.ErrMethodNotAllowed))
 		return
 	}
-	r.handle(ctx)
+	h.lanes.serve(ctx, path, r.handle)
 	if !probe && string(path) != "/metrics" {
 		h.stillLeads(ctx)
 	}
@@ -425,7 +428,7 @@ func (h *Handler) refsAdd(ctx *fasthttp.RequestCtx) {
 	if req.Found {
 		add = h.coord().AddFoundRef
 	}
-	resp, err := add(ctx, req.ResourceID, req.NodeID)
+	resp, err := add(commitWaits(ctx), req.ResourceID, req.NodeID)
 	if err == nil && !req.CountOnly {
 		// A node that predates count_only gets the nodes, read after
 		// the add (docs/design.md §10.2).
