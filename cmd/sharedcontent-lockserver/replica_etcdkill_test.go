@@ -24,7 +24,7 @@ const slowElection = replicaTTL
 // leases are revoked as soon as etcd answers and no campaign waits on a
 // resign (docs/design.md §7.2). Before, every lapsed key stayed until its
 // lease expired, which etcd's new leader extends, or a stuck resign
-// returned: 7–8 s after etcd was back.
+// returned: 8–9 s after etcd was back.
 func TestEtcdLeaderLossFailover(t *testing.T) {
 	etcd := etcdtest.Start(t, etcdtest.Options{ElectionTimeout: slowElection})
 	eps, relays := relayed(t, etcd, 3)
