@@ -112,7 +112,10 @@ func (r *Replica) term(ctx context.Context, h *httpserver.Handler) error {
 	if err != nil {
 		return fmt.Errorf("election: new etcd session: %w", err)
 	}
-	defer sess.Close() // revokes the lease: the election key goes with it
+	rel := newRelease()
+	// Revokes the lease (the election key goes with it), in the
+	// background until etcd answers.
+	defer rel.Do(ctx, r.cli, sess, ttl)
 	tctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ka := newKeepalive(r.cli, sess.Lease(), ttl, granted)
@@ -121,27 +124,32 @@ func (r *Replica) term(ctx context.Context, h *httpserver.Handler) error {
 	e := concurrency.NewElection(sess, r.electionPrefix())
 	go r.observe(tctx, concurrency.NewElection(sess, r.electionPrefix()))
 
-	// Campaigning ends with the session too.
+	// Campaigning ends with the session too. A cancelled Campaign
+	// resigns through the client's own context (etcd's concurrency
+	// package), which waits for as long as etcd does not answer: the term
+	// does not wait for it, the lease's release deletes the key anyway.
 	cctx, stopCampaign := context.WithCancel(tctx)
-	go func() {
-		select {
-		case <-sess.Done():
-		case <-ka.Lapsed():
-		case <-cctx.Done():
-		}
-		stopCampaign()
-	}()
-	err = e.Campaign(cctx, r.opts.AdvertiseURL)
+	won := make(chan error, 1)
+	go func() { won <- e.Campaign(cctx, r.opts.AdvertiseURL) }()
+	select {
+	case err = <-won:
+	case <-sess.Done():
+		err = errors.New("the etcd session ended")
+	case <-ka.Lapsed():
+		err = errors.New("no keepalive acknowledged in time")
+	case <-tctx.Done():
+		err = tctx.Err()
+	}
 	stopCampaign()
 	if err != nil {
 		return fmt.Errorf("election: campaign: %w", err)
 	}
-	return r.leadTerm(ctx, tctx, h, sess, e, ka)
+	return r.leadTerm(ctx, tctx, h, sess, rel, e, ka)
 }
 
 // leadTerm serves a Coordinator on the store guarded by the won election
 // until a reason to step down, then steps down.
-func (r *Replica) leadTerm(ctx, tctx context.Context, h *httpserver.Handler, sess *concurrency.Session, e *concurrency.Election, ka *keepalive) error {
+func (r *Replica) leadTerm(ctx, tctx context.Context, h *httpserver.Handler, sess *concurrency.Session, rel *release, e *concurrency.Election, ka *keepalive) error {
 	resign := func() {
 		rctx, cancel := context.WithTimeout(context.Background(), r.opts.SessionTTL)
 		defer cancel()
@@ -215,7 +223,13 @@ func (r *Replica) leadTerm(ctx, tctx context.Context, h *httpserver.Handler, ses
 		resign()
 		return why
 	}
-	store.Close() // first: a write of the closing Coordinator fails at once
+	// The lease goes first: its keepalive stops and the election key is
+	// revoked as soon as etcd answers, so that another replica can win
+	// while this one closes (the store is fenced by that key: nothing of
+	// the term is written after it). Else the session's keepalive would
+	// keep the key for as long as the close takes.
+	rel.Do(ctx, r.cli, sess, r.opts.SessionTTL)
+	store.Close() // a write of the closing Coordinator fails at once
 	coord.Close()
 	return why
 }

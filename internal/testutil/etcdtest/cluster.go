@@ -47,6 +47,11 @@ type Options struct {
 	// certificate authentication (etcd's --client-cert-auth), certificates
 	// of a CA of the test's own (Cluster.TLS); peers stay plain HTTP.
 	TLS bool
+	// ElectionTimeout is etcd's --election-timeout (its
+	// --heartbeat-interval a tenth of it); 0 keeps etcd's defaults
+	// (1 s, 100 ms). A longer one stands for a loaded machine, where
+	// etcd takes longer to elect a leader.
+	ElectionTimeout time.Duration
 }
 
 // TLSFiles are the PEM files of a TLS cluster's clients: the CA that
@@ -267,6 +272,10 @@ func (c *Cluster) start(m *member) error {
 	}
 	if c.opts.MaxTxnOps > 0 {
 		args = append(args, "--max-txn-ops", strconv.Itoa(c.opts.MaxTxnOps))
+	}
+	if d := c.opts.ElectionTimeout; d > 0 {
+		args = append(args, "--election-timeout", strconv.FormatInt(d.Milliseconds(), 10),
+			"--heartbeat-interval", strconv.FormatInt(d.Milliseconds()/10, 10))
 	}
 	if c.opts.MaxRequestBytes > 0 {
 		args = append(args, "--max-request-bytes", strconv.Itoa(c.opts.MaxRequestBytes))
