@@ -91,6 +91,10 @@ func (s *store) logNoSessionAtStart(ctx context.Context, err error) {
 	switch {
 	case errdefs.IsUnauthorized(err) || errdefs.IsPermissionDenied(err):
 		l.Error("the coordinator refuses this node at start: writes and deletes wait until this node's credentials are fixed")
+	case errors.Is(err, ErrLate):
+		// The coordinator answered: only the timing rule (docs/design.md
+		// §8.8) refused the round, and the session loop runs the next.
+		l.Warn("the session round at start reached the coordinator too late (a slow network or a loaded machine): this node is not synced yet; the next round tries again")
 	case !s.joined():
 		l.Warn("coordinator not reachable at start, and this node has never joined its root's cluster: writes and deletes wait until the coordinator answers")
 	default:

@@ -333,6 +333,22 @@ func TestNoSessionAtStartMessage(t *testing.T) {
 		require.ErrorIs(t, err, errdefs.ErrUnavailable)
 		require.ErrorContains(t, err, "never joined the cluster of its root")
 	})
+	// A coordinator that answered, refusing the round as late, was
+	// reachable: the message says so, not that it was unreachable.
+	t.Run("late", func(t *testing.T) {
+		c := newFakeCluster(longTTL)
+		c.setRefuse(func(call fakeCall) error {
+			if call.Method == "Session" {
+				return fmt.Errorf("node-1: %w", ErrLate)
+			}
+			return nil
+		})
+		logs := captureLogs(t, "node-1")
+		fakeStore(t, c, t.TempDir(), "node-1")
+		msg := startMessage(t, logs())
+		require.Contains(t, msg.Message, "reached the coordinator too late")
+		require.NotContains(t, msg.Message, "not reachable")
+	})
 	t.Run("member", func(t *testing.T) {
 		c := newFakeCluster(longTTL)
 		root, state := t.TempDir(), t.TempDir()
