@@ -309,8 +309,8 @@ func post(hc *fasthttp.HostClient, path string, in, out any) error {
 const waitersN = 5000
 
 // BenchmarkWaiters: a holder takes a pull lock; waitersN lockclient
-// Clients (one node each) call Lock on the same key at once and wait, each
-// on its own event stream; once every stream is open, the holder unlocks
+// Clients (one node each, with its session) call Lock on the same key at
+// once and wait, each on its node's event stream; once every stream is open, the holder unlocks
 // with success. Reported: the time from the start of that Unlock until
 // each waiter's Lock returned Skipped, p50-ms, p99-ms and max-ms (all
 // waiters have their outcome: the total), first-ms, and unlock-ms (the
@@ -353,6 +353,12 @@ func benchWaiters(b *testing.B) {
 	for i := range waitersN {
 		c := newClient(fmt.Sprintf("node-%d", i))
 		wg.Go(func() {
+			// A member, as a real node is: the coordinator's limit on
+			// event streams in all follows its membership.
+			if _, err := c.Session(ctx, api.SessionRequest{}); err != nil {
+				errs[i] = fmt.Errorf("waiter %d: session: %w", i, err)
+				return
+			}
 			res, err := c.Lock(ctx, req)
 			ends[i] = time.Now()
 			if err == nil && !res.Skipped {
@@ -361,11 +367,13 @@ func benchWaiters(b *testing.B) {
 			errs[i] = err
 		})
 	}
-	// Every waiter is queued with its event stream open (a stream's
-	// response starts once the server has attached it to its waiter).
-	for streams.open.Load() < waitersN {
+	// Every waiter is queued (the server's pull queue depth) with its
+	// event stream open: its node's stream (/lock/events), or a stream of
+	// its own request (/lock/subscribe) where the node stream is refused.
+	depth := `sharedcontent_lock_queue_depth{type="pull"}`
+	for streams.open.Load() < waitersN || s.metric(b, depth) < waitersN {
 		if time.Since(queueStart) > time.Minute {
-			b.Fatalf("after a minute, %d of %d event streams open", streams.open.Load(), waitersN)
+			b.Fatalf("after a minute, %d of %d event streams open, %v waiters queued", streams.open.Load(), waitersN, s.metric(b, depth))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -398,7 +406,8 @@ func benchWaiters(b *testing.B) {
 	b.ReportMetric(float64(unlock)/float64(time.Millisecond), "unlock-ms")
 }
 
-// countingTransport counts the event streams the server accepted.
+// countingTransport counts the event streams the server accepted: the
+// nodes' (/lock/events) and the per-request ones (/lock/subscribe).
 type countingTransport struct {
 	http.RoundTripper
 	open atomic.Int64
@@ -406,7 +415,7 @@ type countingTransport struct {
 
 func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.RoundTripper.RoundTrip(req)
-	if err == nil && resp.StatusCode == http.StatusOK && req.URL.Path == "/lock/subscribe" {
+	if err == nil && resp.StatusCode == http.StatusOK && (req.URL.Path == "/lock/subscribe" || req.URL.Path == "/lock/events") {
 		t.open.Add(1)
 	}
 	return resp, err
