@@ -71,7 +71,9 @@ func (o Options) TLSConfig() (*tls.Config, error) {
 // NewClient returns a client of o's etcd endpoints (with o's TLS). Over
 // TLS it first checks the certificate of every endpoint that answers in
 // time: one that does not verify against --etcd-cacert (or the system's
-// roots) is a configuration error, and the replica does not start. An
+// roots), or an endpoint that refuses the replica's client certificate
+// (or its lack of one), is a configuration error, and the replica does
+// not start. An
 // endpoint that does not answer is left to the election loop, which
 // retries (etcd may start later) and answers unavailable meanwhile.
 func NewClient(ctx context.Context, o Options) (*clientv3.Client, error) {
@@ -92,8 +94,8 @@ func NewClient(ctx context.Context, o Options) (*clientv3.Client, error) {
 }
 
 // checkCerts makes a TLS handshake with every https endpoint: an
-// endpoint whose certificate does not verify is an error; one that cannot
-// be reached is logged.
+// endpoint whose certificate does not verify, or that refuses the client
+// certificate, is an error; one that cannot be reached is logged.
 func checkCerts(ctx context.Context, endpoints []string, cfg *tls.Config) error {
 	for _, e := range endpoints {
 		addr, ok := tlsAddress(e)
@@ -119,8 +121,35 @@ func checkCerts(ctx context.Context, endpoints []string, cfg *tls.Config) error 
 		case err != nil:
 			log.G(ctx).WithError(err).WithField("endpoint", e).Warn("etcd endpoint not reachable at start; its certificate is not checked")
 		default:
+			err := checkAccepted(conn)
 			conn.Close()
+			if err != nil {
+				return fmt.Errorf("etcd endpoint %s refused this replica's client certificate (check --etcd-cert and --etcd-key against etcd's --trusted-ca-file): %w", e, err)
+			}
 		}
+	}
+	return nil
+}
+
+// acceptedWait bounds the wait, after a handshake, for the server's
+// first bytes or its refusal.
+const acceptedWait = 2 * time.Second
+
+// checkAccepted tells whether the server refused the client certificate
+// of conn's handshake. Under TLS 1.3 the server checks it after the
+// client's side of the handshake is done, and a refusal arrives as an
+// alert on the first read; etcd's gRPC server otherwise speaks first (its
+// HTTP/2 settings). Only an alert is an error: silence or another read
+// error is left to etcd's client.
+func checkAccepted(conn net.Conn) error {
+	if err := conn.SetReadDeadline(time.Now().Add(acceptedWait)); err != nil {
+		return nil
+	}
+	var b [1]byte
+	_, err := conn.Read(b[:])
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "remote error" {
+		return err
 	}
 	return nil
 }
