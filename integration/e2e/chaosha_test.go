@@ -42,6 +42,9 @@ func (ha *chaosHA) starter(args []string) func(e *env) *lockServer {
 		return nil
 	}
 	return func(e *env) *lockServer {
+		for _, l := range ha.etcd.Logs() {
+			e.addLog(l)
+		}
 		ha.reps = e.startReplicas(3, ha.etcd.Endpoints(), args...)
 		return awaitLeader(e.t, ha.reps, nil)
 	}

@@ -129,7 +129,10 @@ func (e *env) dumpLogs() {
 	_ = os.RemoveAll(keep)
 	_ = os.MkdirAll(keep, 0o755)
 	for _, l := range logs {
-		rel, _ := filepath.Rel(e.dir, l)
+		rel, err := filepath.Rel(e.dir, l)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			rel = filepath.Base(l) // outside the environment (etcd's members)
+		}
 		dst := filepath.Join(keep, strings.ReplaceAll(rel, "/", "_"))
 		_ = copyFile(l, dst)
 		if e.t.Failed() {

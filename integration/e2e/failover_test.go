@@ -146,6 +146,9 @@ func TestFailoverDuringPulls(t *testing.T) {
 	needSharedcontent(t)
 	etcd := etcdtest.Start(t, etcdtest.Options{})
 	e := newEnv(t)
+	for _, l := range etcd.Logs() {
+		e.addLog(l)
+	}
 	reg, err := registry.Start(registry.WithBandwidth(failoverBandwidth))
 	require.NoError(t, err)
 	t.Cleanup(func() { reg.Close() })

@@ -189,7 +189,7 @@ func tryStart(t testing.TB, bin string, opts Options, sec *security) (*Cluster, 
 			dir:       filepath.Join(root, fmt.Sprintf("m%d", i), "data"),
 			clientURL: scheme + "://127.0.0.1:" + strconv.Itoa(ports[2*i]),
 			peerURL:   "http://127.0.0.1:" + strconv.Itoa(ports[2*i+1]),
-			logPath:   filepath.Join(root, fmt.Sprintf("m%d.log", i)),
+			logPath:   filepath.Join(root, fmt.Sprintf("etcd-m%d.log", i)),
 		}
 		c.members = append(c.members, m)
 		initial = append(initial, m.name+"="+m.peerURL)
@@ -502,6 +502,16 @@ func (c *Cluster) status(i int) (*clientv3.StatusResponse, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return cli.Status(ctx, m.clientURL)
+}
+
+// Logs returns the paths of the members' logs (etcd's stderr, warnings
+// and above), for a test that keeps its logs.
+func (c *Cluster) Logs() []string {
+	out := make([]string, 0, len(c.members))
+	for _, m := range c.members {
+		out = append(out, m.logPath)
+	}
+	return out
 }
 
 // dumpLogs logs the tail of every member's log.
