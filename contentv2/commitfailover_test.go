@@ -8,6 +8,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/errdefs"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/stretchr/testify/require"
 )
 
@@ -79,6 +80,18 @@ func newCommitEnv(t *testing.T, lost bool) *commitEnv {
 	return e
 }
 
+// written opens node-1's writer of a blob made of s (its pull lock
+// granted) and writes the blob whole.
+func (e *commitEnv) written(t *testing.T, s string) (content.Writer, []byte, ocispec.Descriptor) {
+	t.Helper()
+	data, desc := testBlob(s)
+	w, err := e.node1.Writer(context.Background(), writerOf(desc)...)
+	require.NoError(t, err)
+	_, err = w.Write(data)
+	require.NoError(t, err)
+	return w, data, desc
+}
+
 // TestCommitDuringFailoverCompletes (docs/design.md §8.17): node-1's
 // reference add before the rename meets a failover. The commit completes
 // under the pull lease; until the lease's release arrives another node's
@@ -88,11 +101,7 @@ func newCommitEnv(t *testing.T, lost bool) *commitEnv {
 func TestCommitDuringFailoverCompletes(t *testing.T) {
 	e := newCommitEnv(t, false)
 	ctx := context.Background()
-	data, desc := testBlob("committed in a failover ")
-	w, err := e.node1.Writer(ctx, writerOf(desc)...)
-	require.NoError(t, err)
-	_, err = w.Write(data)
-	require.NoError(t, err)
+	w, data, desc := e.written(t, "committed in a failover ")
 	require.NoError(t, w.Commit(ctx, desc.Size, desc.Digest), "the pull must not fail")
 	require.NoError(t, w.Close())
 	require.Len(t, calls(e.c.recorded(), "AddRef"), 1, "the reference add was tried and failed")
@@ -127,12 +136,8 @@ func TestCommitDuringFailoverCompletes(t *testing.T) {
 func TestCommitWithoutHeldLeaseFails(t *testing.T) {
 	e := newCommitEnv(t, true)
 	ctx := context.Background()
-	data, desc := testBlob("lease not held ")
-	w, err := e.node1.Writer(ctx, writerOf(desc)...)
-	require.NoError(t, err)
-	_, err = w.Write(data)
-	require.NoError(t, err)
-	err = w.Commit(ctx, desc.Size, desc.Digest)
+	w, _, desc := e.written(t, "lease not held ")
+	err := w.Commit(ctx, desc.Size, desc.Digest)
 	require.ErrorIs(t, err, errdefs.ErrUnavailable)
 	_, err = e.node1.local.Info(ctx, desc.Digest)
 	require.ErrorIs(t, err, errdefs.ErrNotFound, "nothing committed without the reference or the lease")
