@@ -121,6 +121,12 @@ type Lock interface {
 	// Fence is the lease's fence (docs/design.md §3.5), strictly
 	// increasing across the coordinator's grants; 0 when unknown.
 	Fence() uint64
+	// HeldUntil is a time until which the coordinator surely holds the
+	// lease unless its holder released it (a pull lease across a
+	// failover too: the next coordinator adopts it, docs/design.md
+	// §3.7), counted from the sending of the request that its grant or
+	// last renewal answered; zero when unknown or lost.
+	HeldUntil() time.Time
 }
 
 // Op is the kind of lock (docs/design.md §3).

@@ -196,6 +196,7 @@ var errLost = errors.New("lease lost")
 
 func (lostLock) Unlock(context.Context, bool, error) error { return errLost }
 func (lostLock) Check(context.Context) error               { return errLost }
+func (lostLock) HeldUntil() time.Time                      { return time.Time{} }
 
 // TestLostLeaseStillRecordsReference (issue 13, scenario 6): the reference
 // is recorded before the blob is renamed into blobs/, so a lost lease does

@@ -21,7 +21,8 @@ import (
 //   - a lock held is ErrLocked, or a place in the queue (Wait); a waiting
 //     pull is answered ErrSkipped when the holder's pull succeeds, and
 //     handed the lock when it fails;
-//   - a pull of a resource whose last pull succeeded is ErrSkipped;
+//   - a pull of a resource whose last pull succeeded is ErrSkipped; a
+//     pull's success adds its holder's reference;
 //   - a delete drops the requester's reference (unless it reaps), then is
 //     ErrInUse while another node references the resource, ErrUnsynced
 //     while a member is not synced; a reap delete needs the reap lock;
@@ -458,6 +459,7 @@ func (c *fakeCluster) releaseLocked(l *fakeLock, success bool) {
 	switch {
 	case success && l.op == OpPull:
 		c.pulled[l.resource] = true
+		c.addRefLocked(l.resource, l.node)
 		delete(c.completed, l.resource)
 	case success && l.op == OpDelete:
 		delete(c.pulled, l.resource)
@@ -497,6 +499,18 @@ func (l *fakeLock) Unlock(_ context.Context, success bool, _ error) (err error) 
 }
 
 func (l *fakeLock) Fence() uint64 { return l.fence }
+
+// HeldUntil is a lease TTL from now while the fake holds the lock (its
+// leases never expire), zero once it does not.
+func (l *fakeLock) HeldUntil() time.Time {
+	c := l.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.locks[l.resource] != l {
+		return time.Time{}
+	}
+	return time.Now().Add(c.ttl)
+}
 
 func (n *fakeNode) DeleteCompletion(_ context.Context, dgst digest.Digest) (dc DeleteCompletion, err error) {
 	c := n.c

@@ -163,6 +163,9 @@ type store struct {
 
 	stop chan struct{} // closed by Close
 	wg   sync.WaitGroup
+	// unlocks are the pull locks being released in the background
+	// (writer.releaseLater); Close waits for them.
+	unlocks sync.WaitGroup
 }
 
 // NewStore returns a Store for node nodeID over the shared content
@@ -246,6 +249,7 @@ func (s *store) Close() error {
 		close(s.stop)
 	}
 	s.wg.Wait()
+	s.unlocks.Wait()
 	s.endSession()
 	return s.journal.close()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/errdefs"
@@ -213,14 +214,24 @@ func (w *writer) Status() (content.Status, error) {
 // §8). Success, including "already exists", then releases the lock with
 // success; any other error leaves the ingest open for another Commit, as
 // the local writer does.
+//
+// A reference that reached the journal but not the coordinator (a
+// failover in progress) does not fail the commit while the pull lease on
+// the blob is surely held: the lease's end records the reference, by the
+// unlock(success) sent in the background, or by its expiry
+// (docs/design.md §8.17).
 func (w *writer) Commit(ctx context.Context, size int64, expected digest.Digest, opts ...content.Opt) error {
 	committed := expected
 	if committed == "" {
 		committed = w.Writer.Digest()
 	}
+	deferred := false
 	if w.dgst != "" {
 		if err := w.s.reference(ctx, committed, false); err != nil {
-			return err
+			if !w.leaseCarries(ctx, committed, err) {
+				return err
+			}
+			deferred = true
 		}
 	}
 	failpoint.Inject(failpoint.StoreWriteBeforeRename)
@@ -229,13 +240,68 @@ func (w *writer) Commit(ctx context.Context, size int64, expected digest.Digest,
 		return err
 	}
 	failpoint.Inject(failpoint.StoreWriteAfterRename)
-	if committed == w.dgst {
+	switch {
+	case deferred:
+		w.releaseLater(ctx)
+	case committed == w.dgst:
 		w.release(ctx, true, nil)
-	} else {
+	default:
 		w.release(ctx, false, fmt.Errorf("committed %s, not the locked %s", committed, w.dgst))
 	}
 	failpoint.Inject(failpoint.StoreWriteAfterUnlock)
 	return err
+}
+
+// leaseCarries reports whether Commit may go on although this node's
+// reference to dgst failed with refErr (docs/design.md §8.17): the
+// coordinator was not reached (a member that may not fail open yet, not a
+// refusal), the use is in the journal, the blob is the one the pull lock
+// is on, and that lease is surely held for a while yet. Then no delete of
+// the blob can be granted until the lease ends, and its end records the
+// reference.
+func (w *writer) leaseCarries(ctx context.Context, dgst digest.Digest, refErr error) bool {
+	if w.lock == nil || dgst != w.dgst || ctx.Err() != nil || !errdefs.IsUnavailable(refErr) ||
+		errors.Is(refErr, ErrDuplicateNode) || errors.Is(refErr, ErrWrongCluster) ||
+		!w.s.joined() || !w.s.journal.has(dgst) {
+		return false
+	}
+	// The rename follows at once; leaseMargin covers it.
+	if !time.Now().Add(leaseMargin).Before(w.lock.HeldUntil()) {
+		return false
+	}
+	log.G(ctx).WithError(refErr).WithField("digest", dgst).WithField("node", w.s.nodeID).
+		Warn("reference not recorded: committing under the pull lease, whose end records it")
+	return true
+}
+
+// leaseMargin is how long a pull lease must surely be held yet for a
+// commit to leave its reference to the lease's end: the rename that
+// follows the check must happen while the lease is held.
+const leaseMargin = time.Second
+
+// releaseLater releases the pull lock with success in the background,
+// retried across a failover by the coordinator client, so that the
+// metadata transaction Commit runs in is not held meanwhile. Close waits
+// for it. The reference is not cached: the next use asks again.
+func (w *writer) releaseLater(ctx context.Context) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.lock == nil || w.released {
+		return
+	}
+	w.released = true
+	ctx = context.WithoutCancel(ctx)
+	s, lk, dgst := w.s, w.lock, w.dgst
+	s.unlocks.Add(1)
+	go func() {
+		defer s.unlocks.Done()
+		if err := lk.Unlock(ctx, true, nil); err != nil {
+			log.G(ctx).WithError(err).WithField("digest", dgst).
+				Warn("releasing the pull lock of a commit whose reference is not recorded; the lease's expiry records it")
+			return
+		}
+		log.G(ctx).WithField("digest", dgst).Info("the pull lock's release recorded the reference")
+	}()
 }
 
 func (w *writer) Close() error {

@@ -40,11 +40,15 @@ type Lease struct {
 	renewed        time.Time      // last successful renewal (or the grant)
 	renewing       sync.WaitGroup // the renewal in flight
 
-	mu      sync.Mutex
-	timer   *time.Timer   // protected by mu; nil without keepalive
-	stopped bool          // protected by mu: no renewal may start
-	err     error         // protected by mu: why the lease was lost
-	lost    chan struct{} // protected by mu: made by Lost, closed once err is set
+	mu sync.Mutex
+	// heldSince is when the request that the grant or the last
+	// successful renewal answered was sent: the coordinator holds the
+	// lease for at least a TTL from then. Protected by mu.
+	heldSince time.Time
+	timer     *time.Timer   // protected by mu; nil without keepalive
+	stopped   bool          // protected by mu: no renewal may start
+	err       error         // protected by mu: why the lease was lost
+	lost      chan struct{} // protected by mu: made by Lost, closed once err is set
 }
 
 func newLease(req api.LockRequest, resp api.LockResponse) *Lease {
@@ -88,15 +92,33 @@ func (l *Lease) Err() error {
 	return l.err
 }
 
+// HeldUntil returns a time until which the coordinator surely holds the
+// lease, unless its holder released it: a TTL after the request that the
+// grant or the last successful renewal answered was sent (the coordinator
+// counts its TTL from that request's arrival, and one that adopts the
+// lease after a failover from its own start, later still: docs/design.md
+// §3.7), less a tenth of the TTL for the clocks' rates. Zero once the
+// lease is lost.
+func (l *Lease) HeldUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil || l.heldSince.IsZero() {
+		return time.Time{}
+	}
+	return l.heldSince.Add(l.TTL - l.TTL/10)
+}
+
 // start arms the keepalive. granted is when the grant was received: the
-// lease is assumed valid for TTL from then.
-func (l *Lease) start(ctx context.Context, b Transport, requestTimeout time.Duration, granted time.Time) {
+// lease is assumed valid for TTL from then. sent is when the request the
+// grant answered was sent (HeldUntil counts from it).
+func (l *Lease) start(ctx context.Context, b Transport, requestTimeout time.Duration, sent, granted time.Time) {
 	// The lease outlives the Lock call: keep ctx's logger, not its end.
 	l.ctx = context.WithoutCancel(ctx)
 	l.transport = b
 	l.requestTimeout = requestTimeout
 	l.renewed = granted
 	l.mu.Lock()
+	l.heldSince = sent
 	l.timer = time.AfterFunc(l.TTL/3, l.renew)
 	l.mu.Unlock()
 }
@@ -142,6 +164,9 @@ func (l *Lease) renew() {
 	switch {
 	case err == nil:
 		l.renewed = sent
+		l.mu.Lock()
+		l.heldSince = sent
+		l.mu.Unlock()
 	case errors.Is(err, ErrNotHolder):
 		l.lose(fmt.Errorf("%w: the coordinator no longer knows it: %w", ErrLeaseLost, err))
 		return

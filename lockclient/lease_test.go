@@ -174,3 +174,29 @@ func TestLostAskedAfterTheLoss(t *testing.T) {
 func withLeaseTTL(d time.Duration) lockservertest.Option {
 	return lockservertest.WithServerConfig(func(c *httpserver.Config) { c.LeaseTTL = d })
 }
+
+// TestLeaseHeldUntil: HeldUntil counts a TTL less a tenth from the sending
+// of the request the grant answered, moves on with each renewal, and is
+// zero once the lease is lost.
+func TestLeaseHeldUntil(t *testing.T) {
+	ts := lockservertest.Start(t, withShortTTL)
+	c := newHTTPClient(t, ts.URL(), "node-a", WithMaxRetries(1))
+	sent := time.Now()
+	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob})
+	require.NoError(t, err)
+	held := shortTTL - shortTTL/10
+	until := res.Lease.HeldUntil()
+	require.False(t, until.Before(sent.Add(held)), "counted from before the request was sent")
+	require.False(t, until.After(time.Now().Add(held)), "counted from after the grant arrived")
+	require.Eventually(t, func() bool { return res.Lease.HeldUntil().After(until) }, testTimeout, 5*time.Millisecond,
+		"a renewal moves it on")
+
+	ts.Stop()
+	select {
+	case <-res.Lease.Lost():
+	case <-time.After(testTimeout):
+		t.Fatal("Lost did not close")
+	}
+	require.True(t, res.Lease.HeldUntil().IsZero(), "zero once lost")
+	require.ErrorIs(t, c.Unlock(context.Background(), res.Lease, true, nil), ErrLeaseLost)
+}

@@ -91,10 +91,12 @@ func (c *Client) lock(ctx context.Context, req LockRequest, wait bool) (*LockRes
 		// tried: an attempt may have reached the coordinator. cleaned: an
 		// Acquire saw ctx end and gave the request back itself.
 		tried, cleaned bool
+		sent           time.Time // the last attempt's
 	)
 	err = c.retry(ctx, what, func(ctx context.Context) error {
 		var err error
 		tried = true
+		sent = time.Now()
 		if wait {
 			resp, err = c.transport.Acquire(ctx, lr)
 			cleaned = ctx.Err() != nil
@@ -122,7 +124,7 @@ func (c *Client) lock(ctx context.Context, req LockRequest, wait bool) (*LockRes
 		return failed(fmt.Errorf("%s: %w", what, ctx.Err()))
 	}
 	lease := newLease(lr, resp)
-	lease.start(ctx, c.transport, c.opts.requestTimeout, received)
+	lease.start(ctx, c.transport, c.opts.requestTimeout, sent, received)
 	if !c.track(lease) {
 		lease.stop()
 		giveBack(ctx, c.transport, lr, c.opts.requestTimeout)

@@ -16,8 +16,9 @@ import (
 // is recorded in the store (refcount.LeaseRecord) when it is granted,
 // before the grant is answered or handed to a waiter, as a delete's
 // marker is (deletes.go); its unlock(success) drops the record in the
-// transaction that adds the holder's reference, and any other end of it
-// (failure, expiry, cancel, unclaimed) drops it after, best-effort. An
+// transaction that adds the holder's reference, and so does its expiry
+// (keepHolderRef); any other end of it (failure, cancel, unclaimed)
+// drops it after, best-effort. An
 // update's lease is recorded only when the coordinator closes (the
 // leader's graceful hand-over, a restart), and the record is dropped
 // once the coordinator that adopted it releases it.
@@ -156,4 +157,33 @@ func (l *Coordinator) saveLeases(ctx context.Context) error {
 	}
 	log.G(ctx).WithField("leases", b.Len()).Info("recorded the update leases held, for the next coordinator")
 	return nil
+}
+
+// keepHolderRef adds the holder's reference when g, a pull lease of r,
+// expires, in the batch that drops its record (docs/design.md §8.17): a
+// node whose reference add met a failover commits the blob under its
+// lease and leaves the reference to its unlock, and a lease that expires
+// instead (the unlock never arrived) must not leave that blob
+// unreferenced. If the holder did not commit, its next sync or delete of
+// the blob drops the reference, and the reaper drops one to a blob that
+// does not exist. It reports whether the reference is written; if not, the
+// lease stays held (nothing else may take the blob meanwhile) and the next
+// sweep tries again. Callers hold the shard's mutex.
+func (l *Coordinator) keepHolderRef(ctx context.Context, sh *shard, r *resource, g *grant, now time.Time) bool {
+	l.noteRef(g.nodeID, r.id, true)
+	b := new(refcount.Batch).AddRef(r.id, g.nodeID)
+	if g.recorded {
+		b.DropLease(r.id, g.leaseID)
+	}
+	wctx, cancel := context.WithTimeout(ctx, leaseWriteTimeout)
+	err := l.wrote(wctx, l.refs.Commit(wctx, b))
+	cancel()
+	if err != nil {
+		log.G(ctx).WithError(err).WithField("key", string(typeNames[g.typ])+":"+r.id).WithField("node", g.nodeID).
+			Warn("a pull lease expired and its holder's reference could not be written; the lease is kept until it is")
+		return false
+	}
+	g.recorded = false
+	l.noteActivity(sh, r.id, now)
+	return true
 }

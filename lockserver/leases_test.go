@@ -2,6 +2,7 @@ package lockserver
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -166,5 +167,43 @@ func TestUpdateLeaseHandedOver(t *testing.T) {
 			require.Equal(t, api.EventGranted, receive(t, sw.Events()).Name)
 			require.Empty(t, storedLeases(t, l2), "the adopted record is dropped once released")
 		})
+	}
+}
+
+// TestExpiredPullLeaseKeepsHolderRef (docs/design.md §8.17): a pull
+// lease that ends without its holder's unlock, at the coordinator that
+// granted it or at one that adopted it, leaves the holder's reference, in
+// the batch that drops its record: the holder may have committed the blob
+// under the lease while its reference add and its unlock met a failover.
+// A delete by another node is then refused in_use, as after the unlock
+// the holder could not send.
+func TestExpiredPullLeaseKeepsHolderRef(t *testing.T) {
+	for name, open := range leaseStores {
+		for _, failover := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/failover=%v", name, failover), func(t *testing.T) {
+				ctx := context.Background()
+				s := open(t)
+				l := startOnStore(t, s)
+				p := mustLock(t, l, api.OperationPull, "n1")
+				require.True(t, p.Acquired)
+				if failover {
+					l = successor(t, s)
+				}
+				d := mustLock(t, l, api.OperationDelete, "n2")
+				require.True(t, d.Queued, "no delete while the pull lease lives: %+v", d)
+				sd, err := l.Subscribe(api.OperationDelete, blob, d.Node, d.RequestID)
+				require.NoError(t, err)
+				t.Cleanup(sd.Close)
+
+				sh := l.shardFor(blob)
+				l.sweep(sh, time.Now().Add(l.cfg.LeaseTTL+time.Second))
+				require.Equal(t, api.EventError, receive(t, sd.Events()).Name, "the queued delete is refused at the lease's end")
+				require.ErrorIs(t, keepalive(l, api.OperationPull, p), api.ErrNotHolder, "expired")
+				require.Equal(t, []string{"n1"}, refsOf(t, l, blob), "the holder's reference stays")
+				require.Empty(t, storedLeases(t, l), "the record went with the reference")
+				_, err = l.Lock(ctx, lockReq(api.OperationDelete, "n3"))
+				require.ErrorIs(t, err, api.ErrInUse, "another node's delete must not remove what the holder may have committed")
+			})
+		}
 	}
 }

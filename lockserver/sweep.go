@@ -36,7 +36,11 @@ func (l *Coordinator) sweep(sh *shard, now time.Time) {
 				case !g.claimed && now.After(g.claimBy):
 					l.release(ctx, sh, r, t, false, "unclaimed", now)
 				case now.After(g.expires):
-					l.release(ctx, sh, r, t, false, "expired", now)
+					// A pull's holder may have committed the blob without
+					// reaching the coordinator: its reference first.
+					if t != idxPull || l.keepHolderRef(ctx, sh, r, g, now) {
+						l.release(ctx, sh, r, t, false, "expired", now)
+					}
 				}
 			}
 			// A waiter without a stream that stopped polling is gone,

@@ -275,6 +275,8 @@ func (l *lease) Unlock(ctx context.Context, success bool, cause error) error {
 
 func (l *lease) Fence() uint64 { return l.l.Fence }
 
+func (l *lease) HeldUntil() time.Time { return l.l.HeldUntil() }
+
 func (l *lease) Check(ctx context.Context) error {
 	if err := l.l.Err(); err != nil {
 		return err
