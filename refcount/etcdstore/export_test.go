@@ -15,3 +15,9 @@ func (m *Metrics) PollDBSizeOnce(ctx context.Context, cli *clientv3.Client) {
 // WrapRefsKV makes the reads of the reference keys' windows go through
 // wrap's KV.
 func (s *Store) WrapRefsKV(wrap func(clientv3.KV) clientv3.KV) { s.refsKV = wrap(s.refsKV) }
+
+// StartWarmHooked is StartWarm with afterWalk called after each walk,
+// before its hashes are kept and its watch starts.
+func StartWarmHooked(ctx context.Context, cli *clientv3.Client, prefix string, wait time.Duration, afterWalk func(walk int)) *Warm {
+	return startWarm(ctx, cli, prefix, wait, afterWalk)
+}
