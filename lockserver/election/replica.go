@@ -207,8 +207,7 @@ func (r *Replica) leadTerm(ctx, tctx context.Context, h *httpserver.Handler, ses
 		refs.WarmHashes(r.warm)
 	}
 	coord, err := lockserver.NewCoordinator(r.cfg, lockserver.Options{Refs: refs, Registerer: reg})
-	r.stopWarm()
-	if err != nil {
+	if err != nil { // still a standby: the hashes are kept on
 		store.Close()
 		resign()
 		return fmt.Errorf("election: start the coordinator: %w", err)
@@ -216,6 +215,7 @@ func (r *Replica) leadTerm(ctx, tctx context.Context, h *httpserver.Handler, ses
 	r.metrics.term.Store(reg)
 	h.SetCoordinator(coord)
 	r.lead.lead(ka)
+	r.stopWarm() // after the first answers: the Coordinator keeps its own hashes
 	r.metrics.leader.Set(1)
 	r.metrics.changes.Inc()
 	c := coord.Cluster()

@@ -56,18 +56,24 @@ func waitWarm(t *testing.T, w *etcdstore.Warm, n int) {
 	}, time.Minute, 5*time.Millisecond, "the standby's hashes are not kept")
 }
 
+// startLeader starts a 3-member cluster and a leader of the state under
+// prefix: its client, elections, handle and Manager.
+func startLeader(t *testing.T, prefix string) (*clientv3.Client, *leaders, *etcdstore.Store, *refcount.Manager) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cli := c.Client(t)
+	l := newLeaders(cli)
+	s := l.campaign(t, prefix, etcdstore.Options{})
+	return cli, l, s, refcount.NewManager(s)
+}
+
 // TestWarmHashesFollowTheLeader: a standby starts keeping the hashes
 // while a leader adds and drops references, drops sets and replaces
 // nodes' references concurrently (and a key is written over, which
 // changes nothing); a new leader then takes the standby's hashes rather
 // than walk, and they are those of a fresh walk (docs/design.md §7.2).
 func TestWarmHashesFollowTheLeader(t *testing.T) {
-	c := etcdtest.Start(t, etcdtest.Options{})
-	cli := c.Client(t)
-	l := newLeaders(cli)
 	const prefix = "/warm/"
-	s := l.campaign(t, prefix, etcdstore.Options{})
-	m := refcount.NewManager(s)
+	cli, l, s, m := startLeader(t, prefix)
 	ctx := t.Context()
 	blob := func(i int) string { return digest(i % warmBlobs) }
 	for i := range warmNodes {
@@ -141,12 +147,8 @@ func TestWarmHashesFollowTheLeader(t *testing.T) {
 // and its hashes are right) until it walked again, and then its hashes
 // are right too.
 func TestWarmCompactedFallsBack(t *testing.T) {
-	c := etcdtest.Start(t, etcdtest.Options{})
-	cli := c.Client(t)
-	l := newLeaders(cli)
 	const prefix = "/warm-compact/"
-	s := l.campaign(t, prefix, etcdstore.Options{})
-	m := refcount.NewManager(s)
+	cli, l, s, m := startLeader(t, prefix)
 	ctx := t.Context()
 	for i := range warmNodes {
 		_, err := m.AddRef(ctx, digest(i), warmNode(i))

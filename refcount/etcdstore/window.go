@@ -80,12 +80,16 @@ func (w *windows) next(from string) string {
 // learn adjusts the width by what the read of [from, hi) returned.
 func (w *windows) learn(from, hi string, resp *clientv3.GetResponse) {
 	n := len(resp.Kvs)
-	if resp.More && n > 0 {
-		// target keys lay between from's ID and the last key's: when they
-		// are one set's, that tells nothing of the sets' spacing.
-		first, last := position(w.keyID(from)), position(w.keyID(string(resp.Kvs[n-1].Key)))
+	if resp.More {
+		if n < 2 {
+			return
+		}
+		// n keys lay between the first key's ID and the last's (not
+		// from's: the directory's start is far from the first ID): when
+		// they are one set's, that tells nothing of the sets' spacing.
+		first, last := position(w.keyID(string(resp.Kvs[0].Key))), position(w.keyID(string(resp.Kvs[n-1].Key)))
 		if span := last.Sub(last, first); span.Sign() > 0 {
-			w.width = span.Div(span.Mul(span, big.NewInt(int64(w.target))), big.NewInt(int64(n)))
+			w.width = span.Div(span.Mul(span, big.NewInt(int64(w.target))), big.NewInt(int64(n-1)))
 		}
 		return
 	}

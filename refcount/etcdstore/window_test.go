@@ -10,9 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/sharedcontent/sharedcontent/internal/testutil/etcdtest"
 	"github.com/sharedcontent/sharedcontent/refcount"
-	"github.com/sharedcontent/sharedcontent/refcount/etcdstore"
 )
 
 // countingKV records the Count of every range read: how many keys etcd
@@ -40,9 +38,7 @@ func (c *countingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOpt
 // names sharing long prefixes, bytes of every kind) and sets of one to
 // 1,500 nodes, and checks that the pages are the model's.
 func TestListWindows(t *testing.T) {
-	c := etcdtest.Start(t, etcdtest.Options{})
-	l := newLeaders(c.Client(t))
-	s := l.campaign(t, "/windows/", etcdstore.Options{})
+	_, _, s, _ := startLeader(t, "/windows/")
 	var ids []string
 	for i := range 1200 {
 		ids = append(ids, digest(i))
@@ -73,9 +69,7 @@ func TestListWindows(t *testing.T) {
 // page reads 1,000 keys for its 500), 5 times the keys with the first
 // read's (docs/design.md §7.2).
 func TestListWindowsCost(t *testing.T) {
-	c := etcdtest.Start(t, etcdtest.Options{})
-	l := newLeaders(c.Client(t))
-	s := l.campaign(t, "/windows/", etcdstore.Options{})
+	_, _, s, _ := startLeader(t, "/windows/")
 	var ids []string
 	for i := range 4000 {
 		ids = append(ids, digest(i))
