@@ -21,3 +21,7 @@ func (s *Store) WrapRefsKV(wrap func(clientv3.KV) clientv3.KV) { s.refsKV = wrap
 func StartWarmHooked(ctx context.Context, cli *clientv3.Client, prefix string, wait time.Duration, afterWalk func(walk int)) *Warm {
 	return startWarm(ctx, cli, prefix, wait, afterWalk)
 }
+
+// ReadToTheEnd makes List read to the end of refs/ each time, as it did
+// before windows.
+func (s *Store) ReadToTheEnd() { s.toTheEnd = true }

@@ -84,6 +84,9 @@ type Store struct {
 	// refsKV reads the reference keys' windows: the client (tests count
 	// its reads).
 	refsKV clientv3.KV
+	// toTheEnd makes List read to the end of refs/ each time, as it did
+	// before windows (benchmarks compare).
+	toTheEnd bool
 }
 
 var (
@@ -247,6 +250,7 @@ func (s *Store) list(ctx context.Context, after string, limit int) ([]refcount.E
 		from = s.k.dir(refsDir) + after + "\x01"
 	}
 	w := newWindows(s.k, max(listPage, 2*limit), s.listWidth.Load())
+	w.toTheEnd = s.toTheEnd
 	var out []refcount.Entry
 	_, err := scanRefs(ctx, s.refsKV, w, from, 0, func(id, node string) bool {
 		if len(out) == 0 || out[len(out)-1].ResourceID != id {

@@ -39,6 +39,8 @@ type windows struct {
 	end    string   // the directory's range end
 	target int      // keys one read asks for
 	width  *big.Int // ID positions that hold about target keys; nil: not known yet
+	// toTheEnd reads to the directory's end each time (Store.toTheEnd).
+	toTheEnd bool
 }
 
 func newWindows(k keys, target int, width *big.Int) *windows {
@@ -63,7 +65,7 @@ func (w *windows) keyID(key string) string {
 // position plus the width, at least the end of from's set (so that a
 // read moves on), at most the directory's end.
 func (w *windows) next(from string) string {
-	if w.width == nil {
+	if w.width == nil || w.toTheEnd {
 		return w.end
 	}
 	p := new(big.Int).Add(position(w.keyID(from)), w.width)
