@@ -4,15 +4,22 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/sharedcontent/sharedcontent/internal/synchash"
 	"github.com/sharedcontent/sharedcontent/internal/testutil/etcdtest"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/refcount"
+	"github.com/sharedcontent/sharedcontent/refcount/etcdstore"
 )
 
 // TestWarmTakeOver: a node syncs its journal (and another node adds
@@ -21,8 +28,16 @@ import (
 // a walk of every reference (sharedcontent_hashes_built_total{how="warm"},
 // docs/design.md §7.2), and the node's sync by hash after the failover,
 // its journal unchanged, is answered synced at the hash step.
+//
+// With SHAREDCONTENT_BENCH_REFS=N, the state holds N references more
+// before the replicas start (blobs of 100 nodes), and the test logs the
+// leaders' time from winning to answering (ready_seconds): the first
+// walks (its standby's walk has not ended), the second takes over warm.
 func TestWarmTakeOver(t *testing.T) {
 	etcd := etcdtest.Start(t, etcdtest.Options{})
+	if n, err := strconv.Atoi(os.Getenv("SHAREDCONTENT_BENCH_REFS")); err == nil && n > 0 {
+		prefill(t, etcd.Client(t), n)
+	}
 	reps := startReplicas(t, 2, etcd.Endpoints(), replicaTTL)
 	leader := waitLeader(t, reps)
 	require.Equal(t, 1.0, leader.metric(t, "sharedcontent_hashes_built_total"), "the leader's hashes were built once")
@@ -68,6 +83,38 @@ func TestWarmTakeOver(t *testing.T) {
 	resp, err = node.SyncRefs(ctx, api.SyncRequest{SyncID: "s2", Generation: gen, Offset: &zero, Hash: &whole, Echo: echo(sess, got)})
 	require.NoError(t, err)
 	require.True(t, resp.Synced, "the unchanged journal's hash does not match the new leader's: %+v", resp)
+	for _, r := range []*replicaProc{leader, next} {
+		b, err := os.ReadFile(r.log)
+		require.NoError(t, err)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "election: leading") {
+				t.Logf("%s: %s", r.url, line)
+			}
+		}
+	}
+}
+
+// prefill writes n references under the replicas' prefix as a leader of
+// their election would, then resigns.
+func prefill(t *testing.T, cli *clientv3.Client, n int) {
+	ctx := t.Context()
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(30))
+	require.NoError(t, err)
+	defer sess.Close()
+	e := concurrency.NewElection(sess, "/sc-test/leader")
+	require.NoError(t, e.Campaign(ctx, "prefill"))
+	s, err := etcdstore.OpenElection(ctx, cli, "/sc-test/", e, etcdstore.Options{})
+	require.NoError(t, err)
+	batch := new(refcount.Batch)
+	for i := range n {
+		batch.AddRef(fmt.Sprintf("sha256:%x", sha256.Sum256(fmt.Appendf(nil, "prefill-%d", i/100))), fmt.Sprintf("node-%04d.cluster.example", i%100))
+		if batch.Len() == refcount.GroupRefs || i == n-1 {
+			require.NoError(t, s.Commit(ctx, batch))
+			batch = new(refcount.Batch)
+		}
+	}
+	require.NoError(t, s.Close())
+	require.NoError(t, e.Resign(ctx))
 }
 
 // echo is the echo of a session answer received at got.

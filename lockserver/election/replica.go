@@ -181,6 +181,7 @@ func (r *Replica) term(ctx context.Context, h *httpserver.Handler) error {
 // leadTerm serves a Coordinator on the store guarded by the won election
 // until a reason to step down, then steps down.
 func (r *Replica) leadTerm(ctx, tctx context.Context, h *httpserver.Handler, sess *concurrency.Session, rel *release, e *concurrency.Election, ka *keepalive) error {
+	won := time.Now()
 	resign := func() {
 		rctx, cancel := context.WithTimeout(context.Background(), r.opts.SessionTTL)
 		defer cancel()
@@ -221,7 +222,7 @@ func (r *Replica) leadTerm(ctx, tctx context.Context, h *httpserver.Handler, ses
 	c := coord.Cluster()
 	how, _ := refs.HashesBuilt()
 	log.G(ctx).WithField("fence", e.Rev()).WithField("cluster", c.ClusterID).WithField("epoch", c.Epoch).
-		WithField("advertise_url", r.opts.AdvertiseURL).WithField("hashes", how).Info("election: leading")
+		WithField("advertise_url", r.opts.AdvertiseURL).WithField("hashes", how).WithField("ready_seconds", time.Since(won).Seconds()).Info("election: leading")
 
 	var why *stepDown
 	select {
