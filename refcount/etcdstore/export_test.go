@@ -25,3 +25,6 @@ func StartWarmHooked(ctx context.Context, cli *clientv3.Client, prefix string, w
 // ReadToTheEnd makes List read to the end of refs/ each time, as it did
 // before windows.
 func (s *Store) ReadToTheEnd() { s.toTheEnd = true }
+
+// ProgressSafe is progressSafe.
+var ProgressSafe = progressSafe

@@ -192,6 +192,9 @@ func (w *Warm) goCold(err error) {
 // round walks the references, then applies the watch's events until it
 // breaks.
 func (w *Warm) round(ctx context.Context) error {
+	if err := w.checkVersions(ctx); err != nil {
+		return err
+	}
 	byNode, rev, err := w.walk(ctx)
 	if err != nil {
 		return err
@@ -340,4 +343,49 @@ func (w *Warm) advance(rev int64) {
 		}
 	}
 	w.asks = kept
+}
+
+// checkVersions refuses to keep hashes when an etcd member runs a version
+// whose requested progress notifications may run ahead of the events
+// (etcd-io/etcd#15220, fixed with #17557 in 3.4.31 and 3.5.13): the
+// hashes could then miss a reference. A member that does not answer (one
+// of a cluster may be down) is not held against it; one must answer.
+func (w *Warm) checkVersions(ctx context.Context) error {
+	var errs []error
+	for _, ep := range w.cli.Endpoints() {
+		sctx, cancel := context.WithTimeout(ctx, w.wait)
+		st, err := w.cli.Status(sctx, ep)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !progressSafe(st.Version) {
+			return fmt.Errorf("etcdstore: warm hashes: etcd at %s runs %s; its progress notifications may run ahead of the events before 3.4.31 and 3.5.13: new leaders walk", ep, st.Version)
+		}
+	}
+	if len(errs) == len(w.cli.Endpoints()) {
+		return fmt.Errorf("etcdstore: warm hashes: no etcd member told its version: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// progressSafe reports whether etcd version v (major.minor.patch)
+// answers a requested progress notification only once its events are
+// sent.
+func progressSafe(v string) bool {
+	var major, minor, patch int
+	if _, err := fmt.Sscanf(v, "%d.%d.%d", &major, &minor, &patch); err != nil {
+		return false
+	}
+	switch {
+	case major != 3:
+		return major > 3
+	case minor == 4:
+		return patch >= 31
+	case minor == 5:
+		return patch >= 13
+	default:
+		return minor > 5
+	}
 }

@@ -200,3 +200,14 @@ func TestWarmCompactedFallsBack(t *testing.T) {
 	require.Equal(t, refcount.HashesWarm, how)
 	require.Equal(t, want, hashesOf(t, m3))
 }
+
+// TestProgressSafe: the etcd versions whose progress notifications a
+// standby trusts.
+func TestProgressSafe(t *testing.T) {
+	for v, want := range map[string]bool{
+		"3.7.3": true, "3.6.0": true, "3.5.13": true, "3.5.21": true, "3.4.31": true, "4.0.0": true,
+		"3.5.12": false, "3.5.8": false, "3.4.30": false, "3.3.27": false, "2.3.8": false, "": false, "garbage": false,
+	} {
+		require.Equal(t, want, etcdstore.ProgressSafe(v), v)
+	}
+}
