@@ -161,9 +161,10 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 	if err := l.loadMembers(ctx); err != nil {
 		return nil, err
 	}
-	// One walk of the references: the members' hashes for syncs by hash.
-	if err := l.refs.BuildHashes(ctx); err != nil {
-		return nil, fmt.Errorf("lockserver: hashing the references: %w", err)
+	// The members' hashes for syncs by hash: one walk of the references,
+	// or a standby's (docs/design.md §7.2).
+	if err := l.buildHashes(ctx); err != nil {
+		return nil, err
 	}
 	for i := range l.shards {
 		l.shards[i] = &shard{resources: make(map[string]*resource), released: make(map[leaseKey]released)}
@@ -181,6 +182,24 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 	l.wg.Add(1)
 	go l.syncSweepLoop()
 	return l, nil
+}
+
+// buildHashes gets the members' hashes (refcount.Manager.BuildHashes),
+// counts how and logs it.
+func (l *Coordinator) buildHashes(ctx context.Context) error {
+	start := time.Now()
+	if err := l.refs.BuildHashes(ctx); err != nil {
+		return fmt.Errorf("lockserver: hashing the references: %w", err)
+	}
+	how, warmErr := l.refs.HashesBuilt()
+	l.metrics.hashesBuilt.WithLabelValues(how).Inc()
+	entry := log.L.WithField("how", how).WithField("seconds", time.Since(start).Seconds())
+	if warmErr != nil {
+		entry.WithError(warmErr).Warn("the standby's reference hashes were not usable: walked every reference")
+		return nil
+	}
+	entry.Debug("the members' reference hashes are built")
+	return nil
 }
 
 // Config returns the configuration the Coordinator runs with.

@@ -10,11 +10,9 @@ import (
 	"github.com/sharedcontent/sharedcontent/internal/synchash"
 )
 
-// hashListPage is the page size of the walk that builds the hashes. It
-// is large because etcd counts every key from a range read's start to
-// the end of the prefix, whatever its limit: the walk costs O(keys²/keys
-// per read) there (BenchmarkTakeOver in refcount/etcdstore: 100,000
-// references 1.33 s with pages of 1,000, 0.35 s with 10,000).
+// hashListPage is the page size of the walk that builds the hashes: a
+// page is few round trips (on etcd, reads of windows of 20,000 keys,
+// each costing O(its window): refcount/etcdstore's window.go).
 const hashListPage = 10000
 
 // nodeHashes is, per node, the hash of the resource IDs it references
@@ -29,6 +27,44 @@ type nodeHashes struct {
 	// cannot be accounted exactly here. Their hash is not offered
 	// (NodeHash) until a whole ReplaceNode of the node sets it anew.
 	dirty map[string]bool // protected by mu
+	// source gives the next BuildHashes its hashes (WarmHashes); how
+	// and warmErr are how the last one got them (HashesBuilt).
+	source  HashSource // protected by mu
+	how     string     // protected by mu
+	warmErr error      // protected by mu
+}
+
+// HashSource gives every node's hash of the stored references without
+// a walk: a standby keeps them current from etcd's watch
+// (etcdstore.Warm, docs/design.md §7.2).
+type HashSource interface {
+	// NodeHashes returns every node's hash of the stored references as
+	// they were at a point after the call began: every write committed
+	// before the call is in them. An error means the caller must walk.
+	NodeHashes(ctx context.Context) (map[string]*synchash.Table, error)
+}
+
+// How BuildHashes got the hashes (HashesBuilt).
+const (
+	HashesWalk = "walk" // a walk of every stored reference set
+	HashesWarm = "warm" // a HashSource's
+)
+
+// WarmHashes makes the next BuildHashes take the hashes from src rather
+// than walk, when src gives them. Call it before BuildHashes.
+func (m *Manager) WarmHashes(src HashSource) {
+	m.hashes.mu.Lock()
+	defer m.hashes.mu.Unlock()
+	m.hashes.source = src
+}
+
+// HashesBuilt returns how the last BuildHashes got the hashes (HashesWalk
+// or HashesWarm; "" before one succeeded) and, when it walked although a
+// HashSource was given, why that failed.
+func (m *Manager) HashesBuilt() (how string, warmErr error) {
+	m.hashes.mu.Lock()
+	defer m.hashes.mu.Unlock()
+	return m.hashes.how, m.hashes.warmErr
 }
 
 // BuildHashes computes every node's hash with one walk of the stored
@@ -37,16 +73,50 @@ type nodeHashes struct {
 // A coordinator calls it once, when it starts, before it answers
 // (docs/design.md §10.4), so it reads each set as its list of nodes
 // (ListNodes: no Set built) and hashes each resource ID once, not once
-// per node that references it.
+// per node that references it. With a HashSource (WarmHashes) it takes
+// that source's hashes instead, and walks only when the source fails:
+// the caller holds that no other writer changes the references
+// meanwhile (a new leader, after its first guarded write).
 func (m *Manager) BuildHashes(ctx context.Context) error {
 	unlock := m.lockBatch(new(Batch).ReplaceNode("*", nil)) // every stripe
 	defer unlock()
+	m.hashes.mu.Lock()
+	src := m.hashes.source
+	m.hashes.source = nil
+	m.hashes.mu.Unlock()
+	var warmErr error
+	if src != nil {
+		byNode, err := src.NodeHashes(ctx)
+		if err == nil {
+			m.setHashes(byNode, HashesWarm, nil)
+			return nil
+		}
+		warmErr = err
+	}
+	byNode, err := m.walkHashes(ctx)
+	if err != nil {
+		return err
+	}
+	m.setHashes(byNode, HashesWalk, warmErr)
+	return nil
+}
+
+// setHashes installs every node's hash: none is dirty.
+func (m *Manager) setHashes(byNode map[string]*synchash.Table, how string, warmErr error) {
+	m.hashes.mu.Lock()
+	defer m.hashes.mu.Unlock()
+	m.hashes.byNode, m.hashes.dirty, m.hashes.built = byNode, map[string]bool{}, true
+	m.hashes.how, m.hashes.warmErr = how, warmErr
+}
+
+// walkHashes computes every node's hash from the stored reference sets.
+func (m *Manager) walkHashes(ctx context.Context) (map[string]*synchash.Table, error) {
 	byNode := map[string]*synchash.Table{}
 	after := ""
 	for {
 		page, err := m.ListNodes(ctx, after, hashListPage)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, e := range page {
 			b, h := synchash.Of(e.ResourceID)
@@ -61,14 +131,10 @@ func (m *Manager) BuildHashes(ctx context.Context) error {
 			}
 		}
 		if len(page) < hashListPage {
-			break
+			return byNode, nil
 		}
 		after = page[len(page)-1].ResourceID
 	}
-	m.hashes.mu.Lock()
-	m.hashes.byNode, m.hashes.dirty, m.hashes.built = byNode, map[string]bool{}, true
-	m.hashes.mu.Unlock()
-	return nil
 }
 
 // NodeHash returns the hash of the node's references, and false when

@@ -26,6 +26,16 @@ type Replica struct {
 	cfg     lockserver.Config
 	lead    *leadership
 	metrics *metrics
+	// warm keeps the members' hashes while the replica stands by, for
+	// its next term's Coordinator (docs/design.md §7.2); nil while it
+	// leads.
+	warm *standbyHashes
+}
+
+// standbyHashes is a running etcdstore.Warm and its end.
+type standbyHashes struct {
+	*etcdstore.Warm
+	stop context.CancelFunc
 }
 
 // New returns a replica that campaigns through cli with opts (validated)
@@ -65,6 +75,7 @@ func (o Options) prefix() string {
 // resigns, so that another replica takes over at once.
 func (r *Replica) Run(ctx context.Context, h *httpserver.Handler) {
 	go r.metrics.etcd.PollDBSize(ctx, r.cli, dbSizeInterval)
+	defer r.stopWarm()
 	for ctx.Err() == nil {
 		err := r.term(ctx, h)
 		if ctx.Err() != nil {
@@ -79,6 +90,25 @@ func (r *Replica) Run(ctx context.Context, h *httpserver.Handler) {
 		case <-pause.C:
 		}
 		pause.Stop()
+	}
+}
+
+// startWarm starts keeping the members' hashes, unless it already does:
+// one walk, then etcd's watch, off the path of any request.
+func (r *Replica) startWarm(ctx context.Context) {
+	if r.warm != nil {
+		return
+	}
+	wctx, stop := context.WithCancel(ctx)
+	r.warm = &standbyHashes{Warm: etcdstore.StartWarm(wctx, r.cli, r.opts.prefix(), 0), stop: stop}
+}
+
+// stopWarm stops keeping the hashes: a leader's Coordinator keeps its own.
+func (r *Replica) stopWarm() {
+	if r.warm != nil {
+		r.warm.stop()
+		<-r.warm.Stopped()
+		r.warm = nil
 	}
 }
 
@@ -123,6 +153,7 @@ func (r *Replica) term(ctx context.Context, h *httpserver.Handler) error {
 	go ka.run(tctx)
 	e := concurrency.NewElection(sess, r.electionPrefix())
 	go r.observe(tctx, concurrency.NewElection(sess, r.electionPrefix()))
+	r.startWarm(ctx)
 
 	// Campaigning ends with the session too. A cancelled Campaign
 	// resigns through the client's own context (etcd's concurrency
@@ -150,6 +181,7 @@ func (r *Replica) term(ctx context.Context, h *httpserver.Handler) error {
 // leadTerm serves a Coordinator on the store guarded by the won election
 // until a reason to step down, then steps down.
 func (r *Replica) leadTerm(ctx, tctx context.Context, h *httpserver.Handler, sess *concurrency.Session, rel *release, e *concurrency.Election, ka *keepalive) error {
+	won := time.Now()
 	resign := func() {
 		rctx, cancel := context.WithTimeout(context.Background(), r.opts.SessionTTL)
 		defer cancel()
@@ -171,8 +203,12 @@ func (r *Replica) leadTerm(ctx, tctx context.Context, h *httpserver.Handler, ses
 	reg := prometheus.NewRegistry()
 	// The Coordinator's start moves the epoch on in its first guarded
 	// write: nodes re-sync as after a restart (docs/design.md §8.10).
-	coord, err := lockserver.NewCoordinator(r.cfg, lockserver.Options{Refs: refcount.NewManager(st), Registerer: reg})
-	if err != nil {
+	refs := refcount.NewManager(st)
+	if r.warm != nil {
+		refs.WarmHashes(r.warm)
+	}
+	coord, err := lockserver.NewCoordinator(r.cfg, lockserver.Options{Refs: refs, Registerer: reg})
+	if err != nil { // still a standby: the hashes are kept on
 		store.Close()
 		resign()
 		return fmt.Errorf("election: start the coordinator: %w", err)
@@ -180,11 +216,13 @@ func (r *Replica) leadTerm(ctx, tctx context.Context, h *httpserver.Handler, ses
 	r.metrics.term.Store(reg)
 	h.SetCoordinator(coord)
 	r.lead.lead(ka)
+	r.stopWarm() // after the first answers: the Coordinator keeps its own hashes
 	r.metrics.leader.Set(1)
 	r.metrics.changes.Inc()
 	c := coord.Cluster()
+	how, _ := refs.HashesBuilt()
 	log.G(ctx).WithField("fence", e.Rev()).WithField("cluster", c.ClusterID).WithField("epoch", c.Epoch).
-		WithField("advertise_url", r.opts.AdvertiseURL).Info("election: leading")
+		WithField("advertise_url", r.opts.AdvertiseURL).WithField("hashes", how).WithField("ready_seconds", time.Since(won).Seconds()).Info("election: leading")
 
 	var why *stepDown
 	select {

@@ -51,5 +51,18 @@
 // §7.1).
 //
 // Reads are linearizable (etcd's default): a leader reads what it and
-// every earlier leader committed.
+// every earlier leader committed. A walk of the reference keys (List)
+// reads windows whose range ends are about one read apart, since etcd
+// visits every key up to a read's range end whatever its limit
+// (window.go).
+//
+// # Standbys
+//
+// Warm keeps every node's reference hash as a standby: one walk of
+// refs/, then a watch from the walk's revision (a created key adds its
+// resource to its node's hash, a deleted one removes it). A new leader's
+// Manager takes them (refcount.HashSource) once the watch has delivered
+// every event up to etcd's revision after the leader's first guarded
+// write, instead of walking every reference; a compacted or broken watch
+// makes the Warm cold, and the leader walks (docs/design.md §7.2).
 package etcdstore

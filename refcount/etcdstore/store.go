@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,6 +78,15 @@ type Store struct {
 	// fenced for good.
 	lost    atomic.Pointer[error]
 	metrics *Metrics
+	// listWidth is the last width of List's windows (window.go): the
+	// next List starts from it. nil: none yet.
+	listWidth atomic.Pointer[big.Int]
+	// refsKV reads the reference keys' windows: the client (tests count
+	// its reads).
+	refsKV clientv3.KV
+	// toTheEnd makes List read to the end of refs/ each time, as it did
+	// before windows (benchmarks compare).
+	toTheEnd bool
 }
 
 var (
@@ -107,7 +117,7 @@ func Open(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, erro
 	if opts.FlushInterval == 0 {
 		opts.FlushInterval = DefaultFlushInterval
 	}
-	s := &Store{cli: cli, k: keys{opts.Prefix}, leader: opts.LeaderKey, fence: opts.Fence, opts: opts, metrics: opts.Metrics}
+	s := &Store{cli: cli, k: keys{opts.Prefix}, leader: opts.LeaderKey, fence: opts.Fence, opts: opts, metrics: opts.Metrics, refsKV: cli}
 	if s.metrics == nil {
 		s.metrics = NewMetrics()
 	}
@@ -230,7 +240,8 @@ func (s *Store) List(ctx context.Context, after string, limit int) ([]refcount.E
 	}
 }
 
-// list reads one page of List.
+// list reads one page of List, in windows (window.go), every read at the
+// first's revision.
 func (s *Store) list(ctx context.Context, after string, limit int) ([]refcount.Entry, error) {
 	from := s.k.dir(refsDir)
 	if after != "" {
@@ -238,39 +249,26 @@ func (s *Store) list(ctx context.Context, after string, limit int) ([]refcount.E
 		// at after+"\x01" or above.
 		from = s.k.dir(refsDir) + after + "\x01"
 	}
-	end := clientv3.GetPrefixRangeEnd(s.k.dir(refsDir))
-	var (
-		out []refcount.Entry
-		rev int64
-	)
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(max(listPage, 2*limit)))}
-		if rev != 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		resp, err := s.cli.Get(ctx, from, opts...)
-		if err != nil {
-			return nil, fmt.Errorf("etcdstore: list: %w", err)
-		}
-		rev = resp.Header.Revision
-		for _, kv := range resp.Kvs {
-			id, node, ok := splitPair(s.k.trim(refsDir, string(kv.Key)))
-			if !ok {
-				return nil, fmt.Errorf("etcdstore: list: malformed key %q: %w", kv.Key, errdefs.ErrDataLoss)
+	w := newWindows(s.k, max(listPage, 2*limit), s.listWidth.Load())
+	w.toTheEnd = s.toTheEnd
+	var out []refcount.Entry
+	_, err := scanRefs(ctx, s.refsKV, w, from, 0, func(id, node string) bool {
+		if len(out) == 0 || out[len(out)-1].ResourceID != id {
+			if len(out) == limit {
+				return false
 			}
-			if len(out) == 0 || out[len(out)-1].ResourceID != id {
-				if len(out) == limit {
-					return out, nil
-				}
-				out = append(out, refcount.Entry{ResourceID: id})
-			}
-			out[len(out)-1].Refs.Add(node)
+			out = append(out, refcount.Entry{ResourceID: id})
 		}
-		if !resp.More {
-			return out, nil
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		out[len(out)-1].Refs.Add(node)
+		return true
+	})
+	if w.width != nil {
+		s.listWidth.Store(w.width)
 	}
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: list: %w", err)
+	}
+	return out, nil
 }
 
 // ListMembers implements refcount.Storage. A record that does not decode
