@@ -2,7 +2,6 @@ package etcdstore_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -23,13 +22,8 @@ type countedAdd struct {
 // transaction (docs/design.md §7.1, "Adds that count in their
 // transaction"), without a read of its own.
 func TestSubmitAddRef(t *testing.T) {
-	c := etcdtest.Start(t, etcdtest.Options{})
-	cli := c.Client(t)
-	l := newLeaders(cli)
-	open := func(t *testing.T, opts etcdstore.Options) (*etcdstore.Store, *etcdstore.Metrics) {
-		opts.Metrics = etcdstore.NewMetrics()
-		return l.campaign(t, fmt.Sprintf("/test/%s/%d/", t.Name(), l.seq.Add(1)), opts), opts.Metrics
-	}
+	l := newLeaders(etcdtest.Start(t, etcdtest.Options{}).Client(t))
+	open := l.metered
 	type add struct{ res, node string }
 	submit := func(s *etcdstore.Store, adds ...add) []func() (bool, int, error) {
 		var waits []func() (bool, int, error)
