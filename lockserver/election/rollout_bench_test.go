@@ -34,7 +34,8 @@ const (
 // It reports, per node-blob, the wall time and the process CPU (the
 // coordinator and its etcd client; etcd runs in processes of its own),
 // and the guarded transactions, writes per transaction and bytes
-// written.
+// written; and what the nodes' first sessions, all at once before the
+// rollout, took: their transactions and wall time.
 //
 //	SHAREDCONTENT_ETCD=$PWD/bin/etcd go test -run '^$' -bench RolloutOnEtcd -benchtime 1x ./lockserver/election/
 func BenchmarkRolloutOnEtcd(b *testing.B) {
@@ -110,6 +111,7 @@ func benchRollout(b *testing.B, n int) {
 	b.ReportMetric(total.ops/max(1, total.txns), "writes/txn")
 	b.ReportMetric(total.bytes/float64(b.N)/1024, "KiB/rollout")
 	b.ReportMetric(sessions.txns, "session-txns")
+	b.ReportMetric(sessions.wall.Seconds(), "sessions-s")
 }
 
 // rolloutOnce pulls blobs on every node, rolloutParallel at a time.
