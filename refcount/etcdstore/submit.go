@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
@@ -320,7 +318,7 @@ func (s *Store) flushSome(items []*submitted) int {
 		}
 		return len(items)
 	}
-	p, n := s.planFit(ctx, items)
+	t, n := s.planFit(ctx, items)
 	if n == 0 {
 		err := s.commitAlone(ctx, items[0].groups)
 		if err == nil {
@@ -330,23 +328,13 @@ func (s *Store) flushSome(items []*submitted) int {
 		items[0].finish(err)
 		return 1
 	}
+	// The transaction counts the counted adds' sets after its writes
+	// (planFit left room for the reads).
 	sets := countedSets(items[:n])
-	txns, err := p.pack(s.opts.MaxTxnOps-len(sets), s.opts.MaxTxnBytes)
-	for i, t := range txns {
-		if err != nil {
-			break
-		}
-		if i < len(txns)-1 {
-			_, err = s.guarded(ctx, t.ops, 0)
-			continue
-		}
-		// The last transaction counts the counted adds' sets, after
-		// its writes (planFit left room for the reads).
-		ops := s.withCounts(t.ops, items[:n], sets)
-		var resp *clientv3.TxnResponse
-		if resp, err = s.guarded(ctx, ops, len(sets)); err == nil {
-			s.readCounts(resp, ops, items[:n], sets)
-		}
+	ops := s.withCounts(t.ops, items[:n], sets)
+	resp, err := s.guarded(ctx, ops, len(sets))
+	if err == nil {
+		s.readCounts(resp, ops, items[:n], sets)
 	}
 	release()
 	for _, it := range items[:n] {
@@ -356,13 +344,16 @@ func (s *Store) flushSome(items []*submitted) int {
 }
 
 // planFit folds the longest prefix of items whose writes fit one
-// transaction and returns its plan and length (0: the first does not fit
-// alone, or its reads failed).
-func (s *Store) planFit(ctx context.Context, items []*submitted) (*plan, int) {
-	// A transaction leaves room for the reads of its counted adds' sets.
-	fits := func(p *plan, items []*submitted) bool {
+// transaction and returns that transaction and the prefix's length (0:
+// the first does not fit alone, or its reads failed). The transaction
+// leaves room for the reads of its counted adds' sets.
+func (s *Store) planFit(ctx context.Context, items []*submitted) (txn, int) {
+	fits := func(p *plan, items []*submitted) (txn, bool) {
 		txns, err := p.pack(s.opts.MaxTxnOps-len(countedSets(items)), s.opts.MaxTxnBytes)
-		return err == nil && len(txns) <= 1
+		if err != nil || len(txns) != 1 {
+			return txn{}, false
+		}
+		return txns[0], true
 	}
 	// Most often they all fit (take took about one transaction's worth):
 	// one plan, one packing.
@@ -374,30 +365,27 @@ func (s *Store) planFit(ctx context.Context, items []*submitted) (*plan, int) {
 		}
 		n++
 	}
-	if n == len(items) && fits(p, items) {
-		return p, n
+	if n == len(items) {
+		if t, ok := fits(p, items); ok {
+			return t, n
+		}
 	}
-	// Else one batch after the other on a new overlay: a batch that did
-	// not fit (or whose reads failed) has changed the overlay, so the
-	// plan of those before it is made anew.
+	// Else one batch after the other on a new overlay, packed after
+	// each: the last packing that fit is the transaction (a batch that
+	// did not fit, or whose reads failed, changed the overlay after it).
 	p = newPlan(ctx, s)
+	var last txn
 	for n = 0; n < len(items); n++ {
-		if p.batch(items[n].groups) != nil || !fits(p, items[:n+1]) {
+		if p.batch(items[n].groups) != nil {
 			break
 		}
-	}
-	if n == 0 {
-		return nil, 0
-	}
-	if n < len(items) {
-		p = newPlan(ctx, s)
-		for _, it := range items[:n] {
-			if p.batch(it.groups) != nil {
-				return nil, 0
-			}
+		t, ok := fits(p, items[:n+1])
+		if !ok {
+			break
 		}
+		last = t
 	}
-	return p, n
+	return last, n
 }
 
 // batch applies every group of one batch.
