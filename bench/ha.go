@@ -44,9 +44,9 @@ type haFlags struct {
 
 func (h *haFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&h.etcd, "ha-etcd", "../bin/etcd", "ha: the etcd server binary (make etcd builds it)")
-	fs.IntVar(&h.failovers, "ha-failovers", 20, "ha: failovers per series")
+	fs.IntVar(&h.failovers, "ha-failovers", 20, "ha: failovers per series (0: no failover series)")
 	fs.StringVar(&h.ttls, "ha-ttls", "5s,2s", "ha: session TTLs of the kill -9 series (the first is also SIGTERM's)")
-	fs.IntVar(&h.lockClients, "ha-lock-clients", 64, "ha: clients on the hot key")
+	fs.IntVar(&h.lockClients, "ha-lock-clients", 64, "ha: clients on the hot key (0: no hot key)")
 	fs.IntVar(&h.rollout, "ha-rollout", 1000, "ha: nodes of the rollout on etcd and on bbolt (0: none)")
 }
 
@@ -76,8 +76,8 @@ func (r *report) runHA(ctx context.Context, progress func(string)) error {
 		}
 		ttls = append(ttls, d)
 	}
-	if len(ttls) == 0 || h.failovers < 1 || h.lockClients < 1 || h.rollout < 0 {
-		return errors.New("-ha-ttls, -ha-failovers and -ha-lock-clients must be given and positive")
+	if len(ttls) == 0 || h.failovers < 0 || h.lockClients < 0 || h.rollout < 0 {
+		return errors.New("-ha-ttls must be given, -ha-failovers, -ha-lock-clients and -ha-rollout not negative")
 	}
 	// The processes run in their own directories: absolute paths.
 	etcdBin, err1 := filepath.Abs(h.etcd)
@@ -98,6 +98,9 @@ func (r *report) runHA(ctx context.Context, progress func(string)) error {
 
 	// Failover: kill -9 at every TTL, SIGTERM at the first.
 	for i, ttl := range ttls {
+		if h.failovers == 0 {
+			break
+		}
 		s, err := failoverBench(ctx, bin, etcd, syscall.SIGKILL, ttl, h.failovers, progress)
 		if err != nil {
 			return fmt.Errorf("failover (kill -9, TTL %s): %w", ttl, err)
@@ -114,8 +117,10 @@ func (r *report) runHA(ctx context.Context, progress func(string)) error {
 		}
 	}
 
-	if err := r.runHALock(ctx, bin, etcd, progress); err != nil {
-		return fmt.Errorf("hot key: %w", err)
+	if h.lockClients > 0 {
+		if err := r.runHALock(ctx, bin, etcd, progress); err != nil {
+			return fmt.Errorf("hot key: %w", err)
+		}
 	}
 
 	if h.rollout > 0 {

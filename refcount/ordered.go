@@ -23,6 +23,20 @@ type Submitter interface {
 	Submit(ctx context.Context, b *Batch) (wait func() error)
 }
 
+// CountingSubmitter is a Submitter whose reads are round trips (etcd):
+// it adds a reference without reading first, and learns in the
+// transaction that commits the add whether the node was in the set and
+// how many nodes are, so that an add costs no round trip of its own
+// (docs/design.md §7.1, "Adds that count in their transaction").
+type CountingSubmitter interface {
+	// SubmitAddRef orders the addition of node to the resource's set, as
+	// Submit of a Batch.AddRef does (the add is written even when the
+	// node is there already). wait returns once it is committed, with
+	// added false only when the node was surely in the set before it, and
+	// the set's size right after the transaction that holds it.
+	SubmitAddRef(ctx context.Context, resourceID, node string) (wait func() (added bool, count int, err error))
+}
+
 // NodeRefLister is a Storage that keeps, beside the reference sets, an
 // index of the resources each node references, and reads it: the memory,
 // bbolt and etcd stores, whose ReplaceNode reads that index and so costs
@@ -46,7 +60,8 @@ var (
 // in two halves: the write is ordered (Submitter) when AddRefOrdered
 // returns, and wait returns, once it is durable, the number of nodes that
 // reference the resource after it (other writes may have landed since).
-// A node already there writes nothing. It takes no stripe: the write is
+// A node already there writes nothing, except on a CountingSubmitter,
+// which writes it again rather than read first. It takes no stripe: the write is
 // one idempotent operation in its transaction, so it cannot undo a
 // concurrent change; so a caller may hold its own mutex during
 // AddRefOrdered and release it before wait.
@@ -57,6 +72,19 @@ func (m *Manager) AddRefOrdered(ctx context.Context, resourceID, nodeID string) 
 	failed := func(err error) func() (int, error) { return func() (int, error) { return 0, err } }
 	if err := validateIDs(resourceID, nodeID); err != nil {
 		return failed(err)
+	}
+	if cs, ok := m.storage.(CountingSubmitter); ok {
+		// The write is ordered outside the stripes, so the hash of the
+		// node cannot be kept exactly: it is not offered until a whole
+		// sync of the node sets it anew (a failed add may land later).
+		wait := cs.SubmitAddRef(ctx, resourceID, nodeID)
+		return func() (int, error) {
+			added, n, err := wait()
+			if added || err != nil {
+				m.markDirty(nodeID)
+			}
+			return n, err
+		}
 	}
 	st, okState := m.storage.(RefStater)
 	sub, okSub := m.storage.(Submitter)

@@ -13,8 +13,8 @@ import (
 // reportingStorage is the term's store, which tells the replica of every
 // write refused by the guard (refcount.ErrFenced): another replica has
 // taken over, and this one steps down at once (docs/design.md §7). It
-// keeps the store's RefStater and Submitter, which the reference hot path
-// uses (refcount.Manager.AddRefOrdered), and its index by node
+// keeps the store's RefStater, Submitter and CountingSubmitter, which the
+// reference hot path uses (refcount.Manager.AddRefOrdered), and its index by node
 // (NodeRefLister), which big syncs and forgets read
 // (refcount.Manager.ReplaceNodeGroups).
 type reportingStorage struct {
@@ -23,9 +23,10 @@ type reportingStorage struct {
 }
 
 var (
-	_ refcount.RefStater     = (*reportingStorage)(nil)
-	_ refcount.Submitter     = (*reportingStorage)(nil)
-	_ refcount.NodeRefLister = (*reportingStorage)(nil)
+	_ refcount.RefStater         = (*reportingStorage)(nil)
+	_ refcount.Submitter         = (*reportingStorage)(nil)
+	_ refcount.CountingSubmitter = (*reportingStorage)(nil)
+	_ refcount.NodeRefLister     = (*reportingStorage)(nil)
 )
 
 func reportFenced(s refcount.Storage, fenced func(error)) *reportingStorage {
@@ -53,6 +54,27 @@ func (s *reportingStorage) Submit(ctx context.Context, b *refcount.Batch) func()
 	}
 	err := s.Commit(ctx, b)
 	return func() error { return err }
+}
+
+// SubmitAddRef implements refcount.CountingSubmitter: the store's, or a
+// Submit whose wait reads the set's size after it (the node taken as
+// added).
+func (s *reportingStorage) SubmitAddRef(ctx context.Context, resourceID, node string) func() (bool, int, error) {
+	if cs, ok := s.Storage.(refcount.CountingSubmitter); ok {
+		wait := cs.SubmitAddRef(ctx, resourceID, node)
+		return func() (bool, int, error) {
+			added, n, err := wait()
+			return added, n, s.check(err)
+		}
+	}
+	written := s.Submit(ctx, new(refcount.Batch).AddRef(resourceID, node))
+	return func() (bool, int, error) {
+		if err := written(); err != nil {
+			return false, 0, err
+		}
+		_, n, err := s.RefState(ctx, resourceID, node)
+		return true, n, err
+	}
 }
 
 // RefState implements refcount.RefStater: the store's, or read from the

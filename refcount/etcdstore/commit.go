@@ -45,7 +45,7 @@ func (s *Store) commitAlone(ctx context.Context, groups [][]refcount.Op) error {
 	}
 	done := 0
 	for i, t := range txns {
-		if err := s.guarded(ctx, t.ops); err != nil {
+		if _, err := s.guarded(ctx, t.ops, 0); err != nil {
 			if i > 0 {
 				return fmt.Errorf("etcdstore: commit: the first %d of the batch's %d atomic groups were committed: %w", done, len(p.groups), err)
 			}
@@ -57,31 +57,34 @@ func (s *Store) commitAlone(ctx context.Context, groups [][]refcount.Op) error {
 }
 
 // guarded commits ops in one transaction if the leader key still has the
-// handle's fence as its create revision. Once a guard failed, the handle
-// is fenced for good (a key's create revision never comes back), so
-// later calls fail at once, sending nothing.
-func (s *Store) guarded(ctx context.Context, ops []clientv3.Op) error {
+// handle's fence as its create revision, and returns etcd's answer. The
+// last `reads` of ops are reads (the counts of counted adds, after the
+// writes), the rest writes. Once a guard failed, the handle is fenced for good (a key's
+// create revision never comes back), so later calls fail at once,
+// sending nothing.
+func (s *Store) guarded(ctx context.Context, ops []clientv3.Op, reads int) (*clientv3.TxnResponse, error) {
 	if err := s.lost.Load(); err != nil {
-		return *err
+		return nil, *err
 	}
+	writes := ops[:len(ops)-reads]
 	start := time.Now()
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(s.leader), "=", s.fence)).
 		Then(ops...).
 		Else(clientv3.OpGet(s.leader, clientv3.WithKeysOnly())).
 		Commit()
-	s.metrics.txn(time.Since(start), len(ops), opBytes(ops), err, err == nil && !resp.Succeeded)
+	s.metrics.txn(time.Since(start), len(writes), opBytes(writes), err, err == nil && !resp.Succeeded)
 	switch {
 	case errors.Is(err, rpctypes.ErrTooManyOps), errors.Is(err, rpctypes.ErrRequestTooLarge):
-		return fmt.Errorf("etcdstore: commit of %d writes: %w: %w", len(ops), errdefs.ErrResourceExhausted, err)
+		return nil, fmt.Errorf("etcdstore: commit of %d writes: %w: %w", len(writes), errdefs.ErrResourceExhausted, err)
 	case err != nil:
-		return fmt.Errorf("etcdstore: commit of %d writes: %w", len(ops), err)
+		return nil, fmt.Errorf("etcdstore: commit of %d writes: %w", len(writes), err)
 	case !resp.Succeeded:
 		err := s.fenced(createRevision(resp.Responses[0].GetResponseRange().Kvs))
 		s.lost.Store(&err)
-		return err
+		return nil, err
 	}
-	return nil
+	return resp, nil
 }
 
 // opBytes is what ops write: their keys and values.

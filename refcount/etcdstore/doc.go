@@ -48,7 +48,11 @@
 // transactions; a batch larger than one is committed alone. A failed
 // guard fails every batch of its transaction, and the handle fails every
 // later one at once. Metrics counts the transactions (docs/design.md
-// §7.1).
+// §7.1). SubmitAddRef (refcount.CountingSubmitter) is the coordinator's
+// reference add: not read first, it learns from its transaction whether
+// the node was in the set (the put's previous value) and the set's size
+// (a count-only read after the transaction's writes), so an add costs no
+// round trip of its own.
 //
 // Reads are linearizable (etcd's default): a leader reads what it and
 // every earlier leader committed. A walk of the reference keys (List)

@@ -35,30 +35,46 @@ func (p *plan) pack(maxOps, maxBytes int) ([]txn, error) {
 	var (
 		out    []txn
 		before = map[string]write{} // keys as the transactions so far leave them
-		final  map[string]write     // the open transaction's keys, as it leaves them
+		final  = map[string]write{} // the open transaction's keys, as it leaves them
 		n      int                  // the open transaction's groups
+		// The open transaction's writes (the keys of final it changes)
+		// and their bytes, kept as groups come and go: a transaction
+		// of many small batches (group commit) is not summed again
+		// after each.
+		keys, bytes int
 	)
-	// writes returns the open transaction's writes: the keys it changes.
-	writes := func() (keys []string, bytes int) {
-		for _, key := range slices.Sorted(maps.Keys(final)) {
-			w := final[key]
-			was, known := before[key]
-			if !known {
-				was, known = p.stored(key)
-			}
-			if known && was == w {
-				continue
-			}
-			keys = append(keys, key)
-			bytes += len(key) + len(w.val)
+	// change is what key left as w adds to the open transaction: one
+	// write, unless the key already holds w.
+	change := func(key string, w write) (int, int) {
+		was, known := before[key]
+		if !known {
+			was, known = p.stored(key)
 		}
-		return keys, bytes
+		if known && was == w {
+			return 0, 0
+		}
+		return 1, len(key) + len(w.val)
+	}
+	set := func(key string, w write, ok bool) {
+		if old, had := final[key]; had {
+			k, b := change(key, old)
+			keys, bytes = keys-k, bytes-b
+		}
+		if !ok {
+			delete(final, key)
+			return
+		}
+		final[key] = w
+		k, b := change(key, w)
+		keys, bytes = keys+k, bytes+b
 	}
 	closeTxn := func() {
-		keys, _ := writes()
 		t := txn{groups: n}
-		for _, key := range keys {
+		for _, key := range slices.Sorted(maps.Keys(final)) {
 			w := final[key]
+			if k, _ := change(key, w); k == 0 {
+				continue
+			}
 			if w.del {
 				t.ops = append(t.ops, clientv3.OpDelete(key))
 			} else {
@@ -67,38 +83,35 @@ func (p *plan) pack(maxOps, maxBytes int) ([]txn, error) {
 		}
 		maps.Copy(before, final)
 		out = append(out, t)
-		final, n = map[string]write{}, 0
+		final, n, keys, bytes = map[string]write{}, 0, 0, 0
 	}
-	final = map[string]write{}
 	for i, g := range p.groups {
-		undo := map[string]*write{}
-		for key, w := range g {
-			if old, ok := final[key]; ok {
-				undo[key] = &old
-			} else {
-				undo[key] = nil
-			}
-			final[key] = w
+		type prior struct {
+			w  write
+			ok bool
 		}
-		keys, bytes := writes()
-		if len(keys) <= maxOps && bytes <= maxBytes {
+		undo := make(map[string]prior, len(g))
+		for key, w := range g {
+			old, ok := final[key]
+			undo[key] = prior{old, ok}
+			set(key, w, true)
+		}
+		if keys <= maxOps && bytes <= maxBytes {
 			n++
 			continue
 		}
 		if n == 0 {
-			return nil, tooBig(i, len(keys), bytes, maxOps, maxBytes)
+			return nil, tooBig(i, keys, bytes, maxOps, maxBytes)
 		}
 		for key, old := range undo {
-			if old == nil {
-				delete(final, key)
-			} else {
-				final[key] = *old
-			}
+			set(key, old.w, old.ok)
 		}
 		closeTxn()
-		maps.Copy(final, g)
-		if keys, bytes := writes(); len(keys) > maxOps || bytes > maxBytes {
-			return nil, tooBig(i, len(keys), bytes, maxOps, maxBytes)
+		for key, w := range g {
+			set(key, w, true)
+		}
+		if keys > maxOps || bytes > maxBytes {
+			return nil, tooBig(i, keys, bytes, maxOps, maxBytes)
 		}
 		n = 1
 	}

@@ -208,6 +208,12 @@ func (s *Store) RefState(ctx context.Context, resourceID, node string) (has bool
 	if err := s.usable(ctx); err != nil {
 		return false, 0, err
 	}
+	return s.refState(ctx, resourceID, node)
+}
+
+// refState is RefState, also while the store closes (Close commits what
+// is pending, and counts its counted adds).
+func (s *Store) refState(ctx context.Context, resourceID, node string) (has bool, count int, err error) {
 	resp, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(s.k.ref(resourceID, node), clientv3.WithCountOnly()),
 		clientv3.OpGet(s.k.set(resourceID), clientv3.WithPrefix(), clientv3.WithCountOnly()),

@@ -25,6 +25,7 @@ type submitted struct {
 	groups [][]refcount.Op // a copy: the caller may change its batch
 	at     time.Time       // when it was submitted
 	urgent bool            // a Commit: flushed without waiting for the interval
+	count  *counted        // a counted add (SubmitAddRef), or nil
 	// An estimate of its writes and their bytes, to flush once the
 	// pending batches fill a transaction.
 	ops, bytes int
@@ -83,46 +84,60 @@ func (s *Store) Submit(ctx context.Context, b *refcount.Batch) (wait func() erro
 }
 
 func (s *Store) submit(ctx context.Context, b *refcount.Batch, urgent bool) (wait func() error) {
-	failed := func(err error) func() error { return func() error { return err } }
+	it, err := s.submitItem(ctx, b, urgent, nil)
+	if err != nil || it == nil {
+		return func() error { return err }
+	}
+	return it.wait
+}
+
+// submitItem checks, copies and queues b, or, with group commit off,
+// commits it before it returns; count, if not nil, is b's counted add
+// (SubmitAddRef). An empty batch is nil, and no error.
+func (s *Store) submitItem(ctx context.Context, b *refcount.Batch, urgent bool, count *counted) (*submitted, error) {
 	if err := s.usable(ctx); err != nil {
-		return failed(err)
+		return nil, err
 	}
 	if b.Len() == 0 {
-		return failed(nil)
+		return nil, nil
 	}
 	if err := b.Check(); err != nil {
-		return failed(err)
+		return nil, err
 	}
 	if err := s.lost.Load(); err != nil {
-		return failed(*err)
+		return nil, *err
 	}
-	groups := copyGroups(b)
+	it := &submitted{ctx: ctx, groups: copyGroups(b), at: time.Now(), urgent: urgent, count: count, done: make(chan struct{})}
 	if s.opts.FlushInterval < 0 {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return failed(s.commitAlone(ctx, groups))
+		s.flushSome([]*submitted{it})
+		return it, nil
 	}
-	it := &submitted{ctx: ctx, groups: groups, at: time.Now(), urgent: urgent, done: make(chan struct{})}
-	it.ops, it.bytes = s.estimate(groups)
+	it.ops, it.bytes = s.estimate(it.groups)
 	if err := s.enqueue(it); err != nil {
-		return failed(err)
+		return nil, err
 	}
-	return func() error {
-		select {
-		case <-it.done:
-		case <-ctx.Done():
-		}
-		select {
-		case <-it.done:
-			// A flush that failed because every waiter's context ended
-			// fails with this waiter's own context error.
-			if ctx.Err() == nil || !isContextErr(it.err) {
-				return it.err
-			}
-		default:
-		}
-		return fmt.Errorf("etcdstore: commit: %w", ctx.Err())
+	return it, nil
+}
+
+// wait returns the batch's outcome once its transaction is done, or an
+// error wrapping its context's error if that ends first.
+func (it *submitted) wait() error {
+	select {
+	case <-it.done:
+	case <-it.ctx.Done():
 	}
+	select {
+	case <-it.done:
+		// A flush that failed because every waiter's context ended
+		// fails with this waiter's own context error.
+		if it.ctx.Err() == nil || !isContextErr(it.err) {
+			return it.err
+		}
+	default:
+	}
+	return fmt.Errorf("etcdstore: commit: %w", it.ctx.Err())
 }
 
 func isContextErr(err error) bool {
@@ -200,16 +215,25 @@ func (s *Store) enqueue(it *submitted) error {
 }
 
 // take removes the pending batches that fill about one transaction (at
-// least one) and returns them.
+// least one) and returns them. A transaction also reads the size of each
+// set its counted adds count (SubmitAddRef): one op each.
 func (q *queue) take(maxOps, maxBytes int) []*submitted {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	n, ops, bytes := 0, 0, 0
+	n, ops, reads, bytes := 0, 0, 0, 0
+	var sets []string
 	for _, it := range q.items {
-		if n > 0 && (ops+it.ops > maxOps || bytes+it.bytes > maxBytes) {
+		read := 0
+		if c := it.count; c != nil && !slices.Contains(sets, c.res) {
+			read = 1
+		}
+		if n > 0 && (ops+reads+read+it.ops > maxOps || bytes+it.bytes > maxBytes) {
 			break
 		}
-		n, ops, bytes = n+1, ops+it.ops, bytes+it.bytes
+		if read > 0 {
+			sets = append(sets, it.count.res)
+		}
+		n, ops, reads, bytes = n+1, ops+it.ops, reads+read, bytes+it.bytes
 	}
 	out := slices.Clone(q.items[:n])
 	q.items = slices.Delete(q.items, 0, n)
@@ -294,19 +318,23 @@ func (s *Store) flushSome(items []*submitted) int {
 		}
 		return len(items)
 	}
-	p, n := s.planFit(ctx, items)
+	t, n := s.planFit(ctx, items)
 	if n == 0 {
 		err := s.commitAlone(ctx, items[0].groups)
+		if err == nil {
+			err = s.countAlone(ctx, items[0])
+		}
 		release()
 		items[0].finish(err)
 		return 1
 	}
-	txns, err := p.pack(s.opts.MaxTxnOps, s.opts.MaxTxnBytes)
-	for _, t := range txns {
-		if err != nil {
-			break
-		}
-		err = s.guarded(ctx, t.ops)
+	// The transaction counts the counted adds' sets after its writes
+	// (planFit left room for the reads).
+	sets := countedSets(items[:n])
+	ops := s.withCounts(t.ops, items[:n], sets)
+	resp, err := s.guarded(ctx, ops, len(sets))
+	if err == nil {
+		s.readCounts(resp, ops, items[:n], sets)
 	}
 	release()
 	for _, it := range items[:n] {
@@ -316,12 +344,16 @@ func (s *Store) flushSome(items []*submitted) int {
 }
 
 // planFit folds the longest prefix of items whose writes fit one
-// transaction and returns its plan and length (0: the first does not fit
-// alone, or its reads failed).
-func (s *Store) planFit(ctx context.Context, items []*submitted) (*plan, int) {
-	fits := func(p *plan) bool {
-		txns, err := p.pack(s.opts.MaxTxnOps, s.opts.MaxTxnBytes)
-		return err == nil && len(txns) <= 1
+// transaction and returns that transaction and the prefix's length (0:
+// the first does not fit alone, or its reads failed). The transaction
+// leaves room for the reads of its counted adds' sets.
+func (s *Store) planFit(ctx context.Context, items []*submitted) (txn, int) {
+	fits := func(p *plan, items []*submitted) (txn, bool) {
+		txns, err := p.pack(s.opts.MaxTxnOps-len(countedSets(items)), s.opts.MaxTxnBytes)
+		if err != nil || len(txns) != 1 {
+			return txn{}, false
+		}
+		return txns[0], true
 	}
 	// Most often they all fit (take took about one transaction's worth):
 	// one plan, one packing.
@@ -333,30 +365,27 @@ func (s *Store) planFit(ctx context.Context, items []*submitted) (*plan, int) {
 		}
 		n++
 	}
-	if n == len(items) && fits(p) {
-		return p, n
+	if n == len(items) {
+		if t, ok := fits(p, items); ok {
+			return t, n
+		}
 	}
-	// Else one batch after the other on a new overlay: a batch that did
-	// not fit (or whose reads failed) has changed the overlay, so the
-	// plan of those before it is made anew.
+	// Else one batch after the other on a new overlay, packed after
+	// each: the last packing that fit is the transaction (a batch that
+	// did not fit, or whose reads failed, changed the overlay after it).
 	p = newPlan(ctx, s)
+	var last txn
 	for n = 0; n < len(items); n++ {
-		if p.batch(items[n].groups) != nil || !fits(p) {
+		if p.batch(items[n].groups) != nil {
 			break
 		}
-	}
-	if n == 0 {
-		return nil, 0
-	}
-	if n < len(items) {
-		p = newPlan(ctx, s)
-		for _, it := range items[:n] {
-			if p.batch(it.groups) != nil {
-				return nil, 0
-			}
+		t, ok := fits(p, items[:n+1])
+		if !ok {
+			break
 		}
+		last = t
 	}
-	return p, n
+	return last, n
 }
 
 // batch applies every group of one batch.

@@ -16,11 +16,13 @@ import (
 // BenchmarkGroupCommit: a rollout's adds (Manager.AddRefOrdered, 64 in
 // flight, each node adding a reference to one of 10 blobs) against one
 // real 3-member cluster, in the same run: with group commit off (every
-// batch its own Txn, as Commit did), with Commit in AddRefOrdered's shape
-// (group commit on, flushed at once: batches pile up only while a Txn is
-// in flight), and with Submit (AddRefOrdered itself: group commit on,
-// the default 5 ms interval). It reports
-// each one's adds/s and Txns/s and the ratio of Submit's adds/s to off's.
+// batch its own Txn, as Commit did), with Commit in the shape
+// AddRefOrdered had before counted adds (a RefState, the write flushed at
+// once, a RefState: batches pile up only while a Txn is in flight), with
+// Submit in that shape ("read-submit": group commit on, the default 5 ms
+// interval), and with AddRefOrdered itself ("submit": a counted add, no
+// read of its own, docs/design.md §7.1). It reports each one's adds/s and
+// Txns/s and the ratio of Submit's adds/s to off's.
 func BenchmarkGroupCommit(b *testing.B) {
 	const (
 		workers = 64
@@ -42,6 +44,17 @@ func BenchmarkGroupCommit(b *testing.B) {
 				return err
 			}
 			if err := s.Commit(ctx, new(refcount.Batch).AddRef(res, node)); err != nil {
+				return err
+			}
+			_, _, err := s.RefState(ctx, res, node)
+			return err
+		}},
+		{"read-submit", etcdstore.Options{}, func(s *etcdstore.Store, _ *refcount.Manager, res, node string) error {
+			ctx := context.Background()
+			if _, _, err := s.RefState(ctx, res, node); err != nil {
+				return err
+			}
+			if err := s.Submit(ctx, new(refcount.Batch).AddRef(res, node))(); err != nil {
 				return err
 			}
 			_, _, err := s.RefState(ctx, res, node)
@@ -89,6 +102,7 @@ func BenchmarkGroupCommit(b *testing.B) {
 	}
 	b.ReportMetric(rate["submit"]/rate["off"], "submit/off")
 	b.ReportMetric(rate["commit"]/rate["off"], "commit/off")
+	b.ReportMetric(rate["submit"]/rate["read-submit"], "submit/read-submit")
 }
 
 func addOrdered(_ *etcdstore.Store, m *refcount.Manager, res, node string) error {
