@@ -19,12 +19,16 @@ const slowElection = replicaTTL
 // host gone, its connections left open with nothing coming back) under
 // three replicas, etcd slow to elect: every replica's watchdog lapses, the
 // leader steps down. Once etcd takes writes again, a replica must lead
-// within a TTL (the etcd requests sent while it had no leader time out
-// within one) plus what the first election took: the lapsed sessions'
+// within two TTLs plus what the first election took: the lapsed sessions'
 // leases are revoked as soon as etcd answers and no campaign waits on a
-// resign (docs/design.md §7.2). Before, every lapsed key stayed until its
-// lease expired, which etcd's new leader extends, or a stuck resign
-// returned: 8–9 s after etcd was back.
+// resign (docs/design.md §7.2). The two TTLs: an etcd request sent just
+// before etcd took writes again may be on the black-holed member's
+// connection and waits its whole deadline (a TTL), and the next term's
+// grant can meet that connection once more (etcd's client picks endpoints
+// in turn; CI saw one such request: ready 3.36 s after etcd was back, at
+// TTL 3 s). Before, every lapsed key stayed until its lease expired, which
+// etcd's new leader extends, or a stuck resign returned: 7.8–9.4 s after
+// etcd was back, over this bound (6.3 s at TTL 3 s).
 func TestEtcdLeaderLossFailover(t *testing.T) {
 	etcd := etcdtest.Start(t, etcdtest.Options{ElectionTimeout: slowElection})
 	eps, relays := relayed(t, etcd, 3)
@@ -79,9 +83,9 @@ func TestEtcdLeaderLossFailover(t *testing.T) {
 	require.False(t, down.IsZero(), "the leader did not step down while etcd had no leader")
 	require.False(t, back.IsZero(), "no replica led again")
 	up := <-writable
-	t.Logf("etcd's leader killed, election timeout %v, --etcd-session-ttl %v: → leader stepped down %v; → etcd writable %v; → a replica ready %v (%v after etcd was writable; bound: TTL + the first election's %v)",
+	t.Logf("etcd's leader killed, election timeout %v, --etcd-session-ttl %v: → leader stepped down %v; → etcd writable %v; → a replica ready %v (%v after etcd was writable; bound: 2 TTLs + the first election's %v)",
 		slowElection, replicaTTL, down.Sub(killed).Round(time.Millisecond), up.Sub(killed).Round(time.Millisecond),
 		back.Sub(killed).Round(time.Millisecond), back.Sub(up).Round(time.Millisecond), elect.Round(time.Millisecond))
-	require.LessOrEqual(t, back.Sub(up), replicaTTL+elect,
-		"a replica ready within a TTL + the first election's time of etcd taking writes again")
+	require.LessOrEqual(t, back.Sub(up), 2*replicaTTL+elect,
+		"a replica ready within 2 TTLs + the first election's time of etcd taking writes again")
 }
