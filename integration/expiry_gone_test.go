@@ -109,9 +109,16 @@ func TestFaultGoneNodeExpired(t *testing.T) {
 		require.Empty(t, got, "node 3's references are dropped")
 	}
 
-	// The next pass reclaims what only node 3 used, and its marker.
-	rep = reapPass(t, ctx, n1)
-	require.EqualValues(t, len(imgS.Blobs()), rep.Orphans, "plan %+v", rep.Plan)
+	// The next passes reclaim what only node 3 used, and its marker. A
+	// pass can meet node 1 or node 2 in a sync round: its delete is then
+	// refused (a member unsynced) and the blob kept for a later pass, as
+	// CI saw once (3 of 4 reclaimed by the first pass). Each blob is
+	// reclaimed once.
+	var reclaimed int64
+	for giveUp := time.Now().Add(time.Minute); reclaimed < int64(len(imgS.Blobs())) && time.Now().Before(giveUp); {
+		reclaimed += reapPass(t, ctx, n1).Orphans
+	}
+	require.EqualValues(t, len(imgS.Blobs()), reclaimed, "the blobs only node 3 used, each reclaimed once")
 	for _, d := range imgS.Blobs() {
 		require.NoFileExists(t, blobPath(e.root, d))
 	}
