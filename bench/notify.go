@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -43,13 +46,16 @@ type notifyResult struct {
 }
 
 // notifyServer is a coordinator on loopback whose handler also counts the
-// event streams that are attached (their subscription is registered), so
-// the push measurement can start only once every waiter listens.
+// waiters that listen, so the push measurement can start only once every
+// waiter does: a request's own stream (/lock/subscribe) once registered,
+// or a lock request answered queued from a node whose one event stream
+// (/lock/events, docs/design.md §10.1) is open, as lockclient waits now.
 type notifyServer struct {
 	url      string
 	srv      *httpserver.Server
 	dir      string
-	attached sync.Map // resource_id → *atomic.Int64
+	attached sync.Map // resource_id → *atomic.Int64: subscriptions
+	streams  sync.Map // node_id → struct{}: node streams opened
 }
 
 func startNotifyServer() (*notifyServer, error) {
@@ -70,23 +76,48 @@ func startNotifyServer() (*notifyServer, error) {
 	inner := hs.Handler
 	hs.Handler = func(ctx *fasthttp.RequestCtx) {
 		inner(ctx)
-		if string(ctx.Path()) == "/lock/subscribe" && ctx.Response.StatusCode() == fasthttp.StatusOK {
+		if ctx.Response.StatusCode() != fasthttp.StatusOK {
+			return
+		}
+		switch string(ctx.Path()) {
+		case "/lock/subscribe":
 			// The subscription is registered; its first event is
 			// written as soon as the handler returns.
 			v, _ := ns.attached.LoadOrStore(string(ctx.QueryArgs().Peek("resource_id")), new(atomic.Int64))
 			v.(*atomic.Int64).Add(1)
+		case "/lock/events":
+			// The node's stream is registered: it carries every outcome
+			// of the node's queued requests from now on.
+			ns.streams.Store(string(ctx.QueryArgs().Peek("node_id")), struct{}{})
 		}
 	}
 	go srv.Serve(ln)
 	return ns, nil
 }
 
-func (ns *notifyServer) attachedTo(resourceID string) int64 {
-	v, ok := ns.attached.Load(resourceID)
-	if !ok {
-		return 0
+// attachedTo counts the waiters on pull key resourceID that will read its
+// outcome: those subscribed to it, and, once every one of the waiters'
+// nodes has its node stream open, those in its queue (GET /lock/status).
+func (ns *notifyServer) attachedTo(resourceID string, waiters []*lockclient.Client) (int64, error) {
+	var n int64
+	if v, ok := ns.attached.Load(resourceID); ok {
+		n = v.(*atomic.Int64).Load()
 	}
-	return v.(*atomic.Int64).Load()
+	resp, err := http.Get(ns.url + "/lock/status?" + url.Values{"type": {"pull"}, "resource_id": {resourceID}}.Encode())
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var st api.StatusResponse
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return 0, fmt.Errorf("lock status of %s (%s): %w", resourceID, resp.Status, err)
+	}
+	for _, w := range waiters {
+		if _, ok := ns.streams.Load(w.NodeID()); !ok {
+			return n, nil
+		}
+	}
+	return n + int64(st.QueueLength), nil
 }
 
 func (ns *notifyServer) stop() {
@@ -179,11 +210,18 @@ func notifyPush(ns *notifyServer, holder *lockclient.Client, waiters []*lockclie
 			})
 		}
 		deadline := time.Now().Add(10 * time.Second)
-		for ns.attachedTo(key) < int64(len(waiters)) {
-			if time.Now().After(deadline) {
-				return res, fmt.Errorf("push: only %d of %d waiters attached", ns.attachedTo(key), len(waiters))
+		for {
+			n, err := ns.attachedTo(key, waiters)
+			if err != nil {
+				return res, err
 			}
-			time.Sleep(200 * time.Microsecond)
+			if n >= int64(len(waiters)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return res, fmt.Errorf("push: only %d of %d waiters attached", n, len(waiters))
+			}
+			time.Sleep(time.Millisecond)
 		}
 		t0 := time.Now()
 		if err := holder.Unlock(ctx, hr.Lease, true, nil); err != nil {
