@@ -25,6 +25,13 @@ type RolloutResult struct {
 	// its outcome (noteSkip).
 	WakeP50, WakeP99 time.Duration
 	WakeSamples      int // 0: no waiter was woken
+	// The wake-ups split by how the outcome reached the waiter: on its
+	// node's event stream (Streamed), or through /lock/status because
+	// the stream came up only after the outcome (Checked; lockclient
+	// opens a node's stream with its first wait, so at a rollout's start
+	// every node opens one at once).
+	StreamedP99, CheckedP99         time.Duration
+	StreamedSamples, CheckedSamples int
 	// Late: from the holder's unlock to the answer "skip" of a lock
 	// request sent before the unlock but answered at once, after it (the
 	// coordinator had not read it yet): the request's own latency.
@@ -69,6 +76,8 @@ type image struct {
 	unlocked  []atomic.Int64 // unix ns when the holder's unlock was answered
 	downloads []atomic.Int64
 	wakes     samples
+	streamed  samples // the wakes read from the node's event stream
+	checked   samples // the wakes answered by /lock/status
 	late      samples
 	unlock    samples
 	fanout    samples
@@ -120,6 +129,10 @@ func rollout(cfg Config, nodes int) (RolloutResult, error) {
 	res.DoneP50, res.DoneP99, res.Unfinished = q[0], q[1], nodes-n
 	q, res.WakeSamples = img.wakes.quantiles(0.5, 0.99)
 	res.WakeP50, res.WakeP99 = q[0], q[1]
+	q, res.StreamedSamples = img.streamed.quantiles(0.99)
+	res.StreamedP99 = q[0]
+	q, res.CheckedSamples = img.checked.quantiles(0.99)
+	res.CheckedP99 = q[0]
 	q, res.LateSamples = img.late.quantiles(0.5, 0.99)
 	res.LateP50, res.LateP99 = q[0], q[1]
 	q, _ = img.unlock.quantiles(0.5, 0.99)
@@ -233,12 +246,14 @@ func (img *image) noteSkip(n *node, j int, asked, got time.Time) {
 		img.late.add(got.Sub(unlockAt))
 	case seen && read.Before(got):
 		img.wakes.add(read.Sub(unlockAt))
+		img.streamed.add(read.Sub(unlockAt))
 		img.dispatch.add(got.Sub(read))
 		if u := img.unlocked[j].Load(); u != 0 {
 			img.fanout.add(read.Sub(time.Unix(0, u)))
 		}
 	default:
 		img.wakes.add(got.Sub(unlockAt))
+		img.checked.add(got.Sub(unlockAt))
 	}
 }
 
