@@ -38,6 +38,11 @@ const (
 	// (docs/design.md §8.12). It matches the nodes'
 	// own reaper grace.
 	DefaultReapGrace = time.Hour
+	// DefaultMaxReapHold bounds how long one node holds the reap lock
+	// (docs/design.md §8.12): a holder that keeps it alive longer loses it,
+	// and may not take it again for as long, so that it cannot stop
+	// reaping. A pass takes minutes on a large root.
+	DefaultMaxReapHold = time.Hour
 	// DefaultFenceBlock is how many fences are reserved per persisted
 	// high-water mark write.
 	DefaultFenceBlock = 4096
@@ -76,6 +81,16 @@ type Config struct {
 	// coordinator has been up less than this long (it cannot know what
 	// happened before it started). 0 checks no time (tests).
 	ReapGrace time.Duration
+	// Reapers are the nodes that may take the reap lock, and so reap and
+	// expire members (docs/design.md §8.12). Empty: any node, unless
+	// ReapersRequired. An admin caller (AsAdmin) may always.
+	Reapers []string
+	// ReapersRequired makes an empty Reapers designate nobody: the
+	// server sets it when nodes have identities of their own.
+	ReapersRequired bool
+	// MaxReapHold bounds one hold of the reap lock; 0 is
+	// DefaultMaxReapHold.
+	MaxReapHold time.Duration
 	// MaxWaitersPerNode bounds the requests one node may have queued at
 	// once; more are refused with 429 (docs/design.md §9).
 	MaxWaitersPerNode int
@@ -103,6 +118,7 @@ func DefaultConfig() Config {
 		NodeExpiry:             DefaultNodeExpiry,
 		BystanderAfter:         DefaultBystanderAfter,
 		ReapGrace:              DefaultReapGrace,
+		MaxReapHold:            DefaultMaxReapHold,
 		MaxWaitersPerNode:      DefaultMaxWaitersPerNode,
 		MaxSyncs:               DefaultMaxSyncs(),
 		MaxSyncBuffer:          DefaultSyncBuffer,
@@ -150,10 +166,26 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sync_timeout must be at least 10ms, got %s", c.SyncTimeout)
 	case c.ReapGrace < 0:
 		return fmt.Errorf("reap_grace must not be negative, got %s", c.ReapGrace)
+	case c.MaxReapHold < 0:
+		return fmt.Errorf("max_reap_hold must not be negative, got %s", c.MaxReapHold)
 	case c.NodeExpiry < c.SessionTTL:
 		return fmt.Errorf("node_expiry (%s) must be at least session_ttl (%s)", c.NodeExpiry, c.SessionTTL)
 	}
+	for _, n := range c.Reapers {
+		if err := validateID("reapers", n); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// maxReapHold is MaxReapHold, or its default when unset (a configuration
+// written before it existed).
+func (c Config) maxReapHold() time.Duration {
+	if c.MaxReapHold == 0 {
+		return DefaultMaxReapHold
+	}
+	return c.MaxReapHold
 }
 
 // sweepInterval is how often each shard looks for expired leases, unclaimed

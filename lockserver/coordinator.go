@@ -41,6 +41,12 @@ type Coordinator struct {
 	started time.Time
 	// reaper is the grant of the reaper's lock, nil when none (reap.go).
 	reaper atomic.Pointer[reapHolder]
+	// reapCut: node → when its hold of the reaper's lock reached the
+	// bound (reap.go); protected by the reap lock's shard mutex.
+	reapCut map[string]time.Time
+	// markers: member → its marker's state as the reaper reported it
+	// (expire.go); protected by mmu.
+	markers map[string]markerReport
 	// trace, when set (by tests), is called under the shard mutex at every
 	// enqueue and grant.
 	trace func(event string, t typeIndex, resourceID, requestID string)
@@ -357,6 +363,11 @@ func (l *Coordinator) admit(ctx context.Context, t typeIndex, req api.LockReques
 			return err
 		}
 	case idxUpdate:
+		if req.ResourceID == api.ReapLockResource {
+			if err := l.mayReap(ctx, req.NodeID, now); err != nil {
+				return err
+			}
+		}
 		if l.cfg.UpdateRequiresNoRef {
 			if err := l.checkNoOtherRefs(ctx, req.ResourceID, req.NodeID); err != nil {
 				l.metrics.result(t, resultInUse)
@@ -447,7 +458,7 @@ func (l *Coordinator) Unlock(ctx context.Context, req api.UnlockRequest) (api.Un
 			err = l.refs.Commit(ctx, b)
 		case idxDelete:
 			failpoint.Inject(failpoint.CoordUnlockDeleteBefore)
-			err = l.refs.Commit(ctx, deleted(req.ResourceID, g.nodeID, g.fence, now))
+			err = l.refs.Commit(ctx, deleted(req.ResourceID, g.nodeID, g.reap, g.fence, now))
 		}
 		if err := l.wrote(ctx, err); err != nil {
 			return api.UnlockResponse{}, fmt.Errorf("%s:%s: recording success: %w", req.Type, req.ResourceID, err)
@@ -500,6 +511,11 @@ func (l *Coordinator) Keepalive(ctx context.Context, req api.KeepaliveRequest) (
 		}
 	}
 	g := r.keys[t].holder
+	if err := l.reapHoldOver(req.ResourceID, g, now); err != nil {
+		defer sh.tidy(r)
+		l.release(context.WithoutCancel(ctx), sh, r, t, false, "held too long", now)
+		return api.KeepaliveResponse{}, err
+	}
 	g.expires = now.Add(l.cfg.LeaseTTL)
 	g.claimed = true
 	l.noteReaper(req.ResourceID, g)
@@ -597,7 +613,7 @@ func (l *Coordinator) release(ctx context.Context, sh *shard, r *resource, t typ
 	k := &r.keys[t]
 	g := k.holder
 	k.holder = nil
-	l.forgetReaper(r.id, g)
+	l.forgetReaper(r.id, g, now)
 	if key, ok := leaseKeyOf(g.leaseID); ok {
 		sh.released[key] = released{success: success, typ: t, resource: hashID(r.id), node: hashID(g.nodeID), at: now.UnixNano()}
 	}
@@ -706,11 +722,11 @@ func (l *Coordinator) advance(ctx context.Context, r *resource, now time.Time) {
 
 // checkDelete applies the delete rule (docs/design.md §8.7) to a new delete request:
 // the reaper's conditions if the reaper asks (reap.go), else the
-// requester's own reference goes; then no other node may reference the
-// resource (unless the reaper found no blob) and every member must be
-// synced.
+// requester's own reference goes; then no node may reference the
+// resource (but a dangling reap's own reference, which it drops) and
+// every member must be synced.
 func (l *Coordinator) checkDelete(ctx context.Context, req api.LockRequest, now time.Time) error {
-	countRefs, err := l.reapRule(req.ResourceID, req.NodeID, req.Reap, now)
+	own, err := l.reapRule(req.ResourceID, req.NodeID, req.Reap, now)
 	if err != nil {
 		return err
 	}
@@ -728,7 +744,7 @@ func (l *Coordinator) checkDelete(ctx context.Context, req api.LockRequest, now 
 		failpoint.Inject(failpoint.CoordDeleteAfterRefs)
 		l.noteActivity(l.shardFor(req.ResourceID), req.ResourceID, now)
 	}
-	return l.checkDeleteRule(ctx, req.ResourceID, countRefs, now)
+	return l.checkDeleteRule(ctx, req.ResourceID, req.Reap, own, now)
 }
 
 // checkGrantRefs re-checks, when a queued delete or update reaches the
@@ -738,11 +754,11 @@ func (l *Coordinator) checkGrantRefs(ctx context.Context, id string, req request
 	switch {
 	case req.typ == idxDelete:
 		now := l.now()
-		countRefs, err := l.reapRule(id, req.nodeID, req.reap, now)
+		own, err := l.reapRule(id, req.nodeID, req.reap, now)
 		if err != nil {
 			return err
 		}
-		return l.checkDeleteRule(ctx, id, countRefs, now)
+		return l.checkDeleteRule(ctx, id, req.reap, own, now)
 	case req.typ == idxUpdate && l.cfg.UpdateRequiresNoRef:
 		return l.checkNoOtherRefs(ctx, id, req.nodeID)
 	}

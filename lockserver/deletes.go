@@ -6,6 +6,7 @@ import (
 
 	"github.com/containerd/log"
 
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
@@ -61,11 +62,17 @@ func (l *Coordinator) markDelete(ctx context.Context, id string, g *grant) error
 }
 
 // deleted returns the batch of a delete's unlock(success) by the lease of
-// node with fence: the resource's references and marker go, its
-// completion (with the fence, so that it is known after a restart) is
-// recorded.
-func deleted(id, node string, fence uint64, now time.Time) *refcount.Batch {
-	return new(refcount.Batch).DropRefs(id).DropDeleting(id).PutDeleted(id, refcount.DeleteCompletion{Node: node, At: now, Fence: fence})
+// node with fence: the resource's references (a dangling reap's: node's
+// own only, docs/design.md §8.12) and marker go, its completion (with the
+// fence, so that it is known after a restart) is recorded.
+func deleted(id, node string, reap api.ReapMode, fence uint64, now time.Time) *refcount.Batch {
+	b := new(refcount.Batch)
+	if reap == api.ReapDangling {
+		b.RemoveRef(id, node)
+	} else {
+		b.DropRefs(id)
+	}
+	return b.DropDeleting(id).PutDeleted(id, refcount.DeleteCompletion{Node: node, At: now, Fence: fence})
 }
 
 // endDelete drops the marker of the delete g of r that ended without

@@ -17,20 +17,35 @@ import (
 //   - the coordinator has not heard from it, in the coordinator's own
 //     uptime (absence, members.go: downtime never counts);
 //   - its marker in the shared root has not changed. The coordinator does
-//     not see the root; the reaper does, and reports how long it has
-//     itself seen the marker unchanged.
+//     not see the root; the reaper does, and reports the marker's state
+//     (an opaque fingerprint of its content, size and mtime) at every
+//     call. The coordinator records the first report of each state and
+//     measures, in its own uptime, how long the same reaper has reported
+//     the same state: never the caller's figure. A reaper that sees no
+//     marker reports none, which proves nothing.
 //
 // The coordinator runs no expiry of its own: the reaper asks (Expire), and
-// the coordinator checks what it can know itself before it forgets.
+// the coordinator checks both measures itself before it forgets.
+
+// markerReport is the state of a member's marker as a reaper reported
+// it, and since when (the coordinator's uptime) that reaper has reported
+// that state.
+type markerReport struct {
+	state, by string
+	since     time.Duration
+}
 
 // Expire handles POST /nodes/{id}/expire: it forgets nodeID when the
 // caller holds the reap lock (req.NodeID with the live lease req.LeaseID)
 // and the member is not live, has been absent for NodeExpiry of this
-// coordinator's uptime, and req reports its marker unchanged for at least
-// NodeExpiry. Refusals: ErrForbidden (not the reaper), ErrNotFound (no
-// such member), ErrMemberLive, ErrNotExpired (either measure too short).
-// A request without a lease is an admin's: the HTTP handler lets only an
-// admin send one.
+// coordinator's uptime, and the same reaper has reported its marker in
+// the same state (req.Marker) for at least NodeExpiry of it. Every call
+// records the report, also one refused. Refusals: ErrForbidden (not the
+// reaper), ErrNotFound (no such member), ErrMemberLive, ErrNotExpired
+// (either measure too short). A request without a lease is an admin's
+// (the HTTP handler lets only an admin send one), whose
+// req.MarkerUnchangedMs is taken as it is: an admin may forget a member
+// anyway.
 func (l *Coordinator) Expire(ctx context.Context, nodeID string, req api.ExpireRequest) (api.ExpireResponse, error) {
 	if err := validateID("node_id", nodeID); err != nil {
 		return api.ExpireResponse{}, err
@@ -38,8 +53,12 @@ func (l *Coordinator) Expire(ctx context.Context, nodeID string, req api.ExpireR
 	if req.MarkerUnchangedMs < 0 {
 		return api.ExpireResponse{}, fmt.Errorf("marker_unchanged_ms %d is negative: %w", req.MarkerUnchangedMs, api.ErrInvalidArgument)
 	}
+	if len(req.Marker) > api.MaxIDLen {
+		return api.ExpireResponse{}, fmt.Errorf("marker is %d bytes, more than %d: %w", len(req.Marker), api.MaxIDLen, api.ErrInvalidArgument)
+	}
 	now := l.now()
-	if req.LeaseID != "" {
+	reaper := req.LeaseID != ""
+	if reaper {
 		// Hold the reap lock's shard until the member is forgotten, so
 		// that the lease is live throughout (lock order: shard, then mmu).
 		sh := l.shardFor(api.ReapLockResource)
@@ -56,11 +75,18 @@ func (l *Coordinator) Expire(ctx context.Context, nodeID string, req api.ExpireR
 		return api.ExpireResponse{}, fmt.Errorf("expire node %s: not a member: %w", nodeID, api.ErrNotFound)
 	}
 	if m.live(now) {
+		delete(l.markers, nodeID)
 		return api.ExpireResponse{}, fmt.Errorf("expire node %s: it has a live session: %w", nodeID, api.ErrMemberLive)
 	}
 	resp := api.ExpireResponse{NodeID: nodeID, AbsentMs: l.absence(m, now).Milliseconds(),
 		MarkerUnchangedMs: req.MarkerUnchangedMs, NodeExpiryMs: l.cfg.NodeExpiry.Milliseconds()}
+	if reaper {
+		resp.MarkerUnchangedMs = l.markerReported(nodeID, req.NodeID, req.Marker, now).Milliseconds()
+	}
 	if err := expiryDue(resp); err != nil {
+		if reaper && req.Marker == "" {
+			err = fmt.Errorf("%w; the reaper reported no state of its marker (none in its view of the root, or a reaper older than this coordinator): only `sharedcontentctl node forget` ends it", err)
+		}
 		return api.ExpireResponse{}, fmt.Errorf("expire node %s: %w", nodeID, err)
 	}
 	why := fmt.Sprintf("expired: unheard of for %s of the coordinator's uptime and its marker unchanged for %s (node_expiry %s)",
@@ -73,6 +99,26 @@ func (l *Coordinator) Expire(ctx context.Context, nodeID string, req api.ExpireR
 		WithField("marker_unchanged", ms(resp.MarkerUnchangedMs)).WithField("node_expiry", l.cfg.NodeExpiry).
 		WithField("by", or(req.NodeID, "admin")).Warn("MEMBER EXPIRED: its references are dropped and its blobs may be reclaimed")
 	return resp, nil
+}
+
+// markerReported records that reaper reported node's marker in state now,
+// and returns how long (the coordinator's uptime) that reaper has
+// reported that state: 0 for a new state, another reaper's report, or no
+// state. Callers hold mmu.
+func (l *Coordinator) markerReported(node, reaper, state string, now time.Time) time.Duration {
+	up := now.Sub(l.started)
+	if state == "" {
+		delete(l.markers, node)
+		return 0
+	}
+	if r, ok := l.markers[node]; ok && r.state == state && r.by == reaper {
+		return up - r.since
+	}
+	if l.markers == nil {
+		l.markers = map[string]markerReport{}
+	}
+	l.markers[node] = markerReport{state: state, by: reaper, since: up}
+	return 0
 }
 
 // checkReaper fails with ErrForbidden unless req names the live lease of

@@ -441,24 +441,30 @@ func (l *Coordinator) syncedError(resourceID string, unsynced []string) error {
 }
 
 // checkDeleteRule is the whole delete rule (docs/design.md §8.7): no reference to
-// the resource (unless countRefs is false: the reaper found no blob) and
+// the resource (but own's, a dangling reap's own, which it drops) and
 // every member synced, read in one step under mmu. A sync replaces a
 // node's references under mmu too, so it cannot land between the two
 // reads: a delete that read no reference, then found the syncing member
 // synced, was granted while that member's sync referenced the resource
 // (TestDeleteRuleAtomicWithSync). Callers hold the resource's shard mutex
 // (lock order: shard, mmu, refcount stripes).
-func (l *Coordinator) checkDeleteRule(ctx context.Context, resourceID string, countRefs bool, now time.Time) error {
+func (l *Coordinator) checkDeleteRule(ctx context.Context, resourceID string, reap api.ReapMode, own string, now time.Time) error {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
-	if countRefs {
-		rc, err := l.refsWithPending(ctx, resourceID)
-		if err != nil {
-			return fmt.Errorf("delete:%s: %w", resourceID, err)
+	rc, err := l.refsWithPending(ctx, resourceID)
+	if err != nil {
+		return fmt.Errorf("delete:%s: %w", resourceID, err)
+	}
+	if own != "" && rc.Has(own) {
+		rc = rc.Clone()
+		rc.Remove(own)
+	}
+	if rc.Len() > 0 {
+		if reap == api.ReapDangling {
+			return fmt.Errorf("delete:%s: a dangling reap drops only the reaper's own reference; another node's goes only with that node (its own delete, expiry, node forget): %w",
+				resourceID, inUse(resourceID, rc))
 		}
-		if rc.Len() > 0 {
-			return inUse(resourceID, rc)
-		}
+		return inUse(resourceID, rc)
 	}
 	return l.syncedError(resourceID, l.unsyncedLocked(now))
 }
@@ -502,6 +508,7 @@ func (l *Coordinator) forgetLocked(ctx context.Context, nodeID, why string) erro
 		return fmt.Errorf("forget node %s: the member is kept (part of its references may have been dropped); run the same command again: %w", nodeID, err)
 	}
 	failpoint.Inject(failpoint.CoordForgetAfterCommit)
+	delete(l.markers, nodeID)
 	if m := l.members[nodeID]; m != nil {
 		l.endSync(m)
 	}

@@ -36,6 +36,9 @@ type metrics struct {
 	writeFailures prometheus.Counter
 	// membersExpired counts members the reaper expired (expire.go).
 	membersExpired prometheus.Counter
+	// reapHoldsCut counts holds of the reaper's lock ended at their
+	// bound (reap.go).
+	reapHoldsCut prometheus.Counter
 	// lateSessions and duplicateNodes count session calls refused: late
 	// renewals and syncs (timing.go), duplicate node IDs (members.go).
 	lateSessions, duplicateNodes prometheus.Counter
@@ -88,6 +91,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "sharedcontent_members_expired_total",
 		Help: "Members forgotten automatically: unheard of for node_expiry of the coordinator's uptime and their marker unchanged that long (the log line gives both measures).",
 	})
+	holdsCut := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sharedcontent_reap_holds_cut_total",
+		Help: "Holds of the reaper's lock ended at --reap-max-hold: the holder lost it and may not take it again for as long (a stuck or hostile reaper).",
+	})
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sharedcontent_session_refusals_total",
 		Help: "Session calls refused by reason: late (a renewal or sync arrived more than TTL/3 after it was sent; it extended nothing), duplicate_node (another instance holds a live session under the node ID).",
@@ -97,13 +104,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Help: "The members' reference hashes a coordinator got when it started, by how: walk (every reference read from the store), warm (kept by the standby from etcd's watch; docs/design.md §7.2).",
 	}, []string{"how"})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{requests, handoffs, expiries, wait, hold, depth, members, unsynced, writeFailures, expired, refused, hashesBuilt} {
+		for _, c := range []prometheus.Collector{requests, handoffs, expiries, wait, hold, depth, members, unsynced, writeFailures, expired, holdsCut, refused, hashesBuilt} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
 		}
 	}
-	m := &metrics{expiries: expiries, members: members, unsyncedRefusals: unsynced, writeFailures: writeFailures, membersExpired: expired,
+	m := &metrics{expiries: expiries, members: members, unsyncedRefusals: unsynced, writeFailures: writeFailures, membersExpired: expired, reapHoldsCut: holdsCut,
 		lateSessions: refused.WithLabelValues("late"), duplicateNodes: refused.WithLabelValues("duplicate_node"), hashesBuilt: hashesBuilt}
 	for t, name := range typeNames {
 		for res, rn := range resultNames {

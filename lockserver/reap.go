@@ -1,35 +1,46 @@
 package lockserver
 
 import (
+	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// The reaper's deletes (docs/design.md §8.12). A
-// delete with a reap mode leaves (orphan) or drops (dangling) other
-// nodes' references by design, so node identity alone protects nothing
-// against it. The coordinator therefore checks the reaper's conditions
-// itself rather than trusting the caller; it grants one only
-//   - to the node holding the reaper's lock (the update lock of
-//     api.ReapLockResource) with a lease that has not expired: 403
-//     forbidden otherwise;
+// The reaper's deletes (docs/design.md §8.12). One node's view of the
+// shared root is evidence about that node only, so the coordinator checks
+// the reaper's conditions itself rather than trusting the caller:
+//   - only a designated reaper (Config.Reapers, or an admin caller) may
+//     take the reaper's lock (the update lock of api.ReapLockResource):
+//     403 forbidden otherwise;
+//   - one hold of it lasts at most MaxReapHold: its lease ends there,
+//     a keepalive past it is refused, and the node may not take it again
+//     for as long, so that a holder that keeps it alive cannot stop
+//     reaping;
+//   - a reap delete is granted only to the node holding the reaper's lock
+//     with a lease that has not expired: 403 forbidden otherwise;
 //   - once it has been up ReapGrace (before that it cannot know what
 //     happened to the resource), and outside ReapGrace of the resource's
 //     last pull completion or reference change it saw (refs/add, a
 //     node's own delete dropping its reference, a delete's success):
-//     409 in_use otherwise.
+//     409 in_use otherwise;
+//   - a dangling reap drops the reaper's own reference only: another
+//     node's reference refuses it (409 in_use), whatever the reaper sees,
+//     and goes only with that node (its own delete, expiry, forget).
 // An in-flight pull excludes the delete through the compatibility matrix.
 // Times are uptimes on the coordinator's monotonic clock. A full sync's
 // replacement of a node's references, and forgetting a node, are not
 // counted as changes: what a sync adds makes the resource referenced
-// (an orphan reap is refused by the count), and what it removes, or what
+// (a reap is refused by the count), and what it removes, or what
 // forgetting drops, no member uses.
 //
 // Lock order: the reaper's record is an atomic pointer, written under the
-// reap lock's shard mutex and read under any shard's; a resource's
-// activity is kept by its shard, under the shard mutex.
+// reap lock's shard mutex and read under any shard's; reapCut is kept
+// under the reap lock's shard mutex; a resource's activity is kept by its
+// shard, under the shard mutex.
 
 // reapHolder is the grant of the reaper's lock.
 type reapHolder struct {
@@ -44,37 +55,98 @@ type reapHolder struct {
 // that shard wait a grace, nothing is reaped early.
 const maxRecentResources = 1 << 18
 
-// noteReaper records g as the reaper's grant if it is the reap lock's.
+// noteReaper records g as the reaper's grant if it is the reap lock's,
+// and ends its lease at the bound of one hold at the latest.
 // Callers hold the shard mutex of api.ReapLockResource.
 func (l *Coordinator) noteReaper(resourceID string, g *grant) {
 	if g.typ == idxUpdate && resourceID == api.ReapLockResource {
+		g.expires = minTime(g.expires, g.acquired.Add(l.cfg.maxReapHold()))
 		l.reaper.Store(&reapHolder{node: g.nodeID, leaseID: g.leaseID, expires: g.expires})
 	}
 }
 
-// forgetReaper clears the reaper's record when its grant g ends.
+// forgetReaper clears the reaper's record when its grant g ends at now;
+// a hold that reached the bound keeps its node from the lock for as long.
 // Callers hold the shard mutex of api.ReapLockResource.
-func (l *Coordinator) forgetReaper(resourceID string, g *grant) {
-	if h := l.reaper.Load(); h != nil && g.typ == idxUpdate && resourceID == api.ReapLockResource && h.leaseID == g.leaseID {
+func (l *Coordinator) forgetReaper(resourceID string, g *grant, now time.Time) {
+	if g.typ != idxUpdate || resourceID != api.ReapLockResource {
+		return
+	}
+	if h := l.reaper.Load(); h != nil && h.leaseID == g.leaseID {
 		l.reaper.Store(nil)
+	}
+	if !now.Before(g.acquired.Add(l.cfg.maxReapHold())) {
+		if l.reapCut == nil {
+			l.reapCut = map[string]time.Time{}
+		}
+		l.reapCut[g.nodeID] = now
+		l.metrics.reapHoldsCut.Inc()
 	}
 }
 
+// reapHoldOver refuses a keepalive of the reap lock's grant g past the
+// bound of one hold. Callers hold the reap lock's shard mutex.
+func (l *Coordinator) reapHoldOver(resourceID string, g *grant, now time.Time) error {
+	if g.typ != idxUpdate || resourceID != api.ReapLockResource {
+		return nil
+	}
+	if held, bound := now.Sub(g.acquired), l.cfg.maxReapHold(); held >= bound {
+		return fmt.Errorf("%s:%s: node %s has held the reaper's lock for %s, the bound of one hold (--reap-max-hold %s): taken away: %w",
+			api.OperationUpdate, resourceID, g.nodeID, held.Round(time.Millisecond), bound, api.ErrNotHolder)
+	}
+	return nil
+}
+
+// mayReap checks that node may take the reaper's lock: it is a designated
+// reaper (or the caller an admin), and its last hold did not reach the
+// bound within one bound of now. Callers hold the reap lock's shard mutex.
+func (l *Coordinator) mayReap(ctx context.Context, node string, now time.Time) error {
+	lock := string(api.OperationUpdate) + ":" + api.ReapLockResource
+	if !IsAdmin(ctx) {
+		switch {
+		case len(l.cfg.Reapers) > 0 && !slices.Contains(l.cfg.Reapers, node):
+			return fmt.Errorf("%s: node %s is not a designated reaper (--reapers %s); only those take the reaper's lock, reap and expire members: %w",
+				lock, node, strings.Join(l.cfg.Reapers, ","), api.ErrForbidden)
+		case len(l.cfg.Reapers) == 0 && l.cfg.ReapersRequired:
+			return fmt.Errorf("%s: node %s is not a designated reaper: no node is (--reapers is empty and nodes have their own identities), so nothing is reaped: %w",
+				lock, node, api.ErrForbidden)
+		}
+	}
+	bound := l.cfg.maxReapHold()
+	if at, ok := l.reapCut[node]; ok {
+		if now.Sub(at) < bound {
+			return fmt.Errorf("%s: node %s held the reaper's lock for the bound of one hold (--reap-max-hold %s) until %s ago; it may take it again %s after that: %w",
+				lock, node, bound, now.Sub(at).Round(time.Millisecond), bound, api.ErrForbidden)
+		}
+		delete(l.reapCut, node)
+	}
+	return nil
+}
+
 // reapRule checks a delete's reap mode m: none is a node's own delete;
-// a known mode must meet the reaper's conditions (checkReap). It says
-// whether other nodes' references refuse the delete: all but a dangling
-// reap's, whose references are what it drops. An unknown mode is an error,
-// never the permissive branch (validateReap refuses it earlier).
-func (l *Coordinator) reapRule(id, node string, m api.ReapMode, now time.Time) (countRefs bool, err error) {
+// a known mode must meet the reaper's conditions (checkReap). It returns
+// the node whose reference does not refuse the delete: none for a node's
+// own delete (its reference went already) and for an orphan reap; the
+// reaper's own for a dangling reap, which drops that reference only
+// (every other node's refuses it). An unknown mode is an error, never a
+// permissive branch (validateReap refuses it earlier).
+func (l *Coordinator) reapRule(id, node string, m api.ReapMode, now time.Time) (own string, err error) {
 	switch m {
 	case "":
-		return true, nil
+		return "", nil
 	case api.ReapOrphan:
-		return true, l.checkReap(id, node, now)
+		return "", l.checkReap(id, node, now)
 	case api.ReapDangling:
-		return false, l.checkReap(id, node, now)
+		return node, l.checkReap(id, node, now)
 	}
-	return true, errUnknownReap(id, m)
+	return "", errUnknownReap(id, m)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // checkReap applies the reaper's conditions to a reap delete of id sent

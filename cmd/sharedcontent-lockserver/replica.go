@@ -31,7 +31,7 @@ func open(o options) (*httpserver.Server, *replica, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	rep, err := election.New(cli, o.etcd, o.cfg.Config)
+	rep, err := election.New(cli, o.etcd, o.cfg.CoordinatorConfig())
 	if err != nil {
 		cli.Close()
 		return nil, nil, err

@@ -378,9 +378,15 @@ type NodesResponse struct {
 type ExpireRequest struct {
 	NodeID  string `json:"node_id,omitempty"`
 	LeaseID string `json:"lease_id,omitempty"`
+	// Marker is the state of the member's marker in the shared root as
+	// the reaper reads it now: an opaque fingerprint of its content,
+	// size and mtime (at most MaxIDLen bytes); empty when it sees none.
+	// The coordinator measures how long the same reaper has reported the
+	// same state, in its own uptime.
+	Marker string `json:"marker,omitempty"`
 	// MarkerUnchangedMs is how long the caller has itself seen the
-	// member's marker in the shared root unchanged (its own monotonic
-	// clock).
+	// member's marker unchanged (its own monotonic clock). The
+	// coordinator takes it from an admin only; a reaper's is ignored.
 	MarkerUnchangedMs int64 `json:"marker_unchanged_ms"`
 }
 

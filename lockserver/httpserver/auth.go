@@ -114,6 +114,16 @@ func (h *Handler) tokenCaller(token []byte) (caller, bool) {
 	return caller{}, false
 }
 
+// adminIdentity reports whether the request comes from an admin identity
+// distinct from the nodes' (the admin token, an admin certificate): the
+// one that may take the reaper's lock without being a designated reaper.
+// Without one (no auth, or only the shared token) every caller is an
+// admin, which designates nobody.
+func (h *Handler) adminIdentity(ctx *fasthttp.RequestCtx) bool {
+	who, ok := h.authenticate(ctx)
+	return ok && who.admin && !who.anonymous && (len(h.admin) > 0 || h.certIdentity)
+}
+
 // certCaller names the caller by its verified client certificate.
 func certCaller(ctx *fasthttp.RequestCtx) (caller, bool) {
 	st := ctx.TLSConnectionState()

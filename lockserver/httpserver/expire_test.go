@@ -14,8 +14,9 @@ import (
 
 // TestExpireRefusals: POST /nodes/{id}/expire forgets only a member that
 // is not live, absent for node_expiry of the coordinator's uptime, and
-// whose marker the caller saw unchanged that long; and only the reap
-// lock's holder (with its live lease) or an admin may ask.
+// whose marker the reaper has reported in one state for node_expiry of the
+// coordinator's uptime; and only the reap lock's holder (with its live
+// lease) or an admin may ask.
 func TestExpireRefusals(t *testing.T) {
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
@@ -25,6 +26,7 @@ func TestExpireRefusals(t *testing.T) {
 	ts := startServer(t, filepath.Join(dir, "data"), func(c *Config) {
 		c.NodeTokensFile, c.AdminTokenFile = tokens, filepath.Join(dir, "admin")
 		c.SessionTTL, c.NodeExpiry = 20*time.Millisecond, expiry
+		c.Reapers = []string{"n1"}
 	})
 	l := ts.Coordinator
 	ctx := context.Background()
@@ -37,7 +39,7 @@ func TestExpireRefusals(t *testing.T) {
 		}
 		return status, e
 	}
-	long := api.ExpireRequest{MarkerUnchangedMs: 10 * expiry.Milliseconds()}
+	long := api.ExpireRequest{MarkerUnchangedMs: 10 * expiry.Milliseconds(), Marker: "m1"}
 
 	session(t, l, "n3")
 	_, err := l.AddRef(ctx, blob, "n3")
@@ -47,10 +49,9 @@ func TestExpireRefusals(t *testing.T) {
 	reaper.NodeID, reaper.LeaseID = "n1", lease
 	require.Eventually(t, func() bool { return absentMs(t, l, "n3") >= expiry.Milliseconds() }, 5*time.Second, 5*time.Millisecond)
 
-	// Absent long enough, but the marker was seen unchanged too briefly.
-	short := reaper
-	short.MarkerUnchangedMs = expiry.Milliseconds() - 1
-	status, e := expire("n3", "tok1", short)
+	// Absent long enough; the reaper claims the marker unchanged for ten
+	// expiries, but the coordinator has its first report of it only now.
+	status, e := expire("n3", "tok1", reaper)
 	require.Equal(t, http.StatusConflict, status)
 	require.Equal(t, api.CodeNotExpired, e.Code)
 	require.Contains(t, e.Error, "marker")
@@ -72,13 +73,28 @@ func TestExpireRefusals(t *testing.T) {
 	require.Equal(t, []string{"n3"}, refsOf(t, l, blob), "no refusal changed anything")
 	require.NotEqual(t, int64(-1), absentMs(t, l, "n3"))
 
-	// The reaper, with both measures long enough.
-	status, e = expire("n3", "tok1", reaper)
-	require.Equal(t, http.StatusOK, status, e.Error)
+	// The marker changed: the measure starts again from this report. The
+	// reaper reports it until the coordinator's own measure reaches the
+	// expiry.
+	changed := reaper
+	changed.Marker = "m2"
+	first := time.Now()
+	status, _ = expire("n3", "tok1", changed)
+	require.Equal(t, http.StatusConflict, status)
+	var resp api.ExpireResponse
+	require.Eventually(t, func() bool {
+		status, body := post(t, ts.url, "/nodes/n3/expire", changed, "Authorization", "Bearer tok1")
+		if status == http.StatusOK {
+			resp = decodeAs[api.ExpireResponse](t, body)
+		}
+		return status == http.StatusOK
+	}, 5*time.Second, 5*time.Millisecond)
+	require.GreaterOrEqual(t, resp.MarkerUnchangedMs, expiry.Milliseconds(), "the coordinator's measure")
+	require.GreaterOrEqual(t, time.Since(first), time.Duration(resp.MarkerUnchangedMs)*time.Millisecond, "measured from the first report of the state")
 	require.Equal(t, int64(-1), absentMs(t, l, "n3"), "n3 is no member")
 	require.Empty(t, refsOf(t, l, blob))
 
-	// An admin may too (no lease); an unknown member is 404.
+	// An admin may too (no lease, its figure taken); an unknown member is 404.
 	session(t, l, "n2")
 	require.Eventually(t, func() bool { return absentMs(t, l, "n2") >= expiry.Milliseconds() }, 5*time.Second, 5*time.Millisecond)
 	status, e = expire("n2", "adm", long)

@@ -1,6 +1,9 @@
 package httpserver
 
-import "flag"
+import (
+	"flag"
+	"strings"
+)
 
 // RegisterFlags binds cfg's fields to flags on fs, with cfg's current values
 // as defaults. Both daemons (the stand-alone server and the plugin with its
@@ -16,6 +19,16 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.DurationVar(&cfg.NodeExpiry, "node-expiry", cfg.NodeExpiry, "forget a member node (and drop its references) only once the coordinator has not heard from it for this long of its own uptime (downtime does not count) and the reaper has seen its marker in the shared root unchanged this long; deletes wait for it until then")
 	fs.DurationVar(&cfg.BystanderAfter, "bystander-after", cfg.BystanderAfter, "a member that never named its cluster, never authenticated as itself and never synced (a one-off session) no longer holds deletes up once the coordinator has not heard from it for this long of its own uptime; its references still count (0: always wait for it)")
 	fs.DurationVar(&cfg.ReapGrace, "reap-grace", cfg.ReapGrace, "the reaper's grace: a reaper's delete is refused within this long of the blob's last pull or reference change, and while the coordinator has been up less than this long; a node's reaper also reclaims only what has been unreferenced or orphaned this long")
+	fs.Func("reapers", "comma-separated node IDs that may run the reaper (take the reap lock, reap, expire members); an admin identity may too. Unset: with --node-tokens-file or --tls-node-identity no node reaps; without node identities any node may (every caller can act as any node there)", func(v string) error {
+		cfg.Reapers = nil
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				cfg.Reapers = append(cfg.Reapers, n)
+			}
+		}
+		return nil
+	})
+	fs.DurationVar(&cfg.MaxReapHold, "reap-max-hold", cfg.MaxReapHold, "longest one hold of the reap lock: a holder that keeps it alive longer loses it and may not take it again for as long, so that it cannot stop reaping")
 	fs.IntVar(&cfg.MaxWaitersPerNode, "max-waiters-per-node", cfg.MaxWaitersPerNode, "requests one node may have queued at once; more get 429")
 	fs.IntVar(&cfg.MaxSyncs, "max-syncs", cfg.MaxSyncs, "sync requests served at once (default two per CPU, at least 4); more get 429 with Retry-After, session calls never")
 	fs.IntVar(&cfg.MaxSyncBuffer, "max-sync-buffer", cfg.MaxSyncBuffer, "resource IDs that every unfinished sync together may buffer; a chunk past it gets 429 with Retry-After and is sent again")

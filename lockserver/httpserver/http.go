@@ -378,7 +378,11 @@ func (h *Handler) lock(ctx *fasthttp.RequestCtx) {
 	if !decode(ctx, &req) || !actAs(ctx, &req.NodeID) {
 		return
 	}
-	resp, err := h.coord().Lock(ctx, req)
+	var c context.Context = ctx
+	if req.ResourceID == api.ReapLockResource && h.adminIdentity(ctx) {
+		c = lockserver.AsAdmin(ctx)
+	}
+	resp, err := h.coord().Lock(c, req)
 	reply(ctx, resp, err)
 }
 

@@ -34,6 +34,7 @@ func startClockedPeers(t *testing.T, grace time.Duration) (*peers, *testClock, t
 	cfg := lockserver.DefaultConfig()
 	cfg.LeaseTTL, cfg.ClaimTimeout, cfg.SessionTTL, cfg.NodeExpiry = 24*time.Hour, 24*time.Hour, 24*time.Hour, 48*time.Hour
 	cfg.ReapGrace = grace
+	cfg.Reapers, cfg.ReapersRequired, cfg.MaxReapHold = []string{"node-a", "node-c"}, true, 48*time.Hour
 	clock := &testClock{}
 	started := clock.now()
 	l, err := lockserver.NewCoordinator(cfg, lockserver.Options{Refs: newTestRefs(), Now: clock.now})
@@ -129,7 +130,7 @@ func TestReapUnknownModeRefused(t *testing.T) {
 // 400 and hold nothing. The requester holds the reap lock and the grace
 // is 0, so an accepted request is granted.
 func TestReapModeByLockType(t *testing.T) {
-	p := startPeers(t, func(c *Config) { c.ReapGrace = 0 })
+	p := startPeers(t, func(c *Config) { c.ReapGrace, c.Reapers = 0, []string{"node-a"} })
 	p.acquire(t, "node-a", api.OperationUpdate, api.ReapLockResource, "")
 	types := []api.OperationType{api.OperationPull, api.OperationUpdate, api.OperationDelete}
 	modes := []api.ReapMode{"", api.ReapOrphan, api.ReapDangling, "bogus", "Orphan", " dangling", "orphan,dangling"}
@@ -159,7 +160,7 @@ func TestReapModeByLockType(t *testing.T) {
 // blob node-a references, without the reaper's lock, and its unlock
 // dropped node-a's reference. Only the reap lock's holder may send it.
 func TestReapNeedsTheReapLock(t *testing.T) {
-	p := startPeers(t, func(c *Config) { c.ReapGrace = 0 })
+	p := startPeers(t, func(c *Config) { c.ReapGrace, c.Reapers = 0, []string{"mallory"} })
 	p.addRef(t, "node-a", blob)
 	for _, mode := range []api.ReapMode{api.ReapDangling, api.ReapOrphan} {
 		code, body := p.lockAs(t, "node-c", api.OperationDelete, blob, mode)
@@ -203,9 +204,9 @@ func TestReapGrace(t *testing.T) {
 	lease := p.acquire(t, "node-a", api.OperationDelete, orphan, api.ReapOrphan)
 	p.unlock(t, "node-a", api.OperationDelete, orphan, lease, false)
 
-	// A reference added: refused within the grace of it.
+	// The reaper's own reference added: refused within the grace of it.
 	beforeRef := clock.now()
-	p.addRef(t, "node-c", used)
+	p.addRef(t, "node-a", used)
 	afterRef := clock.now()
 	refusedWithin := func(why string) {
 		t.Helper()
@@ -214,7 +215,7 @@ func TestReapGrace(t *testing.T) {
 		requireCode(t, http.StatusConflict, api.CodeInUse, code, body)
 		require.Contains(t, decodeAs[api.ErrorResponse](t, body).Error, "within the coordinator's reap grace")
 		p.requireNoDelete(t, used)
-		p.requireRefs(t, used, []string{"node-c"}, why)
+		p.requireRefs(t, used, []string{"node-a"}, why)
 	}
 	refusedWithin("right after the reference")
 	clock.advance(grace - time.Minute)
@@ -224,7 +225,7 @@ func TestReapGrace(t *testing.T) {
 	lease = p.acquire(t, "node-a", api.OperationDelete, used, api.ReapDangling)
 	require.GreaterOrEqual(t, beforeGrant.Sub(afterRef), grace, "granted after the grace")
 	p.unlock(t, "node-a", api.OperationDelete, used, lease, true)
-	p.requireRefs(t, used, nil, "a dangling reap drops the references, by design")
+	p.requireRefs(t, used, nil, "a dangling reap drops the reaper's own reference")
 
 	// A pull completed while the reap delete queued behind it: refused
 	// when its turn comes.

@@ -98,7 +98,7 @@ func Open(cfg Config) (*Server, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	locker, err := lockserver.NewCoordinator(cfg.Config, lockserver.Options{
+	locker, err := lockserver.NewCoordinator(cfg.CoordinatorConfig(), lockserver.Options{
 		Refs:       refcount.NewManager(storage),
 		Registerer: reg,
 	})
@@ -113,6 +113,9 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.storage = storage
+	if c := cfg.CoordinatorConfig(); c.ReapersRequired && len(c.Reapers) == 0 {
+		log.L.Warn("no --reapers: with node identities no node runs the reaper, so nothing is reclaimed; name the reaper nodes with --reapers")
+	}
 	return s, nil
 }
 
@@ -199,6 +202,17 @@ func (cfg Config) authOptions() ([]HandlerOption, error) {
 		opts = append(opts, WithCertIdentity())
 	}
 	return opts, nil
+}
+
+// CoordinatorConfig is the Coordinator's configuration: cfg's, where an
+// empty --reapers designates nobody once nodes have identities of their
+// own (a node token or certificate must not make its holder the reaper);
+// without them every caller may act as any node, and any node may reap
+// unless --reapers names some (docs/design.md §8.12).
+func (cfg Config) CoordinatorConfig() lockserver.Config {
+	c := cfg.Config
+	c.ReapersRequired = cfg.NodeTokensFile != "" || cfg.TLSNodeIdentity
+	return c
 }
 
 // checkAuthModes refuses a shared token with node identities: whoever has
