@@ -57,13 +57,14 @@ type Coordinator interface {
 	// coordinator has not heard from it, and the coordinator's node
 	// expiry.
 	Members(ctx context.Context) (Membership, error)
-	// ExpireMember asks the coordinator to forget nodeID, which the
-	// reaper (holding reapLock, the reap lock) has seen leave its marker
-	// unchanged for markerUnchanged (docs/design.md §8.4). The
-	// coordinator checks its own measure of the node's absence too;
-	// ErrNotExpired when the node is live or either measure falls short
-	// of the node expiry. It returns the coordinator's measure.
-	ExpireMember(ctx context.Context, reapLock Lock, nodeID string, markerUnchanged time.Duration) (absent time.Duration, err error)
+	// ExpireMember asks the coordinator to forget nodeID, reporting its
+	// marker as the reaper (holding reapLock, the reap lock) sees it now
+	// (docs/design.md §8.4). The coordinator measures both the node's
+	// absence and how long this reaper has reported the same marker
+	// state itself; ErrNotExpired when the node is live or either
+	// measure falls short of the node expiry (each call counts as a
+	// report). It returns the coordinator's measure of the absence.
+	ExpireMember(ctx context.Context, reapLock Lock, nodeID string, marker MarkerReport) (absent time.Duration, err error)
 	// DeleteCompletion returns the coordinator's retained completion of
 	// the last delete of dgst (Done false when it retains none): the
 	// reaper unlinks a trash entry only when that delete succeeded with
@@ -200,6 +201,21 @@ type SessionInfo struct {
 	// NewMember: the coordinator had no member record of this node.
 	NewMember bool
 }
+
+// MarkerReport is the reaper's observation of a member's marker.
+type MarkerReport struct {
+	// State is an opaque fingerprint of the marker's content, size and
+	// mtime; empty when the reaper sees no marker.
+	State string
+	// Unchanged is how long this reaper has seen State (its own
+	// monotonic clock): sent for older coordinators, which took it as it
+	// was; a current one measures for itself.
+	Unchanged time.Duration
+}
+
+// ErrForbidden: the coordinator refused this node what only a designated
+// node may do (the reaper's lock, docs/design.md §8.12).
+var ErrForbidden = errors.New("contentv2: not allowed to this node")
 
 // Refusals of a Coordinator.
 var (

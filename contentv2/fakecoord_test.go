@@ -426,8 +426,10 @@ func (c *fakeCluster) checkDelete(node string, req LockRequest) error {
 			return fmt.Errorf("reap delete of %s without the reap lock: %w", req.ResourceID, errdefs.ErrPermissionDenied)
 		}
 	}
-	if req.Reap != ReapDangling && len(c.refs[req.ResourceID]) > 0 {
-		return fmt.Errorf("delete:%s: %w", req.ResourceID, ErrInUse)
+	for ref := range c.refs[req.ResourceID] {
+		if req.Reap != ReapDangling || ref != node {
+			return fmt.Errorf("delete:%s: %w", req.ResourceID, ErrInUse)
+		}
 	}
 	for id, m := range c.members {
 		if !m.synced {
@@ -465,7 +467,7 @@ func (c *fakeCluster) releaseLocked(l *fakeLock, success bool) {
 		delete(c.pulled, l.resource)
 		c.completed[l.resource] = DeleteCompletion{Done: true, Fence: l.fence}
 		if l.reap == ReapDangling {
-			delete(c.refs, l.resource)
+			delete(c.refs[l.resource], l.node)
 		}
 	}
 	q := c.queues[l.resource]
@@ -576,7 +578,7 @@ func (n *fakeNode) Members(context.Context) (ms Membership, err error) {
 	return ms, nil
 }
 
-func (n *fakeNode) ExpireMember(_ context.Context, reapLock Lock, nodeID string, markerUnchanged time.Duration) (absent time.Duration, err error) {
+func (n *fakeNode) ExpireMember(_ context.Context, reapLock Lock, nodeID string, marker MarkerReport) (absent time.Duration, err error) {
 	c := n.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -589,7 +591,7 @@ func (n *fakeNode) ExpireMember(_ context.Context, reapLock Lock, nodeID string,
 		return 0, fmt.Errorf("expire %s: not the reap lock: %w", nodeID, errdefs.ErrPermissionDenied)
 	}
 	m := c.members[nodeID]
-	if m == nil || m.live || c.absent[nodeID] < c.expiry || markerUnchanged < c.expiry {
+	if m == nil || m.live || c.absent[nodeID] < c.expiry || marker.State == "" || marker.Unchanged < c.expiry {
 		return 0, fmt.Errorf("expire %s: %w", nodeID, ErrNotExpired)
 	}
 	delete(c.members, nodeID)

@@ -2,8 +2,11 @@ package contentv2
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -68,6 +71,20 @@ func (a markerState) equal(b markerState) bool {
 	return a.content == b.content && a.size == b.size && a.mtime.Equal(b.mtime) && a.missing == b.missing
 }
 
+// fingerprint is what the reaper reports of the state to the
+// coordinator (docs/design.md §8.4): a hash of its content, size and
+// mtime; "" for a missing marker, which is evidence of nothing (a reaper
+// whose view of the root is empty sees every marker missing).
+func (a markerState) fingerprint() string {
+	if a.missing {
+		return ""
+	}
+	h := sha256.New()
+	_, _ = fmt.Fprintf(h, "%d\x00%d\x00", a.size, a.mtime.UnixNano())
+	h.Write([]byte(a.content))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // readMarkerState reads node's marker as the reaper sees it.
 func readMarkerState(root, node string) (markerState, error) {
 	path := filepath.Join(nodesDir(root), node)
@@ -107,4 +124,14 @@ func (m *ReapMemory) observeMarker(root, node string, now time.Time) time.Durati
 		return 0
 	}
 	return now.Sub(seen.since)
+}
+
+// markerReport is what the reaper tells the coordinator of node's marker
+// as last observed.
+func (m *ReapMemory) markerReport(node string) MarkerReport {
+	seen, ok := m.markers[node]
+	if !ok {
+		return MarkerReport{}
+	}
+	return MarkerReport{State: seen.state.fingerprint()}
 }

@@ -12,6 +12,7 @@ type metrics struct {
 	syncs         prometheus.Counter
 	reaped        *prometheus.CounterVec
 	reapable      prometheus.Gauge
+	missingBlobs  prometheus.Gauge
 	sharedBytes   prometheus.Counter
 	// Sessions (session.go).
 	renewalSent     prometheus.Gauge
@@ -60,6 +61,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sharedcontent_reaper_reclaimable_bytes",
 			Help: "Bytes of blobs nobody references, found by the last reaper pass (reclaimed once older than the grace).",
 		}),
+		missingBlobs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sharedcontent_store_missing_blobs",
+			Help: "Blobs this node references (its journal) that its view of the shared root did not hold at the reaper's last check. Its own references to them are dropped once missing for the grace, unless more than a tenth are missing at once: then the root is suspect and nothing is dropped.",
+		}),
 		sharedBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sharedcontent_store_shared_bytes_total",
 			Help: "Bytes of blobs this node started using without downloading them: found in the shared directory, downloaded by another node (or by this one before its journal was lost). The registry bytes this node saved.",
@@ -90,7 +95,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.uncoordinated, m.writes, m.follows, m.deletes, m.waits, m.synced, m.syncs, m.reaped, m.reapable, m.sharedBytes,
+		for _, c := range []prometheus.Collector{m.uncoordinated, m.writes, m.follows, m.deletes, m.waits, m.synced, m.syncs, m.reaped, m.reapable, m.missingBlobs, m.sharedBytes,
 			m.renewalSent, m.failOpenSince, m.failOpenDelay, m.sessionRefusals, m.forgotten, m.forgottenGone} {
 			if err := reg.Register(c); err != nil {
 				return nil, err

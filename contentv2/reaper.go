@@ -7,35 +7,41 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/containerd/log"
+	"github.com/opencontainers/go-digest"
 )
 
 // The reaper (docs/design.md §8.12). containerd offers a blob for deletion only when its
 // own metadata changed, so a blob kept for another node may never be
 // offered again once that node lets go of it, and a forgotten node's blobs
-// are nobody's. One node at a time, holding the reap lock, walks the
-// shared directory, decides (PlanReap, reapplan.go) and reclaims, under
-// the delete rule:
+// are nobody's. One node's view of the shared root is evidence about that
+// node only. So every node, at each pass, drops its own references to
+// blobs its root has not held at two checks a grace apart (its journal
+// against its root, dropOwnDangling); and one node at a time, a
+// designated reaper holding the reap lock, walks the shared directory,
+// decides (PlanReap, reapplan.go) and reclaims, under the delete rule:
 //   - blobs nobody references, older than the grace (ReapOrphan);
-//   - references to blobs that do not exist, seen so for the grace
-//     (ReapDangling);
 //   - ingests and node markers of nodes that are no longer members, and
 //     leftovers in .trash, older than the grace: unlinked after a
 //     successful delete of them, restored otherwise (§8.11);
 //   - members gone by both measures: the coordinator has not heard from
 //     them, and their marker has not changed, for the node expiry (the
-//     coordinator checks its own measure again before it forgets).
+//     reaper reports the marker's state; the coordinator measures both).
 //
+// A reaper never drops another node's reference: references to missing
+// blobs it sees are reported (the plan's Dangling), and each goes with
+// its node (that node's own pass, its expiry, `node forget`).
 // A blob being pulled is safe: its pull lock excludes the delete lock. A
 // blob used by a node cut off from the coordinator is safe: that node is
 // unsynced, and the delete rule refuses every delete until it syncs; and
 // while it runs its marker changes, so it is never expired. The
-// coordinator checks too: it grants a reap delete only to the node that
-// holds the reap lock (ReapLockResource), and only outside its own reap
-// grace of the resource's last pull or reference change.
+// coordinator checks too: it grants the reap lock only to a designated
+// reaper, and a reap delete only to the node holding it, outside its own
+// reap grace of the resource's last pull or reference change.
 
 // ReapLockResource is the reap lock: the resource whose update lock the
 // reaper holds for its whole pass. The coordinator grants a reap delete
@@ -55,7 +61,8 @@ type ReapReport struct {
 	// ReclaimableBytes counts every unreferenced blob found, also those
 	// still within the grace or kept by the delete rule.
 	Orphans, OrphanBytes, ReclaimableBytes int64
-	// Dangling counts references to missing blobs dropped.
+	// Dangling counts this node's own references to missing blobs
+	// dropped (by every node, also without the reap lock).
 	Dangling int
 	// Ingests, Markers and Trash count leftovers removed; TrashRestored
 	// the trash entries put back in place, for want of a successful
@@ -69,6 +76,12 @@ type ReapReport struct {
 type reaperState struct {
 	pass sync.Mutex // one pass at a time on this node
 	mem  ReapMemory
+	// missing: this node's referenced blobs its root did not hold, each
+	// since it was first seen so (monotonic); protected by pass.
+	missing map[digest.Digest]time.Time
+	// forbidden: the coordinator refused this node the reap lock (not a
+	// designated reaper), logged once; protected by pass.
+	forbidden bool
 }
 
 func (s *store) reapLoop() {
@@ -95,18 +108,28 @@ func (s *store) reapLoop() {
 	}
 }
 
-// Reap runs one reaper pass: it takes the reap lock, plans and acts.
+// Reap runs one reaper pass: it drops this node's own dangling
+// references, then takes the reap lock, plans and acts.
 func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 	s.reaper.pass.Lock()
 	defer s.reaper.pass.Unlock()
 	var rep ReapReport
+	s.dropOwnDangling(ctx, &rep)
 	lk, err := s.coord.Lock(ctx, LockRequest{Type: OpUpdate, ResourceID: ReapLockResource})
-	if errors.Is(err, ErrLocked) {
+	switch {
+	case errors.Is(err, ErrLocked):
 		return rep, nil
-	}
-	if err != nil {
+	case errors.Is(err, ErrForbidden):
+		// Not a designated reaper (--reapers on the coordinator).
+		if !s.reaper.forbidden {
+			s.reaper.forbidden = true
+			log.G(ctx).WithError(err).WithField("node", s.nodeID).Info("reaper: this node is not a designated reaper; it drops only its own dangling references")
+		}
+		return rep, nil
+	case err != nil:
 		return rep, fmt.Errorf("reaper: %w", err)
 	}
+	s.reaper.forbidden = false
 	defer func() {
 		if err := lk.Unlock(context.WithoutCancel(ctx), true, nil); err != nil {
 			log.G(ctx).WithError(err).Warn("reaper: releasing the reap lock")
@@ -122,9 +145,8 @@ func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 	if err := s.reapOrphans(ctx, plan.Orphans, &rep); err != nil {
 		return rep, err
 	}
-	s.reapDangling(ctx, plan.Dangling, &rep)
 	s.reapLeftovers(ctx, plan, &rep)
-	s.expireMembers(ctx, lk, plan.Expire, &rep)
+	s.expireMembers(ctx, lk, plan, &rep)
 	s.metrics.reapable.Set(float64(rep.ReclaimableBytes))
 	return rep, nil
 }
@@ -152,23 +174,101 @@ func (s *store) reapOrphans(ctx context.Context, orphans []ReapBlob, rep *ReapRe
 	return nil
 }
 
-// reapDangling drops the planned dangling references, each under the
-// delete rule, once the delete lock shows the blob still missing.
-func (s *store) reapDangling(ctx context.Context, dangling []ReapRef, rep *ReapReport) {
-	for _, r := range dangling {
-		lk, err := s.coord.Lock(ctx, LockRequest{Type: OpDelete, ResourceID: r.Resource, Reap: ReapDangling})
-		if err != nil {
+// dropOwnDangling drops this node's own references to blobs its root has
+// not held at two checks (passes) a grace apart (docs/design.md §8.12):
+// its journal against its own view. It drops none while more than a
+// tenth of them (and more than one) are missing at once: a view that
+// empty is the root's fault (not mounted, another filesystem) far more
+// likely than the blobs', and it warns instead. Callers hold
+// s.reaper.pass.
+func (s *store) dropOwnDangling(ctx context.Context, rep *ReapReport) {
+	l := log.G(ctx).WithField("node", s.nodeID)
+	refs, err := s.journal.snapshot()
+	if err != nil {
+		l.WithError(err).Warn("reaper: reading the node journal")
+		return
+	}
+	now := time.Now()
+	missing := map[digest.Digest]time.Time{}
+	var due []digest.Digest
+	for _, d := range refs {
+		if _, err := os.Stat(s.blobPath(d)); !errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		// Under the delete lock no pull can commit it: look once more.
-		_, err = os.Stat(s.blobPath(r.blobMissing))
-		missing := errors.Is(err, fs.ErrNotExist)
-		if uerr := lk.Unlock(context.WithoutCancel(ctx), missing, nil); uerr == nil && missing {
-			rep.Dangling++
-			rep.Done.Dangling = append(rep.Done.Dangling, r)
-			s.metrics.reaped.WithLabelValues("dangling").Inc()
+		first, seen := s.reaper.missing[d]
+		if !seen {
+			first = now
+		}
+		missing[d] = first
+		if seen && now.Sub(first) >= s.reapGrace {
+			due = append(due, d)
 		}
 	}
+	s.reaper.missing = missing
+	s.metrics.missingBlobs.Set(float64(len(missing)))
+	if len(missing) > 1 && len(missing)*10 > len(refs) {
+		l.WithField("missing", len(missing)).WithField("referenced", len(refs)).WithField("root", s.root).
+			Warn("reaper: more than a tenth of this node's blobs are missing from its view of the shared root; is the root mounted? No reference dropped")
+		return
+	}
+	for _, d := range due {
+		if s.dropDangling(ctx, d) {
+			rep.Dangling++
+			rep.Done.Dangling = append(rep.Done.Dangling, ReapRef{Resource: d.String(), Nodes: []string{s.nodeID}, MissingFor: now.Sub(missing[d]), blobMissing: d})
+			s.metrics.reaped.WithLabelValues("dangling").Inc()
+			delete(s.reaper.missing, d)
+		}
+	}
+}
+
+// dropDangling drops this node's reference to dgst, missing from its
+// root: a delete of its own (no reap mode), which drops that reference
+// at the coordinator whether granted or refused, and removes nothing.
+// Under the delete lock, or after a refusal, the blob is looked for once
+// more; one found after all is referenced again. It reports whether the
+// reference went.
+func (s *store) dropDangling(ctx context.Context, dgst digest.Digest) bool {
+	l := log.G(ctx).WithField("digest", dgst).WithField("node", s.nodeID)
+	s.mu.Lock()
+	delete(s.referenced, dgst)
+	s.mu.Unlock()
+	var lk Lock
+	err := s.coordinate(ctx, func(ctx context.Context) (err error) {
+		lk, err = s.coord.Lock(ctx, LockRequest{Type: OpDelete, ResourceID: dgst.String()})
+		return err
+	})
+	if err != nil && !isRefusal(err) {
+		// Unknown whether it arrived: the journal keeps the reference,
+		// and the next sync sends it again.
+		l.WithError(err).Debug("reaper: dropping a dangling reference of this node")
+		return false
+	}
+	if errors.Is(err, ErrLocked) {
+		// A pull (perhaps this node's commit) or a delete is in flight:
+		// not now. The refused delete dropped the reference: add it back.
+		if rerr := s.reference(ctx, dgst, false); rerr != nil {
+			l.WithError(rerr).Debug("reaper: referencing again a blob being pulled")
+		}
+		return false
+	}
+	_, serr := os.Stat(s.blobPath(dgst))
+	missing := errors.Is(serr, fs.ErrNotExist)
+	if err == nil {
+		if uerr := lk.Unlock(context.WithoutCancel(ctx), missing, nil); uerr != nil {
+			l.WithError(uerr).Debug("reaper: releasing the delete lock of a dangling reference")
+		}
+	}
+	if !missing {
+		if rerr := s.reference(ctx, dgst, true); rerr != nil {
+			l.WithError(rerr).Warn("reaper: a blob seen missing is back; referencing it again failed (the next sync sends the journal's reference)")
+		}
+		return false
+	}
+	if jerr := s.journal.remove(dgst); jerr != nil {
+		l.WithError(jerr).Warn("node journal")
+	}
+	l.Info("reaper: dropped this node's reference to a blob missing from its root for the grace")
+	return true
 }
 
 // reapLeftovers removes the planned ingests and markers, and settles the
@@ -202,15 +302,25 @@ func (s *store) reapLeftovers(ctx context.Context, plan ReapPlan, rep *ReapRepor
 	}
 }
 
-// expireMembers asks the coordinator to forget the planned members, and
-// says so loudly.
-func (s *store) expireMembers(ctx context.Context, lk Lock, members []ReapMember, rep *ReapReport) {
-	for _, m := range members {
+// expireMembers reports the marker of every member that is not live to
+// the coordinator, asking it to forget the member: the coordinator
+// measures how long this reaper has reported the same state, and forgets
+// only a member gone by both of its measures. The members the plan found
+// gone are logged loudly; a member whose marker the reaper does not see
+// is not reported (that proves nothing).
+func (s *store) expireMembers(ctx context.Context, lk Lock, plan ReapPlan, rep *ReapReport) {
+	planned := len(plan.Expire)
+	for i, m := range append(slices.Clone(plan.Expire), plan.Absent...) {
+		if m.marker == "" {
+			continue
+		}
 		l := log.G(ctx).WithField("node", m.Node).WithField("marker_unchanged", m.MarkerUnchanged).
 			WithField("reaper", s.nodeID)
-		absent, err := s.coord.ExpireMember(ctx, lk, m.Node, m.MarkerUnchanged)
+		absent, err := s.coord.ExpireMember(ctx, lk, m.Node, MarkerReport{State: m.marker, Unchanged: m.MarkerUnchanged})
 		if err != nil {
-			l.WithError(err).WithField("absent", m.Absent).Info("reaper: the coordinator kept a member the reaper found gone")
+			if i < planned {
+				l.WithError(err).WithField("absent", m.Absent).Info("reaper: the coordinator kept a member the reaper found gone")
+			}
 			continue
 		}
 		rep.Expired++

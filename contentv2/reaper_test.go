@@ -2,10 +2,12 @@ package contentv2
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -117,28 +119,88 @@ func TestReaperPlanIsNoPromise(t *testing.T) {
 	require.FileExists(t, s.blobPath(old))
 }
 
-// TestReaperDropsDanglingReferences: a reference to a missing blob is
-// dropped only once this reaper has seen it missing for the grace.
-func TestReaperDropsDanglingReferences(t *testing.T) {
+// TestReaperDropsOnlyOwnDanglingReferences: a reference to a missing blob
+// was dropped by whichever node held the reap lock, whoever held it. Now
+// a node drops only its own (its journal against its root), once it has
+// seen the blob missing at two passes a grace apart; another node's
+// reference stays, reported in the plan.
+func TestReaperDropsOnlyOwnDanglingReferences(t *testing.T) {
 	c, s := reapEnv(t)
 	ctx := context.Background()
-	missing := digest.FromString("missing").String()
-	c.addRef(missing, "node-2")
+	others := digest.FromString("missing, node-2's").String()
+	c.addRef(others, "node-2")
+	own := digest.FromString("missing, node-1's")
+	require.NoError(t, s.reference(ctx, own, false))
+	for i := range 20 { // present: the missing one is a small fraction
+		d := putBlob(t, s, fmt.Sprint("present ", i), 0)
+		require.NoError(t, s.reference(ctx, d, true))
+	}
 
 	rep, err := s.Reap(ctx)
 	require.NoError(t, err)
-	require.Empty(t, rep.Plan.Dangling)
-	require.Equal(t, 1, rep.Plan.WaitingDangling)
-	require.Equal(t, []string{"node-2"}, c.nodesOf(missing), "within the grace")
+	require.Zero(t, rep.Dangling, "first seen missing now")
+	require.Equal(t, []string{"node-1"}, c.nodesOf(own.String()))
 
-	s.reaper.mem.mu.Lock()
-	s.reaper.mem.dangling[missing] = s.reaper.mem.dangling[missing].Add(-reapGrace)
-	s.reaper.mem.mu.Unlock()
+	age := func() {
+		s.reaper.pass.Lock()
+		s.reaper.missing[own] = s.reaper.missing[own].Add(-reapGrace)
+		s.reaper.pass.Unlock()
+		s.reaper.mem.mu.Lock()
+		s.reaper.mem.dangling[others] = s.reaper.mem.dangling[others].Add(-reapGrace)
+		s.reaper.mem.mu.Unlock()
+	}
+	age()
 	rep, err = s.Reap(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Dangling)
-	require.Empty(t, c.nodesOf(missing))
-	requireReapDeletesUnderTheReapLock(t, c)
+	require.Empty(t, c.nodesOf(own.String()), "its own reference went")
+	require.False(t, s.journal.has(own), "and its journal entry")
+	require.Equal(t, []string{others}, resources(rep.Plan.Dangling), "node-2's is reported")
+	require.Equal(t, []string{"node-2"}, c.nodesOf(others), "and stays")
+	age()
+	rep, err = s.Reap(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"node-2"}, c.nodesOf(others), "at every pass")
+	for _, call := range calls(c.recorded(), "Lock") {
+		require.NotEqual(t, ReapDangling, call.Reap, "no dangling reap is sent: %+v", call)
+	}
+}
+
+// TestReaperEmptyViewDropsNothing: a node whose root view is empty (not
+// mounted) sees all its blobs missing; it drops none of its references,
+// and says so.
+func TestReaperEmptyViewDropsNothing(t *testing.T) {
+	c, s := reapEnv(t)
+	ctx := context.Background()
+	var refs []digest.Digest
+	for i := range 5 {
+		d := digest.FromString(fmt.Sprint("unmounted ", i))
+		refs = append(refs, d)
+		require.NoError(t, s.reference(ctx, d, false))
+	}
+	for range 2 {
+		rep, err := s.Reap(ctx)
+		require.NoError(t, err)
+		require.Zero(t, rep.Dangling)
+		s.reaper.pass.Lock()
+		for d, at := range s.reaper.missing {
+			s.reaper.missing[d] = at.Add(-reapGrace)
+		}
+		s.reaper.pass.Unlock()
+	}
+	for _, d := range refs {
+		require.Equal(t, []string{"node-1"}, c.nodesOf(d.String()), "reference to %s kept", d)
+		require.True(t, s.journal.has(d))
+	}
+	require.Equal(t, 5.0, testutil.ToFloat64(s.metrics.missingBlobs))
+}
+
+func resources(rs []ReapRef) []string {
+	out := []string{}
+	for _, r := range rs {
+		out = append(out, r.Resource)
+	}
+	return out
 }
 
 // TestReaperExpiresGoneMembers: a member is expired only once it is absent
@@ -172,9 +234,10 @@ func TestReaperExpiresGoneMembers(t *testing.T) {
 	expired := c.expired
 	c.mu.Unlock()
 	require.Equal(t, []string{"node-3"}, expired)
-	for _, call := range calls(c.recorded(), "ExpireMember") {
-		require.NoError(t, call.Err, "asked with the reap lock held")
-	}
+	expires := calls(c.recorded(), "ExpireMember")
+	require.Len(t, expires, 2, "reported at the first pass too: the coordinator measures from the first report")
+	require.ErrorIs(t, expires[0].Err, ErrNotExpired)
+	require.NoError(t, expires[1].Err, "asked with the reap lock held")
 }
 
 func members(ms []ReapMember) []string {

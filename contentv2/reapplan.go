@@ -57,7 +57,8 @@ type ReapPlan struct {
 	// Orphans are blobs nobody references, older than the grace.
 	Orphans []ReapBlob `json:"orphans"`
 	// Dangling are references to blobs that do not exist, seen so by this
-	// memory for the grace.
+	// memory for the grace. A reaper drops none of them: each node drops
+	// its own, seen missing in its own view (docs/design.md §8.12).
 	Dangling []ReapRef `json:"dangling"`
 	// Ingests and Markers are those of nodes that are no longer members,
 	// and Trash the leftovers of deletes, all older than the grace.
@@ -110,6 +111,9 @@ type ReapMember struct {
 	Absent time.Duration `json:"absent_ns"`
 	// MarkerUnchanged is this memory's measure.
 	MarkerUnchanged time.Duration `json:"marker_unchanged_ns"`
+	// marker is the fingerprint of the marker's state as last observed,
+	// reported to the coordinator; "" when missing.
+	marker string
 }
 
 // PlanReap decides what a reaper pass would remove now from the shared
@@ -334,8 +338,10 @@ func (m *ReapMemory) planExpiry(root string, ms Membership, plan *ReapPlan) {
 		if n.Live {
 			continue
 		}
-		rm := ReapMember{Node: n.ID, Absent: n.Absent, MarkerUnchanged: unchanged}
-		if ms.NodeExpiry > 0 && n.Absent >= ms.NodeExpiry && unchanged >= ms.NodeExpiry {
+		rm := ReapMember{Node: n.ID, Absent: n.Absent, MarkerUnchanged: unchanged, marker: m.markerReport(n.ID).State}
+		// A missing marker is evidence of nothing (an empty view sees
+		// every marker missing): never expired on it.
+		if ms.NodeExpiry > 0 && n.Absent >= ms.NodeExpiry && unchanged >= ms.NodeExpiry && rm.marker != "" {
 			plan.Expire = append(plan.Expire, rm)
 		} else {
 			plan.Absent = append(plan.Absent, rm)

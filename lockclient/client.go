@@ -279,12 +279,14 @@ func (c *Client) Forget(ctx context.Context, nodeID string) error {
 }
 
 // Expire asks the coordinator to forget nodeID, shown gone (docs/design.md
-// §8.4): this client's node holds lease, the reap lock's, and has seen
-// nodeID's marker unchanged for markerUnchanged. The coordinator checks its
-// own measure of the node's absence too; api.ErrNotExpired when either is
-// short of its node expiry.
-func (c *Client) Expire(ctx context.Context, nodeID string, lease *Lease, markerUnchanged time.Duration) (api.ExpireResponse, error) {
-	req := api.ExpireRequest{NodeID: c.opts.nodeID, MarkerUnchangedMs: markerUnchanged.Milliseconds()}
+// §8.4): this client's node holds lease, the reap lock's, and sees
+// nodeID's marker in state marker ("" none), unchanged for
+// markerUnchanged by its own clock (which only an admin's call, without a
+// lease, is taken on). The coordinator measures the node's absence and
+// the marker's reports itself; api.ErrNotExpired when either is short of
+// its node expiry.
+func (c *Client) Expire(ctx context.Context, nodeID string, lease *Lease, marker string, markerUnchanged time.Duration) (api.ExpireResponse, error) {
+	req := api.ExpireRequest{NodeID: c.opts.nodeID, Marker: marker, MarkerUnchangedMs: markerUnchanged.Milliseconds()}
 	if lease != nil {
 		req.NodeID, req.LeaseID = lease.NodeID, lease.ID
 	}

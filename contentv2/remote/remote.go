@@ -38,6 +38,7 @@ var refusals = []struct{ from, to error }{
 	{api.ErrMemberLive, contentv2.ErrNotExpired},
 	{lockclient.ErrLate, contentv2.ErrLate},
 	{lockclient.ErrDuplicateNode, contentv2.ErrDuplicateNode},
+	{api.ErrForbidden, contentv2.ErrForbidden},
 }
 
 func mapErr(err error) error {
@@ -236,12 +237,12 @@ func (s *coordinator) Members(ctx context.Context) (contentv2.Membership, error)
 	return out, nil
 }
 
-func (s *coordinator) ExpireMember(ctx context.Context, reapLock contentv2.Lock, nodeID string, markerUnchanged time.Duration) (time.Duration, error) {
+func (s *coordinator) ExpireMember(ctx context.Context, reapLock contentv2.Lock, nodeID string, marker contentv2.MarkerReport) (time.Duration, error) {
 	l, ok := reapLock.(*lease)
 	if !ok || l.l.ResourceID != api.ReapLockResource {
 		return 0, fmt.Errorf("expire node %s: not the reap lock: %w", nodeID, errdefs.ErrInvalidArgument)
 	}
-	resp, err := s.c.Expire(ctx, nodeID, l.l, markerUnchanged)
+	resp, err := s.c.Expire(ctx, nodeID, l.l, marker.State, marker.Unchanged)
 	if err != nil {
 		return 0, mapErr(err)
 	}

@@ -216,14 +216,14 @@ func TestExpireMember(t *testing.T) {
 
 	other, err := n1.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpUpdate, ResourceID: blobDigest(1).String()})
 	require.NoError(t, err)
-	_, err = n1.ExpireMember(ctx, other, "node-2", time.Hour)
+	_, err = n1.ExpireMember(ctx, other, "node-2", contentv2.MarkerReport{State: "s", Unchanged: time.Hour})
 	require.ErrorIs(t, err, errdefs.ErrInvalidArgument, "not the reap lock")
 	require.NoError(t, other.Unlock(ctx, true, nil))
 
 	reap, err := n1.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpUpdate, ResourceID: contentv2.ReapLockResource})
 	require.NoError(t, err)
 	defer reap.Unlock(ctx, true, nil)
-	_, err = n1.ExpireMember(ctx, reap, "node-2", time.Hour)
+	_, err = n1.ExpireMember(ctx, reap, "node-2", contentv2.MarkerReport{State: "s", Unchanged: time.Hour})
 	require.ErrorIs(t, err, contentv2.ErrNotExpired, "node-2 is live")
 	ms, err := n1.Members(ctx)
 	require.NoError(t, err)
