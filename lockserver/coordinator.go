@@ -44,9 +44,9 @@ type Coordinator struct {
 	// reapCut: node → when its hold of the reaper's lock reached the
 	// bound (reap.go); protected by the reap lock's shard mutex.
 	reapCut map[string]time.Time
-	// markers: member → its marker's state as the reaper reported it
-	// (expire.go); protected by mmu.
-	markers map[string]markerReport
+	// markers: member → reaper → its marker's state as that reaper
+	// reported it (expire.go); protected by mmu.
+	markers map[string]map[string]markerReport
 	// trace, when set (by tests), is called under the shard mutex at every
 	// enqueue and grant.
 	trace func(event string, t typeIndex, resourceID, requestID string)

@@ -27,12 +27,13 @@ import (
 // The coordinator runs no expiry of its own: the reaper asks (Expire), and
 // the coordinator checks both measures itself before it forgets.
 
-// markerReport is the state of a member's marker as a reaper reported
+// markerReport is the state of a member's marker as one reaper reported
 // it, and since when (the coordinator's uptime) that reaper has reported
-// that state.
+// that state. Each reaper's reports are kept apart: one reaper's view
+// neither extends nor resets another's.
 type markerReport struct {
-	state, by string
-	since     time.Duration
+	state string
+	since time.Duration
 }
 
 // Expire handles POST /nodes/{id}/expire: it forgets nodeID when the
@@ -107,17 +108,22 @@ func (l *Coordinator) Expire(ctx context.Context, nodeID string, req api.ExpireR
 // state. Callers hold mmu.
 func (l *Coordinator) markerReported(node, reaper, state string, now time.Time) time.Duration {
 	up := now.Sub(l.started)
+	byReaper := l.markers[node]
 	if state == "" {
-		delete(l.markers, node)
+		delete(byReaper, reaper)
 		return 0
 	}
-	if r, ok := l.markers[node]; ok && r.state == state && r.by == reaper {
+	if r, ok := byReaper[reaper]; ok && r.state == state {
 		return up - r.since
 	}
-	if l.markers == nil {
-		l.markers = map[string]markerReport{}
+	if byReaper == nil {
+		if l.markers == nil {
+			l.markers = map[string]map[string]markerReport{}
+		}
+		byReaper = map[string]markerReport{}
+		l.markers[node] = byReaper
 	}
-	l.markers[node] = markerReport{state: state, by: reaper, since: up}
+	byReaper[reaper] = markerReport{state: state, since: up}
 	return 0
 }
 
