@@ -40,7 +40,7 @@ func printPlan(tw *tabwriter.Writer, plan contentv2.ReapPlan) {
 		fmt.Fprintf(tw, "orphan blob\t%s\t%s\tno node references it; %s old\n", o.Digest, bytesOf(o.Size), o.Age.Round(time.Second))
 	}
 	for _, d := range plan.Dangling {
-		fmt.Fprintf(tw, "dangling reference\t%s\t\tno file; referenced by %v\n", d.Resource, d.Nodes)
+		fmt.Fprintf(tw, "(kept) dangling reference\t%s\t\tno file in this view; referenced by %v: each node drops only its own, seen missing in its own view; a gone node's go with it (expiry, node forget)\n", d.Resource, d.Nodes)
 	}
 	for _, f := range plan.Ingests {
 		fmt.Fprintf(tw, "ingest\t%s\t%s\tof %s, not a member; %s old\n", f.Path, bytesOf(f.Bytes), f.Node, f.Age.Round(time.Second))
@@ -55,7 +55,7 @@ func printPlan(tw *tabwriter.Writer, plan contentv2.ReapPlan) {
 		fmt.Fprintf(tw, "expire member\t%s\t\tunheard of for %s, marker unchanged for %s\n", m.Node, m.Absent.Round(time.Second), m.MarkerUnchanged.Round(time.Second))
 	}
 	for _, m := range plan.Absent {
-		fmt.Fprintf(tw, "(kept) absent member\t%s\t\tunheard of for %s of the coordinator's uptime; expired only when that and its marker's staleness (seen by the reaper) reach %s\n",
+		fmt.Fprintf(tw, "(kept) absent member\t%s\t\tunheard of for %s of the coordinator's uptime; expired only when that and its marker's staleness (reported by the reaper, measured by the coordinator; a missing marker proves nothing) reach %s\n",
 			m.Node, m.Absent.Round(time.Second), plan.NodeExpiry)
 	}
 	fmt.Fprintf(tw, "(kept) within the grace\t%d orphans, %d dangling references\t\t--reap-grace %s\n", plan.WaitingOrphans, plan.WaitingDangling, plan.Grace)
