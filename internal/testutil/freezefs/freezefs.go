@@ -3,6 +3,7 @@ package freezefs
 import (
 	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,7 +60,11 @@ func Mount(t testing.TB, backing string) *FS {
 	t.Cleanup(func() {
 		f.Thaw()
 		if err := f.server.Unmount(); err != nil {
-			t.Errorf("freezefs: unmounting %s: %v", f.Dir, err)
+			// Files still open (a test that failed half-way): detach it.
+			t.Logf("freezefs: unmounting %s: %v; detaching it", f.Dir, err)
+			if err := syscall.Unmount(f.Dir, syscall.MNT_DETACH); err != nil {
+				t.Errorf("freezefs: detaching %s: %v", f.Dir, err)
+			}
 		}
 	})
 	return f

@@ -3,7 +3,8 @@ package freezefs
 import "github.com/hanwen/go-fuse/v2/fuse"
 
 // frozen passes every request that can block on a real filesystem through
-// the freeze gate. Forget and the releases are not gated: the kernel sends
+// the freeze gate. Files are opened for direct I/O, so that no read is
+// answered from the kernel's page cache while frozen. Forget and the releases are not gated: the kernel sends
 // them without waiting, and they touch no data.
 type frozen struct {
 	fuse.RawFileSystem
@@ -72,12 +73,16 @@ func (f *frozen) Access(c <-chan struct{}, in *fuse.AccessIn) fuse.Status {
 
 func (f *frozen) Create(c <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	f.fs.gate(c)
-	return f.RawFileSystem.Create(c, in, name, out)
+	st := f.RawFileSystem.Create(c, in, name, out)
+	out.OpenFlags |= fuse.FOPEN_DIRECT_IO
+	return st
 }
 
 func (f *frozen) Open(c <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	f.fs.gate(c)
-	return f.RawFileSystem.Open(c, in, out)
+	st := f.RawFileSystem.Open(c, in, out)
+	out.OpenFlags |= fuse.FOPEN_DIRECT_IO
+	return st
 }
 
 func (f *frozen) Read(c <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
