@@ -100,6 +100,9 @@ func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 	s.reaper.pass.Lock()
 	defer s.reaper.pass.Unlock()
 	var rep ReapReport
+	if err := s.guard.refuse("reaper"); err != nil {
+		return rep, err
+	}
 	lk, err := s.coord.Lock(ctx, LockRequest{Type: OpUpdate, ResourceID: ReapLockResource})
 	if errors.Is(err, ErrLocked) {
 		return rep, nil
@@ -113,7 +116,7 @@ func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 		}
 	}()
 	rep.Ran = true
-	plan, err := PlanReap(ctx, s.root, s.coord, ReapOptions{Grace: s.reapGrace, Self: s.nodeID}, &s.reaper.mem)
+	plan, stalls, err := s.planReap(ctx)
 	if err != nil {
 		return rep, err
 	}
@@ -124,6 +127,9 @@ func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 	}
 	s.reapDangling(ctx, plan.Dangling, &rep)
 	s.reapLeftovers(ctx, plan, &rep)
+	if err := s.noStallSince(stalls, "reaper: member expiry"); err != nil {
+		return rep, err
+	}
 	s.expireMembers(ctx, lk, plan.Expire, &rep)
 	s.metrics.reapable.Set(float64(rep.ReclaimableBytes))
 	return rep, nil
@@ -160,8 +166,9 @@ func (s *store) reapDangling(ctx context.Context, dangling []ReapRef, rep *ReapR
 		if err != nil {
 			continue
 		}
-		// Under the delete lock no pull can commit it: look once more.
-		_, err = os.Stat(s.blobPath(r.blobMissing))
+		// Under the delete lock no pull can commit it: look once more
+		// (a root that does not answer is no proof of absence).
+		err = s.guard.do(ctx, "reaper_stat", func() error { _, err := os.Stat(s.blobPath(r.blobMissing)); return err })
 		missing := errors.Is(err, fs.ErrNotExist)
 		if uerr := lk.Unlock(context.WithoutCancel(ctx), missing, nil); uerr == nil && missing {
 			rep.Dangling++
