@@ -87,6 +87,7 @@ func (e *hungRootEnv) timed(what string, call func() error) (time.Duration, erro
 func (e *hungRootEnv) requireTimedOut(what string, call func() error) {
 	e.t.Helper()
 	took, err := e.timed(what, call)
+	e.t.Logf("%s: failed after %v (deadline %v): %v", what, took.Round(time.Millisecond), storageTimeout, err)
 	require.ErrorIs(e.t, err, contentv2.ErrRootStalled, what)
 	require.True(e.t, errdefs.IsUnavailable(err), "%s: %v", what, err)
 	require.Contains(e.t, err.Error(), e.fs.Dir, what)
@@ -159,6 +160,7 @@ func TestHungRootFailsCallsWithinTheDeadline(t *testing.T) {
 	// collection), the store stalled.
 	took, err := e.timed("delete", func() error { return e.n1.Delete(e.ctx, own.Digest) })
 	require.NoError(t, err, "a delete the root does not answer keeps the blob")
+	t.Logf("delete (rename hung): returned after %v (deadline %v)", took.Round(time.Millisecond), storageTimeout)
 	require.GreaterOrEqual(t, took, storageTimeout)
 	require.Less(t, took, 3*storageTimeout)
 	require.Equal(t, 1.0, e.gauge("sharedcontent_root_stalled"))
@@ -181,6 +183,7 @@ func TestHungRootFailsCallsWithinTheDeadline(t *testing.T) {
 	took, err = e.timed("delete while stalled", func() error { return e.n1.Delete(e.ctx, own2.Digest) })
 	require.NoError(t, err)
 	require.Less(t, took, storageTimeout, "a delete while stalled is refused at once")
+	t.Logf("delete while stalled: refused after %v", took)
 	require.Equal(t, []string{"node-1"}, e.refs(own2.Digest), "a refused delete keeps node-1's reference")
 	took, err = e.timed("reaper", func() error { _, err := e.n1.Reap(e.ctx); return err })
 	require.ErrorIs(t, err, contentv2.ErrRootStalled, "a reaper pass while stalled is refused")
@@ -192,8 +195,10 @@ func TestHungRootFailsCallsWithinTheDeadline(t *testing.T) {
 	require.Positive(t, e.fs.Blocked(), "all of this ran while node-1's root was frozen")
 
 	e.fs.Thaw()
+	thawed := time.Now()
 	require.Eventually(t, func() bool { return e.n1.(contentv2.StallReporter).RootStalled() == nil },
 		20*storageTimeout, storageTimeout/10, "node-1 resumes by itself once its stuck calls return")
+	t.Logf("resumed %v after the thaw", time.Since(thawed).Round(time.Millisecond))
 	require.Zero(t, e.gauge("sharedcontent_root_stalled"))
 	require.NoError(t, w.Close())
 
