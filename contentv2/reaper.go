@@ -125,6 +125,9 @@ func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 	if err := s.reapOrphans(ctx, plan.Orphans, &rep); err != nil {
 		return rep, err
 	}
+	if err := s.noStallSince(stalls, "reaper: dangling references"); err != nil {
+		return rep, err
+	}
 	s.reapDangling(ctx, plan.Dangling, &rep)
 	s.reapLeftovers(ctx, plan, &rep)
 	if err := s.noStallSince(stalls, "reaper: member expiry"); err != nil {
