@@ -198,16 +198,19 @@ func (r *guardedReaderAt) Close() error {
 // stuck call is still running on it). After a call that did not answer,
 // the ingest refuses further writes and commits: the caller reopens it,
 // and the ingest's offset then says what reached the root. A Close that
-// meets a stuck call is carried out when that call returns.
+// meets a call in progress is carried out when that call returns, so the
+// ingest's ref is not left locked.
 type guardedWriter struct {
 	w   content.Writer
 	g   *guard
 	sem chan struct{} // holds a token while a call runs on w
 
 	mu sync.Mutex
-	// closeLater: Close came while a call was stuck; the call closes w
-	// when it returns. broken: a call did not answer. Protected by mu.
-	closeLater, broken bool
+	// closeLater: Close came while a call was in progress; the call
+	// closes w when it returns. closed: Close was taken on. broken: a
+	// call did not answer. Protected by mu; closeLater is set only while
+	// sem is held, and sem is given back under mu, so no Close is lost.
+	closeLater, closed, broken bool
 }
 
 // acquire takes the right to call w, waiting at most the storage
@@ -230,28 +233,34 @@ func (w *guardedWriter) acquire(ctx context.Context, op string) error {
 	}
 }
 
-// release gives the right back, closing w first if Close came meanwhile.
+// release gives the right back, closing w first (holding the right, not
+// mu, as a close may block too) if Close came meanwhile.
 func (w *guardedWriter) release() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closeLater {
+	for {
+		w.mu.Lock()
+		if !w.closeLater {
+			<-w.sem
+			w.mu.Unlock()
+			return
+		}
 		w.closeLater = false
+		w.mu.Unlock()
 		if err := w.w.Close(); err != nil {
-			log.L.WithError(err).Debug("closing an ingest after its stuck call returned")
+			log.L.WithError(err).Debug("closing an ingest after the call in progress returned")
 		}
 	}
-	<-w.sem
 }
 
 // run runs fn on w under the storage timeout.
 func (w *guardedWriter) run(ctx context.Context, op string, mutates bool, fn func() error) error {
-	if mutates {
-		w.mu.Lock()
-		broken := w.broken
-		w.mu.Unlock()
-		if broken {
-			return fmt.Errorf("%s: an earlier call on this ingest did not answer in time; reopen it: %w", op, errdefs.ErrUnavailable)
-		}
+	w.mu.Lock()
+	closed, broken := w.closed, w.broken
+	w.mu.Unlock()
+	switch {
+	case closed:
+		return fmt.Errorf("%s: ingest closed: %w", op, errdefs.ErrFailedPrecondition)
+	case mutates && broken:
+		return fmt.Errorf("%s: an earlier call on this ingest did not answer in time; reopen it: %w", op, errdefs.ErrUnavailable)
 	}
 	if err := w.acquire(ctx, op); err != nil {
 		return err
@@ -308,33 +317,32 @@ func (w *guardedWriter) Digest() digest.Digest {
 	return w.w.Digest()
 }
 
-// Close closes the ingest now, or, when a call on it is stuck, as soon
-// as that call returns.
+// Close closes the ingest now, or, when a call on it is in progress, as
+// soon as that call returns.
 func (w *guardedWriter) Close() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
 	select {
 	case w.sem <- struct{}{}:
+		w.mu.Unlock()
 	default:
-		w.mu.Lock()
-		w.closeLater = true
+		w.closeLater = true // the call in progress closes it (release)
 		w.mu.Unlock()
-		select {
-		case w.sem <- struct{}{}:
-		default:
-			return nil // the call in progress closes it (release)
-		}
-		w.mu.Lock()
-		pending := w.closeLater
-		w.closeLater = false
-		w.mu.Unlock()
-		if !pending {
-			<-w.sem // release closed it meanwhile
-			return nil
-		}
+		return nil
 	}
 	var err error
 	c, serr := w.g.start("close", func() { defer func() { <-w.sem }(); err = w.w.Close() }, nil)
 	if serr != nil {
-		<-w.sem
+		// Refused (too many calls stuck), but an ingest left open keeps
+		// its ref locked: close it anyway, once per writer.
+		go func() {
+			defer func() { <-w.sem }()
+			w.w.Close()
+		}()
 		return serr
 	}
 	if werr := c.wait(context.Background()); werr != nil {
