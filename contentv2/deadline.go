@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Storage deadlines (docs/design.md §8.18). A shared filesystem that stops
+// Storage deadlines (docs/design.md §8.20). A shared filesystem that stops
 // answering (an NFS hard mount whose server is gone, a GlusterFS volume
 // that lost its bricks) blocks every syscall on the root, and a syscall
 // cannot be cancelled. So every call of the store that touches the root
@@ -55,7 +55,7 @@ type StallReporter interface {
 }
 
 // WithStorageTimeout bounds each call on the shared root (0: the default,
-// DefaultStorageTimeout; docs/design.md §8.18).
+// DefaultStorageTimeout; docs/design.md §8.20).
 func WithStorageTimeout(d time.Duration) Option { return func(s *store) { s.storageTimeout = d } }
 
 // RootStalled implements StallReporter.
