@@ -2,6 +2,7 @@ package contentv2
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -30,7 +31,7 @@ import (
 func (s *store) refreshMarker() {
 	s.markerSeq++
 	m := NodeMarker{NodeID: s.nodeID, StartedAt: s.startedAt, Seq: s.markerSeq, WrittenAt: time.Now().UTC()}
-	if err := writeMarker(s.root, m, false); err != nil {
+	if err := s.guard.do(context.Background(), "marker", func() error { return writeMarker(s.root, m, false) }); err != nil {
 		log.L.WithError(err).WithField("node", s.nodeID).Warn("refreshing this node's marker in the shared root; " +
 			"a node whose marker stops changing may be expired once the coordinator has not heard from it for --node-expiry")
 	}

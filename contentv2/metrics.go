@@ -39,7 +39,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 		deletes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sharedcontent_store_deletes_total",
-			Help: "Delete calls by outcome: deleted, in_use (kept for other nodes), unsynced (kept until every member is synced), locked, skipped, revoked (lock lost before the removal), restored (the unlock was not confirmed: the blob was put back), unreachable.",
+			Help: "Delete calls by outcome: deleted, in_use (kept for other nodes), unsynced (kept until every member is synced), locked, skipped, revoked (lock lost before the removal), restored (the unlock was not confirmed: the blob was put back), unreachable, stalled (the shared root was not answering: kept).",
 		}, []string{"result"}),
 		waits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sharedcontent_store_coordinator_waits_total",

@@ -114,6 +114,9 @@ func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 	s.reaper.pass.Lock()
 	defer s.reaper.pass.Unlock()
 	var rep ReapReport
+	if err := s.guard.refuse("reaper"); err != nil {
+		return rep, err
+	}
 	s.dropOwnDangling(ctx, &rep)
 	lk, err := s.coord.Lock(ctx, LockRequest{Type: OpUpdate, ResourceID: ReapLockResource})
 	switch {
@@ -136,7 +139,7 @@ func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 		}
 	}()
 	rep.Ran = true
-	plan, err := PlanReap(ctx, s.root, s.coord, ReapOptions{Grace: s.reapGrace, Self: s.nodeID}, &s.reaper.mem)
+	plan, stalls, err := s.planReap(ctx)
 	if err != nil {
 		return rep, err
 	}
@@ -146,6 +149,9 @@ func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 		return rep, err
 	}
 	s.reapLeftovers(ctx, plan, &rep)
+	if err := s.noStallSince(stalls, "reaper: member expiry"); err != nil {
+		return rep, err
+	}
 	s.expireMembers(ctx, lk, plan, &rep)
 	s.metrics.reapable.Set(float64(rep.ReclaimableBytes))
 	return rep, nil
@@ -188,11 +194,14 @@ func (s *store) dropOwnDangling(ctx context.Context, rep *ReapReport) {
 		l.WithError(err).Warn("reaper: reading the node journal")
 		return
 	}
+	// A stall (design §8.20) makes a view no evidence: the memory of
+	// what was missing restarts, and nothing seen across one counts.
+	stalls, _ := s.guard.stallsSince()
 	now := time.Now()
 	missing := map[digest.Digest]time.Time{}
 	var due []digest.Digest
 	for _, d := range refs {
-		if _, err := os.Stat(s.blobPath(d)); !errors.Is(err, fs.ErrNotExist) {
+		if !s.blobMissing(ctx, d) {
 			continue
 		}
 		first, seen := s.reaper.missing[d]
@@ -203,6 +212,11 @@ func (s *store) dropOwnDangling(ctx context.Context, rep *ReapReport) {
 		if seen && now.Sub(first) >= s.reapGrace {
 			due = append(due, d)
 		}
+	}
+	if err := s.noStallSince(stalls, "reaper: own dangling references"); err != nil {
+		l.WithError(err).Warn("reaper: the shared root stalled while this node looked for its blobs; no reference dropped")
+		s.reaper.missing = nil
+		return
 	}
 	s.reaper.missing = missing
 	s.metrics.missingBlobs.Set(float64(len(missing)))
@@ -251,8 +265,7 @@ func (s *store) dropDangling(ctx context.Context, dgst digest.Digest) bool {
 		}
 		return false
 	}
-	_, serr := os.Stat(s.blobPath(dgst))
-	missing := errors.Is(serr, fs.ErrNotExist)
+	missing := s.blobMissing(ctx, dgst)
 	if err == nil {
 		if uerr := lk.Unlock(context.WithoutCancel(ctx), missing, nil); uerr != nil {
 			l.WithError(uerr).Debug("reaper: releasing the delete lock of a dangling reference")
@@ -329,4 +342,12 @@ func (s *store) expireMembers(ctx context.Context, lk Lock, plan ReapPlan, rep *
 		l.WithField("absent", absent).WithField("node_expiry", rep.Plan.NodeExpiry).
 			Warn("reaper: MEMBER EXPIRED (unheard of by the coordinator and its marker unchanged for the node expiry); its references are dropped")
 	}
+}
+
+// blobMissing reports whether this node's root surely lacks dgst: a
+// stat that says so within the storage deadline. A root that does not
+// answer is no proof of absence.
+func (s *store) blobMissing(ctx context.Context, dgst digest.Digest) bool {
+	err := s.guard.do(ctx, "reaper_stat", func() error { _, err := os.Stat(s.blobPath(dgst)); return err })
+	return errors.Is(err, fs.ErrNotExist)
 }

@@ -117,6 +117,12 @@ type store struct {
 	reapGrace    time.Duration
 	reaper       reaperState
 	metrics      *metrics
+	// storageTimeout bounds each call on the root, and guard runs them
+	// (deadline.go); reapStalls is the stalls the reaper has seen (only
+	// Reap, under reaper.pass).
+	storageTimeout time.Duration
+	guard          *guard
+	reapStalls     uint64
 	// startedAt, and markerSeq (the session loop's only), go into this
 	// node's marker (marker.go).
 	startedAt time.Time
@@ -220,6 +226,13 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 	if err != nil {
 		return nil, err
 	}
+	if s.storageTimeout == 0 {
+		s.storageTimeout = DefaultStorageTimeout
+	}
+	if s.guard, err = newGuard(root, s.storageTimeout, s.registerer); err != nil {
+		return nil, err
+	}
+	s.local = &guardedStore{cs: s.local, g: s.guard}
 	s.metrics = m
 	if s.journal, err = openJournal(s.stateDir); err != nil {
 		return nil, err
@@ -420,6 +433,9 @@ func (s *store) Delete(ctx context.Context, dgst digest.Digest) error {
 	if err := dgst.Validate(); err != nil {
 		return fmt.Errorf("content %v: %w: %w", dgst, errdefs.ErrInvalidArgument, err)
 	}
+	if s.keptWhileStalled(ctx, dgst) {
+		return nil
+	}
 	// This node no longer uses the blob, whatever happens next.
 	s.mu.Lock()
 	delete(s.referenced, dgst)
@@ -483,13 +499,16 @@ func (s *store) removeLocked(ctx context.Context, dgst digest.Digest, lk Lock) e
 		return nil
 	}
 	failpoint.Inject(failpoint.StoreDeleteAfterCheck)
-	trashed, derr := s.moveToTrash(dgst, lk.Fence())
+	trashed, derr := s.moveToTrashBounded(ctx, dgst, lk.Fence())
 	failpoint.Inject(failpoint.StoreDeleteAfterTrash)
 	uerr := lk.Unlock(ctx, derr == nil, derr)
 	failpoint.Inject(failpoint.StoreDeleteAfterUnlock)
 	if derr != nil {
 		if uerr != nil {
 			l.WithError(uerr).Debug("delete unlock after a failed rename")
+		}
+		if s.keptWhileStalled(ctx, dgst) {
+			return nil
 		}
 		return fmt.Errorf("content %v: %w", dgst, derr)
 	}

@@ -60,6 +60,7 @@ func main() {
 type options struct {
 	root, address, nodeID, stateDir      string
 	reapInterval                         time.Duration
+	storageTimeout                       time.Duration
 	adopt                                bool
 	coordinatorURL, coordinatorListen    string
 	coordinatorCA, clientCert, clientKey string
@@ -79,6 +80,7 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.nodeID, "node-id", hostname, "this node's name, unique in the cluster")
 	fs.StringVar(&o.stateDir, "state-dir", defaultStateDir, "this node's local state (the journal of the blobs it uses); on local disk, not the shared storage")
 	fs.DurationVar(&o.reapInterval, "reap-interval", defaultReapInterval, "how often this node offers to run the reaper (one node at a time runs it; 0: never)")
+	fs.DurationVar(&o.storageTimeout, "storage-timeout", contentv2.DefaultStorageTimeout, "how long one call on the shared root (a look-up, one chunk read or written, a rename, a commit) may take before it fails as unavailable and the node counts its root as stalled: no deletes, no reaper pass, until it answers")
 	fs.BoolVar(&o.adopt, "adopt", false, "with the embedded coordinator: adopt the shared root's cluster at start (after its database was lost)")
 	fs.StringVar(&o.coordinatorURL, "coordinator", "", "coordinator URL (http:// or https://), or the comma-separated URLs of its replicas (the node follows the leader); empty embeds one")
 	fs.StringVar(&o.coordinatorListen, "coordinator-listen", "", "with the embedded coordinator: also serve it to other nodes on this address")
@@ -108,6 +110,8 @@ func parse(args []string) (options, error) {
 		return o, errors.New("--adopt adopts with the embedded coordinator; for a remote one use sharedcontentctl cluster adopt")
 	case o.stateDir == "":
 		return o, errors.New("--state-dir is required")
+	case o.storageTimeout <= 0:
+		return o, fmt.Errorf("--storage-timeout %v: must be positive", o.storageTimeout)
 	}
 	if o.coordinatorURL != "" {
 		if _, err := lockclient.ParseURLs(o.coordinatorURL); err != nil {
@@ -154,7 +158,8 @@ func run(args []string) error {
 	}
 	reg := prometheus.NewRegistry()
 	store, err := contentv2.NewStore(o.root, o.nodeID, remote.New(coord), contentv2.WithRegisterer(reg),
-		contentv2.WithStateDir(o.stateDir), contentv2.WithReaper(o.reapInterval, o.embedded.ReapGrace))
+		contentv2.WithStateDir(o.stateDir), contentv2.WithReaper(o.reapInterval, o.embedded.ReapGrace),
+		contentv2.WithStorageTimeout(o.storageTimeout))
 	if err != nil {
 		return errors.Join(err, shutdown())
 	}

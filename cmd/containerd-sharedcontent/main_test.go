@@ -25,6 +25,12 @@ func TestParse(t *testing.T) {
 	require.Equal(t, defaultAddress, o.address)
 	require.Empty(t, o.coordinatorURL, "embedded coordinator by default")
 	require.Equal(t, 15*time.Second, o.embedded.LeaseTTL)
+	require.Equal(t, 30*time.Second, o.storageTimeout)
+	o, err = parse([]string{"--root", "/shared", "--storage-timeout", "2m"})
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Minute, o.storageTimeout)
+	_, err = parse([]string{"--root", "/shared", "--storage-timeout", "0s"})
+	require.ErrorContains(t, err, "--storage-timeout")
 
 	t.Setenv("SHAREDCONTENT_LOCK_SERVER", "http://coordinator:8642")
 	t.Setenv("SHAREDCONTENT_LEASE_TTL", "20s")
