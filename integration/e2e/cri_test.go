@@ -291,4 +291,43 @@ func TestCRIContainerdRestartWhilePluginDown(t *testing.T) {
 	require.GreaterOrEqual(t, reads, len(img.all()))
 	report(t, "CRI: containerd restarted while the plugin was down: CRI listed 0 images; the plugin back, CRI listed %s again after %.1fs (bound %v), 0 registry bytes, %d blobs read back",
 		img.Ref, listed.Seconds(), reloadBound, reads)
+
+	// containerd restarts while the plugin serves: the plugin sees it go
+	// and announces the images again once it is back.
+	before := announcements(t, n)
+	require.NotEmpty(t, before, "the plugin logged no announcement")
+	n.containerd.stop(stopGrace)
+	n.startContainerd(cfg)
+	restarted := time.Now()
+	var after []string
+	for {
+		after = announcements(t, n)
+		if len(after) > len(before) {
+			break
+		}
+		require.Less(t, time.Since(restarted), reloadBound, "the plugin did not announce the images again after containerd restarted")
+		time.Sleep(500 * time.Millisecond) // a poll, not a synchronisation
+	}
+	require.NotContains(t, after[len(after)-1], "images=0", "the announcement after containerd's restart")
+	n.waitCRI()
+	tags, err = n.criImages()
+	require.NoError(t, err)
+	require.Contains(t, tags, img.Ref)
+	report(t, "CRI: containerd restarted while the plugin served: the plugin announced the images again after %.1fs; CRI lists %s",
+		time.Since(restarted).Seconds(), img.Ref)
+}
+
+// announcements returns the plugin's log lines that report an
+// announcement of the images to containerd.
+func announcements(t *testing.T, n *node) []string {
+	t.Helper()
+	b, err := os.ReadFile(n.plugin.logPath)
+	require.NoError(t, err)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "announced every image to containerd") {
+			out = append(out, l)
+		}
+	}
+	return out
 }
