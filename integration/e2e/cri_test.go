@@ -179,9 +179,10 @@ func requireCRIBlobsReadable(t *testing.T, n *node) int {
 	return len(blobs)
 }
 
-// TestCRIPulls: three nodes pull one image through CRI at once (the
-// transfer service on n1, n2; containerd's local pull on n3, as
-// use_local_image_pull selects), each blob downloaded once; then `crictl
+// TestCRIPulls: three nodes pull one image through CRI at once, twice
+// each (kubelet's parallel pulls; the transfer service on n1, n2;
+// containerd's local pull on n3, as use_local_image_pull selects), each
+// blob downloaded once; then `crictl
 // rmi` on n1 (CRI deletes the last tag synchronously, which runs the
 // garbage collector) leaves n2's and n3's every blob readable.
 func TestCRIPulls(t *testing.T) {
@@ -199,12 +200,15 @@ func TestCRIPulls(t *testing.T) {
 	}
 	img := pushImage(t, reg, "e2e/cri", repeat(concurrentLayerSize, concurrentLayers)...)
 
+	// Two pulls per node, as kubelet with serializeImagePulls: false.
 	start := time.Now()
-	errs := make(chan error, len(c.nodes))
+	errs := make(chan error, 2*len(c.nodes))
 	for _, n := range c.nodes {
-		go func() { errs <- n.criPull(img.Ref) }()
+		for range 2 {
+			go func() { errs <- n.criPull(img.Ref) }()
+		}
 	}
-	for range c.nodes {
+	for range 2 * len(c.nodes) {
 		require.NoError(t, <-errs)
 	}
 	elapsed := time.Since(start)
@@ -217,7 +221,7 @@ func TestCRIPulls(t *testing.T) {
 		reads += requireCRIBlobsReadable(t, n)
 	}
 	c.requireSharedBlobs(t, img)
-	report(t, "CRI: crictl pull on 3 nodes at once (transfer service on n1,n2; local pull on n3): 3/3 ok in %.2fs; %d GETs for %d blobs + manifest; listed by CRI on 3/3; %d blobs read back",
+	report(t, "CRI: crictl pull twice on each of 3 nodes at once (transfer service on n1,n2; local pull on n3): 6/6 ok in %.2fs; %d GETs for %d blobs + manifest; listed by CRI on 3/3; %d blobs read back",
 		elapsed.Seconds(), gets, len(img.blobs()), reads)
 
 	n1 := c.nodes[0]
