@@ -46,9 +46,6 @@ type Config struct {
 	// Namespace is the namespace whose images are announced; empty:
 	// every namespace.
 	Namespace string
-	// Announced, if set, is called after each round with the number of
-	// images announced.
-	Announced func(n int)
 }
 
 // Run announces every image to containerd each time it becomes reachable,
@@ -106,9 +103,6 @@ func round(ctx context.Context, conn *grpc.ClientConn, cfg Config) error {
 	}
 	log.G(ctx).WithField("containerd", cfg.Address).WithField("images", n).
 		Info("announced every image to containerd (CRI reloads each image whose content it could not read before)")
-	if cfg.Announced != nil {
-		cfg.Announced(n)
-	}
 	for {
 		if _, err := stream.Recv(); err != nil {
 			return errors.Join(errGone, err)
