@@ -127,6 +127,9 @@ demo:
 # node daemons run from `make image`'s image with `ctr run`, which needs
 # runc (installed from Debian when missing). TestFailoverDuringPulls runs
 # coordinator replicas on a real etcd cluster: `make etcd`'s bin/etcd.
+# TestCRIPulls and TestCRIContainerdRestartWhilePluginDown drive CRI with
+# crictl; integration/tools/cri.sh builds containerd with CRI and crictl
+# on first use (several minutes cold; cached in .cache/bin).
 e2e: etcd
 	@[ "$$(id -u)" != 0 ] || command -v runc >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc; }
 	SHAREDCONTENT_E2E=1 SHAREDCONTENT_ETCD=$(ETCD) $(GO) test -count=1 -timeout 40m -v $(E2E_FLAGS) ./integration/e2e/

@@ -28,6 +28,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/cmd/internal/cli"
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/contentv2/remote"
+	"github.com/sharedcontent/sharedcontent/internal/reannounce"
 	"github.com/sharedcontent/sharedcontent/internal/tokenfile"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
@@ -66,6 +67,7 @@ type options struct {
 	coordinatorCA, clientCert, clientKey string
 	nodeTokenFile                        string
 	metricsListen, logLevel              string
+	containerdAddress, containerdNS      string
 	embedded                             httpserver.Config
 }
 
@@ -95,6 +97,8 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.nodeTokenFile, "node-token-file", "", "this node's own bearer token for a remote coordinator with --node-tokens-file (default: --auth-token-file)")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address (empty: off)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	fs.StringVar(&o.containerdAddress, "containerd-address", reannounce.DefaultAddress, "containerd's API socket: once serving, and each time containerd restarts, announce every image to it so that CRI reloads those it could not read while this daemon was down (empty: off)")
+	fs.StringVar(&o.containerdNS, "containerd-namespace", reannounce.DefaultNamespace, "the containerd namespace whose images --containerd-address announces (CRI's is k8s.io; empty: every namespace)")
 	httpserver.RegisterFlags(fs, &o.embedded)
 	if err := cli.Parse(fs, args); err != nil {
 		return o, err
@@ -185,6 +189,19 @@ func run(args []string) error {
 	}
 	cleanups = append(cleanups, func(ctx context.Context) error { srv.Stop(ctx); return nil })
 	go func() { errCh <- srv.Serve(ctx) }()
+	if o.containerdAddress != "" {
+		// Once serving: CRI may have dropped every image while this daemon
+		// was down (docs/design.md §6.1).
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := reannounce.Run(rctx, reannounce.Config{Address: o.containerdAddress, Namespace: o.containerdNS}); err != nil {
+				log.G(ctx).WithError(err).Error("--containerd-address: images are not announced to containerd")
+			}
+		}()
+		cleanups = append(cleanups, func(context.Context) error { cancel(); <-done; return nil })
+	}
 
 	if os.Geteuid() != 0 {
 		log.G(ctx).Warn("not running as root: the diff API cannot mount snapshots, so containerd must not use sharedcontent-diff on this node (it still works without it, only slower)")

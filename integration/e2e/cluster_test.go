@@ -378,7 +378,8 @@ func (n *node) waitPlugin() {
 }
 
 // pluginArgv is the plugin's command line. The node journal (--state-dir)
-// is the node's own, as on a real node's local disk.
+// is the node's own, as on a real node's local disk; the images it
+// announces go to the node's own containerd.
 func (n *node) pluginArgv() []string {
 	bin := n.pluginBin
 	if bin == "" {
@@ -386,7 +387,9 @@ func (n *node) pluginArgv() []string {
 	}
 	argv := []string{bin,
 		"--root", n.shared, "--address", n.pluginSock, "--node-id", n.id,
-		"--state-dir", n.stateDir(), "--log-level", "debug"}
+		"--state-dir", n.stateDir(), "--log-level", "debug",
+		// Its own containerd, never the host's.
+		"--containerd-address", n.sock}
 	if n.lockURL != "" {
 		argv = append(argv, "--coordinator", n.lockURL)
 	}
