@@ -208,12 +208,15 @@ func (w *writer) Status() (content.Status, error) {
 	return st, err
 }
 
-// Commit commits the blob. This node's reference is recorded (journal,
-// then coordinator) before the blob becomes visible in blobs/, so that no
-// delete can remove it in between, even if the pull lock was lost (docs/design.md
-// §8). Success, including "already exists", then releases the lock with
-// success; any other error leaves the ingest open for another Commit, as
-// the local writer does.
+// Commit commits the blob. This node's reference to the committed digest
+// (the expected one, or the one computed) is recorded (journal, then
+// coordinator) before the blob becomes visible in blobs/, so that no
+// delete can remove it in between, even if the pull lock was lost, and
+// whatever the writer was opened with: a writer opened without a digest
+// (an import, `ctr content ingest`) is referenced at its commit like any
+// other (docs/design.md §8.1). Success, including "already exists", then
+// releases the lock with success; any other error leaves the ingest open
+// for another Commit, as the local writer does.
 //
 // A reference that reached the journal but not the coordinator (a
 // failover in progress) does not fail the commit while the pull lease on
@@ -225,14 +228,17 @@ func (w *writer) Commit(ctx context.Context, size int64, expected digest.Digest,
 	if committed == "" {
 		committed = w.Writer.Digest()
 	}
+	if computed := w.Writer.Digest(); expected != "" && expected.Algorithm() == computed.Algorithm() && expected != computed {
+		// Not the expected content: the local writer says so, and this
+		// node references nothing.
+		return w.Writer.Commit(ctx, size, expected, opts...)
+	}
 	deferred := false
-	if w.dgst != "" {
-		if err := w.s.reference(ctx, committed, false); err != nil {
-			if !w.leaseCarries(ctx, committed, err) {
-				return err
-			}
-			deferred = true
+	if err := w.referenceCommit(ctx, committed); err != nil {
+		if !w.leaseCarries(ctx, committed, err) {
+			return err
 		}
+		deferred = true
 	}
 	failpoint.Inject(failpoint.StoreWriteBeforeRename)
 	err := w.Writer.Commit(ctx, size, expected, opts...)
@@ -249,6 +255,30 @@ func (w *writer) Commit(ctx context.Context, size int64, expected digest.Digest,
 		w.release(ctx, false, fmt.Errorf("committed %s, not the locked %s", committed, w.dgst))
 	}
 	failpoint.Inject(failpoint.StoreWriteAfterUnlock)
+	return err
+}
+
+// referenceCommit records this node's reference to dgst before Commit
+// makes it visible. Under the pull lock no delete of dgst is in flight,
+// and the commit puts the blob in place whatever this node's view shows
+// (docs/design.md §8.9). Without it (a writer opened without a digest, or
+// uncoordinated), a blob this node already sees is a use of a found blob,
+// so the coordinator checks the view is not a stale one of a deleted
+// blob; otherwise it is a commit. A delete in flight, or a view of a
+// blob just deleted that Commit could not put back (the local store never
+// replaces a file it sees), is ErrUnavailable: the ingest is kept for
+// another Commit, which succeeds once the delete is done and the view
+// fresh.
+func (w *writer) referenceCommit(ctx context.Context, dgst digest.Digest) error {
+	found := false
+	if w.lock == nil {
+		_, err := w.s.local.Info(ctx, dgst)
+		found = err == nil
+	}
+	err := w.s.reference(ctx, dgst, found)
+	if errdefs.IsNotFound(err) {
+		return fmt.Errorf("content %v: being deleted, commit again once the delete is done: %w (%v)", dgst, errdefs.ErrUnavailable, err)
+	}
 	return err
 }
 
