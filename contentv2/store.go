@@ -221,6 +221,11 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 		return nil, err
 	}
 	s.metrics = m
+	if s.registerer != nil {
+		if err := s.registerer.Register(newRootSpace(root)); err != nil {
+			return nil, err
+		}
+	}
 	if s.journal, err = openJournal(s.stateDir); err != nil {
 		return nil, err
 	}

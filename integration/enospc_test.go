@@ -96,6 +96,8 @@ func TestFullRootLeavesNothingBehind(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(e.root, "blobs", "sha256"), 0o755))
 	filler := fill(t, e.root)
 	require.NoError(t, os.Truncate(filler, mustSize(t, filler)-(512<<10)))
+	full := n1.counter("sharedcontent_root_free_bytes")
+	require.LessOrEqual(t, full, float64(512<<10), "sharedcontent_root_free_bytes of the full root")
 
 	// One fetch at a time, so that the failed write is what ends each
 	// pull: a fetch cancelled by another's failure keeps its partial
@@ -110,6 +112,7 @@ func TestFullRootLeavesNothingBehind(t *testing.T) {
 	}
 
 	require.NoError(t, os.Remove(filler))
+	require.Greater(t, n1.counter("sharedcontent_root_free_bytes"), full+float64(4<<20), "sharedcontent_root_free_bytes once space is freed")
 	for _, n := range []*faultNode{n1, n2} {
 		require.NoError(t, n.pullImage(time.Minute, img), "first pull on %s once space is freed", n.id)
 		requireImage(t, ctx, n.Node, img)
