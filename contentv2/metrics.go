@@ -21,6 +21,8 @@ type metrics struct {
 	sessionRefusals *prometheus.CounterVec
 	forgotten       prometheus.Counter
 	forgottenGone   prometheus.Counter
+	// Storage (writer.go).
+	discarded *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -93,10 +95,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sharedcontent_store_forgotten_lost_blobs_total",
 			Help: "Blobs this node's journal recorded that were gone from the shared root when it came back after being forgotten (dropped from the journal; the log lists them).",
 		}),
+		discarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sharedcontent_store_ingests_discarded_total",
+			Help: "Ingests removed because writing them failed (write: a write failed, e.g. the shared filesystem is full; commit: committing it failed; open: opening it failed half-way): the next pull downloads the blob from the start.",
+		}, []string{"op"}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.uncoordinated, m.writes, m.follows, m.deletes, m.waits, m.synced, m.syncs, m.reaped, m.reapable, m.missingBlobs, m.sharedBytes,
-			m.renewalSent, m.failOpenSince, m.failOpenDelay, m.sessionRefusals, m.forgotten, m.forgottenGone} {
+			m.renewalSent, m.failOpenSince, m.failOpenDelay, m.sessionRefusals, m.forgotten, m.forgottenGone, m.discarded} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -234,6 +234,11 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 	}
 	s.local = &guardedStore{cs: s.local, g: s.guard}
 	s.metrics = m
+	if s.registerer != nil {
+		if err := s.registerer.Register(newRootSpace(root)); err != nil {
+			return nil, err
+		}
+	}
 	if s.journal, err = openJournal(s.stateDir); err != nil {
 		return nil, err
 	}

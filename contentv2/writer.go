@@ -183,9 +183,26 @@ func (s *store) openLocal(ctx context.Context, wo content.WriterOpts, lk Lock, d
 		lw, err = s.local.Writer(ctx, content.WithRef(s.nodeRef(wo.Ref)), content.WithDescriptor(desc))
 	}
 	if err != nil {
+		s.discardFailedOpen(ctx, wo.Ref, err)
 		return nil, err
 	}
 	return &writer{Writer: lw, s: s, ref: wo.Ref, lock: lk, dgst: dgst}, nil
+}
+
+// discardFailedOpen removes what a failed open of the local ingest ref
+// left (docs/design.md §8.18): a full filesystem fails it half-made, with a
+// directory whose status no listing can read. An ingest that is in use
+// (locked), a blob that exists, or a bad argument leave nothing to remove.
+func (s *store) discardFailedOpen(ctx context.Context, ref string, openErr error) {
+	if errdefs.IsAlreadyExists(openErr) || errdefs.IsUnavailable(openErr) || errdefs.IsInvalidArgument(openErr) {
+		return
+	}
+	if err := s.local.Abort(ctx, s.nodeRef(ref)); err == nil {
+		s.metrics.discarded.WithLabelValues("open").Inc()
+		log.G(ctx).WithError(openErr).WithField("ref", ref).Warn("ingest discarded: opening it failed")
+	} else if !errdefs.IsNotFound(err) {
+		log.G(ctx).WithError(err).WithField("ref", ref).Warn("discarding an ingest whose open failed")
+	}
 }
 
 // writer is a local ingest tied to its pull lock: Commit releases the lock
@@ -199,21 +216,89 @@ type writer struct {
 	lock Lock          // nil when not holding the pull lock
 
 	mu       sync.Mutex
-	released bool // protected by mu
+	released bool  // protected by mu
+	failed   error // protected by mu; the write that discarded the ingest
 }
 
 func (w *writer) Status() (content.Status, error) {
+	if err := w.discarded(); err != nil {
+		return content.Status{}, err
+	}
 	st, err := w.Writer.Status()
 	st.Ref = w.ref
 	return st, err
 }
 
-// Commit commits the blob. This node's reference is recorded (journal,
-// then coordinator) before the blob becomes visible in blobs/, so that no
-// delete can remove it in between, even if the pull lock was lost (docs/design.md
-// §8). Success, including "already exists", then releases the lock with
-// success; any other error leaves the ingest open for another Commit, as
-// the local writer does.
+// Write writes to the ingest. A write that fails (a full shared
+// filesystem, an I/O error) discards the ingest at once (docs/design.md
+// §8.18): its data is unknown past what the file holds and the local
+// writer's offset counts bytes it never wrote, so nothing would resume it
+// safely, and on a full filesystem it would keep space the next pull
+// needs. The pull lock goes to the next waiter; the writer answers every
+// later call with the error.
+func (w *writer) Write(p []byte) (int, error) {
+	if err := w.discarded(); err != nil {
+		return 0, err
+	}
+	n, err := w.Writer.Write(p)
+	if err != nil {
+		w.discard("write", err)
+	}
+	return n, err
+}
+
+func (w *writer) Truncate(size int64) error {
+	if err := w.discarded(); err != nil {
+		return err
+	}
+	return w.Writer.Truncate(size)
+}
+
+// discarded returns why the ingest was discarded, nil while it was not.
+func (w *writer) discarded() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failed == nil {
+		return nil
+	}
+	return fmt.Errorf("ingest %s discarded after a failed write: %w (%v)", w.ref, errdefs.ErrAborted, w.failed)
+}
+
+// discard closes and removes the ingest after a failed write or local
+// commit, and releases the pull lock with failure.
+func (w *writer) discard(op string, cause error) {
+	w.mu.Lock()
+	first := w.failed == nil
+	if first {
+		w.failed = cause
+	}
+	w.mu.Unlock()
+	if !first {
+		return
+	}
+	ctx := context.Background()
+	l := log.G(ctx).WithError(cause).WithField("ref", w.ref).WithField("node", w.s.nodeID)
+	if err := w.Writer.Close(); err != nil {
+		l.WithField("close", err).Debug("closing a failed ingest")
+	}
+	if err := w.s.local.Abort(ctx, w.s.nodeRef(w.ref)); err != nil && !errdefs.IsNotFound(err) {
+		l.WithField("abort", err).Warn("discarding a failed ingest")
+	} else {
+		l.WithField("op", op).Warn("ingest discarded: writing it failed")
+	}
+	w.s.metrics.discarded.WithLabelValues(op).Inc()
+	w.release(ctx, false, cause)
+}
+
+// Commit commits the blob. This node's reference to the committed digest
+// (the expected one, or the one computed) is recorded (journal, then
+// coordinator) before the blob becomes visible in blobs/, so that no
+// delete can remove it in between, even if the pull lock was lost, and
+// whatever the writer was opened with: a writer opened without a digest
+// (an import, `ctr content ingest`) is referenced at its commit like any
+// other (docs/design.md §8.1). Success, including "already exists", then
+// releases the lock with success; any other error leaves the ingest open
+// for another Commit, as the local writer does.
 //
 // A reference that reached the journal but not the coordinator (a
 // failover in progress) does not fail the commit while the pull lease on
@@ -221,22 +306,35 @@ func (w *writer) Status() (content.Status, error) {
 // unlock(success) sent in the background, or by its expiry
 // (docs/design.md §8.17).
 func (w *writer) Commit(ctx context.Context, size int64, expected digest.Digest, opts ...content.Opt) error {
+	if err := w.discarded(); err != nil {
+		return err
+	}
 	committed := expected
 	if committed == "" {
 		committed = w.Writer.Digest()
 	}
+	if computed := w.Writer.Digest(); expected != "" && expected.Algorithm() == computed.Algorithm() && expected != computed {
+		// Not the expected content: the local writer says so, and this
+		// node references nothing.
+		return w.Writer.Commit(ctx, size, expected, opts...)
+	}
 	deferred := false
-	if w.dgst != "" {
-		if err := w.s.reference(ctx, committed, false); err != nil {
-			if !w.leaseCarries(ctx, committed, err) {
-				return err
-			}
-			deferred = true
+	if err := w.referenceCommit(ctx, committed); err != nil {
+		if !w.leaseCarries(ctx, committed, err) {
+			return err
 		}
+		deferred = true
 	}
 	failpoint.Inject(failpoint.StoreWriteBeforeRename)
 	err := w.Writer.Commit(ctx, size, expected, opts...)
 	if err != nil && !errdefs.IsAlreadyExists(err) {
+		if !errdefs.IsFailedPrecondition(err) {
+			// Not the content's fault (a wrong size or digest keeps the
+			// ingest, to be committed again as containerd's contract
+			// says) but the storage's: a full filesystem failed the
+			// sync or the directory. Discard it, as after a failed write.
+			w.discard("commit", err)
+		}
 		return err
 	}
 	failpoint.Inject(failpoint.StoreWriteAfterRename)
@@ -249,6 +347,30 @@ func (w *writer) Commit(ctx context.Context, size int64, expected digest.Digest,
 		w.release(ctx, false, fmt.Errorf("committed %s, not the locked %s", committed, w.dgst))
 	}
 	failpoint.Inject(failpoint.StoreWriteAfterUnlock)
+	return err
+}
+
+// referenceCommit records this node's reference to dgst before Commit
+// makes it visible. Under the pull lock no delete of dgst is in flight,
+// and the commit puts the blob in place whatever this node's view shows
+// (docs/design.md §8.9). Without it (a writer opened without a digest, or
+// uncoordinated), a blob this node already sees is a use of a found blob,
+// so the coordinator checks the view is not a stale one of a deleted
+// blob; otherwise it is a commit. A delete in flight, or a view of a
+// blob just deleted that Commit could not put back (the local store never
+// replaces a file it sees), is ErrUnavailable: the ingest is kept for
+// another Commit, which succeeds once the delete is done and the view
+// fresh.
+func (w *writer) referenceCommit(ctx context.Context, dgst digest.Digest) error {
+	found := false
+	if w.lock == nil {
+		_, err := w.s.local.Info(ctx, dgst)
+		found = err == nil
+	}
+	err := w.s.reference(ctx, dgst, found)
+	if errdefs.IsNotFound(err) {
+		return fmt.Errorf("content %v: being deleted, commit again once the delete is done: %w (%v)", dgst, errdefs.ErrUnavailable, err)
+	}
 	return err
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/prometheus/client_golang/prometheus"
@@ -280,9 +281,13 @@ func (n *faultNode) pullImage(d time.Duration, img registry.Image) error {
 
 // collect runs containerd's garbage collector on the node as a node that
 // has just removed something does: a throwaway blob (written without a
-// digest in its ref, so uncoordinated) is garbage, so the collection
+// digest in its ref, so without a pull lock) is garbage, so the collection
 // sweeps the content store, offering every blob of the shared directory
-// that this node's metadata does not record to the store's Delete.
+// that this node's metadata does not record to the store's Delete. Its
+// commit is referenced like any (docs/design.md §8.1), so while the node
+// may not use blobs unregistered (the coordinator unreachable, not yet
+// failing open) it fails and is left out: the collection then sweeps only
+// if the node's metadata dropped something else (a removed image).
 func (n *faultNode) collect(ctx context.Context) error {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -297,7 +302,10 @@ func (n *faultNode) collect(ctx context.Context) error {
 	}
 	if err := w.Commit(ctx, int64(len(junk)), digest.FromBytes(junk)); err != nil {
 		w.Close()
-		return fmt.Errorf("junk commit: %w", err)
+		if !errdefs.IsUnavailable(err) {
+			return fmt.Errorf("junk commit: %w", err)
+		}
+		_ = n.CS.Abort(ctx, "junk-"+hex.EncodeToString(b[:]))
 	}
 	w.Close()
 	_, err = n.DB.GarbageCollect(ctx)
