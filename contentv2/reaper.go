@@ -85,7 +85,9 @@ func (s *store) reapLoop() {
 		rep, err := s.Reap(ctx)
 		cancel()
 		l := log.L.WithField("node", s.nodeID)
-		if err != nil {
+		if errors.Is(err, ErrRootUnverified) {
+			l.WithError(err).Debug("reaper pass skipped") // the root watch has said so once
+		} else if err != nil {
 			l.WithError(err).Warn("reaper pass failed")
 		} else if rep.Ran {
 			l.WithField("orphans", rep.Orphans).WithField("bytes", rep.OrphanBytes).WithField("dangling", rep.Dangling).
@@ -95,11 +97,17 @@ func (s *store) reapLoop() {
 	}
 }
 
-// Reap runs one reaper pass: it takes the reap lock, plans and acts.
+// Reap runs one reaper pass: it takes the reap lock, plans and acts. A
+// pass runs only on a verified shared root, probed before it plans and
+// again before it acts (docs/design.md §8.18): a view of a root that is
+// not mounted, or another root, is no evidence about the cluster's blobs.
 func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 	s.reaper.pass.Lock()
 	defer s.reaper.pass.Unlock()
 	var rep ReapReport
+	if err := s.rootw.check(ctx); err != nil {
+		return rep, fmt.Errorf("reaper paused: %w", err)
+	}
 	lk, err := s.coord.Lock(ctx, LockRequest{Type: OpUpdate, ResourceID: ReapLockResource})
 	if errors.Is(err, ErrLocked) {
 		return rep, nil
@@ -118,6 +126,9 @@ func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 		return rep, err
 	}
 	rep.Plan, rep.ReclaimableBytes = plan, plan.ReclaimableBytes
+	if err := s.rootw.check(ctx); err != nil {
+		return rep, fmt.Errorf("reaper paused: %w", err)
+	}
 	rep.Done = ReapPlan{Grace: plan.Grace, NodeExpiry: plan.NodeExpiry}
 	if err := s.reapOrphans(ctx, plan.Orphans, &rep); err != nil {
 		return rep, err

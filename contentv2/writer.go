@@ -34,6 +34,9 @@ func (s *store) Writer(ctx context.Context, opts ...content.WriterOpt) (content.
 	if err != nil {
 		return nil, err
 	}
+	if err := s.rootw.ready(); err != nil {
+		return nil, fmt.Errorf("writer %s: %w", wo.Ref, err)
+	}
 	if dgst == "" {
 		s.metrics.writes.WithLabelValues("local").Inc()
 		return s.openLocal(ctx, wo, nil, "")
