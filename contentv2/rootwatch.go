@@ -54,11 +54,13 @@ type rootWatch struct {
 	mount  bool      // protected by mu; the root must be a mount point
 	err    error     // protected by mu; why the root is unready, nil while ready
 	probe  chan bool // protected by mu; closed when the probe in flight ends (nil: none)
+	// probeFn is probeRoot (tests replace it to hang a probe).
+	probeFn func(root string, expect rootIdentity, mount bool) error
 }
 
 func newRootWatch(root string, timeout time.Duration, m *metrics, expect rootIdentity, mount bool) *rootWatch {
 	m.rootReady.Set(1)
-	return &rootWatch{root: root, timeout: timeout, metrics: m, expect: expect, mount: mount}
+	return &rootWatch{root: root, timeout: timeout, metrics: m, expect: expect, mount: mount, probeFn: probeRoot}
 }
 
 // setExpect records the identity of the root the node claimed.
@@ -101,9 +103,9 @@ func (w *rootWatch) check(ctx context.Context) error {
 	if done == nil {
 		done = make(chan bool)
 		w.probe = done
-		expect, mount := w.expect, w.mount
+		expect, mount, probe := w.expect, w.mount, w.probeFn
 		go func() {
-			err := probeRoot(w.root, expect, mount)
+			err := probe(w.root, expect, mount)
 			w.mu.Lock()
 			w.probe = nil
 			w.mu.Unlock()
