@@ -224,6 +224,11 @@ func (w *writer) Status() (content.Status, error) {
 // unlock(success) sent in the background, or by its expiry
 // (docs/design.md §8.17).
 func (w *writer) Commit(ctx context.Context, size int64, expected digest.Digest, opts ...content.Opt) error {
+	// A blob becomes visible only in a root that still checks out
+	// (docs/design.md §8.18).
+	if err := w.s.rootw.check(ctx); err != nil {
+		return fmt.Errorf("commit %s: %w", expected, err)
+	}
 	committed := expected
 	if committed == "" {
 		committed = w.Writer.Digest()

@@ -241,8 +241,10 @@ func TestRootVanishesWhileRunning(t *testing.T) {
 	require.NoError(t, n1.pullImage(time.Minute, imgB))
 	e.coord.waitSynced(t, "node-1", "node-2")
 
+	unmounted := time.Now()
 	m1.unmount()
 	rerr := requireUnready(t, n1, "not_mounted")
+	t.Logf("node-1 unready %v after umount -l (probe every %v)", time.Since(unmounted).Round(time.Millisecond), faultSessionTTL/3)
 	require.ErrorContains(t, rerr, "shared root "+m1.path)
 	requireRefusesWrites(t, ctx, n1, m1, imgC)
 	// Node 2's reaper, on a root that checks out, drops nothing either.
