@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -126,22 +127,29 @@ func TestNeverJoinedNodeDoesNotFailOpen(t *testing.T) {
 	require.Equal(t, []string{"node-1"}, refs.Nodes)
 }
 
-// TestRefusedIdentityDoesNotFailOpen: a coordinator that answers and
-// refuses the node's credentials (a token of another node) is no outage:
-// the node never uses a blob without it, and says so.
-func TestRefusedIdentityDoesNotFailOpen(t *testing.T) {
+// TestRefusedIdentityRefusesToStart: a coordinator that answers and
+// refuses the node's credentials at start (a token of another node) is no
+// outage: the store refuses to open, says why and what to fix, and writes
+// nothing into the root, as a node pointed at the wrong cluster does.
+// Before, it opened, logged that writes and deletes wait, and a daemon
+// reported ready.
+func TestRefusedIdentityRefusesToStart(t *testing.T) {
 	coord := lockservertest.Start(t, lockservertest.WithNodeTokens(map[string]string{"node-1": "token-1", "node-2": "token-2"}))
 	client, err := lockclient.New(coord.URL(), lockclient.WithNodeID("node-2"), lockclient.WithBearerToken("token-1"),
 		lockclient.WithMaxRetries(1), lockclient.WithRetryInterval(10*time.Millisecond))
 	require.NoError(t, err)
 	root := t.TempDir()
-	start := time.Now()
-	cs := failOpenStore(t, root, "node-2", client)
-	_, desc := blob("refused ")
-	requireNoFailOpen(t, cs, root, desc, start, func(err error) {
-		require.True(t, errdefs.IsPermissionDenied(err), "%v", err)
-		require.ErrorContains(t, err, "fix this node's credentials")
-	})
+	cs, err := contentv2.NewStore(root, "node-2", remote.New(client), contentv2.WithStateDir(t.TempDir()),
+		contentv2.WithSessionTTL(failOpenTTL))
+	if err == nil {
+		cs.Close()
+	}
+	require.Error(t, err)
+	require.True(t, errdefs.IsPermissionDenied(err), "%v", err)
+	require.ErrorContains(t, err, "refusing to start")
+	require.ErrorContains(t, err, "give this node its own credentials")
+	_, err = os.Stat(filepath.Join(root, contentv2.MetaDir))
+	require.ErrorIs(t, err, fs.ErrNotExist, "a refused node writes nothing into the root")
 	nodes, err := coord.Core().Nodes(context.Background())
 	require.NoError(t, err)
 	require.Empty(t, nodes.Nodes, "a refused node is no member")

@@ -36,6 +36,11 @@ func (s *store) cameBackForgotten(ctx context.Context, cluster string) {
 // thought to have) every blob that does not exist in the shared root, and
 // returns them.
 func (s *store) dropMissing(ctx context.Context) []digest.Digest {
+	if err := s.rootw.check(ctx); err != nil {
+		// A root not verified is no evidence of what is missing.
+		log.G(ctx).WithError(err).Warn("keeping every blob of the journal: the shared root is not verified")
+		return nil
+	}
 	refs, _ := s.journal.snapshot()
 	var gone []digest.Digest
 	for _, d := range refs {

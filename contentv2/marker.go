@@ -41,8 +41,13 @@ func (s *store) refreshMarker() {
 // sync. A refresh needs no fsync: an update lost in a crash makes the
 // marker change back, which only restarts the reaper's observation.
 func writeMarker(root string, m NodeMarker, sync bool) error {
-	if err := os.MkdirAll(nodesDir(root), 0o755); err != nil {
-		return err
+	// Only the first write, at start on a verified root, creates the
+	// directory: a refresh into a root that vanished meanwhile must fail,
+	// not recreate it on the local disk below (docs/design.md §8.19).
+	if sync {
+		if err := os.MkdirAll(nodesDir(root), 0o755); err != nil {
+			return err
+		}
 	}
 	b, err := json.Marshal(m)
 	if err != nil {

@@ -22,7 +22,7 @@ func TestMarkerObservation(t *testing.T) {
 	require.Zero(t, mem.observeMarker(root, "n1", at(0)), "a missing marker is a state, first seen now")
 	require.Equal(t, time.Minute, mem.observeMarker(root, "n1", at(time.Minute)))
 
-	require.NoError(t, writeMarker(root, NodeMarker{NodeID: "n1", Seq: 1}, false))
+	require.NoError(t, writeMarker(root, NodeMarker{NodeID: "n1", Seq: 1}, true))
 	require.Zero(t, mem.observeMarker(root, "n1", at(2*time.Minute)), "the marker appeared")
 	require.Equal(t, time.Hour, mem.observeMarker(root, "n1", at(2*time.Minute+time.Hour)))
 

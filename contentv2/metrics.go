@@ -23,6 +23,9 @@ type metrics struct {
 	forgottenGone   prometheus.Counter
 	// Storage (writer.go).
 	discarded *prometheus.CounterVec
+	// The shared root (rootwatch.go).
+	rootReady   prometheus.Gauge
+	rootUnready *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -99,10 +102,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sharedcontent_store_ingests_discarded_total",
 			Help: "Ingests removed because writing them failed (write: a write failed, e.g. the shared filesystem is full; commit: committing it failed; open: opening it failed half-way): the next pull downloads the blob from the start.",
 		}, []string{"op"}),
+		rootReady: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sharedcontent_root_ready",
+			Help: "1 while the shared root is verified (exists, is a mount point if it was one, has the identity this node started on, is writable, answers a probe in time); 0 while this node refuses writes and deletes and pauses its reaper.",
+		}),
+		rootUnready: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sharedcontent_root_unready_total",
+			Help: "Times the shared root turned unready, by reason: missing, not_mounted, no_identity (its .sharedcontent/cluster.json is gone), identity (another root), read_only, hung (a probe did not answer in time), error.",
+		}, []string{"reason"}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.uncoordinated, m.writes, m.follows, m.deletes, m.waits, m.synced, m.syncs, m.reaped, m.reapable, m.missingBlobs, m.sharedBytes,
-			m.renewalSent, m.failOpenSince, m.failOpenDelay, m.sessionRefusals, m.forgotten, m.forgottenGone, m.discarded} {
+			m.renewalSent, m.failOpenSince, m.failOpenDelay, m.sessionRefusals, m.forgotten, m.forgottenGone, m.discarded,
+			m.rootReady, m.rootUnready} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -98,7 +98,9 @@ func (s *store) reapLoop() {
 		rep, err := s.Reap(ctx)
 		cancel()
 		l := log.L.WithField("node", s.nodeID)
-		if err != nil {
+		if errors.Is(err, ErrRootUnverified) {
+			l.WithError(err).Debug("reaper pass skipped") // the root watch has said so once
+		} else if err != nil {
 			l.WithError(err).Warn("reaper pass failed")
 		} else if rep.Ran {
 			l.WithField("orphans", rep.Orphans).WithField("bytes", rep.OrphanBytes).WithField("dangling", rep.Dangling).
@@ -109,13 +111,20 @@ func (s *store) reapLoop() {
 }
 
 // Reap runs one reaper pass: it drops this node's own dangling
-// references, then takes the reap lock, plans and acts.
+// references, then takes the reap lock, plans and acts. A pass runs only
+// on a verified shared root, probed before it plans and again before it
+// acts (docs/design.md §8.19), and never while a call on the root is
+// overdue (§8.20): a view of a root that is not mounted, another root or
+// a stalled one is no evidence about the cluster's blobs.
 func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 	s.reaper.pass.Lock()
 	defer s.reaper.pass.Unlock()
 	var rep ReapReport
 	if err := s.guard.refuse("reaper"); err != nil {
 		return rep, err
+	}
+	if err := s.rootw.check(ctx); err != nil {
+		return rep, fmt.Errorf("reaper paused: %w", err)
 	}
 	s.dropOwnDangling(ctx, &rep)
 	lk, err := s.coord.Lock(ctx, LockRequest{Type: OpUpdate, ResourceID: ReapLockResource})
@@ -144,6 +153,9 @@ func (s *store) Reap(ctx context.Context) (ReapReport, error) {
 		return rep, err
 	}
 	rep.Plan, rep.ReclaimableBytes = plan, plan.ReclaimableBytes
+	if err := s.rootw.check(ctx); err != nil {
+		return rep, fmt.Errorf("reaper paused: %w", err)
+	}
 	rep.Done = ReapPlan{Grace: plan.Grace, NodeExpiry: plan.NodeExpiry}
 	if err := s.reapOrphans(ctx, plan.Orphans, &rep); err != nil {
 		return rep, err
@@ -224,6 +236,14 @@ func (s *store) dropOwnDangling(ctx context.Context, rep *ReapReport) {
 		l.WithField("missing", len(missing)).WithField("referenced", len(refs)).WithField("root", s.root).
 			Warn("reaper: more than a tenth of this node's blobs are missing from its view of the shared root; is the root mounted? No reference dropped")
 		return
+	}
+	if len(due) > 0 {
+		// Absence is evidence only from a root that still checks out.
+		if err := s.rootw.check(ctx); err != nil {
+			l.WithError(err).Warn("reaper: the shared root no longer checks out; no reference dropped")
+			s.reaper.missing = nil
+			return
+		}
 	}
 	for _, d := range due {
 		if s.dropDangling(ctx, d) {

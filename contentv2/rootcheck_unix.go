@@ -5,6 +5,8 @@ package contentv2
 import (
 	"io/fs"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // sameFilesystem reports whether a and b are on the same device.
@@ -13,3 +15,7 @@ func sameFilesystem(a, b fs.FileInfo) bool {
 	sb, ok2 := b.Sys().(*syscall.Stat_t)
 	return !ok1 || !ok2 || sa.Dev == sb.Dev
 }
+
+// writable reports why this process cannot write in dir (EROFS on a
+// read-only mount), without writing anything.
+func writable(dir string) error { return unix.Access(dir, unix.W_OK) }

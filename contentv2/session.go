@@ -73,6 +73,11 @@ func (s *store) startSession(ctx context.Context) error {
 		return &WrongClusterError{Root: s.root, RootCluster: rootID, Cause: err}
 	case errors.Is(err, ErrDuplicateNode):
 		return fmt.Errorf("node %s: %w; refusing to start", s.nodeID, err)
+	case errdefs.IsUnauthorized(err) || errdefs.IsPermissionDenied(err):
+		// An answer, not an outage: this node's credentials are not its
+		// own (a token of another node) or not accepted. Waiting cannot
+		// fix that; an operator must.
+		return fmt.Errorf("node %s: the coordinator refuses this node (%w); refusing to start: give this node its own credentials (--node-token-file, --node-cert) or fix --node-id", s.nodeID, err)
 	case err != nil:
 		s.logNoSessionAtStart(ctx, err)
 	}
@@ -89,8 +94,6 @@ func (s *store) startSession(ctx context.Context) error {
 func (s *store) logNoSessionAtStart(ctx context.Context, err error) {
 	l := log.G(ctx).WithError(err).WithField("node", s.nodeID)
 	switch {
-	case errdefs.IsUnauthorized(err) || errdefs.IsPermissionDenied(err):
-		l.Error("the coordinator refuses this node at start: writes and deletes wait until this node's credentials are fixed")
 	case errors.Is(err, ErrLate):
 		// The coordinator answered: only the timing rule (docs/design.md
 		// §8.8) refused the round, and the session loop runs the next.
@@ -152,7 +155,11 @@ func (s *store) sessionLoop() {
 			}
 		}
 		cancel()
-		s.refreshMarker() // answered or not: this node is alive
+		// Answered or not, this node is alive; but its marker goes only
+		// into a verified root (docs/design.md §8.19).
+		if s.rootw.ready() == nil {
+			s.refreshMarker()
+		}
 		t.Reset(s.nextRound())
 	}
 }
@@ -267,11 +274,20 @@ func (s *store) sessionRound(ctx context.Context) error {
 	failpoint.Inject(failpoint.StoreSessionAnswered)
 	received := time.Now()
 	if clusterID == "" {
-		// The first node of a new root records the coordinator's cluster.
+		// The first node of a new root records the coordinator's cluster,
+		// on a root that still checks out.
+		if err := s.rootw.check(ctx); err != nil {
+			return err
+		}
 		rootID, err := claimRoot(s.root, info.ClusterID, s.nodeID)
 		if err != nil {
 			return err
 		}
+		id, err := readRootIdentity(s.root)
+		if err != nil {
+			return err
+		}
+		s.rootw.setExpect(id)
 		if rootID != info.ClusterID {
 			return &WrongClusterError{Root: s.root, RootCluster: rootID, CoordinatorCluster: info.ClusterID}
 		}
@@ -289,7 +305,10 @@ func (s *store) sessionRound(ctx context.Context) error {
 	}
 	if info.Synced {
 		s.setSynced(true)
-		return s.journal.setMember(info.ClusterID)
+		if err := s.journal.setMember(info.ClusterID); err != nil {
+			return err
+		}
+		return s.recordRoot(ctx)
 	}
 	s.setSynced(false)
 	if s.deferSync(received) {
@@ -316,7 +335,7 @@ func (s *store) sessionRound(ctx context.Context) error {
 	}
 	s.setSynced(true)
 	s.metrics.syncs.Inc()
-	return nil
+	return s.recordRoot(ctx)
 }
 
 // answered records a session answer received at received: its stamp, the
@@ -418,4 +437,32 @@ func or(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// recordRoot records, once, the shared root this node has joined
+// (docs/design.md §8.19): from its next start on it serves only that root.
+// Only the session loop (and the first round) call it.
+func (s *store) recordRoot(ctx context.Context) error {
+	if s.rootRecorded {
+		return nil
+	}
+	if err := s.rootw.check(ctx); err != nil {
+		return nil // recorded at a later round, once the root checks out
+	}
+	id, mount := s.rootw.expected()
+	if !id.known() {
+		var err error
+		if id, err = readRootIdentity(s.root); err != nil || !id.known() {
+			return err
+		}
+		s.rootw.setExpect(id)
+	}
+	r := RootRecord{Path: s.root, ClusterID: id.ClusterID, CreatedAt: id.CreatedAt, Mount: mount, RecordedAt: time.Now().UTC()}
+	if err := writeRootRecord(s.stateDir, r); err != nil {
+		return err
+	}
+	s.rootRecorded = true
+	log.G(ctx).WithField("node", s.nodeID).WithField("root", s.root).WithField("cluster", id.ClusterID).WithField("mount", mount).
+		Info("recorded the shared root this node joined; it serves no other from now on")
+	return nil
 }

@@ -59,6 +59,9 @@ type Store interface {
 	// Reap runs one pass of the reaper now (docs/design.md §8.12), if no other node is
 	// running one.
 	Reap(ctx context.Context) (ReapReport, error)
+	// Ready returns why the store refuses writes and deletes now (its
+	// shared root is not verified: a *RootError), or nil.
+	Ready() error
 	Close() error
 }
 
@@ -97,6 +100,12 @@ func WithReaper(interval, grace time.Duration) Option {
 	return func(s *store) { s.reapInterval, s.reapGrace = interval, grace }
 }
 
+// WithRootProbe sets how long one probe of the shared root may take
+// before the root counts as hung (default DefaultRootProbeTimeout). The
+// root is probed at every session interval, and before every delete and
+// reaper pass.
+func WithRootProbe(timeout time.Duration) Option { return func(s *store) { s.rootProbe = timeout } }
+
 // WithLocalStore replaces the local store on root (tests inject failures
 // this way). It must be rooted in the shared directory.
 func WithLocalStore(cs content.Store) Option { return func(s *store) { s.local = cs } }
@@ -123,6 +132,12 @@ type store struct {
 	storageTimeout time.Duration
 	guard          *guard
 	reapStalls     uint64
+	rootProbe      time.Duration
+	// rootw says whether the shared root is verified (rootwatch.go);
+	// rootRecorded whether this node's state dir records it (rootid.go;
+	// the session loop's only).
+	rootw        *rootWatch
+	rootRecorded bool
 	// startedAt, and markerSeq (the session loop's only), go into this
 	// node's marker (marker.go).
 	startedAt time.Time
@@ -205,22 +220,13 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 		kick:         make(chan struct{}, 1),
 		stop:         make(chan struct{}),
 		startedAt:    time.Now().UTC(),
+		rootProbe:    DefaultRootProbeTimeout,
 	}
 	for _, o := range opts {
 		o(s)
 	}
 	if s.stateDir == "" {
 		return nil, fmt.Errorf("a state directory for the node journal is required (WithStateDir): %w", errdefs.ErrInvalidArgument)
-	}
-	if err := CheckRoot(root); err != nil {
-		return nil, err
-	}
-	if s.local == nil {
-		cs, err := local.NewLabeledStore(root, newLabelStore())
-		if err != nil {
-			return nil, err
-		}
-		s.local = cs
 	}
 	m, err := newMetrics(s.registerer)
 	if err != nil {
@@ -242,10 +248,32 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 	if s.journal, err = openJournal(s.stateDir); err != nil {
 		return nil, err
 	}
+	// Prove the root before anything is written to it (docs/design.md
+	// §8.19); CheckRoot creates a missing root only for a first join.
+	sr, err := verifyRootAtStart(root, s.stateDir, s.journal.memberOf())
+	if err == nil {
+		err = CheckRoot(root)
+	}
+	if err != nil {
+		s.journal.close()
+		return nil, err
+	}
+	s.rootw = newRootWatch(root, s.rootProbe, s.metrics, sr.expect, sr.mount)
+	s.rootRecorded = sr.record != nil
+	if s.local == nil {
+		cs, err := local.NewLabeledStore(root, newLabelStore())
+		if err != nil {
+			s.journal.close()
+			return nil, err
+		}
+		s.local = cs
+	}
 	if err := s.startSession(context.Background()); err != nil {
 		s.journal.close()
 		return nil, err
 	}
+	s.wg.Add(1)
+	go s.rootLoop()
 	s.wg.Add(1)
 	go s.sessionLoop()
 	if s.reapInterval > 0 {
@@ -286,6 +314,9 @@ func (s *store) Info(ctx context.Context, dgst digest.Digest) (content.Info, err
 // reached while this node may not fail open is ErrUnavailable (docs/design.md §8.8:
 // reference before use).
 func (s *store) use(ctx context.Context, dgst digest.Digest) (content.Info, error) {
+	if err := s.rootw.readable(); err != nil {
+		return content.Info{}, fmt.Errorf("content %v: %w", dgst, err)
+	}
 	info, err := s.local.Info(ctx, dgst)
 	if err != nil {
 		return info, err
@@ -398,16 +429,25 @@ func (s *store) uncoordinated(ctx context.Context, op string, dgst digest.Digest
 
 // ReaderAt passes through: blobs are immutable and addressed by digest.
 func (s *store) ReaderAt(ctx context.Context, desc ocispec.Descriptor) (content.ReaderAt, error) {
+	if err := s.rootw.readable(); err != nil {
+		return nil, fmt.Errorf("content %v: %w", desc.Digest, err)
+	}
 	return s.local.ReaderAt(ctx, desc)
 }
 
 // Walk passes through: it lists every blob in the shared directory.
 func (s *store) Walk(ctx context.Context, fn content.WalkFunc, filters ...string) error {
+	if err := s.rootw.readable(); err != nil {
+		return err
+	}
 	return s.local.Walk(ctx, fn, filters...)
 }
 
 // Update changes the blob's (node-local) labels under the update lock.
 func (s *store) Update(ctx context.Context, info content.Info, fieldpaths ...string) (content.Info, error) {
+	if err := s.rootw.ready(); err != nil {
+		return content.Info{}, fmt.Errorf("content %v: update: %w", info.Digest, err)
+	}
 	lk, err := s.coord.Lock(ctx, LockRequest{Type: OpUpdate, ResourceID: info.Digest.String(), Wait: true})
 	switch {
 	case err != nil && isRefusal(err):
@@ -426,7 +466,9 @@ func (s *store) Update(ctx context.Context, info content.Info, fieldpaths ...str
 // Delete removes the blob unless another node still uses it or a member
 // node is not synced (docs/design.md §8.7). It never returns an error for a blob kept
 // or for an unreachable coordinator: containerd's garbage collector stops
-// its whole sweep at the first Delete error.
+// its whole sweep at the first Delete error. It does return one, a
+// *RootError (errdefs.ErrUnavailable), when a probe of the shared root
+// right before fails (docs/design.md §8.19): then the sweep should stop.
 //
 // The file is removed only under the delete lock, checked to be still
 // held right before: it is renamed into <root>/.trash (atomic, reversible),
@@ -440,6 +482,10 @@ func (s *store) Delete(ctx context.Context, dgst digest.Digest) error {
 	}
 	if s.keptWhileStalled(ctx, dgst) {
 		return nil
+	}
+	if err := s.rootw.check(ctx); err != nil {
+		s.metrics.deletes.WithLabelValues("root_unready").Inc()
+		return fmt.Errorf("content %v: delete refused: %w", dgst, err)
 	}
 	// This node no longer uses the blob, whatever happens next.
 	s.mu.Lock()

@@ -34,6 +34,9 @@ func (s *store) Writer(ctx context.Context, opts ...content.WriterOpt) (content.
 	if err != nil {
 		return nil, err
 	}
+	if err := s.rootw.ready(); err != nil {
+		return nil, fmt.Errorf("writer %s: %w", wo.Ref, err)
+	}
 	if dgst == "" {
 		s.metrics.writes.WithLabelValues("local").Inc()
 		return s.openLocal(ctx, wo, nil, "")
@@ -308,6 +311,11 @@ func (w *writer) discard(op string, cause error) {
 func (w *writer) Commit(ctx context.Context, size int64, expected digest.Digest, opts ...content.Opt) error {
 	if err := w.discarded(); err != nil {
 		return err
+	}
+	// A blob becomes visible only in a root that still checks out
+	// (docs/design.md §8.19).
+	if err := w.s.rootw.check(ctx); err != nil {
+		return fmt.Errorf("commit %s: %w", expected, err)
 	}
 	committed := expected
 	if committed == "" {

@@ -135,6 +135,7 @@ type faultNode struct {
 	*contentv2test.Node // nil while the node is down
 	id                  string
 	stateDir            string
+	root                string // the node's path to the shared root ("": the env's)
 	proxy               *netProxy
 	client              *lockclient.Client
 	metrics             *prometheus.Registry
@@ -213,7 +214,11 @@ func (n *faultNode) Open() error {
 	}
 	reg := prometheus.NewRegistry()
 	opts := append(slices.Clone(n.opts), contentv2.WithRegisterer(reg))
-	cn, err := contentv2test.NewNode(context.Background(), n.id, n.env.root, n.stateDir, remote.New(client), opts...)
+	root := n.root
+	if root == "" {
+		root = n.env.root
+	}
+	cn, err := contentv2test.NewNode(context.Background(), n.id, root, n.stateDir, remote.New(client), opts...)
 	if err != nil {
 		client.Close()
 		return err

@@ -152,8 +152,9 @@ func run(args []string) error {
 		return errors.Join(errs...)
 	}
 
-	// Refuse a bad root before opening anything (NewStore checks again).
-	if err := contentv2.CheckRoot(o.root); err != nil {
+	// Refuse a bad root, or one this node did not join, before opening
+	// anything (NewStore checks again).
+	if err := contentv2.VerifyRoot(o.root, o.stateDir); err != nil {
 		return err
 	}
 	coord, err := coordinator(ctx, o, errCh, &cleanups)
@@ -174,7 +175,10 @@ func run(args []string) error {
 		if err != nil {
 			return errors.Join(err, shutdown())
 		}
-		ms := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+		mux := http.NewServeMux()
+		mux.Handle("/", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/readyz", readyz(store))
+		ms := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := ms.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				errCh <- err
@@ -289,6 +293,20 @@ func adopt(ctx context.Context, l *lockserver.Coordinator, root string) error {
 	log.G(ctx).WithField("cluster_id", c.ClusterID).WithField("epoch", c.Epoch).WithField("members", nodes).
 		Warn("adopted the shared root's cluster; deletes wait until every member has synced")
 	return nil
+}
+
+// readyz answers 200 while the store serves, and 503 with the reason
+// while it refuses writes and deletes (its shared root is not verified).
+func readyz(store contentv2.Store) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := store.Ready(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready:", err)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}
 }
 
 func or(s, def string) string {

@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
+)
+
+// The shared root's faults with real containerd (docs/design.md §8.19):
+// each node sees the shared directory through a bind mount of its own.
+// n1's mount is lazily unmounted while it runs, then its plugin is
+// restarted on the unmounted path; the check is the user's: every blob
+// each node's containerd lists reads back once the mount is back and the
+// plugin restarted, and a re-pull works.
+
+// rootReadyTimeout bounds how long a plugin takes to notice its root
+// changed: a few of its probes (one per session interval, TTL/3).
+const rootReadyTimeout = time.Minute
+
+// readyz returns the status and body of the plugin's /readyz.
+func readyz(addr string) (int, string, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b)), err
+}
+
+func waitReadyz(t *testing.T, n *node, addr string, want int) string {
+	t.Helper()
+	var body string
+	waitFor(t, fmt.Sprintf("%s's /readyz answers %d", n.id, want), rootReadyTimeout, func() (bool, error) {
+		if n.plugin.exited() {
+			return false, dead(n.plugin)
+		}
+		code, b, err := readyz(addr)
+		if err != nil {
+			return false, err
+		}
+		body = b
+		return code == want, fmt.Errorf("%d %s", code, b)
+	})
+	return body
+}
+
+// requireListedReadable checks that every blob n's containerd lists
+// reads back with its digest (`ctr content get`), and returns how many.
+func requireListedReadable(t *testing.T, n *node) int {
+	t.Helper()
+	list, err := n.contentList()
+	require.NoError(t, err)
+	for _, d := range list {
+		got, _, err := n.contentDigest(d)
+		require.NoError(t, err, "%s: content get %s", n.id, short(d))
+		require.Equal(t, d, got, "%s: content get %s", n.id, short(d))
+	}
+	return len(list)
+}
+
+func TestRootFaultsE2E(t *testing.T) {
+	needSharedcontent(t)
+	if os.Geteuid() != 0 {
+		t.Skip("bind-mounts each node's root: run as root")
+	}
+	e := newEnv(t)
+	reg, err := registry.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { reg.Close() })
+	shared := e.path("shared")
+	require.NoError(t, os.MkdirAll(shared, 0o755))
+	ls := e.startLockServer("--session-ttl", faultSessionTTL.String())
+	mount := func(args ...string) {
+		out, err := exec.Command("mount", args...).CombinedOutput()
+		require.NoError(t, err, "mount %v: %s", args, out)
+	}
+	var nodes []*node
+	var metrics []string
+	for i := range 2 {
+		id := fmt.Sprintf("n%d", i+1)
+		root := e.path(id + "-root")
+		require.NoError(t, os.MkdirAll(root, 0o755))
+		mount("--bind", shared, root)
+		addr := freePort(t)
+		metrics = append(metrics, addr)
+		nodes = append(nodes, e.startSharedNode(id, root, ls.url(), "--metrics-listen", addr))
+	}
+	n1, n2 := nodes[0], nodes[1]
+	imgA := pushImage(t, reg, "e2e/root-a", faultLayer)
+	imgB := pushImage(t, reg, "e2e/root-b", faultLayer)
+	for _, n := range nodes {
+		require.NoError(t, n.pull(imgA.Ref, pullTimeout))
+	}
+	ls.waitSynced(t, []string{"n1", "n2"}, syncTimeout)
+	waitReadyz(t, n1, metrics[0], http.StatusOK)
+
+	// Vanished while running.
+	out, err := exec.Command("umount", "-l", n1.shared).CombinedOutput()
+	require.NoError(t, err, "umount -l: %s", out)
+	body := waitReadyz(t, n1, metrics[0], http.StatusServiceUnavailable)
+	require.Contains(t, body, "shared root "+n1.shared)
+	require.Error(t, n1.pull(imgB.Ref, 20*time.Second), "a pull onto a vanished root")
+	// n1 removes the image: its GC's deletes are refused, so the blobs stay
+	// for n2 (and n1 keeps its references until it deletes again).
+	t.Logf("n1 removes %s while its root is unmounted: %v", imgA.Ref, n1.removeImage(imgA.Ref))
+	for _, d := range imgA.all() {
+		require.True(t, sharedHas(shared, d), "blob %s of %s left the shared root", short(d), imgA.Ref)
+	}
+	ents, err := os.ReadDir(n1.shared)
+	require.NoError(t, err)
+	require.Empty(t, ents, "written onto n1's local directory under its unmounted root")
+	requireListedReadable(t, n2)
+	mount("--bind", shared, n1.shared)
+	waitReadyz(t, n1, metrics[0], http.StatusOK)
+
+	// Not mounted at start.
+	n1.stop()
+	out, err = exec.Command("umount", "-l", n1.shared).CombinedOutput()
+	require.NoError(t, err, "umount -l: %s", out)
+	p := e.start(n1.id+" plugin (unmounted)", n1.logName("plugin-unmounted.log"), nil, n1.pluginArgv()...)
+	waitFor(t, "n1's plugin to refuse the unmounted root", startTimeout, func() (bool, error) { return p.exited(), nil })
+	require.Error(t, p.err, "the plugin exits non-zero")
+	b, err := os.ReadFile(p.logPath)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "shared root "+n1.shared+" is not a mount point")
+	ents, err = os.ReadDir(n1.shared)
+	require.NoError(t, err)
+	require.Empty(t, ents, "the refused plugin wrote onto n1's local directory")
+
+	mount("--bind", shared, n1.shared)
+	n1.startPlugin()
+	n1.startContainerd(n1.config(true))
+	waitReadyz(t, n1, metrics[0], http.StatusOK)
+	reads := requireListedReadable(t, n1) + requireListedReadable(t, n2)
+	require.NoError(t, n1.pull(imgA.Ref, pullTimeout), "a re-pull")
+	require.NoError(t, n1.pull(imgB.Ref, pullTimeout))
+	reads += requireListedReadable(t, n1)
+	report(t, "shared root faults: n1 unready after umount -l (%s), refused to start unmounted; %d listed blobs read back after remount and restart", body, reads)
+}
