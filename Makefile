@@ -5,7 +5,7 @@ PKGS      := ./...
 BINARIES  := containerd-sharedcontent sharedcontent-lockserver sharedcontent-demo sharedcontentctl
 
 .PHONY: all build etcd test bench bench-abuse bench-scale bench-ha bench-scale-short bench-containerd demo lint check e2e chaos chaos-inproc clean $(BINARIES) \
-	image image-check image-push helm-check helm-docs helm-render
+	image image-check image-push helm-check helm-docs helm-render helm-package
 
 all: build
 
@@ -256,6 +256,13 @@ $(HELM): deploy/tools/go.mod deploy/tools/go.sum
 	    -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$$minor" \
 	  -o $(HELM) helm.sh/helm/v3/cmd/helm
 
+# Packs the chart as $(BIN)/sharedcontent-VERSION.tgz with appVersion set
+# to IMAGE_VERSION, so its default image.tag names the image `make image`
+# builds from the same tree (the chart's source has none: image.tag is
+# required there).
+helm-package: $(HELM)
+	$(HELM) package $(CHART) --app-version $(IMAGE_VERSION) -d $(BIN)
+
 helm-docs:
 	cd deploy/tools && GOWORK=off $(GO) run ./helmdocs ../helm/sharedcontent
 
@@ -273,12 +280,12 @@ helm-check: $(HELM)
 	    cmp -s $$tmp/$$n.yaml $(HELM_GOLDEN)/$$n.yaml || { diff -u $(HELM_GOLDEN)/$$n.yaml $$tmp/$$n.yaml | head -40; \
 	      echo "helm-check: $(HELM_GOLDEN)/$$n.yaml is stale: make helm-render"; exit 1; }; \
 	    echo "helm-check: $$n: lint and template ok"; done; \
-	  $(HELM) template sharedcontent $(CHART) --set 'coordinator.ha.etcdEndpoints={http://etcd:2379}' >$$tmp/ha 2>&1 || { cat $$tmp/ha; exit 1; }; \
+	  $(HELM) template sharedcontent $(CHART) --set image.tag=v0.1.0 --set 'coordinator.ha.etcdEndpoints={http://etcd:2379}' >$$tmp/ha 2>&1 || { cat $$tmp/ha; exit 1; }; \
 	  grep -q -- '--etcd-endpoints=http://etcd:2379' $$tmp/ha || { echo "helm-check: coordinator.ha.etcdEndpoints: no replicas rendered"; exit 1; }; \
-	  if $(HELM) template sharedcontent $(CHART) --set 'coordinator.ha.etcdEndpoints={http://etcd:2379}' --set coordinator.ha.replicas=1 >$$tmp/ha1 2>&1; then \
+	  if $(HELM) template sharedcontent $(CHART) --set image.tag=v0.1.0 --set 'coordinator.ha.etcdEndpoints={http://etcd:2379}' --set coordinator.ha.replicas=1 >$$tmp/ha1 2>&1; then \
 	    echo "helm-check: coordinator.ha.replicas=1 rendered, want an error"; exit 1; fi; \
 	  grep -q 'at least 2' $$tmp/ha1 || { cat $$tmp/ha1; exit 1; }
-	cd deploy/check && $(GO) test -count=1 -run Helm ./...
+	cd deploy/check && HELM=$(HELM) $(GO) test -count=1 -run Helm ./...
 	$(GO) test -count=1 -run Helm ./cmd/containerd-sharedcontent/ ./cmd/sharedcontent-lockserver/
 
 # gofmt, go vet, and the package layers (internal/layers: imports point

@@ -33,6 +33,10 @@ const (
 const (
 	checkOK      = "ok"
 	checkProblem = "problem"
+	// checkWarning works today but changes the node's pull path or fails
+	// it on a reboot or a crash; it comes with its fix, and does not fail
+	// doctor.
+	checkWarning = "warning"
 	checkSkipped = "skipped"
 )
 
@@ -41,7 +45,7 @@ type checkResult struct {
 	Check   string `json:"check"`
 	Result  string `json:"result"`
 	Message string `json:"message"`
-	// Fix says what to change, for a problem.
+	// Fix says what to change, for a problem or a warning.
 	Fix string `json:"fix,omitempty"`
 }
 
@@ -89,10 +93,17 @@ func (d *doctorRun) problem(check, msg, fix string) {
 	d.results = append(d.results, checkResult{Check: check, Result: checkProblem, Message: msg, Fix: fix})
 }
 
-func (d *doctorRun) problems() int {
+func (d *doctorRun) warning(check, msg, fix string) {
+	d.results = append(d.results, checkResult{Check: check, Result: checkWarning, Message: msg, Fix: fix})
+}
+
+func (d *doctorRun) problems() int { return d.count(checkProblem) }
+
+// count is the number of results that are result.
+func (d *doctorRun) count(result string) int {
 	n := 0
 	for _, r := range d.results {
-		if r.Result == checkProblem {
+		if r.Result == result {
 			n++
 		}
 	}
@@ -109,7 +120,13 @@ func (d *doctorRun) table(tw *tabwriter.Writer) {
 			fmt.Fprintf(tw, "\n%s: fix: %s\n", r.Check, r.Fix)
 		}
 	}
-	fmt.Fprintf(tw, "\n%s\n", problemsText(d.problems()))
+	summary := problemsText(d.problems())
+	if n := d.count(checkWarning); n == 1 {
+		summary += ", 1 warning"
+	} else if n > 1 {
+		summary += fmt.Sprintf(", %d warnings", n)
+	}
+	fmt.Fprintf(tw, "\n%s\n", summary)
 }
 
 func problemsText(n int) string {
@@ -126,7 +143,8 @@ func problemsText(n int) string {
 func (d *doctorRun) containerd(ctx context.Context, path string) {
 	const configCheck = "containerd config"
 	checks := []string{"content plugin disabled", "content proxy", "content proxy socket", "diff proxy",
-		"diff proxy socket", "transfer unpack differ", "diff service default", "content sharing policy"}
+		"diff proxy socket", "transfer unpack differ", "diff service default", "CRI pull path", "CRI unpack",
+		"boot order", "content sharing policy"}
 	cfg, err := loadContainerdConfig(path)
 	if err != nil {
 		d.problem(configCheck, fmt.Sprintf("cannot read containerd's config: %v", err),
@@ -153,6 +171,8 @@ func (d *doctorRun) containerd(ctx context.Context, path string) {
 
 	if _, ok := cfg.Plugins[compiledIn]; ok {
 		d.compiledIn(cfg, path)
+		d.cri(cfg, path, "")
+		d.skip(bootOrderCheck, "compiled in: containerd serves the content itself")
 	} else {
 		content := d.proxy(ctx, cfg, path, "content", "sharedcontent", deploySocket)
 		// The diff proxy is served on the content proxy's socket.
@@ -162,6 +182,8 @@ func (d *doctorRun) containerd(ctx context.Context, path string) {
 		}
 		diff := d.proxy(ctx, cfg, path, "diff", "sharedcontent-diff", address)
 		d.differ(cfg, path, diff)
+		d.cri(cfg, path, diff)
+		d.bootOrder()
 	}
 
 	switch policy, _ := cfg.plugin(metadataPlugin, "content_sharing_policy").(string); policy {

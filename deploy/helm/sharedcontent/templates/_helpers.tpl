@@ -9,7 +9,7 @@ app.kubernetes.io/name: sharedcontent
 app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 app.kubernetes.io/part-of: sharedcontent
-app.kubernetes.io/version: {{ .root.Values.image.tag | default .root.Chart.AppVersion | quote }}
+app.kubernetes.io/version: {{ include "sharedcontent.tag" .root | quote }}
 app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- end -}}
@@ -21,8 +21,16 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* The image's tag: image.tag, else the appVersion that make helm-package
+stamps (IMAGE_VERSION, the tag make image gives the image it builds). The
+chart's source carries no appVersion, since it names no build: rendering
+it without image.tag fails rather than name an image nobody built. */}}
+{{- define "sharedcontent.tag" -}}
+{{- .Values.image.tag | default .Chart.AppVersion | required "image.tag is required: give the tag `make image` printed for the image (IMAGE_VERSION, by default git describe --tags --always --dirty), e.g. --set image.tag=$(git describe --tags --always --dirty), or install the chart `make helm-package` packed with it (docs/helm.md \"Install\")" -}}
+{{- end -}}
+
 {{- define "sharedcontent.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ .Values.image.repository }}:{{ include "sharedcontent.tag" . }}
 {{- end -}}
 
 {{/* The coordinator's URL, as the nodes reach it: its Service, or with
