@@ -101,9 +101,12 @@ func isPluginBinary(word string) bool {
 	return filepath.Base(strings.TrimLeft(word, "-@:+!")) == pluginBinary
 }
 
-// announces reports whether the daemon's arguments set --containerd-address
-// to a socket: it then announces every image to containerd once serving, so
-// CRI sees again the images it dropped while the daemon was down.
+// announces reports whether the daemon's arguments leave --containerd-address
+// naming a socket (its default does): it then announces every image to
+// containerd once serving, so CRI sees again the images it dropped while
+// the daemon was down. Only an empty value turns that off. (An empty
+// SHAREDCONTENT_CONTAINERD_ADDRESS in the unit's environment does too; the
+// arguments do not show it.)
 func announces(args []string) bool {
 	for i, a := range args {
 		if v, ok := strings.CutPrefix(a, announceFlag+"="); ok {
@@ -113,7 +116,7 @@ func announces(args []string) bool {
 			return !strings.HasPrefix(args[i+1], "-") && args[i+1] != `""`
 		}
 	}
-	return false
+	return true
 }
 
 // runningDaemons are the argument lists of the daemons running now.
@@ -156,20 +159,20 @@ func (d *doctorRun) bootOrder() {
 	}
 	for _, u := range units {
 		if announces(u.keys["ExecStart"]) {
-			d.ok(bootOrderCheck, "%s runs %s with %s: once serving it announces every image to containerd, so CRI lists them again", u.name, pluginBinary, announceFlag)
+			d.ok(bootOrderCheck, "%s runs %s with %s set (its default): once serving it announces every image to containerd, so CRI lists them again", u.name, pluginBinary, announceFlag)
 			return
 		}
 	}
 	for _, args := range runningDaemons() {
 		if announces(args) {
-			d.ok(bootOrderCheck, "the running %s has %s: once serving it announces every image to containerd, so CRI lists them again", pluginBinary, announceFlag)
+			d.ok(bootOrderCheck, "the running %s has %s set (its default): once serving it announces every image to containerd, so CRI lists them again", pluginBinary, announceFlag)
 			return
 		}
 	}
-	msg := fmt.Sprintf("no systemd unit starts %s before %s, and no daemon runs with %s: when containerd starts while the daemon is down (a reboot of a node whose daemon is a pod, a crash of that pod) CRI drops every image and does not list them again once the daemon is back, so kubelet cannot start pods, the daemon's own included",
+	msg := fmt.Sprintf("no systemd unit starts %s before %s, and no daemon runs with %s set (it is turned off): when containerd starts while the daemon is down (a reboot of a node whose daemon is a pod, a crash of that pod) CRI drops every image and does not list them again once the daemon is back, so kubelet cannot start pods, the daemon's own included",
 		pluginBinary, containerdUnit, announceFlag)
 	if len(units) > 0 {
-		msg = fmt.Sprintf("%s runs %s but is not ordered before %s, and has no %s: when containerd starts first CRI drops every image and does not list them again once the daemon is back",
+		msg = fmt.Sprintf("%s runs %s but is not ordered before %s, and turns %s off: when containerd starts first CRI drops every image and does not list them again once the daemon is back",
 			units[0].name, pluginBinary, containerdUnit, announceFlag)
 	}
 	d.warning(bootOrderCheck, msg,

@@ -71,14 +71,22 @@ func TestDoctorBootOrder(t *testing.T) {
 			runningDaemon(t, proc, "42", "/usr/local/bin/containerd-sharedcontent", "--root=/mnt/shared", "--containerd-address=")
 		},
 		result: checkWarning,
-		in:     "no daemon runs with --containerd-address",
+		in:     "no daemon runs with --containerd-address set",
 	}, {
-		name: "unit not ordered",
+		name: "unit not ordered, announcing nothing",
 		setup: func(t *testing.T, units, proc string) {
-			installUnit(t, units, "sc.service", unordered)
+			installUnit(t, units, "sc.service", strings.Replace(unordered, "ExecStart=/usr/local/bin/containerd-sharedcontent",
+				"ExecStart=/usr/local/bin/containerd-sharedcontent --containerd-address=", 1))
 		},
 		result: checkWarning,
 		in:     "sc.service runs containerd-sharedcontent but is not ordered before containerd.service",
+	}, {
+		name: "unit not ordered, announcing by default",
+		setup: func(t *testing.T, units, proc string) {
+			installUnit(t, units, "sc.service", unordered)
+		},
+		result: checkOK,
+		in:     "sc.service runs containerd-sharedcontent with --containerd-address set (its default)",
 	}, {
 		name: "deploy unit",
 		setup: func(t *testing.T, units, proc string) {
@@ -102,14 +110,14 @@ func TestDoctorBootOrder(t *testing.T) {
 				"ExecStart=/usr/local/bin/containerd-sharedcontent --containerd-address /run/containerd/containerd.sock", 1))
 		},
 		result: checkOK,
-		in:     "sc.service runs containerd-sharedcontent with --containerd-address",
+		in:     "sc.service runs containerd-sharedcontent with --containerd-address set",
 	}, {
 		name: "running daemon announcing the images",
 		setup: func(t *testing.T, units, proc string) {
 			runningDaemon(t, proc, "42", "containerd-sharedcontent", "--containerd-address=/run/containerd/containerd.sock")
 		},
 		result: checkOK,
-		in:     "the running containerd-sharedcontent has --containerd-address",
+		in:     "the running containerd-sharedcontent has --containerd-address set",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			units, proc := bootTree(t)
