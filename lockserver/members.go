@@ -74,6 +74,9 @@ type nodeSync struct {
 	buckets *refcount.BucketSet
 	// touched is when the node last sent a chunk (for SyncTimeout).
 	touched time.Time
+	// sent counts the resource IDs of the chunks received, and last is
+	// what it counted before the last one (checkChunkOffset).
+	sent, last int
 }
 
 // maxSyncRefs bounds the references one node may sync.
@@ -279,6 +282,10 @@ func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncR
 	if isHashStep(req) {
 		return l.syncHashStep(ctx, m, req, now)
 	}
+	retry, err := checkChunkOffset(nodeID, s, req)
+	if err != nil {
+		return api.SyncResponse{}, err
+	}
 	if len(s.refs)+len(req.ResourceIDs) > maxSyncRefs {
 		l.endSync(m)
 		return api.SyncResponse{}, fmt.Errorf("sync of node %s: more than %d references: %w", nodeID, maxSyncRefs, api.ErrInvalidArgument)
@@ -292,6 +299,9 @@ func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncR
 	}
 	if err := l.bufferSync(ctx, m, req.ResourceIDs, now); err != nil {
 		return api.SyncResponse{}, err
+	}
+	if !retry {
+		s.last, s.sent = s.sent, s.sent+len(req.ResourceIDs)
 	}
 	if !req.Done {
 		return api.SyncResponse{Received: len(s.refs)}, nil
