@@ -36,6 +36,11 @@ type Member struct {
 	// Empty: not recorded yet (a new member, an older node or
 	// coordinator, a released ID).
 	Lineage string `json:"lineage,omitempty"`
+	// Adopted is the cluster ID of the adoption that wrote the record
+	// (docs/design.md §8.10): a re-run of an adoption interrupted between
+	// two transactions (etcd) counts such members as its own, not as
+	// another cluster's. Empty: not written by an adoption.
+	Adopted string `json:"adopted,omitempty"`
 }
 
 // ListMembers implements Storage. A stored record that does not decode is
