@@ -284,7 +284,11 @@ helm-check: $(HELM)
 	  grep -q -- '--etcd-endpoints=http://etcd:2379' $$tmp/ha || { echo "helm-check: coordinator.ha.etcdEndpoints: no replicas rendered"; exit 1; }; \
 	  if $(HELM) template sharedcontent $(CHART) --set image.tag=v0.1.0 --set 'coordinator.ha.etcdEndpoints={http://etcd:2379}' --set coordinator.ha.replicas=1 >$$tmp/ha1 2>&1; then \
 	    echo "helm-check: coordinator.ha.replicas=1 rendered, want an error"; exit 1; fi; \
-	  grep -q 'at least 2' $$tmp/ha1 || { cat $$tmp/ha1; exit 1; }
+	  grep -q 'at least 2' $$tmp/ha1 || { cat $$tmp/ha1; exit 1; }; \
+	  if $(HELM) template sharedcontent $(CHART) --set image.tag=v0.1.0 --set 'coordinator.extraArgs={--lease-ttl=60s,--session-ttl=15s}' >$$tmp/lease 2>&1; then \
+	    echo "helm-check: --lease-ttl=60s with --session-ttl=15s rendered, want an error"; exit 1; fi; \
+	  grep -q 'fail-open delay' $$tmp/lease || { cat $$tmp/lease; exit 1; }; \
+	  $(HELM) template sharedcontent $(CHART) --set image.tag=v0.1.0 --set 'coordinator.extraArgs={--lease-ttl=23s,--session-ttl=1m30s}' >$$tmp/lease 2>&1 || { cat $$tmp/lease; exit 1; }
 	cd deploy/check && HELM=$(HELM) $(GO) test -count=1 -run Helm ./...
 	$(GO) test -count=1 -run Helm ./cmd/containerd-sharedcontent/ ./cmd/sharedcontent-lockserver/
 

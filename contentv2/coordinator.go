@@ -166,6 +166,9 @@ type SessionRequest struct {
 	ClusterID string
 	// InstanceID is random per store start.
 	InstanceID string
+	// Generation is the journal's generation: the host's lineage, which
+	// a restart keeps (docs/design.md §8.5).
+	Generation string
 	// Echo is nil to open a session, set to renew one.
 	Echo *Echo
 }

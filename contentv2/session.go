@@ -242,7 +242,7 @@ func (s *store) noteRenewalSent(at time.Time) {
 // session opens or renews the session: a renewal refused as late is
 // followed at once by an open.
 func (s *store) session(ctx context.Context, clusterID string) (SessionInfo, error) {
-	req := SessionRequest{ClusterID: clusterID, InstanceID: s.instanceID, Echo: s.echo()}
+	req := SessionRequest{ClusterID: clusterID, InstanceID: s.instanceID, Generation: s.journal.generation, Echo: s.echo()}
 	info, err := s.coord.Session(ctx, req)
 	if errors.Is(err, ErrLate) && req.Echo != nil {
 		s.metrics.sessionRefusals.WithLabelValues("late").Inc()

@@ -175,6 +175,11 @@ func TestFaultStateDirWiped(t *testing.T) {
 	require.Eventually(t, func() bool { return !e.coord.live(context.Background(), "node-2") },
 		20*time.Second, 20*time.Millisecond, "node 2's session lapses while it is reinstalled")
 	require.FileExists(t, filepath.Join(n2.stateDir, "meta.db"), "containerd's metadata survives")
+	// A new state dir is another lineage: the node ID stays node 2's old
+	// one until the operator releases it (docs/design.md §8.5).
+	require.ErrorIs(t, n2.Open(), contentv2.ErrDuplicateNode, "a wiped state dir needs the operator")
+	_, err := e.coord.admin.Release(ctx, "node-2")
+	require.NoError(t, err)
 	require.NoError(t, n2.Open())
 	e.coord.waitSynced(t, "node-1", "node-2")
 	require.NoError(t, n1.collect(ctx))
@@ -234,6 +239,59 @@ func TestFaultDuplicateNodeID(t *testing.T) {
 		// the coordinator on a loaded machine: that keeps the blob.
 		require.Contains(t, users, "host", "the first host's reference of %s", d.Digest)
 	}
+	requireReadable(t, ctx, n1, host)
+}
+
+// TestFaultCloneOfCutOffHost: a clone of a host (another state dir, the
+// same node ID: a cloned VM whose ID defaults to the hostname) starts
+// while the host is cut off and its session has lapsed. The node ID
+// belongs to the host's lineage (its journal generation), so the clone is
+// refused (409 duplicate_node, naming `sharedcontentctl node release`),
+// as it is again once the clash has ended; the host, restarted while
+// still cut off (its end of session lost, as after a crash), takes its ID
+// back without an operator and keeps every blob.
+//
+// Before: the clone started, took in the ID's references (a new journal
+// is seeded with them) and its GC dropped them, deleting every blob of
+// the image the host's containerd still lists.
+func TestFaultCloneOfCutOffHost(t *testing.T) {
+	e := newFaultEnv(t, faultConfig())
+	ctx := nsContext()
+	imgA := e.push("a")
+	n1, host := e.addNode("node-1"), e.addNode("host")
+	require.NoError(t, host.pullImage(time.Minute, imgA))
+	e.coord.waitSynced(t, "node-1", "host")
+
+	host.proxy.Cut()
+	require.Eventually(t, func() bool { return !e.coord.live(context.Background(), "host") },
+		20*time.Second, 20*time.Millisecond, "the host's session lapses while it is cut off")
+	startClone := func(why string) {
+		t.Helper()
+		clone, err := e.startNode("host", nil)
+		if clone != nil {
+			require.NoError(t, clone.collect(ctx)) // what the clone's GC would do
+			clone.Close()
+		}
+		require.ErrorIs(t, err, contentv2.ErrDuplicateNode, why)
+		require.ErrorContains(t, err, "sharedcontentctl node release host")
+		require.NoError(t, n1.collect(ctx))
+		e.requireFiles(t, imgA, why)
+	}
+	startClone("a clone starting while the host is cut off")
+	refused := time.Now()
+	// Once the clash has ended (a session TTL after the last refusal) the
+	// ID is still the host's.
+	time.Sleep(time.Until(refused.Add(faultSessionTTL)))
+	startClone("a clone starting once the clash has ended")
+
+	host.Close() // its end of session is lost: as after a crash
+	host.proxy.Reconnect()
+	require.NoError(t, host.Open(), "the host itself restarts without an operator")
+	e.coord.waitSynced(t, "node-1", "host")
+	require.NoError(t, n1.collect(ctx))
+	require.NoError(t, host.collect(ctx))
+	e.requireRefs(t, ctx, imgA, "host")
+	requireImage(t, ctx, host.Node, imgA)
 	requireReadable(t, ctx, n1, host)
 }
 

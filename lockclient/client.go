@@ -278,6 +278,18 @@ func (c *Client) Forget(ctx context.Context, nodeID string) error {
 	})
 }
 
+// Release lets the next host to open nodeID's session take the node ID
+// over (admin; docs/design.md §8.5).
+func (c *Client) Release(ctx context.Context, nodeID string) (api.ReleaseResponse, error) {
+	var resp api.ReleaseResponse
+	err := c.retry(ctx, call{op: "release", id: nodeID}, func(ctx context.Context) error {
+		var err error
+		resp, err = c.transport.Release(ctx, nodeID)
+		return err
+	})
+	return resp, err
+}
+
 // Expire asks the coordinator to forget nodeID, shown gone (docs/design.md
 // §8.4): this client's node holds lease, the reap lock's, and sees
 // nodeID's marker in state marker ("" none), unchanged for

@@ -259,6 +259,12 @@ func (tr *httpTransport) Forget(ctx context.Context, nodeID string) error {
 	return tr.do(ctx, http.MethodDelete, "/nodes/"+url.PathEscape(nodeID), nil, nil, nil)
 }
 
+func (tr *httpTransport) Release(ctx context.Context, nodeID string) (api.ReleaseResponse, error) {
+	var resp api.ReleaseResponse
+	err := tr.do(ctx, http.MethodPost, "/nodes/"+url.PathEscape(nodeID)+"/release", nil, struct{}{}, &resp)
+	return resp, err
+}
+
 func (tr *httpTransport) Expire(ctx context.Context, nodeID string, req api.ExpireRequest) (api.ExpireResponse, error) {
 	var resp api.ExpireResponse
 	err := tr.do(ctx, http.MethodPost, "/nodes/"+url.PathEscape(nodeID)+"/expire", nil, req, &resp)

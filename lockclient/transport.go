@@ -60,6 +60,8 @@ type Transport interface {
 	Forget(ctx context.Context, nodeID string) error
 	// Adopt makes the coordinator take a shared root's cluster (admin).
 	Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error)
+	// Release lets another host take over a node ID (admin).
+	Release(ctx context.Context, nodeID string) (api.ReleaseResponse, error)
 	// Expire forgets a member shown gone (the reaper, or admin).
 	Expire(ctx context.Context, nodeID string, req api.ExpireRequest) (api.ExpireResponse, error)
 }

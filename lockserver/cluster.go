@@ -54,8 +54,10 @@ func (l *Coordinator) Cluster() api.Cluster { return *l.cluster.Load() }
 // identity without its members (nodes would accept this coordinator and
 // deletes would not wait for the members it lacks). Adopting the same
 // cluster again completes it (it is idempotent: nothing is refused, the
-// epoch moves on); after a failover in between, the new leader has
-// members of another cluster and the re-run needs --force.
+// epoch moves on), also after a failover in between: each member record
+// an adoption writes names the adopted cluster (refcount.Member.Adopted),
+// so the new leader, which loaded part of them, counts them as the
+// re-run's own, not as members of another cluster.
 func (l *Coordinator) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {
 	if err := validateID("cluster_id", req.ClusterID); err != nil {
 		return api.Cluster{}, err
@@ -69,11 +71,17 @@ func (l *Coordinator) Adopt(ctx context.Context, req api.AdoptRequest) (api.Clus
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	cur := l.Cluster()
-	if len(l.members) > 0 && !req.Force && cur.ClusterID != req.ClusterID {
+	own := 0 // members of this coordinator's cluster, not of an interrupted run of this adoption
+	for _, m := range l.members {
+		if m.rec.Adopted != req.ClusterID {
+			own++
+		}
+	}
+	if own > 0 && !req.Force && cur.ClusterID != req.ClusterID {
 		return api.Cluster{}, fmt.Errorf("this coordinator is cluster %s and already has %d member(s); "+
 			"adopting cluster %s would merge them into it. If the shared root is the right one, run "+
 			"`sharedcontentctl cluster adopt --root DIR --force`: %w",
-			cur.ClusterID, len(l.members), req.ClusterID, api.ErrMemberLive)
+			cur.ClusterID, own, req.ClusterID, api.ErrMemberLive)
 	}
 	b := new(refcount.Batch)
 	var added []refcount.Member
@@ -81,7 +89,7 @@ func (l *Coordinator) Adopt(ctx context.Context, req api.AdoptRequest) (api.Clus
 		if l.members[n] != nil || slices.ContainsFunc(added, func(m refcount.Member) bool { return m.ID == n }) {
 			continue
 		}
-		rec := refcount.Member{ID: n, FirstSeen: now, LastSeen: now}
+		rec := refcount.Member{ID: n, FirstSeen: now, LastSeen: now, Adopted: req.ClusterID}
 		b.PutMember(rec).Break()
 		added = append(added, rec)
 	}

@@ -188,6 +188,29 @@ func (c Config) maxReapHold() time.Duration {
 	return c.MaxReapHold
 }
 
+// FailOpenDelay is how long after the last session renewal it sent a
+// member cut off from a coordinator with session TTL ttl waits before it
+// uses blobs unregistered (docs/design.md §8.8). It is the nodes'
+// contentv2.FailOpenDelay (TestFailOpenDelaysAgree).
+func FailOpenDelay(ttl time.Duration) time.Duration {
+	return ttl/3 + ttl + ttl/10 + 2*time.Second
+}
+
+// CheckLeaseTTL refuses a lease TTL at which a delete lease can outlive a
+// member's fail-open (docs/design.md §8.8): lease_ttl < FailOpenDelay(
+// session_ttl). A deleter frozen (a paused VM) since before a member was
+// cut off then loses its lease, which its unlock needs, before that member
+// may use a blob unregistered. Both daemons check it at start; the
+// Coordinator's own unlock check (checkDeleteUnlock) covers the other
+// order too, so a library user's test configuration may break it.
+func (c Config) CheckLeaseTTL() error {
+	if fo := FailOpenDelay(c.SessionTTL); c.LeaseTTL >= fo {
+		return fmt.Errorf("--lease-ttl %s is not shorter than the nodes' fail-open delay at --session-ttl %s (%s = session-ttl/3 + session-ttl + session-ttl/10 + 2s): a delete lease could outlive a cut-off member's fail-open, and a frozen deleter delete a blob that member uses; lower --lease-ttl below %s or raise --session-ttl (docs/design.md §8.8)",
+			c.LeaseTTL, c.SessionTTL, fo, fo)
+	}
+	return nil
+}
+
 // sweepInterval is how often each shard looks for expired leases, unclaimed
 // grants, abandoned waiters and old completions.
 func (c Config) sweepInterval() time.Duration {

@@ -437,6 +437,12 @@ func (l *Coordinator) Unlock(ctx context.Context, req api.UnlockRequest) (api.Un
 		return api.UnlockResponse{}, err
 	}
 	defer sh.tidy(r)
+	if req.Success && t == idxDelete {
+		if reason, err := l.checkDeleteUnlock(ctx, req.ResourceID, g, now); err != nil {
+			l.release(ctx, sh, r, t, false, reason, now)
+			return api.UnlockResponse{}, err
+		}
+	}
 	if req.Success {
 		// The reference set changes on disk first: if it cannot, the
 		// unlock changes nothing (the lock stays held, nobody is told)
@@ -718,6 +724,28 @@ func (l *Coordinator) advance(ctx context.Context, r *resource, now time.Time) {
 		}
 		l.notifyWatchers(r, next, api.EventGranted, g.nodeID, true, "")
 	}
+}
+
+// checkDelete applies the delete rule (docs/design.md §8.7) to a new delete request:
+// the reaper's conditions if the reaper asks (reap.go), else the
+// checkDeleteUnlock checks a delete's unlock(success), which follows the
+// holder's rename of the file: its lease has not expired, and the delete
+// rule (checkDeleteRule) still holds. A holder frozen after its last check
+// (a paused VM) may rename the file long after it; by then a member may
+// have been cut off and failed open (docs/design.md §8.8), using the blob
+// unregistered: that member is unsynced, or synced with its reference,
+// so the unlock is refused and the holder puts the blob back
+// (docs/design.md §8.11). A refusal says why, as a release reason.
+// Callers hold the resource's shard mutex.
+func (l *Coordinator) checkDeleteUnlock(ctx context.Context, id string, g *grant, now time.Time) (reason string, err error) {
+	if !now.Before(g.expires) {
+		return "expired", fmt.Errorf("delete:%s: lease %s expired %s ago: %w", id, g.leaseID, now.Sub(g.expires).Round(time.Millisecond), api.ErrNotHolder)
+	}
+	own := "" // a dangling reap's own reference, which it drops
+	if g.reap == api.ReapDangling {
+		own = g.nodeID
+	}
+	return "refused", l.checkDeleteRule(ctx, id, g.reap, own, now)
 }
 
 // checkDelete applies the delete rule (docs/design.md §8.7) to a new delete request:

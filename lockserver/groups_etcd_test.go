@@ -145,3 +145,43 @@ func TestGroupsOnEtcd(t *testing.T) {
 		require.Equal(t, want, run(t, onEtcd), "the etcd store differs from the memory store")
 	})
 }
+
+// TestAdoptResumedOnEtcd: TestAdoptResumedAfterFailover on the etcd store,
+// whose adoption of 300 members is several transactions: stopped after
+// the first, a new coordinator on the store (as a new leader) completes
+// it with the same command, without --force.
+func TestAdoptResumedOnEtcd(t *testing.T) {
+	c := etcdtest.Start(t, etcdtest.Options{})
+	cli := c.Client(t)
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(30))
+	require.NoError(t, err)
+	t.Cleanup(func() { sess.Close() })
+	const prefix = "/adopt/"
+	e := concurrency.NewElection(sess, prefix+"leader/")
+	require.NoError(t, e.Campaign(t.Context(), "replica-1"))
+	onEtcd, err := etcdstore.OpenElection(t.Context(), cli, prefix, e, etcdstore.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { onEtcd.Close() })
+
+	ctx := context.Background()
+	nodes := ids(300, "node-")
+	w := newStopAfter(onEtcd)
+	l := coordinatorOn(t, w)
+	w.n.Store(1)
+	_, err = l.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
+	require.ErrorIs(t, err, errStopped)
+	recs, err := onEtcd.ListMembers(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, recs)
+	require.Less(t, len(recs), len(nodes))
+	l.Close()
+
+	w.n.Store(-1)
+	l = coordinatorOn(t, w)
+	got, err := l.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
+	require.NoError(t, err, "the same command completes the adoption")
+	require.Equal(t, "adopted", got.ClusterID)
+	recs, err = onEtcd.ListMembers(ctx)
+	require.NoError(t, err)
+	require.Len(t, recs, len(nodes))
+}

@@ -294,3 +294,38 @@ func TestAdoptStoppedBetweenGroups(t *testing.T) {
 		})
 	}
 }
+
+// TestAdoptResumedAfterFailover: an adoption stopped between two groups,
+// then a failover: the new leader loads the members written so far, and
+// the same command completes the adoption without --force. A coordinator
+// with members of its own still refuses another cluster's adoption.
+//
+// Before: the new leader counted the adoption's own members as another
+// cluster's and refused the re-run until --force.
+func TestAdoptResumedAfterFailover(t *testing.T) {
+	ctx := context.Background()
+	nodes := ids(300, "node-")
+	w := newStopAfter(refcount.NewMemoryStorage())
+	l := coordinatorOn(t, w)
+	w.n.Store(2)
+	_, err := l.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
+	require.ErrorIs(t, err, errStopped)
+	recs, err := w.ListMembers(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, recs, "part of the members were written")
+	require.Less(t, len(recs), len(nodes))
+	l.Close()
+
+	w.n.Store(-1)
+	l = coordinatorOn(t, w) // the new leader
+	require.NotEqual(t, "adopted", l.Cluster().ClusterID)
+	c, err := l.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
+	require.NoError(t, err, "the same command completes the adoption")
+	require.Equal(t, "adopted", c.ClusterID)
+	recs, err = w.ListMembers(ctx)
+	require.NoError(t, err)
+	require.Len(t, recs, len(nodes))
+
+	_, err = l.Adopt(ctx, api.AdoptRequest{ClusterID: "another", Nodes: nodes})
+	require.ErrorIs(t, err, api.ErrMemberLive, "members of the adopted cluster are this coordinator's own now")
+}

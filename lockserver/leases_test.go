@@ -184,10 +184,12 @@ func TestExpiredPullLeaseKeepsHolderRef(t *testing.T) {
 				ctx := context.Background()
 				s := open(t)
 				l := startOnStore(t, s)
+				syncedNode(t, l, "n1") // a member: its reference counts
 				p := mustLock(t, l, api.OperationPull, "n1")
 				require.True(t, p.Acquired)
 				if failover {
 					l = successor(t, s)
+					syncedNode(t, l, "n1")
 				}
 				d := mustLock(t, l, api.OperationDelete, "n2")
 				require.True(t, d.Queued, "no delete while the pull lease lives: %+v", d)
@@ -205,5 +207,38 @@ func TestExpiredPullLeaseKeepsHolderRef(t *testing.T) {
 				require.ErrorIs(t, err, api.ErrInUse, "another node's delete must not remove what the holder may have committed")
 			})
 		}
+	}
+}
+
+// TestExpiredPullLeaseOfForgottenHolder: a node forgotten while it held a
+// pull lease gets no reference when the lease expires (docs/design.md
+// §8.4: no reference for a node that is not a member); the lease record
+// goes, and the blob is free for a delete.
+//
+// Before: the expired lease added the forgotten node's reference, which
+// nothing could drop (no sync of a non-member replaces it; expiry and
+// forget need a member), so the blob was never deleted.
+func TestExpiredPullLeaseOfForgottenHolder(t *testing.T) {
+	for name, open := range leaseStores {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			l := startOnStore(t, open(t))
+			clock := useFakeClock(l)
+			_, err := l.Session(ctx, sessionReq("n1", nil))
+			require.NoError(t, err)
+			p := mustLock(t, l, api.OperationPull, "n1")
+			require.True(t, p.Acquired)
+			clock.at(l.cfg.SessionTTL + time.Second) // n1's session lapsed
+			require.NoError(t, l.Forget(ctx, "n1"), "an operator forgets n1 while its pull lease lives")
+
+			l.sweep(l.shardFor(blob), l.now().Add(l.cfg.LeaseTTL+time.Second))
+			require.ErrorIs(t, keepalive(l, api.OperationPull, p), api.ErrNotHolder, "expired")
+			require.Empty(t, refsOf(t, l, blob), "no reference for a node that is no member")
+			require.Empty(t, storedLeases(t, l), "the lease record went")
+			syncedNode(t, l, "n2")
+			d, err := l.Lock(ctx, lockReq(api.OperationDelete, "n2"))
+			require.NoError(t, err)
+			require.True(t, d.Acquired, "the blob is free for a delete")
+		})
 	}
 }

@@ -74,6 +74,9 @@ type nodeSync struct {
 	buckets *refcount.BucketSet
 	// touched is when the node last sent a chunk (for SyncTimeout).
 	touched time.Time
+	// sent counts the resource IDs of the chunks received, and last is
+	// what it counted before the last one (checkChunkOffset).
+	sent, last int
 }
 
 // maxSyncRefs bounds the references one node may sync.
@@ -99,8 +102,9 @@ func (l *Coordinator) loadMembers(ctx context.Context) error {
 // Session handles POST /nodes/session: it opens or renews the node's
 // session, making it a member. A renewal (a valid echo: timing.go) that
 // arrives late is api.ErrLate and extends nothing; a session that had
-// lapsed, or one opened without an echo, starts unsynced. While one
-// instance's session is live, another instance's is api.ErrDuplicateNode.
+// lapsed, or one opened without an echo, starts unsynced. A session of
+// another instance while one's is live, or of another lineage than the
+// node ID's, is api.ErrDuplicateNode (lineage.go).
 func (l *Coordinator) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
 	if err := validateID("node_id", req.NodeID); err != nil {
 		return api.SessionResponse{}, err
@@ -136,6 +140,9 @@ func (l *Coordinator) Session(ctx context.Context, req api.SessionRequest) (api.
 	if err := l.noLongerBystander(ctx, m, !bystanderSession(req)); err != nil {
 		return api.SessionResponse{}, err
 	}
+	if err := l.recordLineage(ctx, m, req.Generation, isNew); err != nil {
+		return api.SessionResponse{}, err
+	}
 	if err := l.persistSeen(ctx, m, now); err != nil {
 		return api.SessionResponse{}, err
 	}
@@ -149,20 +156,6 @@ func (l *Coordinator) Session(ctx context.Context, req api.SessionRequest) (api.
 	m.answered = now
 	return api.SessionResponse{Cluster: c, SessionTTLMs: l.cfg.SessionTTL.Milliseconds(), Synced: m.synced,
 		StampMs: l.uptime(now), NewMember: isNew}, nil
-}
-
-// checkInstance refuses a session of another instance while m's session
-// is live (docs/design.md §8.5). Callers hold mmu.
-func (l *Coordinator) checkInstance(ctx context.Context, req api.SessionRequest, m *member, now time.Time) error {
-	if !m.live(now) || m.instance == "" || req.InstanceID == "" || m.instance == req.InstanceID {
-		return nil
-	}
-	l.metrics.duplicateNodes.Inc()
-	m.clashUntil = now.Add(l.cfg.SessionTTL)
-	log.G(ctx).WithField("node", req.NodeID).WithField("instance", req.InstanceID).WithField("live_instance", m.instance).
-		Error("two instances use one node ID; the second is refused")
-	return fmt.Errorf("node id %q is in use by another live instance (another host or daemon with the same node ID, e.g. a cloned VM or a shared hostname): give each host a unique --node-id: %w",
-		req.NodeID, api.ErrDuplicateNode)
 }
 
 // clashing reports whether another instance of m's node ID was refused
@@ -289,6 +282,10 @@ func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncR
 	if isHashStep(req) {
 		return l.syncHashStep(ctx, m, req, now)
 	}
+	retry, err := checkChunkOffset(nodeID, s, req)
+	if err != nil {
+		return api.SyncResponse{}, err
+	}
 	if len(s.refs)+len(req.ResourceIDs) > maxSyncRefs {
 		l.endSync(m)
 		return api.SyncResponse{}, fmt.Errorf("sync of node %s: more than %d references: %w", nodeID, maxSyncRefs, api.ErrInvalidArgument)
@@ -302,6 +299,9 @@ func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncR
 	}
 	if err := l.bufferSync(ctx, m, req.ResourceIDs, now); err != nil {
 		return api.SyncResponse{}, err
+	}
+	if !retry {
+		s.last, s.sent = s.sent, s.sent+len(req.ResourceIDs)
 	}
 	if !req.Done {
 		return api.SyncResponse{Received: len(s.refs)}, nil

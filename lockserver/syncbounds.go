@@ -194,3 +194,25 @@ func (l *Coordinator) syncSweepLoop() {
 		}
 	}
 }
+
+// checkChunkOffset checks the offset of a chunk of the known sync s: the
+// resource IDs the sync has received before it, or, for a retry of the
+// last chunk (its answer was lost), what it had received before that
+// one. Anything else is a chunk out of place (lost, reordered, or
+// made up: a done at offset 999999 after 5 IDs) and is refused as an
+// invalid argument that changes nothing; the node starts its sync again.
+// A chunk without an offset (an older node) is not checked.
+func checkChunkOffset(node string, s *nodeSync, req api.SyncRequest) (retry bool, err error) {
+	if req.Offset == nil {
+		return false, nil
+	}
+	switch o := *req.Offset; {
+	case o == s.sent:
+		return false, nil
+	case o == s.last && o+len(req.ResourceIDs) == s.sent:
+		return true, nil
+	default:
+		return false, fmt.Errorf("sync %s of node %s: chunk at offset %d, but the sync has received %d resource IDs: nothing changed; start the sync again: %w",
+			req.SyncID, node, o, s.sent, api.ErrInvalidArgument)
+	}
+}

@@ -334,3 +334,46 @@ func wireBuckets(t *synchash.Table) []api.SyncHash {
 	}
 	return out
 }
+
+// TestSyncChunkOffsetChecked: every chunk of a continuing sync declares
+// the resource IDs sent before it; one out of place (a done at offset
+// 999999 after 5 IDs, a chunk at 3) is refused as an invalid argument and
+// changes nothing: the node's references stay, it is not synced, and the
+// sync goes on from where it was. A retry of the last chunk (its answer
+// lost) is taken again.
+//
+// Before: the done at offset 999999 was accepted and replaced the node's
+// references with the 5 IDs.
+func TestSyncChunkOffsetChecked(t *testing.T) {
+	l := newTestCoordinator(t)
+	ctx := context.Background()
+	a := syncedNode(t, l, "n1", "sha256:old")
+	a, err := l.Session(ctx, sessionReq("n1", nil)) // a new session: n1 syncs again
+	require.NoError(t, err)
+	ids := []string{"sha256:a", "sha256:b", "sha256:c", "sha256:d", "sha256:e"}
+	at := func(o int) *int { return &o }
+	_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s2", ResourceIDs: []string{}, Offset: at(0)})
+	require.NoError(t, err)
+	_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s2", ResourceIDs: ids, Offset: at(0)})
+	require.NoError(t, err)
+	_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s2", ResourceIDs: ids, Offset: at(0)})
+	require.NoError(t, err, "a retry of the last chunk")
+
+	for _, bad := range []api.SyncRequest{
+		{SyncID: "s2", Done: true, Offset: at(999999), Echo: echo(a, 0)},
+		{SyncID: "s2", ResourceIDs: []string{"sha256:f"}, Offset: at(3)},
+		{SyncID: "s2", ResourceIDs: []string{"sha256:f"}, Done: true, Offset: at(6), Echo: echo(a, 0)},
+	} {
+		_, err = l.SyncRefs(ctx, "n1", bad)
+		require.ErrorIs(t, err, api.ErrInvalidArgument, "offset %d", *bad.Offset)
+		require.ErrorContains(t, err, "received 5 resource IDs")
+		require.False(t, synced(t, l, "n1"))
+		require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:old"), "nothing changed")
+		require.Empty(t, refsOf(t, l, "sha256:a"))
+	}
+	resp, err := l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s2", ResourceIDs: []string{"sha256:f"}, Done: true, Offset: at(5), Echo: echo(a, 0)})
+	require.NoError(t, err, "the sync goes on where it was")
+	require.True(t, resp.Synced)
+	require.Empty(t, refsOf(t, l, "sha256:old"))
+	require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:f"))
+}

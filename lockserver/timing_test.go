@@ -165,7 +165,7 @@ func TestSyncDoneLate(t *testing.T) {
 // is live, another instance's session under the same node ID is 409
 // duplicate_node, naming the node and what to do; once it has lapsed, the
 // other instance (a restarted daemon) gets it. An older node (no
-// instance ID) is not checked.
+// instance ID) is not checked; a node ID that sent one must send one.
 func TestDuplicateNode(t *testing.T) {
 	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
 	clock := useFakeClock(l)
@@ -189,6 +189,8 @@ func TestDuplicateNode(t *testing.T) {
 	_, err = l.Session(ctx, api.SessionRequest{NodeID: "host", InstanceID: "i2"})
 	require.NoError(t, err, "after the first instance's session lapsed")
 	_, err = l.Session(ctx, api.SessionRequest{NodeID: "host"})
+	require.ErrorIs(t, err, api.ErrInvalidArgument, "a node ID that sent an instance ID must send one")
+	_, err = l.Session(ctx, api.SessionRequest{NodeID: "old"})
 	require.NoError(t, err, "an older node without an instance ID is not checked")
 }
 

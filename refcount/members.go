@@ -30,6 +30,17 @@ type Member struct {
 	// (docs/design.md §10.3). Absent from records an
 	// older coordinator wrote: those members are not bystanders.
 	Bystander bool `json:"bystander,omitempty"`
+	// Lineage is the journal generation of the instances the node ID
+	// belongs to (docs/design.md §8.5): a session from another one is
+	// refused until an operator releases the ID (Lineage cleared).
+	// Empty: not recorded yet (a new member, an older node or
+	// coordinator, a released ID).
+	Lineage string `json:"lineage,omitempty"`
+	// Adopted is the cluster ID of the adoption that wrote the record
+	// (docs/design.md §8.10): a re-run of an adoption interrupted between
+	// two transactions (etcd) counts such members as its own, not as
+	// another cluster's. Empty: not written by an adoption.
+	Adopted string `json:"adopted,omitempty"`
 }
 
 // ListMembers implements Storage. A stored record that does not decode is

@@ -121,6 +121,8 @@ func parse(args []string) (options, error) {
 		if _, err := lockclient.ParseURLs(o.coordinatorURL); err != nil {
 			return o, fmt.Errorf("--coordinator: %w", err)
 		}
+	} else if err := o.embedded.CheckLeaseTTL(); err != nil {
+		return o, err
 	}
 	return o, nil
 }

@@ -48,6 +48,19 @@ func TestParse(t *testing.T) {
 	require.ErrorContains(t, err, "unexpected arguments")
 }
 
+// TestParseRefusesLeaseOutlivingFailOpen: with the embedded coordinator a
+// delete lease must end before a cut-off member may fail open
+// (docs/design.md §8.8); with a remote one the flags are not used.
+func TestParseRefusesLeaseOutlivingFailOpen(t *testing.T) {
+	_, err := parse([]string{"--root", "/shared", "--node-id", "n1", "--lease-ttl", "60s", "--session-ttl", "15s"})
+	require.ErrorContains(t, err, "--lease-ttl 1m0s")
+	require.ErrorContains(t, err, "23.5s")
+	_, err = parse([]string{"--root", "/shared", "--node-id", "n1", "--lease-ttl", "23s", "--session-ttl", "15s"})
+	require.NoError(t, err)
+	_, err = parse([]string{"--root", "/shared", "--node-id", "n1", "--lease-ttl", "60s", "--coordinator", "http://c:8642"})
+	require.NoError(t, err, "a remote coordinator checks its own")
+}
+
 // TestParseCoordinatorNames: the flags say "coordinator"; the old names
 // (flags and environment variables) still work, the new ones win.
 func TestParseCoordinatorNames(t *testing.T) {

@@ -58,6 +58,9 @@ func parse(args []string) (options, error) {
 	if err := cli.Parse(fs, args); err != nil {
 		return o, err
 	}
+	if err := o.cfg.CheckLeaseTTL(); err != nil {
+		return o, err
+	}
 	return o, o.etcd.Validate()
 }
 

@@ -30,3 +30,21 @@ func TestParseReplicaFlags(t *testing.T) {
 	_, err = parse([]string{"--advertise-url", "http://c0:8642", "--etcd-session-ttl", "1500ms"})
 	require.ErrorContains(t, err, "--etcd-session-ttl")
 }
+
+// TestParseRefusesLeaseOutlivingFailOpen: a delete lease must end before
+// a cut-off member may fail open (docs/design.md §8.8); a setting that
+// breaks it is refused at start, naming both flags and the bound.
+func TestParseRefusesLeaseOutlivingFailOpen(t *testing.T) {
+	_, err := parse([]string{"--lease-ttl", "60s", "--session-ttl", "15s"})
+	require.ErrorContains(t, err, "--lease-ttl 1m0s")
+	require.ErrorContains(t, err, "--session-ttl 15s")
+	require.ErrorContains(t, err, "23.5s")
+	_, err = parse([]string{"--lease-ttl", "23500ms", "--session-ttl", "15s"})
+	require.Error(t, err, "equal to the fail-open delay")
+	_, err = parse([]string{"--lease-ttl", "23s", "--session-ttl", "15s"})
+	require.NoError(t, err)
+	_, err = parse([]string{"--session-ttl", "3s"})
+	require.ErrorContains(t, err, "--lease-ttl 15s", "a short session TTL needs a short lease TTL")
+	_, err = parse(nil)
+	require.NoError(t, err, "the defaults")
+}

@@ -38,6 +38,7 @@ var commands = []command{
 		fs.BoolVar(&inv.forget.bystanders, "bystanders", false, "without ID: forget only bystanders (one-off sessions that never synced)")
 		fs.BoolVar(&inv.dryRun, "dry-run", false, "without ID: list what would be forgotten, change nothing")
 	}},
+	{name: "node release", args: []string{"ID"}},
 	{name: "du"},
 	{name: "reap", flags: func(fs *flag.FlagSet, inv *invocation) {
 		fs.BoolVar(&inv.dryRun, "dry-run", false, "list what the reaper would remove; required (the nodes' reapers reclaim, one at a time)")

@@ -79,3 +79,29 @@ func TestNodeForgetBulk(t *testing.T) {
 	require.Contains(t, out.String(), "forgot 1 node(s)")
 	require.Equal(t, []string{"oneoff-live"}, members())
 }
+
+// TestNodeRelease: `node release ID` lets another host take over a node
+// ID that belongs to a host's lineage (docs/design.md §8.5): refused
+// while a daemon holds the ID's session, then done, naming the lineage
+// released, after which a session of another lineage is accepted.
+func TestNodeRelease(t *testing.T) {
+	c := lockservertest.Start(t)
+	l := c.Core()
+	ctx := context.Background()
+	_, err := l.Session(ctx, api.SessionRequest{NodeID: "node-a", InstanceID: "i1", Generation: "g-old"})
+	require.NoError(t, err)
+	_, _, err = ctlErr("--coordinator", c.URL(), "node", "release", "node-a")
+	require.ErrorContains(t, err, "live session")
+	_, err = l.EndSession(ctx, api.EndSessionRequest{NodeID: "node-a", InstanceID: "i1"})
+	require.NoError(t, err)
+	_, err = l.Session(ctx, api.SessionRequest{NodeID: "node-a", InstanceID: "i2", Generation: "g-new"})
+	require.ErrorIs(t, err, api.ErrDuplicateNode, "a clean end does not release the ID")
+
+	out := ctl(t, "--coordinator", c.URL(), "node", "release", "node-a")
+	require.Contains(t, out, "released node node-a")
+	require.Contains(t, out, "g-old")
+	_, err = l.Session(ctx, api.SessionRequest{NodeID: "node-a", InstanceID: "i2", Generation: "g-new"})
+	require.NoError(t, err, "the next host takes the ID over")
+	_, _, err = ctlErr("--coordinator", c.URL(), "node", "release")
+	require.Error(t, err, "an ID is required")
+}

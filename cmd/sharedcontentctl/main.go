@@ -6,7 +6,7 @@
 //	sharedcontentctl [--coordinator URL[,URL...]] [--token-file F] [-o json] status
 //	sharedcontentctl ... [--root DIR] doctor [--containerd-config PATH]
 //	sharedcontentctl ... [--root DIR] refs DIGEST
-//	sharedcontentctl ... node ls | node forget ID
+//	sharedcontentctl ... node ls | node forget ID | node release ID
 //	sharedcontentctl ... --root DIR du | reap --dry-run [--reap-grace D]
 //	sharedcontentctl ... cluster adopt --root DIR [--force]
 //
@@ -66,6 +66,7 @@ commands:
   node forget ID                      forget a node gone for good (drops its references)
   node forget [--match GLOB] [--not-seen-since D] [--bystanders] [--dry-run]
                                       forget every member not live that matches (e.g. one-off sessions)
+  node release ID                     let another host take over a node ID (the host that held it is gone, or has a new state dir); keeps its references
   du                                  bytes in the shared directory (--root), per node, and reclaimable
   reap --dry-run [--reap-grace D]     what a reaper pass would remove now (--root) and why: the reaper's own decision code
   cluster adopt --root DIR [--force]  make the coordinator take the shared root's cluster (after it lost its database)
@@ -142,8 +143,25 @@ func (inv *invocation) run(ctx context.Context, c *lockclient.Client, token stri
 			id = inv.args[0]
 		}
 		return forgetNodes(ctx, c, id, inv.forget, inv.dryRun, p, out)
+	case "node release":
+		return release(ctx, c, inv.args[0], out)
 	}
 	panic("sharedcontentctl: no code for command " + inv.cmd.name)
+}
+
+// release lets the next host to open the node ID's session take it over
+// (docs/design.md §8.5).
+func release(ctx context.Context, c *lockclient.Client, id string, out io.Writer) error {
+	resp, err := c.Release(ctx, id)
+	if err != nil {
+		return err
+	}
+	was := "no recorded host"
+	if resp.Lineage != "" {
+		was = "the host of journal generation " + resp.Lineage
+	}
+	fmt.Fprintf(out, "released node %s (it belonged to %s); the next host to start with this node ID takes it over, with its references\n", id, was)
+	return nil
 }
 
 func adopt(ctx context.Context, c *lockclient.Client, root string, force bool, out io.Writer) error {

@@ -54,7 +54,7 @@ func (s *coordinator) Session(ctx context.Context, req contentv2.SessionRequest)
 	if req.ClusterID != "" {
 		s.c.ExpectCluster(req.ClusterID)
 	}
-	resp, err := s.c.Session(ctx, api.SessionRequest{InstanceID: req.InstanceID, Echo: wireEcho(req.Echo)})
+	resp, err := s.c.Session(ctx, api.SessionRequest{InstanceID: req.InstanceID, Generation: req.Generation, Echo: wireEcho(req.Echo)})
 	if err != nil {
 		return contentv2.SessionInfo{}, mapErr(err)
 	}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -149,8 +150,24 @@ func (ch *realChaos) nodeFault(kind string, p faultPlan) {
 		n.plugin.stop(stopGrace)
 		require.NoError(ch.t, os.RemoveAll(n.stateDir()))
 		time.Sleep(p.down)
+		ch.release(n)
 		n.startPlugin()
 	}
+}
+
+// release is the operator's `sharedcontentctl node release` of n's node
+// ID: a node whose state dir was wiped is another lineage, refused until
+// then (docs/design.md §8.5). It retries while the coordinator is down or
+// n's session has not lapsed yet (a stop that could not end it).
+func (ch *realChaos) release(n *chaosNode) {
+	var urls []string
+	for _, c := range ch.ha.replicasOr(ch.c.ls) {
+		urls = append(urls, c.url())
+	}
+	require.Eventually(ch.t, func() bool {
+		_, err := ctl(ch.t, "--coordinator", strings.Join(urls, ","), "node", "release", n.id)
+		return err == nil
+	}, 2*time.Minute, time.Second, "sharedcontentctl node release %s after its state dir was wiped", n.id)
 }
 
 // late delays a node's requests (delay) or only its session renewals,

@@ -32,6 +32,9 @@ const (
 	// scenarios: a cut-off node waits about this long before it uses a
 	// blob unregistered.
 	faultSessionTTL = 3 * time.Second
+	// faultLeaseTTL is their --lease-ttl: shorter than the fail-open
+	// delay at faultSessionTTL (6.3 s), which the coordinator requires.
+	faultLeaseTTL = 3 * time.Second
 	// syncTimeout bounds a node's re-sync once it can reach the
 	// coordinator again: a few keepalive periods and retry back-offs, and
 	// the journal upload.
@@ -244,7 +247,7 @@ func (c *cluster) refsSummary(img testImage) string {
 // root; then every node re-syncs and GC works again.
 func TestFaultCoordinatorWiped(t *testing.T) {
 	needCtl(t)
-	c := newFaultCluster(t, faultOpts{lockServerArgs: []string{"--session-ttl", faultSessionTTL.String()}})
+	c := newFaultCluster(t, faultOpts{lockServerArgs: []string{"--session-ttl", faultSessionTTL.String(), "--lease-ttl", faultLeaseTTL.String()}})
 	n1, others := c.nodes[0], c.nodes[1:]
 	img := pushImage(t, c.reg, "e2e/wiped", faultLayer, faultLayer)
 	for _, r := range pullAll(c.nodes, img.Ref, pullTimeout) {
@@ -331,7 +334,7 @@ func TestFaultNodeCutOff(t *testing.T) {
 func testNodeCutOff(t *testing.T, mode proxyMode) {
 	var proxy *netProxy
 	c := newFaultCluster(t, faultOpts{
-		lockServerArgs: []string{"--session-ttl", faultSessionTTL.String()},
+		lockServerArgs: []string{"--session-ttl", faultSessionTTL.String(), "--lease-ttl", faultLeaseTTL.String()},
 		lockURL: func(ls *lockServer, i int) string {
 			if i != 2 {
 				return ls.url()
@@ -490,7 +493,7 @@ func TestFaultNodeForgotten(t *testing.T) {
 	needCtl(t)
 	c := newFaultCluster(t, faultOpts{
 		regOpts:        []registry.Option{registry.WithBandwidth(bigBandwidth)},
-		lockServerArgs: []string{"--session-ttl", faultSessionTTL.String(), "--reap-grace", reapGrace.String()},
+		lockServerArgs: []string{"--session-ttl", faultSessionTTL.String(), "--lease-ttl", faultLeaseTTL.String(), "--reap-grace", reapGrace.String()},
 		pluginArgs: func(int) []string {
 			return []string{"--reap-interval", reapInterval.String(), "--reap-grace", reapGrace.String()}
 		},

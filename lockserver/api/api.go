@@ -209,8 +209,16 @@ type SessionRequest struct {
 	ClusterID string `json:"cluster_id,omitempty"`
 	// InstanceID is random per daemon start: while one instance's
 	// session is live, another instance with the same node ID is refused
-	// (409 duplicate_node). Empty (an older node): not checked.
+	// (409 duplicate_node). Empty (an older node): not checked, unless the
+	// node ID has sent one before (then 400: docs/design.md §8.5).
 	InstanceID string `json:"instance_id,omitempty"`
+	// Generation is the node's journal generation, which a restart of
+	// the same host keeps: the coordinator records it as the node ID's
+	// lineage, and refuses a session from another lineage (409
+	// duplicate_node) until an operator releases the ID (POST
+	// /nodes/{id}/release; docs/design.md §8.5). Empty (an older node):
+	// not checked, unless the node ID has sent one before (then 400).
+	Generation string `json:"generation,omitempty"`
 	Echo       *Echo  `json:"echo,omitempty"`
 	// Identified is set by the coordinator's HTTP side, never sent: the
 	// caller authenticated as NodeID (a node token or certificate).
@@ -243,6 +251,15 @@ type SessionResponse struct {
 	// before this session. A node that was a member of this cluster was
 	// forgotten meanwhile, and its references dropped.
 	NewMember bool `json:"new_member"`
+}
+
+// ReleaseResponse is the answer to POST /nodes/{id}/release (admin): the
+// node ID no longer belongs to the host whose journal generation was
+// Lineage ("": none was recorded); the next host to open its session
+// takes it over (docs/design.md §8.5).
+type ReleaseResponse struct {
+	NodeID  string `json:"node_id"`
+	Lineage string `json:"lineage"`
 }
 
 // EndSessionRequest is the body of POST /nodes/session/end: a node's

@@ -11,7 +11,7 @@ import (
 func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the coordinator's database (reference sets, fence high-water mark)")
 	fs.IntVar(&cfg.Shards, "shards", cfg.Shards, "number of lock shards")
-	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "lease lifetime without keepalive; a crashed holder delays others at most this long")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "lease lifetime without keepalive; a crashed holder delays others at most this long; must be shorter than the nodes' fail-open delay, session-ttl/3 + session-ttl + session-ttl/10 + 2s (docs/design.md §8.8)")
 	fs.DurationVar(&cfg.CompletedTTL, "completed-ttl", cfg.CompletedTTL, "how long a successful pull or delete is remembered so late requesters skip it")
 	fs.BoolVar(&cfg.AllowMultiNodeDownload, "allow-multi-node-download", cfg.AllowMultiNodeDownload, "queue contenders (false: answer 409 locked unless the request asks to wait)")
 	fs.BoolVar(&cfg.UpdateRequiresNoRef, "update-requires-no-ref", cfg.UpdateRequiresNoRef, "refuse updates while other nodes reference the resource")
@@ -33,7 +33,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.IntVar(&cfg.MaxSyncs, "max-syncs", cfg.MaxSyncs, "sync requests served at once (default two per CPU, at least 4); more get 429 with Retry-After, session calls never")
 	fs.IntVar(&cfg.MaxSyncBuffer, "max-sync-buffer", cfg.MaxSyncBuffer, "resource IDs that every unfinished sync together may buffer; a chunk past it gets 429 with Retry-After and is sent again")
 	fs.DurationVar(&cfg.SyncTimeout, "sync-timeout", cfg.SyncTimeout, "an unfinished sync that sends nothing for this long is dropped with its buffer; the node starts it again")
-	fs.StringVar(&cfg.AdminTokenFile, "admin-token-file", cfg.AdminTokenFile, "file holding the bearer token of admin calls (forget, adopt); empty: the auth token, if any")
+	fs.StringVar(&cfg.AdminTokenFile, "admin-token-file", cfg.AdminTokenFile, "file holding the bearer token of admin calls (forget, release, adopt); empty: the auth token, if any")
 	fs.StringVar(&cfg.AuthTokenFile, "auth-token-file", cfg.AuthTokenFile, "file holding the bearer token clients must send (empty: no auth)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", cfg.TLSCert, "TLS certificate (PEM) to serve HTTPS")
 	fs.StringVar(&cfg.TLSKey, "tls-key", cfg.TLSKey, "TLS private key (PEM)")

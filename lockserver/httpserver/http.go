@@ -42,6 +42,7 @@ import (
 //	PUT  /nodes/{id}/refs a node's full sync, chunked
 //	DELETE /nodes/{id}    forget a member (admin)
 //	POST /nodes/{id}/expire  forget a member shown gone (the reaper, or admin)
+//	POST /nodes/{id}/release let another host take over a node ID (admin)
 //	GET  /nodes           members and their state
 //	GET  /cluster         the coordinator's identity
 //	POST /cluster/adopt   take the shared root's cluster (admin)
@@ -336,7 +337,8 @@ func HandleError(ctx *fasthttp.RequestCtx, err error) {
 }
 
 // nodeRoute routes /nodes/{id} (DELETE: forget, admin),
-// /nodes/{id}/refs (PUT: sync) and /nodes/{id}/expire (POST).
+// /nodes/{id}/refs (PUT: sync), /nodes/{id}/expire (POST) and
+// /nodes/{id}/release (POST, admin).
 func (h *Handler) nodeRoute(ctx *fasthttp.RequestCtx) (route, bool) {
 	rest, ok := strings.CutPrefix(string(ctx.Path()), "/nodes/")
 	if !ok || rest == "" {
@@ -347,6 +349,12 @@ func (h *Handler) nodeRoute(ctx *fasthttp.RequestCtx) (route, bool) {
 	}
 	if id, ok := strings.CutSuffix(rest, "/expire"); ok && !strings.Contains(id, "/") {
 		return onPost(func(ctx *fasthttp.RequestCtx) { h.expire(ctx, id) }), true
+	}
+	if id, ok := strings.CutSuffix(rest, "/release"); ok && !strings.Contains(id, "/") {
+		return route{method: http.MethodPost, admin: true, handle: func(ctx *fasthttp.RequestCtx) {
+			resp, err := h.coord().Release(ctx, id)
+			reply(ctx, resp, err)
+		}}, true
 	}
 	if strings.Contains(rest, "/") {
 		return route{}, false

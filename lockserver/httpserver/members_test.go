@@ -78,3 +78,48 @@ func TestAdoptAndForget(t *testing.T) {
 	session(t, ts.Coordinator, "n1")
 	require.True(t, mustLock(t, ts.Coordinator, api.OperationDelete, "n1").Acquired)
 }
+
+// TestSessionKeepsInstance: with the shared token or no auth anyone may
+// speak for a node ID, so once the ID has sent an instance ID and a
+// journal generation, a session without them is 400 and clears nothing:
+// the node is not locked out, and no other host gets in. Releasing the
+// ID is an admin call.
+//
+// Before: POST /nodes/session {"node_id":"node-a"} cleared node-a's
+// instance, and the next session of another instance took the ID.
+func TestSessionKeepsInstance(t *testing.T) {
+	tokens := t.TempDir()
+	writeFile(t, tokens+"/shared", "shared-secret\n")
+	writeFile(t, tokens+"/admin", "admin-secret\n")
+	for name, tc := range map[string]struct {
+		mutate      func(*Config)
+		auth, admin []string
+	}{
+		"no auth": {mutate: func(*Config) {}},
+		"shared token": {mutate: func(c *Config) { c.AuthTokenFile, c.AdminTokenFile = tokens+"/shared", tokens+"/admin" },
+			auth: []string{"Authorization", "Bearer shared-secret"}, admin: []string{"Authorization", "Bearer admin-secret"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ts := startServer(t, t.TempDir(), tc.mutate)
+			open := func(body string) (int, []byte) { return post(t, ts.url, "/nodes/session", body, tc.auth...) }
+			status, body := open(`{"node_id":"node-a","instance_id":"i1","generation":"g1"}`)
+			require.Equal(t, http.StatusOK, status, string(body))
+			status, body = open(`{"node_id":"node-a"}`)
+			require.Equal(t, http.StatusBadRequest, status, string(body))
+			require.Contains(t, string(body), "instance_id")
+			status, body = open(`{"node_id":"node-a","instance_id":"i1","generation":"g1"}`)
+			require.Equal(t, http.StatusOK, status, "node-a renews as before: %s", body)
+			status, body = open(`{"node_id":"node-a","instance_id":"i2","generation":"g2"}`)
+			require.Equal(t, http.StatusConflict, status, string(body))
+			require.Equal(t, api.CodeDuplicateNode, decodeAs[api.ErrorResponse](t, body).Code)
+
+			if tc.auth != nil {
+				status, _ = post(t, ts.url, "/nodes/node-a/release", "{}", tc.auth...)
+				require.Equal(t, http.StatusForbidden, status, "release is an admin call")
+			}
+			status, body = post(t, ts.url, "/nodes/node-a/release", "{}", tc.admin...)
+			require.Equal(t, http.StatusConflict, status, "node-a is live: %s", body)
+			require.Equal(t, api.CodeMemberLive, decodeAs[api.ErrorResponse](t, body).Code)
+		})
+	}
+}

@@ -73,6 +73,38 @@ follows a not_leader hint only to a URL of its list). */}}
 {{- if not (or .Values.node.enabled .Values.coordinator.enabled) -}}
 {{- fail "node.enabled and coordinator.enabled are both false: nothing to install" -}}
 {{- end -}}
+{{- /* A delete lease must end before a cut-off node may fail open
+(docs/design.md §8.8): lease-ttl < session-ttl/3 + session-ttl +
+session-ttl/10 + 2s. The coordinator refuses to start otherwise. */ -}}
+{{- $lease := 15000 -}}
+{{- $session := 15000 -}}
+{{- range .Values.coordinator.extraArgs -}}
+{{- if regexMatch "^--?lease-ttl=" . -}}
+{{- $lease = include "sharedcontent.durationMs" (regexReplaceAll "^--?lease-ttl=" . "") | int64 -}}
+{{- else if regexMatch "^--?session-ttl=" . -}}
+{{- $session = include "sharedcontent.durationMs" (regexReplaceAll "^--?session-ttl=" . "") | int64 -}}
+{{- end -}}
+{{- end -}}
+{{- $failOpen := add (div $session 3) $session (div $session 10) 2000 -}}
+{{- if ge $lease $failOpen -}}
+{{- fail (printf "coordinator.extraArgs: --lease-ttl (%dms) must be shorter than the nodes' fail-open delay at --session-ttl (%dms), session-ttl/3 + session-ttl + session-ttl/10 + 2s = %dms: a longer delete lease could outlive a cut-off node's fail-open (docs/design.md §8.8); lower --lease-ttl or raise --session-ttl" $lease $session $failOpen) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The milliseconds of a Go duration written in whole numbers of h, m,
+s and ms (e.g. 15s, 1m30s, 500ms). */}}
+{{- define "sharedcontent.durationMs" -}}
+{{- $parts := regexFindAll "[0-9]+(ms|h|m|s)" . -1 -}}
+{{- if or (not $parts) (ne (join "" $parts) .) -}}
+{{- fail (printf "cannot read the duration %q in coordinator.extraArgs: write whole numbers with units h, m, s, ms (e.g. 15s, 1m30s, 500ms)" .) -}}
+{{- end -}}
+{{- $total := 0 -}}
+{{- range $parts -}}
+{{- $n := regexFind "^[0-9]+" . -}}
+{{- $unit := trimPrefix $n . -}}
+{{- $total = add $total (mul (int64 $n) (get (dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000) $unit)) -}}
+{{- end -}}
+{{- $total -}}
 {{- end -}}
 
 {{/* Whether nodes prove who they are (per-node tokens or certificates):
