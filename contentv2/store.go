@@ -238,7 +238,6 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 	if s.guard, err = newGuard(root, s.storageTimeout, s.registerer); err != nil {
 		return nil, err
 	}
-	s.local = &guardedStore{cs: s.local, g: s.guard}
 	s.metrics = m
 	if s.registerer != nil {
 		if err := s.registerer.Register(newRootSpace(root)); err != nil {
@@ -268,6 +267,7 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 		}
 		s.local = cs
 	}
+	s.local = &guardedStore{cs: s.local, g: s.guard}
 	if err := s.startSession(context.Background()); err != nil {
 		s.journal.close()
 		return nil, err
