@@ -64,11 +64,14 @@ func (s *store) RootStalled() error { return s.guard.refuse("") }
 // guard runs calls on the shared root with a deadline and keeps the
 // stalled state.
 type guard struct {
-	root     string
-	timeout  time.Duration
-	max      int
-	stalled  prometheus.Gauge
-	timeouts *prometheus.CounterVec
+	// recovered, when set (before the first call), runs when a stall
+	// ends: the store probes its root again at once (rootwatch.go).
+	recovered func()
+	root      string
+	timeout   time.Duration
+	max       int
+	stalled   prometheus.Gauge
+	timeouts  *prometheus.CounterVec
 
 	mu sync.Mutex
 	// overdue counts the calls past their deadline that have not
@@ -259,6 +262,9 @@ func (c *call) finish() (abandoned bool) {
 	if stalledFor > 0 {
 		log.L.WithField("root", g.root).WithField("stalled_for", stalledFor.Round(time.Millisecond)).
 			Warn("shared root answers again: every stuck call has returned")
+		if g.recovered != nil {
+			go g.recovered()
+		}
 	}
 	return abandoned
 }

@@ -82,8 +82,9 @@ func (e *hungRootEnv) timed(what string, call func() error) (time.Duration, erro
 }
 
 // requireTimedOut: the call failed with the stall error, unavailable
-// (containerd retries), naming the root and the deadline, after waiting
-// its deadline and within the bound.
+// (containerd retries), naming the root and the deadline, within the
+// bound: after waiting its deadline, or at once once the root is known
+// not to answer (its probe, docs/design.md §8.19).
 func (e *hungRootEnv) requireTimedOut(what string, call func() error) {
 	e.t.Helper()
 	took, err := e.timed(what, call)
@@ -92,7 +93,6 @@ func (e *hungRootEnv) requireTimedOut(what string, call func() error) {
 	require.True(e.t, errdefs.IsUnavailable(err), "%s: %v", what, err)
 	require.Contains(e.t, err.Error(), e.fs.Dir, what)
 	require.Contains(e.t, err.Error(), "not answering within "+storageTimeout.String(), what)
-	require.GreaterOrEqual(e.t, took, storageTimeout, "%s gave up before its deadline", what)
 	require.Less(e.t, took, 3*storageTimeout, "%s answered too late", what)
 	require.Positive(e.t, e.fs.Blocked(), "%s answered while the root was still frozen", what)
 }
@@ -156,17 +156,15 @@ func TestHungRootFailsCallsWithinTheDeadline(t *testing.T) {
 	require.NoError(t, e.n1.(contentv2.StallReporter).RootStalled())
 
 	e.fs.Freeze()
-	// A delete whose rename hangs: kept (no error stops containerd's
-	// collection), the store stalled.
+	// A delete the root does not answer: the probe of the root before it
+	// (docs/design.md §8.19), bounded by the storage deadline, refuses it
+	// as unavailable (or, should the probe answer, its rename hangs and
+	// the delete keeps the blob); either way within the bound.
 	took, err := e.timed("delete", func() error { return e.n1.Delete(e.ctx, own.Digest) })
-	require.NoError(t, err, "a delete the root does not answer keeps the blob")
-	t.Logf("delete (rename hung): returned after %v (deadline %v)", took.Round(time.Millisecond), storageTimeout)
+	require.True(t, err == nil || errdefs.IsUnavailable(err), "a delete the root does not answer keeps the blob: %v", err)
+	t.Logf("delete (root hung): returned after %v (deadline %v): %v", took.Round(time.Millisecond), storageTimeout, err)
 	require.GreaterOrEqual(t, took, storageTimeout)
 	require.Less(t, took, 3*storageTimeout)
-	require.Equal(t, 1.0, e.gauge("sharedcontent_root_stalled"))
-	stalled := e.n1.(contentv2.StallReporter).RootStalled()
-	require.ErrorIs(t, stalled, contentv2.ErrRootStalled)
-	require.Contains(t, stalled.Error(), e.fs.Dir)
 
 	e.requireTimedOut("info", func() error { _, err := e.n1.Info(e.ctx, shared.Digest); return err })
 	e.requireTimedOut("reader", func() error { _, err := e.n1.ReaderAt(e.ctx, shared); return err })
@@ -177,7 +175,11 @@ func TestHungRootFailsCallsWithinTheDeadline(t *testing.T) {
 		_, err := e.n1.Writer(e.ctx, content.WithRef("fresh"), content.WithDescriptor(fresh))
 		return err
 	})
-	require.GreaterOrEqual(t, e.gauge("sharedcontent_root_timeouts_total"), 6.0)
+	require.GreaterOrEqual(t, e.gauge("sharedcontent_root_timeouts_total"), 1.0)
+	require.Equal(t, 1.0, e.gauge("sharedcontent_root_stalled"))
+	stalled := e.n1.(contentv2.StallReporter).RootStalled()
+	require.ErrorIs(t, stalled, contentv2.ErrRootStalled)
+	require.Contains(t, stalled.Error(), e.fs.Dir)
 
 	// Nothing is decided from a stalled view, and at once.
 	took, err = e.timed("delete while stalled", func() error { return e.n1.Delete(e.ctx, own2.Digest) })
@@ -196,8 +198,9 @@ func TestHungRootFailsCallsWithinTheDeadline(t *testing.T) {
 
 	e.fs.Thaw()
 	thawed := time.Now()
-	require.Eventually(t, func() bool { return e.n1.(contentv2.StallReporter).RootStalled() == nil },
+	require.Eventually(t, func() bool { return e.n1.Ready() == nil },
 		20*storageTimeout, storageTimeout/10, "node-1 resumes by itself once its stuck calls return")
+	require.NoError(t, e.n1.(contentv2.StallReporter).RootStalled())
 	t.Logf("resumed %v after the thaw", time.Since(thawed).Round(time.Millisecond))
 	require.Zero(t, e.gauge("sharedcontent_root_stalled"))
 	require.NoError(t, w.Close())

@@ -135,6 +135,11 @@ func (e *RootError) Error() string {
 }
 
 func (e *RootError) Is(target error) bool {
+	if e.Reason == rootHung && target == ErrRootStalled {
+		// A probe past its deadline is a call on the root that did not
+		// answer (docs/design.md §8.20).
+		return true
+	}
 	if e.running {
 		return target == ErrRootUnverified || target == errdefs.ErrUnavailable
 	}

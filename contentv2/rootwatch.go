@@ -120,7 +120,7 @@ func (w *rootWatch) check(ctx context.Context) error {
 	case <-done:
 		return w.ready()
 	case <-t.C:
-		err := w.unready(rootHung, fmt.Sprintf("did not answer a probe (stat, read of %s, access check) within %s", clusterFilePath(w.root), w.timeout),
+		err := w.unready(rootHung, fmt.Sprintf("not answering within %s (a probe: stat, read of %s, access check)", w.timeout, clusterFilePath(w.root)),
 			"check the shared storage (its server, the network, the mount); this node resumes by itself once the root answers", nil)
 		w.set(err)
 		return err

@@ -257,7 +257,15 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 		s.journal.close()
 		return nil, err
 	}
-	s.rootw = newRootWatch(root, s.rootProbe, s.metrics, sr.expect, sr.mount)
+	// A probe is a call on the root too: no longer than any other
+	// (docs/design.md §8.20).
+	s.rootw = newRootWatch(root, min(s.rootProbe, s.storageTimeout), s.metrics, sr.expect, sr.mount)
+	s.rootw.probeFn = func(root string, expect rootIdentity, mount bool) error {
+		// Through the guard: a probe that hangs stalls the root like any
+		// other call on it (docs/design.md §8.20).
+		return s.guard.do(context.Background(), "root_probe", func() error { return probeRoot(root, expect, mount) })
+	}
+	s.guard.recovered = func() { _ = s.rootw.check(context.Background()) }
 	s.rootRecorded = sr.record != nil
 	if s.local == nil {
 		cs, err := local.NewLabeledStore(root, newLabelStore())
