@@ -34,7 +34,7 @@ func TestFaultHungRoot(t *testing.T) {
 	shared := e.path("shared")
 	require.NoError(t, os.MkdirAll(shared, 0o755))
 	fs := freezefs.Mount(t, shared)
-	ls := e.startLockServer("--session-ttl", faultSessionTTL.String())
+	ls := e.startLockServer("--session-ttl", faultSessionTTL.String(), "--lease-ttl", faultLeaseTTL.String())
 	n1 := e.startSharedNode("n1", fs.Dir, ls.url(), "--storage-timeout", hungStorageTimeout.String())
 	n2 := e.startSharedNode("n2", shared, ls.url())
 	t.Cleanup(fs.Thaw) // before the nodes stop

@@ -67,7 +67,7 @@ func TestRootFaultsE2E(t *testing.T) {
 	t.Cleanup(func() { reg.Close() })
 	shared := e.path("shared")
 	require.NoError(t, os.MkdirAll(shared, 0o755))
-	ls := e.startLockServer("--session-ttl", faultSessionTTL.String())
+	ls := e.startLockServer("--session-ttl", faultSessionTTL.String(), "--lease-ttl", faultLeaseTTL.String())
 	mount := func(args ...string) {
 		out, err := exec.Command("mount", args...).CombinedOutput()
 		require.NoError(t, err, "mount %v: %s", args, out)
