@@ -82,9 +82,23 @@ func newChaosStorage(t *testing.T, e *env, kinds []string) *chaosStorage {
 		s.sources = append(s.sources, src)
 	}
 	// Thawed before anything stops (a frozen mount would hang the
-	// nodes' stop and the unmounts); freezefs thaws at the test's end
-	// too.
+	// nodes' stop and the unmounts).
 	e.onCleanup(s.thawAll)
+	// freezefs unmounts its mount in a cleanup of its own, which runs
+	// before the environment's and waits for every user of the FUSE
+	// connection to go: the nodes must have stopped and the views
+	// be unmounted by then.
+	t.Cleanup(func() {
+		s.thawAll()
+		e.stopAll()
+		for _, v := range s.views {
+			if err := syscall.Unmount(v, 0); err != nil {
+				if err := syscall.Unmount(v, syscall.MNT_DETACH); err != nil {
+					t.Logf("chaos storage: unmount %s: %v", v, err)
+				}
+			}
+		}
+	})
 	return s
 }
 
