@@ -31,7 +31,7 @@ import (
 //
 //	SHAREDCONTENT_E2E_CHAOS_DURATION  how long faults are injected (default chaosDefaultDuration; make chaos: 10m)
 //	SHAREDCONTENT_E2E_CHAOS_SEED      the seed (default: the time); printed
-//	SHAREDCONTENT_E2E_CHAOS_FAULTS    comma-separated fault kinds (default: all of chaosFaults)
+//	SHAREDCONTENT_E2E_CHAOS_FAULTS    comma-separated fault kinds (default: all of chaosFaults; "all": with chaosStorageFaults too)
 //
 // The seed fixes every random choice (each node's operations, the faults,
 // their targets and lengths); the timing between the actors is the
@@ -81,6 +81,11 @@ func runChaos(t *testing.T, ha *chaosHA, duration time.Duration) {
 	defer ch.summary(duration)
 	ch.run(duration)
 	ch.heal()
+	if ch.storage != nil {
+		ch.restartAll()
+		ch.heal()
+		ch.checkAll("after healing, every node restarted")
+	}
 	ch.pullEverything()
 	ch.checkAll("after healing, every node pulled every image")
 	ch.removeEverything()
@@ -151,15 +156,20 @@ var chaosHAFaults = []string{
 }
 
 // chaosKinds parses SHAREDCONTENT_E2E_CHAOS_FAULTS: empty is every kind of
-// the mode (ha: on etcd, with chaosHAFaults).
+// the mode (ha: on etcd, with chaosHAFaults) but the storage ones; "all"
+// adds chaosStorageFaults.
 func chaosKinds(s string, ha bool) ([]string, error) {
 	known := slices.Clone(chaosFaults)
 	if ha {
 		known = append(known, chaosHAFaults...)
 	}
-	if strings.TrimSpace(s) == "" {
+	switch strings.TrimSpace(s) {
+	case "":
 		return known, nil
+	case "all":
+		return append(known, chaosStorageFaults...), nil
 	}
+	known = append(known, chaosStorageFaults...)
 	var out []string
 	for _, k := range strings.Split(s, ",") {
 		k = strings.TrimSpace(k)
@@ -182,9 +192,12 @@ type realChaos struct {
 	rng   *rand.Rand // the fault injector's
 	kinds []string
 	ha    *chaosHA // the replicas and etcd; nil: a stand-alone coordinator
-	imgs  []testImage
-	nodes []*chaosNode
-	start time.Time
+	// storage is the nodes' views of the shared root; nil when no storage
+	// fault is chosen (every node's --root is the shared directory).
+	storage *chaosStorage
+	imgs    []testImage
+	nodes   []*chaosNode
+	start   time.Time
 
 	stop chan struct{} // closed when the nodes stop operating
 	wg   sync.WaitGroup
@@ -242,7 +255,18 @@ func newRealChaos(t *testing.T, seed uint64, kinds []string, ha *chaosHA) *realC
 			return strings.Join(urls, ",")
 		},
 		pluginArgs: func(int) []string {
-			return []string{"--reap-interval", chaosReapInterval.String(), "--reap-grace", chaosReapGrace.String()}
+			args := []string{"--reap-interval", chaosReapInterval.String(), "--reap-grace", chaosReapGrace.String()}
+			if slices.Contains(kinds, "freeze") {
+				args = append(args, "--storage-timeout", chaosStorageTimeout.String())
+			}
+			return args
+		},
+		storage: func(e *env) (string, func(int) string) {
+			if !usesStorage(kinds) {
+				return e.path("shared"), func(int) string { return e.path("shared") }
+			}
+			ch.storage = newChaosStorage(t, e, kinds)
+			return ch.storage.shared, func(i int) string { return ch.storage.views[i] }
 		},
 	})
 	var pool []*memLayer
@@ -259,7 +283,7 @@ func newRealChaos(t *testing.T, seed uint64, kinds []string, ha *chaosHA) *realC
 		ch.imgs = append(ch.imgs, pushLayers(t, ch.c.reg, fmt.Sprintf("e2e/chaos%d", i), layers...))
 	}
 	for i, n := range ch.c.nodes {
-		ch.nodes = append(ch.nodes, newChaosNode(n, links[i], rand.New(rand.NewPCG(seed+uint64(i)+1, seed^0x0b5))))
+		ch.nodes = append(ch.nodes, newChaosNode(n, i, links[i], rand.New(rand.NewPCG(seed+uint64(i)+1, seed^0x0b5))))
 	}
 	return ch
 }

@@ -79,6 +79,8 @@ func (ch *realChaos) inject(kind string) {
 		target = coordinator
 	case "coordinator-down-long":
 		target = coordinator + ", " + p.n.id + " slow back"
+	case "fill":
+		target = "the shared filesystem"
 	}
 	if slices.Contains(chaosHAFaults, kind) {
 		var ok bool
@@ -107,6 +109,8 @@ func (ch *realChaos) inject(kind string) {
 		ch.cut(p.n, proxyDrop, p.long)
 	case "delay", "late-keepalives":
 		ch.late(kind, p)
+	case "unmount", "read-only", "fill", "freeze":
+		ch.storageFault(kind, p)
 	default:
 		ch.t.Fatalf("chaos: unknown fault kind %q", kind)
 	}

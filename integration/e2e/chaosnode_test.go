@@ -21,18 +21,19 @@ import (
 // kills its processes takes it down until they run again).
 type chaosNode struct {
 	*node
-	link chaosLink  // its link to the coordinator
-	rng  *rand.Rand // its operations'
-	has  map[string]bool
+	index int        // its place in realChaos.nodes (and chaosStorage's views)
+	link  chaosLink  // its link to the coordinator
+	rng   *rand.Rand // its operations'
+	has   map[string]bool
 
 	mu   sync.Mutex
 	upCh chan struct{} // protected by mu: closed while the node is up
 }
 
-func newChaosNode(n *node, l chaosLink, rng *rand.Rand) *chaosNode {
+func newChaosNode(n *node, index int, l chaosLink, rng *rand.Rand) *chaosNode {
 	up := make(chan struct{})
 	close(up)
-	return &chaosNode{node: n, link: l, rng: rng, has: map[string]bool{}, upCh: up}
+	return &chaosNode{node: n, index: index, link: l, rng: rng, has: map[string]bool{}, upCh: up}
 }
 
 // chaosLink is a node's link to the coordinator: one netProxy per URL the

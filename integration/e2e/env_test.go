@@ -78,13 +78,7 @@ func (e *env) start(name, log string, environ []string, argv ...string) *proc {
 }
 
 func (e *env) cleanup() {
-	e.mu.Lock()
-	stoppers := e.stoppers
-	e.stoppers = nil
-	e.mu.Unlock()
-	for i := len(stoppers) - 1; i >= 0; i-- {
-		stoppers[i]()
-	}
+	e.stopAll()
 	mountsLeft := unmountUnder(e.t, e.dir)
 	e.checkRaces()
 	if e.t.Failed() || os.Getenv(envKeepLogs) != "" {
@@ -96,6 +90,18 @@ func (e *env) cleanup() {
 	}
 	if err := os.RemoveAll(e.dir); err != nil {
 		e.t.Logf("e2e: remove %s: %v", e.dir, err)
+	}
+}
+
+// stopAll stops everything the environment started, last first (once:
+// a later call finds nothing left to stop).
+func (e *env) stopAll() {
+	e.mu.Lock()
+	stoppers := e.stoppers
+	e.stoppers = nil
+	e.mu.Unlock()
+	for i := len(stoppers) - 1; i >= 0; i-- {
+		stoppers[i]()
 	}
 }
 

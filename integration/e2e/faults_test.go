@@ -64,6 +64,9 @@ type faultOpts struct {
 	lockURL func(ls *lockServer, i int) string
 	// pluginArgs returns node i's extra plugin flags.
 	pluginArgs func(i int) []string
+	// storage, when set, prepares the storage and returns the shared root
+	// and node i's --root (nil: both the directory shared/).
+	storage func(e *env) (shared string, root func(i int) string)
 }
 
 // newFaultCluster starts a registry, a coordinator and 3 nodes as
@@ -76,6 +79,10 @@ func newFaultCluster(t *testing.T, o faultOpts) *cluster {
 	require.NoError(t, err)
 	t.Cleanup(func() { reg.Close() })
 	c := &cluster{e: e, reg: reg, shared: e.path("shared")}
+	root := func(int) string { return c.shared }
+	if o.storage != nil {
+		c.shared, root = o.storage(e)
+	}
 	if o.coordinator != nil {
 		c.ls = o.coordinator(e)
 	} else {
@@ -90,7 +97,7 @@ func newFaultCluster(t *testing.T, o faultOpts) *cluster {
 		if o.pluginArgs != nil {
 			args = o.pluginArgs(i)
 		}
-		c.nodes = append(c.nodes, e.startSharedNode(fmt.Sprintf("n%d", i+1), c.shared, u, args...))
+		c.nodes = append(c.nodes, e.startSharedNode(fmt.Sprintf("n%d", i+1), root(i), u, args...))
 	}
 	return c
 }
