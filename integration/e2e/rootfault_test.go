@@ -55,7 +55,6 @@ func waitReadyz(t *testing.T, n *node, addr string, want int) string {
 	return body
 }
 
-
 func TestRootFaultsE2E(t *testing.T) {
 	needSharedcontent(t)
 	if os.Geteuid() != 0 {
