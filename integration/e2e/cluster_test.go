@@ -392,6 +392,11 @@ func (n *node) pluginArgv() []string {
 		"--containerd-address", n.sock}
 	if n.lockURL != "" {
 		argv = append(argv, "--coordinator", n.lockURL)
+	} else {
+		// The embedded coordinator's database: the test's, never the
+		// host's /var/lib/sharedcontent, which would carry one test's
+		// members (and their lineages) into the next.
+		argv = append(argv, "--data-dir", filepath.Join(n.dir, "coordinator"))
 	}
 	return append(argv, n.pluginArgs...)
 }
