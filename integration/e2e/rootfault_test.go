@@ -1,17 +1,20 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 )
 
@@ -132,5 +135,45 @@ func TestRootFaultsE2E(t *testing.T) {
 	require.NoError(t, n1.pull(imgA.Ref, pullTimeout), "a re-pull")
 	require.NoError(t, n1.pull(imgB.Ref, pullTimeout))
 	reads += requireListedReadable(t, []*node{n1})
-	report(t, "shared root faults: n1 unready after umount -l (%s), refused to start unmounted; %d listed blobs read back after remount and restart", body, reads)
+
+	// Read-only: unready, reads still served, writes refused.
+	imgC := pushImage(t, reg, "e2e/root-c", faultLayer)
+	mount("-o", "remount,bind,ro", n1.shared)
+	roBody := waitReadyz(t, n1, metrics[0], http.StatusServiceUnavailable)
+	require.Contains(t, roBody, "shared root "+n1.shared)
+	reads += requireListedReadable(t, []*node{n1})
+	require.Error(t, n1.pull(imgC.Ref, 20*time.Second), "a pull onto a read-only root")
+	mount("-o", "remount,bind,rw", n1.shared)
+	waitReadyz(t, n1, metrics[0], http.StatusOK)
+
+	// Swapped for another cluster's root: while running, then at start.
+	other := e.path("other-cluster")
+	require.NoError(t, os.MkdirAll(filepath.Join(other, contentv2.MetaDir), 0o755))
+	cf, err := json.Marshal(contentv2.ClusterFile{ClusterID: "0123456789abcdef0123456789abcdef", CreatedAt: time.Now().UTC(), CreatedBy: "elsewhere"})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(other, contentv2.MetaDir, "cluster.json"), cf, 0o644))
+	mount("--bind", other, n1.shared) // over the cluster's: the path shows the other root
+	swapBody := waitReadyz(t, n1, metrics[0], http.StatusServiceUnavailable)
+	require.Contains(t, swapBody, "another root")
+	require.Error(t, n1.pull(imgC.Ref, 20*time.Second), "a pull onto another cluster's root")
+	n1.stop()
+	p = e.start(n1.id+" plugin (another root)", n1.logName("plugin-swapped.log"), nil, n1.pluginArgv()...)
+	waitFor(t, "n1's plugin to refuse another cluster's root", startTimeout, func() (bool, error) { return p.exited(), nil })
+	require.Error(t, p.err, "the plugin exits non-zero")
+	b, err = os.ReadFile(p.logPath)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "is another root")
+	ents, err = os.ReadDir(other)
+	require.NoError(t, err)
+	require.Len(t, ents, 1, "nothing written into the other cluster's root but its own .sharedcontent")
+	out, err = exec.Command("umount", n1.shared).CombinedOutput() // the cluster's root shows again
+	require.NoError(t, err, "umount: %s", out)
+	n1.startPlugin()
+	n1.startContainerd(n1.config(true))
+	waitReadyz(t, n1, metrics[0], http.StatusOK)
+	reads += requireListedReadable(t, []*node{n1}) + requireListedReadable(t, []*node{n2})
+	require.NoError(t, n1.pull(imgC.Ref, pullTimeout), "a pull once the cluster's root is back")
+	reads += requireListedReadable(t, []*node{n1})
+	report(t, "shared root faults: n1 unready after umount -l (%s), refused to start unmounted; read-only: unready, reads served, pulls refused; "+
+		"another cluster's root: unready while running, refused at start, nothing written there; %d listed blobs read back after each heal and restart", body, reads)
 }
