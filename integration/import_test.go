@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"io"
 	"testing"
 
 	"github.com/containerd/containerd/v2/core/content"
@@ -17,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 )
 
 // imageBlobs returns the blobs of a random image, manifest first, then
@@ -25,21 +25,8 @@ func imageBlobs(t *testing.T, layers int, layerSize int64) [][]byte {
 	t.Helper()
 	img, err := random.Image(layerSize, int64(layers))
 	require.NoError(t, err)
-	manifest, err := img.RawManifest()
+	blobs, err := registry.RawBlobs(img)
 	require.NoError(t, err)
-	cfg, err := img.RawConfigFile()
-	require.NoError(t, err)
-	blobs := [][]byte{manifest, cfg}
-	ls, err := img.Layers()
-	require.NoError(t, err)
-	for _, l := range ls {
-		rc, err := l.Compressed()
-		require.NoError(t, err)
-		b, err := io.ReadAll(rc)
-		rc.Close()
-		require.NoError(t, err)
-		blobs = append(blobs, b)
-	}
 	return blobs
 }
 

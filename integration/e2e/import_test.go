@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 	"github.com/stretchr/testify/require"
 )
 
@@ -32,21 +33,9 @@ func writeOCIArchive(t *testing.T, path, name string, layers int, layerSize int6
 	cf.OS, cf.Architecture = "linux", runtime.GOARCH
 	img, err = mutate.ConfigFile(img, cf)
 	require.NoError(t, err)
-	manifest, err := img.RawManifest()
+	blobs, err := registry.RawBlobs(img)
 	require.NoError(t, err)
-	cfg, err := img.RawConfigFile()
-	require.NoError(t, err)
-	blobs := [][]byte{manifest, cfg}
-	ls, err := img.Layers()
-	require.NoError(t, err)
-	for _, l := range ls {
-		rc, err := l.Compressed()
-		require.NoError(t, err)
-		b, err := io.ReadAll(rc)
-		rc.Close()
-		require.NoError(t, err)
-		blobs = append(blobs, b)
-	}
+	manifest := blobs[0]
 	mt, err := img.MediaType()
 	require.NoError(t, err)
 	index := ocispec.Index{

@@ -223,3 +223,34 @@ func describe(ref string, img v1.Image) (Image, error) {
 	}
 	return out, nil
 }
+
+// RawBlobs returns img's blobs as bytes, manifest first, then its config
+// and its layers (compressed), in order: what an image archive holds.
+func RawBlobs(img v1.Image) ([][]byte, error) {
+	manifest, err := img.RawManifest()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := img.RawConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	blobs := [][]byte{manifest, cfg}
+	ls, err := img.Layers()
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range ls {
+		rc, err := l.Compressed()
+		if err != nil {
+			return nil, err
+		}
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			return nil, err
+		}
+		blobs = append(blobs, b)
+	}
+	return blobs, nil
+}
