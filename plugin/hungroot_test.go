@@ -71,8 +71,10 @@ func TestHungRootThroughContainerdProxy(t *testing.T) {
 		t.Logf("%s through containerd's proxy: failed after %v (deadline %v): %v", call.what, took.Round(time.Millisecond), timeout, err)
 		require.True(t, errdefs.IsUnavailable(err), "%s: %v", call.what, err)
 		require.ErrorContains(t, err, "not answering within "+timeout.String())
-		require.GreaterOrEqual(t, took, timeout)
-		require.Less(t, took, 3*timeout)
+		// Bounded by the watchdog above (the old code hung until it);
+		// no tighter wall-clock bound, which a loaded machine breaks, and
+		// no lower one: once the root is known not to answer, a call
+		// fails at once.
 	}
 	fs.Thaw()
 	require.Eventually(t, func() bool { return store.(contentv2.StallReporter).RootStalled() == nil }, 20*timeout, timeout/10)

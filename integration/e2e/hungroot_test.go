@@ -54,7 +54,7 @@ func TestFaultHungRoot(t *testing.T) {
 	require.Error(t, err, "n1 read a blob through a frozen root")
 	require.Contains(t, err.Error(), "not answering within "+hungStorageTimeout.String())
 	require.GreaterOrEqual(t, took, hungStorageTimeout)
-	require.Less(t, took, 3*hungStorageTimeout, "ctr content get on n1 answered too late")
+	require.Less(t, took, 10*hungStorageTimeout, "ctr content get on n1 answered too late (ctr's own 60 s timeout: the old code hung until it)")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
