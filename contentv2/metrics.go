@@ -11,6 +11,7 @@ type metrics struct {
 	synced        prometheus.Gauge
 	syncs         prometheus.Counter
 	reaped        *prometheus.CounterVec
+	reapPasses    *prometheus.CounterVec
 	reapable      prometheus.Gauge
 	missingBlobs  prometheus.Gauge
 	sharedBytes   prometheus.Counter
@@ -62,6 +63,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sharedcontent_reaper_reclaimed_total",
 			Help: "What the reaper removed, by kind: orphan (blob nobody references), dangling (reference to a missing blob), ingest (of a forgotten node), marker (of a forgotten node), trash (entry of a delete that succeeded), trash_restored (entry put back: no successful delete of it), member (expired: gone by both measures).",
 		}, []string{"kind"}),
+		reapPasses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sharedcontent_reaper_passes_total",
+			Help: "Reaper passes by result: ran (this node held the reap lock and finished the pass), skipped (another node held the lock, or this node is not a designated reaper), paused (the shared root was not verified or not answering), failed (any other error; the log says which).",
+		}, []string{"result"}),
 		reapable: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sharedcontent_reaper_reclaimable_bytes",
 			Help: "Bytes of blobs nobody references, found by the last reaper pass (reclaimed once older than the grace).",
@@ -111,8 +116,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Times the shared root turned unready, by reason: missing, not_mounted, no_identity (its .sharedcontent/cluster.json is gone), identity (another root), read_only, hung (a probe did not answer in time), error.",
 		}, []string{"reason"}),
 	}
+	// Every result and reason exists from the start, at 0: an alert on
+	// their increase sees the first one (a series born at 1 shows none).
+	for _, r := range reapResults {
+		m.reapPasses.WithLabelValues(r)
+	}
+	for _, r := range rootReasons {
+		m.rootUnready.WithLabelValues(r)
+	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.uncoordinated, m.writes, m.follows, m.deletes, m.waits, m.synced, m.syncs, m.reaped, m.reapable, m.missingBlobs, m.sharedBytes,
+		for _, c := range []prometheus.Collector{m.uncoordinated, m.writes, m.follows, m.deletes, m.waits, m.synced, m.syncs, m.reaped, m.reapPasses, m.reapable, m.missingBlobs, m.sharedBytes,
 			m.renewalSent, m.failOpenSince, m.failOpenDelay, m.sessionRefusals, m.forgotten, m.forgottenGone, m.discarded,
 			m.rootReady, m.rootUnready} {
 			if err := reg.Register(c); err != nil {

@@ -72,6 +72,29 @@ type ReapReport struct {
 	Expired int
 }
 
+// Results of a reaper pass (the label of sharedcontent_reaper_passes_total).
+const (
+	reapRan     = "ran"
+	reapSkipped = "skipped"
+	reapPaused  = "paused"
+	reapFailed  = "failed"
+)
+
+var reapResults = []string{reapRan, reapSkipped, reapPaused, reapFailed}
+
+// reapResult is the result of a pass that returned rep and err.
+func reapResult(rep ReapReport, err error) string {
+	switch {
+	case errors.Is(err, ErrRootUnverified), errors.Is(err, ErrRootStalled):
+		return reapPaused
+	case err != nil:
+		return reapFailed
+	case rep.Ran:
+		return reapRan
+	}
+	return reapSkipped
+}
+
 // reaperState is what the reaper keeps between passes.
 type reaperState struct {
 	pass sync.Mutex // one pass at a time on this node
@@ -116,10 +139,10 @@ func (s *store) reapLoop() {
 // acts (docs/design.md §8.19), and never while a call on the root is
 // overdue (§8.20): a view of a root that is not mounted, another root or
 // a stalled one is no evidence about the cluster's blobs.
-func (s *store) Reap(ctx context.Context) (ReapReport, error) {
+func (s *store) Reap(ctx context.Context) (rep ReapReport, err error) {
 	s.reaper.pass.Lock()
 	defer s.reaper.pass.Unlock()
-	var rep ReapReport
+	defer func() { s.metrics.reapPasses.WithLabelValues(reapResult(rep, err)).Inc() }()
 	if err := s.guard.refuse("reaper"); err != nil {
 		return rep, err
 	}

@@ -247,3 +247,56 @@ func members(ms []ReapMember) []string {
 	}
 	return out
 }
+
+// TestReaperPassesCounted: sharedcontent_reaper_passes_total counts each
+// pass by its result, every result present at 0 from the start (an alert
+// on its increase sees the first one): ran with the reap lock, skipped
+// while another node holds it, failed with the coordinator unreachable,
+// paused on a root that is not verified.
+func TestReaperPassesCounted(t *testing.T) {
+	c, s := reapEnv(t)
+	passes := func() map[string]float64 {
+		out := map[string]float64{}
+		for _, r := range reapResults {
+			out[r] = testutil.ToFloat64(s.metrics.reapPasses.WithLabelValues(r))
+		}
+		return out
+	}
+	require.Equal(t, 4, testutil.CollectAndCount(s.metrics.reapPasses), "every result is exported before the first pass")
+	want := map[string]float64{reapRan: 0, reapSkipped: 0, reapPaused: 0, reapFailed: 0}
+	require.Equal(t, want, passes())
+	ctx := context.Background()
+
+	rep, err := s.Reap(ctx)
+	require.NoError(t, err)
+	require.True(t, rep.Ran)
+	want[reapRan]++
+	require.Equal(t, want, passes())
+
+	other, err := c.node("node-2").Lock(ctx, LockRequest{Type: OpUpdate, ResourceID: ReapLockResource})
+	require.NoError(t, err)
+	rep, err = s.Reap(ctx)
+	require.NoError(t, err)
+	require.False(t, rep.Ran)
+	want[reapSkipped]++
+	require.Equal(t, want, passes())
+	require.NoError(t, other.Unlock(ctx, true, nil))
+
+	c.setDown(true)
+	_, err = s.Reap(ctx)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, ErrRootUnverified)
+	want[reapFailed]++
+	require.Equal(t, want, passes())
+	c.setDown(false)
+
+	s.rootw.mu.Lock()
+	s.rootw.probeFn = func(root string, _ rootIdentity, _ bool) error {
+		return (&rootWatch{root: root}).unready(rootNotMounted, "is no longer a mount point", "mount it", nil)
+	}
+	s.rootw.mu.Unlock()
+	_, err = s.Reap(ctx)
+	require.ErrorIs(t, err, ErrRootUnverified)
+	want[reapPaused]++
+	require.Equal(t, want, passes())
+}

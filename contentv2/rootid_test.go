@@ -141,3 +141,15 @@ func TestRootProbeBounded(t *testing.T) {
 	close(release)
 	require.Eventually(t, func() bool { return s.Ready() == nil }, 10*time.Second, time.Millisecond, "ready once the probe answers")
 }
+
+// TestRootUnreadyReasonsExported: every reason of
+// sharedcontent_root_unready_total is exported at 0 from the start, so
+// an alert on its increase sees the first time a root turns unready.
+func TestRootUnreadyReasonsExported(t *testing.T) {
+	s := fakeStore(t, newFakeCluster(longTTL), t.TempDir(), "node-1")
+	require.Equal(t, len(rootReasons), testutil.CollectAndCount(s.metrics.rootUnready))
+	for _, r := range rootReasons {
+		require.Zero(t, testutil.ToFloat64(s.metrics.rootUnready.WithLabelValues(r)), r)
+	}
+	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.rootReady))
+}

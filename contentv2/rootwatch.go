@@ -41,6 +41,9 @@ const (
 	rootErrOther    = "error"
 )
 
+// rootReasons are every reason a root is unready.
+var rootReasons = []string{rootMissing, rootNotMounted, rootNoIdentity, rootIdentityBad, rootReadOnly, rootHung, rootErrOther}
+
 // rootWatch keeps whether the shared root is ready.
 type rootWatch struct {
 	root    string
