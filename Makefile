@@ -5,7 +5,7 @@ PKGS      := ./...
 BINARIES  := containerd-sharedcontent sharedcontent-lockserver sharedcontent-demo sharedcontentctl
 
 .PHONY: all build etcd test bench bench-abuse bench-scale bench-ha bench-scale-short bench-containerd demo lint check e2e chaos chaos-inproc clean $(BINARIES) \
-	image image-check image-push helm-check helm-docs helm-render helm-package
+	image image-check image-push helm-check helm-docs helm-render helm-package prometheus-rules
 
 all: build
 
@@ -279,6 +279,20 @@ helm-render: $(HELM)
 	@mkdir -p $(HELM_GOLDEN)
 	@for f in $(CHART)/ci/*-values.yaml; do n=$$(basename $$f -values.yaml); \
 	  $(HELM) template sharedcontent $(CHART) -n sharedcontent -f $$f >$(HELM_GOLDEN)/$$n.yaml || exit 1; done
+
+# The rules file for Prometheus without the Operator: the chart's
+# PrometheusRule as its defaults render it (deploy/check keeps them equal).
+PROMETHEUS_RULES := deploy/prometheus/sharedcontent-rules.yaml
+
+prometheus-rules: $(HELM)
+	@set -e; tmp=$$(mktemp); trap 'rm -f $$tmp' EXIT; \
+	  { echo '# Alert rules for Prometheus (rule_files). Written by make prometheus-rules from'; \
+	    echo '# the chart'"'"'s PrometheusRule (deploy/helm/sharedcontent, prometheusRule.*'; \
+	    echo '# values): edit the chart, not this file. Runbooks: docs/operations.md "Alerts".'; \
+	    echo '# The up alert names the job sharedcontent-coordinator: put your own here.'; \
+	    $(HELM) template sharedcontent $(CHART) -n sharedcontent --set image.tag=v0.1.0 --set prometheusRule.enabled=true \
+	      --show-only templates/prometheusrule.yaml | awk 'f { sub(/^  /, ""); print } /^spec:$$/ { f = 1 }'; } >$$tmp; \
+	  mkdir -p $(dir $(PROMETHEUS_RULES)); cat $$tmp >$(PROMETHEUS_RULES)
 
 helm-check: $(HELM)
 	cd deploy/tools && GOWORK=off $(GO) run ./helmdocs -check ../helm/sharedcontent

@@ -11,8 +11,9 @@ import (
 )
 
 var (
-	// metricDef is how the code names a metric: prometheus.*Opts{Name: "..."}.
-	metricDef = regexp.MustCompile(`\bName:\s*"(sharedcontent_[a-z0-9_]+)"`)
+	// metricDef is how the code names a metric: prometheus.*Opts{Name:
+	// "..."}, or prometheus.NewDesc("...", ...) for a collector's own.
+	metricDef = regexp.MustCompile(`(?:\bName:|\bprometheus\.NewDesc\()\s*"(sharedcontent_[a-z0-9_]+)"`)
 	// metricRef is a metric of ours in PromQL.
 	metricRef = regexp.MustCompile(`\bsharedcontent_[a-zA-Z0-9_:]+`)
 	// selectorRef is any name PromQL selects series of: name{...} or name[range].

@@ -43,6 +43,7 @@ type manifests struct {
 	namespaces     []*corev1.Namespace
 	serviceMonitor []*monitoringv1.ServiceMonitor
 	pdbs           []*policyv1.PodDisruptionBudget
+	rules          []*monitoringv1.PrometheusRule
 }
 
 // kustomization is the part of kustomize's Kustomization the manifests
@@ -119,6 +120,8 @@ func (m *manifests) add(doc []byte) error {
 		return decodeInto(doc, &m.serviceMonitor)
 	case "policy/v1 PodDisruptionBudget":
 		return decodeInto(doc, &m.pdbs)
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		return decodeInto(doc, &m.rules)
 	}
 	return fmt.Errorf("kind %s: not known to this test; add it", gvk)
 }
