@@ -62,6 +62,15 @@ func exprs(t *testing.T, v any, title string, out map[string][]string) {
 // one the code defines (a histogram's _bucket, _sum and _count included),
 // so renaming a metric fails here, not on an operator's screen.
 func TestDashboardMetricsExist(t *testing.T) {
+	used, defined := dashboardMetrics(t)
+	t.Logf("the dashboard uses %d of the %d metrics", len(used), len(defined))
+}
+
+// dashboardMetrics checks the dashboard (unique panel IDs, every query
+// naming metrics the code defines) and returns the metrics it queries, and
+// those the code defines.
+func dashboardMetrics(t *testing.T) (used, defined map[string]bool) {
+	t.Helper()
 	b, err := os.ReadFile("../grafana/sharedcontent.json")
 	require.NoError(t, err)
 	var dash struct {
@@ -79,13 +88,13 @@ func TestDashboardMetricsExist(t *testing.T) {
 		ids[id] = true
 	}
 
-	defined := definedMetrics(t)
+	defined = definedMetrics(t)
 	byPanel := map[string][]string{}
 	var raw any
 	require.NoError(t, json.Unmarshal(b, &raw))
 	exprs(t, raw, "", byPanel)
 	require.NotEmpty(t, byPanel)
-	used := map[string]bool{}
+	used = map[string]bool{}
 	for title, es := range byPanel {
 		for _, e := range es {
 			refs := metricRef.FindAllString(e, -1)
@@ -105,5 +114,5 @@ func TestDashboardMetricsExist(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("the dashboard uses %d of the %d metrics", len(used), len(defined))
+	return used, defined
 }

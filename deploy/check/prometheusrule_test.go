@@ -1,6 +1,7 @@
 package check
 
 import (
+	"encoding/json"
 	"log/slog"
 	"net/url"
 	"os"
@@ -129,6 +130,52 @@ func TestPrometheusRulesMetricsExist(t *testing.T) {
 		}
 	}
 	t.Logf("the alerts use %d of the %d metrics", len(used), len(defined))
+}
+
+// TestDashboardShowsAlertMetrics: every metric an alert fires on (but
+// Prometheus's `up`) has a panel on the Grafana dashboard, so whoever is
+// paged sees its history.
+func TestDashboardShowsAlertMetrics(t *testing.T) {
+	file, err := os.ReadFile(rulesFile)
+	require.NoError(t, err)
+	onDashboard, _ := dashboardMetrics(t)
+	p := parser.NewParser(parser.Options{})
+	for _, g := range parseRules(t, rulesFile, file).Groups {
+		for _, r := range g.Rules {
+			expr, err := p.ParseExpr(r.Expr)
+			require.NoError(t, err, r.Alert)
+			parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+				if vs, ok := n.(*parser.VectorSelector); ok && vs.Name != "up" {
+					require.True(t, onDashboard[vs.Name], "%s fires on %s, which no dashboard panel shows", r.Alert, vs.Name)
+				}
+				return nil
+			})
+		}
+	}
+}
+
+// TestDashboardLayout: no two panels of the dashboard overlap.
+func TestDashboardLayout(t *testing.T) {
+	b, err := os.ReadFile("../grafana/sharedcontent.json")
+	require.NoError(t, err)
+	var dash struct {
+		Panels []struct {
+			ID      int    `json:"id"`
+			Title   string `json:"title"`
+			GridPos struct {
+				H, W, X, Y int
+			} `json:"gridPos"`
+		} `json:"panels"`
+	}
+	require.NoError(t, json.Unmarshal(b, &dash))
+	for i, a := range dash.Panels {
+		require.LessOrEqual(t, a.GridPos.X+a.GridPos.W, 24, "panel %q is wider than the grid", a.Title)
+		for _, c := range dash.Panels[i+1:] {
+			apart := a.GridPos.X+a.GridPos.W <= c.GridPos.X || c.GridPos.X+c.GridPos.W <= a.GridPos.X ||
+				a.GridPos.Y+a.GridPos.H <= c.GridPos.Y || c.GridPos.Y+c.GridPos.H <= a.GridPos.Y
+			require.True(t, apart, "panels %q and %q overlap", a.Title, c.Title)
+		}
+	}
 }
 
 // githubAnchor is the anchor GitHub gives a Markdown heading.
