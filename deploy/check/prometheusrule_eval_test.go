@@ -2,7 +2,6 @@ package check
 
 import (
 	"context"
-	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -29,13 +28,9 @@ type alertCase struct {
 // on the healthy ones next to it (a pass skipped, a delete granted, one
 // replica leading, a cluster just started).
 func TestPrometheusRulesEvaluate(t *testing.T) {
-	file, err := os.ReadFile(rulesFile)
-	require.NoError(t, err)
 	exprs := map[string]string{}
-	for _, g := range parseRules(t, rulesFile, file).Groups {
-		for _, r := range g.Rules {
-			exprs[r.Alert] = r.Expr
-		}
+	for _, r := range fileRules(t) {
+		exprs[r.Alert] = r.Expr
 	}
 	cases := map[string][]alertCase{
 		"SharedcontentCoordinatorDown": {

@@ -90,8 +90,6 @@ func TestPrometheusRulesFile(t *testing.T) {
 // matches on is a string the code has: renaming a metric or a label value
 // fails here, not by an alert that never fires.
 func TestPrometheusRulesMetricsExist(t *testing.T) {
-	file, err := os.ReadFile(rulesFile)
-	require.NoError(t, err)
 	defined := definedMetrics(t)
 	literals := map[string]bool{}
 	literal := regexp.MustCompile(`"([a-z_]+)"`)
@@ -100,34 +98,24 @@ func TestPrometheusRulesMetricsExist(t *testing.T) {
 			literals[string(m[1])] = true
 		}
 	})
-	p := parser.NewParser(parser.Options{})
 	used := map[string]bool{}
-	for _, g := range parseRules(t, rulesFile, file).Groups {
-		for _, r := range g.Rules {
-			expr, err := p.ParseExpr(r.Expr)
-			require.NoError(t, err, r.Alert)
-			selectors := 0
-			parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
-				vs, ok := n.(*parser.VectorSelector)
-				if !ok {
-					return nil
-				}
-				selectors++
-				require.True(t, vs.Name == "up" || defined[vs.Name], "%s selects %s, which no code defines: %s", r.Alert, vs.Name, r.Expr)
-				used[vs.Name] = true
-				for _, m := range vs.LabelMatchers {
-					if m.Name == labels.MetricName || m.Name == "job" {
-						continue
-					}
-					require.Contains(t, []labels.MatchType{labels.MatchEqual, labels.MatchRegexp}, m.Type, "%s: %s", r.Alert, m)
-					for _, v := range strings.Split(m.Value, "|") {
-						require.True(t, literals[v], "%s matches %s=%q, a value the code never gives: %s", r.Alert, m.Name, v, r.Expr)
-					}
-				}
-				return nil
-			})
-			require.NotZero(t, selectors, "%s selects no series", r.Alert)
+	selectors := map[string]int{}
+	eachSelector(t, func(r rulefmt.Rule, vs *parser.VectorSelector) {
+		selectors[r.Alert]++
+		require.True(t, vs.Name == "up" || defined[vs.Name], "%s selects %s, which no code defines: %s", r.Alert, vs.Name, r.Expr)
+		used[vs.Name] = true
+		for _, m := range vs.LabelMatchers {
+			if m.Name == labels.MetricName || m.Name == "job" {
+				continue
+			}
+			require.Contains(t, []labels.MatchType{labels.MatchEqual, labels.MatchRegexp}, m.Type, "%s: %s", r.Alert, m)
+			for _, v := range strings.Split(m.Value, "|") {
+				require.True(t, literals[v], "%s matches %s=%q, a value the code never gives: %s", r.Alert, m.Name, v, r.Expr)
+			}
 		}
+	})
+	for _, r := range fileRules(t) {
+		require.NotZero(t, selectors[r.Alert], "%s selects no series", r.Alert)
 	}
 	t.Logf("the alerts use %d of the %d metrics", len(used), len(defined))
 }
@@ -136,22 +124,10 @@ func TestPrometheusRulesMetricsExist(t *testing.T) {
 // Prometheus's `up`) has a panel on the Grafana dashboard, so whoever is
 // paged sees its history.
 func TestDashboardShowsAlertMetrics(t *testing.T) {
-	file, err := os.ReadFile(rulesFile)
-	require.NoError(t, err)
 	onDashboard, _ := dashboardMetrics(t)
-	p := parser.NewParser(parser.Options{})
-	for _, g := range parseRules(t, rulesFile, file).Groups {
-		for _, r := range g.Rules {
-			expr, err := p.ParseExpr(r.Expr)
-			require.NoError(t, err, r.Alert)
-			parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
-				if vs, ok := n.(*parser.VectorSelector); ok && vs.Name != "up" {
-					require.True(t, onDashboard[vs.Name], "%s fires on %s, which no dashboard panel shows", r.Alert, vs.Name)
-				}
-				return nil
-			})
-		}
-	}
+	eachSelector(t, func(r rulefmt.Rule, vs *parser.VectorSelector) {
+		require.True(t, vs.Name == "up" || onDashboard[vs.Name], "%s fires on %s, which no dashboard panel shows", r.Alert, vs.Name)
+	})
 }
 
 // TestDashboardLayout: no two panels of the dashboard overlap.
@@ -178,6 +154,36 @@ func TestDashboardLayout(t *testing.T) {
 	}
 }
 
+// fileRules returns the rules of the rules file, parsed and validated.
+func fileRules(t *testing.T) []rulefmt.Rule {
+	t.Helper()
+	file, err := os.ReadFile(rulesFile)
+	require.NoError(t, err)
+	var rules []rulefmt.Rule
+	for _, g := range parseRules(t, rulesFile, file).Groups {
+		rules = append(rules, g.Rules...)
+	}
+	require.NotEmpty(t, rules)
+	return rules
+}
+
+// eachSelector calls fn with every series selector of every alert of the
+// rules file, as Prometheus's parser reads it.
+func eachSelector(t *testing.T, fn func(r rulefmt.Rule, vs *parser.VectorSelector)) {
+	t.Helper()
+	p := parser.NewParser(parser.Options{})
+	for _, r := range fileRules(t) {
+		expr, err := p.ParseExpr(r.Expr)
+		require.NoError(t, err, r.Alert)
+		parser.Inspect(expr, func(n parser.Node, _ []parser.Node) error {
+			if vs, ok := n.(*parser.VectorSelector); ok {
+				fn(r, vs)
+			}
+			return nil
+		})
+	}
+}
+
 // githubAnchor is the anchor GitHub gives a Markdown heading.
 func githubAnchor(heading string) string {
 	var b strings.Builder
@@ -196,8 +202,6 @@ func githubAnchor(heading string) string {
 // description, and a runbook_url into docs/operations.md at a section of
 // its own name, which exists.
 func TestPrometheusRulesRunbooks(t *testing.T) {
-	file, err := os.ReadFile(rulesFile)
-	require.NoError(t, err)
 	doc, err := os.ReadFile(runbookPage)
 	require.NoError(t, err)
 	anchors := map[string]bool{}
@@ -215,22 +219,17 @@ func TestPrometheusRulesRunbooks(t *testing.T) {
 	base := values.PrometheusRule.RunbookURL
 	require.True(t, strings.HasSuffix(base, "/docs/operations.md"), "prometheusRule.runbookURL is docs/operations.md: %s", base)
 
-	alerts := 0
-	for _, g := range parseRules(t, rulesFile, file).Groups {
-		for _, r := range g.Rules {
-			require.NotEmpty(t, r.Alert, "every rule is an alert")
-			alerts++
-			require.Contains(t, []string{"warning", "critical"}, r.Labels["severity"], r.Alert)
-			require.NotEmpty(t, r.Annotations["summary"], r.Alert)
-			require.NotEmpty(t, r.Annotations["description"], r.Alert)
-			u, err := url.Parse(r.Annotations["runbook_url"])
-			require.NoError(t, err, r.Alert)
-			require.Equal(t, base, strings.TrimSuffix(r.Annotations["runbook_url"], "#"+u.Fragment), r.Alert)
-			require.Equal(t, strings.ToLower(r.Alert), u.Fragment, "%s: its runbook is the section named as the alert", r.Alert)
-			require.True(t, anchors[u.Fragment], "%s: docs/operations.md has no section #%s", r.Alert, u.Fragment)
-		}
+	for _, r := range fileRules(t) {
+		require.NotEmpty(t, r.Alert, "every rule is an alert")
+		require.Contains(t, []string{"warning", "critical"}, r.Labels["severity"], r.Alert)
+		require.NotEmpty(t, r.Annotations["summary"], r.Alert)
+		require.NotEmpty(t, r.Annotations["description"], r.Alert)
+		u, err := url.Parse(r.Annotations["runbook_url"])
+		require.NoError(t, err, r.Alert)
+		require.Equal(t, base, strings.TrimSuffix(r.Annotations["runbook_url"], "#"+u.Fragment), r.Alert)
+		require.Equal(t, strings.ToLower(r.Alert), u.Fragment, "%s: its runbook is the section named as the alert", r.Alert)
+		require.True(t, anchors[u.Fragment], "%s: docs/operations.md has no section #%s", r.Alert, u.Fragment)
 	}
-	require.NotZero(t, alerts)
 }
 
 // ruleByAlert returns the rules of a rendered chart by alert name.
