@@ -51,6 +51,9 @@ func TestPrometheusRulesEvaluate(t *testing.T) {
 				sharedcontent_lock_requests_total{job="c",type="delete",result="acquired"} 40x90`, 90 * time.Minute, true},
 			{"refused, but a delete granted 10 minutes ago", `sharedcontent_delete_unsynced_total{job="c"} 0+1x90
 				sharedcontent_lock_requests_total{job="c",type="delete",result="acquired"} 40x80 41x10`, 90 * time.Minute, false},
+			{"refused, but a queued delete handed the lock 10 minutes ago", `sharedcontent_delete_unsynced_total{job="c"} 0+1x90
+				sharedcontent_lock_requests_total{job="c",type="delete",result="acquired"} 40x90
+				sharedcontent_lock_handoffs_total{job="c",type="delete"} 7x80 8x10`, 90 * time.Minute, false},
 			{"granted, none refused", `sharedcontent_delete_unsynced_total{job="c"} 0x90
 				sharedcontent_lock_requests_total{job="c",type="delete",result="acquired"} 0+1x90`, 90 * time.Minute, false},
 		},

@@ -316,7 +316,7 @@ func TestHelmPrometheusRule(t *testing.T) {
 		rules := ruleByAlert(t, render(t, "prometheusRule.rootFreeWarning=0.3", "prometheusRule.deletesPausedFor=6h",
 			"prometheusRule.nodeUnsyncedFor=1h", "prometheusRule.reaperWindow=12h", "prometheusRule.coordinatorDownFor=5m"))
 		require.True(t, strings.HasSuffix(rules["SharedcontentRootFreeSpaceLow"].Expr, "< 0.3"), rules["SharedcontentRootFreeSpaceLow"].Expr)
-		require.Equal(t, 2, strings.Count(rules["SharedcontentDeletesPaused"].Expr, "[6h]"), rules["SharedcontentDeletesPaused"].Expr)
+		require.Equal(t, 3, strings.Count(rules["SharedcontentDeletesPaused"].Expr, "[6h]"), rules["SharedcontentDeletesPaused"].Expr)
 		require.Equal(t, "1h", rules["SharedcontentNodeUnsynced"].For.String())
 		require.Equal(t, "5m", rules["SharedcontentCoordinatorDown"].For.String())
 		for _, a := range []string{"SharedcontentReaperFailing", "SharedcontentReaperNotRunning"} {
