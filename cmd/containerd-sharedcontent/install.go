@@ -30,6 +30,7 @@ type installOptions struct {
 	ds                  hostinstall.DaemonSet
 	namespaceFile       string
 	once, uninstall     bool
+	systemctlInPod      bool
 	daemonArgs          []string
 }
 
@@ -49,6 +50,7 @@ func parseInstall(args []string) (installOptions, error) {
 	fs.Usage = cli.Usage(fs, installUsage)
 	fs.StringVar(&o.cfg.HostRoot, "host-root", "/host", "where the host's / is mounted")
 	fs.StringVar(&o.systemctl, "systemctl", strings.Join(hostinstall.DefaultSystemctl, " "), "the host's systemctl command, split at spaces")
+	fs.BoolVar(&o.systemctlInPod, "systemctl-in-pod", false, "run --systemctl in this pod's filesystem, not chrooted into --host-root (where the host's nsenter and systemctl are)")
 	fs.Func("file", "SOURCE:TARGET: copy the pod's file SOURCE to the host path TARGET (mode 0400) for the daemon, e.g. a token from a Secret (repeatable)", func(v string) error {
 		src, dst, ok := strings.Cut(v, ":")
 		if !ok || src == "" || dst == "" {
@@ -76,6 +78,9 @@ func parseInstall(args []string) (installOptions, error) {
 	o.cfg.Systemctl = strings.Fields(o.systemctl)
 	if len(o.cfg.Systemctl) == 0 {
 		return o, fmt.Errorf("--systemctl is empty: %w", errdefs.ErrInvalidArgument)
+	}
+	if !o.systemctlInPod {
+		o.cfg.SystemctlRoot = o.cfg.HostRoot
 	}
 	d, err := daemonSettings(o.daemonArgs)
 	if err != nil {

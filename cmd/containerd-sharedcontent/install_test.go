@@ -78,7 +78,7 @@ func TestInstallCommand(t *testing.T) {
 		}
 	}()
 
-	args := []string{"--host-root=" + host, "--systemctl=" + script, "--", "--root=/shared", "--node-id=n1",
+	args := []string{"--host-root=" + host, "--systemctl=" + script, "--systemctl-in-pod", "--", "--root=/shared", "--node-id=n1",
 		"--address=/run/sc/sc.sock", "--coordinator=http://c:8642"}
 	require.NoError(t, runInstall(append([]string{"--once"}, args...)))
 	self, err := os.ReadFile("/proc/self/exe")

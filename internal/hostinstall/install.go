@@ -46,6 +46,10 @@ type Config struct {
 	// Systemctl is the command prefix of the host's systemctl (default
 	// DefaultSystemctl).
 	Systemctl []string
+	// SystemctlRoot is the directory Systemctl runs chrooted into, where
+	// a command named without a slash is looked up: the host's / (the
+	// image has neither nsenter nor systemctl). Empty: the pod's own.
+	SystemctlRoot string
 }
 
 // File is a file of the pod, Source, installed on the host at Target.
@@ -135,7 +139,7 @@ func Install(ctx context.Context, c Config) (Result, error) {
 	}
 	files = append(files, file{EnvPath, []byte(env), 0o644}, file{UnitPath, []byte(renderUnit()), 0o644})
 
-	sc := systemctl{c.Systemctl}
+	sc := systemctl{c.Systemctl, c.SystemctlRoot}
 	unitChanged := false
 	for _, f := range files {
 		changed, err := writeFile(c.host(f.path), f.content, f.mode)
@@ -200,7 +204,7 @@ func Uninstall(ctx context.Context, c Config) error {
 	if err := c.defaults(); err != nil {
 		return err
 	}
-	sc := systemctl{c.Systemctl}
+	sc := systemctl{c.Systemctl, c.SystemctlRoot}
 	var errs []error
 	if err := ownedOrAbsent(c.host(DropInPath)); err != nil {
 		errs = append(errs, err)

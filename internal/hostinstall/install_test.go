@@ -206,3 +206,20 @@ func leftovers(t *testing.T, n *node) []string {
 	}
 	return out
 }
+
+// TestSystemctlChroot: the command runs chrooted into the given root, a
+// name without a slash found in that root's bin directories (here the
+// test's own /, the only root with a shell).
+func TestSystemctlChroot(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "calls")
+	sc := systemctl{prefix: []string{"sh", "-c", `echo "$0 $*" >>` + log, "systemctl"}, root: "/"}
+	require.NoError(t, sc.run(testCtx(t), "restart", Unit))
+	b, err := os.ReadFile(log)
+	require.NoError(t, err)
+	require.Equal(t, "systemctl restart "+Unit+"\n", string(b))
+
+	sc = systemctl{prefix: []string{"no-such-systemctl"}, root: t.TempDir()}
+	err = sc.run(testCtx(t), "start", Unit)
+	require.ErrorIs(t, err, errdefs.ErrNotFound)
+	require.ErrorContains(t, err, "no-such-systemctl: not found in the host's")
+}
