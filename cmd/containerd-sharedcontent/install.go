@@ -82,6 +82,11 @@ func parseInstall(args []string) (installOptions, error) {
 	if !o.systemctlInPod {
 		o.cfg.SystemctlRoot = o.cfg.HostRoot
 	}
+	if o.uninstall && len(o.daemonArgs) == 0 {
+		// Uninstalling needs none of the daemon's settings.
+		o.cfg.Address = defaultAddress
+		return o, nil
+	}
 	d, err := daemonSettings(o.daemonArgs)
 	if err != nil {
 		return o, err
