@@ -64,7 +64,7 @@ func parseInstall(args []string) (installOptions, error) {
 	fs.DurationVar(&o.cfg.ReadyTimeout, "ready-timeout", hostinstall.DefaultReadyTimeout, "how long to wait for the host daemon to serve")
 	fs.StringVar(&o.ds.Name, "daemonset", "", "the pod's DaemonSet: once stopped, the keeper uninstalls when it is gone (empty: never uninstall)")
 	fs.StringVar(&o.ds.Namespace, "namespace", "", "the DaemonSet's namespace (default: the service account's)")
-	fs.StringVar(&o.ds.APIServer, "api-server", "", "the API server's URL (default: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
+	fs.StringVar(&o.ds.APIServer, "api-server", "", "the API server's URL as this pod reaches it (default: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT, the kubernetes Service, which needs kube-proxy)")
 	fs.StringVar(&o.ds.TokenFile, "token-file", hostinstall.DefaultTokenFile, "the service account token")
 	fs.StringVar(&o.ds.CAFile, "api-ca", hostinstall.DefaultCAFile, "the API server's CA")
 	fs.StringVar(&o.namespaceFile, "namespace-file", hostinstall.DefaultNamespaceFile, "file naming the pod's namespace")
@@ -191,11 +191,20 @@ func runInstall(args []string) error {
 	if o.uninstall {
 		return hostinstall.Uninstall(ctx, o.cfg)
 	}
+	verified := false
 	if o.ds.Name != "" {
-		// Before anything changes: a keeper that cannot read its
-		// DaemonSet could not tell an uninstall from an upgrade.
-		if err := hostinstall.CheckAccess(ctx, o.ds); err != nil {
+		// Before anything changes: a keeper refused its DaemonSet could not
+		// tell an uninstall from an upgrade. An API server out of reach
+		// does not stop the node's install (after a reboot, say): the
+		// keeper then never takes a refusal for an uninstall.
+		err := hostinstall.CheckAccess(ctx, o.ds)
+		switch {
+		case errdefs.IsUnavailable(err):
+			log.G(ctx).WithError(err).Warn("the API server cannot be asked: installing; when stopped, only a DaemonSet seen gone uninstalls")
+		case err != nil:
 			return err
+		default:
+			verified = true
 		}
 	}
 	res, err := hostinstall.Install(ctx, o.cfg)
@@ -207,12 +216,10 @@ func runInstall(args []string) error {
 	if o.once {
 		return nil
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), keeperGrace)
-	defer cancel()
 	if o.ds.Name == "" {
 		<-ctx.Done()
 		return nil
 	}
-	_, err = hostinstall.Keep(ctx, sctx, o.cfg, o.ds)
+	_, err = hostinstall.Keep(ctx, o.cfg, o.ds, verified, keeperGrace)
 	return err
 }
