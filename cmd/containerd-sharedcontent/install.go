@@ -1,15 +1,11 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -173,18 +169,11 @@ func readyURL(listen string) (string, error) {
 
 // runInstall is `containerd-sharedcontent install`.
 func runInstall(args []string) error {
-	o, err := parseInstall(args)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if err := cli.SetLogLevel(o.logLevel); err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	o, ctx, stop, err := begin(args, parseInstall, func(o installOptions) string { return o.logLevel })
 	defer stop()
+	if ctx == nil {
+		return err
+	}
 	if o.cfg.Binary, err = os.Executable(); err != nil {
 		return err
 	}

@@ -102,11 +102,7 @@ func TestKeep(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			a := newAPIServer(t)
-			n := newNode(t)
-			n.serve(t)
-			_, err := Install(testCtx(t), n.cfg)
-			require.NoError(t, err)
-			n.takeCalls(t)
+			n := installedNode(t)
 			a.status.Store(int32(tc.status))
 			a.body.Store(tc.body)
 
