@@ -138,6 +138,9 @@ type store struct {
 	// the session loop's only).
 	rootw        *rootWatch
 	rootRecorded bool
+	// markerWritten: this node's marker is in the root (writeMarkerOnce);
+	// only startSession and the session rounds touch it.
+	markerWritten bool
 	// startedAt, and markerSeq (the session loop's only), go into this
 	// node's marker (marker.go).
 	startedAt time.Time
