@@ -229,7 +229,7 @@ func verifyRootAtStart(root, stateDir, member string) (startRoot, error) {
 // anything (docs/design.md §8.19, §6): a daemon runs it to refuse to start
 // before it opens anything else. The error names the path and the fix.
 func VerifyRoot(root, stateDir string) error {
-	j, err := openJournal(stateDir)
+	j, err := openJournal(stateDir, HostID())
 	if err != nil {
 		return err
 	}
