@@ -29,8 +29,10 @@ import (
 // of the node is recorded. Callers hold mmu.
 func (l *Coordinator) checkRoot(req api.SessionRequest, c api.Cluster) error {
 	switch {
-	case req.Unclaimed && (req.ClusterID != "" || req.Root != nil):
-		return fmt.Errorf("session of node %s: unclaimed, yet naming a cluster or a root: %w", req.NodeID, api.ErrInvalidArgument)
+	case req.Unclaimed && req.Root != nil:
+		// (A cluster ID may come with it: a client that expects the
+		// cluster from an earlier claim of the same root.)
+		return fmt.Errorf("session of node %s: unclaimed, yet naming a root: %w", req.NodeID, api.ErrInvalidArgument)
 	case req.Root != nil && req.ClusterID == "":
 		return fmt.Errorf("session of node %s: a root without its cluster_id: %w", req.NodeID, api.ErrInvalidArgument)
 	case req.Root != nil && req.Root.CreatedAt.IsZero():

@@ -57,9 +57,13 @@ func TestClusterHasOneRoot(t *testing.T) {
 		require.NotContains(t, memberIDs(t, l), "new", "%s: a refused node is not made a member", why)
 	}
 	requireRefused("a root is recorded")
+	req := claim("new")
+	req.ClusterID = c
+	_, err = l.Session(ctx, req)
+	require.ErrorIs(t, err, api.ErrRootClaimed, "with the cluster ID too")
 
 	for _, bad := range []api.SessionRequest{
-		{NodeID: "x", Unclaimed: true, ClusterID: c},
+		{NodeID: "x", Unclaimed: true, ClusterID: c, Root: r1},
 		{NodeID: "x", Root: r1},
 		{NodeID: "x", ClusterID: c, Root: &api.RootIdentity{}},
 	} {

@@ -221,7 +221,7 @@ type SessionRequest struct {
 	Generation string `json:"generation,omitempty"`
 	Echo       *Echo  `json:"echo,omitempty"`
 	// Unclaimed: the node's shared root has no cluster file yet, and the
-	// node asks to claim it for this cluster (it sends no ClusterID). The
+	// node asks to claim it for this cluster (it sends no Root). The
 	// coordinator refuses (409 root_claimed) when the cluster already has
 	// a root (Root, or a member that has synced or was adopted), before
 	// it records anything of the node: such a root is not the cluster's
