@@ -303,7 +303,7 @@ func (s *store) session(ctx context.Context, clusterID string) (SessionInfo, err
 // sessionRound renews the session and syncs the journal when the
 // coordinator asks for it.
 func (s *store) sessionRound(ctx context.Context) error {
-	clusterID, err := s.rootCluster()
+	clusterID, err := s.rootCluster(ctx)
 	if err != nil {
 		s.setSynced(false)
 		return err
@@ -493,14 +493,18 @@ func (s *store) recordRoot(ctx context.Context) error {
 // one of the cluster file that appeared since (the shared storage was
 // mounted meanwhile, or another first node claimed the root); "" while the
 // root has none.
-func (s *store) rootCluster() (string, error) {
+func (s *store) rootCluster(ctx context.Context) (string, error) {
 	s.smu.Lock()
 	cluster := s.clusterID
 	s.smu.Unlock()
 	if cluster != "" {
 		return cluster, nil
 	}
-	id, err := readRootIdentity(s.root)
+	var id rootIdentity
+	err := s.guard.do(ctx, "root_identity", func() (err error) {
+		id, err = readRootIdentity(s.root)
+		return err
+	})
 	if err != nil || !id.known() {
 		return "", err
 	}
