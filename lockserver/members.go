@@ -2,6 +2,7 @@ package lockserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -117,6 +118,9 @@ func (l *Coordinator) Session(ctx context.Context, req api.SessionRequest) (api.
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	if err := l.checkRoot(req, c); err != nil {
+		if errors.Is(err, api.ErrRootClaimed) {
+			l.metrics.rootClaimed.Inc()
+		}
 		return api.SessionResponse{}, err
 	}
 	m := l.members[req.NodeID]

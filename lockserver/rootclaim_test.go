@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
@@ -87,6 +88,7 @@ func TestClusterHasOneRoot(t *testing.T) {
 	require.NoError(t, err, "after an adoption the first node to name a root records it")
 	_, err = l.Session(ctx, named("a", r1))
 	require.ErrorIs(t, err, api.ErrRootClaimed)
+	require.Equal(t, 4.0, testutil.ToFloat64(l.metrics.rootClaimed), "the refusals since the restart are counted")
 }
 
 // TestClusterRootFromSyncedMembers: a coordinator that recorded no root
