@@ -15,22 +15,23 @@ import (
 // clone from the original while the original is cut off. So the journal
 // also records a fingerprint of the host it was made on, read from the
 // hardware: the SMBIOS system UUID (/sys/class/dmi/id/product_uuid), which
-// a reboot keeps and a hypervisor or cloud gives each new VM, or else
-// /etc/machine-id (which a clone keeps unless its image was prepared for
-// cloning). A journal opened on another host than its own starts a new
-// generation and is no member (journal.go): under the original's node ID
-// the coordinator then refuses it as another host until an operator
-// releases the ID; under a node ID of its own it joins as a new node.
+// a reboot keeps, a hypervisor or cloud gives each new VM, and a container
+// sees as its host's. /etc/machine-id is not used: a clone usually keeps
+// it, and in a container it is the image's, which an upgrade may change.
+// A journal opened on another host than its own starts a new generation
+// and is no member (journal.go): under the original's node ID the
+// coordinator then refuses it as another host until an operator releases
+// the ID; under a node ID of its own it joins as a new node.
 
 // hostIDSources are the files a host fingerprint is read from, in order
 // of preference, each with the prefix that names its source.
 var hostIDSources = []struct{ prefix, path string }{
 	{"dmi", "/sys/class/dmi/id/product_uuid"},
-	{"machine-id", "/etc/machine-id"},
 }
 
 // HostID returns this host's fingerprint ("source:hash"), or "" when no
-// source can be read (then a copied state dir is not recognised).
+// source can be read (no DMI, or not readable by this user: then a copied
+// state dir is not recognised).
 func HostID() string {
 	for _, src := range hostIDSources {
 		b, err := os.ReadFile(src.path)
