@@ -64,6 +64,45 @@ func TestNewNodeRootNotMountedAtStart(t *testing.T) {
 	e.requireRefs(t, ctx, imgB, "node-b")
 }
 
+// TestNewNodeLearnsRootLater: node-b, brand new on an unmounted root,
+// starts while the coordinator is unreachable (it claims nothing, and
+// writes nothing: not even its marker). When the coordinator answers that
+// the cluster has a root, node-b turns unready (no_identity), refuses
+// writes, and still writes nothing there; once the storage is mounted it
+// resumes by itself, joins, and pulls.
+func TestNewNodeLearnsRootLater(t *testing.T) {
+	requireMounts(t)
+	e := newFaultEnv(t, faultConfig())
+	ctx := nsContext()
+	imgA, imgB := e.push("a"), e.push("b")
+	a, err := e.startNodeAt("node-a", bindRoot(t, e.root).path)
+	require.NoError(t, err)
+	require.NoError(t, a.pullImage(time.Minute, imgA))
+	e.coord.waitSynced(t, "node-a")
+
+	mB := bindRoot(t, e.root)
+	mB.unmount()
+	b := &faultNode{id: "node-b", root: mB.path, stateDir: t.TempDir(), proxy: startProxy(t, e.coord.Addr()), opts: nodeOptions(), env: e}
+	t.Cleanup(b.Close)
+	b.proxy.Cut()
+	require.NoError(t, b.Open(), "a coordinator that cannot be reached is no reason to refuse")
+	mB.requireEmpty()
+	b.proxy.Reconnect()
+	err = requireUnready(t, b, "no_identity")
+	require.ErrorContains(t, err, "is the shared filesystem mounted at "+mB.path)
+	requireRefusesWrites(t, ctx, b, mB, imgB)
+	mB.requireEmpty()
+	require.NotContains(t, memberIDs(t, e.coord), "node-b")
+
+	mB.mount(e.root)
+	requireReadyAgain(t, b)
+	require.NoError(t, b.pullImage(time.Minute, imgA))
+	require.NoError(t, b.pullImage(time.Minute, imgB))
+	e.coord.waitSynced(t, "node-a", "node-b")
+	requireReadable(t, ctx, a, b)
+	e.requireRefs(t, ctx, imgA, "node-a", "node-b")
+}
+
 func requireNewRootRefused(t *testing.T, err error, path string) {
 	t.Helper()
 	requireRootRefusal(t, err, path)
