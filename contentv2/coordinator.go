@@ -171,6 +171,22 @@ type SessionRequest struct {
 	Generation string
 	// Echo is nil to open a session, set to renew one.
 	Echo *Echo
+	// Unclaimed: the node's shared root has no cluster file, and the node
+	// asks to claim it (ClusterID is empty). Refused with ErrRootClaimed
+	// once the cluster has a root (docs/design.md §8.19).
+	Unclaimed bool
+	// Root is the identity of the root the node serves (its cluster
+	// file's creation time and creator), sent with ClusterID; a root
+	// other than the cluster's is refused with ErrRootClaimed. Zero:
+	// not sent.
+	Root RootClaim
+}
+
+// RootClaim identifies a cluster's shared root: its cluster file's
+// creation time and the node that created it.
+type RootClaim struct {
+	CreatedAt time.Time
+	CreatedBy string
 }
 
 // Echo is what a node sends back of the last session answer it received:
@@ -242,6 +258,9 @@ var (
 	ErrLate = errors.New("contentv2: session message arrived late")
 	// ErrDuplicateNode: another live instance uses this node ID.
 	ErrDuplicateNode = errors.New("contentv2: node id used by another live instance")
+	// ErrRootClaimed: the cluster already has a shared root, and this
+	// node's is not it (docs/design.md §8.19).
+	ErrRootClaimed = errors.New("contentv2: the cluster has another shared root")
 )
 
 // isRefusal reports whether err is the coordinator's answer rather than a

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -61,25 +62,48 @@ func ReadClusterID(root string) (string, error) {
 }
 
 // claimRoot records id as the root's cluster unless one is recorded
-// already, and returns the root's cluster. The file appears atomically
-// (written aside, then hard-linked), so two first nodes cannot both win.
-func claimRoot(root, id, nodeID string) (string, error) {
+// already, and returns the root's identity, and whether this call created
+// it. The file appears atomically (written aside, then hard-linked), so
+// two first nodes on one root cannot both win.
+func claimRoot(root, id, nodeID string) (rootIdentity, bool, error) {
 	if err := os.MkdirAll(filepath.Join(root, MetaDir), 0o755); err != nil {
-		return "", err
+		return rootIdentity{}, false, err
 	}
 	b, err := json.MarshalIndent(ClusterFile{ClusterID: id, CreatedAt: time.Now().UTC(), CreatedBy: nodeID}, "", "  ")
 	if err != nil {
-		return "", err
+		return rootIdentity{}, false, err
 	}
 	tmp := clusterFilePath(root) + "." + nodeID + ".tmp"
 	if err := writeFileSync(tmp, append(b, '\n')); err != nil {
-		return "", err
+		return rootIdentity{}, false, err
 	}
 	defer os.Remove(tmp)
-	if err := os.Link(tmp, clusterFilePath(root)); err != nil && !errors.Is(err, fs.ErrExist) {
-		return "", fmt.Errorf("recording the root's cluster: %w", err)
+	created := true
+	if err := os.Link(tmp, clusterFilePath(root)); errors.Is(err, fs.ErrExist) {
+		created = false
+	} else if err != nil {
+		return rootIdentity{}, false, fmt.Errorf("recording the root's cluster: %w", err)
 	}
-	return ReadClusterID(root)
+	got, err := readRootIdentity(root)
+	return got, created, err
+}
+
+// unclaimRoot removes the cluster file claimRoot created, if it is still
+// the one with identity id, and the directory it made, if empty: the
+// coordinator refused the claim (another root of the cluster was named
+// first, docs/design.md §8.19), and a stray root must not look claimed.
+func unclaimRoot(root string, id rootIdentity) error {
+	cur, err := readRootIdentity(root)
+	if err != nil || !cur.equal(id) {
+		return err
+	}
+	if err := os.Remove(clusterFilePath(root)); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(root, MetaDir)); err != nil && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
+		return err
+	}
+	return nil
 }
 
 // WriteNodeMarker records nodeID as a member in the shared root.

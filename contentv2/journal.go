@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 	bolt "go.etcd.io/bbolt"
 )
@@ -29,6 +30,9 @@ var (
 	// seededKey holds the generation once the journal has taken in the
 	// references the coordinator had of this node (seed.go).
 	seededKey = []byte("seeded")
+	// hostKey holds the fingerprint of the host the journal belongs to
+	// (hostid.go).
+	hostKey = []byte("host")
 )
 
 // journal is the node's own record of the blobs it uses (docs/design.md §8.2), on
@@ -47,7 +51,11 @@ type journal struct {
 	generation string
 }
 
-func openJournal(stateDir string) (*journal, error) {
+// openJournal opens the journal in stateDir on the host whose
+// fingerprint is host ("": unknown). A journal of another host (its state
+// dir was copied: a cloned VM) starts a new generation and is no member
+// (hostid.go).
+func openJournal(stateDir, host string) (*journal, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
@@ -60,6 +68,9 @@ func openJournal(stateDir string) (*journal, error) {
 	err = db.Update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(metaBucket)
 		if err != nil {
+			return err
+		}
+		if err := j.checkHost(meta, host, path); err != nil {
 			return err
 		}
 		j.member = string(meta.Get(memberKey))
@@ -88,6 +99,32 @@ func openJournal(stateDir string) (*journal, error) {
 		return nil, fmt.Errorf("node journal %s: %w", path, err)
 	}
 	return j, nil
+}
+
+// checkHost records host as the journal's when it has none; when it has
+// another one (of the same source), the journal was copied from another
+// host: it starts a new generation, and forgets that it is a member and
+// was seeded, so that it is taken for a new node's (docs/design.md §8.5).
+// Its entries stay: this host's containerd, copied with it, may list
+// those blobs. Run in openJournal's transaction.
+func (j *journal) checkHost(meta *bolt.Bucket, host, path string) error {
+	was := string(meta.Get(hostKey))
+	switch {
+	case host == "" || was == host:
+		return nil
+	case was != "" && sameSource(was, host):
+		log.L.WithField("journal", path).WithField("host", host).WithField("journal_host", was).
+			Warn("this node's state dir was made on another host (a cloned VM or image): its journal starts a new generation and is no member; " +
+				"if this host uses the original's node ID, the coordinator refuses it until an operator releases the ID (sharedcontentctl node release); give each host its own node ID and an empty state dir")
+		for _, k := range [][]byte{generationKey, memberKey, seededKey} {
+			if err := meta.Delete(k); err != nil {
+				return err
+			}
+		}
+	case was != "":
+		return nil // another source: not comparable; keep the record
+	}
+	return meta.Put(hostKey, []byte(host))
 }
 
 // add records dgst, durably, unless it is there already.

@@ -10,7 +10,7 @@ import (
 // BenchmarkJournalAdd is the node journal's part of a pull that needs the
 // coordinator: one bbolt transaction, synced, on the state dir's disk.
 func BenchmarkJournalAdd(b *testing.B) {
-	j, err := openJournal(b.TempDir())
+	j, err := openJournal(b.TempDir(), "")
 	if err != nil {
 		b.Fatal(err)
 	}

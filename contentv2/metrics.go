@@ -93,7 +93,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		sessionRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sharedcontent_store_session_refusals_total",
-			Help: "Session calls the coordinator refused, by reason: late (a renewal or sync arrived too late to count; the node opened a new session), duplicate_node (another live instance uses this node ID: fix --node-id).",
+			Help: "Session calls the coordinator refused, by reason: late (a renewal or sync arrived too late to count; the node opened a new session), duplicate_node (another live instance uses this node ID: fix --node-id), root_claimed (the cluster has a shared root, and this node's is not it: mount the shared storage).",
 		}, []string{"reason"}),
 		forgotten: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sharedcontent_store_forgotten_total",

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 )
 
@@ -34,23 +33,4 @@ func isMountPoint(path string) (bool, error) {
 		}
 	}
 	return false, sc.Err()
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var out strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				out.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		out.WriteByte(s[i])
-	}
-	return out.String()
 }

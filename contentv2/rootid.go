@@ -40,6 +40,14 @@ type RootRecord struct {
 type rootIdentity struct {
 	ClusterID string
 	CreatedAt time.Time
+	// CreatedBy names the node that created the cluster file (messages
+	// only: it is not compared).
+	CreatedBy string
+}
+
+// claim is the identity as a session names it to the coordinator.
+func (id rootIdentity) claim() RootClaim {
+	return RootClaim{CreatedAt: id.CreatedAt, CreatedBy: id.CreatedBy}
 }
 
 func (id rootIdentity) known() bool { return id.ClusterID != "" }
@@ -69,7 +77,7 @@ func readRootIdentity(root string) (rootIdentity, error) {
 	if err := json.Unmarshal(b, &cf); err != nil || cf.ClusterID == "" {
 		return rootIdentity{}, fmt.Errorf("%s is not a cluster file (%v)", clusterFilePath(root), err)
 	}
-	return rootIdentity{ClusterID: cf.ClusterID, CreatedAt: cf.CreatedAt}, nil
+	return rootIdentity{ClusterID: cf.ClusterID, CreatedAt: cf.CreatedAt, CreatedBy: cf.CreatedBy}, nil
 }
 
 func rootRecordPath(stateDir string) string { return filepath.Join(stateDir, RootRecordFile) }
@@ -221,7 +229,7 @@ func verifyRootAtStart(root, stateDir, member string) (startRoot, error) {
 // anything (docs/design.md §8.19, §6): a daemon runs it to refuse to start
 // before it opens anything else. The error names the path and the fix.
 func VerifyRoot(root, stateDir string) error {
-	j, err := openJournal(stateDir)
+	j, err := openJournal(stateDir, HostID())
 	if err != nil {
 		return err
 	}

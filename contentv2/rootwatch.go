@@ -57,6 +57,11 @@ type rootWatch struct {
 	mount  bool      // protected by mu; the root must be a mount point
 	err    error     // protected by mu; why the root is unready, nil while ready
 	probe  chan bool // protected by mu; closed when the probe in flight ends (nil: none)
+	// refused is the coordinator's refusal of this root (refuseRoot):
+	// it stands while the root's identity is refusedID (zero: while it
+	// has no cluster file). Protected by mu.
+	refused   *RootError
+	refusedID rootIdentity
 	// probeFn is probeRoot (tests replace it to hang a probe).
 	probeFn func(root string, expect rootIdentity, mount bool) error
 }
@@ -70,7 +75,33 @@ func newRootWatch(root string, timeout time.Duration, m *metrics, expect rootIde
 func (w *rootWatch) setExpect(id rootIdentity) {
 	w.mu.Lock()
 	w.expect = id
+	if id.known() {
+		w.refused = nil
+	}
 	w.mu.Unlock()
+}
+
+// refuseRoot turns the coordinator's refusal of this node's root
+// (ErrRootClaimed: the cluster has another root) into the root's: the
+// root is unready while it shows the refused identity (id; zero for a
+// root with no cluster file, unclaimed): until the shared storage is
+// mounted there.
+func (w *rootWatch) refuseRoot(cause error, id rootIdentity) *RootError {
+	unclaimed := !id.known()
+	var re *RootError
+	if unclaimed {
+		re = w.unready(rootNoIdentity, "has no "+MetaDir+"/cluster.json, but the cluster already has a shared root: it is not the cluster's root",
+			"is the shared filesystem mounted at "+w.root+"? mount the cluster's shared storage there (this node resumes by itself, or starts, once it is); "+
+				"a node never claims an empty directory for a cluster that has a root", cause)
+	} else {
+		re = w.unready(rootIdentityBad, "is another root of the cluster than the one the coordinator recorded",
+			"mount the cluster's shared storage at "+w.root+" (this node resumes by itself, or starts, once it is)", cause)
+	}
+	w.mu.Lock()
+	w.refused, w.refusedID = re, id
+	w.mu.Unlock()
+	w.set(re)
+	return re
 }
 
 func (w *rootWatch) expected() (rootIdentity, bool) {
@@ -106,9 +137,14 @@ func (w *rootWatch) check(ctx context.Context) error {
 	if done == nil {
 		done = make(chan bool)
 		w.probe = done
-		expect, mount, probe := w.expect, w.mount, w.probeFn
+		expect, mount, probe, refused, refusedID := w.expect, w.mount, w.probeFn, w.refused, w.refusedID
 		go func() {
 			err := probe(w.root, expect, mount)
+			if err == nil && refused != nil {
+				if id, rerr := readRootIdentity(w.root); rerr != nil || id.equal(refusedID) {
+					err = refused
+				}
+			}
 			w.mu.Lock()
 			w.probe = nil
 			w.mu.Unlock()

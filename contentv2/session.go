@@ -73,6 +73,16 @@ func (s *store) startSession(ctx context.Context) error {
 		return &WrongClusterError{Root: s.root, RootCluster: rootID, Cause: err}
 	case errors.Is(err, ErrDuplicateNode):
 		return fmt.Errorf("node %s: %w; refusing to start", s.nodeID, err)
+	case errors.Is(err, ErrRootClaimed):
+		// The cluster has a root, and this is not it: the node refuses to
+		// start, having written nothing to it (docs/design.md §8.19).
+		var re *RootError
+		if errors.As(err, &re) {
+			at := *re
+			at.running = false
+			return &at
+		}
+		return err
 	case errdefs.IsUnauthorized(err) || errdefs.IsPermissionDenied(err):
 		// An answer, not an outage: this node's credentials are not its
 		// own (a token of another node) or not accepted. Waiting cannot
@@ -82,8 +92,26 @@ func (s *store) startSession(ctx context.Context) error {
 		s.logNoSessionAtStart(ctx, err)
 	}
 	// Only a node that may serve this root becomes a member of it (an
-	// unreachable coordinator is no reason to refuse).
-	return WriteNodeMarker(s.root, s.nodeID)
+	// unreachable coordinator is no reason to refuse); on a root not
+	// claimed yet, once the claim is accepted (claim).
+	return s.writeMarkerOnce()
+}
+
+// writeMarkerOnce writes this node's marker into the root, creating the
+// directory, the first time the root has a cluster. Only startSession and
+// the session rounds call it.
+func (s *store) writeMarkerOnce() error {
+	s.smu.Lock()
+	cluster := s.clusterID
+	s.smu.Unlock()
+	if s.markerWritten || cluster == "" {
+		return nil
+	}
+	if err := WriteNodeMarker(s.root, s.nodeID); err != nil {
+		return err
+	}
+	s.markerWritten = true
+	return nil
 }
 
 // logNoSessionAtStart says what the store does while the coordinator has
@@ -157,7 +185,7 @@ func (s *store) sessionLoop() {
 		cancel()
 		// Answered or not, this node is alive; but its marker goes only
 		// into a verified root (docs/design.md §8.19).
-		if s.rootw.ready() == nil {
+		if s.rootw.ready() == nil && s.markerWritten {
 			s.refreshMarker()
 		}
 		t.Reset(s.nextRound())
@@ -242,7 +270,11 @@ func (s *store) noteRenewalSent(at time.Time) {
 // session opens or renews the session: a renewal refused as late is
 // followed at once by an open.
 func (s *store) session(ctx context.Context, clusterID string) (SessionInfo, error) {
-	req := SessionRequest{ClusterID: clusterID, InstanceID: s.instanceID, Generation: s.journal.generation, Echo: s.echo()}
+	req := SessionRequest{ClusterID: clusterID, InstanceID: s.instanceID, Generation: s.journal.generation, Echo: s.echo(),
+		Unclaimed: clusterID == ""}
+	if id, _ := s.rootw.expected(); clusterID != "" && id.known() {
+		req.Root = id.claim()
+	}
 	info, err := s.coord.Session(ctx, req)
 	if errors.Is(err, ErrLate) && req.Echo != nil {
 		s.metrics.sessionRefusals.WithLabelValues("late").Inc()
@@ -257,15 +289,25 @@ func (s *store) session(ctx context.Context, clusterID string) (SessionInfo, err
 	if duplicate {
 		s.metrics.sessionRefusals.WithLabelValues("duplicate_node").Inc()
 	}
+	if errors.Is(err, ErrRootClaimed) {
+		s.metrics.sessionRefusals.WithLabelValues("root_claimed").Inc()
+		id, _ := s.rootw.expected()
+		if clusterID == "" {
+			id = rootIdentity{}
+		}
+		err = s.rootw.refuseRoot(err, id)
+	}
 	return info, err
 }
 
 // sessionRound renews the session and syncs the journal when the
 // coordinator asks for it.
 func (s *store) sessionRound(ctx context.Context) error {
-	s.smu.Lock()
-	clusterID := s.clusterID
-	s.smu.Unlock()
+	clusterID, err := s.rootCluster(ctx)
+	if err != nil {
+		s.setSynced(false)
+		return err
+	}
 	info, err := s.session(ctx, clusterID)
 	if err != nil {
 		s.setSynced(false)
@@ -274,28 +316,7 @@ func (s *store) sessionRound(ctx context.Context) error {
 	failpoint.Inject(failpoint.StoreSessionAnswered)
 	received := time.Now()
 	if clusterID == "" {
-		// The first node of a new root records the coordinator's cluster,
-		// on a root that still checks out.
-		if err := s.rootw.check(ctx); err != nil {
-			return err
-		}
-		rootID, err := claimRoot(s.root, info.ClusterID, s.nodeID)
-		if err != nil {
-			return err
-		}
-		id, err := readRootIdentity(s.root)
-		if err != nil {
-			return err
-		}
-		s.rootw.setExpect(id)
-		if rootID != info.ClusterID {
-			return &WrongClusterError{Root: s.root, RootCluster: rootID, CoordinatorCluster: info.ClusterID}
-		}
-		s.smu.Lock()
-		s.clusterID = rootID
-		s.smu.Unlock()
-		// Bind the coordinator to it from now on.
-		if info, err = s.session(ctx, rootID); err != nil {
+		if info, err = s.claim(ctx, info); err != nil {
 			return err
 		}
 		received = time.Now()
@@ -465,4 +486,81 @@ func (s *store) recordRoot(ctx context.Context) error {
 	log.G(ctx).WithField("node", s.nodeID).WithField("root", s.root).WithField("cluster", id.ClusterID).WithField("mount", mount).
 		Info("recorded the shared root this node joined; it serves no other from now on")
 	return nil
+}
+
+// rootCluster returns the cluster of the root this node serves: the one
+// it started on or claimed, or, on a root that had no cluster file, the
+// one of the cluster file that appeared since (the shared storage was
+// mounted meanwhile, or another first node claimed the root); "" while the
+// root has none.
+func (s *store) rootCluster(ctx context.Context) (string, error) {
+	s.smu.Lock()
+	cluster := s.clusterID
+	s.smu.Unlock()
+	if cluster != "" {
+		return cluster, nil
+	}
+	var id rootIdentity
+	err := s.guard.do(ctx, "root_identity", func() (err error) {
+		id, err = readRootIdentity(s.root)
+		return err
+	})
+	if err != nil || !id.known() {
+		return "", err
+	}
+	s.rootw.setExpect(id)
+	s.smu.Lock()
+	s.clusterID = id.ClusterID
+	s.smu.Unlock()
+	return id.ClusterID, s.writeMarkerOnce()
+}
+
+// claim records the coordinator's cluster in a root that has no cluster
+// file (the coordinator accepted the claim: the cluster has no root yet),
+// on a root that still checks out, and names the root to the coordinator
+// in the same round. Two first nodes on one root agree (the cluster file
+// is hard-linked: one wins, and the other reads it); two on roots of
+// their own (one not mounted) each claim theirs, and the coordinator
+// keeps the first root named: the other node removes its cluster file
+// and is refused (docs/design.md §8.19).
+func (s *store) claim(ctx context.Context, info SessionInfo) (SessionInfo, error) {
+	if err := s.rootw.check(ctx); err != nil {
+		return info, err
+	}
+	id, created, err := claimRoot(s.root, info.ClusterID, s.nodeID)
+	if err != nil {
+		return info, err
+	}
+	if id.ClusterID != info.ClusterID {
+		return info, &WrongClusterError{Root: s.root, RootCluster: id.ClusterID, CoordinatorCluster: info.ClusterID}
+	}
+	s.rootw.setExpect(id)
+	s.smu.Lock()
+	s.clusterID = id.ClusterID
+	s.smu.Unlock()
+	// Bind the coordinator to the cluster from now on, and name the root.
+	info, err = s.session(ctx, id.ClusterID)
+	if errors.Is(err, ErrRootClaimed) && created {
+		// Another root of the cluster was named first: this node's root
+		// is left as it was, unclaimed.
+		if uerr := unclaimRoot(s.root, id); uerr != nil {
+			log.G(ctx).WithError(uerr).WithField("root", s.root).Error("could not remove the cluster file this node created in a root the coordinator refused; remove it")
+		}
+		s.smu.Lock()
+		s.clusterID = ""
+		s.smu.Unlock()
+		s.rootw.setExpect(rootIdentity{})
+		var re *RootError
+		if errors.As(err, &re) {
+			err = s.rootw.refuseRoot(re.Cause, rootIdentity{})
+		}
+	}
+	if err != nil {
+		return info, err
+	}
+	if created {
+		log.G(ctx).WithField("node", s.nodeID).WithField("root", s.root).WithField("cluster", id.ClusterID).
+			Info("claimed the shared root for the new cluster")
+	}
+	return info, s.writeMarkerOnce()
 }

@@ -265,7 +265,7 @@ func TestDuplicateNodeNeverFailsOpen(t *testing.T) {
 func TestWrongClusterAtStart(t *testing.T) {
 	c := newFakeCluster(longTTL)
 	root := t.TempDir()
-	_, err := claimRoot(root, "another-cluster", "node-0")
+	_, _, err := claimRoot(root, "another-cluster", "node-0")
 	require.NoError(t, err)
 	_, err = NewStore(root, "node-1", c.node("node-1"), WithStateDir(t.TempDir()))
 	var wrong *WrongClusterError

@@ -76,6 +76,12 @@ func WithMode(m Mode) Option { return func(s *store) { s.mode = m } }
 // the shared storage.
 func WithStateDir(dir string) Option { return func(s *store) { s.stateDir = dir } }
 
+// WithHostID sets the fingerprint of the host the store runs on (default
+// HostID(): its hardware's); a journal made on another host starts a new
+// generation (docs/design.md §8.5). Tests give each simulated host its
+// own.
+func WithHostID(id string) Option { return func(s *store) { s.hostID = id } }
+
 // WithRegisterer registers the store's metrics.
 func WithRegisterer(r prometheus.Registerer) Option { return func(s *store) { s.registerer = r } }
 
@@ -138,6 +144,11 @@ type store struct {
 	// the session loop's only).
 	rootw        *rootWatch
 	rootRecorded bool
+	// hostID is this host's fingerprint (hostid.go).
+	hostID string
+	// markerWritten: this node's marker is in the root (writeMarkerOnce);
+	// only startSession and the session rounds touch it.
+	markerWritten bool
 	// startedAt, and markerSeq (the session loop's only), go into this
 	// node's marker (marker.go).
 	startedAt time.Time
@@ -221,6 +232,7 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 		stop:         make(chan struct{}),
 		startedAt:    time.Now().UTC(),
 		rootProbe:    DefaultRootProbeTimeout,
+		hostID:       HostID(),
 	}
 	for _, o := range opts {
 		o(s)
@@ -244,7 +256,7 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 			return nil, err
 		}
 	}
-	if s.journal, err = openJournal(s.stateDir); err != nil {
+	if s.journal, err = openJournal(s.stateDir, s.hostID); err != nil {
 		return nil, err
 	}
 	// Prove the root before anything is written to it (docs/design.md

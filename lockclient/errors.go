@@ -43,6 +43,9 @@ var (
 	// ErrDuplicateNode: another instance holds a live session under this
 	// node ID.
 	ErrDuplicateNode = api.ErrDuplicateNode
+	// ErrRootClaimed: the cluster already has a shared root, and this
+	// node's is not it (docs/design.md §8.19).
+	ErrRootClaimed = api.ErrRootClaimed
 	// ErrUnavailable: the coordinator could not be reached (after the
 	// retries), is shutting down, or the Client is closed.
 	ErrUnavailable = api.ErrUnavailable
@@ -59,6 +62,7 @@ var refusals = []error{
 	api.ErrInvalidArgument, api.ErrUnauthorized, api.ErrNotHolder, api.ErrNotFound,
 	api.ErrInUse, api.ErrLocked, api.ErrDeleting, api.ErrTooLarge,
 	api.ErrUnsynced, api.ErrWrongCluster, api.ErrMemberLive, api.ErrNotExpired, api.ErrLate, api.ErrDuplicateNode,
+	api.ErrRootClaimed,
 	api.ErrForbidden, api.ErrUnsupportedProtocol,
 }
 

@@ -33,6 +33,9 @@ func (l *Coordinator) startEpoch(ctx context.Context) error {
 		return fmt.Errorf("lockserver: writing the cluster id and epoch: %w", err)
 	}
 	l.cluster.Store(&api.Cluster{ClusterID: id.ClusterID, Epoch: id.Epoch})
+	l.mmu.Lock()
+	l.root = id.Root
+	l.mmu.Unlock()
 	return nil
 }
 
@@ -109,6 +112,10 @@ func (l *Coordinator) Adopt(ctx context.Context, req api.AdoptRequest) (api.Clus
 		l.endSync(m)
 	}
 	l.cluster.Store(&c)
+	// The adopted cluster's root is recorded again by the first of its
+	// nodes to name it (rootclaim.go); its members say meanwhile that
+	// it has one.
+	l.root = nil
 	l.metrics.members.Set(float64(len(l.members)))
 	log.G(ctx).WithField("cluster_id", c.ClusterID).WithField("was", cur.ClusterID).WithField("members", len(l.members)).
 		Warn("adopted the shared root's cluster; deletes wait until every member has synced")

@@ -60,6 +60,9 @@ type Coordinator struct {
 	// mutex, never before.
 	mmu     sync.Mutex
 	members map[string]*member // protected by mmu
+	// root is the cluster's shared root as recorded (rootclaim.go); nil
+	// while none is. Protected by mmu.
+	root *refcount.RootClaim
 
 	// waiting counts each node's queued requests (bounds.go).
 	waiting *nodeCounter

@@ -2,6 +2,7 @@ package lockserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -116,6 +117,12 @@ func (l *Coordinator) Session(ctx context.Context, req api.SessionRequest) (api.
 	now := l.now()
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
+	if err := l.checkRoot(req, c); err != nil {
+		if errors.Is(err, api.ErrRootClaimed) {
+			l.metrics.rootClaimed.Inc()
+		}
+		return api.SessionResponse{}, err
+	}
 	m := l.members[req.NodeID]
 	isNew := m == nil
 	if isNew {
@@ -141,6 +148,9 @@ func (l *Coordinator) Session(ctx context.Context, req api.SessionRequest) (api.
 		return api.SessionResponse{}, err
 	}
 	if err := l.recordLineage(ctx, m, req.Generation, isNew); err != nil {
+		return api.SessionResponse{}, err
+	}
+	if err := l.recordRoot(ctx, req); err != nil {
 		return api.SessionResponse{}, err
 	}
 	if err := l.persistSeen(ctx, m, now); err != nil {

@@ -42,6 +42,9 @@ type metrics struct {
 	// lateSessions and duplicateNodes count session calls refused: late
 	// renewals and syncs (timing.go), duplicate node IDs (members.go).
 	lateSessions, duplicateNodes prometheus.Counter
+	// rootClaimed counts sessions refused as naming a root that is not
+	// the cluster's (rootclaim.go).
+	rootClaimed prometheus.Counter
 	// hashesBuilt counts the starts' hashes by how they were got
 	// (refcount.HashesWalk, HashesWarm).
 	hashesBuilt *prometheus.CounterVec
@@ -97,7 +100,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	})
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sharedcontent_session_refusals_total",
-		Help: "Session calls refused by reason: late (a renewal or sync arrived more than TTL/3 after it was sent; it extended nothing), duplicate_node (another instance holds a live session under the node ID).",
+		Help: "Session calls refused by reason: late (a renewal or sync arrived more than TTL/3 after it was sent; it extended nothing), duplicate_node (another instance holds a live session under the node ID), root_claimed (the node's shared root is not the cluster's: none where the cluster has one, or another one).",
 	}, []string{"reason"})
 	hashesBuilt := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sharedcontent_hashes_built_total",
@@ -111,7 +114,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	m := &metrics{expiries: expiries, members: members, unsyncedRefusals: unsynced, writeFailures: writeFailures, membersExpired: expired, reapHoldsCut: holdsCut,
-		lateSessions: refused.WithLabelValues("late"), duplicateNodes: refused.WithLabelValues("duplicate_node"), hashesBuilt: hashesBuilt}
+		lateSessions: refused.WithLabelValues("late"), duplicateNodes: refused.WithLabelValues("duplicate_node"),
+		rootClaimed: refused.WithLabelValues("root_claimed"), hashesBuilt: hashesBuilt}
 	for t, name := range typeNames {
 		for res, rn := range resultNames {
 			m.results[t][res] = requests.WithLabelValues(string(name), rn)

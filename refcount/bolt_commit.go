@@ -105,6 +105,9 @@ func applyOp(tx *bolt.Tx, op *Op, v []byte) error {
 		if err := meta.Put([]byte(clusterIDKey), []byte(op.Identity.ClusterID)); err != nil {
 			return err
 		}
+		if err := putRoot(meta, op.Identity.Root); err != nil {
+			return err
+		}
 		return meta.Put([]byte(epochKey), binary.BigEndian.AppendUint64(nil, op.Identity.Epoch))
 	case OpDeleteMember, OpDropDeleting, OpDropDeleted:
 		return tx.Bucket(bucketOf(op.Kind)).Delete(key)

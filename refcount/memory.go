@@ -36,6 +36,7 @@ type memoryState struct {
 	deleting  map[string]DeleteMarker
 	completed map[string]DeleteCompletion
 	leases    map[string]LeaseRecord // by leaseKey
+	root      *RootClaim             // the identity's Root
 }
 
 // memoryStorage is a handle on a memoryState, lost when the process exits.
@@ -192,6 +193,10 @@ func (st *memoryState) apply(op *Op) {
 		delete(st.members, op.Key)
 	case OpPutIdentity:
 		st.strs[clusterIDKey], st.uints[epochKey] = op.Identity.ClusterID, op.Identity.Epoch
+		st.root = nil
+		if r := op.Identity.Root; r != nil {
+			st.root = &RootClaim{CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy}
+		}
 	case OpPutFenceMark:
 		st.uints[fenceMarkKey] = op.Uint64
 	case OpPutString:
@@ -292,7 +297,11 @@ func (s *memoryStorage) Identity(ctx context.Context) (Identity, error) {
 		return Identity{}, err
 	}
 	defer unlock()
-	return Identity{ClusterID: s.st.strs[clusterIDKey], Epoch: s.st.uints[epochKey]}, nil
+	id := Identity{ClusterID: s.st.strs[clusterIDKey], Epoch: s.st.uints[epochKey]}
+	if r := s.st.root; r != nil {
+		id.Root = &RootClaim{CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy}
+	}
+	return id, nil
 }
 
 func (s *memoryStorage) FenceMark(ctx context.Context) (uint64, error) {

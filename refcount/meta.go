@@ -3,6 +3,7 @@ package refcount
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 
 	"github.com/containerd/errdefs"
@@ -17,10 +18,13 @@ const (
 	clusterIDKey = "cluster_id"
 	epochKey     = "epoch"
 	fenceMarkKey = "fence_high_water_mark"
+	// rootKey holds the identity's Root (JSON RootClaim), absent while
+	// none is recorded.
+	rootKey = "root"
 )
 
 func reservedMeta(key string) bool {
-	return key == clusterIDKey || key == epochKey || key == fenceMarkKey || key == refsFormatKey
+	return key == clusterIDKey || key == epochKey || key == rootKey || key == fenceMarkKey || key == refsFormatKey
 }
 
 // GetUint64 implements Storage. A stored value that is not 8 bytes is an
@@ -48,7 +52,14 @@ func (s *BoltStorage) GetString(ctx context.Context, key string) (string, error)
 func (s *BoltStorage) Identity(ctx context.Context) (Identity, error) {
 	var id Identity
 	err := s.view(ctx, func(tx *bolt.Tx) (err error) {
-		id.ClusterID = string(tx.Bucket(metaBucket).Get([]byte(clusterIDKey)))
+		meta := tx.Bucket(metaBucket)
+		id.ClusterID = string(meta.Get([]byte(clusterIDKey)))
+		if b := meta.Get([]byte(rootKey)); b != nil {
+			id.Root = new(RootClaim)
+			if err := json.Unmarshal(b, id.Root); err != nil {
+				return fmt.Errorf("meta %s: decode: %w: %w", rootKey, errdefs.ErrDataLoss, err)
+			}
+		}
 		id.Epoch, err = getUint64(tx, epochKey)
 		return err
 	})
@@ -70,4 +81,16 @@ func getUint64(tx *bolt.Tx, key string) (uint64, error) {
 		return 0, fmt.Errorf("meta %s: stored value is %d bytes, want 8: %w", key, len(b), errdefs.ErrDataLoss)
 	}
 	return binary.BigEndian.Uint64(b), nil
+}
+
+// putRoot writes the identity's Root into meta, or removes it when nil.
+func putRoot(meta *bolt.Bucket, r *RootClaim) error {
+	if r == nil {
+		return meta.Delete([]byte(rootKey))
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return meta.Put([]byte(rootKey), b)
 }

@@ -3,6 +3,7 @@ package refcount
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/containerd/errdefs"
 )
@@ -98,6 +99,16 @@ type Entry struct {
 type Identity struct {
 	ClusterID string
 	Epoch     uint64
+	// Root is the cluster's shared root, as the first node that claimed
+	// or named one sent it (docs/design.md §8.19); nil: none recorded.
+	Root *RootClaim `json:",omitempty"`
+}
+
+// RootClaim identifies a cluster's shared root: its cluster file's
+// creation time, and the node that created it (for messages).
+type RootClaim struct {
+	CreatedAt time.Time `json:"created_at"`
+	CreatedBy string    `json:"created_by,omitempty"`
 }
 
 // fenced returns the error of a Commit through the handle with fence mine

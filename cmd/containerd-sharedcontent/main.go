@@ -185,6 +185,13 @@ func run(args []string) error {
 	if err := contentv2.VerifyRoot(o.root, o.stateDir); err != nil {
 		return err
 	}
+	// A mount that hides other nodes' new blobs is warned about, not
+	// refused (docs/design.md §6).
+	if w, err := contentv2.RootMountWarning(o.root); err != nil {
+		log.G(ctx).WithError(err).WithField("root", o.root).Warn("cannot read the shared root's mount options")
+	} else if w != "" {
+		log.G(ctx).WithField("root", o.root).Warn(w)
+	}
 	coord, err := coordinator(ctx, o, errCh, &cleanups)
 	if err != nil {
 		return errors.Join(err, shutdown())

@@ -386,6 +386,7 @@ func (d *doctorRun) sharedRoot(root string) bool {
 	err := contentv2.CheckRoot(root)
 	if err == nil {
 		d.ok("shared root", "%s: a directory where files can be renamed, with ingest/, blobs/ and .trash/ on its filesystem", root)
+		d.rootMount(root)
 		return true
 	}
 	// CheckRoot says "shared root R WHAT; FIX: failed precondition".
@@ -396,4 +397,16 @@ func (d *doctorRun) sharedRoot(root string) bool {
 	}
 	d.problem("shared root", msg, fix)
 	return false
+}
+
+// rootMount warns about an NFS root mounted with a negative lookup cache
+// (contentv2.RootMountWarning).
+func (d *doctorRun) rootMount(root string) {
+	w, err := contentv2.RootMountWarning(root)
+	switch {
+	case err != nil:
+		d.warning("shared root mount", fmt.Sprintf("cannot read the mount options of %s: %v", root, err), "run doctor on the node, where /proc/self/mountinfo shows the root's mount")
+	case w != "":
+		d.warning("shared root mount", w, "add lookupcache=positive to the NFS mount options on every node (fstab or the mount unit) and remount")
+	}
 }

@@ -2,6 +2,9 @@ package remote_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -33,7 +36,16 @@ func TestReaperWithEmptyViewDropsNoOtherRef(t *testing.T) {
 		blobs = append(blobs, blobDigest(100+i))
 	}
 	join(t, node(t, coord, "node-2"), "i2", blobs...)
-	s, err := contentv2.NewStore(t.TempDir(), "node-1", node(t, coord, "node-1"), contentv2.WithStateDir(t.TempDir()),
+	// The view carries the cluster's identity (a brand-new node refuses
+	// a root without one once the cluster has a root, docs/design.md
+	// §8.19), but none of its blobs: the reaper's own rule is what is
+	// tested here.
+	view := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(view, contentv2.MetaDir), 0o755))
+	cf, err := json.Marshal(contentv2.ClusterFile{ClusterID: coord.Core().Cluster().ClusterID, CreatedAt: time.Now().UTC(), CreatedBy: "node-2"})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(view, contentv2.MetaDir, "cluster.json"), cf, 0o644))
+	s, err := contentv2.NewStore(view, "node-1", node(t, coord, "node-1"), contentv2.WithStateDir(t.TempDir()),
 		contentv2.WithSessionTTL(sessionTTL), contentv2.WithReaper(0, 0))
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })

@@ -38,6 +38,7 @@ var refusals = []struct{ from, to error }{
 	{api.ErrMemberLive, contentv2.ErrNotExpired},
 	{lockclient.ErrLate, contentv2.ErrLate},
 	{lockclient.ErrDuplicateNode, contentv2.ErrDuplicateNode},
+	{lockclient.ErrRootClaimed, contentv2.ErrRootClaimed},
 	{api.ErrForbidden, contentv2.ErrForbidden},
 }
 
@@ -54,7 +55,11 @@ func (s *coordinator) Session(ctx context.Context, req contentv2.SessionRequest)
 	if req.ClusterID != "" {
 		s.c.ExpectCluster(req.ClusterID)
 	}
-	resp, err := s.c.Session(ctx, api.SessionRequest{InstanceID: req.InstanceID, Generation: req.Generation, Echo: wireEcho(req.Echo)})
+	wreq := api.SessionRequest{InstanceID: req.InstanceID, Generation: req.Generation, Echo: wireEcho(req.Echo), Unclaimed: req.Unclaimed}
+	if !req.Root.CreatedAt.IsZero() {
+		wreq.Root = &api.RootIdentity{CreatedAt: req.Root.CreatedAt, CreatedBy: req.Root.CreatedBy}
+	}
+	resp, err := s.c.Session(ctx, wreq)
 	if err != nil {
 		return contentv2.SessionInfo{}, mapErr(err)
 	}

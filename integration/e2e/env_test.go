@@ -8,12 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sharedcontent/sharedcontent/contentv2"
 )
 
 // env owns everything one test starts: a short temporary directory (unix
@@ -193,34 +194,17 @@ func mountsUnder(dir string) []string {
 	var out []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
+		m, err := contentv2.ParseMountinfoLine(sc.Text())
+		if err != nil {
 			continue
 		}
-		mp := unescapeMountinfo(fields[4])
+		mp := m.MountPoint
 		if strings.HasPrefix(mp, dir+"/") {
 			out = append(out, mp)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for space, ...) of
-// /proc/self/mountinfo.
-func unescapeMountinfo(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // waitFor polls cond every 50 ms until it returns true, fails the test

@@ -174,6 +174,29 @@ func TestRootFaultsE2E(t *testing.T) {
 	reads += requireListedReadable(t, []*node{n1}) + requireListedReadable(t, []*node{n2})
 	require.NoError(t, n1.pull(imgC.Ref, pullTimeout), "a pull once the cluster's root is back")
 	reads += requireListedReadable(t, []*node{n1})
+
+	// A brand-new node (empty state dir) whose storage is not mounted: the
+	// coordinator knows the cluster has a root, so the plugin exits,
+	// having written nothing, and is no member; mounted, it joins.
+	n3root := e.path("n3-root")
+	require.NoError(t, os.MkdirAll(n3root, 0o755))
+	n3 := e.newSharedNode("n3", n3root, ls.url())
+	p = e.start(n3.id+" plugin (new, unmounted)", n3.logName("plugin-unmounted.log"), nil, n3.pluginArgv()...)
+	waitFor(t, "n3's plugin to refuse the empty root", startTimeout, func() (bool, error) { return p.exited(), nil })
+	require.Error(t, p.err, "the plugin exits non-zero")
+	b, err = os.ReadFile(p.logPath)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "is the shared filesystem mounted at "+n3root)
+	ents, err = os.ReadDir(n3root)
+	require.NoError(t, err)
+	require.Empty(t, ents, "the refused new node wrote onto its local directory")
+	mount("--bind", shared, n3root)
+	n3.startPlugin()
+	n3.startContainerd(n3.config(true))
+	require.NoError(t, n3.pull(imgA.Ref, pullTimeout))
+	ls.waitSynced(t, []string{"n1", "n2", "n3"}, syncTimeout)
+	reads += requireListedReadable(t, []*node{n3}) + requireListedReadable(t, []*node{n1})
 	report(t, "shared root faults: n1 unready after umount -l (%s), refused to start unmounted; read-only: unready, reads served, pulls refused; "+
-		"another cluster's root: unready while running, refused at start, nothing written there; %d listed blobs read back after each heal and restart", body, reads)
+		"another cluster's root: unready while running, refused at start, nothing written there; a new node on an unmounted root refused, nothing written; "+
+		"%d listed blobs read back after each heal and restart", body, reads)
 }

@@ -220,6 +220,18 @@ type SessionRequest struct {
 	// not checked, unless the node ID has sent one before (then 400).
 	Generation string `json:"generation,omitempty"`
 	Echo       *Echo  `json:"echo,omitempty"`
+	// Unclaimed: the node's shared root has no cluster file yet, and the
+	// node asks to claim it for this cluster (it sends no Root). The
+	// coordinator refuses (409 root_claimed) when the cluster already has
+	// a root (Root, or a member that has synced or was adopted), before
+	// it records anything of the node: such a root is not the cluster's
+	// (the shared storage is not mounted there; docs/design.md §8.19).
+	Unclaimed bool `json:"unclaimed,omitempty"`
+	// Root is the identity of the shared root the node serves (its
+	// cluster file), sent with ClusterID. The coordinator records the
+	// first it is sent and refuses a session naming another (409
+	// root_claimed): a cluster has one root.
+	Root *RootIdentity `json:"root,omitempty"`
 	// Identified is set by the coordinator's HTTP side, never sent: the
 	// caller authenticated as NodeID (a node token or certificate).
 	Identified bool `json:"-"`
@@ -571,6 +583,7 @@ const (
 	CodeNotExpired          = "not_expired"
 	CodeLate                = "late"
 	CodeDuplicateNode       = "duplicate_node"
+	CodeRootClaimed         = "root_claimed"
 	CodeNotLeader           = "not_leader"
 )
 

@@ -58,6 +58,10 @@ var (
 	// ErrDuplicateNode: another instance (another host or daemon) holds a
 	// live session under the same node ID.
 	ErrDuplicateNode = newSentinel("lock: duplicate node id", errdefs.ErrAlreadyExists)
+	// ErrRootClaimed: the cluster already has a shared root, and the
+	// node's is not it (docs/design.md §8.19): a root with no cluster file
+	// (not mounted, empty) or with another cluster file of this cluster.
+	ErrRootClaimed = newSentinel("lock: the cluster has another shared root", errdefs.ErrFailedPrecondition)
 	// ErrUnsupportedProtocol: the client and the coordinator speak
 	// different versions of this protocol (ProtocolHeader).
 	ErrUnsupportedProtocol = newSentinel("lock: unsupported protocol version", errdefs.ErrNotImplemented)
@@ -106,6 +110,7 @@ var codes = []struct {
 	{ErrNotExpired, CodeNotExpired, http.StatusConflict},
 	{ErrLate, CodeLate, http.StatusConflict},
 	{ErrDuplicateNode, CodeDuplicateNode, http.StatusConflict},
+	{ErrRootClaimed, CodeRootClaimed, http.StatusConflict},
 	{ErrTooManyRequests, CodeTooManyRequests, http.StatusTooManyRequests},
 	{ErrForbidden, CodeForbidden, http.StatusForbidden},
 	{ErrUnsupportedProtocol, CodeUnsupportedProtocol, http.StatusBadRequest},

@@ -361,6 +361,18 @@ func testIdentity(t *testing.T, s refcount.Storage) {
 	id, err = s.Identity(ctx)
 	require.NoError(t, err)
 	require.Equal(t, refcount.Identity{ClusterID: "c1", Epoch: 1<<40 + 2}, id, "a meta write changed the identity")
+
+	// The cluster's root is kept with the identity, and a put without it
+	// (an adoption) clears it.
+	root := &refcount.RootClaim{CreatedAt: time.Date(2026, 12, 1, 21, 30, 0, 123456789, time.UTC), CreatedBy: "node-a"}
+	commit(t, s, new(refcount.Batch).PutIdentity(refcount.Identity{ClusterID: "c1", Epoch: 7, Root: root}))
+	id, err = s.Identity(ctx)
+	require.NoError(t, err)
+	require.Equal(t, refcount.Identity{ClusterID: "c1", Epoch: 7, Root: root}, id)
+	commit(t, s, new(refcount.Batch).PutIdentity(refcount.Identity{ClusterID: "c2", Epoch: 8}))
+	id, err = s.Identity(ctx)
+	require.NoError(t, err)
+	require.Equal(t, refcount.Identity{ClusterID: "c2", Epoch: 8}, id)
 }
 
 func testFenceMark(t *testing.T, s refcount.Storage) {
