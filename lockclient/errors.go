@@ -43,6 +43,10 @@ var (
 	// ErrDuplicateNode: another instance holds a live session under this
 	// node ID.
 	ErrDuplicateNode = api.ErrDuplicateNode
+	// ErrNoSession: a reference (POST /refs/add, a pull's unlock with
+	// success) was refused because this node holds no live session:
+	// open the session again, then retry (docs/design.md §8.4).
+	ErrNoSession = api.ErrNoSession
 	// ErrUnavailable: the coordinator could not be reached (after the
 	// retries), is shutting down, or the Client is closed.
 	ErrUnavailable = api.ErrUnavailable
@@ -59,7 +63,7 @@ var refusals = []error{
 	api.ErrInvalidArgument, api.ErrUnauthorized, api.ErrNotHolder, api.ErrNotFound,
 	api.ErrInUse, api.ErrLocked, api.ErrDeleting, api.ErrTooLarge,
 	api.ErrUnsynced, api.ErrWrongCluster, api.ErrMemberLive, api.ErrNotExpired, api.ErrLate, api.ErrDuplicateNode,
-	api.ErrForbidden, api.ErrUnsupportedProtocol,
+	api.ErrForbidden, api.ErrUnsupportedProtocol, api.ErrNoSession,
 }
 
 // retryable reports whether err is transient: a network error, a timeout, a

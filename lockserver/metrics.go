@@ -42,6 +42,9 @@ type metrics struct {
 	// lateSessions and duplicateNodes count session calls refused: late
 	// renewals and syncs (timing.go), duplicate node IDs (members.go).
 	lateSessions, duplicateNodes prometheus.Counter
+	// noSessionRefusals counts references refused because their node
+	// held no live session (refrule.go).
+	noSessionRefusals prometheus.Counter
 	// hashesBuilt counts the starts' hashes by how they were got
 	// (refcount.HashesWalk, HashesWarm).
 	hashesBuilt *prometheus.CounterVec
@@ -99,19 +102,24 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "sharedcontent_session_refusals_total",
 		Help: "Session calls refused by reason: late (a renewal or sync arrived more than TTL/3 after it was sent; it extended nothing), duplicate_node (another instance holds a live session under the node ID).",
 	}, []string{"reason"})
+	noSession := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sharedcontent_refs_no_session_total",
+		Help: "References refused (refs/add, a pull's unlock with success; nothing recorded) because their node held no live session: it lapsed, the coordinator restarted or took over, or the node was forgotten. The node opens its session again and retries.",
+	})
 	hashesBuilt := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sharedcontent_hashes_built_total",
 		Help: "The members' reference hashes a coordinator got when it started, by how: walk (every reference read from the store), warm (kept by the standby from etcd's watch; docs/design.md §7.2).",
 	}, []string{"how"})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{requests, handoffs, expiries, wait, hold, depth, members, unsynced, writeFailures, expired, holdsCut, refused, hashesBuilt} {
+		for _, c := range []prometheus.Collector{requests, handoffs, expiries, wait, hold, depth, members, unsynced, writeFailures, expired, holdsCut, refused, noSession, hashesBuilt} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
 		}
 	}
 	m := &metrics{expiries: expiries, members: members, unsyncedRefusals: unsynced, writeFailures: writeFailures, membersExpired: expired, reapHoldsCut: holdsCut,
-		lateSessions: refused.WithLabelValues("late"), duplicateNodes: refused.WithLabelValues("duplicate_node"), hashesBuilt: hashesBuilt}
+		lateSessions: refused.WithLabelValues("late"), duplicateNodes: refused.WithLabelValues("duplicate_node"),
+		noSessionRefusals: noSession, hashesBuilt: hashesBuilt}
 	for t, name := range typeNames {
 		for res, rn := range resultNames {
 			m.results[t][res] = requests.WithLabelValues(string(name), rn)

@@ -572,6 +572,7 @@ const (
 	CodeLate                = "late"
 	CodeDuplicateNode       = "duplicate_node"
 	CodeNotLeader           = "not_leader"
+	CodeNoSession           = "no_session"
 )
 
 // ErrorResponse is the body of every 4xx/5xx answer.
