@@ -391,7 +391,7 @@ func (w *writer) referenceCommit(ctx context.Context, dgst digest.Digest) error 
 // reference.
 func (w *writer) leaseCarries(ctx context.Context, dgst digest.Digest, refErr error) bool {
 	if w.lock == nil || dgst != w.dgst || ctx.Err() != nil || !errdefs.IsUnavailable(refErr) ||
-		errors.Is(refErr, ErrDuplicateNode) || errors.Is(refErr, ErrWrongCluster) ||
+		errors.Is(refErr, ErrDuplicateNode) || errors.Is(refErr, ErrWrongCluster) || errors.Is(refErr, ErrNoSession) ||
 		!w.s.joined() || !w.s.journal.has(dgst) {
 		return false
 	}
@@ -425,7 +425,11 @@ func (w *writer) releaseLater(ctx context.Context) {
 	s.unlocks.Add(1)
 	go func() {
 		defer s.unlocks.Done()
-		if err := lk.Unlock(ctx, true, nil); err != nil {
+		err := lk.Unlock(ctx, true, nil)
+		if errors.Is(err, ErrNoSession) {
+			err = s.afterSession(ctx, "unlock", dgst, err, func(ctx context.Context) error { return lk.Unlock(ctx, true, nil) })
+		}
+		if err != nil {
 			log.G(ctx).WithError(err).WithField("digest", dgst).
 				Warn("releasing the pull lock of a commit whose reference is not recorded; the lease's expiry records it")
 			return
@@ -452,6 +456,11 @@ func (w *writer) release(ctx context.Context, success bool, opErr error) {
 	err := w.s.coordinate(context.WithoutCancel(ctx), func(ctx context.Context) error {
 		return w.lock.Unlock(ctx, success, opErr)
 	})
+	if errors.Is(err, ErrNoSession) {
+		// Not while containerd's transaction waits: in the background.
+		w.s.unlockAfterSession(ctx, w.lock, w.dgst, err)
+		return
+	}
 	if err != nil {
 		// The reference is recorded already; a lost lease costs the
 		// waiters at most its TTL.

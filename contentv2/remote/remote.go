@@ -38,6 +38,7 @@ var refusals = []struct{ from, to error }{
 	{api.ErrMemberLive, contentv2.ErrNotExpired},
 	{lockclient.ErrLate, contentv2.ErrLate},
 	{lockclient.ErrDuplicateNode, contentv2.ErrDuplicateNode},
+	{lockclient.ErrNoSession, contentv2.ErrNoSession},
 	{api.ErrForbidden, contentv2.ErrForbidden},
 }
 
