@@ -18,9 +18,9 @@ import (
 // (failOpenRefused): the store asks the session loop for a round now,
 // waits for its answer, and tries once more; failing again, the caller
 // gets ErrUnavailable and containerd retries. A pull's unlock refused so
-// is retried the same way in the background (the coordinator keeps the
-// lock held meanwhile; its expiry records the reference of a node live
-// by then).
+// is retried the same way (the coordinator keeps the lock held meanwhile;
+// should the retries fail, its expiry records the reference of a node
+// live by then).
 
 // kickSession asks the session loop for a round now.
 func (s *store) kickSession() {
@@ -74,19 +74,3 @@ func (s *store) afterSession(ctx context.Context, op string, dgst digest.Digest,
 // noSessionRetries bounds the retries of one call refused for want of a
 // session.
 const noSessionRetries = 3
-
-// unlockAfterSession releases the pull lock lk of dgst with success in
-// the background, once the session loop has had an answer, after its
-// first release was refused for want of a session. Close waits for it.
-func (s *store) unlockAfterSession(ctx context.Context, lk Lock, dgst digest.Digest, refused error) {
-	ctx = context.WithoutCancel(ctx)
-	s.unlocks.Add(1)
-	go func() {
-		defer s.unlocks.Done()
-		err := s.afterSession(ctx, "unlock", dgst, refused, func(ctx context.Context) error { return lk.Unlock(ctx, true, nil) })
-		if err != nil {
-			log.G(ctx).WithError(err).WithField("digest", dgst).
-				Warn("releasing the pull lock after opening the session again failed; the lease's expiry releases it")
-		}
-	}()
-}

@@ -453,13 +453,13 @@ func (w *writer) release(ctx context.Context, success bool, opErr error) {
 	}
 	w.released = true
 	// Commit runs inside containerd's metadata transaction: bound the wait.
-	err := w.s.coordinate(context.WithoutCancel(ctx), func(ctx context.Context) error {
-		return w.lock.Unlock(ctx, success, opErr)
-	})
+	ctx = context.WithoutCancel(ctx)
+	unlock := func(ctx context.Context) error { return w.lock.Unlock(ctx, success, opErr) }
+	err := w.s.coordinate(ctx, unlock)
 	if errors.Is(err, ErrNoSession) {
-		// Not while containerd's transaction waits: in the background.
-		w.s.unlockAfterSession(ctx, w.lock, w.dgst, err)
-		return
+		// The success records the reference and ends a delete's
+		// completion: done before Commit returns, as a reference is.
+		err = w.s.afterSession(ctx, "unlock", w.dgst, err, unlock)
 	}
 	if err != nil {
 		// The reference is recorded already; a lost lease costs the
