@@ -8,11 +8,8 @@ import (
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sharedcontent/sharedcontent/contentv2"
-	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/internal/testutil/testnet"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
@@ -47,15 +44,7 @@ func newFailoverEnv(t *testing.T, cfg lockserver.Config) *failoverEnv {
 // once synced. Its coordination calls give up after 300 ms.
 func failoverStore(t *testing.T, root, nodeID, url string, opts ...lockclient.Option) content.Store {
 	t.Helper()
-	client, err := lockclient.New(url, append([]lockclient.Option{lockclient.WithNodeID(nodeID)}, opts...)...)
-	require.NoError(t, err)
-	t.Cleanup(func() { client.Close() })
-	reg := prometheus.NewRegistry()
-	cs, err := contentv2.NewStore(root, nodeID, remote.New(client), contentv2.WithStateDir(t.TempDir()),
-		contentv2.WithCoordinationTimeout(300*time.Millisecond), contentv2.WithRegisterer(reg))
-	require.NoError(t, err)
-	t.Cleanup(func() { cs.Close() })
-	awaitSynced(t, reg)
+	cs, _ := realStore(t, root, nodeID, url, opts...)
 	return cs
 }
 

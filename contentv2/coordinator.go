@@ -39,7 +39,8 @@ type Coordinator interface {
 	// sends the last chunk (ErrLate if that is refused as late).
 	SyncRefs(ctx context.Context, req SyncRequest) error
 	// AddRef records this node as a user of the blob; ErrDeleting while a
-	// delete of it is in flight. found says the node found the blob in
+	// delete of it is in flight, ErrNoSession while the coordinator holds
+	// no live session of this node. found says the node found the blob in
 	// the shared directory (rather than committing it): then ErrDeleting
 	// also when a delete succeeded since the blob's last pull or
 	// reference, since a shared filesystem's caches can show a deleted
@@ -261,6 +262,11 @@ var (
 	// ErrRootClaimed: the cluster already has a shared root, and this
 	// node's is not it (docs/design.md §8.19).
 	ErrRootClaimed = errors.New("contentv2: the cluster has another shared root")
+	// ErrNoSession: a reference (AddRef, a pull lock's Unlock with
+	// success) was refused, nothing recorded, because the coordinator
+	// holds no live session of this node (docs/design.md §8.4): the node
+	// opens its session again, then retries. Never a use without it.
+	ErrNoSession = errors.New("contentv2: no live session of this node")
 )
 
 // isRefusal reports whether err is the coordinator's answer rather than a

@@ -301,17 +301,18 @@ func (g *guard) stallsSince() (uint64, <-chan struct{}) {
 }
 
 // keptWhileStalled refuses a delete while the root is stalled: the blob
-// is kept, and a later collection (or the reaper) retries once the root
-// answers. It reports whether it refused.
-func (s *store) keptWhileStalled(ctx context.Context, dgst digest.Digest) bool {
+// is kept (the caller drops this node's reference, dropOwnRef), and a
+// reaper whose root answers reclaims it. It returns the refusal, nil
+// when the root is not stalled.
+func (s *store) keptWhileStalled(ctx context.Context, dgst digest.Digest) error {
 	err := s.guard.refuse("delete")
 	if err == nil {
-		return false
+		return nil
 	}
 	s.metrics.deletes.WithLabelValues("stalled").Inc()
 	log.G(ctx).WithError(err).WithField("digest", dgst).WithField("node", s.nodeID).
-		Warn("blob kept: the shared root is not answering; a later collection (or the reaper) retries")
-	return true
+		Warn("blob kept: the shared root is not answering; a reaper whose root checks out reclaims it")
+	return err
 }
 
 // moveToTrashBounded is moveToTrash under the storage timeout. A rename

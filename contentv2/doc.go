@@ -21,6 +21,9 @@
 // journal on local disk (WithStateDir) before the coordinator is asked
 // (§8.2). The store holds a session with the coordinator and, whenever the
 // coordinator does not have this node's whole journal, syncs it (§8.3).
+// A reference the coordinator refuses for want of a live session is no
+// outage: the store opens the session again at once and retries
+// (§8.4, nosession.go).
 //
 // When the coordinator cannot be reached. Writes wait: containerd is
 // answered ErrUnavailable and retries, until this node's session has

@@ -45,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 		deletes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sharedcontent_store_deletes_total",
-			Help: "Delete calls by outcome: deleted, in_use (kept for other nodes), unsynced (kept until every member is synced), locked, skipped, revoked (lock lost before the removal), restored (the unlock was not confirmed: the blob was put back), unreachable, stalled (the shared root was not answering: kept).",
+			Help: "Delete calls by outcome: deleted, in_use (kept for other nodes), unsynced (kept until every member is synced), locked, skipped, revoked (lock lost before the removal), restored (the unlock was not confirmed: the blob was put back), unreachable, stalled (the shared root was not answering: kept), root_unready (the shared root did not check out: refused), ref_dropped (of those two, the ones whose reference of this node was dropped at the coordinator, the file left for the reaper).",
 		}, []string{"result"}),
 		waits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sharedcontent_store_coordinator_waits_total",
@@ -93,7 +93,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		sessionRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sharedcontent_store_session_refusals_total",
-			Help: "Session calls the coordinator refused, by reason: late (a renewal or sync arrived too late to count; the node opened a new session), duplicate_node (another live instance uses this node ID: fix --node-id), root_claimed (the cluster has a shared root, and this node's is not it: mount the shared storage).",
+			Help: "Session calls the coordinator refused, by reason: late (a renewal or sync arrived too late to count; the node opened a new session), duplicate_node (another live instance uses this node ID: fix --node-id), root_claimed (the cluster has a shared root, and this node's is not it: mount the shared storage), no_session (a reference or a pull's release refused because the coordinator held no live session of this node: it opened the session again and retried).",
 		}, []string{"reason"}),
 		forgotten: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sharedcontent_store_forgotten_total",

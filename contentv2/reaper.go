@@ -286,14 +286,7 @@ func (s *store) dropOwnDangling(ctx context.Context, rep *ReapReport) {
 // reference went.
 func (s *store) dropDangling(ctx context.Context, dgst digest.Digest) bool {
 	l := log.G(ctx).WithField("digest", dgst).WithField("node", s.nodeID)
-	s.mu.Lock()
-	delete(s.referenced, dgst)
-	s.mu.Unlock()
-	var lk Lock
-	err := s.coordinate(ctx, func(ctx context.Context) (err error) {
-		lk, err = s.coord.Lock(ctx, LockRequest{Type: OpDelete, ResourceID: dgst.String()})
-		return err
-	})
+	lk, err := s.askDelete(ctx, dgst)
 	if err != nil && !isRefusal(err) {
 		// Unknown whether it arrived: the journal keeps the reference,
 		// and the next sync sends it again.

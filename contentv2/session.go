@@ -379,6 +379,8 @@ func (s *store) answered(ctx context.Context, info SessionInfo, received time.Ti
 		s.restarted = true
 	}
 	s.epoch = info.Epoch
+	close(s.nextAnswer)
+	s.nextAnswer = make(chan struct{})
 	s.smu.Unlock()
 	s.metrics.failOpenSince.Set(0)
 	s.metrics.failOpenDelay.Set(FailOpenDelay(s.failOpenTTL()).Seconds())

@@ -192,6 +192,9 @@ type store struct {
 	// instanceID is random per store start (docs/design.md §8.5); read-only.
 	instanceID string
 	kick       chan struct{} // a session round now
+	// nextAnswer is closed at the next session answer (nosession.go).
+	// Protected by smu.
+	nextAnswer chan struct{}
 
 	stop chan struct{} // closed by Close
 	wg   sync.WaitGroup
@@ -229,6 +232,7 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 		referenced:   map[digest.Digest]struct{}{},
 		followers:    map[string]*follower{},
 		kick:         make(chan struct{}, 1),
+		nextAnswer:   make(chan struct{}),
 		stop:         make(chan struct{}),
 		startedAt:    time.Now().UTC(),
 		rootProbe:    DefaultRootProbeTimeout,
@@ -388,6 +392,9 @@ func (s *store) reference(ctx context.Context, dgst digest.Digest, found bool) e
 	}
 	failpoint.Inject(failpoint.StoreRefAfterJournal)
 	err := s.coordinate(ctx, func(ctx context.Context) error { return s.coord.AddRef(ctx, dgst, found) })
+	if errors.Is(err, ErrNoSession) {
+		err = s.afterSession(ctx, "ref", dgst, err, func(ctx context.Context) error { return s.coord.AddRef(ctx, dgst, found) })
+	}
 	switch {
 	case err == nil:
 		failpoint.Inject(failpoint.StoreRefAfterCoord)
@@ -396,6 +403,11 @@ func (s *store) reference(ctx context.Context, dgst digest.Digest, found bool) e
 			log.G(ctx).WithError(jerr).Warn("node journal")
 		}
 		return fmt.Errorf("content %v: being deleted: %w", dgst, errdefs.ErrNotFound)
+	case errors.Is(err, ErrNoSession):
+		// An answer, not an outage: never a use without the reference.
+		s.metrics.waits.Inc()
+		return fmt.Errorf("content %v: cannot record this node's use: the coordinator holds no live session of this node yet; retry once it does: %w: %w",
+			dgst, errdefs.ErrUnavailable, err)
 	default:
 		if rerr := s.failOpenRefused(err); rerr != nil {
 			s.metrics.waits.Inc()
@@ -427,14 +439,16 @@ func (s *store) coordinate(ctx context.Context, call func(context.Context) error
 	cctx, cancel := context.WithTimeout(ctx, s.coordTimeout)
 	defer cancel()
 	err := call(cctx)
+	if errors.Is(err, ErrNoSession) {
+		// It answered: the session is what is missing.
+		s.kickSession()
+		return err
+	}
 	if err != nil && !isRefusal(err) && ctx.Err() == nil {
 		s.mu.Lock()
 		s.downUntil = time.Now().Add(s.refRetry)
 		s.mu.Unlock()
-		select {
-		case s.kick <- struct{}{}:
-		default:
-		}
+		s.kickSession()
 	}
 	return err
 }
@@ -500,33 +514,17 @@ func (s *store) Delete(ctx context.Context, dgst digest.Digest) error {
 	if err := dgst.Validate(); err != nil {
 		return fmt.Errorf("content %v: %w: %w", dgst, errdefs.ErrInvalidArgument, err)
 	}
-	if s.keptWhileStalled(ctx, dgst) {
+	if err := s.keptWhileStalled(ctx, dgst); err != nil {
+		s.dropOwnRef(ctx, dgst, err)
 		return nil
 	}
 	if err := s.rootw.check(ctx); err != nil {
 		s.metrics.deletes.WithLabelValues("root_unready").Inc()
+		s.dropOwnRef(ctx, dgst, err)
 		return fmt.Errorf("content %v: delete refused: %w", dgst, err)
 	}
-	// This node no longer uses the blob, whatever happens next.
-	s.mu.Lock()
-	delete(s.referenced, dgst)
-	s.mu.Unlock()
-
-	var lk Lock
-	err := s.coordinate(ctx, func(ctx context.Context) (err error) {
-		lk, err = s.coord.Lock(ctx, LockRequest{Type: OpDelete, ResourceID: dgst.String()})
-		return err
-	})
+	lk, err := s.deleteLock(ctx, dgst)
 	l := log.G(ctx).WithField("digest", dgst).WithField("node", s.nodeID)
-	if err == nil {
-		failpoint.Inject(failpoint.StoreDeleteGranted)
-	}
-	if err == nil || isRefusal(err) {
-		// The coordinator has dropped this node's reference.
-		if jerr := s.journal.remove(dgst); jerr != nil {
-			l.WithError(jerr).Warn("node journal")
-		}
-	}
 	if err == nil {
 		failpoint.Inject(failpoint.StoreDeleteAfterJournal)
 	}
@@ -554,6 +552,72 @@ func (s *store) Delete(ctx context.Context, dgst digest.Digest) error {
 	return s.removeLocked(ctx, dgst, lk)
 }
 
+// askDelete asks for dgst's delete lock, a delete of this node's own (no
+// reap mode): asking drops this node's reference at the coordinator,
+// granted or refused (the delete rule, docs/design.md §8.7), so the node
+// no longer counts the blob as referenced, whatever happens next.
+func (s *store) askDelete(ctx context.Context, dgst digest.Digest) (Lock, error) {
+	s.mu.Lock()
+	delete(s.referenced, dgst)
+	s.mu.Unlock()
+	var lk Lock
+	err := s.coordinate(ctx, func(ctx context.Context) (err error) {
+		lk, err = s.coord.Lock(ctx, LockRequest{Type: OpDelete, ResourceID: dgst.String()})
+		return err
+	})
+	return lk, err
+}
+
+// deleteLock is askDelete for a delete: granted or refused, the journal
+// drops the reference too; an unreachable coordinator drops nothing, and
+// the journal keeps it for the next sync.
+func (s *store) deleteLock(ctx context.Context, dgst digest.Digest) (Lock, error) {
+	lk, err := s.askDelete(ctx, dgst)
+	if err == nil {
+		failpoint.Inject(failpoint.StoreDeleteGranted)
+	}
+	if err == nil || isRefusal(err) {
+		if jerr := s.journal.remove(dgst); jerr != nil {
+			log.G(ctx).WithError(jerr).WithField("digest", dgst).WithField("node", s.nodeID).Warn("node journal")
+		}
+	}
+	return lk, err
+}
+
+// dropOwnRef drops this node's reference to dgst, and nothing else, for
+// a Delete the shared root refused (why): containerd calls Delete only
+// for a blob its metadata no longer holds, so the node no longer uses
+// it, whatever its root shows. The blob's file is left alone: a
+// reaper whose root checks out reclaims it once nobody references it
+// (docs/design.md §8.12). Otherwise the reference would stay until this
+// node's containerd deleted the blob again, which it does only at a later
+// content collection (one that removes some other content or ingest), and
+// never on an idle node: the blob would never be reclaimed. A grant of
+// the delete lock, which asking drops the reference with, is given back
+// at once as failed.
+func (s *store) dropOwnRef(ctx context.Context, dgst digest.Digest, why error) {
+	s.mu.Lock()
+	_, cached := s.referenced[dgst]
+	s.mu.Unlock()
+	if !cached && !s.journal.has(dgst) {
+		return // no reference of this node to drop
+	}
+	ctx = context.WithoutCancel(ctx)
+	l := log.G(ctx).WithField("digest", dgst).WithField("node", s.nodeID)
+	lk, err := s.deleteLock(ctx, dgst)
+	switch {
+	case err == nil:
+		if uerr := lk.Unlock(ctx, false, why); uerr != nil {
+			l.WithError(uerr).Debug("giving back a delete lock taken only to drop this node's reference")
+		}
+	case !isRefusal(err):
+		l.WithError(err).Warn("the shared root refused a delete, and the coordinator could not be reached to drop this node's reference; the next sync keeps it")
+		return
+	}
+	s.metrics.deletes.WithLabelValues("ref_dropped").Inc()
+	l.WithError(why).Info("delete refused by the shared root: this node's reference is dropped, the blob left for a reaper whose root checks out")
+}
+
 // removeLocked removes the blob under its delete lock lk and releases it.
 func (s *store) removeLocked(ctx context.Context, dgst digest.Digest, lk Lock) error {
 	l := log.G(ctx).WithField("digest", dgst).WithField("node", s.nodeID)
@@ -578,8 +642,8 @@ func (s *store) removeLocked(ctx context.Context, dgst digest.Digest, lk Lock) e
 		if uerr != nil {
 			l.WithError(uerr).Debug("delete unlock after a failed rename")
 		}
-		if s.keptWhileStalled(ctx, dgst) {
-			return nil
+		if s.keptWhileStalled(ctx, dgst) != nil {
+			return nil // the lock request dropped this node's reference
 		}
 		return fmt.Errorf("content %v: %w", dgst, derr)
 	}

@@ -391,7 +391,7 @@ func (w *writer) referenceCommit(ctx context.Context, dgst digest.Digest) error 
 // reference.
 func (w *writer) leaseCarries(ctx context.Context, dgst digest.Digest, refErr error) bool {
 	if w.lock == nil || dgst != w.dgst || ctx.Err() != nil || !errdefs.IsUnavailable(refErr) ||
-		errors.Is(refErr, ErrDuplicateNode) || errors.Is(refErr, ErrWrongCluster) ||
+		errors.Is(refErr, ErrDuplicateNode) || errors.Is(refErr, ErrWrongCluster) || errors.Is(refErr, ErrNoSession) ||
 		!w.s.joined() || !w.s.journal.has(dgst) {
 		return false
 	}
@@ -425,7 +425,11 @@ func (w *writer) releaseLater(ctx context.Context) {
 	s.unlocks.Add(1)
 	go func() {
 		defer s.unlocks.Done()
-		if err := lk.Unlock(ctx, true, nil); err != nil {
+		err := lk.Unlock(ctx, true, nil)
+		if errors.Is(err, ErrNoSession) {
+			err = s.afterSession(ctx, "unlock", dgst, err, func(ctx context.Context) error { return lk.Unlock(ctx, true, nil) })
+		}
+		if err != nil {
 			log.G(ctx).WithError(err).WithField("digest", dgst).
 				Warn("releasing the pull lock of a commit whose reference is not recorded; the lease's expiry records it")
 			return
@@ -449,9 +453,14 @@ func (w *writer) release(ctx context.Context, success bool, opErr error) {
 	}
 	w.released = true
 	// Commit runs inside containerd's metadata transaction: bound the wait.
-	err := w.s.coordinate(context.WithoutCancel(ctx), func(ctx context.Context) error {
-		return w.lock.Unlock(ctx, success, opErr)
-	})
+	ctx = context.WithoutCancel(ctx)
+	unlock := func(ctx context.Context) error { return w.lock.Unlock(ctx, success, opErr) }
+	err := w.s.coordinate(ctx, unlock)
+	if errors.Is(err, ErrNoSession) {
+		// The success records the reference and ends a delete's
+		// completion: done before Commit returns, as a reference is.
+		err = w.s.afterSession(ctx, "unlock", w.dgst, err, unlock)
+	}
 	if err != nil {
 		// The reference is recorded already; a lost lease costs the
 		// waiters at most its TTL.

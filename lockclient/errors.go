@@ -46,6 +46,10 @@ var (
 	// ErrRootClaimed: the cluster already has a shared root, and this
 	// node's is not it (docs/design.md §8.19).
 	ErrRootClaimed = api.ErrRootClaimed
+	// ErrNoSession: a reference (POST /refs/add, a pull's unlock with
+	// success) was refused because this node holds no live session:
+	// open the session again, then retry (docs/design.md §8.4).
+	ErrNoSession = api.ErrNoSession
 	// ErrUnavailable: the coordinator could not be reached (after the
 	// retries), is shutting down, or the Client is closed.
 	ErrUnavailable = api.ErrUnavailable
@@ -63,7 +67,7 @@ var refusals = []error{
 	api.ErrInUse, api.ErrLocked, api.ErrDeleting, api.ErrTooLarge,
 	api.ErrUnsynced, api.ErrWrongCluster, api.ErrMemberLive, api.ErrNotExpired, api.ErrLate, api.ErrDuplicateNode,
 	api.ErrRootClaimed,
-	api.ErrForbidden, api.ErrUnsupportedProtocol,
+	api.ErrForbidden, api.ErrUnsupportedProtocol, api.ErrNoSession,
 }
 
 // retryable reports whether err is transient: a network error, a timeout, a

@@ -26,6 +26,11 @@ func ExampleClient_Lock() {
 		log.Fatal(err)
 	}
 	defer a.Close()
+	// A node's daemon holds its session (ExampleClient_Session): a
+	// pull's success records the node's reference only then.
+	if _, err := a.Session(ctx, api.SessionRequest{InstanceID: "daemon-1"}); err != nil {
+		log.Fatal(err)
+	}
 	pull := lockclient.LockRequest{Type: api.OperationPull, ResourceID: blob}
 	res, err := a.Lock(ctx, pull) // waits while another node pulls it
 	if err != nil {

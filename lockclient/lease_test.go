@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/members"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
@@ -31,6 +32,7 @@ func TestLeaseHeldAcrossTTLs(t *testing.T) {
 	ct := newCountingClient(t, ts.URL())
 	holder := newHTTPClient(t, ts.URL(), "node-a", WithShortClient(ct))
 	waiter := newHTTPClient(t, ts.URL(), "node-b")
+	members.Open(t, ts.Core(), "node-a", "node-b")
 	req := LockRequest{Type: api.OperationPull, ResourceID: blob}
 
 	start := time.Now()
@@ -116,6 +118,7 @@ func TestLeaseLostWhenTakenBack(t *testing.T) {
 func TestUnlockAfterCancel(t *testing.T) {
 	ts := lockservertest.Start(t)
 	c := newHTTPClient(t, ts.URL(), "node-a")
+	members.Open(t, ts.Core(), "node-a")
 	ctx, cancel := context.WithCancel(context.Background())
 	res, err := c.Lock(ctx, LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/members"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
@@ -26,16 +27,21 @@ type transportHarness struct {
 }
 
 // harnesses run the core tests against a real coordinator over HTTP and
-// against the embedded coordinator (*lockserver.Coordinator).
+// against the embedded coordinator (*lockserver.Coordinator). Each node
+// is a synced member, as its daemon makes it at start.
 func harnesses() []transportHarness {
 	return []transportHarness{
 		{"http", func(t *testing.T) func(string) *Client {
 			ts := lockservertest.Start(t)
-			return func(node string) *Client { return newHTTPClient(t, ts.URL(), node) }
+			return func(node string) *Client {
+				members.Open(t, ts.Core(), node)
+				return newHTTPClient(t, ts.URL(), node)
+			}
 		}},
 		{"embedded", func(t *testing.T) func(string) *Client {
 			l := lockservertest.NewCoordinator(t)
 			return func(node string) *Client {
+				members.Open(t, l, node)
 				c, err := NewEmbedded(l, testOptions(node)...)
 				require.NoError(t, err)
 				t.Cleanup(func() { require.NoError(t, c.Close()) })

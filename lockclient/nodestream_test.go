@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/members"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
@@ -141,6 +142,7 @@ func TestNodeStreamRefusedFallsBack(t *testing.T) {
 	})
 	holder := newHTTPClient(t, ts.URL(), "node-a")
 	waiter := newHTTPClient(t, px.url, "node-b")
+	members.Open(t, ts.Core(), "node-a", "node-b")
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	req := LockRequest{Type: api.OperationPull, ResourceID: blob}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/members"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
@@ -53,6 +54,7 @@ func TestWalkRefs(t *testing.T) {
 	walkPage = 3
 	ts := lockservertest.Start(t)
 	ctx := context.Background()
+	members.Open(t, ts.Core(), "node-a", "node-b")
 	var want []api.RefsEntry
 	for i := range 10 {
 		e := api.RefsEntry{ResourceID: fmt.Sprintf("sha256:%064d", i), Nodes: []string{"node-a", "node-b"}[i%2:]}
@@ -103,6 +105,7 @@ func TestWalkRefsStops(t *testing.T) {
 	walkPage = 2
 	ts := lockservertest.Start(t)
 	ctx := context.Background()
+	members.Open(t, ts.Core(), "node-a")
 	for i := range 7 {
 		_, err := ts.Core().AddRef(ctx, fmt.Sprintf("sha256:%064d", i), "node-a")
 		require.NoError(t, err)

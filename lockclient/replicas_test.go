@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/members"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
@@ -89,6 +90,7 @@ func TestListReachesLeader(t *testing.T) {
 		t.Run(fmt.Sprint(order), func(t *testing.T) {
 			hc := newHostCounter(t)
 			c := newHTTPClient(t, urlsOf(rs, order...), fmt.Sprintf("node-%d", n), WithShortClient(hc))
+			members.Open(t, rs[1].Core(), fmt.Sprintf("node-%d", n)) // at the leader
 			id := fmt.Sprintf("%s-%d", blob, n)
 			res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: id})
 			require.NoError(t, err)
@@ -183,6 +185,7 @@ func TestUnreachableFirstURL(t *testing.T) {
 	down := "http://" + lockservertest.FreeAddr(t)
 	hc := newHostCounter(t)
 	c := newHTTPClient(t, down+","+rs[0].URL(), "node-a", WithShortClient(hc))
+	members.Open(t, rs[0].Core(), "node-a")
 	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.True(t, res.Acquired)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/valyala/fasthttp"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/members"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
@@ -25,6 +26,7 @@ func TestRetryUntilServerUp(t *testing.T) {
 	var (
 		mu       sync.Mutex
 		failures []error
+		server   *lockservertest.Coordinator
 	)
 	ct.after = func(req *fasthttp.Request, n int, err error) {
 		if string(req.URI().Path()) != "/lock" {
@@ -38,7 +40,7 @@ func TestRetryUntilServerUp(t *testing.T) {
 		if n == 2 {
 			// The second attempt has just failed: bring the server up
 			// before the client retries.
-			lockservertest.Start(t, lockservertest.WithAddr(addr))
+			server = lockservertest.Start(t, lockservertest.WithAddr(addr))
 		}
 	}
 	c := newHTTPClient(t, "http://"+addr, "node-a", WithMaxRetries(3), WithShortClient(ct))
@@ -49,6 +51,7 @@ func TestRetryUntilServerUp(t *testing.T) {
 	require.Equal(t, 3, ct.count("POST /lock"), "two refused attempts, then the one that acquired")
 	mu.Lock()
 	require.Len(t, failures, 2)
+	members.Open(t, server.Core(), "node-a")
 	mu.Unlock()
 	require.NoError(t, c.Unlock(context.Background(), res.Lease, true, nil))
 }
@@ -107,6 +110,7 @@ func TestRetry5xx(t *testing.T) {
 // attempt.
 func TestNoRetryOn4xx(t *testing.T) {
 	ts := lockservertest.Start(t, lockservertest.WithToken("s3cret"))
+	members.Open(t, ts.Core(), "other")
 	_, err := ts.Core().AddRef(context.Background(), blob+"-used", "other")
 	require.NoError(t, err)
 	held, err := ts.Core().Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "other"})
@@ -146,6 +150,7 @@ func TestNoRetryOn4xx(t *testing.T) {
 
 	// The right token (read from a file, newline and all) is accepted.
 	c := newHTTPClient(t, ts.URL(), "node-a", WithBearerToken("s3cret\n"))
+	members.Open(t, ts.Core(), "node-a")
 	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob + "-other"})
 	require.NoError(t, err)
 	require.True(t, res.Acquired)

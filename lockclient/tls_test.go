@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/members"
 	"github.com/sharedcontent/sharedcontent/internal/testutil/testca"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
@@ -22,6 +23,7 @@ func TestTLSWithToken(t *testing.T) {
 
 	holder := newHTTPClient(t, url, "node-a", WithTLSConfig(tc), WithBearerToken("s3cret"))
 	waiter := newHTTPClient(t, url, "node-b", WithTLSConfig(tc), WithBearerToken("s3cret"))
+	members.Open(t, ts.Core(), "node-a", "node-b")
 	queued := make(chan struct{}, 1)
 	waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
 	req := LockRequest{Type: api.OperationPull, ResourceID: blob}
@@ -74,6 +76,7 @@ func TestNodeIdentity(t *testing.T) {
 			ts := tc.start(t)
 			holder := newHTTPClient(t, ts.URL(), "node-a", tc.as(t, ts, "node-a"))
 			waiter := newHTTPClient(t, ts.URL(), "node-b", tc.as(t, ts, "node-b"))
+			members.Open(t, ts.Core(), "node-a", "node-b")
 			queued := make(chan struct{}, 1)
 			waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
 			req := LockRequest{Type: api.OperationPull, ResourceID: blob}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/members"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
@@ -26,6 +27,7 @@ func TestLostResponseGetsSameGrant(t *testing.T) {
 		return forward
 	})
 	c := newHTTPClient(t, px.url, "node-a")
+	members.Open(t, ts.Core(), "node-a")
 	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
@@ -56,6 +58,7 @@ func TestWaitUsesEventStream(t *testing.T) {
 	px := startProxy(t, ts.Addr(), func(*http.Request, int) proxyAction { return forward })
 	holder := newHTTPClient(t, ts.URL(), "node-a")
 	waiter := newHTTPClient(t, px.url, "node-b")
+	members.Open(t, ts.Core(), "node-a", "node-b")
 	waiter.http.perRequestStreams = true
 	req := LockRequest{Type: api.OperationPull, ResourceID: blob}
 
@@ -96,6 +99,7 @@ func TestPollingFallback(t *testing.T) {
 				})
 				holder := newHTTPClient(t, ts.URL(), "node-a")
 				waiter := newHTTPClient(t, px.url, "node-b")
+				members.Open(t, ts.Core(), "node-a", "node-b")
 				waiter.http.perRequestStreams = true
 				req := LockRequest{Type: api.OperationPull, ResourceID: blob}
 
@@ -134,6 +138,7 @@ func TestStreamDropResubscribes(t *testing.T) {
 	px := startProxy(t, ts.Addr(), func(*http.Request, int) proxyAction { return forward })
 	holder := newHTTPClient(t, ts.URL(), "node-a")
 	waiter := newHTTPClient(t, px.url, "node-b")
+	members.Open(t, ts.Core(), "node-a", "node-b")
 	waiter.http.perRequestStreams = true
 	queued := make(chan struct{}, 4)
 	waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
@@ -166,6 +171,7 @@ func TestWaitsReuseConnections(t *testing.T) {
 	ts := lockservertest.Start(t)
 	holder := newHTTPClient(t, ts.URL(), "holder")
 	waiter := newHTTPClient(t, ts.URL(), "waiter")
+	members.Open(t, ts.Core(), "holder", "waiter")
 	queued := make(chan struct{}, 1)
 	waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)

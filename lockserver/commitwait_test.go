@@ -18,6 +18,7 @@ func TestCommitWaitCalledBeforeWaiting(t *testing.T) {
 	l, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(store)})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
+	syncedNode(t, l, "n1")
 	waiting := make(chan struct{}, 2)
 	ctx := WithCommitWait(context.Background(), func() { waiting <- struct{}{} })
 	added := make(chan error, 1)

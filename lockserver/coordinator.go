@@ -453,7 +453,13 @@ func (l *Coordinator) Unlock(ctx context.Context, req api.UnlockRequest) (api.Un
 		var err error
 		switch t {
 		case idxPull:
-			l.noteRef(g.nodeID, req.ResourceID, true)
+			// The reference rule (refrule.go): refused, the unlock
+			// changes nothing, as below.
+			written, rerr := l.admitRef(g.nodeID, req.ResourceID, now)
+			if rerr != nil {
+				return api.UnlockResponse{}, fmt.Errorf("%s:%s: recording success: %w", req.Type, req.ResourceID, rerr)
+			}
+			defer written()
 			failpoint.Inject(failpoint.CoordUnlockPullBefore)
 			b := new(refcount.Batch).AddRef(req.ResourceID, g.nodeID)
 			if g.recorded {

@@ -87,6 +87,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 
 	t.Run("pull success: refs added, completion retained, waiters and newcomers skip", func(t *testing.T) {
 		l := newTestCoordinator(t)
+		members(t, l, "n1", "n2", "n3")
 		a := mustLock(t, l, api.OperationPull, "n1")
 		w := mustLock(t, l, api.OperationPull, "n2")
 		require.True(t, w.Queued)
@@ -106,6 +107,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 
 	t.Run("failure hands the lock to the next waiter in FIFO order, others keep waiting", func(t *testing.T) {
 		l := newTestCoordinator(t)
+		members(t, l, "n1", "n2", "n3")
 		a := mustLock(t, l, api.OperationPull, "n1")
 		b := mustLock(t, l, api.OperationPull, "n2")
 		c := mustLock(t, l, api.OperationPull, "n3")
@@ -129,6 +131,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 
 	t.Run("delete in_use while others reference, requester's own ref dropped", func(t *testing.T) {
 		l := newTestCoordinator(t)
+		members(t, l, "n1", "n2", "n3")
 		_, err := l.AddRef(ctx, blob, "n1")
 		require.NoError(t, err)
 		_, err = l.AddRef(ctx, blob, "n2")
@@ -144,6 +147,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 
 	t.Run("delete success forgets the pull completion and is itself retained", func(t *testing.T) {
 		l := newTestCoordinator(t)
+		members(t, l, "n1", "n2", "n3")
 		p := mustLock(t, l, api.OperationPull, "n1")
 		unlock(t, l, api.OperationPull, p.LeaseID, true)
 		d := mustLock(t, l, api.OperationDelete, "n1")
@@ -159,6 +163,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 
 	t.Run("queued delete refused when the pull it waited for succeeds", func(t *testing.T) {
 		l := newTestCoordinator(t)
+		members(t, l, "n1", "n2", "n3")
 		p := mustLock(t, l, api.OperationPull, "n1")
 		d := mustLock(t, l, api.OperationDelete, "n2")
 		require.True(t, d.Queued)
@@ -174,6 +179,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 
 	t.Run("queued delete starts once the pull fails", func(t *testing.T) {
 		l := newTestCoordinator(t)
+		members(t, l, "n1", "n2", "n3")
 		p := mustLock(t, l, api.OperationPull, "n1")
 		d := mustLock(t, l, api.OperationDelete, "n2")
 		sd, _ := l.Subscribe(api.OperationDelete, blob, d.Node, d.RequestID)
@@ -185,6 +191,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 
 	t.Run("queued pulls start once the delete is gone", func(t *testing.T) {
 		l := newTestCoordinator(t)
+		members(t, l, "n1", "n2", "n3")
 		d := mustLock(t, l, api.OperationDelete, "n1")
 		p := mustLock(t, l, api.OperationPull, "n2")
 		u := mustLock(t, l, api.OperationUpdate, "n3")
@@ -199,6 +206,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 
 	t.Run("update success grants the next update waiter; no completion retained", func(t *testing.T) {
 		l := newTestCoordinator(t)
+		members(t, l, "n1", "n2", "n3")
 		a := mustLock(t, l, api.OperationUpdate, "n1")
 		b := mustLock(t, l, api.OperationUpdate, "n2")
 		sb, _ := l.Subscribe(api.OperationUpdate, blob, b.Node, b.RequestID)
@@ -211,6 +219,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 
 	t.Run("update refused while others reference, with update_requires_no_ref", func(t *testing.T) {
 		l := newTestCoordinator(t, func(c *Config) { c.UpdateRequiresNoRef = true })
+		members(t, l, "n1", "n2", "n3")
 		_, err := l.AddRef(ctx, blob, "n2")
 		require.NoError(t, err)
 		_, err = l.Lock(ctx, lockReq(api.OperationUpdate, "n1"))
@@ -221,6 +230,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 	t.Run("wait=false and allow_multi_node_download=false answer locked without queueing", func(t *testing.T) {
 		no, yes := false, true
 		l := newTestCoordinator(t, func(c *Config) { c.AllowMultiNodeDownload = false })
+		members(t, l, "n1", "n2", "n3")
 		mustLock(t, l, api.OperationPull, "n1")
 		_, err := l.Lock(ctx, lockReq(api.OperationPull, "n2"))
 		require.ErrorIs(t, err, api.ErrLocked)
@@ -238,6 +248,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 
 	t.Run("same request_id is idempotent for grants and queue entries", func(t *testing.T) {
 		l := newTestCoordinator(t)
+		members(t, l, "n1", "n2", "n3")
 		req := lockReq(api.OperationPull, "n1")
 		req.RequestID = "r1"
 		a1, err := l.Lock(ctx, req)
@@ -256,6 +267,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 
 	t.Run("unlock: wrong lease refused and nothing changes; retry with same outcome ok", func(t *testing.T) {
 		l := newTestCoordinator(t)
+		members(t, l, "n1", "n2", "n3")
 		a := mustLock(t, l, api.OperationPull, "n1")
 		_, err := l.Unlock(ctx, api.UnlockRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: "bogus", Success: true})
 		require.ErrorIs(t, err, api.ErrNotHolder)
@@ -271,6 +283,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 
 	t.Run("refs/add refused while a delete is in flight", func(t *testing.T) {
 		l := newTestCoordinator(t)
+		members(t, l, "n1", "n2", "n3")
 		d := mustLock(t, l, api.OperationDelete, "n1")
 		_, err := l.AddRef(ctx, blob, "n2")
 		require.ErrorIs(t, err, api.ErrDeleting)
@@ -285,6 +298,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 	// until a pull or a committing node's reference follows the delete.
 	t.Run("refs/add found refused after a delete, until a pull or reference", func(t *testing.T) {
 		l := newTestCoordinator(t)
+		members(t, l, "n1", "n2", "n3")
 		d := mustLock(t, l, api.OperationDelete, "n1")
 		unlock(t, l, api.OperationDelete, d.LeaseID, true)
 		_, err := l.AddFoundRef(ctx, blob, "n2")
@@ -300,6 +314,8 @@ func TestAcquireReleasePaths(t *testing.T) {
 		require.NoError(t, err, "found after the blob's new reference")
 
 		l2 := newTestCoordinator(t)
+
+		members(t, l2, "n1", "n2", "n3")
 		d = mustLock(t, l2, api.OperationDelete, "n1")
 		unlock(t, l2, api.OperationDelete, d.LeaseID, true)
 		p := mustLock(t, l2, api.OperationPull, "n3")
@@ -310,6 +326,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 
 	t.Run("cancel removes a waiter; cancel of a grant hands over", func(t *testing.T) {
 		l := newTestCoordinator(t)
+		members(t, l, "n1", "n2", "n3")
 		a := mustLock(t, l, api.OperationPull, "n1")
 		b := mustLock(t, l, api.OperationPull, "n2")
 		c := mustLock(t, l, api.OperationPull, "n3")
@@ -322,6 +339,7 @@ func TestAcquireReleasePaths(t *testing.T) {
 
 	t.Run("fences strictly increase", func(t *testing.T) {
 		l := newTestCoordinator(t)
+		members(t, l, "n1", "n2", "n3")
 		var last uint64
 		for range 100 {
 			a := mustLock(t, l, api.OperationUpdate, "n1")
@@ -390,6 +408,7 @@ func TestClosedStreamLeavesQueue(t *testing.T) {
 
 func TestSubscribeAfterCompletionSeesIt(t *testing.T) {
 	l := newTestCoordinator(t)
+	members(t, l, "n1", "n2")
 	a := mustLock(t, l, api.OperationPull, "n1")
 	b := mustLock(t, l, api.OperationPull, "n2")
 	unlock(t, l, api.OperationPull, a.LeaseID, true) // before b subscribes
@@ -404,6 +423,7 @@ func TestSubscribeAfterCompletionSeesIt(t *testing.T) {
 
 func TestTargetedWakeups(t *testing.T) {
 	l := newTestCoordinator(t)
+	members(t, l, "n1", "n2")
 	other := "sha256:bbbb"
 	a := mustLock(t, l, api.OperationPull, "n1")
 	b := mustLock(t, l, api.OperationPull, "n2")
@@ -452,6 +472,7 @@ func TestLockValidation(t *testing.T) {
 
 func TestNoPullSkipWhileDeleteInFlight(t *testing.T) {
 	l := newTestCoordinator(t)
+	members(t, l, "n1", "n2")
 	p := mustLock(t, l, api.OperationPull, "n1")
 	unlock(t, l, api.OperationPull, p.LeaseID, true)
 	_, err := l.Refs(context.Background(), blob)
@@ -472,6 +493,7 @@ func TestNoPullSkipWhileDeleteInFlight(t *testing.T) {
 // retried Unlock whose answer was lost, for a lease TTL, then forgotten.
 func TestReleasedRemembersForALeaseTTL(t *testing.T) {
 	l := newTestCoordinator(t)
+	members(t, l, "n1")
 	a := mustLock(t, l, api.OperationPull, "n1")
 	unlock(t, l, api.OperationPull, a.LeaseID, true)
 	sh := l.shardFor(blob)
@@ -544,6 +566,7 @@ func newGatedCoordinator(t *testing.T) (*Coordinator, *gatedStorage) {
 func TestWaitersLearnOnceReferenceWritten(t *testing.T) {
 	ctx := context.Background()
 	l, store := newGatedCoordinator(t)
+	members(t, l, "n1", "n2", "n3")
 	p := mustLock(t, l, api.OperationPull, "n1")
 	w := mustLock(t, l, api.OperationPull, "n2")
 	wait := true
@@ -639,6 +662,7 @@ func TestFailedDeleteUnlockChangesNothing(t *testing.T) {
 func TestFailedUnlockChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	l, store := newGatedCoordinator(t)
+	members(t, l, "n1", "n2", "n3")
 	p := mustLock(t, l, api.OperationPull, "n1")
 	w := mustLock(t, l, api.OperationPull, "n2")
 	sw, err := l.Subscribe(api.OperationPull, blob, w.Node, w.RequestID)

@@ -52,12 +52,15 @@ func TestDeleteCompletionSurvivesRestart(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "db")
 	l, _, stop := startOn(t, path, never)
+	members(t, l, "n1", "n2", "n3")
 	_, err := l.AddRef(ctx, blob, "n1")
 	require.NoError(t, err)
 	fence := deleteBlob(t, l, "n1")
 	stop()
 
 	l, _, stop = startOn(t, path, never)
+
+	members(t, l, "n1", "n2", "n3")
 	st, err := l.Status(ctx, api.OperationDelete, blob, "", "")
 	require.NoError(t, err)
 	require.NotNil(t, st.Completed)
@@ -74,6 +77,8 @@ func TestDeleteCompletionSurvivesRestart(t *testing.T) {
 	require.Empty(t, persistedDeletes(t, l).Completed, "the reference ended the completion on disk")
 	stop()
 	l, _, _ = startOn(t, path, never)
+	members(t, l, "n1", "n2")
+	syncedNode(t, l, "n3", blob) // its journal has the blob
 	_, err = l.AddFoundRef(ctx, blob, "n2")
 	require.NoError(t, err)
 	require.Equal(t, []string{"n2", "n3"}, refsOf(t, l, blob))
@@ -85,6 +90,7 @@ func TestPullEndsDeleteCompletionOnDisk(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "db")
 	l, _, stop := startOn(t, path, never)
+	members(t, l, "n1", "n2")
 	deleteBlob(t, l, "n1")
 	require.Contains(t, persistedDeletes(t, l).Completed, blob)
 	p := mustLock(t, l, api.OperationPull, "n1")
@@ -93,6 +99,7 @@ func TestPullEndsDeleteCompletionOnDisk(t *testing.T) {
 	require.Empty(t, persistedDeletes(t, l).Completed)
 	stop()
 	l, _, _ = startOn(t, path, never)
+	members(t, l, "n1", "n2")
 	_, err := l.AddFoundRef(ctx, blob, "n2")
 	require.NoError(t, err)
 }
@@ -106,6 +113,7 @@ func TestLapsedDeleteIsACompletion(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "db")
 	short := func(c *Config) { c.LeaseTTL, c.ClaimTimeout = 50*time.Millisecond, 50*time.Millisecond }
 	l, _, stop := startOn(t, path, never, short)
+	members(t, l, "n1", "n2")
 	p := mustLock(t, l, api.OperationPull, "n1")
 	unlock(t, l, api.OperationPull, p.LeaseID, true) // a retained pull completion
 	d := mustLock(t, l, api.OperationDelete, "n1")
@@ -136,6 +144,8 @@ func TestLapsedDeleteIsACompletion(t *testing.T) {
 	stop()
 
 	l, _, _ = startOn(t, path, never, short)
+
+	members(t, l, "n1", "n2")
 	_, err = l.AddFoundRef(ctx, blob, "n2")
 	require.ErrorIs(t, err, api.ErrDeleting, "also after a restart")
 	again := mustLock(t, l, api.OperationDelete, "n1")
@@ -184,6 +194,7 @@ func TestDeleteCompletionsArePruned(t *testing.T) {
 	ctx := context.Background()
 	ttl := 50 * time.Millisecond
 	l, _, _ := startOn(t, filepath.Join(t.TempDir(), "db"), never, func(c *Config) { c.CompletedTTL = ttl })
+	members(t, l, "n1", "n2")
 	before := time.Now() // the completion is recorded after this
 	deleteBlob(t, l, "n1")
 	require.Contains(t, persistedDeletes(t, l).Completed, blob)

@@ -10,7 +10,8 @@
 // per shard expires leases and prunes; no lock has a goroutine.
 //
 // References and members. Coordinator keeps each blob's reference set (§3.7),
-// the members with their sessions and syncs (§8.3, §8.4), one live
+// the members with their sessions and syncs (§8.3, §8.4), a reference
+// recorded only for a node with a live session (§8.4, refrule.go), one live
 // instance per node ID (§8.5), the cluster's identity and epoch, adoption
 // and forgetting (§8.10), member expiry on the reaper's evidence (§8.4),
 // the delete rule (§8.7) and remembered deletes (§8.9). Its durable state

@@ -170,23 +170,25 @@ func (l *Coordinator) saveLeases(ctx context.Context) error {
 // lease stays held (nothing else may take the blob meanwhile) and the next
 // sweep tries again. Callers hold the shard's mutex.
 //
-// A holder that is no longer a member (forgotten while it held the lease)
-// gets no reference: nothing would ever drop it (no sync of a non-member
-// replaces it; expiry and Forget need a member). The membership is read
-// under mmu, held through the write, so a Forget cannot land between the
-// two (lock order: shard, mmu, refcount stripes).
+// A holder without a live session gets no reference, by the reference
+// rule (refrule.go): a member whose session lapsed syncs its journal,
+// which has the blob, when it opens the next (deletes wait for it
+// meanwhile); one that is no member would keep a reference nothing ever
+// drops. The rule is applied under mmu, held through the write, so a
+// Forget cannot land between the two (lock order: shard, mmu, refcount
+// stripes).
 func (l *Coordinator) keepHolderRef(ctx context.Context, sh *shard, r *resource, g *grant, now time.Time) bool {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	b := new(refcount.Batch)
-	if m := l.members[g.nodeID]; m != nil {
+	if m, err := l.liveMember("refs "+r.id, g.nodeID, now); err == nil {
 		if m.sync != nil {
 			m.sync.since[r.id] = true // noteRef, with mmu held
 		}
 		b.AddRef(r.id, g.nodeID)
 	} else {
-		log.G(ctx).WithField("key", string(typeNames[g.typ])+":"+r.id).WithField("node", g.nodeID).
-			Warn("a pull lease of a node that is not a member expired: no reference is recorded for it")
+		log.G(ctx).WithError(err).WithField("key", string(typeNames[g.typ])+":"+r.id).WithField("node", g.nodeID).
+			Warn("a pull lease of a node without a live session expired: no reference is recorded for it (a member's next sync records it)")
 	}
 	if g.recorded {
 		b.DropLease(r.id, g.leaseID)

@@ -93,6 +93,7 @@ func TestPullLeaseSurvivesFailover(t *testing.T) {
 			require.Equal(t, p.Fence, again.Fence)
 
 			require.NoError(t, keepalive(l2, api.OperationPull, p), "the holder's keepalive")
+			members(t, l2, "n1") // the holder's session at the successor
 			unlock(t, l2, api.OperationPull, p.LeaseID, true)
 			require.Equal(t, api.EventCompleted, receive(t, sw.Events()).Name, "the queued node skips")
 			require.Equal(t, []string{"n1"}, refsOf(t, l2, blob))
@@ -172,8 +173,9 @@ func TestUpdateLeaseHandedOver(t *testing.T) {
 
 // TestExpiredPullLeaseKeepsHolderRef (docs/design.md §8.17): a pull
 // lease that ends without its holder's unlock, at the coordinator that
-// granted it or at one that adopted it, leaves the holder's reference, in
-// the batch that drops its record: the holder may have committed the blob
+// granted it or at one that adopted it, leaves the reference of its
+// holder (live then: TestNoReferenceWithoutSession has one that is not),
+// in the batch that drops its record: the holder may have committed the blob
 // under the lease while its reference add and its unlock met a failover.
 // A delete by another node is then refused in_use, as after the unlock
 // the holder could not send.
@@ -197,8 +199,14 @@ func TestExpiredPullLeaseKeepsHolderRef(t *testing.T) {
 				require.NoError(t, err)
 				t.Cleanup(sd.Close)
 
+				// The lease ends; its holder, alive and connected, holds a
+				// live session then (the reference rule, §8.4).
+				clock := useFakeClock(l)
+				clock.at(l.cfg.LeaseTTL + time.Second)
+				_, err = l.Session(ctx, sessionReq("n1", nil))
+				require.NoError(t, err)
 				sh := l.shardFor(blob)
-				l.sweep(sh, time.Now().Add(l.cfg.LeaseTTL+time.Second))
+				l.sweep(sh, l.now())
 				require.Equal(t, api.EventError, receive(t, sd.Events()).Name, "the queued delete is refused at the lease's end")
 				require.ErrorIs(t, keepalive(l, api.OperationPull, p), api.ErrNotHolder, "expired")
 				require.Equal(t, []string{"n1"}, refsOf(t, l, blob), "the holder's reference stays")

@@ -22,7 +22,11 @@ func TestMutualExclusionUnderLoad(t *testing.T) {
 		cycles  = 200
 		keys    = 8
 	)
-	l := newTestCoordinator(t)
+	// Sessions outlast the test, however loaded the machine.
+	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL = time.Hour })
+	for w := range workers {
+		members(t, l, fmt.Sprintf("node-%d", w))
+	}
 
 	var mu sync.Mutex
 	queued := map[string][]string{} // key → request ids in enqueue order

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/log"
@@ -59,6 +60,10 @@ type member struct {
 	// again rather than refused as unknown, while the node stays synced.
 	done      string
 	doneCount int
+	// refsWriting counts the references of the node admitted by the
+	// reference rule and not yet durable (refrule.go): the member is
+	// not forgotten meanwhile. Incremented under mmu, decremented without.
+	refsWriting atomic.Int64
 }
 
 // nodeSync is a full sync being received.
@@ -264,9 +269,9 @@ func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncR
 	now := l.now()
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
-	m := l.members[nodeID]
-	if m == nil || !m.live(now) {
-		return api.SyncResponse{}, fmt.Errorf("sync of node %s: no live session; open one first: %w", nodeID, api.ErrNotFound)
+	m, err := l.liveMember("sync", nodeID, now)
+	if err != nil {
+		return api.SyncResponse{}, err
 	}
 	if m.synced && m.done == req.SyncID && (req.Done || req.Hash != nil) {
 		return api.SyncResponse{Received: m.doneCount, Synced: true}, nil // a retry
@@ -509,6 +514,12 @@ func (l *Coordinator) Forget(ctx context.Context, nodeID string) error {
 // drops (Expire needs a member) and which block deletes for ever.
 // Callers hold mmu.
 func (l *Coordinator) forgetLocked(ctx context.Context, nodeID, why string) error {
+	if m := l.members[nodeID]; m != nil && m.refsWriting.Load() > 0 {
+		// Admitted while its session was live; dropped now, they would
+		// land after the drop, references of a non-member (refrule.go).
+		return fmt.Errorf("forget node %s: references of it admitted while its session was live are still being written; nothing changed, run the same command again: %w",
+			nodeID, api.ErrUnavailable)
+	}
 	failpoint.Inject(failpoint.CoordForgetBeforeCommit)
 	b, err := l.refs.ReplaceNodeGroups(ctx, new(refcount.Batch), nodeID, nil, nil)
 	if err == nil {

@@ -45,6 +45,9 @@ type metrics struct {
 	// rootClaimed counts sessions refused as naming a root that is not
 	// the cluster's (rootclaim.go).
 	rootClaimed prometheus.Counter
+	// noSessionRefusals counts references refused because their node
+	// held no live session (refrule.go).
+	noSessionRefusals prometheus.Counter
 	// hashesBuilt counts the starts' hashes by how they were got
 	// (refcount.HashesWalk, HashesWarm).
 	hashesBuilt *prometheus.CounterVec
@@ -102,12 +105,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "sharedcontent_session_refusals_total",
 		Help: "Session calls refused by reason: late (a renewal or sync arrived more than TTL/3 after it was sent; it extended nothing), duplicate_node (another instance holds a live session under the node ID), root_claimed (the node's shared root is not the cluster's: none where the cluster has one, or another one).",
 	}, []string{"reason"})
+	noSession := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sharedcontent_refs_no_session_total",
+		Help: "References refused (refs/add, a pull's unlock with success; nothing recorded) because their node held no live session: it lapsed, the coordinator restarted or took over, or the node was forgotten. The node opens its session again and retries.",
+	})
 	hashesBuilt := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sharedcontent_hashes_built_total",
 		Help: "The members' reference hashes a coordinator got when it started, by how: walk (every reference read from the store), warm (kept by the standby from etcd's watch; docs/design.md §7.2).",
 	}, []string{"how"})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{requests, handoffs, expiries, wait, hold, depth, members, unsynced, writeFailures, expired, holdsCut, refused, hashesBuilt} {
+		for _, c := range []prometheus.Collector{requests, handoffs, expiries, wait, hold, depth, members, unsynced, writeFailures, expired, holdsCut, refused, noSession, hashesBuilt} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -115,7 +122,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m := &metrics{expiries: expiries, members: members, unsyncedRefusals: unsynced, writeFailures: writeFailures, membersExpired: expired, reapHoldsCut: holdsCut,
 		lateSessions: refused.WithLabelValues("late"), duplicateNodes: refused.WithLabelValues("duplicate_node"),
-		rootClaimed: refused.WithLabelValues("root_claimed"), hashesBuilt: hashesBuilt}
+		rootClaimed: refused.WithLabelValues("root_claimed"), noSessionRefusals: noSession, hashesBuilt: hashesBuilt}
 	for t, name := range typeNames {
 		for res, rn := range resultNames {
 			m.results[t][res] = requests.WithLabelValues(string(name), rn)

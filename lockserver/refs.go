@@ -13,7 +13,8 @@ import (
 // AddRef handles POST /refs/add: it records that node uses the resource
 // (for example a blob it is about to commit). It is refused with
 // api.ErrDeleting while a delete of the resource is in flight, because that
-// delete already decided nobody uses it. The answer has the set's Count,
+// delete already decided nobody uses it, and with api.ErrNoSession unless
+// the node holds a live session (the reference rule, refrule.go). The answer has the set's Count,
 // not its Nodes (api.RefsAddRequest.CountOnly; GET /refs has them).
 func (l *Coordinator) AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
 	return l.addRef(ctx, resourceID, nodeID, false)
@@ -61,7 +62,12 @@ func (l *Coordinator) addRef(ctx context.Context, resourceID, nodeID string, fou
 			}
 		}
 	}
-	l.noteRef(nodeID, resourceID, true)
+	written, err := l.admitRef(nodeID, resourceID, l.now())
+	if err != nil {
+		sh.mu.Unlock()
+		return api.RefsResponse{}, err
+	}
+	defer written()
 	failpoint.Inject(failpoint.CoordAddRefBefore)
 	if done != nil {
 		defer sh.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
@@ -58,9 +59,16 @@ func benchRefsAddRollout(b *testing.B, n int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		l, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(s)})
+		cfg := DefaultConfig()
+		cfg.SessionTTL = time.Hour // outlasts the run
+		l, err := NewCoordinator(cfg, Options{Refs: refcount.NewManager(s)})
 		if err != nil {
 			b.Fatal(err)
+		}
+		for _, node := range nodes { // references only with a session (refrule.go)
+			if _, err := l.Session(ctx, api.SessionRequest{NodeID: node}); err != nil {
+				b.Fatal(err)
+			}
 		}
 		work := make(chan [2]string, refsBenchWorkers)
 		var wg sync.WaitGroup

@@ -43,6 +43,7 @@ func addHeld(t *testing.T) (l *Coordinator, store *heldSubmits, added <-chan err
 	l, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(store)})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
+	syncedNode(t, l, "n1")
 	done := make(chan error, 1)
 	go func() {
 		resp, err := l.AddRef(context.Background(), blob, "n1")
@@ -109,6 +110,7 @@ func TestAddRefRacesDelete(t *testing.T) {
 	l, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(s)})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
+	members(t, l, "adder")
 	const rounds = 200
 	for i := range rounds {
 		id := fmt.Sprintf("sha256:race-%d", i)

@@ -50,6 +50,17 @@ func syncedNode(t *testing.T, l *Coordinator, node string, ids ...string) api.Se
 	return a
 }
 
+// members makes each node a synced member with a live session
+// (syncedNode, no references): the coordinator records references only
+// for such a node (the reference rule, refrule.go), as it is for a node's
+// daemon once started.
+func members(t *testing.T, l *Coordinator, nodes ...string) {
+	t.Helper()
+	for _, n := range nodes {
+		syncedNode(t, l, n)
+	}
+}
+
 func synced(t *testing.T, l *Coordinator, node string) bool {
 	t.Helper()
 	nodes, err := l.Nodes(context.Background())

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -279,12 +280,20 @@ func TestEtcdMemberLoss(t *testing.T) {
 }
 
 // cycleAndAdd is a lock cycle on resource, then a reference added to it
-// and read back.
+// and read back. A reference refused for want of a session (the first
+// call, a new leader) opens the session, then is retried, as a node's
+// daemon does (docs/design.md §8.4).
 func cycleAndAdd(ctx context.Context, client *lockclient.Client, resource string) error {
 	if err := tryLockCycle(ctx, client, resource); err != nil {
 		return err
 	}
-	if _, err := client.AddRef(ctx, resource); err != nil {
+	_, err := client.AddRef(ctx, resource)
+	if errors.Is(err, api.ErrNoSession) {
+		if _, err = client.Session(ctx, api.SessionRequest{}); err == nil {
+			_, err = client.AddRef(ctx, resource)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("add a reference to %s: %w", resource, err)
 	}
 	refs, err := client.Refs(ctx, resource)

@@ -39,6 +39,7 @@ var refusals = []struct{ from, to error }{
 	{lockclient.ErrLate, contentv2.ErrLate},
 	{lockclient.ErrDuplicateNode, contentv2.ErrDuplicateNode},
 	{lockclient.ErrRootClaimed, contentv2.ErrRootClaimed},
+	{lockclient.ErrNoSession, contentv2.ErrNoSession},
 	{api.ErrForbidden, contentv2.ErrForbidden},
 }
 

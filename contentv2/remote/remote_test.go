@@ -229,3 +229,26 @@ func TestExpireMember(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, slices.ContainsFunc(ms.Nodes, func(m contentv2.MemberInfo) bool { return m.ID == "node-2" }))
 }
+
+// TestAddRefWithoutSession: a reference of a node that holds no live
+// session is refused as contentv2.ErrNoSession (the coordinator's
+// no_session, kept as the cause), recording nothing; once the node has
+// opened its session the same call is recorded.
+func TestAddRefWithoutSession(t *testing.T) {
+	ctx := context.Background()
+	coord := start(t)
+	n := node(t, coord, "node-1")
+	d := blobDigest(1)
+	err := n.AddRef(ctx, d, false)
+	require.ErrorIs(t, err, contentv2.ErrNoSession)
+	require.ErrorIs(t, err, lockclient.ErrNoSession, "the cause is kept")
+	rc, err := coord.Core().Refs(ctx, d.String())
+	require.NoError(t, err)
+	require.Empty(t, rc.Nodes, "nothing recorded")
+
+	join(t, n, "i1")
+	require.NoError(t, n.AddRef(ctx, d, false))
+	rc, err = coord.Core().Refs(ctx, d.String())
+	require.NoError(t, err)
+	require.Equal(t, []string{"node-1"}, rc.Nodes)
+}

@@ -585,6 +585,7 @@ const (
 	CodeDuplicateNode       = "duplicate_node"
 	CodeRootClaimed         = "root_claimed"
 	CodeNotLeader           = "not_leader"
+	CodeNoSession           = "no_session"
 )
 
 // ErrorResponse is the body of every 4xx/5xx answer.

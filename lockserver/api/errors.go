@@ -74,6 +74,11 @@ var (
 	// ErrNotLeader: this replica is a standby (docs/design.md §7); the
 	// leader, when known, is named by a *NotLeaderError.
 	ErrNotLeader = newSentinel("lock: not the leader", errdefs.ErrUnavailable)
+	// ErrNoSession: a reference was refused because its node holds no
+	// live session (docs/design.md §8.4): it lapsed, the coordinator
+	// restarted or failed over, or the node was forgotten. Nothing was
+	// recorded; the node opens its session again, then retries.
+	ErrNoSession = newSentinel("lock: no live session", errdefs.ErrFailedPrecondition)
 )
 
 // sentinel is a protocol outcome of an errdefs class.
@@ -115,6 +120,7 @@ var codes = []struct {
 	{ErrForbidden, CodeForbidden, http.StatusForbidden},
 	{ErrUnsupportedProtocol, CodeUnsupportedProtocol, http.StatusBadRequest},
 	{ErrNotLeader, CodeNotLeader, http.StatusServiceUnavailable},
+	{ErrNoSession, CodeNoSession, http.StatusConflict},
 }
 
 // HTTPStatus returns the HTTP status and code for err. Errors that match no

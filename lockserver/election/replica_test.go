@@ -93,12 +93,20 @@ func TestFencedCommitStepsDown(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := cli.Delete(ctx, prefix+"leader/", clientv3.WithPrefix())
+	// node-a holds a session, so that its reference is a write (one
+	// without is refused before it writes: docs/design.md §8.4).
+	session, err := json.Marshal(api.SessionRequest{NodeID: "node-a"})
+	require.NoError(t, err)
+	resp, err := http.Post(url+"/nodes/session", "application/json", bytes.NewReader(session))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_, err = cli.Delete(ctx, prefix+"leader/", clientv3.WithPrefix())
 	require.NoError(t, err)
 
 	body, err := json.Marshal(api.RefsAddRequest{ResourceID: "blob-fenced", NodeID: "node-a"})
 	require.NoError(t, err)
-	resp, err := http.Post(url+"/refs/add", "application/json", bytes.NewReader(body))
+	resp, err = http.Post(url+"/refs/add", "application/json", bytes.NewReader(body))
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	_, _ = buf.ReadFrom(resp.Body)

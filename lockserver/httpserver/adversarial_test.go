@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/members"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -141,6 +142,7 @@ func TestAttackLeaseTheftByStatus(t *testing.T) {
 // success with its lease.
 func TestAttackReleaseOthersLease(t *testing.T) {
 	p := startPeers(t)
+	members.Open(t, p.Coordinator, "node-a")
 	a := p.lock(t, "node-a", "node-a")
 	for _, req := range []api.UnlockRequest{
 		{Type: api.OperationPull, ResourceID: blob, LeaseID: a.LeaseID, Success: true},                    // node_id filled in: mallory
@@ -187,6 +189,7 @@ func TestAttackCancelOthersRequest(t *testing.T) {
 // node_id=X and strip X's references, or sync X's references away.
 func TestAttackActAsAnotherNode(t *testing.T) {
 	p := startPeers(t)
+	members.Open(t, p.Coordinator, "node-a")
 	code, body := p.call(t, "node-a", http.MethodPost, "/refs/add", nil, api.RefsAddRequest{ResourceID: blob, NodeID: "node-a"})
 	require.Equal(t, http.StatusOK, code, string(body))
 
@@ -222,6 +225,7 @@ func TestAttackActAsAnotherNode(t *testing.T) {
 // ignored now; duplicates and wrong types are still refused.
 func TestAttackUnknownMemberRefused(t *testing.T) {
 	p := startPeers(t)
+	members.Open(t, p.Coordinator, "node-a")
 	a := p.lock(t, "node-a", "node-a")
 	body := `{"type":"pull","resource_id":"` + blob + `","lease_id":"` + a.LeaseID + `","node_id":"node-a","success":true,"added_in_v9":{"x":[1]}}`
 	code, out := p.call(t, "node-a", http.MethodPost, "/unlock", nil, body)

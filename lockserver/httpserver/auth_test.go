@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/members"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
@@ -91,6 +92,7 @@ func TestSharedTokenWithNodeIdentitiesRefused(t *testing.T) {
 	}
 
 	l := newTestCoordinator(t)
+	members.Open(t, l, "node-a")
 	url := serveHandler(t, NewHandler(l, WithBearerToken("shared"), WithNodeTokens(map[string]string{"tok-a": "node-a"})))
 	code, body := post(t, url, "/refs/add", api.RefsAddRequest{ResourceID: blob, NodeID: "node-a"}, "Authorization", "Bearer tok-a")
 	require.Equal(t, http.StatusOK, code, string(body))

@@ -53,6 +53,10 @@ func TestFullDisk(t *testing.T) {
 }
 
 func checkFullDisk(t *testing.T, base string, fill, free func()) {
+	// n1 holds a session, as its daemon does: a pull's unlock records
+	// its reference only then (docs/design.md §8.4).
+	code, body := post(t, base, "/nodes/session", api.SessionRequest{NodeID: "n1"})
+	require.Equal(t, http.StatusOK, code, string(body))
 	// grant locks res for n1, with n2 queued behind it; false when the
 	// database refused the grant's write (a pull's lease is recorded
 	// before it is answered: docs/design.md §3.7).
@@ -75,7 +79,7 @@ func checkFullDisk(t *testing.T, base string, fill, free func()) {
 	// fences) and creates the database's buckets.
 	warm, _, ok := grant("sha256:warm")
 	require.True(t, ok)
-	code, body := post(t, base, "/unlock", api.UnlockRequest{Type: api.OperationPull, ResourceID: "sha256:warm", LeaseID: warm.LeaseID, Success: true})
+	code, body = post(t, base, "/unlock", api.UnlockRequest{Type: api.OperationPull, ResourceID: "sha256:warm", LeaseID: warm.LeaseID, Success: true})
 	require.Equal(t, http.StatusOK, code, string(body))
 	resource := func(i int) string { return fmt.Sprintf("sha256:%064x", i) }
 	res := resource(0)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/members"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
@@ -20,6 +21,7 @@ import (
 // answered at once (docs/design.md §10, "Unlocks first").
 func TestLanesServeUnlocksFirst(t *testing.T) {
 	l := newTestCoordinator(t)
+	members.Open(t, l, "node-a")
 	h := NewHandler(l, WithBulkSlots(1))
 	url := serveHandler(t, h)
 	held := mustLock(t, l, api.OperationPull, "node-a")
@@ -92,6 +94,7 @@ func TestLanesAddGivesBackItsSlot(t *testing.T) {
 	l, err := lockserver.NewCoordinator(lockserver.DefaultConfig(), lockserver.Options{Refs: refcount.NewManager(store)})
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
+	members.Open(t, l, "node-a")
 	h := NewHandler(l, WithBulkSlots(1))
 	url := serveHandler(t, h)
 	added := postAsync(url, "/refs/add", api.RefsAddRequest{ResourceID: blob, NodeID: "node-a"})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/members"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -17,6 +18,7 @@ import (
 // nodes of the old one; every answer names the coordinator's cluster.
 func TestWrongClusterChangesNothing(t *testing.T) {
 	ts := startServer(t, t.TempDir())
+	members.Open(t, ts.Coordinator, "n1")
 	c := ts.Coordinator.Cluster()
 	_, err := ts.Coordinator.AddRef(context.Background(), blob, "n1")
 	require.NoError(t, err)
@@ -31,11 +33,12 @@ func TestWrongClusterChangesNothing(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, c.ClusterID+"/1", resp.Header.Get(api.ClusterHeader))
 
-	_, err = ts.Coordinator.Session(context.Background(), api.SessionRequest{NodeID: "n1", ClusterID: "other"})
+	_, err = ts.Coordinator.Session(context.Background(), api.SessionRequest{NodeID: "n2", ClusterID: "other"})
 	require.ErrorIs(t, err, api.ErrWrongCluster)
 	nodes, err := ts.Coordinator.Nodes(context.Background())
 	require.NoError(t, err)
-	require.Empty(t, nodes.Nodes, "a refused session makes no member")
+	require.Len(t, nodes.Nodes, 1, "a refused session makes no member")
+	require.Equal(t, "n1", nodes.Nodes[0].NodeID)
 }
 
 // TestAdoptAndForget: a coordinator that lost its database adopts the
@@ -54,16 +57,25 @@ func TestAdoptAndForget(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, string(body))
 	require.Equal(t, "the-roots-cluster", ts.Coordinator.Cluster().ClusterID)
 
+	// n2 came back once, referenced a blob, and left (its session
+	// ended: a member, unsynced, with a reference).
+	ctx := context.Background()
+	_, err := ts.Coordinator.Session(ctx, api.SessionRequest{NodeID: "n2", InstanceID: "i2"})
+	require.NoError(t, err)
+	_, err = ts.Coordinator.AddRef(ctx, "sha256:n2s", "n2")
+	require.NoError(t, err)
+	end, err := ts.Coordinator.EndSession(ctx, api.EndSessionRequest{NodeID: "n2", InstanceID: "i2"})
+	require.NoError(t, err)
+	require.True(t, end.Ended)
+
 	session(t, ts.Coordinator, "n1")
 	syncRefs(t, ts.Coordinator, "n1", "s", true)
-	_, err := ts.Coordinator.Lock(context.Background(), lockReq(api.OperationDelete, "n1"))
+	_, err = ts.Coordinator.Lock(ctx, lockReq(api.OperationDelete, "n1"))
 	var ue *api.UnsyncedError
 	require.ErrorAs(t, err, &ue)
-	require.Equal(t, []string{"n2"}, ue.Nodes, "the adopted member that never came back")
+	require.Equal(t, []string{"n2"}, ue.Nodes, "the adopted member that is away")
 
 	// n2 is gone for good: forget it.
-	_, err = ts.Coordinator.AddRef(context.Background(), "sha256:n2s", "n2")
-	require.NoError(t, err)
 	forget := func(node string) int {
 		req, _ := http.NewRequest(http.MethodDelete, ts.url+"/nodes/"+url.PathEscape(node), nil)
 		req.Header.Set("Authorization", "Bearer admin-secret")

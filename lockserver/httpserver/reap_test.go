@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/members"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
@@ -73,8 +74,11 @@ func (p *peers) unlock(t *testing.T, who string, typ api.OperationType, id strin
 	require.Equal(t, http.StatusOK, code, string(body))
 }
 
+// addRef adds who's reference to id, who holding a live session and
+// synced, as its daemon does.
 func (p *peers) addRef(t *testing.T, who, id string) {
 	t.Helper()
+	members.Open(t, p.Coordinator, who)
 	code, body := p.call(t, who, http.MethodPost, "/refs/add", nil, api.RefsAddRequest{ResourceID: id, NodeID: who})
 	require.Equal(t, http.StatusOK, code, string(body))
 }
@@ -235,6 +239,7 @@ func TestReapGrace(t *testing.T) {
 		api.LockRequest{Type: api.OperationDelete, ResourceID: pulled, NodeID: "node-a", RequestID: "reap-1", Reap: api.ReapDangling, Wait: &wait})
 	require.Equal(t, http.StatusOK, code, string(body))
 	require.True(t, decodeAs[api.LockResponse](t, body).Queued, string(body))
+	members.Open(t, p.Coordinator, "node-c") // its session, as its daemon holds it
 	p.unlock(t, "node-c", api.OperationPull, pulled, pull, true)
 	p.requireNoDelete(t, pulled)
 	p.requireRefs(t, pulled, []string{"node-c"}, "the pull's reference is intact")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/members"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -19,6 +20,7 @@ import (
 // in the lines form; any other form gets JSON. Both forms page the same.
 func TestRefsListForms(t *testing.T) {
 	ts := startServer(t, t.TempDir())
+	members.Open(t, ts.Coordinator, "node-a", "node-b")
 	ctx := context.Background()
 	status, body := get(t, ts.url, "/refs/list", nil)
 	require.Equal(t, http.StatusOK, status, string(body))

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/members"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
@@ -115,6 +116,7 @@ func decodeAs[T any](t *testing.T, b []byte) T {
 
 func TestHTTPLockUnlock(t *testing.T) {
 	ts := startServer(t, t.TempDir())
+	members.Open(t, ts.Coordinator, "n1", "n2")
 	code, body := post(t, ts.url, "/lock", api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n1", RequestID: "r1"})
 	require.Equal(t, http.StatusOK, code, string(body))
 	a := decodeAs[api.LockResponse](t, body)
@@ -156,6 +158,7 @@ func TestHTTPLockUnlock(t *testing.T) {
 
 func TestHTTPBadInput(t *testing.T) {
 	ts := startServer(t, t.TempDir())
+	members.Open(t, ts.Coordinator, "n1", "other")
 	held := decodeAs[api.LockResponse](t, func() []byte {
 		_, b := post(t, ts.url, "/lock", api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n1"})
 		return b
@@ -303,6 +306,7 @@ func subscribeHTTP(t *testing.T, ts *testServer, q url.Values) (<-chan sseEvent,
 
 func TestHTTPSubscribe(t *testing.T) {
 	ts := startServer(t, t.TempDir())
+	members.Open(t, ts.Coordinator, "n1", "n2")
 	lock := func(node, rid string) api.LockResponse {
 		_, b := post(t, ts.url, "/lock", api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: node, RequestID: rid})
 		return decodeAs[api.LockResponse](t, b)
@@ -349,6 +353,7 @@ func TestHTTPSubscribe(t *testing.T) {
 func TestRestartKeepsRefsAndFences(t *testing.T) {
 	dir := t.TempDir()
 	ts := startServer(t, dir)
+	members.Open(t, ts.Coordinator, "n1", "n2")
 	var lastFence uint64
 	for i := range 3 {
 		id := fmt.Sprintf("sha256:%d", i)

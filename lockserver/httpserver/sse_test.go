@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/members"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
@@ -93,6 +94,7 @@ func TestStreamGivesConnectionBack(t *testing.T) {
 // queued, gets its outcome, and the request is answered after the stream.
 func TestStreamPipelinedRequestWaits(t *testing.T) {
 	ts := startServer(t, t.TempDir())
+	members.Open(t, ts.Coordinator, "n1", "n2")
 	ctx := context.Background()
 	held, err := ts.Coordinator.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n1"})
 	require.NoError(t, err)

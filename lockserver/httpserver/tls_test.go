@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/members"
 	"github.com/sharedcontent/sharedcontent/internal/testutil/testca"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
@@ -80,6 +81,7 @@ func TestMutualTLSNodeIdentity(t *testing.T) {
 		c.TLSClientCA = testca.WriteFile(t, dir, "ca.crt", ca.PEM)
 		c.TLSNodeIdentity = true
 	})
+	members.Open(t, ts.Coordinator, "node-a", "node-c")
 	base := strings.Replace(ts.url, "http://", "https://", 1)
 	client := func(certPEM, keyPEM []byte) *http.Client {
 		tc := &tls.Config{RootCAs: ca.Pool()}

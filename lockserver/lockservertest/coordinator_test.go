@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/members"
 	"github.com/sharedcontent/sharedcontent/internal/testutil/testca"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
@@ -49,6 +50,7 @@ func TestStartRestartWipe(t *testing.T) {
 	require.Equal(t, "http://"+c.Addr(), c.URL())
 	require.Equal(t, http.StatusOK, get(t, http.DefaultClient, c.URL()+"/refs?resource_id="+blob, ""))
 	require.Positive(t, c.Accepted())
+	members.Open(t, c.Core(), "node-a")
 	_, err := c.Core().AddRef(ctx, blob, "node-a")
 	require.NoError(t, err)
 	cluster := c.Core().Cluster()
@@ -112,6 +114,7 @@ func TestTLS(t *testing.T) {
 func TestDataDir(t *testing.T) {
 	ctx := context.Background()
 	first := lockservertest.Start(t)
+	members.Open(t, first.Core(), "node-a")
 	_, err := first.Core().AddRef(ctx, blob, "node-a")
 	require.NoError(t, err)
 	first.Stop()
@@ -126,6 +129,7 @@ func TestDataDir(t *testing.T) {
 func TestNodeTokens(t *testing.T) {
 	c := lockservertest.Start(t, lockservertest.WithNodeTokens(map[string]string{"node-a": "tok-a", "node-b": "tok-b"}))
 	require.NotEmpty(t, c.Config().NodeTokensFile)
+	members.Open(t, c.Core(), "node-a", "node-b")
 	require.Equal(t, http.StatusUnauthorized, call(t, http.DefaultClient, http.MethodPost, c.URL()+"/refs/add", "", refsAdd("node-a")))
 	require.Equal(t, http.StatusOK, call(t, http.DefaultClient, http.MethodPost, c.URL()+"/refs/add", "tok-a", refsAdd("node-a")))
 	require.Equal(t, http.StatusForbidden, call(t, http.DefaultClient, http.MethodPost, c.URL()+"/refs/add", "tok-b", refsAdd("node-a")))
@@ -136,6 +140,7 @@ func TestNodeTokens(t *testing.T) {
 func TestNodeIdentity(t *testing.T) {
 	c := lockservertest.Start(t, lockservertest.WithNodeIdentity(testca.New(t)))
 	require.True(t, c.Config().TLSNodeIdentity)
+	members.Open(t, c.Core(), "node-a", "node-b")
 	client := func(tc *tls.Config) *http.Client {
 		tr := &http.Transport{TLSClientConfig: tc}
 		t.Cleanup(tr.CloseIdleConnections)
@@ -154,6 +159,7 @@ func TestNodeIdentity(t *testing.T) {
 // Handler answers over HTTP.
 func TestNewCoordinatorAndServeHandler(t *testing.T) {
 	l := lockservertest.NewCoordinator(t)
+	members.Open(t, l, "node-a")
 	_, err := l.AddRef(context.Background(), blob, "node-a")
 	require.NoError(t, err)
 	url := lockservertest.ServeHandler(t, httpserver.NewHandler(l), nil)
