@@ -37,7 +37,10 @@ func holdAcross(t *testing.T, req lockclient.LockRequest, sig syscall.Signal) he
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	h.ctx = ctx
-	var err error
+	// node-a is a member with a live session, as a node's daemon is: the
+	// coordinator records a use only for such a node (docs/design.md §8.4).
+	_, err := h.holder.Session(ctx, api.SessionRequest{NodeID: "node-a"})
+	require.NoError(t, err)
 	h.held, err = h.holder.Lock(ctx, req)
 	require.NoError(t, err)
 	require.True(t, h.held.Acquired, "%+v", h.held)
@@ -75,6 +78,11 @@ func TestPullLeaseAcrossKill(t *testing.T) {
 		t.Fatalf("node-a's lease was lost across the failover: %v", h.held.Lease.Err())
 	default:
 	}
+	// A new leader holds no live session until each node renews (§8.4);
+	// node-a's daemon renews on its own schedule, or at once when its
+	// unlock is refused no_session.
+	_, err = h.holder.Session(ctx, api.SessionRequest{NodeID: "node-a"})
+	require.NoError(t, err, "node-a renews its session on the new leader")
 	require.NoError(t, h.holder.Unlock(ctx, h.held.Lease, true, nil), "node-a's unlock on the new leader")
 	res := <-queued
 	require.NoError(t, res.Error)
