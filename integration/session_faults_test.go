@@ -312,7 +312,9 @@ func TestFaultForgottenNodeReturns(t *testing.T) {
 	require.NoError(t, n1.pullImage(time.Minute, imgA))
 	require.NoError(t, n3.pullImage(time.Minute, imgA))
 	require.NoError(t, n3.pullImage(time.Minute, imgB))
-	e.coord.waitSynced(t, "node-1", "node-3")
+	// Node 3 must know it is a member before it is cut off, or it cannot
+	// tell it was forgotten (faultEnv.waitSynced).
+	e.waitSynced(t, "node-1", "node-3")
 
 	n3.proxy.Cut()
 	require.Eventually(t, func() bool { return e.coord.admin.Forget(context.Background(), "node-3") == nil },
@@ -327,7 +329,7 @@ func TestFaultForgottenNodeReturns(t *testing.T) {
 	require.NotEmpty(t, gone, "node 1's GC deleted image B's blobs while node 3 was forgotten")
 
 	n3.proxy.Reconnect()
-	e.coord.waitSynced(t, "node-1", "node-3")
+	e.waitSynced(t, "node-1", "node-3")
 	require.Equal(t, 1.0, n3.counter("sharedcontent_store_forgotten_total"), "node 3 says it was forgotten")
 	require.Equal(t, float64(len(gone)), n3.counter("sharedcontent_store_forgotten_lost_blobs_total"), "and reports the blobs that are gone")
 	e.requireRefs(t, ctx, imgA, "node-1", "node-3")
