@@ -71,9 +71,9 @@ type options struct {
 	embedded                             httpserver.Config
 }
 
-func parse(args []string) (options, error) {
+// flags returns the command's flag set, writing into o.
+func flags(o *options) *flag.FlagSet {
 	hostname, _ := os.Hostname()
-	o := options{embedded: httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: defaultDataDir}}
 	fs := flag.NewFlagSet("containerd-sharedcontent", flag.ContinueOnError)
 	fs.Usage = cli.Usage(fs, "usage: containerd-sharedcontent --root DIR [flags]")
 	fs.String(cli.ConfigFlag, "", "TOML config file; its keys are the flag names")
@@ -100,6 +100,12 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.containerdAddress, "containerd-address", reannounce.DefaultAddress, "containerd's API socket: once serving, and each time containerd restarts, announce every image to it so that CRI reloads those it could not read while this daemon was down (empty: off)")
 	fs.StringVar(&o.containerdNS, "containerd-namespace", reannounce.DefaultNamespace, "the containerd namespace whose images --containerd-address announces (CRI's is k8s.io; empty: every namespace)")
 	httpserver.RegisterFlags(fs, &o.embedded)
+	return fs
+}
+
+func parse(args []string) (options, error) {
+	o := options{embedded: httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: defaultDataDir}}
+	fs := flags(&o)
 	if err := cli.Parse(fs, args); err != nil {
 		return o, err
 	}
