@@ -67,7 +67,7 @@ func TestCoordinatorURLWithoutScheme(t *testing.T) {
 func TestRootMissing(t *testing.T) {
 	server, _ := setup(t)
 	missing := filepath.Join(t.TempDir(), "nonexistent")
-	for _, cmd := range [][]string{{"du"}, {"reap", "--dry-run"}} {
+	for _, cmd := range [][]string{{"du"}, {"reap", "--dry-run"}, {"refs", used}} {
 		err := run(append([]string{"--coordinator", server, "--root", missing}, cmd...), &bytes.Buffer{}, io.Discard)
 		require.ErrorContains(t, err, "--root "+missing)
 		require.ErrorIs(t, err, os.ErrNotExist)
