@@ -24,10 +24,16 @@ $(BINARIES):
 # (internal/testutil/etcdtest) from the etcd binary that `make etcd`
 # builds, named by SHAREDCONTENT_ETCD (a plain `go test` finds bin/etcd
 # itself); without it they fail, unless SHAREDCONTENT_SKIP_ETCD=1.
+#
+# All three run even when one fails; make fails after them, naming the
+# ones that failed. A test's in-process daemon logs are shown only if it
+# fails (internal/testutil/logbuf; SHAREDCONTENT_TEST_LOGS=1 shows all).
 test: etcd
-	SHAREDCONTENT_ETCD=$(ETCD) $(GO) test -race -count=1 -timeout 15m $(PKGS)
-	cd deploy/check && $(GO) test -race -count=1 -timeout 5m ./...
-	cd deploy/tools && $(GO) test -race -count=1 -timeout 5m ./...
+	@failed=; \
+	  SHAREDCONTENT_ETCD=$(ETCD) $(GO) test -race -count=1 -timeout 15m $(PKGS) || failed="$$failed main-module"; \
+	  (cd deploy/check && $(GO) test -race -count=1 -timeout 5m ./...) || failed="$$failed deploy/check"; \
+	  (cd deploy/tools && $(GO) test -race -count=1 -timeout 5m ./...) || failed="$$failed deploy/tools"; \
+	  if [ -n "$$failed" ]; then echo "make test: FAILED in:$$failed"; exit 1; fi
 
 # The etcd server of the tests, built from the Go module proxy at the
 # version internal/testutil/etcdtest/tools/go.mod pins (a module of its

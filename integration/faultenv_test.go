@@ -23,6 +23,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/contentv2/contentv2test"
 	"github.com/sharedcontent/sharedcontent/contentv2/remote"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/logbuf"
 	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
@@ -129,6 +130,29 @@ func (c *coordinator) waitSynced(t testing.TB, ids ...string) {
 		20*time.Second, 20*time.Millisecond, "every member synced (%v)", ids)
 }
 
+// waitSynced waits until the coordinator shows every member synced, ids
+// included (coordinator.waitSynced), and each running node of ids knows
+// it: its own sharedcontent_store_synced is 1, set once the answer that
+// completed its sync arrived and its journal recorded it as a member.
+// The coordinator marks a node synced before that answer reaches it; a
+// test that cuts a node off right after coordinator.waitSynced may lose
+// the answer, and the node then does not know it was a member (it cannot
+// tell, later, that it was forgotten).
+func (e *faultEnv) waitSynced(t testing.TB, ids ...string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		if !e.coord.allSynced(context.Background(), ids...) {
+			return false
+		}
+		for _, n := range e.nodes {
+			if n.Up() && slices.Contains(ids, n.id) && n.counter("sharedcontent_store_synced") != 1 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 20*time.Millisecond, "every member synced, and %v know it", ids)
+}
+
 // faultNode is one node of a faultEnv: its containerd metadata and store,
 // its lock client, and its own way (a proxy) to the coordinator.
 type faultNode struct {
@@ -155,6 +179,7 @@ type faultEnv struct {
 
 func newFaultEnv(t testing.TB, cfg lockserver.Config) *faultEnv {
 	t.Helper()
+	logbuf.ShowOnFailure(t) // first: the registry's and nodes' cleanups log into it too
 	reg, err := registry.Start()
 	require.NoError(t, err)
 	t.Cleanup(func() { reg.Close() })

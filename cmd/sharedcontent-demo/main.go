@@ -2,8 +2,11 @@
 // install: an in-process OCI registry holding a generated image, the
 // embedded coordinator, and N containerd nodes (containerd's metadata store
 // over a contentv2 store) sharing one temporary content directory. Every
-// node pulls the image at once; the demo shows live progress and ends with
-// how often each blob was downloaded.
+// node pulls the image at once; the demo shows live progress and how often
+// each blob was downloaded (once). Then the second promise: the first node
+// removes the image and runs containerd's garbage collection, and every
+// other node still reads every blob, whose files stay in the shared
+// directory.
 package main
 
 import (
@@ -12,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -21,6 +25,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 
@@ -33,7 +38,11 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	f, err := parseFlags()
+	if err == nil {
+		err = run(f)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "sharedcontent-demo:", err)
 		os.Exit(1)
 	}
@@ -58,11 +67,8 @@ func parseFlags() (demoFlags, error) {
 	return f, nil
 }
 
-func run() error {
-	f, err := parseFlags()
-	if err != nil {
-		return err
-	}
+// run runs the demo; an error if a promise does not hold.
+func run(f demoFlags) error {
 	log.SetLevel("error")
 	ctx := contentv2test.Context(context.Background())
 
@@ -102,6 +108,50 @@ func run() error {
 		return err
 	}
 	report(ns, reg, img, p)
+	return collectOnOne(ctx, ns, root, img)
+}
+
+// collectOnOne shows that one node's garbage collection deletes nothing
+// another node uses: every node records the image (as ctr images pull
+// does; the blobs are already there), the first one removes it and runs
+// containerd's GC, which drops every blob from its metadata and offers each
+// to the store's Delete; the others still read every blob back, and every
+// file stays. Stock containerd on a shared directory would delete them.
+func collectOnOne(ctx context.Context, ns []*contentv2test.Node, root string, img registry.Image) error {
+	if len(ns) < 2 {
+		return nil
+	}
+	for _, n := range ns {
+		if _, err := n.PullImage(ctx, img.Ref); err != nil {
+			return fmt.Errorf("%s: recording the image: %w", n.ID, err)
+		}
+	}
+	a, others := ns[0], ns[1:]
+	if err := a.RemoveImage(ctx, img.Ref); err != nil {
+		return err
+	}
+	if _, err := a.DB.GarbageCollect(ctx); err != nil {
+		return fmt.Errorf("%s: garbage collection: %w", a.ID, err)
+	}
+	descs := img.Descriptors()
+	for _, d := range descs {
+		if _, err := a.CS.Info(ctx, d.Digest); !errdefs.IsNotFound(err) {
+			return fmt.Errorf("%s still records blob %s after removing the image and collecting (%v)", a.ID, d.Digest, err)
+		}
+		if _, err := os.Stat(filepath.Join(root, "blobs", d.Digest.Algorithm().String(), d.Digest.Encoded())); err != nil {
+			return fmt.Errorf("%s's garbage collection deleted blob %s, which the other nodes use: %w", a.ID, d.Digest, err)
+		}
+	}
+	if err := verify(ctx, others, img); err != nil {
+		return fmt.Errorf("after %s's garbage collection: %w", a.ID, err)
+	}
+	var ids []string
+	for _, n := range others {
+		ids = append(ids, n.ID)
+	}
+	fmt.Printf("\n%s removed the image and ran containerd's garbage collection: it dropped all %d blobs from its metadata;\n"+
+		"all %d files stay in the shared directory, and %s read every blob back (digest verified)\n",
+		a.ID, len(descs), len(descs), strings.Join(ids, ", "))
 	return nil
 }
 

@@ -44,10 +44,8 @@ type options struct {
 	listen, logLevel string
 }
 
-// parse reads the command line (flags, environment, config file); a
-// request for help is flag.ErrHelp.
-func parse(args []string) (options, error) {
-	o := options{cfg: httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: defaultDataDir}, etcd: election.DefaultOptions()}
+// flags returns the command's flag set, writing into o.
+func flags(o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet("sharedcontent-lockserver", flag.ContinueOnError)
 	fs.Usage = cli.Usage(fs, "usage: sharedcontent-lockserver [flags]")
 	fs.String(cli.ConfigFlag, "", "TOML config file; its keys are the flag names")
@@ -55,6 +53,14 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	httpserver.RegisterFlags(fs, &o.cfg)
 	election.RegisterFlags(fs, &o.etcd)
+	return fs
+}
+
+// parse reads the command line (flags, environment, config file); a
+// request for help is flag.ErrHelp.
+func parse(args []string) (options, error) {
+	o := options{cfg: httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: defaultDataDir}, etcd: election.DefaultOptions()}
+	fs := flags(&o)
 	if err := cli.Parse(fs, args); err != nil {
 		return o, err
 	}

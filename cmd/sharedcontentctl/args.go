@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 )
 
@@ -105,7 +106,22 @@ func parseArgs(args []string, errOut io.Writer) (*invocation, error) {
 		}
 	}
 	inv.args = positional
+	if err := checkCoordinatorURLs(inv.server); err != nil {
+		return nil, err
+	}
 	return inv, nil
+}
+
+// checkCoordinatorURLs refuses a --coordinator whose URLs do not name
+// their scheme ("c0:8642" would be read as a scheme "c0").
+func checkCoordinatorURLs(server string) error {
+	for _, u := range strings.Split(server, ",") {
+		u = strings.TrimSpace(u)
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return fmt.Errorf("--coordinator %q: coordinator URL must start with http:// or https://: %w", u, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
 }
 
 // checkDigest refuses a first argument that is not a digest.
@@ -144,7 +160,7 @@ func (inv *invocation) flagSet(name string, errOut io.Writer) *flag.FlagSet {
 		}
 		return nil
 	})
-	fs.StringVar(&inv.tokenFile, "token-file", or(inv.tokenFile, os.Getenv("SHAREDCONTENT_TOKEN_FILE")), "file with the bearer token (admin token for adopt and forget)")
+	fs.StringVar(&inv.tokenFile, "token-file", or(inv.tokenFile, os.Getenv("SHAREDCONTENT_TOKEN_FILE")), "file with the bearer token (env SHAREDCONTENT_TOKEN_FILE): the coordinator's admin token (its --admin-token-file), which every command takes and forget, release and adopt need; a coordinator with node tokens answers no call without a token. Without node or admin tokens: its --token-file")
 	fs.StringVar(&inv.output, "o", or(inv.output, "table"), "output: table or json")
 	fs.StringVar(&inv.root, "root", inv.root, "the shared content directory, for refs, du, reap, doctor and cluster adopt (env SHAREDCONTENT_ROOT)")
 	return fs

@@ -323,12 +323,15 @@ func (d *doctorRun) differ(cfg *containerdConfig, path, diff string) {
 		d.ok("transfer unpack differ", "every unpack_config entry (%d) uses %s", len(unpack), diff)
 	}
 
-	def, _ := cfg.plugin(diffService, "default").([]any)
-	if len(def) > 0 && def[0] == diff {
+	fix := fmt.Sprintf("add to %s:\n  [plugins.'%s']\n    default = [%q, \"walking\"]", path, diffService, diff)
+	def, set := cfg.plugin(diffService, "default").([]any)
+	switch {
+	case !set:
+		d.problem("diff service default", fmt.Sprintf("%s has no [plugins.'%s'] default: clients that unpack themselves (ctr images pull --local) use containerd's own differ", path, diffService), fix)
+	case len(def) > 0 && def[0] == diff:
 		d.ok("diff service default", "default = %v: %s first", def, diff)
-	} else {
-		d.problem("diff service default", fmt.Sprintf("[plugins.'%s'] default = %v: %s is not first, so clients that unpack themselves (ctr images pull --local) use another differ", diffService, def, diff),
-			fmt.Sprintf("add to %s:\n  [plugins.'%s']\n    default = [%q, \"walking\"]", path, diffService, diff))
+	default:
+		d.problem("diff service default", fmt.Sprintf("[plugins.'%s'] default = %v: %s is not first, so clients that unpack themselves (ctr images pull --local) use another differ", diffService, def, diff), fix)
 	}
 }
 

@@ -253,6 +253,13 @@ func TestDoctorBrokenConfig(t *testing.T) {
 		fix:      map[string]string{"diff service default": "[plugins.'io.containerd.service.v1.diff-service']\n    default = [\"sharedcontent-diff\", \"walking\"]"},
 		inFile:   true,
 	}, {
+		name:     "no diff service table",
+		config:   without(t, good, "[plugins.'io.containerd.service.v1.diff-service']\n  "+diffDefault+"\n"),
+		problems: []string{"diff service default"},
+		message:  map[string]string{"diff service default": "has no [plugins.'io.containerd.service.v1.diff-service'] default"},
+		fix:      map[string]string{"diff service default": "[plugins.'io.containerd.service.v1.diff-service']\n    default = [\"sharedcontent-diff\", \"walking\"]"},
+		inFile:   true,
+	}, {
 		name:     "isolated policy",
 		config:   good + "\n[plugins.'io.containerd.metadata.v1.bolt']\n  content_sharing_policy = \"isolated\"\n",
 		problems: []string{"content sharing policy"},

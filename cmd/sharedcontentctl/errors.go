@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/errdefs"
+
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -61,4 +63,19 @@ func checkCoordinator(ctx context.Context, server string, err error) error {
 		ct = "no content type"
 	}
 	return fmt.Errorf("%s: not a sharedcontent coordinator (HTTP %d, %s); point --coordinator at one", server, resp.StatusCode, ct)
+}
+
+// explainCredentials returns err, or, when the coordinator refused the
+// command's credentials, err with what it needs: with node tokens it
+// answers only calls with a token, and admin calls only with the admin
+// token, which every command takes.
+func explainCredentials(err error, tokenFile string) error {
+	if !errdefs.IsUnauthorized(err) && !errdefs.IsPermissionDenied(err) {
+		return err
+	}
+	given := "no --token-file was given"
+	if tokenFile != "" {
+		given = fmt.Sprintf("--token-file %s was refused", tokenFile)
+	}
+	return fmt.Errorf("%w\n%s: a coordinator with node tokens (--node-tokens-file) answers only calls with a token, and node forget, node release and cluster adopt only with its admin token: give sharedcontentctl the admin token (the file of the coordinator's --admin-token-file) with --token-file or SHAREDCONTENT_TOKEN_FILE; every command takes it", err, given)
 }

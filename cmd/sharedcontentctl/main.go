@@ -115,7 +115,7 @@ func run(args []string, out, errOut io.Writer) error {
 	defer cancel()
 	err = inv.run(ctx, c, token, p, out)
 	if err != nil && !isReported(err) {
-		return checkCoordinator(context.Background(), inv.server, err)
+		return checkCoordinator(context.Background(), inv.server, explainCredentials(err, inv.tokenFile))
 	}
 	return err
 }

@@ -27,6 +27,9 @@ func reapDryRun(ctx context.Context, c *lockclient.Client, root string, dry bool
 	if root == "" {
 		return fmt.Errorf("--root is required: the shared content directory")
 	}
+	if err := checkRoot(root); err != nil {
+		return err
+	}
 	plan, err := contentv2.PlanReap(ctx, root, remote.New(c), contentv2.ReapOptions{Grace: grace}, &contentv2.ReapMemory{})
 	if err != nil {
 		return err

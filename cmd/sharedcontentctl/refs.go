@@ -32,6 +32,9 @@ func refs(ctx context.Context, c *lockclient.Client, root, dgst string, p printe
 		r.Nodes = []string{}
 	}
 	if root != "" {
+		if err := checkRoot(root); err != nil {
+			return err
+		}
 		path, err := blobPath(root, dgst)
 		if err != nil {
 			return err

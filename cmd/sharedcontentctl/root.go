@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
@@ -27,12 +28,20 @@ func blobPath(root, dgst string) (string, error) {
 	return filepath.Join(root, "blobs", d.Algorithm().String(), d.Encoded()), nil
 }
 
+// checkRoot refuses a --root that is not a directory, naming the flag.
+func checkRoot(root string) error {
+	if fi, err := os.Stat(root); err != nil {
+		return fmt.Errorf("--root %s, the shared content directory: %w", root, err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("--root %s, the shared content directory, is not a directory: %w", root, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // listBlobs returns every blob of the shared root, by digest.
 func listBlobs(root string) (map[string]int64, error) {
-	if fi, err := os.Stat(root); err != nil {
+	if err := checkRoot(root); err != nil {
 		return nil, err
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("%s is not a directory", root)
 	}
 	blobs := map[string]int64{}
 	base := filepath.Join(root, "blobs")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/logbuf"
 	"github.com/sharedcontent/sharedcontent/internal/testutil/testca"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
@@ -48,9 +49,11 @@ type Coordinator struct {
 
 // Start starts a coordinator on a free loopback port (or WithAddr's) with
 // a temp data directory (or WithDataDir's) and lockserver.DefaultConfig
-// (or WithConfig's).
+// (or WithConfig's). What the logger writes while the test runs is shown
+// only if it fails (logbuf.ShowOnFailure).
 func Start(t testing.TB, opts ...Option) *Coordinator {
 	t.Helper()
+	logbuf.ShowOnFailure(t)
 	o := newOptions(opts)
 	c := &Coordinator{t: t, scheme: "http", ca: o.ca}
 	c.cfg = c.serverConfig(o)
