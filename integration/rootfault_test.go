@@ -275,7 +275,7 @@ func TestRootSwappedForAnotherClustersRoot(t *testing.T) {
 	requireMounts(t)
 	e := newFaultEnv(t, faultConfig())
 	ctx := nsContext()
-	imgA := e.push("a")
+	imgA, imgB := e.push("a"), e.push("b")
 	// Another cluster: its own coordinator and root, claimed by its node.
 	other := newFaultEnv(t, faultConfig())
 	o1, err := other.startNodeAt("node-1", other.root)
@@ -290,7 +290,9 @@ func TestRootSwappedForAnotherClustersRoot(t *testing.T) {
 
 	m1.mount(other.root) // over the cluster's: the path shows the other root at once
 	requireUnready(t, n1, "identity")
-	requireRefusesWrites(t, ctx, n1, m1, imgA)
+	// imgB, which node-1 does not hold: a delete refused by the root still
+	// drops the node's own reference (docs/design.md §8.19).
+	requireRefusesWrites(t, ctx, n1, m1, imgB)
 	e.requireRefs(t, ctx, imgA, "node-1")
 
 	n1.Close()

@@ -5,6 +5,7 @@
 //	refcount, refcount/…       reference sets and their storage
 //	lockserver/api             wire types
 //	lockserver                 the lock manager
+//	internal/testutil/members  opens test nodes' sessions at a lock manager
 //	lockserver/httpserver      the coordinator's HTTP side
 //	lockserver/election        a replica's etcd election loop
 //	lockserver/lockservertest  a real coordinator for tests

@@ -26,6 +26,7 @@ var ranks = map[string]int{
 	"refcount/etcdstore":         10, // the Storage on etcd (docs/design.md §7)
 	"lockserver/api":             20,
 	"lockserver":                 30,
+	"internal/testutil/members":  35, // opens test nodes' sessions at a lockserver.Coordinator
 	"lockserver/httpserver":      40,
 	"lockserver/election":        45, // a replica's etcd election loop (docs/design.md §7)
 	"lockserver/lockservertest":  50,

@@ -168,7 +168,8 @@ func TestCompiledInOldKey(t *testing.T) {
 	require.NoError(t, toml.Unmarshal([]byte("lock_server = \""+coord.URL()+"\"\nnode_id = \"node-1\"\n"), &cfg))
 	require.Equal(t, coord.URL(), cfg.LockServer)
 	dir := t.TempDir()
-	cfg.Root = filepath.Join(dir, "shared")
+	root := filepath.Join(dir, "shared")
+	cfg.Root = root
 	_, p := initPlugin(t, &cfg, dir)
 	_, err := p.Instance()
 	require.NoError(t, err, "lock_server alone still works")
@@ -176,9 +177,8 @@ func TestCompiledInOldKey(t *testing.T) {
 	cfg = builtin.Config{}
 	require.NoError(t, toml.Unmarshal([]byte("coordinator = \""+coord.URL()+"\"\nlock_server = \"ftp://old\"\nnode_id = \"node-2\"\n"), &cfg))
 	require.Equal(t, coord.URL(), cfg.Coordinator)
-	dir = t.TempDir()
-	cfg.Root = filepath.Join(dir, "shared")
-	_, p = initPlugin(t, &cfg, dir)
+	cfg.Root = root // the cluster's one shared root (docs/design.md §8.19)
+	_, p = initPlugin(t, &cfg, t.TempDir())
 	_, err = p.Instance()
 	require.NoError(t, err, "coordinator wins over lock_server")
 }
