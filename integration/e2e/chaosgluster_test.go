@@ -39,6 +39,17 @@ const (
 	glusterBrickTimeout = time.Minute
 )
 
+// glusterReplicaOptions are set on the chaos volume besides
+// glusterVolumeOptions. Without a favorite-child policy AFR leaves a gfid
+// split brain (the same name with another GFID on two bricks, each
+// blaming the other) for an operator to resolve, and answers EIO on that
+// name meanwhile. The chaos's full filesystem made one of a node's marker
+// (.sharedcontent/nodes/<id>, replaced by a rename every session
+// interval), and that node's daemon could not start (docs/e2e.md). With
+// "mtime" AFR keeps the newer copy by itself: right for the marker, and
+// for a blob any copy is the same bytes.
+var glusterReplicaOptions = [][2]string{{"cluster.favorite-child-policy", "mtime"}}
+
 // chaosFS parses SHAREDCONTENT_E2E_CHAOS_FS: whether the nodes' roots are
 // GlusterFS mounts.
 func chaosFS(s string) (glusterfs bool, err error) {
@@ -81,6 +92,11 @@ func newChaosGluster(t *testing.T, e *env, kinds []string, s *chaosStorage) {
 	}
 	g := &chaosGluster{vol: newGlusterVolume(e, paths)}
 	s.gluster = g
+	for _, kv := range glusterReplicaOptions {
+		if _, err := glusterCLI("volume", "set", g.vol.name, kv[0], kv[1]); err != nil {
+			t.Fatalf("e2e: %v", err)
+		}
+	}
 	s.shared = e.path("g0")
 	g.vol.mount(s.shared)
 	for i := range 3 {
