@@ -142,7 +142,7 @@ func (ch *realChaos) storageFault(kind string, p faultPlan) {
 		}
 		ch.must(syscall.Mount(s.sources[i], s.views[i], "", syscall.MS_BIND, ""), "mount --bind %s %s", s.sources[i], s.views[i])
 	case "read-only":
-		ch.must(syscall.Mount("", s.views[i], "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, ""), "remount ro %s", s.views[i])
+		ch.must(remountReadOnly(s.views[i]), "remount ro %s", s.views[i])
 		time.Sleep(p.hold)
 		ch.must(syscall.Mount("", s.views[i], "", syscall.MS_REMOUNT|syscall.MS_BIND, ""), "remount rw %s", s.views[i])
 	case "fill":
@@ -165,6 +165,21 @@ func (ch *realChaos) storageFault(kind string, p faultPlan) {
 		time.Sleep(p.hold)
 		ch.t.Logf("chaos: %d calls on %s's root blocked when thawed", s.fuse[i].Blocked(), p.n.id)
 		s.fuse[i].Thaw()
+	}
+}
+
+// remountReadOnly remounts the mount at mp read-only (`mount -o
+// remount,bind,ro`). The kernel refuses that (EBUSY) while a file on the
+// mount is open for writing, as a node's ingest is while it pulls, so it
+// tries again every 50 ms until it succeeds or for a minute.
+func remountReadOnly(mp string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := syscall.Mount("", mp, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, "")
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
