@@ -158,7 +158,8 @@ e2e: etcd
 # one replica-3 GlusterFS volume (bricks on this machine; glusterd and the
 # packages as for TestGlusterFS), and adds the fault kinds brick-kill (one
 # brick's glusterfsd killed, `gluster volume start VOL force` 3-20 s later)
-# and brick-kill-all; by hand only (not in .ci/run).
+# and brick-kill-all; by hand only (not in .ci/run). About 14 minutes for
+# CHAOS_DURATION=10m (docs/e2e.md).
 # The log is in CHAOS_LOG.
 # CHAOS_COORDINATOR=etcd (issue 25; TestChaosRealHA) runs 3 coordinator
 # replicas on a real 3-member etcd (`make etcd`'s bin/etcd) instead of the
