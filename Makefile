@@ -160,6 +160,12 @@ e2e: etcd
 # unmounts it (umount -l), remounts it read-only, fills the filesystem to
 # ENOSPC or freezes it, each healed 3-20 s later; after the heal every node
 # is also restarted and must read back everything its containerd lists.
+# CHAOS_FS=glusterfs puts every node's shared root on its own FUSE mount of
+# one replica-3 GlusterFS volume (bricks on this machine; glusterd and the
+# packages as for TestGlusterFS), and adds the fault kinds brick-kill (one
+# brick's glusterfsd killed, `gluster volume start VOL force` 3-20 s later)
+# and brick-kill-all; by hand only (not in .ci/run). About 14 minutes for
+# CHAOS_DURATION=10m (docs/e2e.md).
 # The log is in CHAOS_LOG.
 # CHAOS_COORDINATOR=etcd (issue 25; TestChaosRealHA) runs 3 coordinator
 # replicas on a real 3-member etcd (`make etcd`'s bin/etcd) instead of the
@@ -173,10 +179,12 @@ CHAOS_DURATION ?= 10m
 CHAOS_FAULTS   ?= all
 CHAOS_TIMEOUT  ?= 60m
 CHAOS_LOG      ?= $(or $(TMPDIR),/tmp)/sharedcontent-chaos.log
+CHAOS_FS       ?=
 CHAOS_TEST      = $(if $(filter etcd,$(CHAOS_COORDINATOR)),TestChaosRealHA,$(if $(filter bbolt,$(CHAOS_COORDINATOR)),TestChaosReal,$(error CHAOS_COORDINATOR=$(CHAOS_COORDINATOR): bbolt or etcd)))
 chaos: $(if $(filter etcd,$(CHAOS_COORDINATOR)),etcd)
 	@SHAREDCONTENT_E2E=1 SHAREDCONTENT_E2E_CHAOS_DURATION=$(CHAOS_DURATION) \
 	  $(if $(CHAOS_SEED),SHAREDCONTENT_E2E_CHAOS_SEED=$(CHAOS_SEED)) $(if $(CHAOS_FAULTS),SHAREDCONTENT_E2E_CHAOS_FAULTS=$(CHAOS_FAULTS)) \
+	  $(if $(CHAOS_FS),SHAREDCONTENT_E2E_CHAOS_FS=$(CHAOS_FS)) \
 	  $(if $(filter etcd,$(CHAOS_COORDINATOR)),SHAREDCONTENT_ETCD=$(ETCD)) \
 	  $(GO) test -count=1 -timeout $(CHAOS_TIMEOUT) -v -run '^$(CHAOS_TEST)$$' ./integration/e2e/ >$(CHAOS_LOG) 2>&1; \
 	  rc=$$?; grep -E 'chaos|^(---|===|ok|FAIL|PASS)' $(CHAOS_LOG) | grep -v 'not lost'; echo "full log: $(CHAOS_LOG)"; exit $$rc

@@ -31,7 +31,8 @@ import (
 //
 //	SHAREDCONTENT_E2E_CHAOS_DURATION  how long faults are injected (default chaosDefaultDuration; make chaos: 10m)
 //	SHAREDCONTENT_E2E_CHAOS_SEED      the seed (default: the time); printed
-//	SHAREDCONTENT_E2E_CHAOS_FAULTS    comma-separated fault kinds (default: all of chaosFaults; "all": with chaosStorageFaults too)
+//	SHAREDCONTENT_E2E_CHAOS_FAULTS    comma-separated fault kinds (default: all of chaosFaults; "all": with chaosStorageFaults too, and chaosGlusterFaults on GlusterFS)
+//	SHAREDCONTENT_E2E_CHAOS_FS        glusterfs: every node's root is its own mount of a replica-3 GlusterFS volume (chaosgluster_test.go)
 //
 // The seed fixes every random choice (each node's operations, the faults,
 // their targets and lengths); the timing between the actors is the
@@ -72,14 +73,19 @@ func runChaos(t *testing.T, ha *chaosHA, duration time.Duration) {
 		require.NoError(t, err, "%s", envChaosSeed)
 		seed = v
 	}
-	kinds, err := chaosKinds(os.Getenv(envChaosFaults), ha != nil)
+	glusterfs, err := chaosFS(os.Getenv(envChaosFS))
+	require.NoError(t, err)
+	kinds, err := chaosKinds(os.Getenv(envChaosFaults), ha != nil, glusterfs)
 	require.NoError(t, err, "%s", envChaosFaults)
 	t.Logf("chaos: %s, seed %d, %v of faults (%s), kinds %s; replay: %s=%d %s=%s",
-		chaosModeName(ha), seed, duration, envChaosDuration, strings.Join(kinds, ","), envChaosSeed, seed, envChaosFaults, strings.Join(kinds, ","))
+		chaosModeName(ha, glusterfs), seed, duration, envChaosDuration, strings.Join(kinds, ","), envChaosSeed, seed, envChaosFaults, strings.Join(kinds, ","))
 
-	ch := newRealChaos(t, seed, kinds, ha)
+	ch := newRealChaos(t, seed, kinds, ha, glusterfs)
 	defer ch.summary(duration)
 	ch.run(duration)
+	if ch.glusterfs {
+		ch.healVolume()
+	}
 	ch.heal()
 	if ch.storage != nil {
 		ch.restartAll()
@@ -157,25 +163,31 @@ var chaosHAFaults = []string{
 
 // chaosKinds parses SHAREDCONTENT_E2E_CHAOS_FAULTS: empty is every kind of
 // the mode (ha: on etcd, with chaosHAFaults) but the storage ones; "all"
-// adds chaosStorageFaults.
-func chaosKinds(s string, ha bool) ([]string, error) {
+// adds chaosStorageFaults, and on GlusterFS (glusterfs) chaosGlusterFaults.
+func chaosKinds(s string, ha, glusterfs bool) ([]string, error) {
 	known := slices.Clone(chaosFaults)
 	if ha {
 		known = append(known, chaosHAFaults...)
+	}
+	storage := slices.Clone(chaosStorageFaults)
+	if glusterfs {
+		storage = append(storage, chaosGlusterFaults...)
 	}
 	switch strings.TrimSpace(s) {
 	case "":
 		return known, nil
 	case "all":
-		return append(known, chaosStorageFaults...), nil
+		return append(known, storage...), nil
 	}
-	known = append(known, chaosStorageFaults...)
+	known = append(known, storage...)
 	var out []string
 	for _, k := range strings.Split(s, ",") {
 		k = strings.TrimSpace(k)
 		switch {
 		case !ha && slices.Contains(chaosHAFaults, k):
 			return nil, fmt.Errorf("fault kind %q needs the coordinator on etcd (TestChaosRealHA, make chaos CHAOS_COORDINATOR=etcd)", k)
+		case !glusterfs && slices.Contains(chaosGlusterFaults, k):
+			return nil, fmt.Errorf("fault kind %q needs the nodes' roots on GlusterFS (%s=glusterfs, make chaos CHAOS_FS=glusterfs)", k, envChaosFS)
 		case !slices.Contains(known, k):
 			return nil, fmt.Errorf("unknown fault kind %q; known: %s", k, strings.Join(known, ","))
 		}
@@ -192,8 +204,11 @@ type realChaos struct {
 	rng   *rand.Rand // the fault injector's
 	kinds []string
 	ha    *chaosHA // the replicas and etcd; nil: a stand-alone coordinator
+	// glusterfs: the shared root is a GlusterFS volume (storage is set).
+	glusterfs bool
 	// storage is the nodes' views of the shared root; nil when no storage
-	// fault is chosen (every node's --root is the shared directory).
+	// fault is chosen and not on GlusterFS (every node's --root is the
+	// shared directory).
 	storage *chaosStorage
 	imgs    []testImage
 	nodes   []*chaosNode
@@ -232,11 +247,11 @@ func (f faultRecord) String() string {
 }
 
 // newRealChaos starts the registry, the coordinator (ha nil: a
-// stand-alone one; else ha's replicas) and three nodes, and pushes the
-// images.
-func newRealChaos(t *testing.T, seed uint64, kinds []string, ha *chaosHA) *realChaos {
+// stand-alone one; else ha's replicas) and three nodes (on GlusterFS when
+// glusterfs), and pushes the images.
+func newRealChaos(t *testing.T, seed uint64, kinds []string, ha *chaosHA, glusterfs bool) *realChaos {
 	t.Helper()
-	ch := &realChaos{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0xc4a05)), kinds: kinds, ha: ha,
+	ch := &realChaos{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0xc4a05)), kinds: kinds, ha: ha, glusterfs: glusterfs,
 		stop: make(chan struct{}), ops: map[string]int{}, faults: map[string]int{},
 		lostSeen: map[string]bool{}, blame: map[string]int{}, failovers: map[string][]time.Duration{}}
 	args := []string{"--session-ttl", chaosSessionTTL.String(), "--node-expiry", chaosNodeExpiry.String(),
@@ -262,10 +277,10 @@ func newRealChaos(t *testing.T, seed uint64, kinds []string, ha *chaosHA) *realC
 			return args
 		},
 		storage: func(e *env) (string, func(int) string) {
-			if !usesStorage(kinds) {
+			if !usesStorage(kinds) && !glusterfs {
 				return e.path("shared"), func(int) string { return e.path("shared") }
 			}
-			ch.storage = newChaosStorage(t, e, kinds)
+			ch.storage = newChaosStorage(t, e, kinds, glusterfs)
 			return ch.storage.shared, func(i int) string { return ch.storage.views[i] }
 		},
 	})
@@ -381,7 +396,7 @@ func (ch *realChaos) summary(d time.Duration) {
 		nfaults += n
 	}
 	report(ch.t, "chaos (real processes, %s): seed %d, %v of faults; operations %d (%s); checks %d (skipped, node down: %d); faults %d (%s)%s; blobs read back %d (failed reads of intact blobs %d); lost = %d%s; heal/leak errors %d; without the coordinator (plugins' logs): %s",
-		chaosModeName(ch.ha), ch.seed, d, total, tally(ops), checks-ch.ops["check skipped (node unreachable)"], ch.ops["check skipped (node unreachable)"],
+		chaosModeName(ch.ha, ch.glusterfs), ch.seed, d, total, tally(ops), checks-ch.ops["check skipped (node unreachable)"], ch.ops["check skipped (node unreachable)"],
 		nfaults, tally(ch.faults), failoverText(ch.failovers), ch.reads, ch.readErrors, len(ch.lost),
 		blameText(ch.blame), len(ch.healErrs), cmp.Or(tally(ch.uncoordinated()), "none"))
 	for _, l := range ch.lost {

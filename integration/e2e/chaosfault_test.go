@@ -81,6 +81,8 @@ func (ch *realChaos) inject(kind string) {
 		target = coordinator + ", " + p.n.id + " slow back"
 	case "fill":
 		target = "the shared filesystem"
+	case "brick-kill", "brick-kill-all":
+		target = ch.targetBrick(kind, p)
 	}
 	if slices.Contains(chaosHAFaults, kind) {
 		var ok bool
@@ -111,6 +113,8 @@ func (ch *realChaos) inject(kind string) {
 		ch.late(kind, p)
 	case "unmount", "read-only", "fill", "freeze":
 		ch.storageFault(kind, p)
+	case "brick-kill", "brick-kill-all":
+		ch.brickFault(kind, p)
 	default:
 		ch.t.Fatalf("chaos: unknown fault kind %q", kind)
 	}

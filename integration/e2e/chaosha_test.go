@@ -27,12 +27,17 @@ type chaosHA struct {
 	reps []*lockServer
 }
 
-// chaosModeName names the chaos run's coordinator, for its lines.
-func chaosModeName(ha *chaosHA) string {
+// chaosModeName names the chaos run's coordinator and, on GlusterFS, its
+// filesystem, for its lines.
+func chaosModeName(ha *chaosHA, glusterfs bool) string {
+	name := "3 coordinator replicas on a 3-member etcd"
 	if ha == nil {
-		return "stand-alone coordinator (bbolt)"
+		name = "stand-alone coordinator (bbolt)"
 	}
-	return "3 coordinator replicas on a 3-member etcd"
+	if glusterfs {
+		name += ", roots on a replica-3 GlusterFS volume"
+	}
+	return name
 }
 
 // starter returns faultOpts.coordinator: nil on a stand-alone coordinator;

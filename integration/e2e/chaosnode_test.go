@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -182,7 +184,7 @@ func (ch *realChaos) readBack(n *chaosNode, d, when string) {
 	if err == nil {
 		err = fmt.Errorf("read %s", got)
 	}
-	state := sharedBlobState(ch.c.shared, d)
+	state := ch.sharedState(d)
 	if state == "intact" || !ch.waitUp(n) {
 		ch.readError(n, d, err)
 		return
@@ -206,17 +208,37 @@ func (ch *realChaos) readError(n *chaosNode, d string, err error) {
 	ch.t.Logf("chaos: %s: read of %s failed, not lost: %v", n.id, short(d), err)
 }
 
+// sharedState is sharedBlobState of d in the shared root. While the
+// shared filesystem itself does not answer (every GlusterFS brick killed:
+// the checks' own mount fails too), it waits up to chaosSyncTimeout for
+// an answer; one still unreadable after that (a GlusterFS split brain
+// answers EIO) counts as lost as a missing one does.
+func (ch *realChaos) sharedState(d string) string {
+	deadline := time.Now().Add(chaosSyncTimeout)
+	for {
+		state := sharedBlobState(ch.c.shared, d)
+		if !strings.HasPrefix(state, "unreachable") || time.Now().After(deadline) {
+			return state
+		}
+		time.Sleep(time.Second)
+	}
+}
+
 // sharedBlobState says whether d is intact, missing or corrupt in the
-// shared blobs/.
+// shared blobs/, or "unreachable (…)" when the filesystem fails otherwise
+// (ENOTCONN from a GlusterFS mount whose bricks are all down).
 func sharedBlobState(shared, d string) string {
 	f, err := os.Open(filepath.Join(shared, "blobs", "sha256", strings.TrimPrefix(d, "sha256:")))
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
 		return "missing"
+	}
+	if err != nil {
+		return fmt.Sprintf("unreachable (%v)", err)
 	}
 	defer f.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return "unreadable"
+		return fmt.Sprintf("unreachable (read: %v)", err)
 	}
 	if "sha256:"+hex.EncodeToString(h.Sum(nil)) != d {
 		return "corrupt"

@@ -45,22 +45,32 @@ const (
 //	v1/ v2/ v3/     node i's view: a bind mount of shared/ (or of its FUSE mount); its --root
 //
 // The checks of the invariant read the shared root itself, never a view.
+// On GlusterFS (chaosGluster) the shared root is a mount of the volume of
+// its own, and each view is the node's own mount of it.
 type chaosStorage struct {
 	disk, shared string
 	views        []string       // node i's --root
-	sources      []string       // what node i's view binds
-	fuse         []*freezefs.FS // node i's FUSE passthrough; nil without "freeze"
+	sources      []string       // what node i's view binds; nil on GlusterFS
+	fuse         []*freezefs.FS // node i's FUSE passthrough; nil without "freeze" or on GlusterFS
+	gluster      *chaosGluster  // the volume; nil on the test's disk
 }
 
 // usesStorage reports whether kinds hold a storage fault.
 func usesStorage(kinds []string) bool {
-	return slices.ContainsFunc(kinds, func(k string) bool { return slices.Contains(chaosStorageFaults, k) })
+	return slices.ContainsFunc(kinds, func(k string) bool {
+		return slices.Contains(chaosStorageFaults, k) || slices.Contains(chaosGlusterFaults, k)
+	})
 }
 
-// newChaosStorage builds the storage of three nodes under e for kinds.
-func newChaosStorage(t *testing.T, e *env, kinds []string) *chaosStorage {
+// newChaosStorage builds the storage of three nodes under e for kinds: on
+// GlusterFS when glusterfs (newChaosGluster), else views of a directory.
+func newChaosStorage(t *testing.T, e *env, kinds []string, glusterfs bool) *chaosStorage {
 	t.Helper()
 	s := &chaosStorage{shared: e.path("shared")}
+	if glusterfs {
+		newChaosGluster(t, e, kinds, s)
+		return s
+	}
 	if slices.Contains(kinds, "fill") {
 		s.disk = e.path("disk")
 		mustNoErr(t, os.MkdirAll(s.disk, 0o755))
@@ -117,16 +127,22 @@ func (s *chaosStorage) thawAll() {
 
 // storageFault applies one storage fault to p.n's view (or the shared
 // filesystem) for p.hold, then heals it. The node keeps operating: what
-// it does meanwhile is what the fault tests.
+// it does meanwhile is what the fault tests. On GlusterFS a view is the
+// node's own FUSE mount of the volume: it is unmounted (and mounted again)
+// itself, and frozen by stopping its client process.
 func (ch *realChaos) storageFault(kind string, p faultPlan) {
 	s, i := ch.storage, p.n.index
 	switch kind {
 	case "unmount":
 		ch.must(syscall.Unmount(s.views[i], syscall.MNT_DETACH), "umount -l %s", s.views[i])
 		time.Sleep(p.hold)
+		if s.gluster != nil {
+			ch.must(s.gluster.remount(s, i), "mount again")
+			return
+		}
 		ch.must(syscall.Mount(s.sources[i], s.views[i], "", syscall.MS_BIND, ""), "mount --bind %s %s", s.sources[i], s.views[i])
 	case "read-only":
-		ch.must(syscall.Mount("", s.views[i], "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, ""), "remount ro %s", s.views[i])
+		ch.must(remountReadOnly(s.views[i]), "remount ro %s", s.views[i])
 		time.Sleep(p.hold)
 		ch.must(syscall.Mount("", s.views[i], "", syscall.MS_REMOUNT|syscall.MS_BIND, ""), "remount rw %s", s.views[i])
 	case "fill":
@@ -137,10 +153,33 @@ func (ch *realChaos) storageFault(kind string, p faultPlan) {
 		time.Sleep(p.hold)
 		ch.must(os.Remove(f), "free %s", f)
 	case "freeze":
+		if s.gluster != nil {
+			pid, err := s.gluster.freeze(s, i)
+			ch.must(err, "kill -STOP the glusterfs client of %s", s.views[i])
+			ch.t.Logf("chaos: %s's glusterfs client (pid %d) stopped", p.n.id, pid)
+			time.Sleep(p.hold)
+			ch.must(syscall.Kill(pid, syscall.SIGCONT), "kill -CONT %d", pid)
+			return
+		}
 		s.fuse[i].Freeze()
 		time.Sleep(p.hold)
 		ch.t.Logf("chaos: %d calls on %s's root blocked when thawed", s.fuse[i].Blocked(), p.n.id)
 		s.fuse[i].Thaw()
+	}
+}
+
+// remountReadOnly remounts the mount at mp read-only (`mount -o
+// remount,bind,ro`). The kernel refuses that (EBUSY) while a file on the
+// mount is open for writing, as a node's ingest is while it pulls, so it
+// tries again every 50 ms until it succeeds or for a minute.
+func remountReadOnly(mp string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := syscall.Mount("", mp, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, "")
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

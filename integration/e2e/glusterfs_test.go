@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -212,45 +213,95 @@ func glusterCLI(args ...string) (string, error) {
 func glusterRoots(e *env, n int) ([]string, string) {
 	t := e.t
 	t.Helper()
+	v := newGlusterVolume(e, []string{e.path("brick")})
+	for i := 1; i <= n; i++ {
+		v.mount(e.path(fmt.Sprintf("g%d", i)))
+	}
+	requireCrossVisible(t, v.mounts)
+	requireNoStaleEntry(t, v.mounts)
+	t.Logf("e2e: glusterfs volume %s (brick %s) mounted at %s", v.name, strings.Join(v.bricks, ", "), strings.Join(v.mounts, ", "))
+	return v.mounts, v.mounts[0]
+}
+
+// glusterVolume is a GlusterFS volume of this machine's glusterd, with
+// bricks under a test's directory, and its FUSE mounts.
+type glusterVolume struct {
+	e      *env
+	name   string
+	bricks []string // HOST:/path, in the volume's order
+	paths  []string // the bricks' directories
+	// mounts are its mount points, in the order mounted; a mount point
+	// mounted again is listed once.
+	mounts []string
+}
+
+// newGlusterVolume creates and starts a volume of the brick directories
+// paths (created if missing): one brick, or a replica of as many as given
+// (`force`: the bricks are on one host, and may be on the root
+// filesystem), with the caches off (glusterVolumeOptions). Cleanup
+// unmounts its mounts, stops and deletes it, and keeps the bricks' logs.
+func newGlusterVolume(e *env, paths []string) *glusterVolume {
+	t := e.t
+	t.Helper()
 	host, err := os.Hostname()
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := "sce2e-" + filepath.Base(e.dir) // e.dir is unique while it exists
-	brick := e.path("brick")
-	if _, err := glusterCLI("volume", "create", name, host+":"+brick, "force"); err != nil {
+	v := &glusterVolume{e: e, name: "sce2e-" + filepath.Base(e.dir), paths: paths} // e.dir is unique while it exists
+	args := []string{"volume", "create", v.name}
+	if len(paths) > 1 {
+		args = append(args, "replica", fmt.Sprint(len(paths)))
+	}
+	for _, p := range paths {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		v.bricks = append(v.bricks, host+":"+p)
+	}
+	if _, err := glusterCLI(append(append(args, v.bricks...), "force")...); err != nil {
 		t.Fatalf("e2e: %v", err)
 	}
-	var mounts []string
-	e.onCleanup(func() { removeGlusterVolume(e, name, brick, mounts) })
+	e.onCleanup(v.remove)
 	for _, kv := range glusterVolumeOptions {
-		if _, err := glusterCLI("volume", "set", name, kv[0], kv[1]); err != nil {
+		if _, err := glusterCLI("volume", "set", v.name, kv[0], kv[1]); err != nil {
 			t.Fatalf("e2e: %v", err)
 		}
 	}
-	if _, err := glusterCLI("volume", "start", name); err != nil {
+	if _, err := glusterCLI("volume", "start", v.name); err != nil {
 		t.Fatalf("e2e: %v", err)
 	}
-	for i := 1; i <= n; i++ {
-		mp := e.path(fmt.Sprintf("g%d", i))
-		if err := os.MkdirAll(mp, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		log := e.path(fmt.Sprintf("g%d.log", i))
-		e.addLog(log)
-		if out, err := run("/", nil, "mount", "-t", "glusterfs", "-o", "log-file="+log+","+glusterMountOptions, "127.0.0.1:/"+name, mp); err != nil {
-			t.Fatalf("e2e: mount -t glusterfs 127.0.0.1:/%s %s: %v: %s", name, mp, err, strings.TrimSpace(out))
-		}
-		mounts = append(mounts, mp)
-		var st syscall.Statfs_t
-		if err := syscall.Statfs(mp, &st); err != nil || st.Type != fuseSuperMagic {
-			t.Fatalf("e2e: %s is not a FUSE mount after mount -t glusterfs (statfs type %#x, %v)", mp, st.Type, err)
-		}
+	return v
+}
+
+// mount mounts the volume at mp (created if missing) through a FUSE client
+// of its own (glusterMountOptions), logging to mp.log, and checks that it
+// is a FUSE mount.
+func (v *glusterVolume) mount(mp string) {
+	t := v.e.t
+	t.Helper()
+	if err := v.tryMount(mp); err != nil {
+		t.Fatalf("e2e: %v", err)
 	}
-	requireCrossVisible(t, mounts)
-	requireNoStaleEntry(t, mounts)
-	t.Logf("e2e: glusterfs volume %s (brick %s:%s) mounted at %s", name, host, brick, strings.Join(mounts, ", "))
-	return mounts, mounts[0]
+}
+
+// tryMount is mount, returning its error.
+func (v *glusterVolume) tryMount(mp string) error {
+	if err := os.MkdirAll(mp, 0o755); err != nil {
+		return err
+	}
+	log := mp + ".log"
+	v.e.addLog(log)
+	if out, err := run("/", nil, "mount", "-t", "glusterfs", "-o", "log-file="+log+","+glusterMountOptions, "127.0.0.1:/"+v.name, mp); err != nil {
+		return fmt.Errorf("mount -t glusterfs 127.0.0.1:/%s %s: %v: %s", v.name, mp, err, strings.TrimSpace(out))
+	}
+	if !slices.Contains(v.mounts, mp) {
+		v.mounts = append(v.mounts, mp)
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(mp, &st); err != nil || st.Type != fuseSuperMagic {
+		return fmt.Errorf("%s is not a FUSE mount after mount -t glusterfs (statfs type %#x, %v)", mp, st.Type, err)
+	}
+	return nil
 }
 
 // requireCrossVisible checks that a file written through the first mount
@@ -315,26 +366,33 @@ func requireNoStaleEntry(t *testing.T, mounts []string) {
 	}
 }
 
-// removeGlusterVolume unmounts mounts, stops and deletes the volume, and
-// moves glusterd's log of the brick into e's directory.
-func removeGlusterVolume(e *env, name, brick string, mounts []string) {
-	t := e.t
-	for _, mp := range mounts {
+// remove unmounts the volume's mounts (those still mounted), stops and
+// deletes it, and moves glusterd's logs of its bricks into e's directory.
+func (v *glusterVolume) remove() {
+	t := v.e.t
+	mounted := mountsUnder(v.e.dir)
+	for _, mp := range v.mounts {
+		if !slices.Contains(mounted, mp) {
+			continue
+		}
 		if err := syscall.Unmount(mp, 0); err != nil {
 			t.Errorf("e2e: unmount %s: %v (detaching it)", mp, err)
 			_ = syscall.Unmount(mp, syscall.MNT_DETACH)
 		}
 	}
-	if _, err := glusterCLI("volume", "stop", name, "force"); err != nil {
+	if _, err := glusterCLI("volume", "stop", v.name, "force"); err != nil {
 		t.Errorf("e2e: %v", err)
 	}
-	if _, err := glusterCLI("volume", "delete", name); err != nil {
+	if _, err := glusterCLI("volume", "delete", v.name); err != nil {
 		t.Errorf("e2e: %v", err)
 	}
-	// glusterd names a brick's log after its path, / as -.
-	brickLog := filepath.Join("/var/log/glusterfs/bricks", strings.ReplaceAll(strings.TrimPrefix(brick, "/"), "/", "-")+".log")
-	if err := copyFile(brickLog, e.path("brick.log")); err == nil {
-		e.addLog(e.path("brick.log"))
-		_ = os.Remove(brickLog)
+	for _, brick := range v.paths {
+		// glusterd names a brick's log after its path, / as -.
+		brickLog := filepath.Join("/var/log/glusterfs/bricks", strings.ReplaceAll(strings.TrimPrefix(brick, "/"), "/", "-")+".log")
+		keep := v.e.path(filepath.Base(brick) + ".log")
+		if err := copyFile(brickLog, keep); err == nil {
+			v.e.addLog(keep)
+			_ = os.Remove(brickLog)
+		}
 	}
 }
