@@ -42,6 +42,7 @@ func (t *exampleT) FailNow()                       { panic("example failed") }
 func (t *exampleT) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
 func (t *exampleT) Logf(format string, a ...any)   { log.Printf(format, a...) }
 func (t *exampleT) Name() string                   { return "example" }
+func (t *exampleT) Failed() bool                   { return false } // a failure has panicked
 
 func (t *exampleT) TempDir() string {
 	dir, err := os.MkdirTemp("", "lockclient-example-")
