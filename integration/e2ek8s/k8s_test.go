@@ -1,0 +1,349 @@
+package e2ek8s
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Sizes of the test workload's image: the pause binary and appLayers
+// random layers.
+const (
+	nodeCount = 2
+	appLayers = 2
+	appLayer  = 8 << 20
+	// podTimeout bounds how long pods take to be scheduled, pulled and
+	// started on a loaded 2-core machine.
+	podTimeout = 5 * time.Minute
+)
+
+const namespace = "sharedcontent"
+
+// TestKubernetes is make e2e-k8s: one cluster, the scenarios in order,
+// each starting from the state the previous one left.
+func TestKubernetes(t *testing.T) {
+	need(t)
+	start := time.Now()
+	c := newCluster(t)
+	c.startRegistry()
+	c.pushPause()
+	tag1 := "e2e-k8s-1"
+	scRef := c.pushSharedcontent(tag1)
+	c.startControlPlane()
+	c.startCoordinator()
+	for i := 1; i <= nodeCount; i++ {
+		c.addNode(i)
+	}
+	c.waitNodesReady()
+	t.Logf("e2e-k8s: %d nodes Ready (%.1fs since start)", nodeCount, time.Since(start).Seconds())
+
+	steps := []struct {
+		name string
+		f    func(t *testing.T)
+	}{
+		{"1-helm-install", func(t *testing.T) { c.helmInstall(t, scRef) }},
+		{"2-deployment", c.deployment},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, s.f) {
+			t.Fatalf("e2e-k8s: %s failed; the later steps depend on it", s.name)
+		}
+	}
+	t.Logf("e2e-k8s: total %.1fs", time.Since(start).Seconds())
+}
+
+// waitNodesReady waits until every node is registered and Ready.
+func (c *cluster) waitNodesReady() {
+	waitFor(c.t, "every node Ready", podTimeout, func() (bool, error) {
+		var list nodeList
+		if err := c.kubectlJSON(&list, "get", "nodes"); err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, n := range list.Items {
+			if n.ready() {
+				ready++
+			}
+		}
+		return ready == len(c.nodes), fmt.Errorf("%d of %d nodes Ready", ready, len(c.nodes))
+	})
+}
+
+// helmInstall installs the chart: the node daemon from scRef on every
+// node, the coordinator outside the cluster (coordinator.externalURL).
+// Then it switches each node's containerd to the shared store (the
+// drop-in and a restart, docs/kubernetes.md step 5) and checks that
+// every node's containerd serves its content through the daemon.
+func (c *cluster) helmInstall(t *testing.T, scRef string) {
+	i := strings.LastIndex(scRef, ":")
+	repo, tag := scRef[:i], scRef[i+1:]
+	t0 := time.Now()
+	out := c.helm("install", "sharedcontent", filepath.Join(repoRoot, "deploy", "helm", "sharedcontent"),
+		"--namespace", namespace, "--create-namespace",
+		"--set", "image.repository="+repo, "--set", "image.tag="+tag,
+		"--set", "coordinator.enabled=false", "--set", "coordinator.externalURL="+c.lockURL,
+		"--set", "auth.tokenSecret=", "--set", "node.logLevel=debug",
+		// The doctor reads the node's config before the daemon runs: on
+		// stock containerd it fails (nothing to switch to yet).
+		"--set", "node.doctor.enabled=false")
+	t.Logf("helm install:\n%s", tail(out, 5))
+	c.waitDaemonSetReady(t, "sharedcontent-node")
+	installed := time.Since(t0)
+
+	// Switch containerd, node by node, once the daemon serves there.
+	drop, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "containerd-config.toml"))
+	require.NoError(t, err)
+	for _, n := range c.nodes {
+		n.stale = n.listBlobs(t)
+		n.write("/etc/containerd/conf.d/sharedcontent.toml", string(drop))
+		_, err := n.exec(time.Minute, "systemctl", "restart", "containerd")
+		require.NoError(t, err)
+		n.waitCRI(t)
+		out, err := n.ctr(30*time.Second, "plugins", "ls")
+		require.NoError(t, err)
+		require.Regexp(t, `io\.containerd\.content\.v1\s+sharedcontent\s+.*ok`, out, "%s: containerd's content store is not the daemon's", n.name)
+	}
+	c.waitDaemonSetReady(t, "sharedcontent-node")
+	for _, n := range c.nodes {
+		n.requireBlobsReadable(t)
+	}
+	report(t, "1 helm install: DaemonSet Ready on %d/%d nodes in %.1fs; containerd switched to the shared store on every node", len(c.nodes), len(c.nodes), installed.Seconds())
+}
+
+// waitDaemonSetReady waits until the DaemonSet has a Ready pod on every
+// node.
+func (c *cluster) waitDaemonSetReady(t *testing.T, name string) {
+	waitFor(t, name+" Ready on every node", podTimeout, func() (bool, error) {
+		var ds struct {
+			Status struct {
+				Desired int `json:"desiredNumberScheduled"`
+				Ready   int `json:"numberReady"`
+			} `json:"status"`
+		}
+		if err := c.kubectlJSON(&ds, "-n", namespace, "get", "daemonset", name); err != nil {
+			return false, err
+		}
+		return ds.Status.Desired == len(c.nodes) && ds.Status.Ready == len(c.nodes),
+			fmt.Errorf("%d of %d pods ready", ds.Status.Ready, ds.Status.Desired)
+	})
+}
+
+// deployment runs scenario 2: a Deployment with one pod per node
+// (required anti-affinity on the hostname) pulls one image through the
+// daemon: each blob is downloaded once.
+func (c *cluster) deployment(t *testing.T) {
+	app := c.pushApp("e2e/app", "v1", appLayers, appLayer)
+	c.reg.ResetCounters()
+	t0 := time.Now()
+	c.applyApp(t, "app", app.ref, len(c.nodes))
+	c.waitAppReady(t, "app", len(c.nodes))
+	elapsed := time.Since(t0)
+	gets := c.requireSingleDownload(t, app)
+	for _, n := range c.nodes {
+		n.requireImage(t, app.ref)
+		n.requireBlobsReadable(t)
+	}
+	for _, b := range app.blobs {
+		_, err := os.Stat(filepath.Join(c.shared, "containerd-content", "blobs", "sha256", strings.TrimPrefix(b, "sha256:")))
+		require.NoError(t, err, "blob %s not in the shared root", b)
+	}
+	report(t, "2 Deployment, 1 pod on each of %d nodes: Ready in %.1fs; %d GETs for %d blobs + manifest; every blob read back on every node",
+		len(c.nodes), elapsed.Seconds(), gets, len(app.blobs))
+}
+
+// applyApp creates (or updates) a Deployment of replicas pods, at most
+// one per node, running ref.
+func (c *cluster) applyApp(t *testing.T, name, ref string, replicas int) {
+	manifest := fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: %[1]s
+  namespace: default
+spec:
+  replicas: %[3]d
+  selector:
+    matchLabels: {app: %[1]s}
+  template:
+    metadata:
+      labels: {app: %[1]s}
+    spec:
+      terminationGracePeriodSeconds: 5
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            - labelSelector:
+                matchLabels: {app: %[1]s}
+              topologyKey: kubernetes.io/hostname
+      containers:
+        - name: app
+          image: %[2]s
+          imagePullPolicy: IfNotPresent
+`, name, ref, replicas)
+	path := c.path(name + ".yaml")
+	require.NoError(t, os.WriteFile(path, []byte(manifest), 0o644))
+	_, err := c.kubectl(time.Minute, "apply", "-f", path)
+	require.NoError(t, err)
+}
+
+// waitAppReady waits until the Deployment's pods are Ready, one per node.
+func (c *cluster) waitAppReady(t *testing.T, name string, want int) {
+	waitFor(t, name+" Ready", podTimeout, func() (bool, error) {
+		var pods podList
+		if err := c.kubectlJSON(&pods, "-n", "default", "get", "pods", "-l", "app="+name); err != nil {
+			return false, err
+		}
+		nodes := map[string]bool{}
+		for _, p := range pods.Items {
+			if p.ready() {
+				nodes[p.Spec.NodeName] = true
+			}
+		}
+		return len(nodes) == want, fmt.Errorf("Ready on %d of %d nodes: %s", len(nodes), want, pods.describe())
+	})
+}
+
+// requireSingleDownload checks that the registry served each blob of img
+// once and its manifest by digest at most once; it returns the GETs.
+func (c *cluster) requireSingleDownload(t *testing.T, img image) int {
+	gets := c.reg.BlobGets()
+	total := gets[img.manifest]
+	for _, b := range img.blobs {
+		assert.Equal(t, 1, gets[b], "GETs of blob %s", b)
+		total += gets[b]
+	}
+	assert.LessOrEqual(t, gets[img.manifest], 1, "GETs of the manifest by digest")
+	return total
+}
+
+// waitCRI waits until the node's CRI answers.
+func (n *node) waitCRI(t *testing.T) {
+	waitFor(t, n.name+" CRI", 2*time.Minute, func() (bool, error) {
+		_, err := n.crictl(20*time.Second, "images", "-q")
+		return err == nil, err
+	})
+}
+
+// requireImage checks that CRI lists ref on the node (what kubelet sees).
+func (n *node) requireImage(t *testing.T, ref string) {
+	out, err := n.crictl(30*time.Second, "images")
+	require.NoError(t, err)
+	repo, tag, _ := strings.Cut(ref[strings.LastIndex(ref, "/"):], ":")
+	prefix := ref[:strings.LastIndex(ref, "/")] + repo
+	found := false
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		found = found || (len(f) >= 2 && f[0] == prefix && f[1] == tag)
+	}
+	require.True(t, found, "%s: CRI does not list %s:\n%s", n.name, ref, out)
+}
+
+// listBlobs lists the digests the node's containerd records in k8s.io.
+func (n *node) listBlobs(t *testing.T) []string {
+	out, err := n.ctr(time.Minute, "content", "ls", "-q")
+	require.NoError(t, err)
+	return strings.Fields(out)
+}
+
+// requireBlobsReadable is the user's data-safety check: every blob the
+// node's containerd lists reads back with its digest. Blobs recorded
+// before the node was switched to the shared store (n.stale: the stock
+// store's, the daemon's own image and the sandbox's, pulled by the stock
+// containerd) are exempt unless the shared root has them: that store is
+// gone, by design of the switch. It returns the number of blobs read.
+func (n *node) requireBlobsReadable(t *testing.T) int {
+	read, stale := 0, 0
+	for _, d := range n.listBlobs(t) {
+		out, err := n.ctr(time.Minute, "content", "get", d)
+		if err != nil && slices.Contains(n.stale, d) {
+			stale++
+			continue
+		}
+		require.NoError(t, err, "%s: content get %s", n.name, d)
+		sum := sha256.Sum256([]byte(out))
+		require.Equal(t, d, "sha256:"+hex.EncodeToString(sum[:]), "%s: content get %s", n.name, d)
+		read++
+	}
+	t.Logf("%s: %d blobs read back (%d of the stock store, before the switch, not checked)", n.name, read, stale)
+	return read
+}
+
+type nodeList struct {
+	Items []nodeItem `json:"items"`
+}
+
+type nodeItem struct {
+	Metadata struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Status struct {
+		Conditions []condition `json:"conditions"`
+	} `json:"status"`
+}
+
+func (n nodeItem) ready() bool { return ready(n.Status.Conditions) }
+
+type condition struct {
+	Type   string `json:"type"`
+	Status string `json:"status"`
+}
+
+func ready(cs []condition) bool {
+	for _, c := range cs {
+		if c.Type == "Ready" {
+			return c.Status == "True"
+		}
+	}
+	return false
+}
+
+type pod struct {
+	Metadata struct {
+		Name string `json:"name"`
+		UID  string `json:"uid"`
+	} `json:"metadata"`
+	Spec struct {
+		NodeName string `json:"nodeName"`
+	} `json:"spec"`
+	Status struct {
+		Phase             string      `json:"phase"`
+		Conditions        []condition `json:"conditions"`
+		ContainerStatuses []struct {
+			RestartCount int    `json:"restartCount"`
+			ImageID      string `json:"imageID"`
+			Image        string `json:"image"`
+		} `json:"containerStatuses"`
+	} `json:"status"`
+}
+
+func (p pod) ready() bool { return ready(p.Status.Conditions) }
+
+type podList struct {
+	Items []pod `json:"items"`
+}
+
+func (l podList) describe() string {
+	var s []string
+	for _, p := range l.Items {
+		s = append(s, fmt.Sprintf("%s@%s %s ready=%v", p.Metadata.Name, p.Spec.NodeName, p.Status.Phase, p.ready()))
+	}
+	return strings.Join(s, ", ")
+}
+
+// report logs a step's summary line.
+func report(t *testing.T, format string, args ...any) {
+	t.Helper()
+	line := fmt.Sprintf(format, args...)
+	t.Log(line)
+	summary = append(summary, line)
+}
+
+var summary []string
