@@ -53,6 +53,13 @@ type cluster struct {
 	lockURL string
 	shared  string // the shared root's host directory (bound at /mnt/shared in every node)
 	nodes   []*node
+	// app is the image of scenario 2's Deployment.
+	app image
+	// hostMode: the chart installs the daemon as a host service.
+	hostMode bool
+	// stale are blobs containerd recorded in its own store before the
+	// switch to the shared store (requireBlobsReadable).
+	stale []string
 
 	mu      sync.Mutex
 	daemons []*daemon // protected by mu; stopped last first
@@ -177,7 +184,7 @@ func (c *cluster) startControlPlane() {
 
 // startRegistry starts the in-process registry on hostIP.
 func (c *cluster) startRegistry() {
-	reg, err := registry.Start(registry.WithAddr(hostIP + ":0"))
+	reg, err := registry.Start(registry.WithAddr(hostIP+":0"), registry.WithBandwidth(fastBandwidth))
 	require.NoError(c.t, err)
 	c.reg = reg
 	c.t.Cleanup(func() { reg.Close() })

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -124,4 +125,40 @@ func (c *cluster) pushSharedcontent(tag string) string {
 	require.NoError(t, err, "mkimage push:\n%s", tail(out, 30))
 	t.Logf("e2e-k8s: make image and push %s (%.1fs)", ref, time.Since(t0).Seconds())
 	return ref
+}
+
+// imageBlobs lists every digest of ref in the registry: the index (if
+// any), the manifests, configs and layers.
+func (c *cluster) imageBlobs(t *testing.T, ref string) []string {
+	t.Helper()
+	r, err := name.ParseReference(ref, name.Insecure)
+	require.NoError(t, err)
+	desc, err := remote.Get(r)
+	require.NoError(t, err)
+	out := []string{desc.Digest.String()}
+	addImage := func(img v1.Image) {
+		m, err := img.Manifest()
+		require.NoError(t, err)
+		out = append(out, m.Config.Digest.String())
+		for _, l := range m.Layers {
+			out = append(out, l.Digest.String())
+		}
+	}
+	if desc.MediaType.IsIndex() {
+		idx, err := desc.ImageIndex()
+		require.NoError(t, err)
+		im, err := idx.IndexManifest()
+		require.NoError(t, err)
+		for _, m := range im.Manifests {
+			out = append(out, m.Digest.String())
+			img, err := idx.Image(m.Digest)
+			require.NoError(t, err)
+			addImage(img)
+		}
+		return out
+	}
+	img, err := desc.Image()
+	require.NoError(t, err)
+	addImage(img)
+	return out
 }

@@ -52,6 +52,9 @@ func TestKubernetes(t *testing.T) {
 	}{
 		{"1-helm-install", func(t *testing.T) { c.helmInstall(t, scRef) }},
 		{"2-deployment", c.deployment},
+		{"3-reboot", c.rebootAll},
+		{"4-upgrade", c.upgrade},
+		{"5-uninstall", c.uninstall},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, s.f) {
@@ -59,6 +62,11 @@ func TestKubernetes(t *testing.T) {
 		}
 	}
 	t.Logf("e2e-k8s: total %.1fs", time.Since(start).Seconds())
+	fmt.Println("\n=== e2e-k8s summary")
+	for _, l := range summary {
+		fmt.Println("  " + l)
+	}
+	fmt.Printf("  total %.1fs\n", time.Since(start).Seconds())
 }
 
 // waitNodesReady waits until every node is registered and Ready.
@@ -80,43 +88,76 @@ func (c *cluster) waitNodesReady() {
 
 // helmInstall installs the chart: the node daemon from scRef on every
 // node, the coordinator outside the cluster (coordinator.externalURL).
-// Then it switches each node's containerd to the shared store (the
-// drop-in and a restart, docs/kubernetes.md step 5) and checks that
-// every node's containerd serves its content through the daemon.
+// In host mode (the chart's default) the DaemonSet's pod installs the
+// daemon as a host service ordered before containerd and switches
+// containerd to the shared store itself; in pod mode the test does the
+// switch, as docs/kubernetes.md step 5 says (the drop-in and a restart).
+// Either way every node's containerd then serves its content through the
+// daemon.
 func (c *cluster) helmInstall(t *testing.T, scRef string) {
 	i := strings.LastIndex(scRef, ":")
 	repo, tag := scRef[:i], scRef[i+1:]
-	t0 := time.Now()
-	out := c.helm("install", "sharedcontent", filepath.Join(repoRoot, "deploy", "helm", "sharedcontent"),
+	// What the stock containerd pulls before the switch (the sandbox, the
+	// daemon's own image) is in the store the switch leaves behind.
+	c.stale = append(c.stale, c.imageBlobs(t, c.pauseRef())...)
+	c.stale = append(c.stale, c.imageBlobs(t, scRef)...)
+	args := []string{"install", "sharedcontent", filepath.Join(repoRoot, "deploy", "helm", "sharedcontent"),
 		"--namespace", namespace, "--create-namespace",
-		"--set", "image.repository="+repo, "--set", "image.tag="+tag,
-		"--set", "coordinator.enabled=false", "--set", "coordinator.externalURL="+c.lockURL,
-		"--set", "auth.tokenSecret=", "--set", "node.logLevel=debug",
+		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag,
+		"--set", "coordinator.enabled=false", "--set", "coordinator.externalURL=" + c.lockURL,
+		"--set", "auth.tokenSecret=", "--set", "node.logLevel=debug"}
+	c.hostMode = chartHasHostMode(t)
+	if !c.hostMode {
 		// The doctor reads the node's config before the daemon runs: on
 		// stock containerd it fails (nothing to switch to yet).
-		"--set", "node.doctor.enabled=false")
+		args = append(args, "--set", "node.doctor.enabled=false")
+	}
+	t0 := time.Now()
+	out := c.helm(args...)
 	t.Logf("helm install:\n%s", tail(out, 5))
 	c.waitDaemonSetReady(t, "sharedcontent-node")
 	installed := time.Since(t0)
-
-	// Switch containerd, node by node, once the daemon serves there.
-	drop, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "containerd-config.toml"))
-	require.NoError(t, err)
+	if !c.hostMode {
+		drop, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "containerd-config.toml"))
+		require.NoError(t, err)
+		for _, n := range c.nodes {
+			n.write("/etc/containerd/conf.d/sharedcontent.toml", string(drop))
+			_, err := n.exec(time.Minute, "systemctl", "restart", "containerd")
+			require.NoError(t, err)
+		}
+	}
 	for _, n := range c.nodes {
-		n.stale = n.listBlobs(t)
-		n.write("/etc/containerd/conf.d/sharedcontent.toml", string(drop))
-		_, err := n.exec(time.Minute, "systemctl", "restart", "containerd")
-		require.NoError(t, err)
 		n.waitCRI(t)
-		out, err := n.ctr(30*time.Second, "plugins", "ls")
-		require.NoError(t, err)
-		require.Regexp(t, `io\.containerd\.content\.v1\s+sharedcontent\s+.*ok`, out, "%s: containerd's content store is not the daemon's", n.name)
+		n.requireSwitched(t, true)
 	}
 	c.waitDaemonSetReady(t, "sharedcontent-node")
 	for _, n := range c.nodes {
 		n.requireBlobsReadable(t)
 	}
-	report(t, "1 helm install: DaemonSet Ready on %d/%d nodes in %.1fs; containerd switched to the shared store on every node", len(c.nodes), len(c.nodes), installed.Seconds())
+	report(t, "1 helm install (%s mode): DaemonSet Ready on %d/%d nodes in %.1fs; containerd on the shared store on every node",
+		map[bool]string{true: "host", false: "pod"}[c.hostMode], len(c.nodes), len(c.nodes), installed.Seconds())
+}
+
+// chartHasHostMode reports whether the chart installs the daemon as a
+// host service (values.yaml has node.mode).
+func chartHasHostMode(t *testing.T) bool {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "helm", "sharedcontent", "values.yaml"))
+	require.NoError(t, err)
+	return strings.Contains(string(b), "\n  mode: host")
+}
+
+// requireSwitched checks whether containerd's content store is the
+// daemon's (on) or its own (off), from `ctr plugins ls`.
+func (n *node) requireSwitched(t *testing.T, on bool) {
+	out, err := n.ctr(30*time.Second, "plugins", "ls")
+	require.NoError(t, err)
+	proxy := `(?m)^io\.containerd\.content\.v1\s+sharedcontent\s+.*\bok\s*$`
+	if on {
+		require.Regexp(t, proxy, out, "%s: containerd's content store is not the daemon's", n.name)
+		return
+	}
+	require.NotRegexp(t, proxy, out, "%s: containerd still uses the daemon", n.name)
+	require.Regexp(t, `(?m)^io\.containerd\.content\.v1\s+content\s+.*\bok\s*$`, out, "%s: containerd's own content store", n.name)
 }
 
 // waitDaemonSetReady waits until the DaemonSet has a Ready pod on every
@@ -142,6 +183,7 @@ func (c *cluster) waitDaemonSetReady(t *testing.T, name string) {
 // daemon: each blob is downloaded once.
 func (c *cluster) deployment(t *testing.T) {
 	app := c.pushApp("e2e/app", "v1", appLayers, appLayer)
+	c.app = app
 	c.reg.ResetCounters()
 	t0 := time.Now()
 	c.applyApp(t, "app", app.ref, len(c.nodes))
@@ -254,16 +296,18 @@ func (n *node) listBlobs(t *testing.T) []string {
 }
 
 // requireBlobsReadable is the user's data-safety check: every blob the
-// node's containerd lists reads back with its digest. Blobs recorded
-// before the node was switched to the shared store (n.stale: the stock
-// store's, the daemon's own image and the sandbox's, pulled by the stock
-// containerd) are exempt unless the shared root has them: that store is
-// gone, by design of the switch. It returns the number of blobs read.
+// node's containerd lists reads back with its digest. Blobs recorded in
+// the other store before a switch (c.stale: the sandbox's and the
+// daemon's own image, pulled by the stock containerd before helm
+// install switched it; n.stale: what the node recorded before helm
+// uninstall switched it back) are exempt when they do not read back:
+// containerd keeps their records, the store it reads changed, by design
+// of the switch. It returns the number of blobs read.
 func (n *node) requireBlobsReadable(t *testing.T) int {
 	read, stale := 0, 0
 	for _, d := range n.listBlobs(t) {
 		out, err := n.ctr(time.Minute, "content", "get", d)
-		if err != nil && slices.Contains(n.stale, d) {
+		if err != nil && (slices.Contains(n.stale, d) || slices.Contains(n.c.stale, d)) {
 			stale++
 			continue
 		}

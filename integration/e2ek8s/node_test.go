@@ -41,8 +41,8 @@ type node struct {
 	init  *daemon
 	stdin io.WriteCloser
 	boots int
-	// stale are the blobs the node's containerd recorded before it was
-	// switched to the shared store (requireBlobsReadable).
+	// stale are the blobs the node's containerd recorded on the shared
+	// store before it was switched back to its own (requireBlobsReadable).
 	stale []string
 }
 

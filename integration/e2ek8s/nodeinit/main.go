@@ -95,6 +95,9 @@ func setupMounts(cfg config) error {
 		}
 	}
 	for _, t := range append(cfg.Tmpfs, filepath.Dir(controlSocket)) {
+		if err := os.MkdirAll(t, 0o755); err != nil {
+			return err
+		}
 		if err := syscall.Mount("tmpfs", t, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0755"); err != nil {
 			return fmt.Errorf("tmpfs on %s: %w", t, err)
 		}

@@ -199,7 +199,10 @@ func (m *manager) ordered(set map[string]bool) ([]string, error) {
 		after[n] = map[string]bool{}
 	}
 	for n := range set {
-		u, _ := m.def(n)
+		u, err := m.def(n)
+		if err != nil {
+			continue // reported when it is started
+		}
 		for _, a := range u.after {
 			if set[a] {
 				after[n][a] = true
@@ -258,11 +261,21 @@ func (m *manager) startLocked(name string, seen map[string]bool) error {
 			return fmt.Errorf("%s requires %s: %w", name, d, err)
 		}
 	}
-	for _, d := range u.wants {
-		if strings.HasSuffix(d, ".service") {
-			if err := m.startLocked(d, seen); err != nil {
-				log.Printf("%s wants %s: %v", name, d, err)
-			}
+	// Wants= and the unit's .wants directory (an enabled unit's
+	// WantedBy=), in Before=/After= order among themselves.
+	wanted := map[string]bool{}
+	for _, d := range append(append([]string(nil), u.wants...), m.wantsDir(name)...) {
+		if strings.HasSuffix(d, ".service") && d != name {
+			wanted[d] = true
+		}
+	}
+	names, err := m.ordered(wanted)
+	if err != nil {
+		return err
+	}
+	for _, d := range names {
+		if err := m.startLocked(d, seen); err != nil {
+			log.Printf("%s wants %s: %v", name, d, err)
 		}
 	}
 	return m.run(u)

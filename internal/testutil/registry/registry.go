@@ -52,6 +52,14 @@ func WithAddr(addr string) Option {
 	return func(r *Registry) { r.addr = addr }
 }
 
+// SetBandwidth changes the throttle of a registry started WithBandwidth.
+func (r *Registry) SetBandwidth(bytesPerSecond int) {
+	if r.limiter == nil {
+		panic("registry: SetBandwidth without WithBandwidth")
+	}
+	r.limiter.SetLimit(rate.Limit(bytesPerSecond))
+}
+
 // throttleChunk is the largest write the throttle lets through at once.
 const throttleChunk = 64 << 10
 

@@ -1,0 +1,260 @@
+package e2ek8s
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Registry bandwidths: fast for most steps, slow while the upgrade's
+// pull runs, so that it is still running while the pods are replaced.
+const (
+	fastBandwidth = 512 << 20
+	slowBandwidth = 2 << 20
+	// upgradeLayer is the size of each of the 2 layers pulled during the
+	// upgrade: about 48 s at slowBandwidth.
+	upgradeLayer = 48 << 20
+)
+
+// sharedHas reports whether the shared root holds blob d.
+func (c *cluster) sharedHas(d string) bool {
+	_, err := os.Stat(filepath.Join(c.shared, "containerd-content", "blobs", "sha256", strings.TrimPrefix(d, "sha256:")))
+	return err == nil
+}
+
+// appPods returns the Deployment's pods by node.
+func (c *cluster) appPods(t *testing.T, name string) map[string]pod {
+	var pods podList
+	require.NoError(t, c.kubectlJSON(&pods, "-n", "default", "get", "pods", "-l", "app="+name))
+	out := map[string]pod{}
+	for _, p := range pods.Items {
+		out[p.Spec.NodeName] = p
+	}
+	return out
+}
+
+func restarts(p pod) int {
+	n := 0
+	for _, s := range p.Status.ContainerStatuses {
+		n += s.RestartCount
+	}
+	return n
+}
+
+// rebootAll runs scenario 3: every node loses every process at once
+// (its PID 1 killed: containerd, kubelet, the daemon, every pod) and
+// boots again. Its init starts the enabled units, the daemon before
+// containerd, then kubelet: every pod is Running again by itself on the
+// same node, nothing the shared root holds is downloaded again, and CRI
+// lists the images.
+func (c *cluster) rebootAll(t *testing.T) {
+	if !c.hostMode {
+		t.Skip("pod mode: a node rebooting with the drop-in starts containerd before the daemon's pod, whose own image is read through the daemon (issue 35, docs/design.md §6.1); needs the chart's host mode")
+	}
+	before := c.appPods(t, "app")
+	var held []string
+	for d := range c.reg.BlobGets() {
+		if c.sharedHas(d) {
+			held = append(held, d)
+		}
+	}
+	c.reg.ResetCounters()
+	t0 := time.Now()
+	for _, n := range c.nodes {
+		n.powerOff()
+	}
+	down := time.Since(t0)
+	for _, n := range c.nodes {
+		n.boot()
+	}
+	c.waitNodesReady()
+	c.waitDaemonSetReady(t, "sharedcontent-node")
+	c.waitAppReady(t, "app", len(c.nodes))
+	back := time.Since(t0)
+	after := c.appPods(t, "app")
+	for node, p := range before {
+		q, ok := after[node]
+		require.True(t, ok, "no app pod on %s after the reboot", node)
+		require.Equal(t, p.Metadata.UID, q.Metadata.UID, "%s: the pod was replaced, not restarted", node)
+		require.Greater(t, restarts(q), restarts(p), "%s: the pod's container did not restart: the reboot did not reach it", node)
+	}
+	gets := c.reg.BlobGets()
+	for _, d := range held {
+		require.Zero(t, gets[d], "blob %s, held by the shared root, downloaded again after the reboot", d)
+	}
+	for d, n := range gets {
+		require.LessOrEqual(t, n, 1, "blob %s downloaded %d times after the reboot", d, n)
+	}
+	reads := 0
+	for _, n := range c.nodes {
+		n.requireImage(t, c.app.ref)
+		n.requireImage(t, c.pauseRef())
+		n.requireSwitched(t, true)
+		reads += n.requireBlobsReadable(t)
+	}
+	report(t, "3 reboot of all %d nodes (PID 1 killed, %.1fs to power off): every pod Running again by itself, same pods restarted, %.1fs after the power-off; 0 GETs of the %d blobs the shared root held; CRI lists the images; %d blobs read back",
+		len(c.nodes), down.Seconds(), back.Seconds(), len(held), reads)
+}
+
+// dsPod returns the name and image of the DaemonSet's pod on node, if
+// any (not being deleted).
+func (c *cluster) dsPod(t *testing.T, node string) (name, image string, ready bool) {
+	var pods struct {
+		Items []struct {
+			pod
+			Metadata struct {
+				Name     string  `json:"name"`
+				Deleting *string `json:"deletionTimestamp"`
+			} `json:"metadata"`
+			Spec struct {
+				NodeName   string `json:"nodeName"`
+				Containers []struct {
+					Image string `json:"image"`
+				} `json:"containers"`
+			} `json:"spec"`
+		} `json:"items"`
+	}
+	require.NoError(t, c.kubectlJSON(&pods, "-n", namespace, "get", "pods", "-l", "app.kubernetes.io/component=node"))
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == node && p.Metadata.Deleting == nil {
+			return p.Metadata.Name, p.Spec.Containers[0].Image, p.ready()
+		}
+	}
+	return "", "", false
+}
+
+// upgrade runs scenario 4: helm upgrade to a new image tag (OnDelete:
+// nothing is replaced by itself), then the pods are deleted node by node
+// while every node pulls a new image through the daemon: the new pods
+// install the new daemon and restart it, the pulls succeed, each blob
+// downloaded once, nothing lost.
+func (c *cluster) upgrade(t *testing.T) {
+	if !c.hostMode {
+		t.Skip("pod mode: deleting the pod stops the daemon containerd pulls through; needs the chart's host mode")
+	}
+	tag2 := "e2e-k8s-2"
+	ref2 := c.pushSharedcontent(tag2)
+	c.stale = append(c.stale, c.imageBlobs(t, ref2)...)
+	c.helm("upgrade", "sharedcontent", filepath.Join(repoRoot, "deploy", "helm", "sharedcontent"),
+		"--namespace", namespace, "--reuse-values", "--set", "image.tag="+tag2)
+	for _, n := range c.nodes {
+		_, img, _ := c.dsPod(t, n.name)
+		require.NotEqual(t, ref2, img, "%s: OnDelete replaced the pod by itself", n.name)
+	}
+	app2 := c.pushApp("e2e/app2", "v1", 2, upgradeLayer)
+	c.reg.SetBandwidth(slowBandwidth)
+	defer c.reg.SetBandwidth(fastBandwidth)
+	c.reg.ResetCounters()
+	type result struct {
+		node string
+		err  error
+		at   time.Time
+	}
+	results := make(chan result, len(c.nodes))
+	t0 := time.Now()
+	for _, n := range c.nodes {
+		go func() {
+			_, err := n.crictl(15*time.Minute, "pull", app2.ref)
+			results <- result{n.name, err, time.Now()}
+		}()
+	}
+	var replaced []time.Time
+	for _, n := range c.nodes {
+		old, _, _ := c.dsPod(t, n.name)
+		_, err := c.kubectl(2*time.Minute, "-n", namespace, "delete", "pod", old, "--wait=true")
+		require.NoError(t, err)
+		waitFor(t, n.name+"'s new pod Ready", podTimeout, func() (bool, error) {
+			_, img, ready := c.dsPod(t, n.name)
+			return img == ref2 && ready, fmt.Errorf("image %s, ready %v", img, ready)
+		})
+		replaced = append(replaced, time.Now())
+		t.Logf("%s: pod replaced, %.1fs into the pull", n.name, time.Since(t0).Seconds())
+	}
+	var last time.Time
+	for range c.nodes {
+		r := <-results
+		require.NoError(t, r.err, "%s: crictl pull during the upgrade", r.node)
+		if r.at.After(last) {
+			last = r.at
+		}
+		require.True(t, r.at.After(replaced[0]), "%s: the pull ended before the first pod was replaced: the upgrade did not happen under it", r.node)
+	}
+	gets := c.requireSingleDownload(t, app2)
+	reads := 0
+	for _, n := range c.nodes {
+		n.requireImage(t, app2.ref)
+		n.requireSwitched(t, true)
+		out, err := n.exec(30*time.Second, "systemctl", "is-active", "containerd-sharedcontent")
+		require.NoError(t, err, out)
+		reads += n.requireBlobsReadable(t)
+	}
+	report(t, "4 helm upgrade to %s (OnDelete), pods deleted node by node under a %d MiB pull on every node: replaced at %s; pulls %d/%d ok, done %.1fs after start; %d GETs for %d blobs + manifest; %d blobs read back",
+		tag2, 2*upgradeLayer>>20, durations(t0, replaced), len(c.nodes), len(c.nodes), last.Sub(t0).Seconds(), gets, len(app2.blobs), reads)
+}
+
+func durations(t0 time.Time, ts []time.Time) string {
+	var s []string
+	for _, t := range ts {
+		s = append(s, fmt.Sprintf("%.1fs", t.Sub(t0).Seconds()))
+	}
+	return strings.Join(s, ", ")
+}
+
+// uninstall runs scenario 5: helm uninstall; containerd is back on its
+// own store on every node and pulls on its own (each node downloads);
+// the shared root keeps its blobs.
+func (c *cluster) uninstall(t *testing.T) {
+	for _, n := range c.nodes {
+		n.stale = n.listBlobs(t)
+	}
+	c.helm("uninstall", "sharedcontent", "--namespace", namespace, "--wait", "--timeout", "5m")
+	waitFor(t, "the DaemonSet's pods gone", podTimeout, func() (bool, error) {
+		out, err := c.kubectl(30*time.Second, "-n", namespace, "get", "pods", "-o", "name")
+		return err == nil && strings.TrimSpace(out) == "", fmt.Errorf("pods left: %s %v", out, err)
+	})
+	for _, n := range c.nodes {
+		drop := filepath.Join(n.host("/etc/containerd"), "conf.d", "sharedcontent.toml")
+		if !c.hostMode {
+			require.NoError(t, os.Remove(drop))
+			_, err := n.exec(time.Minute, "systemctl", "restart", "containerd")
+			require.NoError(t, err)
+		}
+		waitFor(t, n.name+"'s drop-in removed", 2*time.Minute, func() (bool, error) {
+			_, err := os.Stat(drop)
+			return os.IsNotExist(err), err
+		})
+		n.waitCRI(t)
+		waitFor(t, n.name+"'s containerd on its own store", 2*time.Minute, func() (bool, error) {
+			out, err := n.ctr(30*time.Second, "plugins", "ls")
+			return err == nil && !strings.Contains(out, "sharedcontent"), err
+		})
+		n.requireSwitched(t, false)
+		if c.hostMode {
+			out, _ := n.exec(30*time.Second, "systemctl", "is-active", "containerd-sharedcontent")
+			require.NotEqual(t, "active", strings.TrimSpace(out), "%s: the host service still runs after helm uninstall", n.name)
+		}
+	}
+	app3 := c.pushApp("e2e/app3", "v1", 1, 4<<20)
+	c.reg.ResetCounters()
+	reads := 0
+	for _, n := range c.nodes {
+		_, err := n.crictl(5*time.Minute, "pull", app3.ref)
+		require.NoError(t, err)
+		n.requireImage(t, app3.ref)
+		reads += n.requireBlobsReadable(t)
+	}
+	gets := c.reg.BlobGets()
+	for _, b := range app3.blobs {
+		require.Equal(t, len(c.nodes), gets[b], "GETs of %s: each node's own store downloads it", b)
+	}
+	for _, b := range c.app.blobs {
+		require.True(t, c.sharedHas(b), "helm uninstall removed blob %s from the shared root", b)
+	}
+	report(t, "5 helm uninstall: containerd back on its own store on %d/%d nodes; a pull on each downloads each blob once per node (%d GETs of each); the shared root keeps its blobs; %d blobs read back",
+		len(c.nodes), len(c.nodes), len(c.nodes), reads)
+}
