@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -38,17 +39,19 @@ var bins struct {
 var (
 	repoRoot string
 	binDir   string
-	// skip is why nothing can run ("" when everything is ready).
-	skip string
+	// skipInit is why not even nodeinit can run; skip why the cluster
+	// cannot ("" when everything is ready).
+	skipInit, skip string
 )
 
 func TestMain(m *testing.M) {
-	skip = setup()
+	skipInit = setupInit()
 	os.Exit(m.Run())
 }
 
-// setup finds or builds every binary; it returns why the test must skip.
-func setup() string {
+// setupInit checks the environment and builds nodeinit; it returns why
+// nothing can run.
+func setupInit() string {
 	wd, err := os.Getwd()
 	if err != nil {
 		return err.Error()
@@ -70,6 +73,16 @@ func setup() string {
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		return err.Error()
 	}
+	bins.nodeinit = filepath.Join(binDir, "e2ek8s-nodeinit")
+	if out, err := run(repoRoot, []string{"CGO_ENABLED=0"}, "go", "build", "-trimpath", "-o", bins.nodeinit, "./integration/e2ek8s/nodeinit"); err != nil {
+		return fmt.Sprintf("e2e-k8s: skipped; go build nodeinit: %v\n%s", err, tail(out, 30))
+	}
+	return ""
+}
+
+// setup finds or builds every other binary; it returns why the cluster
+// cannot run.
+func setup() string {
 	tools := filepath.Join(repoRoot, "integration", "tools")
 	for _, script := range []string{"k8s.sh", "cri.sh", "build.sh"} {
 		t0 := time.Now()
@@ -93,9 +106,8 @@ func setup() string {
 		"-o", bins.shim, "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2"); err != nil {
 		return fmt.Sprintf("e2e-k8s: skipped; cannot build containerd-shim-runc-v2: %v\n%s", err, tail(out, 30))
 	}
-	bins.nodeinit, bins.pause, bins.lockserver = in("e2ek8s-nodeinit"), in("e2ek8s-pause"), in("sharedcontent-lockserver-e2ek8s")
+	bins.pause, bins.lockserver = in("e2ek8s-pause"), in("sharedcontent-lockserver-e2ek8s")
 	for _, b := range []struct{ out, pkg string }{
-		{bins.nodeinit, "./integration/e2ek8s/nodeinit"},
 		{bins.pause, "./integration/e2ek8s/pause"},
 		{bins.lockserver, "./cmd/sharedcontent-lockserver"},
 	} {
@@ -103,8 +115,9 @@ func setup() string {
 			return fmt.Sprintf("e2e-k8s: skipped; go build %s: %v\n%s", b.pkg, err, tail(out, 30))
 		}
 	}
-	fmt.Printf("e2e-k8s: built the shim, nodeinit, pause, lockserver (%.1fs)\n", time.Since(t0).Seconds())
+	fmt.Printf("e2e-k8s: built the shim, pause, lockserver (%.1fs)\n", time.Since(t0).Seconds())
 
+	var err error
 	if bins.runc, err = exec.LookPath("runc"); err != nil {
 		return "e2e-k8s: skipped; no runc in PATH (make e2e-k8s installs Debian's)"
 	}
@@ -126,8 +139,22 @@ func setup() string {
 	return ""
 }
 
+// needInit skips t unless nodeinit can run.
+func needInit(t *testing.T) {
+	t.Helper()
+	if skipInit != "" {
+		t.Skip(skipInit)
+	}
+}
+
+var setupOnce sync.Once
+
+// need skips t unless the cluster can run; the first call finds or
+// builds the binaries (the Kubernetes ones take long when cold).
 func need(t *testing.T) {
 	t.Helper()
+	needInit(t)
+	setupOnce.Do(func() { skip = setup() })
 	if skip != "" {
 		t.Skip(skip)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -215,8 +216,12 @@ func (u *unit) env(base []string) ([]string, error) {
 	return append(env, u.environment...), nil
 }
 
-// expand substitutes ${VAR} (one word) and $VAR (split into words) in
-// argv, as systemd does in ExecStart=.
+// braced is ${NAME} in a command line.
+var braced = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// expand substitutes variables in argv as systemd does in ExecStart=:
+// ${VAR} anywhere in a word, $VAR as a word of its own (split at
+// whitespace into words), and $$ is a literal $.
 func expand(argv []string, env []string) []string {
 	m := map[string]string{}
 	for _, kv := range env {
@@ -225,11 +230,15 @@ func expand(argv []string, env []string) []string {
 	}
 	var out []string
 	for _, a := range argv {
-		if strings.HasPrefix(a, "$") && !strings.HasPrefix(a, "${") {
+		if len(a) > 1 && a[0] == '$' && a[1] != '{' && a[1] != '$' {
 			out = append(out, strings.Fields(m[a[1:]])...)
 			continue
 		}
-		out = append(out, os.Expand(a, func(k string) string { return m[k] }))
+		parts := strings.Split(a, "$$")
+		for i, p := range parts {
+			parts[i] = braced.ReplaceAllStringFunc(p, func(v string) string { return m[v[2:len(v)-1]] })
+		}
+		out = append(out, strings.Join(parts, "$"))
 	}
 	return out
 }
