@@ -18,7 +18,7 @@ const (
 	envEnable = "SHAREDCONTENT_E2E_K8S"
 	// envBinDir is where binaries are found and built (default
 	// <repo>/.cache/bin): kubelet & co. (integration/tools/k8s.sh),
-	// containerd-cri and crictl (cri.sh), containerd and ctr (build.sh).
+	// containerd-cri and crictl (cri.sh).
 	envBinDir = "SHAREDCONTENT_E2E_BIN"
 	// envEtcd names the etcd binary (make etcd's bin/etcd).
 	envEtcd = "SHAREDCONTENT_ETCD"
@@ -84,7 +84,7 @@ func setupInit() string {
 // cannot run.
 func setup() string {
 	tools := filepath.Join(repoRoot, "integration", "tools")
-	for _, script := range []string{"k8s.sh", "cri.sh", "build.sh"} {
+	for _, script := range []string{"k8s.sh", "cri.sh"} {
 		t0 := time.Now()
 		out, err := run(repoRoot, nil, "bash", filepath.Join(tools, script), binDir)
 		if err != nil {
@@ -95,16 +95,18 @@ func setup() string {
 	in := func(n string) string { return filepath.Join(binDir, n) }
 	bins.kubelet, bins.apiserver, bins.controllerManager = in("kubelet"), in("kube-apiserver"), in("kube-controller-manager")
 	bins.scheduler, bins.kubectl = in("kube-scheduler"), in("kubectl")
-	bins.containerd, bins.crictl, bins.ctr = in("containerd-cri"), in("crictl"), in("ctr")
+	bins.containerd, bins.crictl = in("containerd-cri"), in("crictl")
 
-	// Go programs: the shim containerd runs pods with (from the pinned
-	// containerd module), the node's init, the pause binary, the
-	// coordinator.
+	// Go programs: ctr and the shim containerd runs pods with (from the
+	// containerd module integration/tools pins, as containerd-cri), the
+	// pause binary, the coordinator.
 	t0 := time.Now()
-	bins.shim = in("containerd-shim-runc-v2")
-	if out, err := run(tools, []string{"GOWORK=off", "CGO_ENABLED=0"}, "go", "build", "-trimpath", "-mod=readonly",
-		"-o", bins.shim, "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2"); err != nil {
-		return fmt.Sprintf("e2e-k8s: skipped; cannot build containerd-shim-runc-v2: %v\n%s", err, tail(out, 30))
+	bins.ctr, bins.shim = in("ctr"), in("containerd-shim-runc-v2")
+	for _, b := range []string{bins.ctr, bins.shim} {
+		if out, err := run(tools, []string{"GOWORK=off", "CGO_ENABLED=0"}, "go", "build", "-trimpath", "-mod=readonly",
+			"-o", b, "github.com/containerd/containerd/v2/cmd/"+filepath.Base(b)); err != nil {
+			return fmt.Sprintf("e2e-k8s: skipped; cannot build %s: %v\n%s", filepath.Base(b), err, tail(out, 30))
+		}
 	}
 	bins.pause, bins.lockserver = in("e2ek8s-pause"), in("sharedcontent-lockserver-e2ek8s")
 	for _, b := range []struct{ out, pkg string }{
@@ -115,7 +117,7 @@ func setup() string {
 			return fmt.Sprintf("e2e-k8s: skipped; go build %s: %v\n%s", b.pkg, err, tail(out, 30))
 		}
 	}
-	fmt.Printf("e2e-k8s: built the shim, pause, lockserver (%.1fs)\n", time.Since(t0).Seconds())
+	fmt.Printf("e2e-k8s: built ctr, the shim, pause, lockserver (%.1fs)\n", time.Since(t0).Seconds())
 
 	var err error
 	if bins.runc, err = exec.LookPath("runc"); err != nil {
