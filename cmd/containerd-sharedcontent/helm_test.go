@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -33,11 +34,16 @@ type daemonSet struct {
 	} `yaml:"spec"`
 }
 
+// kubeVar is a $(VAR) reference that kubelet expands in a container's args.
+var kubeVar = regexp.MustCompile(`\$\([A-Za-z_][A-Za-z0-9_]*\)`)
+
 // TestHelmDaemonSetArgs: the Helm chart's DaemonSet, as rendered for every
 // values file of its ci/ (deploy/check/testdata/helm, kept current by make
-// helm-check), starts this daemon with arguments and environment its own
-// flag set accepts, against a remote coordinator, as the node named by
-// the pod's spec.nodeName.
+// helm-check), starts this daemon (pod mode), or installs it with its
+// flags (host mode: `install` with its own flags, then the daemon's after
+// --, $(VAR) expanded from the container's environment as kubelet does),
+// with arguments and environment its own flag sets accept, against a
+// remote coordinator, as the node named by the pod's spec.nodeName.
 func TestHelmDaemonSetArgs(t *testing.T) {
 	files, err := filepath.Glob("../../deploy/check/testdata/helm/*.yaml")
 	require.NoError(t, err)
@@ -62,18 +68,37 @@ func TestHelmDaemonSetArgs(t *testing.T) {
 				cs := ds.Spec.Template.Spec.Containers
 				require.Len(t, cs, 1)
 				require.Equal(t, []string{"/usr/local/bin/containerd-sharedcontent"}, cs[0].Command)
+				vars := map[string]string{}
 				for _, e := range cs[0].Env {
 					switch {
 					case e.Value != nil:
-						t.Setenv(e.Name, *e.Value)
-					case e.Name == "SHAREDCONTENT_NODE_ID":
-						t.Setenv(e.Name, "node-1") // spec.nodeName
+						vars[e.Name] = *e.Value
+					case e.Name == "SHAREDCONTENT_NODE_ID" || e.Name == "NODE_NAME":
+						vars[e.Name] = "node-1" // spec.nodeName
 					default:
 						t.Fatalf("env %s: no value this test knows", e.Name)
 					}
 				}
-				o, err := parse(cs[0].Args)
-				require.NoError(t, err, "args %q", cs[0].Args)
+				args := cs[0].Args
+				for i, a := range args {
+					args[i] = kubeVar.ReplaceAllStringFunc(a, func(v string) string { return vars[v[2:len(v)-1]] })
+				}
+				if len(args) > 0 && args[0] == "install" {
+					t.Setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+					t.Setenv("KUBERNETES_SERVICE_PORT", "443")
+					io, err := parseInstall(append([]string{"--namespace=sharedcontent"}, args[1:]...))
+					require.NoError(t, err, "args %q", args)
+					require.Equal(t, "/host", io.cfg.HostRoot)
+					require.Equal(t, "https://10.96.0.1:443", io.ds.APIServer)
+					require.Equal(t, "http://127.0.0.1:9642/readyz", io.cfg.ReadyURL)
+					args = io.daemonArgs
+				} else {
+					for k, v := range vars {
+						t.Setenv(k, v)
+					}
+				}
+				o, err := parse(args)
+				require.NoError(t, err, "args %q", args)
 				require.NotEmpty(t, o.coordinatorURL, "the chart's nodes use a remote coordinator")
 				require.Empty(t, o.coordinatorListen)
 				require.Equal(t, "node-1", o.nodeID)

@@ -52,6 +52,10 @@ const (
 )
 
 func main() {
+	run := run
+	if len(os.Args) > 1 && os.Args[1] == "install" {
+		run = func(args []string) error { return runInstall(args[1:]) }
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "containerd-sharedcontent:", err)
 		os.Exit(1)
@@ -72,8 +76,18 @@ type options struct {
 }
 
 func parse(args []string) (options, error) {
+	var o options
+	fs := newFlagSet(&o)
+	if err := cli.Parse(fs, args); err != nil {
+		return o, err
+	}
+	return o, o.check()
+}
+
+// newFlagSet defines the daemon's flags over o, set to their defaults.
+func newFlagSet(o *options) *flag.FlagSet {
 	hostname, _ := os.Hostname()
-	o := options{embedded: httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: defaultDataDir}}
+	*o = options{embedded: httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: defaultDataDir}}
 	fs := flag.NewFlagSet("containerd-sharedcontent", flag.ContinueOnError)
 	fs.Usage = cli.Usage(fs, "usage: containerd-sharedcontent --root DIR [flags]")
 	fs.String(cli.ConfigFlag, "", "TOML config file; its keys are the flag names")
@@ -100,31 +114,33 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.containerdAddress, "containerd-address", reannounce.DefaultAddress, "containerd's API socket: once serving, and each time containerd restarts, announce every image to it so that CRI reloads those it could not read while this daemon was down (empty: off)")
 	fs.StringVar(&o.containerdNS, "containerd-namespace", reannounce.DefaultNamespace, "the containerd namespace whose images --containerd-address announces (CRI's is k8s.io; empty: every namespace)")
 	httpserver.RegisterFlags(fs, &o.embedded)
-	if err := cli.Parse(fs, args); err != nil {
-		return o, err
-	}
+	return fs
+}
+
+// check refuses settings that cannot work together.
+func (o options) check() error {
 	switch {
 	case o.root == "":
-		return o, errors.New("--root is required")
+		return errors.New("--root is required")
 	case o.nodeID == "":
-		return o, errors.New("--node-id is required (the hostname is unknown)")
+		return errors.New("--node-id is required (the hostname is unknown)")
 	case o.coordinatorURL != "" && o.coordinatorListen != "":
-		return o, errors.New("--coordinator-listen serves the embedded coordinator; it cannot be used with --coordinator")
+		return errors.New("--coordinator-listen serves the embedded coordinator; it cannot be used with --coordinator")
 	case o.coordinatorURL != "" && o.adopt:
-		return o, errors.New("--adopt adopts with the embedded coordinator; for a remote one use sharedcontentctl cluster adopt")
+		return errors.New("--adopt adopts with the embedded coordinator; for a remote one use sharedcontentctl cluster adopt")
 	case o.stateDir == "":
-		return o, errors.New("--state-dir is required")
+		return errors.New("--state-dir is required")
 	case o.storageTimeout <= 0:
-		return o, fmt.Errorf("--storage-timeout %v: must be positive", o.storageTimeout)
+		return fmt.Errorf("--storage-timeout %v: must be positive", o.storageTimeout)
 	}
 	if o.coordinatorURL != "" {
 		if _, err := lockclient.ParseURLs(o.coordinatorURL); err != nil {
-			return o, fmt.Errorf("--coordinator: %w", err)
+			return fmt.Errorf("--coordinator: %w", err)
 		}
 	} else if err := o.embedded.CheckLeaseTTL(); err != nil {
-		return o, err
+		return err
 	}
-	return o, nil
+	return nil
 }
 
 func run(args []string) error {

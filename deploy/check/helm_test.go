@@ -158,6 +158,33 @@ func checkHelmReplicas(t *testing.T, m *manifests, st *appsv1.StatefulSet, c cor
 	require.Equal(t, map[bool]string{true: "https", false: "http"}[https], u.Scheme)
 }
 
+// nodeArgs splits the node container's arguments: in host mode
+// (`install [flags] -- DAEMON FLAGS`) the installer's flags, the pod's
+// files it copies onto the host (--file SOURCE:TARGET, by target) and the
+// daemon's flags; in pod mode the daemon's flags only.
+func nodeArgs(t *testing.T, c corev1.Container) (host bool, install map[string]string, files map[string]string, daemon map[string]string) {
+	t.Helper()
+	if len(c.Args) == 0 || c.Args[0] != "install" {
+		return false, nil, nil, flagValues(t, c)
+	}
+	sep := slices.Index(c.Args, "--")
+	require.Positive(t, sep, "install ... -- DAEMON FLAGS")
+	files = map[string]string{}
+	var rest []string
+	for _, a := range c.Args[1:sep] {
+		if f, ok := strings.CutPrefix(a, "--file="); ok {
+			src, dst, ok := strings.Cut(f, ":")
+			require.True(t, ok, a)
+			files[dst] = src
+			continue
+		}
+		rest = append(rest, a)
+	}
+	ic, dc := c, c
+	ic.Args, dc.Args = rest, c.Args[sep+1:]
+	return true, flagValues(t, ic), files, flagValues(t, dc)
+}
+
 func checkHelmNode(t *testing.T, m *manifests, coordinatorSvc *corev1.Service, coordinator corev1.Container) {
 	t.Helper()
 	ds := m.daemonSets[0]
@@ -166,31 +193,16 @@ func checkHelmNode(t *testing.T, m *manifests, coordinatorSvc *corev1.Service, c
 	require.Equal(t, []string{"/usr/local/bin/containerd-sharedcontent"}, c.Command)
 	require.Equal(t, "system-node-critical", spec.PriorityClassName)
 	require.Contains(t, spec.Tolerations, corev1.Toleration{Operator: corev1.TolerationOpExists}, "tolerates every taint")
-	require.True(t, *c.SecurityContext.Privileged, "the diff service mounts snapshots")
+	require.True(t, *c.SecurityContext.Privileged, "the diff service mounts snapshots; the installer enters PID 1's namespaces")
 	require.Equal(t, int64(0), *c.SecurityContext.RunAsUser, "root: the image's default user is not")
-	require.Equal(t, "spec.nodeName", env(c, "SHAREDCONTENT_NODE_ID").ValueFrom.FieldRef.FieldPath)
 
-	f := flagValues(t, c)
-	for _, p := range []string{f["root"], f["address"], f["state-dir"], "/var/lib/containerd"} {
-		require.NotEmpty(t, p)
-		requireHostPath(t, spec, c, p)
+	host, install, files, f := nodeArgs(t, c)
+	if host {
+		checkHelmHostMode(t, m, install, files, f)
+	} else {
+		checkHelmPodMode(t, spec, c, f)
 	}
-	if p, ok := f["auth-token-file"]; ok {
-		v, _ := mountOf(t, spec, c, p)
-		require.NotNil(t, v)
-		require.NotNil(t, v.Secret)
-		requireSecretFile(t, spec, c, p, v.Secret.SecretName, "token")
-	}
-	for _, flag := range []string{"node-token-file", "node-cert", "node-key"} {
-		if p, ok := f[flag]; ok {
-			requireHostFile(t, spec, c, p)
-		}
-	}
-	if p, ok := f["coordinator-ca"]; ok {
-		v, _ := mountOf(t, spec, c, p)
-		require.NotNil(t, v.Secret, "--coordinator-ca")
-		require.Equal(t, "ca.crt", path.Base(p))
-	}
+
 
 	cf := flagValues(t, coordinator)
 	if _, ha := cf["etcd-endpoints"]; ha {
@@ -218,7 +230,38 @@ func checkHelmNode(t *testing.T, m *manifests, coordinatorSvc *corev1.Service, c
 	mp := port(t, c, "metrics")
 	require.Equal(t, listenPort(t, f["metrics-listen"]), fmt.Sprint(mp.ContainerPort))
 	requireServicePort(t, serviceSelecting(t, m, ds.Spec.Template.Labels), c, "metrics")
+	require.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
+	require.Equal(t, "metrics", c.ReadinessProbe.HTTPGet.Port.String())
+}
 
+// checkHelmPodMode: the daemon runs in the pod, with the host's own
+// paths mounted at the same paths, as the node named by spec.nodeName.
+func checkHelmPodMode(t *testing.T, spec corev1.PodSpec, c corev1.Container, f map[string]string) {
+	t.Helper()
+	require.False(t, spec.HostPID)
+	require.Empty(t, spec.ServiceAccountName, "pod mode asks the API server nothing")
+	require.False(t, *spec.AutomountServiceAccountToken)
+	require.Equal(t, "spec.nodeName", env(c, "SHAREDCONTENT_NODE_ID").ValueFrom.FieldRef.FieldPath)
+	for _, p := range []string{f["root"], f["address"], f["state-dir"], "/var/lib/containerd"} {
+		require.NotEmpty(t, p)
+		requireHostPath(t, spec, c, p)
+	}
+	if p, ok := f["auth-token-file"]; ok {
+		v, _ := mountOf(t, spec, c, p)
+		require.NotNil(t, v)
+		require.NotNil(t, v.Secret)
+		requireSecretFile(t, spec, c, p, v.Secret.SecretName, "token")
+	}
+	for _, flag := range []string{"node-token-file", "node-cert", "node-key"} {
+		if p, ok := f[flag]; ok {
+			requireHostFile(t, spec, c, p)
+		}
+	}
+	if p, ok := f["coordinator-ca"]; ok {
+		v, _ := mountOf(t, spec, c, p)
+		require.NotNil(t, v.Secret, "--coordinator-ca")
+		require.Equal(t, "ca.crt", path.Base(p))
+	}
 	// The doctor init container reads containerd's config at the host's
 	// own path (its imports name host paths), from the same image.
 	for _, ic := range spec.InitContainers {
@@ -230,6 +273,86 @@ func checkHelmNode(t *testing.T, m *manifests, coordinatorSvc *corev1.Service, c
 		require.True(t, ok, ic.Args[2])
 		requireHostFile(t, spec, ic, config)
 	}
+}
+
+// checkHelmHostMode: the pod installs the daemon onto the host: hostPID
+// (systemctl in PID 1's namespaces) and hostNetwork (the probe reaches the
+// host daemon's /readyz), the host's / at --host-root, no init container
+// (its config check would fail before the drop-in exists); the daemon's
+// files are host paths, its secrets copied from the pod's Secret volumes;
+// its node ID is the node's name; the pod may get its own DaemonSet, and
+// nothing else.
+func checkHelmHostMode(t *testing.T, m *manifests, install, files, f map[string]string) {
+	t.Helper()
+	ds := m.daemonSets[0]
+	spec := ds.Spec.Template.Spec
+	c := onlyContainer(t, spec)
+	require.True(t, spec.HostPID, "nsenter --target 1")
+	require.True(t, spec.HostNetwork, "the readiness probe is the host daemon's /readyz")
+	require.Equal(t, corev1.DNSClusterFirstWithHostNet, spec.DNSPolicy)
+	require.Empty(t, spec.InitContainers)
+	require.GreaterOrEqual(t, *spec.TerminationGracePeriodSeconds, int64(90), "the keeper's uninstall restarts containerd")
+
+	v, vm := mountOf(t, spec, c, install["host-root"])
+	require.NotNil(t, v.HostPath)
+	require.Equal(t, "/", v.HostPath.Path)
+	require.Equal(t, install["host-root"], vm.MountPath)
+	require.Equal(t, ds.Name, install["daemonset"])
+	require.True(t, strings.HasPrefix(install["containerd-config"], "/etc/containerd/"), install["containerd-config"])
+
+	require.Equal(t, "$(NODE_NAME)", f["node-id"])
+	require.Equal(t, "spec.nodeName", env(c, "NODE_NAME").ValueFrom.FieldRef.FieldPath)
+	require.Nil(t, env(c, "SHAREDCONTENT_NODE_ID"), "the host service's settings are its flags")
+	for _, p := range []string{f["root"], f["address"], f["state-dir"]} {
+		require.True(t, path.IsAbs(p), p)
+	}
+	// Every file the daemon reads from a Secret is copied onto the host,
+	// at the path its flag names.
+	for flag, key := range map[string]string{"auth-token-file": "token", "coordinator-ca": "ca.crt"} {
+		p, ok := f[flag]
+		if !ok {
+			continue
+		}
+		src, ok := files[p]
+		require.True(t, ok, "--%s %s: the installer copies it onto the host (--file)", flag, p)
+		v, _ := mountOf(t, spec, c, src)
+		require.NotNil(t, v.Secret, "--%s", flag)
+		require.Equal(t, key, path.Base(src))
+		if flag == "auth-token-file" {
+			requireSecretFile(t, spec, c, src, v.Secret.SecretName, key)
+		}
+	}
+	require.Len(t, files, len(f)-len(without(f, "auth-token-file", "coordinator-ca")), "no file copied that no flag names")
+
+	// RBAC: get on this DaemonSet only, bound to the pod's account.
+	require.Len(t, m.serviceAccts, 1)
+	require.Equal(t, spec.ServiceAccountName, m.serviceAccts[0].Name)
+	require.Len(t, m.roles, 1)
+	require.Len(t, m.roleBindings, 1)
+	rb := m.roleBindings[0]
+	require.Equal(t, "Role", rb.RoleRef.Kind)
+	require.Equal(t, m.roles[0].Name, rb.RoleRef.Name)
+	require.Len(t, rb.Subjects, 1)
+	require.Equal(t, spec.ServiceAccountName, rb.Subjects[0].Name)
+	require.Equal(t, ds.Namespace, rb.Subjects[0].Namespace)
+	require.Equal(t, ds.Namespace, m.roles[0].Namespace)
+	require.Len(t, m.roles[0].Rules, 1)
+	r := m.roles[0].Rules[0]
+	require.Equal(t, []string{"apps"}, r.APIGroups)
+	require.Equal(t, []string{"daemonsets"}, r.Resources)
+	require.Equal(t, []string{ds.Name}, r.ResourceNames)
+	require.Equal(t, []string{"get"}, r.Verbs)
+}
+
+// without returns m less keys.
+func without(m map[string]string, keys ...string) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		if !slices.Contains(keys, k) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func checkHelmServiceMonitors(t *testing.T, m *manifests) {
@@ -249,12 +372,13 @@ func TestHelmDashboardCopy(t *testing.T) {
 	require.Equal(t, string(want), string(got), "cp deploy/grafana/sharedcontent.json %s/files/grafana-dashboard.json", chartDir)
 }
 
-// TestHelmMatchesKustomize: the chart's default node daemon and
-// coordinator take the flags deploy/kubernetes gives them, with the same
-// paths (only the coordinator's URL and the log level differ).
+// TestHelmMatchesKustomize: the chart's node daemon in pod mode (the
+// kustomization's) and its coordinator take the flags deploy/kubernetes
+// gives them, with the same paths (only the coordinator's URL and the log
+// level differ).
 func TestHelmMatchesKustomize(t *testing.T) {
 	k, _ := load(t)
-	h := loadRendered(t, renderedFiles(t)["default"])
+	h := loadRendered(t, renderedFiles(t)["pod"])
 	kf := flagValues(t, onlyContainer(t, k.daemonSets[0].Spec.Template.Spec))
 	hf := flagValues(t, onlyContainer(t, h.daemonSets[0].Spec.Template.Spec))
 	for _, f := range []string{"coordinator", "log-level"} {

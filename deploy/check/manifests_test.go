@@ -20,6 +20,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -43,6 +44,9 @@ type manifests struct {
 	namespaces     []*corev1.Namespace
 	serviceMonitor []*monitoringv1.ServiceMonitor
 	pdbs           []*policyv1.PodDisruptionBudget
+	serviceAccts   []*corev1.ServiceAccount
+	roles          []*rbacv1.Role
+	roleBindings   []*rbacv1.RoleBinding
 }
 
 // kustomization is the part of kustomize's Kustomization the manifests
@@ -119,6 +123,12 @@ func (m *manifests) add(doc []byte) error {
 		return decodeInto(doc, &m.serviceMonitor)
 	case "policy/v1 PodDisruptionBudget":
 		return decodeInto(doc, &m.pdbs)
+	case "v1 ServiceAccount":
+		return decodeInto(doc, &m.serviceAccts)
+	case "rbac.authorization.k8s.io/v1 Role":
+		return decodeInto(doc, &m.roles)
+	case "rbac.authorization.k8s.io/v1 RoleBinding":
+		return decodeInto(doc, &m.roleBindings)
 	}
 	return fmt.Errorf("kind %s: not known to this test; add it", gvk)
 }
@@ -413,7 +423,7 @@ func decodeContainerd(t *testing.T, name string, b []byte) containerdConfig {
 // TestContainerdDropIn: the drop-in disables the built-in content plugin,
 // points the content and diff proxies at the DaemonSet's --address, selects
 // the differ for both pull paths, and says what deploy/containerd-config.toml
-// says.
+// and the host installer's copy say.
 func TestContainerdDropIn(t *testing.T) {
 	m, _ := load(t)
 	data := m.configMaps[0].Data
@@ -422,6 +432,11 @@ func TestContainerdDropIn(t *testing.T) {
 	b, err := os.ReadFile("../containerd-config.toml")
 	require.NoError(t, err)
 	require.Equal(t, decodeContainerd(t, "deploy/containerd-config.toml", b), drop)
+	// The copy the chart's host mode installs (internal/hostinstall, for
+	// the default socket and platform).
+	b, err = os.ReadFile("../../internal/hostinstall/sharedcontent.toml")
+	require.NoError(t, err)
+	require.Equal(t, drop, decodeContainerd(t, "internal/hostinstall/sharedcontent.toml", b))
 
 	require.Equal(t, 3, drop.Version)
 	require.Equal(t, []string{"io.containerd.content.v1.content"}, drop.DisabledPlugins)

@@ -70,6 +70,9 @@ follows a not_leader hint only to a URL of its list). */}}
 {{- if and .Values.tls.clientCA (not .Values.tls.enabled) -}}
 {{- fail "tls.clientCA needs tls.enabled" -}}
 {{- end -}}
+{{- if not (has .Values.node.mode (list "host" "pod")) -}}
+{{- fail (printf "node.mode %q: host (the daemon as a host service, installed by the DaemonSet) or pod (the daemon in the DaemonSet's pod)" .Values.node.mode) -}}
+{{- end -}}
 {{- if not (or .Values.node.enabled .Values.coordinator.enabled) -}}
 {{- fail "node.enabled and coordinator.enabled are both false: nothing to install" -}}
 {{- end -}}
@@ -111,4 +114,40 @@ s and ms (e.g. 15s, 1m30s, 500ms). */}}
 the coordinator then takes no shared token, only an admin token. */}}
 {{- define "sharedcontent.nodeIdentities" -}}
 {{- if or .Values.auth.nodeTokens.enabled .Values.tls.nodeIdentity -}}true{{- end -}}
+{{- end -}}
+
+{{/* The node daemon's flags, one "- --flag=value" line each. In host mode
+(.host) they name the host's files: the installer writes them to the host
+service's environment file (docs/helm.md "Host mode"). */}}
+{{- define "sharedcontent.nodeDaemonArgs" -}}
+{{- $v := .root.Values -}}
+- --root={{ $v.node.sharedRoot }}
+- --address={{ trimSuffix "/" $v.node.socketDir }}/sharedcontent.sock
+- --state-dir={{ trimSuffix "/" $v.node.stateDir }}/node
+- --coordinator={{ $v.node.coordinatorURL | default (include "sharedcontent.coordinatorURL" .root) }}
+{{- if .host }}
+- --node-id=$(NODE_NAME)
+{{- end }}
+{{- if $v.auth.nodeTokens.enabled }}
+- --node-token-file={{ $v.auth.nodeTokens.hostPath }}
+{{- else if and $v.auth.tokenSecret (not $v.tls.nodeIdentity) }}
+- --auth-token-file={{ ternary "/etc/sharedcontent/auth-token" "/etc/sharedcontent/token/token" .host }}
+{{- end }}
+{{- if $v.tls.enabled }}
+- --coordinator-ca={{ ternary "/etc/sharedcontent/coordinator-ca.crt" "/etc/sharedcontent/tls-ca/ca.crt" .host }}
+{{- end }}
+{{- if $v.tls.clientCA }}
+- --node-cert={{ trimSuffix "/" $v.tls.nodeCertHostPath }}/tls.crt
+- --node-key={{ trimSuffix "/" $v.tls.nodeCertHostPath }}/tls.key
+{{- end }}
+- --metrics-listen=0.0.0.0:{{ $v.node.metricsPort }}
+- --log-level={{ $v.node.logLevel }}
+{{- if not .host }}
+# Once serving, tell containerd's CRI to reload every image it
+# could not read while this pod was down (docs/helm.md).
+{{- end }}
+- --containerd-address={{ $v.node.containerdSocket }}
+{{- range $v.node.extraArgs }}
+- {{ . }}
+{{- end }}
 {{- end -}}
