@@ -154,7 +154,7 @@ func (c *cluster) startControlPlane() {
 		"--etcd-servers="+etcdURL,
 		"--bind-address="+hostIP, "--advertise-address="+hostIP, "--secure-port="+strconv.Itoa(c.apiPort),
 		"--tls-cert-file="+srvCert, "--tls-private-key-file="+srvKey, "--client-ca-file="+p.CAFile,
-		"--kubelet-client-certificate="+kcCert, "--kubelet-client-key="+kcKey,
+		"--kubelet-client-certificate="+kcCert, "--kubelet-client-key="+kcKey, "--kubelet-preferred-address-types=InternalIP",
 		"--service-account-issuer=https://kubernetes.default.svc", "--service-account-key-file="+p.SAPubFile,
 		"--service-account-signing-key-file="+p.SAKeyFile, "--service-cluster-ip-range="+serviceCIDR,
 		"--authorization-mode=Node,RBAC", "--allow-privileged=true", "--cert-dir="+c.path("apiserver"),
@@ -170,7 +170,7 @@ func (c *cluster) startControlPlane() {
 		"--service-account-private-key-file="+p.SAKeyFile, "--root-ca-file="+p.CAFile,
 		"--use-service-account-credentials=true", "--leader-elect=false",
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(freePort(t, "127.0.0.1")),
-		"--cluster-signing-cert-file="+p.CAFile, "--v=1")
+		"--v=1")
 	c.start("kube-scheduler", bins.scheduler, "--kubeconfig="+c.admin,
 		"--authentication-kubeconfig="+c.admin, "--authorization-kubeconfig="+c.admin, "--leader-elect=false",
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(freePort(t, "127.0.0.1")), "--v=1")
@@ -316,7 +316,8 @@ func mountsUnder(dir string) []string {
 	return out
 }
 
-// waitFor polls cond every 200 ms until it holds; it fails the test after
+// waitFor polls cond every second (kubectl is not cheap on a loaded
+// machine) until it holds; it fails the test after
 // timeout, with cond's last error.
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, error)) {
 	t.Helper()
@@ -333,6 +334,6 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool
 		if time.Now().After(deadline) {
 			t.Fatalf("e2e-k8s: %s not reached within %v (last error: %v)", what, timeout, last)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(time.Second)
 	}
 }

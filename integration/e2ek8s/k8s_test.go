@@ -106,7 +106,10 @@ func (c *cluster) helmInstall(t *testing.T, scRef string) {
 		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag,
 		"--set", "coordinator.enabled=false", "--set", "coordinator.externalURL=" + c.lockURL,
 		"--set", "auth.tokenSecret=", "--set", "node.logLevel=debug"}
-	c.hostMode = chartHasHostMode(t)
+	c.hostMode = chartHasHostMode(t) && os.Getenv(envMode) != "pod"
+	if os.Getenv(envMode) == "pod" {
+		args = append(args, "--set", "node.mode=pod")
+	}
 	if !c.hostMode {
 		// The doctor reads the node's config before the daemon runs: on
 		// stock containerd it fails (nothing to switch to yet).

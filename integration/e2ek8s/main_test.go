@@ -24,6 +24,9 @@ const (
 	envEtcd = "SHAREDCONTENT_ETCD"
 	// envHelm names the helm binary (the Makefile's $(HELM)).
 	envHelm = "SHAREDCONTENT_HELM"
+	// envMode set to "pod" installs the chart with node.mode=pod (default:
+	// the chart's default, host mode).
+	envMode = "SHAREDCONTENT_E2E_K8S_MODE"
 	// envKeepLogs names a directory that receives the logs, failed or
 	// not (default: failed runs' only, under <repo>/.cache/e2e-logs).
 	envKeepLogs = "SHAREDCONTENT_E2E_LOGS"

@@ -336,7 +336,11 @@ func (n *node) exec(timeout time.Duration, argv ...string) (string, error) {
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
 	if f, ferr := os.OpenFile(filepath.Join(n.dir, "logs", "exec.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); ferr == nil {
-		fmt.Fprintf(f, "$ %s\n%s%s(err: %v)\n", strings.Join(argv, " "), errOut.String(), tail(out.String(), 20), err)
+		o := out.String()
+		if len(o) > 2048 {
+			o = fmt.Sprintf("%s... (%d bytes)\n", o[:2048], len(o))
+		}
+		fmt.Fprintf(f, "$ %s\n%s%s(err: %v)\n", strings.Join(argv, " "), errOut.String(), o, err)
 		f.Close()
 	}
 	if err != nil {
