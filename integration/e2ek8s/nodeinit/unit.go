@@ -78,6 +78,8 @@ func loadUnit(dir, name string) (*unit, error) {
 func (u *unit) set(section, key, val string) error {
 	var err error
 	switch section + "." + key {
+	case "Unit.Description", "Unit.Documentation":
+		// for people
 	case "Unit.Wants":
 		u.wants = append(u.wants, strings.Fields(val)...)
 	case "Unit.Requires":
