@@ -1,14 +1,10 @@
 package e2ek8s
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -45,9 +41,10 @@ type cluster struct {
 	id     string
 	bridge string
 	pki    *pki
-	// admin is the kubeconfig of system:masters (kubectl, helm, the
-	// controller-manager and the scheduler).
+	// admin is the kubeconfig of system:masters (helm, the
+	// controller-manager and the scheduler); api calls as the same.
 	admin   string
+	api     *apiClient
 	apiPort int
 	reg     *registry.Registry
 	lockURL string
@@ -161,8 +158,10 @@ func (c *cluster) startControlPlane() {
 		"--profiling=false", "--v=1")
 	c.admin = c.path("admin.kubeconfig")
 	require.NoError(t, p.kubeconfig(c.admin, server, "admin", "e2ek8s-admin", "system:masters"))
+	c.api, err = newAPIClient(server, p.CAFile, filepath.Join(p.dir, "admin.crt"), filepath.Join(p.dir, "admin.key"))
+	require.NoError(t, err)
 	waitFor(t, "the API server's /readyz", 3*time.Minute, func() (bool, error) {
-		_, err := c.kubectl(10*time.Second, "get", "--raw", "/readyz")
+		err := c.api.get("/readyz", nil)
 		return err == nil, err
 	})
 	c.start("kube-controller-manager", bins.controllerManager, "--kubeconfig="+c.admin,
@@ -176,7 +175,7 @@ func (c *cluster) startControlPlane() {
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(freePort(t, "127.0.0.1")), "--v=1")
 	// The service-account controller creates "default" in each namespace.
 	waitFor(t, "the default service account", 2*time.Minute, func() (bool, error) {
-		_, err := c.kubectl(10*time.Second, "-n", "default", "get", "serviceaccount", "default")
+		err := c.api.get("/api/v1/namespaces/default/serviceaccounts/default", nil)
 		return err == nil, err
 	})
 	t.Logf("e2e-k8s: control plane up in %.1fs (API %s)", time.Since(t0).Seconds(), server)
@@ -206,28 +205,6 @@ func (c *cluster) startCoordinator() {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, fmt.Errorf("/readyz: %s", resp.Status)
 	})
-}
-
-// kubectl runs kubectl as the admin and returns its standard output.
-func (c *cluster) kubectl(timeout time.Duration, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bins.kubectl, append([]string{"--kubeconfig", c.admin}, args...)...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errOut.String()))
-	}
-	return out.String(), nil
-}
-
-// kubectlJSON runs kubectl ... -o json into v.
-func (c *cluster) kubectlJSON(v any, args ...string) error {
-	out, err := c.kubectl(30*time.Second, append(args, "-o", "json")...)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal([]byte(out), v)
 }
 
 // helm runs helm with the admin kubeconfig.
@@ -316,8 +293,7 @@ func mountsUnder(dir string) []string {
 	return out
 }
 
-// waitFor polls cond every second (kubectl is not cheap on a loaded
-// machine) until it holds; it fails the test after
+// waitFor polls cond every second until it holds; it fails the test after
 // timeout, with cond's last error.
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, error)) {
 	t.Helper()

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,7 +74,7 @@ func TestKubernetes(t *testing.T) {
 func (c *cluster) waitNodesReady() {
 	waitFor(c.t, "every node Ready", podTimeout, func() (bool, error) {
 		var list nodeList
-		if err := c.kubectlJSON(&list, "get", "nodes"); err != nil {
+		if err := c.api.get("/api/v1/nodes", &list); err != nil {
 			return false, err
 		}
 		ready := 0
@@ -173,7 +174,7 @@ func (c *cluster) waitDaemonSetReady(t *testing.T, name string) {
 				Ready   int `json:"numberReady"`
 			} `json:"status"`
 		}
-		if err := c.kubectlJSON(&ds, "-n", namespace, "get", "daemonset", name); err != nil {
+		if err := c.api.get("/apis/apps/v1/namespaces/"+namespace+"/daemonsets/"+name, &ds); err != nil {
 			return false, err
 		}
 		return ds.Status.Desired == len(c.nodes) && ds.Status.Ready == len(c.nodes),
@@ -205,45 +206,39 @@ func (c *cluster) deployment(t *testing.T) {
 		len(c.nodes), elapsed.Seconds(), gets, len(app.blobs))
 }
 
-// applyApp creates (or updates) a Deployment of replicas pods, at most
-// one per node, running ref.
+// applyApp creates a Deployment of replicas pods, at most one per
+// node, running ref.
 func (c *cluster) applyApp(t *testing.T, name, ref string, replicas int) {
-	manifest := fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: %[1]s
-  namespace: default
-spec:
-  replicas: %[3]d
-  selector:
-    matchLabels: {app: %[1]s}
-  template:
-    metadata:
-      labels: {app: %[1]s}
-    spec:
-      terminationGracePeriodSeconds: 5
-      affinity:
-        podAntiAffinity:
-          requiredDuringSchedulingIgnoredDuringExecution:
-            - labelSelector:
-                matchLabels: {app: %[1]s}
-              topologyKey: kubernetes.io/hostname
-      containers:
-        - name: app
-          image: %[2]s
-          imagePullPolicy: IfNotPresent
-`, name, ref, replicas)
-	path := c.path(name + ".yaml")
-	require.NoError(t, os.WriteFile(path, []byte(manifest), 0o644))
-	_, err := c.kubectl(time.Minute, "apply", "-f", path)
-	require.NoError(t, err)
+	labels := map[string]string{"app": name}
+	deployment := map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": name, "namespace": "default"},
+		"spec": map[string]any{
+			"replicas": replicas,
+			"selector": map[string]any{"matchLabels": labels},
+			"template": map[string]any{
+				"metadata": map[string]any{"labels": labels},
+				"spec": map[string]any{
+					"terminationGracePeriodSeconds": 5,
+					"affinity": map[string]any{"podAntiAffinity": map[string]any{
+						"requiredDuringSchedulingIgnoredDuringExecution": []any{map[string]any{
+							"labelSelector": map[string]any{"matchLabels": labels},
+							"topologyKey":   "kubernetes.io/hostname",
+						}},
+					}},
+					"containers": []any{map[string]any{"name": "app", "image": ref, "imagePullPolicy": "IfNotPresent"}},
+				},
+			},
+		},
+	}
+	require.NoError(t, c.api.do(http.MethodPost, "/apis/apps/v1/namespaces/default/deployments", deployment, nil))
 }
 
 // waitAppReady waits until the Deployment's pods are Ready, one per node.
 func (c *cluster) waitAppReady(t *testing.T, name string, want int) {
 	waitFor(t, name+" Ready", podTimeout, func() (bool, error) {
-		var pods podList
-		if err := c.kubectlJSON(&pods, "-n", "default", "get", "pods", "-l", "app="+name); err != nil {
+		pods, err := c.api.pods("default", "app="+name)
+		if err != nil {
 			return false, err
 		}
 		nodes := map[string]bool{}

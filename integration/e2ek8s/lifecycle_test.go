@@ -1,7 +1,10 @@
 package e2ek8s
 
 import (
+	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,8 +32,8 @@ func (c *cluster) sharedHas(d string) bool {
 
 // appPods returns the Deployment's pods by node.
 func (c *cluster) appPods(t *testing.T, name string) map[string]pod {
-	var pods podList
-	require.NoError(t, c.kubectlJSON(&pods, "-n", "default", "get", "pods", "-l", "app="+name))
+	pods, err := c.api.pods("default", "app="+name)
+	require.NoError(t, err)
 	out := map[string]pod{}
 	for _, p := range pods.Items {
 		out[p.Spec.NodeName] = p
@@ -119,7 +122,7 @@ func (c *cluster) dsPod(t *testing.T, node string) (name, image string, ready bo
 			} `json:"spec"`
 		} `json:"items"`
 	}
-	require.NoError(t, c.kubectlJSON(&pods, "-n", namespace, "get", "pods", "-l", "app.kubernetes.io/component=node"))
+	require.NoError(t, c.api.get("/api/v1/namespaces/"+namespace+"/pods?labelSelector="+url.QueryEscape("app.kubernetes.io/component=node"), &pods))
 	for _, p := range pods.Items {
 		if p.Spec.NodeName == node && p.Metadata.Deleting == nil {
 			return p.Metadata.Name, p.Spec.Containers[0].Image, p.ready()
@@ -166,8 +169,11 @@ func (c *cluster) upgrade(t *testing.T) {
 	var replaced []time.Time
 	for _, n := range c.nodes {
 		old, _, _ := c.dsPod(t, n.name)
-		_, err := c.kubectl(2*time.Minute, "-n", namespace, "delete", "pod", old, "--wait=true")
-		require.NoError(t, err)
+		require.NoError(t, c.api.do(http.MethodDelete, "/api/v1/namespaces/"+namespace+"/pods/"+old, nil, nil))
+		waitFor(t, n.name+"'s old pod gone", podTimeout, func() (bool, error) {
+			err := c.api.get("/api/v1/namespaces/"+namespace+"/pods/"+old, nil)
+			return errors.Is(err, errNotFound), err
+		})
 		waitFor(t, n.name+"'s new pod Ready", podTimeout, func() (bool, error) {
 			_, img, ready := c.dsPod(t, n.name)
 			return img == ref2 && ready, fmt.Errorf("image %s, ready %v", img, ready)
@@ -214,8 +220,8 @@ func (c *cluster) uninstall(t *testing.T) {
 	}
 	c.helm("uninstall", "sharedcontent", "--namespace", namespace, "--wait", "--timeout", "5m")
 	waitFor(t, "the DaemonSet's pods gone", podTimeout, func() (bool, error) {
-		out, err := c.kubectl(30*time.Second, "-n", namespace, "get", "pods", "-o", "name")
-		return err == nil && strings.TrimSpace(out) == "", fmt.Errorf("pods left: %s %v", out, err)
+		pods, err := c.api.pods(namespace, "")
+		return err == nil && len(pods.Items) == 0, fmt.Errorf("pods left: %s %v", pods.describe(), err)
 	})
 	for _, n := range c.nodes {
 		drop := filepath.Join(n.host("/etc/containerd"), "conf.d", "sharedcontent.toml")

@@ -34,7 +34,7 @@ const (
 
 // bins are the binaries the test runs (absolute paths).
 var bins struct {
-	kubelet, apiserver, controllerManager, scheduler, kubectl string
+	kubelet, apiserver, controllerManager, scheduler string
 	containerd, crictl, ctr, shim, runc                       string
 	etcd, helm, lockserver, nodeinit, pause, mkimage          string
 }
@@ -97,7 +97,7 @@ func setup() string {
 	}
 	in := func(n string) string { return filepath.Join(binDir, n) }
 	bins.kubelet, bins.apiserver, bins.controllerManager = in("kubelet"), in("kube-apiserver"), in("kube-controller-manager")
-	bins.scheduler, bins.kubectl = in("kube-scheduler"), in("kubectl")
+	bins.scheduler = in("kube-scheduler")
 	bins.containerd, bins.crictl = in("containerd-cri"), in("crictl")
 
 	// Go programs: ctr and the shim containerd runs pods with (from the
