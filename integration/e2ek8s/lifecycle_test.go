@@ -143,8 +143,15 @@ func (c *cluster) upgrade(t *testing.T) {
 	tag2 := "e2e-k8s-2"
 	ref2 := c.pushSharedcontent(tag2)
 	c.stale = append(c.stale, c.imageBlobs(t, ref2)...)
+	// The image's binaries are the same bytes as tag1's (make image does
+	// not stamp the tag into them): a new log level changes the daemon's
+	// settings, so that each new pod restarts the host daemon.
 	c.helm("upgrade", "sharedcontent", filepath.Join(repoRoot, "deploy", "helm", "sharedcontent"),
-		"--namespace", namespace, "--reuse-values", "--set", "image.tag="+tag2)
+		"--namespace", namespace, "--reuse-values", "--set", "image.tag="+tag2, "--set", "node.logLevel=info")
+	started := map[string]int{}
+	for _, n := range c.nodes {
+		started[n.name] = n.unitStarts(t, "containerd-sharedcontent.service")
+	}
 	for _, n := range c.nodes {
 		_, img, _ := c.dsPod(t, n.name)
 		require.NotEqual(t, ref2, img, "%s: OnDelete replaced the pod by itself", n.name)
@@ -197,6 +204,7 @@ func (c *cluster) upgrade(t *testing.T) {
 		n.requireSwitched(t, true)
 		out, err := n.exec(30*time.Second, "systemctl", "is-active", "containerd-sharedcontent")
 		require.NoError(t, err, out)
+		require.Greater(t, n.unitStarts(t, "containerd-sharedcontent.service"), started[n.name], "%s: the new pod did not restart the host daemon", n.name)
 		reads += n.requireBlobsReadable(t)
 	}
 	report(t, "4 helm upgrade to %s (OnDelete), pods deleted node by node under a %d MiB pull on every node: replaced at %s; pulls %d/%d ok, done %.1fs after start; %d GETs for %d blobs + manifest; %d blobs read back",
@@ -263,4 +271,12 @@ func (c *cluster) uninstall(t *testing.T) {
 	}
 	report(t, "5 helm uninstall: containerd back on its own store on %d/%d nodes; a pull on each downloads each blob once per node (%d GETs of each); the shared root keeps its blobs; %d blobs read back",
 		len(c.nodes), len(c.nodes), len(c.nodes), reads)
+}
+
+// unitStarts counts how often the node's init has started unit since the
+// test began (its log's "active" lines, across boots).
+func (n *node) unitStarts(t *testing.T, unit string) int {
+	b, err := os.ReadFile(filepath.Join(n.dir, "logs", "nodeinit.log"))
+	require.NoError(t, err)
+	return strings.Count(string(b), " "+unit+": active (pid ")
 }
