@@ -37,6 +37,10 @@ type Config struct {
 	// ReadyTimeout bounds the wait for the daemon to serve (default
 	// DefaultReadyTimeout).
 	ReadyTimeout time.Duration
+	// ContainerdRoot is containerd's root on the host, whose own content
+	// store is adopted into the shared store at the switch (default
+	// DefaultContainerdRoot).
+	ContainerdRoot string
 	// ContainerdConfig is containerd's main config on the host (default
 	// DefaultContainerdConfig).
 	ContainerdConfig string
@@ -67,6 +71,9 @@ type Result struct {
 }
 
 func (c *Config) defaults() error {
+	if c.ContainerdRoot == "" {
+		c.ContainerdRoot = DefaultContainerdRoot
+	}
 	if c.ContainerdConfig == "" {
 		c.ContainerdConfig = DefaultContainerdConfig
 	}
@@ -176,6 +183,14 @@ func Install(ctx context.Context, c Config) (Result, error) {
 		return res, err
 	}
 	log.G(ctx).WithField("changed", res.Changed).WithField("restarted", res.RestartedDaemon).Info("the host daemon serves")
+
+	// Before containerd is switched, what it holds on its own store goes
+	// into the shared store (adopt.go).
+	if _, err := os.Stat(c.host(DropInPath)); errors.Is(err, os.ErrNotExist) {
+		if _, err := adoptLocalContent(ctx, c.HostRoot, c.ContainerdRoot, c.Address); err != nil {
+			return res, err
+		}
+	}
 
 	// Only now, with the daemon serving, does containerd learn of it: a
 	// containerd restarted in between would otherwise lose its images.

@@ -27,7 +27,7 @@
 // The unit file subset: [Unit] Description, Wants, Requires, Before,
 // After; [Service] Type (simple, exec, notify, oneshot), ExecStartPre,
 // ExecStart, Environment, EnvironmentFile, Restart, RestartSec, KillMode,
-// KillSignal, TimeoutStopSec; [Install] WantedBy, RequiredBy. Other
+// KillSignal, TimeoutStartSec, TimeoutStopSec; [Install] WantedBy, RequiredBy. Other
 // directives are ignored (and logged). A node "reboots" when the test
 // kills this process: the kernel then kills every process of its PID
 // namespace, and the namespaces go with them.

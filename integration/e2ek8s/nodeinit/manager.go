@@ -15,10 +15,6 @@ import (
 	"time"
 )
 
-// startTimeout bounds how long a unit may take to become active
-// (systemd's TimeoutStartSec; the daemon's unit asks for 120 s).
-const startTimeout = 2 * time.Minute
-
 // manager runs the units of one node. Jobs (start, stop, restart) run one
 // at a time, as they come from systemctl, the boot and the supervisors.
 type manager struct {
@@ -347,9 +343,9 @@ func (m *manager) run(u *unit) error {
 		case <-ready:
 		case <-s.exited:
 			return fail(errors.New("exited before READY=1"))
-		case <-time.After(startTimeout):
+		case <-time.After(u.timeoutStartSec):
 			m.signal(s, syscall.SIGKILL)
-			return fail(fmt.Errorf("not ready within %v", startTimeout))
+			return fail(fmt.Errorf("not ready within %v (TimeoutStartSec)", u.timeoutStartSec))
 		}
 	case "oneshot":
 		<-s.exited

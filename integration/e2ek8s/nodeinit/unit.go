@@ -28,6 +28,8 @@ type unit struct {
 	killMode       string // control-group, process, mixed
 	killSignal     syscall.Signal
 	timeoutStopSec time.Duration
+	// timeoutStartSec bounds the wait for READY=1 (default 90 s, as systemd's).
+	timeoutStartSec time.Duration
 	ignored        []string // directives nodeinit does not implement
 }
 
@@ -39,7 +41,8 @@ func loadUnit(dir, name string) (*unit, error) {
 	}
 	defer f.Close()
 	u := &unit{name: name, typ: "simple", restart: "no", restartSec: 100 * time.Millisecond,
-		killMode: "control-group", killSignal: syscall.SIGTERM, timeoutStopSec: 15 * time.Second}
+		killMode: "control-group", killSignal: syscall.SIGTERM, timeoutStopSec: 15 * time.Second,
+		timeoutStartSec: 90 * time.Second}
 	section := ""
 	sc := bufio.NewScanner(f)
 	var cont string
@@ -128,6 +131,8 @@ func (u *unit) set(section, key, val string) error {
 		default:
 			return fmt.Errorf("signal not supported")
 		}
+	case "Service.TimeoutStartSec":
+		u.timeoutStartSec, err = parseSec(val)
 	case "Service.TimeoutStopSec":
 		u.timeoutStopSec, err = parseSec(val)
 	default:
