@@ -35,8 +35,8 @@ const (
 // bins are the binaries the test runs (absolute paths).
 var bins struct {
 	kubelet, apiserver, controllerManager, scheduler string
-	containerd, crictl, ctr, shim, runc                       string
-	etcd, helm, lockserver, nodeinit, pause, mkimage          string
+	containerd, crictl, ctr, shim, runc              string
+	etcd, helm, lockserver, nodeinit, pause, mkimage string
 }
 
 var (

@@ -30,7 +30,7 @@ type unit struct {
 	timeoutStopSec time.Duration
 	// timeoutStartSec bounds the wait for READY=1 (default 90 s, as systemd's).
 	timeoutStartSec time.Duration
-	ignored        []string // directives nodeinit does not implement
+	ignored         []string // directives nodeinit does not implement
 }
 
 // loadUnit parses dir/name.
