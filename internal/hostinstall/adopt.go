@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -96,4 +97,79 @@ func adoptBlob(ctx context.Context, store content.Store, path string, dgst diges
 		return false, err
 	}
 	return true, nil
+}
+
+// DefaultContainerdSocket is containerd's API socket on the host.
+const DefaultContainerdSocket = "/run/containerd/containerd.sock"
+
+// restoreLocalContent is adoptLocalContent's way back, before containerd
+// is switched back to its own store (helm uninstall): every blob
+// containerd records in CRI's namespace that its own store lacks is read
+// through containerd (which reads the shared store) and written into its
+// own store, so that the images it pulled on the shared store (the
+// sandbox image, every pod's) still read back and start pods afterwards.
+func restoreLocalContent(ctx context.Context, hostRoot, containerdRoot, containerdSocket string) (restored int, err error) {
+	if _, err := os.Stat(filepath.Join(hostRoot, containerdSocket)); errors.Is(err, os.ErrNotExist) {
+		log.G(ctx).WithField("socket", containerdSocket).Warn("containerd is not running: its own content store cannot be restored from the shared store")
+		return 0, nil
+	}
+	conn, err := grpc.NewClient("unix://"+filepath.Join(hostRoot, containerdSocket),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(plugin.MaxMsgSize), grpc.MaxCallSendMsgSize(plugin.MaxMsgSize)))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	store := proxy.NewContentStore(conn)
+	ctx = namespaces.WithNamespace(ctx, "k8s.io")
+	dir := filepath.Join(hostRoot, containerdRoot, localBlobs)
+	var infos []content.Info
+	if err := store.Walk(ctx, func(i content.Info) error { infos = append(infos, i); return nil }); err != nil {
+		return 0, fmt.Errorf("listing containerd's content: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, err
+	}
+	for _, i := range infos {
+		path := filepath.Join(dir, i.Digest.Encoded())
+		if i.Digest.Algorithm() != digest.SHA256 {
+			continue
+		}
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		if err := restoreBlob(ctx, store, dir, ocispec.Descriptor{Digest: i.Digest, Size: i.Size}); err != nil {
+			// What containerd cannot read now it could not read after the
+			// switch either; say so and go on.
+			log.G(ctx).WithError(err).WithField("digest", i.Digest).Warn("cannot restore a blob into containerd's own store")
+			continue
+		}
+		restored++
+	}
+	log.G(ctx).WithField("blobs", restored).Info("containerd's own content store restored from the shared store")
+	return restored, nil
+}
+
+// restoreBlob copies desc from store into dir (a temporary file, checked
+// against the digest, then renamed), as containerd's own store keeps it.
+func restoreBlob(ctx context.Context, store content.Store, dir string, desc ocispec.Descriptor) error {
+	ra, err := store.ReaderAt(ctx, desc)
+	if err != nil {
+		return err
+	}
+	defer ra.Close()
+	tmp, err := os.CreateTemp(dir, ".restore-"+desc.Digest.Encoded()+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	d := desc.Digest.Algorithm().Digester()
+	_, err = io.Copy(io.MultiWriter(tmp, d.Hash()), content.NewReader(ra))
+	if err := errors.Join(err, tmp.Chmod(0o444), tmp.Close()); err != nil {
+		return err
+	}
+	if d.Digest() != desc.Digest {
+		return fmt.Errorf("blob %s read back as %s: %w", desc.Digest, d.Digest(), errdefs.ErrDataLoss)
+	}
+	return os.Rename(tmp.Name(), filepath.Join(dir, desc.Digest.Encoded()))
 }

@@ -63,3 +63,46 @@ func TestAdoptLocalContent(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
+
+// TestRestoreLocalContent: what containerd's content API lists (a real
+// content gRPC server, plugin.Listen, over a local store, standing for
+// containerd reading the shared store) and its own store lacks is written
+// into its own store, byte for byte; a second run restores nothing.
+func TestRestoreLocalContent(t *testing.T) {
+	ctx := context.Background()
+	hostRoot := t.TempDir()
+	listed, err := local.NewStore(filepath.Join(t.TempDir(), "listed"))
+	require.NoError(t, err)
+	srv, err := plugin.Listen(filepath.Join(hostRoot, DefaultContainerdSocket), listed)
+	require.NoError(t, err)
+	go srv.Serve(ctx)
+	t.Cleanup(func() { srv.Stop(context.Background()) })
+	blobs := [][]byte{[]byte("the sandbox's manifest"), make([]byte, 5<<20)}
+	for _, b := range blobs {
+		require.NoError(t, content.WriteBlob(ctx, listed, "w", bytes.NewReader(b), ocispec.Descriptor{Digest: digest.FromBytes(b), Size: int64(len(b))}))
+	}
+	dir := filepath.Join(hostRoot, DefaultContainerdRoot, localBlobs)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	// The first is in containerd's own store already, as it was.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, digest.FromBytes(blobs[0]).Encoded()), blobs[0], 0o444))
+
+	n, err := restoreLocalContent(ctx, hostRoot, DefaultContainerdRoot, DefaultContainerdSocket)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	for _, b := range blobs {
+		p := filepath.Join(dir, digest.FromBytes(b).Encoded())
+		got, err := os.ReadFile(p)
+		require.NoError(t, err)
+		require.Equal(t, b, got)
+		st, err := os.Stat(p)
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o444), st.Mode().Perm())
+	}
+	n, err = restoreLocalContent(ctx, hostRoot, DefaultContainerdRoot, DefaultContainerdSocket)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	// containerd not running: nothing to restore, no error.
+	n, err = restoreLocalContent(ctx, t.TempDir(), DefaultContainerdRoot, DefaultContainerdSocket)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}

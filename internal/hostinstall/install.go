@@ -41,6 +41,10 @@ type Config struct {
 	// store is adopted into the shared store at the switch (default
 	// DefaultContainerdRoot).
 	ContainerdRoot string
+	// ContainerdSocket is containerd's API socket on the host, through
+	// which Uninstall restores containerd's own store (default
+	// DefaultContainerdSocket).
+	ContainerdSocket string
 	// ContainerdConfig is containerd's main config on the host (default
 	// DefaultContainerdConfig).
 	ContainerdConfig string
@@ -73,6 +77,9 @@ type Result struct {
 func (c *Config) defaults() error {
 	if c.ContainerdRoot == "" {
 		c.ContainerdRoot = DefaultContainerdRoot
+	}
+	if c.ContainerdSocket == "" {
+		c.ContainerdSocket = DefaultContainerdSocket
 	}
 	if c.ContainerdConfig == "" {
 		c.ContainerdConfig = DefaultContainerdConfig
@@ -223,10 +230,20 @@ func Uninstall(ctx context.Context, c Config) error {
 	var errs []error
 	if err := ownedOrAbsent(c.host(DropInPath)); err != nil {
 		errs = append(errs, err)
-	} else if removed, err := removeFile(c.host(DropInPath)); err != nil {
-		errs = append(errs, err)
-	} else if removed {
-		errs = append(errs, sc.run(ctx, "restart", containerdUnit))
+	} else {
+		if _, err := os.Stat(c.host(DropInPath)); err == nil {
+			// containerd still reads the shared store: what it recorded
+			// there goes into its own store first (adopt.go). A failure
+			// is reported; the switch back happens all the same.
+			if _, err := restoreLocalContent(ctx, c.HostRoot, c.ContainerdRoot, c.ContainerdSocket); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if removed, err := removeFile(c.host(DropInPath)); err != nil {
+			errs = append(errs, err)
+		} else if removed {
+			errs = append(errs, sc.run(ctx, "restart", containerdUnit))
+		}
 	}
 	if err := ownedOrAbsent(c.host(UnitPath)); err != nil {
 		return errors.Join(append(errs, err)...)
