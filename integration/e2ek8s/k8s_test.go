@@ -98,10 +98,6 @@ func (c *cluster) waitNodesReady() {
 func (c *cluster) helmInstall(t *testing.T, scRef string) {
 	i := strings.LastIndex(scRef, ":")
 	repo, tag := scRef[:i], scRef[i+1:]
-	// What the stock containerd pulls before the switch (the sandbox, the
-	// daemon's own image) is in the store the switch leaves behind.
-	c.stale = append(c.stale, c.imageBlobs(t, c.pauseRef())...)
-	c.stale = append(c.stale, c.imageBlobs(t, scRef)...)
 	args := []string{"install", "sharedcontent", filepath.Join(repoRoot, "deploy", "helm", "sharedcontent"),
 		"--namespace", namespace, "--create-namespace",
 		"--set", "image.repository=" + repo, "--set", "image.tag=" + tag,
@@ -112,6 +108,11 @@ func (c *cluster) helmInstall(t *testing.T, scRef string) {
 		args = append(args, "--set", "node.mode=pod")
 	}
 	if !c.hostMode {
+		// What the stock containerd pulls before the test switches it (the
+		// sandbox, the daemon's own image) stays in the store the switch
+		// leaves behind; host mode adopts it into the shared store.
+		c.stale = append(c.stale, c.imageBlobs(t, c.pauseRef())...)
+		c.stale = append(c.stale, c.imageBlobs(t, scRef)...)
 		// The doctor reads the node's config before the daemon runs: on
 		// stock containerd it fails (nothing to switch to yet).
 		args = append(args, "--set", "node.doctor.enabled=false")
@@ -294,13 +295,14 @@ func (n *node) listBlobs(t *testing.T) []string {
 }
 
 // requireBlobsReadable is the user's data-safety check: every blob the
-// node's containerd lists reads back with its digest. Blobs recorded in
-// the other store before a switch (c.stale: the sandbox's and the
-// daemon's own image, pulled by the stock containerd before helm
-// install switched it; n.stale: what the node recorded before helm
-// uninstall switched it back) are exempt when they do not read back:
-// containerd keeps their records, the store it reads changed, by design
-// of the switch. It returns the number of blobs read.
+// node's containerd lists reads back with its digest. In pod mode, where
+// the test switches containerd by hand, blobs recorded in the other store
+// before a switch (c.stale: the sandbox's and the daemon's own image,
+// pulled by the stock containerd; n.stale: what the node recorded before
+// the switch back) are exempt when they do not read back: containerd
+// keeps their records while the store it reads changed. Host mode has no
+// exemption: the installer adopts and restores them. It returns the
+// number of blobs read.
 func (n *node) requireBlobsReadable(t *testing.T) int {
 	read, stale := 0, 0
 	for _, d := range n.listBlobs(t) {

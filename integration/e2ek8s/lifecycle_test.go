@@ -142,7 +142,6 @@ func (c *cluster) upgrade(t *testing.T) {
 	}
 	tag2 := "e2e-k8s-2"
 	ref2 := c.pushSharedcontent(tag2)
-	c.stale = append(c.stale, c.imageBlobs(t, ref2)...)
 	// The image's binaries are the same bytes as tag1's (make image does
 	// not stamp the tag into them): a new log level changes the daemon's
 	// settings, so that each new pod restarts the host daemon.
@@ -223,8 +222,10 @@ func durations(t0 time.Time, ts []time.Time) string {
 // own store on every node and pulls on its own (each node downloads);
 // the shared root keeps its blobs.
 func (c *cluster) uninstall(t *testing.T) {
-	for _, n := range c.nodes {
-		n.stale = n.listBlobs(t)
+	if !c.hostMode {
+		for _, n := range c.nodes {
+			n.stale = n.listBlobs(t)
+		}
 	}
 	c.helm("uninstall", "sharedcontent", "--namespace", namespace, "--wait", "--timeout", "5m")
 	waitFor(t, "the DaemonSet's pods gone", podTimeout, func() (bool, error) {
