@@ -248,7 +248,8 @@ image-push:
 # against the Kubernetes API types, cmd/containerd-sharedcontent parses
 # the DaemonSet's args with the daemon's own flags, cmd/sharedcontent-lockserver
 # the coordinator's with its own (all in make test).
-# HA on etcd renders replicas; values that cannot work must fail. The
+# HA on etcd renders replicas; values that cannot work (a node.mode other
+# than host or pod among them) must fail. The
 # README's values table must be what values.yaml's comments give
 # (make helm-docs rewrites it).
 HELM        := $(TOOLS_BIN)/helm
@@ -297,6 +298,9 @@ helm-check: $(HELM)
 	  if $(HELM) template sharedcontent $(CHART) --set image.tag=v0.1.0 --set 'coordinator.extraArgs={--lease-ttl=60s,--session-ttl=15s}' >$$tmp/lease 2>&1; then \
 	    echo "helm-check: --lease-ttl=60s with --session-ttl=15s rendered, want an error"; exit 1; fi; \
 	  grep -q 'fail-open delay' $$tmp/lease || { cat $$tmp/lease; exit 1; }; \
+	  if $(HELM) template sharedcontent $(CHART) --set image.tag=v0.1.0 --set node.mode=static >$$tmp/mode 2>&1; then \
+	    echo "helm-check: node.mode=static rendered, want an error"; exit 1; fi; \
+	  grep -q 'node.mode "static": host' $$tmp/mode || { cat $$tmp/mode; exit 1; }; \
 	  $(HELM) template sharedcontent $(CHART) --set image.tag=v0.1.0 --set 'coordinator.extraArgs={--lease-ttl=23s,--session-ttl=1m30s}' >$$tmp/lease 2>&1 || { cat $$tmp/lease; exit 1; }
 	cd deploy/check && HELM=$(HELM) $(GO) test -count=1 -run Helm ./...
 	$(GO) test -count=1 -run Helm ./cmd/containerd-sharedcontent/ ./cmd/sharedcontent-lockserver/

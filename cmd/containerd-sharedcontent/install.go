@@ -1,15 +1,11 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -64,7 +60,7 @@ func parseInstall(args []string) (installOptions, error) {
 	fs.DurationVar(&o.cfg.ReadyTimeout, "ready-timeout", hostinstall.DefaultReadyTimeout, "how long to wait for the host daemon to serve")
 	fs.StringVar(&o.ds.Name, "daemonset", "", "the pod's DaemonSet: once stopped, the keeper uninstalls when it is gone (empty: never uninstall)")
 	fs.StringVar(&o.ds.Namespace, "namespace", "", "the DaemonSet's namespace (default: the service account's)")
-	fs.StringVar(&o.ds.APIServer, "api-server", "", "the API server's URL (default: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
+	fs.StringVar(&o.ds.APIServer, "api-server", "", "the API server's URL as this pod reaches it (default: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT, the kubernetes Service, which needs kube-proxy)")
 	fs.StringVar(&o.ds.TokenFile, "token-file", hostinstall.DefaultTokenFile, "the service account token")
 	fs.StringVar(&o.ds.CAFile, "api-ca", hostinstall.DefaultCAFile, "the API server's CA")
 	fs.StringVar(&o.namespaceFile, "namespace-file", hostinstall.DefaultNamespaceFile, "file naming the pod's namespace")
@@ -81,6 +77,11 @@ func parseInstall(args []string) (installOptions, error) {
 	}
 	if !o.systemctlInPod {
 		o.cfg.SystemctlRoot = o.cfg.HostRoot
+	}
+	if o.uninstall && len(o.daemonArgs) == 0 {
+		// Uninstalling needs none of the daemon's settings.
+		o.cfg.Address = defaultAddress
+		return o, nil
 	}
 	d, err := daemonSettings(o.daemonArgs)
 	if err != nil {
@@ -168,29 +169,31 @@ func readyURL(listen string) (string, error) {
 
 // runInstall is `containerd-sharedcontent install`.
 func runInstall(args []string) error {
-	o, err := parseInstall(args)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if err := cli.SetLogLevel(o.logLevel); err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	o, ctx, stop, err := begin(args, parseInstall, func(o installOptions) string { return o.logLevel })
 	defer stop()
+	if ctx == nil {
+		return err
+	}
 	if o.cfg.Binary, err = os.Executable(); err != nil {
 		return err
 	}
 	if o.uninstall {
 		return hostinstall.Uninstall(ctx, o.cfg)
 	}
+	verified := false
 	if o.ds.Name != "" {
-		// Before anything changes: a keeper that cannot read its
-		// DaemonSet could not tell an uninstall from an upgrade.
-		if err := hostinstall.CheckAccess(ctx, o.ds); err != nil {
+		// Before anything changes: a keeper refused its DaemonSet could not
+		// tell an uninstall from an upgrade. An API server out of reach
+		// does not stop the node's install (after a reboot, say): the
+		// keeper then never takes a refusal for an uninstall.
+		err := hostinstall.CheckAccess(ctx, o.ds)
+		switch {
+		case errdefs.IsUnavailable(err):
+			log.G(ctx).WithError(err).Warn("the API server cannot be asked: installing; when stopped, only a DaemonSet seen gone uninstalls")
+		case err != nil:
 			return err
+		default:
+			verified = true
 		}
 	}
 	res, err := hostinstall.Install(ctx, o.cfg)
@@ -202,12 +205,10 @@ func runInstall(args []string) error {
 	if o.once {
 		return nil
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), keeperGrace)
-	defer cancel()
 	if o.ds.Name == "" {
 		<-ctx.Done()
 		return nil
 	}
-	_, err = hostinstall.Keep(ctx, sctx, o.cfg, o.ds)
+	_, err = hostinstall.Keep(ctx, o.cfg, o.ds, verified, keeperGrace)
 	return err
 }

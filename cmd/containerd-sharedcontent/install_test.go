@@ -93,7 +93,8 @@ func TestInstallCommand(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "daemon-reload\nenable containerd-sharedcontent.service\nrestart containerd-sharedcontent.service\nrestart containerd.service\n", string(b))
 
-	require.NoError(t, runInstall(append([]string{"--uninstall"}, args...)))
+	// As on a node that missed helm uninstall: no daemon flags needed.
+	require.NoError(t, runInstall([]string{"--uninstall", "--host-root=" + host, "--systemctl=" + script, "--systemctl-in-pod"}))
 	_, err = os.Stat(filepath.Join(host, hostinstall.BinaryPath))
 	require.True(t, os.IsNotExist(err))
 	_, err = os.Stat(filepath.Join(host, hostinstall.DropInPath))

@@ -143,19 +143,29 @@ func (o options) check() error {
 	return nil
 }
 
-func run(args []string) error {
+// begin parses args with parse, sets the log level it names, and returns
+// a context that SIGINT or SIGTERM ends; a nil context: --help was asked.
+func begin[O any](args []string, parse func([]string) (O, error), logLevel func(O) string) (O, context.Context, context.CancelFunc, error) {
 	o, err := parse(args)
 	if errors.Is(err, flag.ErrHelp) {
-		return nil
+		return o, nil, func() {}, nil
 	}
 	if err != nil {
-		return err
+		return o, nil, func() {}, err
 	}
-	if err := cli.SetLogLevel(o.logLevel); err != nil {
-		return err
+	if err := cli.SetLogLevel(logLevel(o)); err != nil {
+		return o, nil, func() {}, err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	return o, ctx, stop, nil
+}
+
+func run(args []string) error {
+	o, ctx, stop, err := begin(args, parse, func(o options) string { return o.logLevel })
 	defer stop()
+	if ctx == nil {
+		return err
+	}
 	ctx = log.WithLogger(ctx, log.G(ctx).WithField("node", o.nodeID))
 
 	errCh := make(chan error, 3)

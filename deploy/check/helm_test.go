@@ -203,7 +203,6 @@ func checkHelmNode(t *testing.T, m *manifests, coordinatorSvc *corev1.Service, c
 		checkHelmPodMode(t, spec, c, f)
 	}
 
-
 	cf := flagValues(t, coordinator)
 	if _, ha := cf["etcd-endpoints"]; ha {
 		// Each replica as it advertises itself: a node follows a

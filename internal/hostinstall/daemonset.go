@@ -77,7 +77,7 @@ func (d DaemonSet) Lookup(ctx context.Context) (DaemonSetState, error) {
 	req.Header.Set("Accept", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("daemonset %s/%s: %w", d.Namespace, d.Name, err)
+		return 0, fmt.Errorf("daemonset %s/%s: %v: %w", d.Namespace, d.Name, err, errdefs.ErrUnavailable)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

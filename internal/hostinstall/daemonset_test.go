@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/stretchr/testify/require"
@@ -68,6 +69,9 @@ func TestDaemonSetLookup(t *testing.T) {
 	a.status.Store(http.StatusInternalServerError)
 	_, err := a.ds.Lookup(context.Background())
 	require.ErrorIs(t, err, errdefs.ErrUnavailable)
+	down := a.ds
+	down.APIServer = "https://127.0.0.1:1"
+	require.ErrorIs(t, CheckAccess(context.Background(), down), errdefs.ErrUnavailable, "out of reach: the installer goes on")
 
 	wrong := a.ds
 	wrong.Name = "other"
@@ -78,33 +82,33 @@ func TestDaemonSetLookup(t *testing.T) {
 
 // TestKeep: stopped while its DaemonSet remains (an upgrade, a drain), the
 // keeper leaves the host service alone; also when the API server cannot
-// be asked. Stopped once the DaemonSet is deleted (helm uninstall), or
-// once its Role is gone with it, it uninstalls.
+// be asked, and when it refuses credentials never seen to work. Stopped
+// once the DaemonSet is deleted (helm uninstall), or once its Role is gone
+// with it, it uninstalls.
 func TestKeep(t *testing.T) {
 	for name, tc := range map[string]struct {
-		status    int
-		body      string
-		uninstall bool
+		status     int
+		body       string
+		unverified bool
+		uninstall  bool
 	}{
-		"upgrade":      {200, `{"metadata":{"name":"sc-node"}}`, false},
-		"api down":     {503, `unavailable`, false},
-		"uninstall":    {404, `{"kind":"Status","code":404}`, true},
-		"deleting":     {200, `{"metadata":{"name":"sc-node","deletionTimestamp":"2026-12-01T21:00:00Z"}}`, true},
-		"role is gone": {403, `{"kind":"Status","code":403}`, true},
+		"upgrade":                 {200, `{"metadata":{"name":"sc-node"}}`, false, false},
+		"api down":                {503, `unavailable`, false, false},
+		"uninstall":               {404, `{"kind":"Status","code":404}`, false, true},
+		"deleting":                {200, `{"metadata":{"name":"sc-node","deletionTimestamp":"2026-12-01T21:00:00Z"}}`, false, true},
+		"role is gone":            {403, `{"kind":"Status","code":403}`, false, true},
+		"refused, never verified": {403, `{"kind":"Status","code":403}`, true, false},
+		"gone, never verified":    {404, `{"kind":"Status","code":404}`, true, true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			a := newAPIServer(t)
-			n := newNode(t)
-			n.serve(t)
-			_, err := Install(testCtx(t), n.cfg)
-			require.NoError(t, err)
-			n.takeCalls(t)
+			n := installedNode(t)
 			a.status.Store(int32(tc.status))
 			a.body.Store(tc.body)
 
 			stopped, stop := context.WithCancel(context.Background())
 			stop()
-			uninstalled, err := Keep(stopped, testCtx(t), n.cfg, a.ds)
+			uninstalled, err := Keep(stopped, n.cfg, a.ds, !tc.unverified, time.Minute)
 			require.NoError(t, err)
 			require.Equal(t, tc.uninstall, uninstalled)
 			require.Equal(t, !tc.uninstall, n.exists(UnitPath))

@@ -60,11 +60,7 @@ func TestInstall(t *testing.T) {
 // containerd; only a changed unit reloads systemd; only a changed drop-in
 // (a new socket, a new platform) restarts containerd.
 func TestInstallChanges(t *testing.T) {
-	n := newNode(t)
-	n.serve(t)
-	_, err := Install(testCtx(t), n.cfg)
-	require.NoError(t, err)
-	n.takeCalls(t)
+	n := installedNode(t)
 
 	require.NoError(t, os.WriteFile(n.cfg.Binary, []byte("the daemon, version 2"), 0o755))
 	res, err := Install(testCtx(t), n.cfg)
@@ -175,11 +171,7 @@ func TestInstallNotReady(t *testing.T) {
 // store, then the unit is stopped and disabled and every file Install
 // wrote removed; the daemon's state directory and the shared root stay.
 func TestUninstall(t *testing.T) {
-	n := newNode(t)
-	n.serve(t)
-	_, err := Install(testCtx(t), n.cfg)
-	require.NoError(t, err)
-	n.takeCalls(t)
+	n := installedNode(t)
 	n.write(t, "/var/lib/sharedcontent/node/journal.db", "journal")
 	n.write(t, "/mnt/shared/containerd-content/blobs/sha256/aa", "blob")
 
@@ -222,4 +214,15 @@ func TestSystemctlChroot(t *testing.T) {
 	err = sc.run(testCtx(t), "start", Unit)
 	require.ErrorIs(t, err, errdefs.ErrNotFound)
 	require.ErrorContains(t, err, "no-such-systemctl: not found in the host's")
+}
+
+// installedNode is a node whose daemon serves, installed once.
+func installedNode(t *testing.T) *node {
+	t.Helper()
+	n := newNode(t)
+	n.serve(t)
+	_, err := Install(testCtx(t), n.cfg)
+	require.NoError(t, err)
+	n.takeCalls(t)
+	return n
 }
