@@ -271,7 +271,13 @@ func (c *cluster) keepLogs() {
 		}
 		_ = os.WriteFile(filepath.Join(keep, strings.ReplaceAll(rel, "/", "_")), b, 0o644)
 		if c.t.Failed() {
-			c.t.Logf("----- %s (last lines)\n%s", rel, tail(string(b), 40))
+			lines := strings.Split(tail(string(b), 40), "\n")
+			for i, l := range lines {
+				if len(l) > 300 {
+					lines[i] = l[:300] + "…"
+				}
+			}
+			c.t.Logf("----- %s (last lines)\n%s", rel, strings.Join(lines, "\n"))
 		}
 	}
 	c.t.Logf("e2e-k8s: logs kept in %s", keep)
