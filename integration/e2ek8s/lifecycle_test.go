@@ -20,8 +20,8 @@ const (
 	fastBandwidth = 512 << 20
 	slowBandwidth = 2 << 20
 	// upgradeLayer is the size of each of the 2 layers pulled during the
-	// upgrade: about 48 s at slowBandwidth.
-	upgradeLayer = 48 << 20
+	// upgrade: about 96 s at slowBandwidth.
+	upgradeLayer = 96 << 20
 )
 
 // sharedHas reports whether the shared root holds blob d.
