@@ -241,6 +241,15 @@ func (n *node) boot() {
 		cfg.Binds = append(cfg.Binds, struct{ Source, Target string }{n.host(p), p})
 	}
 	cfg.Binds = append(cfg.Binds, struct{ Source, Target string }{c.shared, "/mnt/shared"})
+	// The host's own systemctl (a machine with systemd installed but not
+	// running it, as here) would be found first in the PATH of some
+	// callers (the image's has no /usr/local/sbin): nodeinit's is bound
+	// over it too.
+	for _, p := range []string{"/usr/bin/systemctl", "/bin/systemctl"} {
+		if st, err := os.Lstat(p); err == nil && st.Mode().IsRegular() {
+			cfg.Binds = append(cfg.Binds, struct{ Source, Target string }{filepath.Join(n.host("/usr/local/sbin"), "systemctl"), p})
+		}
+	}
 	b, err := json.MarshalIndent(cfg, "", "  ")
 	require.NoError(t, err)
 	cfgPath := filepath.Join(n.dir, "init.json")
