@@ -132,6 +132,12 @@ func (c *cluster) helmInstall(t *testing.T, scRef string) {
 		}
 	}
 	for _, n := range c.nodes {
+		// The pod is Ready once the host daemon serves, which is before
+		// the installer switches containerd: wait for the switch.
+		waitFor(t, n.name+"'s containerd on the shared store", 2*time.Minute, func() (bool, error) {
+			out, err := n.ctr(30*time.Second, "plugins", "ls")
+			return err == nil && strings.Contains(out, "sharedcontent-diff"), err
+		})
 		n.waitCRI(t)
 		n.requireSwitched(t, true)
 	}
