@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/content/proxy"
@@ -73,7 +74,10 @@ func adoptLocalContent(ctx context.Context, hostRoot, containerdRoot, socket str
 }
 
 // adoptBlob writes the blob at path into store, unless store has it; it
-// reports whether it wrote it.
+// reports whether it wrote it. As containerd does, it asks Info first:
+// the daemon then references a blob another node stored for this node
+// too, and answers a Writer for a blob another node is storing or has
+// just stored "unavailable, retry" (contentv2's downloadedElsewhere).
 func adoptBlob(ctx context.Context, store content.Store, path string, dgst digest.Digest) (bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -84,19 +88,33 @@ func adoptBlob(ctx context.Context, store content.Store, path string, dgst diges
 	if err != nil {
 		return false, err
 	}
-	w, err := content.OpenWriter(ctx, store, content.WithRef("sharedcontent-adopt-"+dgst.Encoded()),
-		content.WithDescriptor(ocispec.Descriptor{Digest: dgst, Size: st.Size()}))
-	if errdefs.IsAlreadyExists(err) {
-		return false, nil
+	desc := ocispec.Descriptor{Digest: dgst, Size: st.Size()}
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		if _, err := store.Info(ctx, dgst); err == nil {
+			return false, nil
+		} else if !errdefs.IsNotFound(err) {
+			return false, err
+		}
+		w, err := store.Writer(ctx, content.WithRef("sharedcontent-adopt-"+dgst.Encoded()), content.WithDescriptor(desc))
+		switch {
+		case errdefs.IsAlreadyExists(err):
+			return false, nil
+		case errdefs.IsUnavailable(err):
+			select {
+			case <-ctx.Done():
+				return false, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+			case <-time.After(wait):
+			}
+			continue
+		case err != nil:
+			return false, err
+		}
+		defer w.Close()
+		if err := content.Copy(ctx, w, f, st.Size(), dgst); err != nil && !errdefs.IsAlreadyExists(err) {
+			return false, err
+		}
+		return true, nil
 	}
-	if err != nil {
-		return false, err
-	}
-	defer w.Close()
-	if err := content.Copy(ctx, w, f, st.Size(), dgst); err != nil && !errdefs.IsAlreadyExists(err) {
-		return false, err
-	}
-	return true, nil
 }
 
 // DefaultContainerdSocket is containerd's API socket on the host.
