@@ -267,6 +267,9 @@ func (n *node) boot() {
 
 	// The node's link: a veth pair, the host's end on the bridge.
 	veth := fmt.Sprintf("scv%s%d", c.id, n.index)
+	// The previous boot's pair goes with its network namespace, which the
+	// kernel frees asynchronously: remove it now.
+	_, _ = run("/", nil, "ip", "link", "del", veth)
 	c.ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", fmt.Sprint(pid))
 	c.ip("link", "set", veth, "master", c.bridge, "up")
 	for _, args := range [][]string{
