@@ -32,13 +32,36 @@ func (c *cluster) sharedHas(d string) bool {
 
 // appPods returns the Deployment's pods by node.
 func (c *cluster) appPods(t *testing.T, name string) map[string]pod {
-	pods, err := c.api.pods("default", "app="+name)
+	return c.podsByNode(t, "default", "app="+name)
+}
+
+// podsByNode returns the pods of ns matching selector, by node.
+func (c *cluster) podsByNode(t *testing.T, ns, selector string) map[string]pod {
+	pods, err := c.api.pods(ns, selector)
 	require.NoError(t, err)
 	out := map[string]pod{}
 	for _, p := range pods.Items {
 		out[p.Spec.NodeName] = p
 	}
 	return out
+}
+
+// waitRestarted waits until every pod of before (by node) is Ready with
+// a higher restart count.
+func (c *cluster) waitRestarted(t *testing.T, ns, selector string, before map[string]pod) {
+	waitFor(t, selector+" restarted and Ready on every node", podTimeout, func() (bool, error) {
+		now, err := c.api.pods(ns, selector)
+		if err != nil {
+			return false, err
+		}
+		done := 0
+		for _, p := range now.Items {
+			if b, ok := before[p.Spec.NodeName]; ok && p.Metadata.UID == b.Metadata.UID && restarts(p) > restarts(b) && p.ready() {
+				done++
+			}
+		}
+		return done == len(before), fmt.Errorf("%d of %d restarted and Ready: %s", done, len(before), now.describe())
+	})
 }
 
 func restarts(p pod) int {
@@ -60,6 +83,7 @@ func (c *cluster) rebootAll(t *testing.T) {
 		t.Skip("pod mode: a node rebooting with the drop-in starts containerd before the daemon's pod, whose own image is read through the daemon (issue 35, docs/design.md §6.1); needs the chart's host mode")
 	}
 	before := c.appPods(t, "app")
+	dsBefore := c.podsByNode(t, namespace, "app.kubernetes.io/component=node")
 	var held []string
 	for d := range c.reg.BlobGets() {
 		if c.sharedHas(d) {
@@ -75,10 +99,13 @@ func (c *cluster) rebootAll(t *testing.T) {
 	for _, n := range c.nodes {
 		n.boot()
 	}
-	c.waitNodesReady()
-	c.waitDaemonSetReady(t, "sharedcontent-node")
-	c.waitAppReady(t, "app", len(c.nodes))
+	// The API server still shows the pods Ready from before: wait until
+	// kubelet has restarted every container (a higher restart count) and
+	// it is Ready again.
+	c.waitRestarted(t, namespace, "app.kubernetes.io/component=node", dsBefore)
+	c.waitRestarted(t, "default", "app=app", before)
 	back := time.Since(t0)
+	c.waitNodesReady()
 	after := c.appPods(t, "app")
 	for node, p := range before {
 		q, ok := after[node]
