@@ -47,14 +47,11 @@ func adoptLocalContent(ctx context.Context, hostRoot, containerdRoot, socket str
 	if err != nil {
 		return 0, fmt.Errorf("containerd's own content store: %w", err)
 	}
-	conn, err := grpc.NewClient("unix://"+filepath.Join(hostRoot, socket),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(plugin.MaxMsgSize), grpc.MaxCallSendMsgSize(plugin.MaxMsgSize)))
+	store, closeConn, err := contentClient(hostRoot, socket)
 	if err != nil {
 		return 0, err
 	}
-	defer conn.Close()
-	store := proxy.NewContentStore(conn)
+	defer closeConn()
 	ctx = namespaces.WithNamespace(ctx, "k8s.io")
 	for _, e := range ents {
 		dgst := digest.NewDigestFromEncoded(digest.SHA256, e.Name())
@@ -131,14 +128,11 @@ func restoreLocalContent(ctx context.Context, hostRoot, containerdRoot, containe
 		log.G(ctx).WithField("socket", containerdSocket).Warn("containerd is not running: its own content store cannot be restored from the shared store")
 		return 0, nil
 	}
-	conn, err := grpc.NewClient("unix://"+filepath.Join(hostRoot, containerdSocket),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(plugin.MaxMsgSize), grpc.MaxCallSendMsgSize(plugin.MaxMsgSize)))
+	store, closeConn, err := contentClient(hostRoot, containerdSocket)
 	if err != nil {
 		return 0, err
 	}
-	defer conn.Close()
-	store := proxy.NewContentStore(conn)
+	defer closeConn()
 	ctx = namespaces.WithNamespace(ctx, "k8s.io")
 	dir := filepath.Join(hostRoot, containerdRoot, localBlobs)
 	var infos []content.Info
@@ -190,4 +184,16 @@ func restoreBlob(ctx context.Context, store content.Store, dir string, desc ocis
 		return fmt.Errorf("blob %s read back as %s: %w", desc.Digest, d.Digest(), errdefs.ErrDataLoss)
 	}
 	return os.Rename(tmp.Name(), filepath.Join(dir, desc.Digest.Encoded()))
+}
+
+// contentClient is the content API served on the unix socket at the
+// host path socket (the daemon's, or containerd's own).
+func contentClient(hostRoot, socket string) (content.Store, func() error, error) {
+	conn, err := grpc.NewClient("unix://"+filepath.Join(hostRoot, socket),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(plugin.MaxMsgSize), grpc.MaxCallSendMsgSize(plugin.MaxMsgSize)))
+	if err != nil {
+		return nil, nil, err
+	}
+	return proxy.NewContentStore(conn), conn.Close, nil
 }
