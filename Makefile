@@ -4,7 +4,7 @@ BIN       ?= bin
 PKGS      := ./...
 BINARIES  := containerd-sharedcontent sharedcontent-lockserver sharedcontent-demo sharedcontentctl
 
-.PHONY: all build etcd test bench bench-abuse bench-scale bench-ha bench-scale-short bench-containerd demo lint check e2e chaos chaos-inproc clean $(BINARIES) \
+.PHONY: all build etcd test bench bench-abuse bench-scale bench-ha bench-scale-short bench-containerd demo lint check e2e e2e-k8s chaos chaos-inproc clean $(BINARIES) \
 	image image-check image-push helm-check helm-docs helm-render helm-package prometheus-rules
 
 all: build
@@ -346,3 +346,20 @@ check: lint
 
 clean:
 	rm -rf $(BIN) .cache
+
+# Kubernetes for real (issue 35; docs/e2e.md "Kubernetes"): the chart
+# installed with helm on a cluster of real kubelets on this machine
+# (integration/e2ek8s). etcd, kube-apiserver, kube-controller-manager and
+# kube-scheduler on the host; nodes that are simulated machines (their own
+# PID, mount, UTS and network namespaces, a minimal init as PID 1, the
+# chart's host paths bound per node), each with containerd (CRI) and
+# kubelet as units; a registry and the coordinator on the host. The
+# Kubernetes binaries come from integration/tools/k8s.sh (5 to 50 minutes
+# cold on 2 cores; cached in .cache/bin), containerd-cri and crictl from
+# cri.sh, runc and the CNI plugins from Debian. Needs root; run by hand,
+# not by .ci/run (docs/e2e.md gives its runtime).
+e2e-k8s: etcd $(HELM)
+	@[ "$$(id -u)" != 0 ] || { command -v runc >/dev/null 2>&1 && [ -x /usr/lib/cni/bridge ]; } || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc containernetworking-plugins; }
+	SHAREDCONTENT_E2E_K8S=1 SHAREDCONTENT_ETCD=$(ETCD) SHAREDCONTENT_HELM=$(HELM) \
+	  $(GO) test -count=1 -timeout 90m -v $(E2E_FLAGS) ./integration/e2ek8s/

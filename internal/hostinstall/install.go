@@ -37,6 +37,14 @@ type Config struct {
 	// ReadyTimeout bounds the wait for the daemon to serve (default
 	// DefaultReadyTimeout).
 	ReadyTimeout time.Duration
+	// ContainerdRoot is containerd's root on the host, whose own content
+	// store is adopted into the shared store at the switch (default
+	// DefaultContainerdRoot).
+	ContainerdRoot string
+	// ContainerdSocket is containerd's API socket on the host, through
+	// which Uninstall restores containerd's own store (default
+	// DefaultContainerdSocket).
+	ContainerdSocket string
 	// ContainerdConfig is containerd's main config on the host (default
 	// DefaultContainerdConfig).
 	ContainerdConfig string
@@ -67,6 +75,12 @@ type Result struct {
 }
 
 func (c *Config) defaults() error {
+	if c.ContainerdRoot == "" {
+		c.ContainerdRoot = DefaultContainerdRoot
+	}
+	if c.ContainerdSocket == "" {
+		c.ContainerdSocket = DefaultContainerdSocket
+	}
 	if c.ContainerdConfig == "" {
 		c.ContainerdConfig = DefaultContainerdConfig
 	}
@@ -177,6 +191,14 @@ func Install(ctx context.Context, c Config) (Result, error) {
 	}
 	log.G(ctx).WithField("changed", res.Changed).WithField("restarted", res.RestartedDaemon).Info("the host daemon serves")
 
+	// Before containerd is switched, what it holds on its own store goes
+	// into the shared store (adopt.go).
+	if _, err := os.Stat(c.host(DropInPath)); errors.Is(err, os.ErrNotExist) {
+		if _, err := adoptLocalContent(ctx, c.HostRoot, c.ContainerdRoot, c.Address); err != nil {
+			return res, err
+		}
+	}
+
 	// Only now, with the daemon serving, does containerd learn of it: a
 	// containerd restarted in between would otherwise lose its images.
 	changed, err := writeFile(c.host(DropInPath), []byte(drop), 0o644)
@@ -208,10 +230,20 @@ func Uninstall(ctx context.Context, c Config) error {
 	var errs []error
 	if err := ownedOrAbsent(c.host(DropInPath)); err != nil {
 		errs = append(errs, err)
-	} else if removed, err := removeFile(c.host(DropInPath)); err != nil {
-		errs = append(errs, err)
-	} else if removed {
-		errs = append(errs, sc.run(ctx, "restart", containerdUnit))
+	} else {
+		if _, err := os.Stat(c.host(DropInPath)); err == nil {
+			// containerd still reads the shared store: what it recorded
+			// there goes into its own store first (adopt.go). A failure
+			// is reported; the switch back happens all the same.
+			if _, err := restoreLocalContent(ctx, c.HostRoot, c.ContainerdRoot, c.ContainerdSocket); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if removed, err := removeFile(c.host(DropInPath)); err != nil {
+			errs = append(errs, err)
+		} else if removed {
+			errs = append(errs, sc.run(ctx, "restart", containerdUnit))
+		}
 	}
 	if err := ownedOrAbsent(c.host(UnitPath)); err != nil {
 		return errors.Join(append(errs, err)...)

@@ -29,6 +29,7 @@ type Registry struct {
 
 	srv     *http.Server
 	limiter *rate.Limiter // nil: unthrottled
+	addr    string        // listen address; default 127.0.0.1:0
 
 	mu    sync.Mutex
 	gets  map[string]int // protected by mu; digest → GETs of the blob or manifest
@@ -45,19 +46,34 @@ func WithBandwidth(bytesPerSecond int) Option {
 	}
 }
 
+// WithAddr listens on addr ("10.0.0.1:0", say) instead of 127.0.0.1:0,
+// for clients in other network namespaces.
+func WithAddr(addr string) Option {
+	return func(r *Registry) { r.addr = addr }
+}
+
+// SetBandwidth changes the throttle of a registry started WithBandwidth.
+func (r *Registry) SetBandwidth(bytesPerSecond int) {
+	if r.limiter == nil {
+		panic("registry: SetBandwidth without WithBandwidth")
+	}
+	r.limiter.SetLimit(rate.Limit(bytesPerSecond))
+}
+
 // throttleChunk is the largest write the throttle lets through at once.
 const throttleChunk = 64 << 10
 
 // Start serves a new, empty registry until Close.
 func Start(opts ...Option) (*Registry, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	r := &Registry{Host: ln.Addr().String(), gets: map[string]int{}}
+	r := &Registry{addr: "127.0.0.1:0", gets: map[string]int{}}
 	for _, o := range opts {
 		o(r)
 	}
+	ln, err := net.Listen("tcp", r.addr)
+	if err != nil {
+		return nil, err
+	}
+	r.Host = ln.Addr().String()
 	inner := ggcr.New(ggcr.Logger(log.New(io.Discard, "", 0)))
 	r.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if dgst, ok := blobGet(req); ok {
