@@ -102,8 +102,8 @@ func raiseNofile() (uint64, error) {
 }
 
 // Violations lists the invariants the results break: every scenario run,
-// every blob downloaded exactly once, every node done, every node synced
-// again.
+// every blob downloaded exactly once, every holder's unlock answered,
+// every node done, every node synced again.
 func (r *Results) Violations() []string {
 	out := append([]string(nil), r.Failed...)
 	for _, x := range r.Rollout {
@@ -114,6 +114,9 @@ func (r *Results) Violations() []string {
 		}
 		if x.Unfinished > 0 {
 			out = append(out, fmt.Sprintf("rollout %d: %d nodes did not finish", x.Nodes, x.Unfinished))
+		}
+		if x.UnlockFailed > 0 {
+			out = append(out, fmt.Sprintf("rollout %d: %d holders' unlocks failed, the first: %s", x.Nodes, x.UnlockFailed, x.UnlockErr))
 		}
 	}
 	for _, x := range r.Restart {
