@@ -97,7 +97,8 @@ bench-ha: sharedcontent-lockserver etcd
 
 # A short scale run for CI, about two minutes: a rollout of 100 nodes and a
 # restart with 100 nodes × 1,000 references. Fails if an invariant breaks:
-# a blob downloaded other than once, a node that did not finish or was not
+# a blob downloaded other than once, a holder's unlock that failed (say,
+# refused for want of a session), a node that did not finish or was not
 # synced again. Writes no doc.
 bench-scale-short: sharedcontent-lockserver
 	cd bench && $(GO) run . -only scale -server $(CURDIR)/$(BIN)/sharedcontent-lockserver -scale-check \

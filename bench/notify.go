@@ -16,6 +16,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/renew"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 
@@ -152,11 +153,15 @@ func notifyBench(counts []int, caseDur, download time.Duration, progress func(st
 		return nil, err
 	}
 	defer holder.Close()
+	// The holder records its pulls, so it holds a live session
+	// (docs/design.md §8.4), renewed before its locks as its daemon would
+	// in the background, outside every measured interval.
+	session := renew.New("holder", holder.Session)
 
 	var out []notifyResult
 	for _, n := range counts {
 		progress(fmt.Sprintf("notify: push, %d waiters", n))
-		r, err := notifyPush(ns, holder, waiters[:n], caseDur)
+		r, err := notifyPush(ns, holder, session, waiters[:n], caseDur)
 		if err != nil {
 			return nil, err
 		}
@@ -165,7 +170,7 @@ func notifyBench(counts []int, caseDur, download time.Duration, progress func(st
 	for _, method := range []string{"poll 500ms", "containerd backoff"} {
 		for _, n := range counts {
 			progress(fmt.Sprintf("notify: %s, %d waiters", method, n))
-			r, err := notifySimulated(method, holder, waiters, n, download)
+			r, err := notifySimulated(method, holder, session, waiters, n, download)
 			if err != nil {
 				return nil, err
 			}
@@ -184,7 +189,7 @@ func notifyKey(tag string) string {
 // notifyPush: the holder has the pull lock; n waiters are in its queue,
 // each following its event stream (lockclient.Lock). The holder unlocks
 // with success; every waiter's Lock returns Skipped. Repeated for caseDur.
-func notifyPush(ns *notifyServer, holder *lockclient.Client, waiters []*lockclient.Client, caseDur time.Duration) (notifyResult, error) {
+func notifyPush(ns *notifyServer, holder *lockclient.Client, session *renew.Session, waiters []*lockclient.Client, caseDur time.Duration) (notifyResult, error) {
 	ctx := context.Background()
 	res := notifyResult{Method: "push (SSE)", Waiters: len(waiters)}
 	var lat, unlocks []time.Duration
@@ -192,6 +197,9 @@ func notifyPush(ns *notifyServer, holder *lockclient.Client, waiters []*lockclie
 	for reps := 0; reps < 5 || time.Now().Before(end); reps++ {
 		key := notifyKey("push")
 		req := lockclient.LockRequest{Type: api.OperationPull, ResourceID: key}
+		if err := session.Renew(ctx); err != nil {
+			return res, err
+		}
 		hr, err := holder.Lock(ctx, req)
 		if err != nil || !hr.Acquired {
 			return res, fmt.Errorf("push holder: %+v %v", hr, err)
@@ -256,7 +264,7 @@ func notifyPush(ns *notifyServer, holder *lockclient.Client, waiters []*lockclie
 //
 // Latency is from the start of the holder's Unlock(success) to the
 // waiter's attempt that sees it.
-func notifySimulated(method string, holder *lockclient.Client, pool []*lockclient.Client, n int, download time.Duration) (notifyResult, error) {
+func notifySimulated(method string, holder *lockclient.Client, session *renew.Session, pool []*lockclient.Client, n int, download time.Duration) (notifyResult, error) {
 	res := notifyResult{Method: method, Waiters: n}
 	keys := max(1, (200+n-1)/n)
 	var (
@@ -278,6 +286,10 @@ func notifySimulated(method string, holder *lockclient.Client, pool []*lockclien
 			time.Sleep(rand.N(200 * time.Millisecond))
 			key := notifyKey("sim")
 			req := lockclient.LockRequest{Type: api.OperationPull, ResourceID: key}
+			if err := session.Renew(ctx); err != nil {
+				fail(err)
+				return
+			}
 			hr, err := holder.Lock(ctx, req)
 			if err != nil || !hr.Acquired {
 				fail(fmt.Errorf("%s holder: %+v %v", method, hr, err))

@@ -34,7 +34,7 @@ func (s *scaleFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.rollout, "scale-rollout", "100,1000,2600,5000", "scale: node counts of the rollout")
 	fs.StringVar(&s.steady, "scale-steady", "5000", "scale: node counts of the steady scenario")
 	fs.StringVar(&s.restart, "scale-restart", "1000x1000,1000x10000", "scale: NODESxREFERENCES of the restart scenario")
-	fs.BoolVar(&s.check, "scale-check", false, "scale: fail if an invariant breaks (a blob downloaded other than once, a node unfinished or not synced again)")
+	fs.BoolVar(&s.check, "scale-check", false, "scale: fail if an invariant breaks (a blob downloaded other than once, a holder's unlock failed, a node unfinished or not synced again)")
 	fs.IntVar(&s.cfg.Blobs, "scale-blobs", scale.DefaultBlobs, "scale: blobs of the rollout's image")
 	fs.DurationVar(&s.cfg.Download, "scale-download", scale.DefaultDownload, "scale: the holder's simulated download of a blob")
 	fs.IntVar(&s.cfg.ShortConns, "scale-short-conns", scale.DefaultShortConns, "scale: keep-alive connections a node's short requests share (besides its event stream)")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/renew"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
@@ -61,6 +62,9 @@ func benchNotify(b *testing.B, refs string, n int, idle time.Duration) {
 		return c
 	}
 	holder := newClient("holder")
+	// The holder records its pull, so it holds a live session
+	// (docs/design.md §8.4), renewed between rounds as its daemon would.
+	session := renew.New("holder", holder.Session)
 	queued := make(chan struct{}, n)
 	waiters := make([]*Client, n)
 	for i := range waiters {
@@ -76,6 +80,11 @@ func benchNotify(b *testing.B, refs string, n int, idle time.Duration) {
 	errs := make([]error, n)
 	b.ResetTimer()
 	for i := range b.N {
+		b.StopTimer()
+		if err := session.Renew(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
 		req := LockRequest{Type: api.OperationPull, ResourceID: fmt.Sprintf("sha256:bench-%s-%d-%d-%d", refs, n, b.N, i)}
 		res, err := holder.Lock(ctx, req)
 		if err != nil || !res.Acquired {

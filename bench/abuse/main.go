@@ -162,8 +162,11 @@ func get(addr string) string {
 }
 
 func queue(server string, n int) error {
-	// Waiters that poll nothing would be dropped after a lease TTL.
-	addr, stop, err := start(server, 0, "--lease-ttl", "1h", "--max-waiters-per-node", "1000000")
+	// Waiters that poll nothing would be dropped after a lease TTL. The
+	// coordinator refuses a lease TTL its session TTL does not cover
+	// (docs/design.md §8.8: lease_ttl < FailOpenDelay(session_ttl)), so
+	// the session TTL is an hour too; no node here holds a session.
+	addr, stop, err := start(server, 0, "--lease-ttl", "1h", "--session-ttl", "1h", "--max-waiters-per-node", "1000000")
 	if err != nil {
 		return err
 	}

@@ -48,7 +48,13 @@ type RolloutResult struct {
 	// connection(s) carried other requests of the node: an unlock takes
 	// a connection of its own (node.go), as lockclient would open one,
 	// instead of waiting for those.
-	UnlockBehind             int64
+	UnlockBehind int64
+	// UnlockFailed counts the holders' unlocks that failed (UnlockErr
+	// the first): their blob's waiters wait for the lease to expire. A
+	// node without a live session is refused (docs/design.md §8.4); the
+	// simulated nodes keep theirs as their daemons do (session.go).
+	UnlockFailed             int64
+	UnlockErr                string
 	FanoutP50, FanoutP99     time.Duration
 	DispatchP50, DispatchP99 time.Duration
 	// Done: per node, from the start until it has every blob (over the
@@ -84,6 +90,9 @@ type image struct {
 	dispatch  samples
 	retries   atomic.Int64
 	behind    atomic.Int64 // unlocks sent behind their node's requests
+	// unlockFailed counts the unlocks that failed, unlockErr the first.
+	unlockFailed atomic.Int64
+	unlockErr    atomic.Pointer[string]
 }
 
 func newImage(blobs int) *image {
@@ -146,6 +155,10 @@ func rollout(cfg Config, nodes int) (RolloutResult, error) {
 	}
 	res.Retries = img.retries.Load()
 	res.UnlockBehind = img.behind.Load()
+	res.UnlockFailed = img.unlockFailed.Load()
+	if e := img.unlockErr.Load(); e != nil {
+		res.UnlockErr = *e
+	}
 	for j := range img.unlockAt {
 		if at := img.unlockAt[j].Load(); at != 0 {
 			res.Downloaded = max(res.Downloaded, time.Unix(0, at).Sub(start))
@@ -202,10 +215,14 @@ func (n *node) pullBlob(ctx context.Context, cfg Config, img *image, j int) bool
 			img.unlockAt[j].Store(sent.UnixNano())
 			// A failed unlock leaves the lease to expire: the blob is
 			// here all the same.
-			if n.client.Unlock(ctx, res.Lease, true, nil) == nil {
+			if err := n.client.Unlock(ctx, res.Lease, true, nil); err == nil {
 				answered := time.Now()
 				img.unlocked[j].Store(answered.UnixNano())
 				img.unlock.add(answered.Sub(sent))
+			} else {
+				img.unlockFailed.Add(1)
+				msg := fmt.Sprintf("node %s, blob %d: %v", n.id, j, err)
+				img.unlockErr.CompareAndSwap(nil, &msg)
 			}
 		} else {
 			img.noteSkip(n, j, asked, got)

@@ -47,12 +47,12 @@ func Run(cfg Config) (*Results, error) {
 			continue
 		}
 		res.Rollout = append(res.Rollout, r)
-		progress(fmt.Sprintf("scale: rollout %d: wall %s, %d nodes unfinished, done p99 %s, wake p50/p99 %s/%s (%d; p99 on the stream %s (%d), by status %s (%d)), late p50/p99 %s/%s (%d), unlock %s/%s (%d sent while their node's requests were in flight), fan-out %s/%s, dispatch %s/%s, time-outs %d, CPU/node-blob %s", n,
+		progress(fmt.Sprintf("scale: rollout %d: wall %s, %d nodes unfinished, done p99 %s, wake p50/p99 %s/%s (%d; p99 on the stream %s (%d), by status %s (%d)), late p50/p99 %s/%s (%d), unlock %s/%s (%d sent while their node's requests were in flight), fan-out %s/%s, dispatch %s/%s, time-outs %d, unlocks failed %d, CPU/node-blob %s", n,
 			r.Wall.Round(time.Millisecond), r.Unfinished, r.DoneP99.Round(time.Millisecond), r.WakeP50.Round(time.Millisecond), r.WakeP99.Round(time.Millisecond), r.WakeSamples,
 			r.StreamedP99.Round(time.Millisecond), r.StreamedSamples, r.CheckedP99.Round(time.Millisecond), r.CheckedSamples,
 			r.LateP50.Round(time.Millisecond), r.LateP99.Round(time.Millisecond), r.LateSamples,
 			r.UnlockP50.Round(time.Millisecond), r.UnlockP99.Round(time.Millisecond), r.UnlockBehind, r.FanoutP50.Round(time.Millisecond), r.FanoutP99.Round(time.Millisecond),
-			r.DispatchP50.Round(time.Millisecond), r.DispatchP99.Round(time.Millisecond), r.Errors.Timeouts, r.CPUPerNodeBlob()))
+			r.DispatchP50.Round(time.Millisecond), r.DispatchP99.Round(time.Millisecond), r.Errors.Timeouts, r.UnlockFailed, r.CPUPerNodeBlob()))
 	}
 	for _, n := range cfg.Steady {
 		if err := fits(n, cfg.ShortConns, res.Nofile); err != nil {
@@ -102,8 +102,8 @@ func raiseNofile() (uint64, error) {
 }
 
 // Violations lists the invariants the results break: every scenario run,
-// every blob downloaded exactly once, every node done, every node synced
-// again.
+// every blob downloaded exactly once, every holder's unlock answered,
+// every node done, every node synced again.
 func (r *Results) Violations() []string {
 	out := append([]string(nil), r.Failed...)
 	for _, x := range r.Rollout {
@@ -114,6 +114,9 @@ func (r *Results) Violations() []string {
 		}
 		if x.Unfinished > 0 {
 			out = append(out, fmt.Sprintf("rollout %d: %d nodes did not finish", x.Nodes, x.Unfinished))
+		}
+		if x.UnlockFailed > 0 {
+			out = append(out, fmt.Sprintf("rollout %d: %d holders' unlocks failed, the first: %s", x.Nodes, x.UnlockFailed, x.UnlockErr))
 		}
 	}
 	for _, x := range r.Restart {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/renew"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
@@ -308,7 +309,7 @@ func post(hc *fasthttp.HostClient, path string, in, out any) error {
 // waitersN is the number of waiters of BenchmarkWaiters.
 const waitersN = 5000
 
-// BenchmarkWaiters: a holder takes a pull lock; waitersN lockclient
+// BenchmarkWaiters: a holder (a node with its session) takes a pull lock; waitersN lockclient
 // Clients (one node each, with its session) call Lock on the same key at
 // once and wait, each on its node's event stream; once every stream is open, the holder unlocks
 // with success. Reported: the time from the start of that Unlock until
@@ -342,6 +343,13 @@ func benchWaiters(b *testing.B) {
 	ctx := context.Background()
 	req := lockclient.LockRequest{Type: api.OperationPull, ResourceID: fmt.Sprintf("sha256:waiters-%d", time.Now().UnixNano())}
 	holder := newClient("holder")
+	// The holder records its pull, so it holds a live session
+	// (docs/design.md §8.4), renewed while the waiters queue as its
+	// daemon would, outside the timed unlock.
+	session := renew.New("holder", holder.Session)
+	if err := session.Renew(ctx); err != nil {
+		b.Fatal(err)
+	}
 	res, err := holder.Lock(ctx, req)
 	if err != nil || !res.Acquired {
 		b.Fatalf("holder: %+v %v", res, err)
@@ -372,12 +380,18 @@ func benchWaiters(b *testing.B) {
 	// its own request (/lock/subscribe) where the node stream is refused.
 	depth := `sharedcontent_lock_queue_depth{type="pull"}`
 	for streams.open.Load() < waitersN || s.metric(b, depth) < waitersN {
+		if err := session.Renew(ctx); err != nil {
+			b.Fatal(err)
+		}
 		if time.Since(queueStart) > time.Minute {
 			b.Fatalf("after a minute, %d of %d event streams open, %v waiters queued", streams.open.Load(), waitersN, s.metric(b, depth))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	b.Logf("%d waiters queued, each with its event stream, in %v; server rss %.1f MiB", waitersN, time.Since(queueStart).Round(time.Millisecond), s.rss(b)/(1<<20))
+	if err := session.Renew(ctx); err != nil {
+		b.Fatal(err)
+	}
 	start := time.Now()
 	if err := holder.Unlock(ctx, res.Lease, true, nil); err != nil {
 		b.Fatal(err)
