@@ -4,6 +4,7 @@
 //	internal/…                 helpers, including test helpers (internal/testutil/…)
 //	refcount, refcount/…       reference sets and their storage
 //	lockserver/api             wire types
+//	internal/testutil/renew    keeps a test node's session
 //	lockserver                 the lock manager
 //	internal/testutil/members  opens test nodes' sessions at a lock manager
 //	lockserver/httpserver      the coordinator's HTTP side
@@ -13,6 +14,7 @@
 //	contentv2                  the content store
 //	contentv2/…                its adapter to lockclient and its test helpers
 //	plugin, plugin/builtin     containerd's plugins
+//	internal/hostinstall       the daemon installed as a host service
 //	cmd/internal/…, cmd/…      the binaries and what they share
 //	integration/…              tests only (bench/ is a module of its own, above all)
 //

@@ -25,6 +25,7 @@ var ranks = map[string]int{
 	"refcount/...":               10,
 	"refcount/etcdstore":         10, // the Storage on etcd (docs/design.md §7)
 	"lockserver/api":             20,
+	"internal/testutil/renew":    25, // keeps a test node's session (wire types only)
 	"lockserver":                 30,
 	"internal/testutil/members":  35, // opens test nodes' sessions at a lockserver.Coordinator
 	"lockserver/httpserver":      40,
@@ -36,6 +37,7 @@ var ranks = map[string]int{
 	"contentv2/contentv2test":    85,
 	"plugin":                     90,
 	"plugin/builtin":             100,
+	"internal/hostinstall":       105, // installs the daemon as a host service (talks to it as containerd does)
 	"cmd/internal/...":           110,
 	"cmd/...":                    120,
 	"integration":                130,
