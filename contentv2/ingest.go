@@ -44,23 +44,30 @@ func (s *store) follower(ref string) *follower {
 }
 
 // ListStatuses lists this node's ingests; filters apply to the refs as the
-// caller knows them.
+// caller knows them. A half-made ingest is left out (halfmade.go).
 func (s *store) ListStatuses(ctx context.Context, fs ...string) ([]content.Status, error) {
 	filter, err := filters.ParseAll(fs...)
 	if err != nil {
 		return nil, err
 	}
-	all, err := s.local.ListStatuses(ctx)
+	// Not the local store's ListStatuses: one half-made ingest of any
+	// node fails it (halfmade.go).
+	nrefs, err := s.ownIngests(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []content.Status
 	seen := map[string]bool{}
-	for _, st := range all {
-		ref, ok := s.userRef(st.Ref)
-		if !ok {
+	for _, nref := range nrefs {
+		st, err := s.local.Status(ctx, nref)
+		if errdefs.IsNotFound(err) {
+			s.rememberHalfMade(ctx, nref, err)
 			continue
 		}
+		if err != nil {
+			return nil, err
+		}
+		ref, _ := s.userRef(nref)
 		st.Ref = ref
 		seen[ref] = true
 		if filter.Match(statusAdaptor(st)) {

@@ -240,7 +240,8 @@ func probeRoot(root string, expect rootIdentity, mount bool) error {
 }
 
 // rootLoop probes the root every session interval (the marker refresh's)
-// until the store closes.
+// until the store closes; after each probe that passes it removes this
+// node's half-made ingests (halfmade.go).
 func (s *store) rootLoop() {
 	defer s.wg.Done()
 	for {
@@ -259,7 +260,9 @@ func (s *store) rootLoop() {
 			case <-ctx.Done():
 			}
 		}()
-		_ = s.rootw.check(ctx)
+		if s.rootw.check(ctx) == nil {
+			s.retryHalfMade(ctx)
+		}
 		cancel()
 	}
 }

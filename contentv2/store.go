@@ -157,6 +157,7 @@ type store struct {
 	mu         sync.Mutex
 	referenced map[digest.Digest]struct{} // protected by mu; refs the coordinator has (or will have at the next sync)
 	followers  map[string]*follower       // protected by mu; by the caller's ref (follower.go)
+	halfMade   map[string]bool            // protected by mu; this node's half-made ingests, by node-scoped ref (halfmade.go)
 	// downUntil is when to ask the coordinator again after it was found
 	// unreachable; until then operations fail at once instead of each
 	// waiting out a timeout. Protected by mu.

@@ -194,7 +194,8 @@ func (s *store) openLocal(ctx context.Context, wo content.WriterOpts, lk Lock, d
 
 // discardFailedOpen removes what a failed open of the local ingest ref
 // left (docs/design.md §8.18): a full filesystem fails it half-made, with a
-// directory whose status no listing can read. An ingest that is in use
+// directory whose status no listing can read; one it cannot remove now is
+// removed once the root is ready (halfmade.go). An ingest that is in use
 // (locked), a blob that exists, or a bad argument leave nothing to remove.
 func (s *store) discardFailedOpen(ctx context.Context, ref string, openErr error) {
 	if errdefs.IsAlreadyExists(openErr) || errdefs.IsUnavailable(openErr) || errdefs.IsInvalidArgument(openErr) {
@@ -204,7 +205,7 @@ func (s *store) discardFailedOpen(ctx context.Context, ref string, openErr error
 		s.metrics.discarded.WithLabelValues("open").Inc()
 		log.G(ctx).WithError(openErr).WithField("ref", ref).Warn("ingest discarded: opening it failed")
 	} else if !errdefs.IsNotFound(err) {
-		log.G(ctx).WithError(err).WithField("ref", ref).Warn("discarding an ingest whose open failed")
+		s.rememberHalfMade(ctx, s.nodeRef(ref), fmt.Errorf("opening it failed: %w; discarding it failed: %w", openErr, err))
 	}
 }
 
