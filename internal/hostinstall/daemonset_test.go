@@ -76,6 +76,9 @@ func TestDaemonSetLookup(t *testing.T) {
 	wrong := a.ds
 	wrong.Name = "other"
 	a.status.Store(http.StatusOK)
+	// The DaemonSet present again: the subtests above ran in map order,
+	// so the last body set is any of theirs.
+	a.body.Store(`{"metadata":{"name":"sc-node"}}`)
 	require.ErrorIs(t, CheckAccess(context.Background(), wrong), errdefs.ErrPermissionDenied, "the Role grants one DaemonSet")
 	require.NoError(t, CheckAccess(context.Background(), a.ds))
 }
