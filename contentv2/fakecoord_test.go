@@ -14,19 +14,27 @@ import (
 	"github.com/opencontainers/go-digest"
 )
 
-// fakeCluster is an in-memory coordinator for the store's unit tests: one
-// lock per resource (of any type), a FIFO of waiters, reference sets,
-// sessions and members. Each node sees it through node(id), a
-// Coordinator. It follows the rules the store relies on, simply:
-//   - a lock held is ErrLocked, or a place in the queue (Wait); a waiting
-//     pull is answered ErrSkipped when the holder's pull succeeds, and
-//     handed the lock when it fails;
-//   - a pull of a resource whose last pull succeeded is ErrSkipped; a
-//     pull's success adds its holder's reference;
+// fakeCluster is an in-memory coordinator for the store's unit tests: a
+// lock per type and resource, a FIFO of waiters per resource, reference
+// sets, sessions and members. Each node sees it through node(id), a
+// Coordinator. It follows the rules the store relies on, simply, and the
+// contract suite (contentv2/coordinatortest, run by contract_test.go and
+// by contentv2/remote against the real coordinator) holds it to them:
+//   - on one resource only a pull and an update are held together
+//     (docs/design.md §3.2); a lock that is not free is ErrLocked, or a
+//     place in the queue (Wait); a waiting pull or delete is answered
+//     ErrSkipped when the holder's one of its type succeeds, and handed
+//     the lock when it fails;
+//   - a pull of a resource whose last pull succeeded is ErrSkipped, and so
+//     is a delete of one whose last delete succeeded; a pull's success
+//     adds its holder's reference;
 //   - a delete drops the requester's reference (unless it reaps), then is
 //     ErrInUse while another node references the resource, ErrUnsynced
-//     while a member is not synced; a reap delete needs the reap lock;
-//   - a reference is ErrDeleting while a delete is held;
+//     while a member is not synced; a reap delete needs the reap lock
+//     (ErrForbidden);
+//   - a reference needs a live session (ErrNoSession); it is ErrDeleting
+//     while a delete is held and, for a blob the node found, while the
+//     last delete's completion stands (docs/design.md §8.9);
 //   - a node is synced once it has synced in its current session.
 //
 // down makes every call fail as an unreachable coordinator does; refuse
@@ -39,7 +47,7 @@ type fakeCluster struct {
 	mu      sync.Mutex
 	epoch   uint64                     // protected by mu; 0 answers 1
 	down    bool                       // protected by mu
-	locks   map[string]*fakeLock       // protected by mu; by resource
+	locks   map[fakeKey]*fakeLock      // protected by mu; by type and resource
 	queues  map[string][]*fakeWaiter   // protected by mu; by resource
 	pulled  map[string]bool            // protected by mu; the resource's last pull succeeded
 	refs    map[string]map[string]bool // protected by mu; resource → nodes
@@ -52,6 +60,7 @@ type fakeCluster struct {
 	fence   uint64                   // protected by mu; the last fence granted
 	// completed is each resource's retained delete completion: set by a
 	// delete's unlock(success), ended by a pull's success or a reference.
+	// While it stands, a delete is ErrSkipped.
 	completed map[string]DeleteCompletion // protected by mu
 	// refuse, when set, is asked before each call is served: a non-nil
 	// error is the call's answer.
@@ -92,6 +101,21 @@ type fakeMember struct {
 	live bool
 }
 
+// fakeKey names a lock: its type and resource.
+type fakeKey struct {
+	op       Op
+	resource string
+}
+
+// reapKey is the reap lock's key.
+var reapKey = fakeKey{OpUpdate, ReapLockResource}
+
+// fakeCompatible says whether locks of types a and b may be held together
+// on one resource: only a pull and an update (docs/design.md §3.2).
+func fakeCompatible(a, b Op) bool {
+	return a != b && (a == OpPull || a == OpUpdate) && (b == OpPull || b == OpUpdate)
+}
+
 // fakeLock is a held lock.
 type fakeLock struct {
 	c        *fakeCluster
@@ -120,7 +144,7 @@ type fakeAnswer struct {
 var errFakeDown = fmt.Errorf("fake coordinator: connection refused: %w", errdefs.ErrUnavailable)
 
 func newFakeCluster(ttl time.Duration) *fakeCluster {
-	return &fakeCluster{id: "fake-cluster", ttl: ttl, started: time.Now(), locks: map[string]*fakeLock{},
+	return &fakeCluster{id: "fake-cluster", ttl: ttl, started: time.Now(), locks: map[fakeKey]*fakeLock{},
 		queues: map[string][]*fakeWaiter{}, pulled: map[string]bool{}, refs: map[string]map[string]bool{},
 		members: map[string]*fakeMember{}, absent: map[string]time.Duration{}, completed: map[string]DeleteCompletion{},
 		changed: make(chan struct{})}
@@ -166,6 +190,15 @@ func (c *fakeCluster) addRefLocked(resource, node string) {
 		c.refs[resource] = map[string]bool{}
 	}
 	c.refs[resource][node] = true
+}
+
+// removeRefLocked drops node's reference to resource, and the set once it
+// is empty: Refs lists no empty set. Callers hold mu.
+func (c *fakeCluster) removeRefLocked(resource, node string) {
+	delete(c.refs[resource], node)
+	if len(c.refs[resource]) == 0 {
+		delete(c.refs, resource)
+	}
 }
 
 // waiting returns how many wait in resource's queue.
@@ -317,11 +350,8 @@ func (n *fakeNode) SyncRefs(_ context.Context, req SyncRequest) (err error) {
 	if err != nil {
 		return err
 	}
-	for resource, nodes := range c.refs {
-		delete(nodes, n.id)
-		if len(nodes) == 0 {
-			delete(c.refs, resource)
-		}
+	for resource := range c.refs {
+		c.removeRefLocked(resource, n.id)
 	}
 	for _, d := range refs {
 		c.addRefLocked(d.String(), n.id)
@@ -332,7 +362,7 @@ func (n *fakeNode) SyncRefs(_ context.Context, req SyncRequest) (err error) {
 	return nil
 }
 
-func (n *fakeNode) AddRef(_ context.Context, dgst digest.Digest, _ bool) (err error) {
+func (n *fakeNode) AddRef(_ context.Context, dgst digest.Digest, found bool) (err error) {
 	c := n.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -341,8 +371,14 @@ func (n *fakeNode) AddRef(_ context.Context, dgst digest.Digest, _ bool) (err er
 	if err := c.begin(&call); err != nil {
 		return err
 	}
-	if l := c.locks[dgst.String()]; l != nil && l.op == OpDelete {
+	if m := c.members[n.id]; m == nil || !m.live {
+		return fmt.Errorf("refs %s: node %s: %w", dgst, n.id, ErrNoSession)
+	}
+	if l := c.locks[fakeKey{OpDelete, dgst.String()}]; l != nil {
 		return fmt.Errorf("%s: %w", dgst, ErrDeleting)
+	}
+	if found && c.completed[dgst.String()].Done {
+		return fmt.Errorf("%s: found after its delete, maybe a stale view: %w", dgst, ErrDeleting)
 	}
 	c.addRefLocked(dgst.String(), n.id)
 	delete(c.completed, dgst.String())
@@ -383,7 +419,7 @@ func (n *fakeNode) Lock(ctx context.Context, req LockRequest) (Lock, error) {
 		q := c.queues[req.ResourceID]
 		if i := slices.Index(q, w); i >= 0 {
 			c.queues[req.ResourceID] = slices.Delete(q, i, i+1)
-		} else if a := <-w.answer; a.err == nil {
+		} else if a := <-w.answer; a.lk != nil {
 			// Granted just now: give it back.
 			c.releaseLocked(a.lk, false)
 		}
@@ -398,22 +434,45 @@ func (c *fakeCluster) lockLocked(call *fakeCall, node string, req LockRequest) (
 	if err := c.begin(call); err != nil {
 		return nil, nil, err
 	}
-	if req.Type == OpDelete && req.Reap == "" && c.refs[req.ResourceID] != nil {
-		delete(c.refs[req.ResourceID], node)
-	}
-	if held := c.locks[req.ResourceID]; held != nil {
-		if !req.Wait {
-			return nil, nil, fmt.Errorf("%s:%s held by %s: %w", held.op, req.ResourceID, held.node, ErrLocked)
-		}
-		return nil, &fakeWaiter{node: node, op: req.Type, answer: make(chan fakeAnswer, 1)}, nil
-	}
-	if req.Type == OpPull && c.pulled[req.ResourceID] {
-		return nil, nil, fmt.Errorf("pull:%s: %w", req.ResourceID, ErrSkipped)
+	if req.Type == OpDelete && req.Reap == "" {
+		c.removeRefLocked(req.ResourceID, node)
 	}
 	if err := c.checkDelete(node, req); err != nil {
 		return nil, nil, err
 	}
+	if c.doneLocked(req.Type, req.ResourceID) {
+		return nil, nil, fmt.Errorf("%s:%s: %w", req.Type, req.ResourceID, ErrSkipped)
+	}
+	if held := c.conflictLocked(req.Type, req.ResourceID); held != nil {
+		if !req.Wait {
+			return nil, nil, fmt.Errorf("%s:%s: %s:%s held by %s: %w", req.Type, req.ResourceID, held.op, req.ResourceID, held.node, ErrLocked)
+		}
+		return nil, &fakeWaiter{node: node, op: req.Type, answer: make(chan fakeAnswer, 1)}, nil
+	}
 	return c.grantLocked(node, req.Type, req.ResourceID, req.Reap), nil, nil
+}
+
+// doneLocked says whether a lock of op on resource is answered ErrSkipped:
+// the last pull, or delete, of it succeeded. Callers hold mu.
+func (c *fakeCluster) doneLocked(op Op, resource string) bool {
+	switch op {
+	case OpPull:
+		return c.pulled[resource]
+	case OpDelete:
+		return c.completed[resource].Done
+	}
+	return false
+}
+
+// conflictLocked returns a held lock of resource that a lock of op may
+// not be held beside, or nil. Callers hold mu.
+func (c *fakeCluster) conflictLocked(op Op, resource string) *fakeLock {
+	for _, held := range []Op{OpPull, OpUpdate, OpDelete} {
+		if l := c.locks[fakeKey{held, resource}]; l != nil && !fakeCompatible(op, held) {
+			return l
+		}
+	}
+	return nil
 }
 
 // checkDelete applies the delete rule. Callers hold mu.
@@ -422,8 +481,8 @@ func (c *fakeCluster) checkDelete(node string, req LockRequest) error {
 		return nil
 	}
 	if req.Reap != "" {
-		if reap := c.locks[ReapLockResource]; reap == nil || reap.node != node {
-			return fmt.Errorf("reap delete of %s without the reap lock: %w", req.ResourceID, errdefs.ErrPermissionDenied)
+		if reap := c.locks[reapKey]; reap == nil || reap.node != node {
+			return fmt.Errorf("reap delete of %s without the reap lock: %w", req.ResourceID, ErrForbidden)
 		}
 	}
 	for ref := range c.refs[req.ResourceID] {
@@ -439,25 +498,27 @@ func (c *fakeCluster) checkDelete(node string, req LockRequest) error {
 	return nil
 }
 
+func (l *fakeLock) key() fakeKey { return fakeKey{l.op, l.resource} }
+
 // grantLocked makes node the holder. Callers hold mu.
 func (c *fakeCluster) grantLocked(node string, op Op, resource string, reap ReapMode) *fakeLock {
 	c.fence++
 	l := &fakeLock{c: c, node: node, op: op, resource: resource, reap: reap, fence: c.fence}
 	if reap != "" {
-		r := c.locks[ReapLockResource]
+		r := c.locks[reapKey]
 		l.withReapLock = r != nil && r.node == node
 	}
-	c.locks[resource] = l
+	c.locks[l.key()] = l
 	return l
 }
 
 // releaseLocked ends l with success or failure and answers the queue.
 // Callers hold mu.
 func (c *fakeCluster) releaseLocked(l *fakeLock, success bool) {
-	if c.locks[l.resource] != l {
+	if c.locks[l.key()] != l {
 		return
 	}
-	delete(c.locks, l.resource)
+	delete(c.locks, l.key())
 	switch {
 	case success && l.op == OpPull:
 		c.pulled[l.resource] = true
@@ -467,21 +528,35 @@ func (c *fakeCluster) releaseLocked(l *fakeLock, success bool) {
 		delete(c.pulled, l.resource)
 		c.completed[l.resource] = DeleteCompletion{Done: true, Fence: l.fence}
 		if l.reap == ReapDangling {
-			delete(c.refs[l.resource], l.node)
+			c.removeRefLocked(l.resource, l.node)
+		} else {
+			delete(c.refs, l.resource)
 		}
 	}
-	q := c.queues[l.resource]
-	for len(q) > 0 {
-		w := q[0]
-		q = q[1:]
-		if w.op == OpPull && c.pulled[l.resource] {
-			w.answer <- fakeAnswer{err: fmt.Errorf("pull:%s: %w", l.resource, ErrSkipped)}
-			continue
+	c.queues[l.resource] = c.answerQueueLocked(l.resource)
+}
+
+// answerQueueLocked answers, earliest queued first, every waiter of
+// resource whose type's work just succeeded (ErrSkipped) and the head of
+// each type's queue that is now compatible with the holders (the lock),
+// and returns the waiters left. Callers hold mu.
+func (c *fakeCluster) answerQueueLocked(resource string) []*fakeWaiter {
+	var left []*fakeWaiter
+	blocked := map[Op]bool{} // a type whose head stays queued
+	for _, w := range c.queues[resource] {
+		switch {
+		case blocked[w.op]:
+			left = append(left, w)
+		case c.doneLocked(w.op, resource):
+			w.answer <- fakeAnswer{err: fmt.Errorf("%s:%s: %w", w.op, resource, ErrSkipped)}
+		case c.conflictLocked(w.op, resource) != nil:
+			blocked[w.op] = true
+			left = append(left, w)
+		default:
+			w.answer <- fakeAnswer{lk: c.grantLocked(w.node, w.op, resource, "")}
 		}
-		w.answer <- fakeAnswer{lk: c.grantLocked(w.node, w.op, l.resource, "")}
-		break
 	}
-	c.queues[l.resource] = q
+	return left
 }
 
 func (l *fakeLock) Unlock(_ context.Context, success bool, _ error) (err error) {
@@ -493,7 +568,7 @@ func (l *fakeLock) Unlock(_ context.Context, success bool, _ error) (err error) 
 	if err := c.begin(&call); err != nil {
 		return err
 	}
-	if c.locks[l.resource] != l {
+	if c.locks[l.key()] != l {
 		return errors.New("fake: lock not held")
 	}
 	c.releaseLocked(l, success)
@@ -508,7 +583,7 @@ func (l *fakeLock) HeldUntil() time.Time {
 	c := l.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.locks[l.resource] != l {
+	if c.locks[l.key()] != l {
 		return time.Time{}
 	}
 	return time.Now().Add(c.ttl)
@@ -533,7 +608,7 @@ func (l *fakeLock) Check(context.Context) error {
 	if c.down {
 		return errFakeDown
 	}
-	if c.locks[l.resource] != l {
+	if c.locks[l.key()] != l {
 		return errors.New("fake: lock not held")
 	}
 	return nil
@@ -587,16 +662,19 @@ func (n *fakeNode) ExpireMember(_ context.Context, reapLock Lock, nodeID string,
 	if err := c.begin(&call); err != nil {
 		return 0, err
 	}
-	if l, ok := reapLock.(*fakeLock); !ok || c.locks[ReapLockResource] != l || l.node != n.id {
-		return 0, fmt.Errorf("expire %s: not the reap lock: %w", nodeID, errdefs.ErrPermissionDenied)
+	if l, ok := reapLock.(*fakeLock); !ok || l.key() != reapKey {
+		return 0, fmt.Errorf("expire %s: not the reap lock: %w", nodeID, errdefs.ErrInvalidArgument)
+	}
+	if l := reapLock.(*fakeLock); c.locks[reapKey] != l || l.node != n.id {
+		return 0, fmt.Errorf("expire %s: the reap lock is not held: %w", nodeID, ErrForbidden)
 	}
 	m := c.members[nodeID]
 	if m == nil || m.live || c.absent[nodeID] < c.expiry || marker.State == "" || marker.Unchanged < c.expiry {
 		return 0, fmt.Errorf("expire %s: %w", nodeID, ErrNotExpired)
 	}
 	delete(c.members, nodeID)
-	for _, nodes := range c.refs {
-		delete(nodes, nodeID)
+	for resource := range c.refs {
+		c.removeRefLocked(resource, nodeID)
 	}
 	c.expired = append(c.expired, nodeID)
 	return c.absent[nodeID], nil

@@ -74,7 +74,7 @@ func requireReapDeletesUnderTheReapLock(t *testing.T, c *fakeCluster) {
 	require.Positive(t, granted)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	require.Nil(t, c.locks[ReapLockResource], "the reap lock is released")
+	require.Nil(t, c.locks[reapKey], "the reap lock is released")
 }
 
 // TestReaperWaitsForTheReapLock: while another node holds the reap lock,

@@ -237,7 +237,7 @@ func TestDeleteAnswerLostButCommitted(t *testing.T) {
 			refuseDeleteUnlock(c, errFakeDown, func() {
 				// Under the fake's mutex: what the coordinator committed
 				// before the answer was lost.
-				c.completed[d.String()] = DeleteCompletion{Done: true, Lapsed: lapsed, Fence: c.locks[d.String()].fence}
+				c.completed[d.String()] = DeleteCompletion{Done: true, Lapsed: lapsed, Fence: c.locks[fakeKey{OpDelete, d.String()}].fence}
 			})
 			require.NoError(t, s.Delete(context.Background(), d))
 			require.Empty(t, trashEntries(t, s))

@@ -1,0 +1,152 @@
+package coordinatortest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sharedcontent/sharedcontent/contentv2"
+)
+
+// testLockHeld: a held lock is ErrLocked to a request that may not wait;
+// it checks out and has a lease while held, and not after its unlock;
+// every grant's fence is larger than the one before.
+func testLockHeld(t *testing.T, c Cluster) {
+	ctx := t.Context()
+	n1, n2 := c.Node(t, "node-1"), c.Node(t, "node-2")
+	join(t, n1, "i1")
+	join(t, n2, "i2")
+
+	l := lock(t, n1, pull(blob(1)))
+	_, err := n2.Lock(ctx, pull(blob(1)))
+	require.ErrorIs(t, err, contentv2.ErrLocked)
+	require.NoError(t, l.Check(ctx), "a held lock checks out")
+	require.True(t, l.HeldUntil().After(time.Now()), "a held lock has a lease")
+	require.NoError(t, l.Unlock(ctx, false, errors.New("download failed")))
+	require.Error(t, l.Check(ctx), "a released lock does not check out")
+
+	l2 := lock(t, n2, pull(blob(1)))
+	require.Greater(t, l2.Fence(), l.Fence(), "fences increase")
+	l3 := lock(t, n1, pull(blob(2)))
+	require.Greater(t, l3.Fence(), l2.Fence(), "fences increase over all resources")
+	require.NoError(t, l2.Unlock(ctx, false, nil))
+	require.NoError(t, l3.Unlock(ctx, false, nil))
+}
+
+// testPullSkip: a pull's success adds its holder's reference, and a pull
+// of the blob after it is ErrSkipped, waiting or not; a failed pull is
+// not remembered.
+func testPullSkip(t *testing.T, c Cluster) {
+	ctx := t.Context()
+	n1, n2 := c.Node(t, "node-1"), c.Node(t, "node-2")
+	join(t, n1, "i1")
+	join(t, n2, "i2")
+
+	l := lock(t, n1, pull(blob(1)))
+	require.NoError(t, l.Unlock(ctx, true, nil))
+	require.Equal(t, map[string][]string{blob(1).String(): {"node-1"}}, refs(t, n2))
+	_, err := n2.Lock(ctx, pull(blob(1)))
+	require.ErrorIs(t, err, contentv2.ErrSkipped)
+	wait := pull(blob(1))
+	wait.Wait = true
+	_, err = n2.Lock(ctx, wait)
+	require.ErrorIs(t, err, contentv2.ErrSkipped)
+
+	l = lock(t, n1, pull(blob(2)))
+	require.NoError(t, l.Unlock(ctx, false, nil))
+	require.NoError(t, lock(t, n2, pull(blob(2))).Unlock(ctx, false, nil), "a failed pull is not remembered")
+}
+
+// testQueueHandOver: waiters queue behind the holder in order; a failed
+// pull hands the lock to the head of the queue, a successful one answers
+// every waiter ErrSkipped.
+func testQueueHandOver(t *testing.T, c Cluster) {
+	ctx := t.Context()
+	n1, n2, n3 := c.Node(t, "node-1"), c.Node(t, "node-2"), c.Node(t, "node-3")
+	join(t, n1, "i1")
+	join(t, n2, "i2")
+	join(t, n3, "i3")
+
+	req := pull(blob(1))
+	req.Wait = true
+	held := lock(t, n1, req)
+	type answer struct {
+		l   contentv2.Lock
+		err error
+	}
+	second, third := make(chan answer, 1), make(chan answer, 1)
+	go func() { l, err := n2.Lock(ctx, req); second <- answer{l, err} }()
+	awaitQueued(t, c, contentv2.OpPull, blob(1).String(), 1)
+	go func() { l, err := n3.Lock(ctx, req); third <- answer{l, err} }()
+	awaitQueued(t, c, contentv2.OpPull, blob(1).String(), 2)
+
+	require.NoError(t, held.Unlock(ctx, false, errors.New("download failed")))
+	a := <-second
+	require.NoError(t, a.err, "the head of the queue takes over a failed pull")
+	require.Greater(t, a.l.Fence(), held.Fence())
+	require.Equal(t, 1, c.Queued(t, contentv2.OpPull, blob(1).String()), "the rest stay queued")
+	require.NoError(t, a.l.Unlock(ctx, true, nil))
+	a = <-third
+	require.ErrorIs(t, a.err, contentv2.ErrSkipped, "pulled by the one before")
+	require.Equal(t, map[string][]string{blob(1).String(): {"node-2"}}, refs(t, n1))
+}
+
+// testWaitCancelled: a waiter whose context ends returns its error and
+// leaves the queue: the lock released as a failure goes to nobody, and
+// the next request is granted.
+func testWaitCancelled(t *testing.T, c Cluster) {
+	ctx := t.Context()
+	n1, n2 := c.Node(t, "node-1"), c.Node(t, "node-2")
+	join(t, n1, "i1")
+	join(t, n2, "i2")
+
+	held := lock(t, n1, pull(blob(1)))
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	req := pull(blob(1))
+	req.Wait = true
+	go func() { _, err := n2.Lock(wctx, req); done <- err }()
+	awaitQueued(t, c, contentv2.OpPull, blob(1).String(), 1)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	awaitQueued(t, c, contentv2.OpPull, blob(1).String(), 0)
+	require.NoError(t, held.Unlock(ctx, false, nil))
+	require.NoError(t, lock(t, n1, pull(blob(1))).Unlock(ctx, false, nil), "nobody took the lock")
+}
+
+// testCompatibility: on one resource a pull and an update may be held
+// together; a delete is held alone (docs/design.md §3.2).
+func testCompatibility(t *testing.T, c Cluster) {
+	ctx := t.Context()
+	n1, n2 := c.Node(t, "node-1"), c.Node(t, "node-2")
+	join(t, n1, "i1")
+	join(t, n2, "i2")
+
+	p := lock(t, n1, pull(blob(1)))
+	u := lock(t, n2, contentv2.LockRequest{Type: contentv2.OpUpdate, ResourceID: blob(1).String()})
+	_, err := n2.Lock(ctx, del(blob(1)))
+	require.ErrorIs(t, err, contentv2.ErrLocked, "a delete beside a pull and an update")
+	require.NoError(t, p.Unlock(ctx, false, nil))
+	require.NoError(t, u.Unlock(ctx, true, nil))
+
+	d := lock(t, n1, del(blob(1)))
+	_, err = n2.Lock(ctx, pull(blob(1)))
+	require.ErrorIs(t, err, contentv2.ErrLocked, "a pull beside a delete")
+	_, err = n2.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpUpdate, ResourceID: blob(1).String()})
+	require.ErrorIs(t, err, contentv2.ErrLocked, "an update beside a delete")
+	require.NoError(t, d.Unlock(ctx, false, nil))
+}
+
+// awaitTimeout bounds awaitQueued: it only ends a test that would
+// otherwise hang; no outcome depends on it.
+const awaitTimeout = time.Minute
+
+// awaitQueued waits until n requests of op wait in resource's queue.
+func awaitQueued(t *testing.T, c Cluster, op contentv2.Op, resource string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return c.Queued(t, op, resource) == n }, awaitTimeout, time.Millisecond,
+		"%d waiting for %s:%s", n, op, resource)
+}
