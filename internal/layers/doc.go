@@ -29,7 +29,10 @@
 //   - contentv2 imports lockclient or lockserver/… (it speaks its own
 //     Coordinator interface), or lockserver imports net/http or fasthttp
 //     (the lock manager has no HTTP type), outside their tests;
-//   - a package is missing from the table: a new package must be ranked.
+//   - a package is missing from the table: a new package must be ranked;
+//   - a package is missing from README.md's parts table or docs/design.md
+//     §2's (parts_test.go): a new package must be placed for the reader
+//     too.
 //
 // Tests may import any other package: a test of lockserver may start a
 // lockclient.
