@@ -48,7 +48,7 @@ $(ETCD): $(ETCD_TOOLS)/go.mod $(ETCD_TOOLS)/go.sum $(ETCD_TOOLS)/main.go
 
 # Benchmarks, about nine minutes on 2 cores: the Go benchmarks of the
 # coordinator and the client (BenchmarkNotify for 400 rounds, for its p99),
-# the stand-alone coordinator's memory under abuse (issue 15: 200k idle keys
+# the stand-alone coordinator's memory under abuse (docs/design.md §10.3: 200k idle keys
 # released, about 3 minutes; 5,000 waiters on one key), then bench/ (its
 # own module) against etcd and Redis, which it starts on
 # loopback; installs them (Debian) when missing. Regenerates
@@ -67,13 +67,13 @@ bench:
 	$(MAKE) bench-ha
 	$(MAKE) bench-containerd
 
-# The stand-alone coordinator under abuse (issue 17), about 30 s: 300 idle
+# The stand-alone coordinator under abuse (docs/design.md §10.3), about 30 s: 300 idle
 # connections under ulimit -n 256, then 100k waiters on one key. Prints
 # what was held, refused and recovered, enqueue rates and status sizes.
 bench-abuse: sharedcontent-lockserver
 	cd bench && $(GO) run ./abuse -server $(CURDIR)/$(BIN)/sharedcontent-lockserver
 
-# The scale benchmark (issue 26): the coordinator binary against N simulated
+# The scale benchmark (docs/design.md §10): the coordinator binary against N simulated
 # nodes in one process, each with its own node ID, session and clients on
 # its own 127.x.y.z address. Rollouts of a 10-blob image at N = 100, 1,000,
 # 2,600 and 5,000, 5,000 nodes renewing sessions for a minute, and a
@@ -84,7 +84,7 @@ SCALE_FLAGS ?=
 bench-scale: sharedcontent-lockserver
 	cd bench && $(GO) run . -only scale -server $(CURDIR)/$(BIN)/sharedcontent-lockserver -out ../docs $(SCALE_FLAGS)
 
-# HA on etcd (issue 25), about ten minutes on 2 cores: a real 3-member etcd
+# HA on etcd (docs/design.md §7), about ten minutes on 2 cores: a real 3-member etcd
 # (bin/etcd) and real coordinator replicas. 20 failovers per series (kill -9
 # of the leader at session TTL 5 s and 2 s, SIGTERM at 5 s) while a client
 # holding every URL runs lock cycles; 64 clients on one hot key against
@@ -142,7 +142,7 @@ e2e: etcd
 	@[ "$$(id -u)" != 0 ] || command -v runc >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc; }
 	SHAREDCONTENT_E2E=1 SHAREDCONTENT_ETCD=$(ETCD) $(GO) test -count=1 -timeout 60m -v $(E2E_FLAGS) ./integration/e2e/
 
-# The real-process chaos test (issue 23; integration/e2e/chaos_test.go): a
+# The real-process chaos test (integration/e2e/chaos_test.go; docs/e2e.md): a
 # stand-alone coordinator and 3 nodes (containerd + containerd-sharedcontent,
 # content and diff proxies) pulling and removing images that share layers
 # while faults are injected at random for CHAOS_DURATION: kill -9 of a
@@ -168,7 +168,7 @@ e2e: etcd
 # and brick-kill-all; by hand only (not in .ci/run). About 14 minutes for
 # CHAOS_DURATION=10m (docs/e2e.md).
 # The log is in CHAOS_LOG.
-# CHAOS_COORDINATOR=etcd (issue 25; TestChaosRealHA) runs 3 coordinator
+# CHAOS_COORDINATOR=etcd (TestChaosRealHA, docs/design.md §7) runs 3 coordinator
 # replicas on a real 3-member etcd (`make etcd`'s bin/etcd) instead of the
 # stand-alone bbolt coordinator (CHAOS_COORDINATOR=bbolt, the default), the
 # nodes given every replica's URL, and adds the fault kinds leader-kill,
@@ -190,7 +190,7 @@ chaos: $(if $(filter etcd,$(CHAOS_COORDINATOR)),etcd)
 	  $(GO) test -count=1 -timeout $(CHAOS_TIMEOUT) -v -run '^$(CHAOS_TEST)$$' ./integration/e2e/ >$(CHAOS_LOG) 2>&1; \
 	  rc=$$?; grep -E 'chaos|^(---|===|ok|FAIL|PASS)' $(CHAOS_LOG) | grep -v 'not lost'; echo "full log: $(CHAOS_LOG)"; exit $$rc
 
-# The in-process randomized fault test of issue 13 (integration/chaos_test.go;
+# The in-process randomized fault test of docs/design.md §8 (integration/chaos_test.go;
 # `make test` runs 60 steps of it), longer: CHAOS_STEPS steps (about 3
 # minutes for 500 on 2 cores). CHAOS_SEED=<seed> replays the actions of a
 # run. Prints the steps and the summary (steps, violations, actions); the
@@ -348,7 +348,7 @@ check: lint
 clean:
 	rm -rf $(BIN) .cache
 
-# Kubernetes for real (issue 35; docs/e2e.md "Kubernetes"): the chart
+# Kubernetes for real (docs/design.md §6.1; docs/e2e.md "Kubernetes"): the chart
 # installed with helm on a cluster of real kubelets on this machine
 # (integration/e2ek8s). etcd, kube-apiserver, kube-controller-manager and
 # kube-scheduler on the host; nodes that are simulated machines (their own

@@ -1,6 +1,6 @@
 package main
 
-// Failover of the coordinator's replicas (docs/design.md §7.2, issue 25):
+// Failover of the coordinator's replicas (docs/design.md §7.2):
 // the leader is killed (kill -9, or SIGTERM: it resigns) while a client
 // holding every replica's URL runs lock cycles; measured are the time
 // until the new leader's /readyz answers 200 and until the client's first

@@ -1,6 +1,6 @@
 package main
 
-// Lock cycles on one hot key (issue 25): the coordinator's replicas on a
+// Lock cycles on one hot key (docs/design.md §7): the coordinator's replicas on a
 // real 3-member etcd, the leader serving, against etcd's own
 // concurrency.Mutex on the same cluster, and the bbolt coordinator for
 // reference, interleaved round by round (lockBench).

@@ -46,7 +46,7 @@ const (
 	defaultLockRound  = 1500 * time.Millisecond
 	defaultLockRounds = 5
 	// defaultLayers × defaultLayerMiB is the image of the pull test
-	// (issue 6: 6 × 32 MiB).
+	// (docs/BENCHMARKS.md "Targets": 6 × 32 MiB).
 	defaultLayers   = 6
 	defaultLayerMiB = 32
 	// defaultBandwidth is the registry's total uplink in MB/s, shared by
@@ -67,8 +67,8 @@ const (
 	defaultPluginReps = 3
 )
 
-// Targets (issue 6, issue 14 for the pull wall, and issue 2 §6 for the
-// coordinator).
+// Targets (docs/BENCHMARKS.md "Targets": the pull wall is docs/design.md
+// §5.6's, the coordinator's are the lock service's).
 const (
 	targetDistinctVsRedis = 0.8
 	targetHotVsEtcd       = 20.0
@@ -712,7 +712,7 @@ func (r *report) writeDoc(path string) error {
 	if r.cfg.goBench != "" {
 		if gb, err := os.ReadFile(r.cfg.goBench); err == nil && len(gb) > 0 {
 			fmt.Fprintf(&b, "\n## Go benchmarks (`go test -run '^$' -bench . -skip Notify -benchmem ./lockserver/ ./lockclient/`, then `go test -run '^$' -bench Notify -benchtime 400x -benchmem ./lockclient/`, then `go test -v -run '^$' -bench . -benchtime 1x ./cmd/sharedcontent-lockserver/`; same run)\n\n")
-			fmt.Fprintf(&b, "Memory per held lock and per queued waiter (issue 2 §6) are `B/held-lock` and `B/waiter`. `BenchmarkNotify` is the push latency with a bbolt (fsync per reference change) or in-memory reference store. `BenchmarkMemoryIdleKeys` and `BenchmarkWaiters` run the stand-alone coordinator in its own process (issue 15, memory under abuse): its VmRSS and Go heap in MiB with 200k keys held, released, forgotten and after its next collection; and the time until each of 5,000 waiters has its outcome.\n\n```\n%s```\n\n", benchLines(gb))
+			fmt.Fprintf(&b, "Memory per held lock and per queued waiter are `B/held-lock` and `B/waiter`. `BenchmarkNotify` is the push latency with a bbolt (fsync per reference change) or in-memory reference store. `BenchmarkMemoryIdleKeys` and `BenchmarkWaiters` run the stand-alone coordinator in its own process (memory under abuse, [design.md §10.3](design.md#103-bounds-under-abuse)): its VmRSS and Go heap in MiB with 200k keys held, released, forgotten and after its next collection; and the time until each of 5,000 waiters has its outcome.\n\n```\n%s```\n\n", benchLines(gb))
 		}
 	}
 	if block := r.scaleBlock(path); block != nil {

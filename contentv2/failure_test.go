@@ -206,7 +206,7 @@ func (lostLock) Unlock(context.Context, bool, error) error { return errLost }
 func (lostLock) Check(context.Context) error               { return errLost }
 func (lostLock) HeldUntil() time.Time                      { return time.Time{} }
 
-// TestLostLeaseStillRecordsReference (issue 13, scenario 6): the reference
+// TestLostLeaseStillRecordsReference (docs/design.md §8.14): the reference
 // is recorded before the blob is renamed into blobs/, so a lost lease does
 // not leave a committed blob without its reference.
 func TestLostLeaseStillRecordsReference(t *testing.T) {
@@ -277,7 +277,7 @@ func (c *stolenID) Lock(ctx context.Context, req contentv2.LockRequest) (content
 	return c.Coordinator.Lock(ctx, req)
 }
 
-// TestDuplicateNodeDoesNotFailOpen (issue 23, scenario 6): a running node
+// TestDuplicateNodeDoesNotFailOpen (docs/design.md §8.5): a running node
 // whose session the coordinator refuses because another live instance
 // uses its node ID never uses a blob without the coordinator, however long
 // that lasts, and says why.

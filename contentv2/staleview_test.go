@@ -132,7 +132,7 @@ func (e *staleViewEnv) requirePulledAgain() {
 	require.ElementsMatch(t, []string{"node-1", "node-2"}, refs.Nodes)
 }
 
-// TestStaleViewAfterCoordinatorRestart (issue 23, scenario 7): the
+// TestStaleViewAfterCoordinatorRestart (docs/design.md §8.9): the
 // coordinator restarts after node 1's delete completed; node 2, whose
 // filesystem still shows the blob, must still be refused.
 func TestStaleViewAfterCoordinatorRestart(t *testing.T) {
@@ -146,7 +146,7 @@ func TestStaleViewAfterCoordinatorRestart(t *testing.T) {
 	e.requirePulledAgain()
 }
 
-// TestStaleViewAfterDeleterKilled (issue 23, scenario 7): node 1's
+// TestStaleViewAfterDeleterKilled (docs/design.md §8.9): node 1's
 // deleter renamed the blob into the trash and was killed before its
 // unlock. Its lease lapses (or the coordinator restarts while it is
 // granted); the coordinator cannot know whether the rename happened, so

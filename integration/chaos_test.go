@@ -18,7 +18,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 )
 
-// The randomized fault test of issue 13. Nodes pull and remove random
+// The randomized fault test of the faults of docs/design.md §8. Nodes pull and remove random
 // images and run containerd's GC, all at once, while the coordinator is
 // restarted, stopped, wiped (and later adopted), nodes are cut off and
 // reconnected, and plugins restart. After every step, every blob that any

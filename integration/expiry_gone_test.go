@@ -22,7 +22,7 @@ func memberIn(members []contentv2.ReapMember, node string) (contentv2.ReapMember
 	return contentv2.ReapMember{}, false
 }
 
-// TestFaultGoneNodeExpired (issue 23): a node really gone is forgotten,
+// TestFaultGoneNodeExpired (docs/design.md §8.4): a node really gone is forgotten,
 // but only once both measures reach --node-expiry: the coordinator has
 // not heard from it for that long of its uptime, and the reaper has seen
 // its marker unchanged that long. Node 3's marker stops changing first

@@ -10,7 +10,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/contentv2"
 )
 
-// The expiry tests of issue 23: time alone never proves a node dead
+// The expiry tests: time alone never proves a node dead
 // (docs/design.md §8.4). A member is expired only when the coordinator
 // has not heard from it for --node-expiry of its own uptime and the
 // reaper has seen its marker in the shared root unchanged that long.
@@ -40,7 +40,7 @@ func reapPass(t *testing.T, ctx context.Context, n *faultNode) contentv2.ReapRep
 	return rep
 }
 
-// TestFaultNodeCutOffBeyondExpiry (issue 23, scenario 1): node 3
+// TestFaultNodeCutOffBeyondExpiry (docs/design.md §8.4): node 3
 // registered image A, then is cut off from the coordinator for longer
 // than --node-expiry while its plugin keeps running, and pulls image B
 // (fail-open) meanwhile; node 1's reaper runs pass after pass. Node 1
@@ -101,7 +101,7 @@ func TestFaultNodeCutOffBeyondExpiry(t *testing.T) {
 	requireReadable(t, ctx, n1, n3)
 }
 
-// TestFaultCoordinatorDownBeyondExpiry (issue 23, scenario 2): node 3 is
+// TestFaultCoordinatorDownBeyondExpiry (docs/design.md §8.4): node 3 is
 // stopped, then the coordinator is down for longer than --node-expiry (a
 // weekend) and restarts on the same data directory. Node 3's marker has
 // not changed all that time, but the coordinator counts node 3's absence

@@ -31,7 +31,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
-// The fault tests (issue 13, docs/design.md §8) run nodes the way faultEnv builds
+// The fault tests (docs/design.md §8) run nodes the way faultEnv builds
 // them: each an in-process containerd metadata store over a contentv2
 // store on one shared root, reaching a real coordinator on a fixed
 // loopback address through a TCP proxy of its own, so that a test can

@@ -23,7 +23,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
-// The regression tests of issue 13: one per fault it lists, each with
+// The regression tests of the faults of docs/design.md §8.14: one per fault, each with
 // containerd's own metadata store on every node and its own garbage
 // collector (metadata.DB.GarbageCollect) doing the deleting. The check is
 // the user's: every blob a node's containerd metadata records reads back
@@ -31,14 +31,14 @@ import (
 
 const storeDeletes = "sharedcontent_store_deletes_total"
 
-// TestFaultCoordinatorLosesItsData (issue 13, scenario 1): the coordinator
+// TestFaultCoordinatorLosesItsData (docs/design.md §8.14): the coordinator
 // loses its data directory and restarts. Nodes treat it as another
 // cluster (no node's GC deletes anything; a pull goes on, fail-open, once
 // the node's session has surely expired) until an operator adopts the
 // root; then every node re-sends its journal, and node 1's GC still
 // breaks no other node.
 //
-// Before issue 13 the nodes never sent their references again (their
+// Before these rules, the nodes never sent their references again (their
 // caches and containerd's metadata never ask twice), so node 1's GC
 // deleted every blob: nodes 2 and 3 lost image A, node 2 image B.
 func TestFaultCoordinatorLosesItsData(t *testing.T) {
@@ -93,13 +93,13 @@ func TestFaultCoordinatorLosesItsData(t *testing.T) {
 	requireReadable(t, ctx, all...)
 }
 
-// TestFaultNodeCutOffPulls (issue 13, scenario 2): node 3, cut off from
+// TestFaultNodeCutOffPulls (docs/design.md §8.14): node 3, cut off from
 // the coordinator, pulls a new image: it goes ahead only once its session
 // has surely expired. Node 1's GCs, run over and over meanwhile, keep it
 // (node 3 is unsynced by then); once node 3 is back it syncs, and later
 // GCs keep its image because it is a reference.
 //
-// Before issue 13 node 3 pulled at once, unregistered, and node 1's GC
+// Before these rules, node 3 pulled at once, unregistered, and node 1's GC
 // deleted the new image's blobs: node 3's image was destroyed. (So does a
 // node that fails open before the coordinator has surely seen its session
 // expire: node 1's GC in that window deletes what node 3 just wrote.)
@@ -159,7 +159,7 @@ func TestFaultNodeCutOffPulls(t *testing.T) {
 	requireReadable(t, ctx, all...)
 }
 
-// TestFaultSlowCall (issue 13, scenario 3): one call slower than the
+// TestFaultSlowCall (docs/design.md §8.14): one call slower than the
 // coordination timeout — node 2's first pull lock while it downloads a
 // new image, node 3's first reference while it shares image A — never
 // makes a node skip the registration: the slow call answers
@@ -167,7 +167,7 @@ func TestFaultNodeCutOffPulls(t *testing.T) {
 // TTL here is long (3 s) so that no session lapses: no re-sync can bring
 // the reference in; it is registered by the pull itself.
 //
-// Before issue 13 a slow call switched the node to fail-open for 5 s:
+// Before these rules, a slow call switched the node to fail-open for 5 s:
 // node 2 wrote image B unregistered, and node 1's GC deleted it.
 func TestFaultSlowCall(t *testing.T) {
 	cfg := faultConfig()
@@ -258,13 +258,13 @@ func embeddedClient(t *testing.T, id string) *lockclient.Client {
 	return c
 }
 
-// TestFaultTwoCoordinatorsOnOneRoot (issue 13, scenario 4): two nodes
+// TestFaultTwoCoordinatorsOnOneRoot (docs/design.md §8.14): two nodes
 // each embed their own coordinator on one shared root. The second must
 // refuse to start, saying what to do; the first node's image stays
 // intact. Two such nodes starting at the same moment on a new root: one
 // starts, the other refuses.
 //
-// Before issue 13 both started, and each coordinator approved its own
+// Before these rules, both started, and each coordinator approved its own
 // node's deletes: node 2's GC removed node 1's image.
 func TestFaultTwoCoordinatorsOnOneRoot(t *testing.T) {
 	reg, err := registry.Start()
@@ -356,13 +356,13 @@ func TestFaultRefusedNodeIsNoMember(t *testing.T) {
 	require.NoError(t, n1.collect(ctx))
 }
 
-// TestFaultPluginRestartKeepsUses (issue 13, scenario 5): node 2, cut off
+// TestFaultPluginRestartKeepsUses (docs/design.md §8.14): node 2, cut off
 // from the coordinator, pulls an image (fail-open, journaled), and its
 // plugin restarts before it is back. The uses survive the restart in the
 // journal and reach the coordinator by the sync once node 2 is back;
 // node 1's GC keeps them.
 //
-// Before issue 13 those references were pending in memory only: the
+// Before these rules, those references were pending in memory only: the
 // restart dropped them, nothing ever registered image B again, and node
 // 1's GC deleted it.
 func TestFaultPluginRestartKeepsUses(t *testing.T) {
@@ -399,11 +399,11 @@ func TestFaultPluginRestartKeepsUses(t *testing.T) {
 	e.requireRefs(t, ctx, imgA, "node-2")
 }
 
-// TestFaultLostLease (issue 13, scenario 6): a pull lock lost before the
+// TestFaultLostLease (docs/design.md §8.14): a pull lock lost before the
 // commit, and a deleter stalled while its delete lock lapses, never cost
 // a committed blob.
 //
-// Before issue 13 the holder's reference was recorded when it released
+// Before these rules, the holder's reference was recorded when it released
 // its pull lock with success: a lost lease left the committed blob
 // without a reference, and the next GC of another node deleted it. And a
 // deleter unlinked blobs/<digest> whenever it got round to it: after its
@@ -556,7 +556,7 @@ func TestFaultLostLease(t *testing.T) {
 }
 
 // TestFaultReaper: the reaper is the one path that removes blobs no
-// node's GC offers, so it runs here under the faults of issue 13. Blobs a
+// node's GC offers, so it runs here under the faults of docs/design.md §8.14. Blobs a
 // cut-off node wrote fail-open have no reference at the coordinator and
 // look orphaned: they must stay until that node syncs, and so across a
 // coordinator restart (nobody synced until each member has). A true

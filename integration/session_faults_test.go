@@ -13,8 +13,8 @@ import (
 	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 )
 
-// Issue 23: the session faults that lost blobs (scenarios 3 to 6, and a
-// node that comes back after being forgotten). Each test failed before
+// The session faults that lost blobs (docs/design.md §8.3 to §8.6, and a
+// node that comes back after being forgotten, §8.13). Each test failed before
 // the fix, with the blob loss (or the wrong start) its comment says.
 
 const (

@@ -60,7 +60,7 @@ func TestEndSessionActsAsItself(t *testing.T) {
 	require.True(t, resp.Ended, "node-a's session was left live by the impostor")
 }
 
-// TestNodesWalksPages (issue 26): Client.Nodes asks the coordinator a page
+// TestNodesWalksPages (docs/design.md §10): Client.Nodes asks the coordinator a page
 // at a time and returns every member once, in order.
 func TestNodesWalksPages(t *testing.T) {
 	defer func(n int) { nodesPage = n }(nodesPage)

@@ -48,7 +48,7 @@ func TestTLSWithToken(t *testing.T) {
 	require.Equal(t, 1, ct.count("GET /refs"))
 }
 
-// TestNodeIdentity (issue 15): against a coordinator that knows each node
+// TestNodeIdentity (docs/design.md §9): against a coordinator that knows each node
 // by its client certificate, or by its own token, a client with its
 // node's credentials locks, waits on its event stream and unlocks; one
 // acting as another node is refused with ErrForbidden.

@@ -499,7 +499,7 @@ func TestReleasedRemembersForALeaseTTL(t *testing.T) {
 	sh := l.shardFor(blob)
 	l.sweep(sh, time.Now().Add(l.cfg.LeaseTTL/2))
 	unlock(t, l, api.OperationPull, a.LeaseID, true)
-	// A retry must name the same key (issue 17: another type got 200).
+	// A retry must name the same key (another type once got 200).
 	for _, req := range []api.UnlockRequest{
 		{Type: api.OperationDelete, ResourceID: blob, LeaseID: a.LeaseID, Success: true},
 		{Type: api.OperationUpdate, ResourceID: blob, LeaseID: a.LeaseID, Success: true},
@@ -615,7 +615,7 @@ func receive(t *testing.T, ch <-chan api.Event) api.Event {
 	}
 }
 
-// TestFailedUnlockChangesNothing (issue 17, a full disk): when the
+// TestFailedUnlockChangesNothing (docs/design.md §10.3): when the
 // holder's reference cannot be written, the unlock answers 503 unavailable
 // and changes nothing: the lock stays held, no waiter is told, no
 // completion is recorded, and the coordinator is unready. The client's

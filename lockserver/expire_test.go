@@ -32,7 +32,7 @@ func reapLease(t *testing.T, l *Coordinator, node string) string {
 	return resp.LeaseID
 }
 
-// TestNoExpiryByTimeAlone (issue 23, scenarios 1 and 2): the coordinator
+// TestNoExpiryByTimeAlone (docs/design.md §8.4): the coordinator
 // forgets nobody by itself, however long a member has been away; the
 // member's absence is reported in the coordinator's uptime.
 func TestNoExpiryByTimeAlone(t *testing.T) {
@@ -102,7 +102,7 @@ func nodeLive(t *testing.T, l *Coordinator, node string) bool {
 	return false
 }
 
-// TestAbsenceCountsOnlyUptime (issue 23, scenario 2): a member's absence
+// TestAbsenceCountsOnlyUptime (docs/design.md §8.4): a member's absence
 // starts again at a coordinator restart, however long it was down.
 func TestAbsenceCountsOnlyUptime(t *testing.T) {
 	dir := t.TempDir()

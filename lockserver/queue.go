@@ -3,7 +3,7 @@ package lockserver
 // waitQueue is one key's FIFO queue of waiters. Every operation a request
 // can trigger is O(1) or O(log n) in the queue's length, so that a key
 // with a hundred thousand waiters costs each newcomer no more than an
-// empty one (issue 17: a linear scan per /lock made enqueueing O(n²)):
+// empty one (docs/design.md §10.3: a linear scan per /lock made enqueueing O(n²)):
 //
 //   - lookup by request ID: a map;
 //   - removal anywhere (cancel, a closed stream, an abandoned poller):

@@ -55,7 +55,7 @@ func TestWaitQueueMatchesASlice(t *testing.T) {
 	require.Equal(t, len(want), q.Len())
 }
 
-// TestStatusIsBounded (issue 17, finding 2): with thousands of waiters on
+// TestStatusIsBounded (docs/design.md §10.3): with thousands of waiters on
 // one key, a status answer lists only the head of the queue, counts them
 // all, and gives the asking waiter its own position.
 func TestStatusIsBounded(t *testing.T) {

@@ -172,7 +172,7 @@ func (l *Coordinator) Status(_ context.Context, typ api.OperationType, resourceI
 }
 
 // status snapshots r.keys[t], with the head of the queue when withQueue.
-// Its size is bounded whatever the queue's length (issue 17). Called with
+// Its size is bounded whatever the queue's length (docs/design.md §10.3). Called with
 // the shard mutex held.
 //
 // Request IDs are shown only to their own node (nodeID): with a request ID

@@ -73,7 +73,7 @@ func synced(t *testing.T, l *Coordinator, node string) bool {
 	return false
 }
 
-// TestLateRenewalExtendsNothing (issue 23, scenario 4): a renewal that
+// TestLateRenewalExtendsNothing (docs/design.md §8.3): a renewal that
 // arrives more than TTL/3 after it was sent (by the echoed stamp plus the
 // node's elapsed time), or that echoes an answer more than 2·TTL/3 old,
 // is 409 late and extends nothing: the session ends TTL after the last
@@ -172,7 +172,7 @@ func TestSyncDoneLate(t *testing.T) {
 	require.Equal(t, []string{"n1"}, refsOf(t, l, blob))
 }
 
-// TestDuplicateNode (issue 23, scenario 6): while one instance's session
+// TestDuplicateNode (docs/design.md §8.5): while one instance's session
 // is live, another instance's session under the same node ID is 409
 // duplicate_node, naming the node and what to do; once it has lapsed, the
 // other instance (a restarted daemon) gets it. An older node (no
@@ -236,8 +236,7 @@ func TestSyncTailOfUnknownSync(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// TestDuplicateInstancesPauseDeletes (issue 23, scenario 6, its other
-// order): host A's session lapsed (cut off), a clone B with the same node
+// TestDuplicateInstancesPauseDeletes (docs/design.md §8.5): host A's session lapsed (cut off), a clone B with the same node
 // ID started and synced, then A comes back and is refused. Until A stops
 // knocking, B's GC must not drop the ID's references (they may be A's),
 // and nobody's delete is granted (A may have used blobs fail-open that
@@ -287,7 +286,7 @@ func TestDuplicateInstancesPauseDeletes(t *testing.T) {
 	require.True(t, resp.Acquired, "deletes resume a session TTL after A's last attempt")
 }
 
-// TestSyncFromNewGenerationOnlyAdds (issue 23, scenario 5): a sync from a
+// TestSyncFromNewGenerationOnlyAdds (docs/design.md §8.6): a sync from a
 // journal generation the coordinator has not had a full sync from (a
 // wiped state dir) adds the node's references and drops none; the next
 // sync from that generation replaces them. The generation is persisted

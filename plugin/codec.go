@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Content writes without a copy per message (issue 14, part 3).
+// Content writes without a copy per message (docs/design.md §5.6).
 //
 // containerd's proxy client sends a blob as Write messages of up to 1 MiB
 // (fetch's buffer) and waits for each answer. gRPC's proto codec copies

@@ -18,7 +18,7 @@ import (
 // one page of 1,000 at the start of the key space and deep in it (after
 // 90 % of the keys), and a walk of all of them a page at a time, as GET
 // /refs/list's clients do. A page costs O(page): the four page figures
-// are alike (issue 26 measured 0.8–1.8 s per page at 200k references
+// are alike (0.8–1.8 s were measured per page at 200k references
 // when every page decoded every record). Besides wall time it reports the
 // process's CPU time per op, which a loaded machine does not inflate.
 // SHAREDCONTENT_BENCH_REFCOUNT_DB, when set, names a database of 1M

@@ -19,7 +19,7 @@ import (
 // shared by all (as bench/scale's restart scenario: each blob is
 // referenced by about half of the nodes). It reports the time and CPU of
 // the last 10% of the syncs, when the sets are biggest: a sync's cost
-// must not grow with N (issue 26: the restart setup of 1,000 × 1,000 took
+// must not grow with N (measured: the restart setup of 1,000 × 1,000 took
 // 175.6 s).
 //
 //	go test -run '^$' -bench FirstSyncs -benchtime 1x -timeout 0 ./refcount/

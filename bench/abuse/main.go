@@ -1,5 +1,5 @@
-// Command abuse floods a real sharedcontent-lockserver the way issue 17
-// did, and prints what it took: idle connections under a low descriptor
+// Command abuse floods a real sharedcontent-lockserver the way an attacker
+// would (docs/design.md §10.3), and prints what it took: idle connections under a low descriptor
 // limit (how many are held, answered 503, or closed; whether the server
 // lives; how soon it serves again), and 100k waiters on one key (enqueue
 // rate, and the size and time of a status answer).

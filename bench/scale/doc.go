@@ -1,4 +1,4 @@
-// Package scale is the scale benchmark of issue 26 (docs/design.md §10):
+// Package scale is the scale benchmark of docs/design.md §10:
 // the real sharedcontent-lockserver binary, started on loopback with a
 // temporary data directory, against N simulated nodes in this one
 // process. Each node has its own node ID, its own session (renewed every

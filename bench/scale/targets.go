@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Targets of issue 26 (docs/design.md §10), measured with the simulator on
+// Targets of docs/design.md §10, measured with the simulator on
 // the same cores as the coordinator.
 const (
 	targetRolloutNodes    = 2600
@@ -26,7 +26,7 @@ type Verdict struct {
 	Detail string
 }
 
-// Targets checks the results against issue 26's targets, where the run
+// Targets checks the results against docs/design.md §10's targets, where the run
 // has the figure.
 func (r *Results) Targets() []Verdict {
 	var out []Verdict

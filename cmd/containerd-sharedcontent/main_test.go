@@ -130,7 +130,7 @@ func startErr(t *testing.T, args ...string) error {
 	}
 }
 
-// TestRunRefusesFileRoot (issue 17): a --root that is a regular file makes
+// TestRunRefusesFileRoot (docs/design.md §10.3): a --root that is a regular file makes
 // the daemon refuse to start, with a message naming the path and the fix,
 // instead of serving calls that all fail with "not a directory".
 func TestRunRefusesFileRoot(t *testing.T) {
@@ -145,7 +145,7 @@ func TestRunRefusesFileRoot(t *testing.T) {
 	require.NoFileExists(t, sock, "nothing was served")
 }
 
-// TestRunRefusesExposedTokenFile (issue 17): the token the daemon sends to
+// TestRunRefusesExposedTokenFile (docs/design.md §10.3): the token the daemon sends to
 // a remote coordinator is refused when its file is readable by others.
 func TestRunRefusesExposedTokenFile(t *testing.T) {
 	dir := t.TempDir()
@@ -160,7 +160,7 @@ func TestRunRefusesExposedTokenFile(t *testing.T) {
 	require.NoFileExists(t, sock, "nothing was served")
 }
 
-// TestRunNotifiesReady (issue 16): under systemd (Type=notify) the daemon
+// TestRunNotifiesReady (docs/operations.md "systemd"): under systemd (Type=notify) the daemon
 // sends READY=1 once its socket serves, so containerd, ordered after it,
 // finds its content and diff proxies answering; it sends STOPPING=1 on
 // SIGTERM.

@@ -1,6 +1,6 @@
 package main
 
-// Issue 15, "Memory under abuse": the stand-alone coordinator, built from
+// Memory under abuse (docs/design.md §10.3): the stand-alone coordinator, built from
 // this package and run in its own process, driven over loopback HTTP, so
 // that the memory measured (VmRSS, and the Go heap from /metrics) is the
 // server's alone. make bench runs them with -benchtime 1x. One iteration is one whole

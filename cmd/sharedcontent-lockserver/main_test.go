@@ -17,7 +17,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/cmd/internal/notifytest"
 )
 
-// TestRunNotifiesReady (issue 16): under systemd (Type=notify) the lock
+// TestRunNotifiesReady (docs/operations.md "systemd"): under systemd (Type=notify) the lock
 // server sends READY=1, with the address it serves in STATUS, once its
 // listener is bound and served; it sends STOPPING=1 on SIGTERM.
 func TestRunNotifiesReady(t *testing.T) {
@@ -44,7 +44,7 @@ func TestRunNotifiesReady(t *testing.T) {
 	require.NoError(t, <-done)
 }
 
-// TestRunLogsIdentity (issue 24): the start-up log names the identity
+// TestRunLogsIdentity (docs/design.md §9): the start-up log names the identity
 // mode in force: node tokens here, where it used to say auth=false.
 func TestRunLogsIdentity(t *testing.T) {
 	old := logrus.StandardLogger().ReplaceHooks(make(logrus.LevelHooks))

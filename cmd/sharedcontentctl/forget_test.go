@@ -13,7 +13,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
-// TestNodeForgetBulk (issue 26): `node forget` without an ID forgets every
+// TestNodeForgetBulk (docs/design.md §10): `node forget` without an ID forgets every
 // member that is not live and matches the selection (glob, last seen,
 // bystanders); --dry-run lists them and changes nothing; an ID with a
 // selection, or neither, is refused before anything is asked.

@@ -70,7 +70,7 @@ func reapables(t *testing.T, root string) map[string]bool {
 	return out
 }
 
-// TestReapDryRunIsThePass (issue 23, scenario 9): `reap --dry-run` lists
+// TestReapDryRunIsThePass (docs/design.md §8.12): `reap --dry-run` lists
 // exactly what the following reaper pass removes: it respects the grace
 // (young orphans, ingests, markers and trash are not listed) and lists
 // the old ingests and markers of nodes that are not members.

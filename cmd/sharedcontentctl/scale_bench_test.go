@@ -25,9 +25,9 @@ const benchRefs = 1_000_000
 
 // BenchmarkDuAndReapDryRun1M runs `du` and `reap --dry-run` (their code,
 // through a real coordinator on loopback) against 1M references, each
-// walking GET /refs/list a page at a time (issue 26: they timed out at
-// 200k), and a bare walk (lockclient.Client.WalkRefs; issue 26's target:
-// ≤ 10 s). It reports wall and process CPU time per command, and the
+// walking GET /refs/list a page at a time (one answer for all
+// timed out at 200k), and a bare walk (lockclient.Client.WalkRefs; its
+// target, docs/design.md §10: ≤ 10 s). It reports wall and process CPU time per command, and the
 // walk's against a storage-only walk of the same run (x-storage-cpu,
 // x-storage-wall; docs/design.md §10.3). With
 // SHAREDCONTENT_BENCH_DATA_DIR set, the coordinator's data directory is

@@ -18,7 +18,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/internal/testutil/etcdtest"
 )
 
-// TestChaosReal is the real-process chaos test (issue 23): a stand-alone
+// TestChaosReal is the real-process chaos test (docs/design.md §8.4): a stand-alone
 // coordinator and three nodes (containerd + containerd-sharedcontent,
 // content and diff proxies), each node reaching the coordinator through its
 // own netProxy. Every node pulls and removes (`ctr images rm --sync`, which
@@ -43,7 +43,7 @@ func TestChaosReal(t *testing.T) {
 }
 
 // TestChaosRealHA is TestChaosReal with the coordinator highly available
-// (issue 25, docs/design.md §7): three replicas on a real 3-member etcd
+// (docs/design.md §7): three replicas on a real 3-member etcd
 // cluster, each node given every replica's URL, each URL through its own
 // netProxy (a link fault cuts them all). Besides chaosFaults (whose
 // coordinator faults act on every replica at once), chaosHAFaults kill,

@@ -117,7 +117,7 @@ func (e *env) startImageCoordinator(host *node, ref string) *lockServer {
 	return l
 }
 
-// TestImageCoordinator (issue 27): the coordinator runs from the OCI image
+// TestImageCoordinator (docs/helm.md "The image"): the coordinator runs from the OCI image
 // `make image` builds, imported into a real containerd and started with
 // `ctr run` (runc, host network, the image's non-root user); scenarios
 // 1–3 pass against it exactly as against the host binary: one GET per
@@ -138,7 +138,7 @@ func TestImageCoordinator(t *testing.T) {
 	runSharedContent(t, c)
 }
 
-// TestImageNodes (issue 27): the coordinator and every node's daemon run
+// TestImageNodes (docs/helm.md "The image"): the coordinator and every node's daemon run
 // from the image: each daemon as root, privileged (it applies layers into
 // containerd's snapshots), with the shared root, its socket, its state
 // directory and its containerd's directories bind mounted at their own

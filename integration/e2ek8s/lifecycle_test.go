@@ -81,7 +81,7 @@ func restarts(p pod) int {
 // lists the images.
 func (c *cluster) rebootAll(t *testing.T) {
 	if !c.hostMode {
-		t.Skip("pod mode: a node rebooting with the drop-in starts containerd before the daemon's pod, whose own image is read through the daemon (issue 35, docs/design.md §6.1); needs the chart's host mode")
+		t.Skip("pod mode: a node rebooting with the drop-in starts containerd before the daemon's pod, whose own image is read through the daemon (docs/design.md §6.1); needs the chart's host mode")
 	}
 	before := c.appPods(t, "app")
 	dsBefore := c.podsByNode(t, namespace, "app.kubernetes.io/component=node")

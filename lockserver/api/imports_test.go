@@ -10,7 +10,7 @@ import (
 
 // TestImportsNoProjectPackage: the protocol's types are a leaf. A client
 // written against them, in this module or not, pulls in nothing of the
-// coordinator or its storage (issue 15: api imported refcount).
+// coordinator or its storage (api once imported refcount).
 func TestImportsNoProjectPackage(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// The attacks of issue 15, each played by a peer on the network ("mallory",
+// The attacks that node identities stop (docs/design.md §9), each played by a peer on the network ("mallory",
 // authenticated as herself) against nodes a and c. Each test fails on the
 // coordinator before node identities.
 

@@ -8,7 +8,7 @@ import (
 )
 
 // Fair shares of the connection slots (docs/design.md §10.3). Slow clients from many addresses must not keep every slot
-// of ConnLimits.Total while known nodes are refused (issue 26: 120
+// of ConnLimits.Total while known nodes are refused (measured: 120
 // slow-header connections from distinct addresses let 3 of 157 legitimate
 // requests through in 40 s). So:
 //

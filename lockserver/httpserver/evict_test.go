@@ -24,7 +24,7 @@ func dialFrom(t *testing.T, ip, addr string) net.Conn {
 	return c
 }
 
-// TestSlowHeaderFloodDoesNotStarveKnownNodes (issue 26): slow-header
+// TestSlowHeaderFloodDoesNotStarveKnownNodes (docs/design.md §10): slow-header
 // connections from more addresses than there are slots, each reconnecting
 // as soon as it is closed, keep every slot taken; a client from an address
 // served before still has every request served, each on a new connection,

@@ -94,7 +94,7 @@ func rawGet(t *testing.T, c net.Conn, path string) (*http.Response, string) {
 	return resp, string(b)
 }
 
-// TestAcceptSurvivesDescriptorExhaustion (issue 17, finding 1): when the
+// TestAcceptSurvivesDescriptorExhaustion (docs/design.md §10.3): when the
 // process runs out of descriptors, the failed accept is retried after a
 // backoff instead of ending Serve, and once descriptors are free again
 // the waiting connection is served, and so are new ones.
@@ -165,7 +165,7 @@ func TestAcceptSurvivesDescriptorExhaustion(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, "a new connection is served: %s", body)
 }
 
-// TestConnectionLimits (issue 17, finding 1): connections over the
+// TestConnectionLimits (docs/design.md §10.3): connections over the
 // per-IP or the total limit are answered 503 with Retry-After (and the
 // cluster and protocol headers of every answer); another IP
 // is still served below the total; and once connections close, new ones
@@ -186,7 +186,7 @@ func TestConnectionLimits(t *testing.T) {
 		require.Equal(t, "1", resp.Header.Get("Retry-After"))
 		require.Contains(t, body, reason+" limit")
 		require.Contains(t, body, `"code":"unavailable"`)
-		// The headers every answer carries (issue 24).
+		// The headers every answer carries (docs/design.md §9).
 		cl := s.Coordinator.Cluster()
 		require.Equal(t, cl.ClusterID+"/"+strconv.FormatUint(cl.Epoch, 10), resp.Header.Get(api.ClusterHeader))
 		require.Equal(t, api.ProtocolVersion, resp.Header.Get(api.ProtocolHeader))
@@ -218,7 +218,7 @@ func TestConnectionLimits(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "served again once below the limit")
 }
 
-// TestSilentConnectionGetsNoAnswer (issue 17, finding 4): a connection
+// TestSilentConnectionGetsNoAnswer (docs/design.md §10.3): a connection
 // that sends nothing within the read timeout is closed without an
 // unsolicited 400.
 func TestSilentConnectionGetsNoAnswer(t *testing.T) {
@@ -232,7 +232,7 @@ func TestSilentConnectionGetsNoAnswer(t *testing.T) {
 	require.Empty(t, string(b), "the server wrote to a connection that sent nothing")
 }
 
-// TestShutdownClosesSilentConnections (issue 17, finding 6): shutting down
+// TestShutdownClosesSilentConnections (docs/design.md §10.3): shutting down
 // does not wait for a connection that never sent a request (fasthttp
 // would wait 5 s for it), nor for one idle between requests.
 func TestShutdownClosesSilentConnections(t *testing.T) {

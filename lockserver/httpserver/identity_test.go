@@ -15,7 +15,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver"
 )
 
-// TestIdentity (issue 24): the start-up log names the identity mode
+// TestIdentity (docs/design.md §9): the start-up log names the identity mode
 // actually configured, node tokens and certificates included.
 func TestIdentity(t *testing.T) {
 	for _, tc := range []struct {
@@ -34,7 +34,7 @@ func TestIdentity(t *testing.T) {
 	}
 }
 
-// TestStartWarnings (issue 24): node tokens without an admin identity, and
+// TestStartWarnings (docs/design.md §9): node tokens without an admin identity, and
 // serving anonymous callers beyond loopback, are warned about; a safe
 // configuration is not.
 func TestStartWarnings(t *testing.T) {
@@ -83,7 +83,7 @@ func requireSays(t *testing.T, msg string, want []string) {
 	}
 }
 
-// TestServerWarnsAtStart (issue 24): Open warns about node tokens without
+// TestServerWarnsAtStart (docs/design.md §9): Open warns about node tokens without
 // an admin token; Serve warns that anyone may call when it listens beyond
 // loopback without identity, and says it again while it serves.
 func TestServerWarnsAtStart(t *testing.T) {

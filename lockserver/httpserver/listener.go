@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The coordinator must outlive a flood (issue 17). Connections are
+// The coordinator must outlive a flood (docs/design.md §10.3). Connections are
 // accepted before authentication and before TLS, so their number is
 // bounded here, below the process's descriptor limit: a connection over a
 // limit is answered 503 with Retry-After and closed. An accept that fails

@@ -12,7 +12,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// TestNodesPages (issue 26): GET /nodes answers a page at a time with
+// TestNodesPages (docs/design.md §10): GET /nodes answers a page at a time with
 // after and limit, in node ID order, naming the next page's after; without
 // limit (an older client) it answers every member, as before; a bad limit
 // is 400 and changes nothing.

@@ -31,7 +31,7 @@ func rawRequest(t *testing.T, conn net.Conn, br *bufio.Reader, method, target, b
 	return resp.StatusCode, b
 }
 
-// TestHTTPPathNotNormalized (issue 17): a path is routed as sent. An
+// TestHTTPPathNotNormalized (docs/design.md §10.3): a path is routed as sent. An
 // encoded '/', a dot segment or a doubled '/' is 404 not_found and does
 // nothing, where fasthttp's normalizing served it as the endpoint it
 // resolves to (which a path-filtering proxy in front would not expect). A

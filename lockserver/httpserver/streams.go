@@ -10,7 +10,7 @@ import (
 )
 
 // Event streams hold a connection each for as long as they last, so they
-// are bounded apart from connections (issue 17): in all, per IP address
+// are bounded apart from connections (docs/design.md §10.3): in all, per IP address
 // and per node, below the connection limits, so that streams cannot take
 // every connection a node's plain requests need. A stream over a limit is
 // refused with 429; lockclient then polls /lock/status, whose answers are

@@ -16,7 +16,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// TestStreamLimits (issue 17, finding 1): event streams are bounded per IP
+// TestStreamLimits (docs/design.md §10.3): event streams are bounded per IP
 // and in all; one over a bound gets 429 too_many_requests with
 // Retry-After, and once a stream ends a new one is served again.
 func TestStreamLimits(t *testing.T) {

@@ -67,7 +67,7 @@ func TestMutualTLS(t *testing.T) {
 	require.Error(t, err, "plain clients do not trust the test CA")
 }
 
-// TestMutualTLSNodeIdentity (issue 15): with --tls-node-identity a client
+// TestMutualTLSNodeIdentity (docs/design.md §9): with --tls-node-identity a client
 // certificate names its node (URI SAN, else CN) and the node may act only
 // as itself; a certificate with the admin URI is the admin; a client
 // without a certificate is refused at the handshake.
