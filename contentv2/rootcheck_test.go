@@ -27,7 +27,7 @@ func httpCoordinator(t *testing.T, node string) (*httpserver.Server, contentv2.C
 	return coord.Server(), remote.New(c)
 }
 
-// TestNewStoreRefusesBadRoot (docs/design.md §10.3): a root that is not a writable
+// TestNewStoreRefusesBadRoot: a root that is not a writable
 // directory supporting rename, on one filesystem, is refused at start
 // with an error naming the path and what to fix, before the node joins the
 // cluster; a good root (even a missing one) is accepted and left clean.

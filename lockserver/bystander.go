@@ -12,7 +12,7 @@ import (
 // Bystanders (docs/design.md §10.3). On a coordinator
 // without node identities anyone may open a session under any node ID, and
 // every such session made a permanent member that every delete waited for
-// (at scale, docs/design.md §10: 20k one-off sessions blocked deletes until --node-expiry, a
+// (docs/design.md §10.3: 20k one-off sessions blocked deletes until --node-expiry, a
 // week, or an operator's forget).
 //
 // A bystander is a member whose sessions never named the cluster (a real

@@ -24,7 +24,7 @@ func bystander(t *testing.T, l *Coordinator, node string) bool {
 	return false
 }
 
-// TestBystanderStopsHoldingDeletes (docs/design.md §10): a member that opened a
+// TestBystanderStopsHoldingDeletes (docs/design.md §10.3): a member that opened a
 // session without naming its cluster or authenticating as itself and never
 // synced (a one-off session) holds deletes up only until it has been absent
 // for BystanderAfter of the coordinator's uptime; its references still

@@ -658,7 +658,7 @@ func (l *Coordinator) release(ctx context.Context, sh *shard, r *resource, t typ
 // complete records that the holder g of r.keys[t] (a pull or a delete)
 // succeeded: everyone waiting on the key skips, and so do newcomers for
 // CompletedTTL. Unlock calls it once the reference set is written: an
-// unlock whose write fails must change nothing (docs/design.md §10.3), so no waiter may
+// unlock whose write fails must change nothing (docs/design.md §3.4), so no waiter may
 // have been told to skip.
 func (l *Coordinator) complete(r *resource, t typeIndex, g *grant, now time.Time) {
 	k := &r.keys[t]

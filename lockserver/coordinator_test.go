@@ -615,7 +615,7 @@ func receive(t *testing.T, ch <-chan api.Event) api.Event {
 	}
 }
 
-// TestFailedUnlockChangesNothing (docs/design.md §10.3): when the
+// TestFailedUnlockChangesNothing (docs/design.md §3.4): when the
 // holder's reference cannot be written, the unlock answers 503 unavailable
 // and changes nothing: the lock stays held, no waiter is told, no
 // completion is recorded, and the coordinator is unready. The client's

@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// TestNoHTTP: the lock manager reaches no HTTP type (docs/design.md §9); its HTTP
+// TestNoHTTP: the lock manager reaches no HTTP type (docs/design.md §2); its HTTP
 // side is package httpserver, above it. Its tests use none either: a test
 // of HTTP behaviour belongs with the HTTP side.
 func TestNoHTTP(t *testing.T) {

@@ -81,7 +81,7 @@ func (l *Coordinator) sweep(sh *shard, now time.Time) {
 
 // Go maps never give memory back: a map keeps the buckets of its largest
 // size after its entries are deleted. A shard that once held 200k idle
-// keys or released leases (docs/design.md §9) would keep
+// keys or released leases (docs/design.md §10.3) would keep
 // them, and the sweep would scan their empty buckets, for the life of the
 // process. So the sweep rebuilds a shard's map once its length has fallen
 // to 1/shrinkFactor of its peak.

@@ -130,7 +130,7 @@ func startErr(t *testing.T, args ...string) error {
 	}
 }
 
-// TestRunRefusesFileRoot (docs/design.md §10.3): a --root that is a regular file makes
+// TestRunRefusesFileRoot: a --root that is a regular file makes
 // the daemon refuse to start, with a message naming the path and the fix,
 // instead of serving calls that all fail with "not a directory".
 func TestRunRefusesFileRoot(t *testing.T) {
@@ -145,7 +145,7 @@ func TestRunRefusesFileRoot(t *testing.T) {
 	require.NoFileExists(t, sock, "nothing was served")
 }
 
-// TestRunRefusesExposedTokenFile (docs/design.md §10.3): the token the daemon sends to
+// TestRunRefusesExposedTokenFile (docs/security.md "Token files"): the token the daemon sends to
 // a remote coordinator is refused when its file is readable by others.
 func TestRunRefusesExposedTokenFile(t *testing.T) {
 	dir := t.TempDir()

@@ -18,7 +18,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/internal/testutil/etcdtest"
 )
 
-// TestChaosReal is the real-process chaos test (docs/design.md §8.4): a stand-alone
+// TestChaosReal is the real-process chaos test (the faults of docs/design.md §8): a stand-alone
 // coordinator and three nodes (containerd + containerd-sharedcontent,
 // content and diff proxies), each node reaching the coordinator through its
 // own netProxy. Every node pulls and removes (`ctr images rm --sync`, which

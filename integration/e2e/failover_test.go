@@ -17,7 +17,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 )
 
-// The failover scenario of docs/design.md §7.2 (docs/design.md §7): coordinator
+// The failover scenario of docs/design.md §7.2: coordinator
 // replicas on a real 3-member etcd cluster, three real containerd nodes
 // given every replica's URL, the leader killed -9 while the nodes pull.
 

@@ -22,7 +22,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// The fault scenarios of docs/design.md §8 (docs/design.md §8.14): the coordinator loses its
+// The fault scenarios of docs/design.md §8 (its table in §8.14): the coordinator loses its
 // database, a node is cut off from it, a second coordinator on the same
 // root, a node gone for good. Throughout, every node's image must stay
 // readable: every blob is read back with `ctr content get`.

@@ -28,7 +28,7 @@ func do(t *testing.T, method, u, auth string) int {
 	return resp.StatusCode
 }
 
-// TestHTTPAuthSchemeCaseInsensitive (docs/design.md §10.3): the "Bearer" scheme is
+// TestHTTPAuthSchemeCaseInsensitive (docs/design.md §9): the "Bearer" scheme is
 // matched case-insensitively (RFC 7235), for the client token and the
 // admin token alike; the token itself is not, and anything else is 401.
 func TestHTTPAuthSchemeCaseInsensitive(t *testing.T) {
@@ -59,7 +59,7 @@ func TestHTTPAuthSchemeCaseInsensitive(t *testing.T) {
 	require.Equal(t, http.StatusOK, do(t, http.MethodDelete, ts.url+"/nodes/gone", "BEARER adm1n"))
 }
 
-// TestSharedTokenWithNodeIdentitiesRefused (docs/design.md §8.4): with
+// TestSharedTokenWithNodeIdentitiesRefused (docs/design.md §9): with
 // --auth-token-file and --node-tokens-file both set, the shared token
 // could act as any node (it dropped node-a's references). The
 // combination is refused at start, with --tls-node-identity too, naming

@@ -13,7 +13,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver"
 )
 
-// TestOpenRefusesBadDataDir (docs/design.md §10.3): a --data-dir that is not a
+// TestOpenRefusesBadDataDir: a --data-dir that is not a
 // writable directory is refused at start with an error naming the path
 // and the flag; a missing one is created and served.
 func TestOpenRefusesBadDataDir(t *testing.T) {
@@ -63,7 +63,7 @@ func TestOpenRefusesBadDataDir(t *testing.T) {
 	})
 }
 
-// TestSecondCoordinatorOnDataDir (docs/design.md §9): a second coordinator opened
+// TestSecondCoordinatorOnDataDir: a second coordinator opened
 // on a data dir another one holds is refused, with an error that says
 // another coordinator holds that data dir, and names its process.
 func TestSecondCoordinatorOnDataDir(t *testing.T) {

@@ -186,7 +186,7 @@ func TestConnectionLimits(t *testing.T) {
 		require.Equal(t, "1", resp.Header.Get("Retry-After"))
 		require.Contains(t, body, reason+" limit")
 		require.Contains(t, body, `"code":"unavailable"`)
-		// The headers every answer carries (docs/design.md §9).
+		// The headers every answer carries (docs/design.md §3.8).
 		cl := s.Coordinator.Cluster()
 		require.Equal(t, cl.ClusterID+"/"+strconv.FormatUint(cl.Epoch, 10), resp.Header.Get(api.ClusterHeader))
 		require.Equal(t, api.ProtocolVersion, resp.Header.Get(api.ProtocolHeader))

@@ -19,7 +19,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// TestFullDisk (docs/design.md §10.3): an unlock whose reference write fails
+// TestFullDisk (docs/design.md §3.4): an unlock whose reference write fails
 // answers 503 unavailable and changes nothing — the holder keeps its lock,
 // its waiter is not told to skip, no completion and no reference appear —
 // and /readyz is unready. Once space returns, /readyz recovers by itself

@@ -15,7 +15,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// The reaper's deletes under abuse (docs/design.md §8.4), played by
+// The reaper's deletes under abuse (docs/design.md §9, §8.12), played by
 // peers with node tokens against node-a's references, over HTTP.
 
 // testClock is a Coordinator's clock that a test moves forward: the real

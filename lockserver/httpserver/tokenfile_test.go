@@ -13,7 +13,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver"
 )
 
-// TestTokenFileMode (docs/design.md §10.3): a token file that grants other users any
+// TestTokenFileMode (docs/security.md "Token files"): a token file that grants other users any
 // permission is refused at start, saying to chmod 600, for the client and
 // the admin token alike; owner- and group-only modes are accepted (a
 // Kubernetes secret volume with defaultMode 0440 is a symlink to such a
