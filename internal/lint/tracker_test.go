@@ -19,8 +19,8 @@ var trackerIssue = regexp.MustCompile(`(?i)\bissues?\s+#?[0-9]`)
 var repoRoot = filepath.Join("..", "..")
 
 // TestNoTrackerIssues: no comment of a Go file (bench/ and deploy/
-// included, tests included), and no line of the Makefile or a shell
-// script, cites a tracker's issue. The tracker is not in the repository,
+// included, tests included), and no line of a Markdown page, a Makefile or
+// a shell script, cites a tracker's issue. The tracker is not in the repository,
 // so an issue's number tells a reader nothing: say the reason, or link
 // the docs/design.md section that gives it.
 func TestNoTrackerIssues(t *testing.T) {
@@ -38,7 +38,7 @@ func TestNoTrackerIssues(t *testing.T) {
 		switch {
 		case strings.HasSuffix(p, ".go"):
 			checkGoComments(t, p, rel)
-		case d.Name() == "Makefile" || strings.HasSuffix(p, ".sh"):
+		case d.Name() == "Makefile" || strings.HasSuffix(p, ".sh") || strings.HasSuffix(p, ".md"):
 			checkLines(t, p, rel)
 		}
 		return nil
