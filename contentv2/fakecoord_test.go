@@ -294,6 +294,17 @@ func (n *fakeNode) Session(_ context.Context, req SessionRequest) (info SessionI
 	return call.Answer, nil
 }
 
+// forget drops node's member record and its references, as an operator's
+// node forget does: its next session answer says it is a new member.
+func (c *fakeCluster) forget(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.members, node)
+	for resource := range c.refs {
+		c.removeRefLocked(resource, node)
+	}
+}
+
 // unsync makes node unsynced, as a coordinator restart does: its next
 // session answer asks for its journal.
 func (c *fakeCluster) unsync(node string) {

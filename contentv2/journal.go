@@ -33,6 +33,10 @@ var (
 	// hostKey holds the fingerprint of the host the journal belongs to
 	// (hostid.go).
 	hostKey = []byte("host")
+	// forgottenKey holds the cluster whose coordinator had forgotten this
+	// node while the blobs gone since are not yet dropped from the journal
+	// (forgotten.go); absent otherwise.
+	forgottenKey = []byte("forgotten")
 )
 
 // journal is the node's own record of the blobs it uses (docs/design.md §8.2), on
@@ -47,6 +51,8 @@ type journal struct {
 	member string                     // protected by mu; mirrors memberKey
 	ttl    time.Duration              // protected by mu; mirrors ttlKey
 	seeded bool                       // protected by mu; mirrors seededKey
+	// forgotten is protected by mu; mirrors forgottenKey.
+	forgotten string
 	// generation is set when the journal is opened, then read-only.
 	generation string
 }
@@ -74,6 +80,7 @@ func openJournal(stateDir, host string) (*journal, error) {
 			return err
 		}
 		j.member = string(meta.Get(memberKey))
+		j.forgotten = string(meta.Get(forgottenKey))
 		if v := meta.Get(ttlKey); len(v) == 8 {
 			j.ttl = time.Duration(binary.BigEndian.Uint64(v))
 		}
@@ -232,6 +239,36 @@ func (j *journal) setMember(cluster string) error {
 	}
 	j.mu.Lock()
 	j.member = cluster
+	j.mu.Unlock()
+	return nil
+}
+
+// forgottenBy returns the cluster whose coordinator had forgotten this
+// node, while the blobs gone since are not yet dropped ("" otherwise).
+func (j *journal) forgottenBy() string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.forgotten
+}
+
+// setForgotten records, durably, that the coordinator of cluster had
+// forgotten this node and the blobs gone since are still to be dropped;
+// "" records that they have been.
+func (j *journal) setForgotten(cluster string) error {
+	if j.forgottenBy() == cluster {
+		return nil
+	}
+	err := j.db.Update(func(tx *bolt.Tx) error {
+		if cluster == "" {
+			return tx.Bucket(metaBucket).Delete(forgottenKey)
+		}
+		return tx.Bucket(metaBucket).Put(forgottenKey, []byte(cluster))
+	})
+	if err != nil {
+		return fmt.Errorf("node journal: forgotten: %w", err)
+	}
+	j.mu.Lock()
+	j.forgotten = cluster
 	j.mu.Unlock()
 	return nil
 }

@@ -324,6 +324,10 @@ func (s *store) sessionRound(ctx context.Context) error {
 	if err := s.answered(ctx, info, received); err != nil {
 		return err
 	}
+	if err := s.settleForgotten(ctx); err != nil {
+		s.setSynced(false)
+		return err
+	}
 	if info.Synced {
 		s.setSynced(true)
 		if err := s.journal.setMember(info.ClusterID); err != nil {
@@ -385,7 +389,7 @@ func (s *store) answered(ctx context.Context, info SessionInfo, received time.Ti
 	s.metrics.failOpenSince.Set(0)
 	s.metrics.failOpenDelay.Set(FailOpenDelay(s.failOpenTTL()).Seconds())
 	if forgotten {
-		s.cameBackForgotten(ctx, info.ClusterID)
+		return s.cameBackForgotten(ctx, info.ClusterID)
 	}
 	return nil
 }
