@@ -77,6 +77,18 @@ func join(t *testing.T, c contentv2.Coordinator, instance string, refs ...digest
 	return info
 }
 
+// members returns n nodes, node-1 to node-n, each a synced member with no
+// reference.
+func members(t *testing.T, c Cluster, n int) []contentv2.Coordinator {
+	t.Helper()
+	nodes := make([]contentv2.Coordinator, n)
+	for i := range nodes {
+		nodes[i] = c.Node(t, fmt.Sprintf("node-%d", i+1))
+		join(t, nodes[i], fmt.Sprintf("i%d", i+1))
+	}
+	return nodes
+}
+
 // renew renews the session info answered, and returns the new answer.
 func renew(t *testing.T, c contentv2.Coordinator, instance string, info contentv2.SessionInfo) contentv2.SessionInfo {
 	t.Helper()

@@ -46,9 +46,8 @@ func testDeleteUnsynced(t *testing.T, c Cluster) {
 // after it is not (the blob is gone); a failed delete retains nothing.
 func testDeleteCompletion(t *testing.T, c Cluster) {
 	ctx := t.Context()
-	n1, n2 := c.Node(t, "node-1"), c.Node(t, "node-2")
-	join(t, n1, "i1")
-	join(t, n2, "i2")
+	ns := members(t, c, 2)
+	n1, n2 := ns[0], ns[1]
 
 	dc, err := n1.DeleteCompletion(ctx, blob(1))
 	require.NoError(t, err)

@@ -16,9 +16,8 @@ import (
 // every grant's fence is larger than the one before.
 func testLockHeld(t *testing.T, c Cluster) {
 	ctx := t.Context()
-	n1, n2 := c.Node(t, "node-1"), c.Node(t, "node-2")
-	join(t, n1, "i1")
-	join(t, n2, "i2")
+	ns := members(t, c, 2)
+	n1, n2 := ns[0], ns[1]
 
 	l := lock(t, n1, pull(blob(1)))
 	_, err := n2.Lock(ctx, pull(blob(1)))
@@ -41,9 +40,8 @@ func testLockHeld(t *testing.T, c Cluster) {
 // not remembered.
 func testPullSkip(t *testing.T, c Cluster) {
 	ctx := t.Context()
-	n1, n2 := c.Node(t, "node-1"), c.Node(t, "node-2")
-	join(t, n1, "i1")
-	join(t, n2, "i2")
+	ns := members(t, c, 2)
+	n1, n2 := ns[0], ns[1]
 
 	l := lock(t, n1, pull(blob(1)))
 	require.NoError(t, l.Unlock(ctx, true, nil))
@@ -65,10 +63,8 @@ func testPullSkip(t *testing.T, c Cluster) {
 // every waiter ErrSkipped.
 func testQueueHandOver(t *testing.T, c Cluster) {
 	ctx := t.Context()
-	n1, n2, n3 := c.Node(t, "node-1"), c.Node(t, "node-2"), c.Node(t, "node-3")
-	join(t, n1, "i1")
-	join(t, n2, "i2")
-	join(t, n3, "i3")
+	ns := members(t, c, 3)
+	n1, n2, n3 := ns[0], ns[1], ns[2]
 
 	req := pull(blob(1))
 	req.Wait = true
@@ -99,9 +95,8 @@ func testQueueHandOver(t *testing.T, c Cluster) {
 // the next request is granted.
 func testWaitCancelled(t *testing.T, c Cluster) {
 	ctx := t.Context()
-	n1, n2 := c.Node(t, "node-1"), c.Node(t, "node-2")
-	join(t, n1, "i1")
-	join(t, n2, "i2")
+	ns := members(t, c, 2)
+	n1, n2 := ns[0], ns[1]
 
 	held := lock(t, n1, pull(blob(1)))
 	wctx, cancel := context.WithCancel(ctx)
@@ -121,9 +116,8 @@ func testWaitCancelled(t *testing.T, c Cluster) {
 // together; a delete is held alone (docs/design.md §3.2).
 func testCompatibility(t *testing.T, c Cluster) {
 	ctx := t.Context()
-	n1, n2 := c.Node(t, "node-1"), c.Node(t, "node-2")
-	join(t, n1, "i1")
-	join(t, n2, "i2")
+	ns := members(t, c, 2)
+	n1, n2 := ns[0], ns[1]
 
 	p := lock(t, n1, pull(blob(1)))
 	u := lock(t, n2, contentv2.LockRequest{Type: contentv2.OpUpdate, ResourceID: blob(1).String()})

@@ -28,9 +28,8 @@ func testAddRefWithoutSession(t *testing.T, c Cluster) {
 // may be stale (docs/design.md §8.9), and a committed one is recorded.
 func testAddRefWhileDeleting(t *testing.T, c Cluster) {
 	ctx := t.Context()
-	n1, n2 := c.Node(t, "node-1"), c.Node(t, "node-2")
-	join(t, n1, "i1")
-	join(t, n2, "i2")
+	ns := members(t, c, 2)
+	n1, n2 := ns[0], ns[1]
 
 	d := lock(t, n1, del(blob(1)))
 	require.ErrorIs(t, n2.AddRef(ctx, blob(1), false), contentv2.ErrDeleting, "a delete is in flight")

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
-	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	"github.com/stretchr/testify/require"
 
@@ -120,25 +118,9 @@ func TestSessionAndSync(t *testing.T) {
 	require.Equal(t, []contentv2.MemberInfo{{ID: "node-1", Live: true}}, ms.Nodes)
 }
 
-// TestSyncWithoutEcho: a sync whose last chunk may no longer be sent
-// (Echo returns nil) is ErrLate, and the coordinator has none of it.
-func TestSyncWithoutEcho(t *testing.T) {
-	ctx := context.Background()
-	coord := start(t)
-	c := node(t, coord, "node-1")
-	_, err := c.Session(ctx, contentv2.SessionRequest{InstanceID: "instance-1"})
-	require.NoError(t, err)
-	err = c.SyncRefs(ctx, contentv2.SyncRequest{Generation: "gen-1",
-		Snapshot: func() ([]digest.Digest, error) { return []digest.Digest{blobDigest(1)}, nil },
-		Echo:     func() *contentv2.Echo { return nil }})
-	require.ErrorIs(t, err, contentv2.ErrLate)
-	refs, err := coord.Core().Refs(ctx, blobDigest(1).String())
-	require.NoError(t, err)
-	require.Empty(t, refs.Nodes)
-}
-
-// TestSessionRefusals: the coordinator's session refusals are contentv2's
-// sentinels, and still name the coordinator's cause.
+// TestSessionRefusals: a late renewal is contentv2.ErrLate and still names
+// the coordinator's cause. The other refusals, and everything else the
+// store relies on, are the contract's (contract_test.go).
 func TestSessionRefusals(t *testing.T) {
 	ctx := context.Background()
 	coord := start(t)
@@ -149,21 +131,6 @@ func TestSessionRefusals(t *testing.T) {
 		Echo: &contentv2.Echo{Epoch: info.Epoch, Stamp: info.Stamp, Elapsed: sessionTTL}})
 	require.ErrorIs(t, err, contentv2.ErrLate, "a renewal sent 2·TTL/3 after the answer it echoes")
 	require.ErrorIs(t, err, lockclient.ErrLate, "the cause is kept")
-
-	_, err = c.Session(ctx, contentv2.SessionRequest{InstanceID: "instance-2"})
-	require.ErrorIs(t, err, contentv2.ErrDuplicateNode, "another instance while the session is live")
-
-	_, err = node(t, coord, "node-2").Session(ctx, contentv2.SessionRequest{ClusterID: "another-cluster", InstanceID: "x"})
-	require.ErrorIs(t, err, contentv2.ErrWrongCluster)
-
-	ended, err := c.EndSession(ctx, "instance-2")
-	require.NoError(t, err)
-	require.False(t, ended, "not that instance's session")
-	ended, err = c.EndSession(ctx, "instance-1")
-	require.NoError(t, err)
-	require.True(t, ended)
-	_, err = c.Session(ctx, contentv2.SessionRequest{InstanceID: "instance-2"})
-	require.NoError(t, err, "the ended session no longer holds the node ID")
 }
 
 // TestLockRefusals: each refusal of a lock or a reference is contentv2's
@@ -203,31 +170,6 @@ func TestLockRefusals(t *testing.T) {
 	require.NoError(t, err)
 	_, err = n1.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpDelete, ResourceID: blobDigest(4).String()})
 	require.ErrorIs(t, err, contentv2.ErrUnsynced, "node-3 has not synced")
-}
-
-// TestExpireMember: only the reap lock expires a member, and the
-// coordinator keeps a live one.
-func TestExpireMember(t *testing.T) {
-	ctx := context.Background()
-	coord := start(t)
-	n1 := node(t, coord, "node-1")
-	join(t, n1, "i1")
-	join(t, node(t, coord, "node-2"), "i2")
-
-	other, err := n1.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpUpdate, ResourceID: blobDigest(1).String()})
-	require.NoError(t, err)
-	_, err = n1.ExpireMember(ctx, other, "node-2", contentv2.MarkerReport{State: "s", Unchanged: time.Hour})
-	require.ErrorIs(t, err, errdefs.ErrInvalidArgument, "not the reap lock")
-	require.NoError(t, other.Unlock(ctx, true, nil))
-
-	reap, err := n1.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpUpdate, ResourceID: contentv2.ReapLockResource})
-	require.NoError(t, err)
-	defer reap.Unlock(ctx, true, nil)
-	_, err = n1.ExpireMember(ctx, reap, "node-2", contentv2.MarkerReport{State: "s", Unchanged: time.Hour})
-	require.ErrorIs(t, err, contentv2.ErrNotExpired, "node-2 is live")
-	ms, err := n1.Members(ctx)
-	require.NoError(t, err)
-	require.True(t, slices.ContainsFunc(ms.Nodes, func(m contentv2.MemberInfo) bool { return m.ID == "node-2" }))
 }
 
 // TestAddRefWithoutSession: a reference of a node that holds no live
