@@ -334,12 +334,14 @@ helm-check: $(HELM)
 	cd deploy/check && HELM=$(HELM) $(GO) test -count=1 -run Helm ./...
 	$(GO) test -count=1 -run Helm ./cmd/containerd-sharedcontent/ ./cmd/sharedcontent-lockserver/
 
-# gofmt, go vet, and the package layers (internal/layers: imports point
-# down only, nothing imports integration/).
+# gofmt, go vet, the package layers (internal/layers: imports point
+# down only, nothing imports integration/, the parts tables of README.md
+# and docs/design.md §2 name every package), and the repository's text
+# (internal/lint: no citation of a tracker's issue).
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
-	$(GO) test -count=1 ./internal/layers/
+	$(GO) test -count=1 ./internal/layers/ ./internal/lint/
 	cd deploy/check && $(GO) vet ./...
 	cd deploy/tools && $(GO) vet ./...
 
