@@ -17,6 +17,9 @@ func NewFakeContract(ttl time.Duration) FakeContract { return FakeContract{newFa
 // Node returns the fake as node id reaches it.
 func (f FakeContract) Node(_ *testing.T, id string) Coordinator { return f.c.node(id) }
 
+// Restart restarts the fake: a new epoch, every member unsynced.
+func (f FakeContract) Restart(*testing.T) { f.c.restart() }
+
 // Queued returns how many requests of op wait for resource.
 func (f FakeContract) Queued(_ *testing.T, op Op, resource string) int {
 	f.c.mu.Lock()

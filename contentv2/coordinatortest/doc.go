@@ -7,7 +7,8 @@
 // wrong.
 //
 // The suite covers what the store relies on (docs/design.md §3, §8):
-// sessions and syncs, references, the grant, queue and skip of locks,
-// the delete rule, delete completions, reap deletes, members, and the
-// error class of each refusal.
+// sessions and syncs, a restart, references, the grant, queue and skip of
+// locks (across their types too), the delete rule, delete completions,
+// reap deletes, members, and the error class of each refusal. A cluster
+// that can restart implements Restarter.
 package coordinatortest

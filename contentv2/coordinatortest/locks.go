@@ -48,9 +48,7 @@ func testPullSkip(t *testing.T, c Cluster) {
 	require.Equal(t, map[string][]string{blob(1).String(): {"node-1"}}, refs(t, n2))
 	_, err := n2.Lock(ctx, pull(blob(1)))
 	require.ErrorIs(t, err, contentv2.ErrSkipped)
-	wait := pull(blob(1))
-	wait.Wait = true
-	_, err = n2.Lock(ctx, wait)
+	_, err = n2.Lock(ctx, waiting(pull(blob(1))))
 	require.ErrorIs(t, err, contentv2.ErrSkipped)
 
 	l = lock(t, n1, pull(blob(2)))
@@ -66,17 +64,11 @@ func testQueueHandOver(t *testing.T, c Cluster) {
 	ns := members(t, c, 3)
 	n1, n2, n3 := ns[0], ns[1], ns[2]
 
-	req := pull(blob(1))
-	req.Wait = true
+	req := waiting(pull(blob(1)))
 	held := lock(t, n1, req)
-	type answer struct {
-		l   contentv2.Lock
-		err error
-	}
-	second, third := make(chan answer, 1), make(chan answer, 1)
-	go func() { l, err := n2.Lock(ctx, req); second <- answer{l, err} }()
+	second := ask(ctx, n2, req)
 	awaitQueued(t, c, contentv2.OpPull, blob(1).String(), 1)
-	go func() { l, err := n3.Lock(ctx, req); third <- answer{l, err} }()
+	third := ask(ctx, n3, req)
 	awaitQueued(t, c, contentv2.OpPull, blob(1).String(), 2)
 
 	require.NoError(t, held.Unlock(ctx, false, errors.New("download failed")))
@@ -100,13 +92,10 @@ func testWaitCancelled(t *testing.T, c Cluster) {
 
 	held := lock(t, n1, pull(blob(1)))
 	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	req := pull(blob(1))
-	req.Wait = true
-	go func() { _, err := n2.Lock(wctx, req); done <- err }()
+	done := ask(wctx, n2, waiting(pull(blob(1))))
 	awaitQueued(t, c, contentv2.OpPull, blob(1).String(), 1)
 	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
+	require.ErrorIs(t, (<-done).err, context.Canceled)
 	awaitQueued(t, c, contentv2.OpPull, blob(1).String(), 0)
 	require.NoError(t, held.Unlock(ctx, false, nil))
 	require.NoError(t, lock(t, n1, pull(blob(1))).Unlock(ctx, false, nil), "nobody took the lock")
@@ -134,6 +123,28 @@ func testCompatibility(t *testing.T, c Cluster) {
 	require.NoError(t, d.Unlock(ctx, false, nil))
 }
 
+// answer is what a Lock call returned.
+type answer struct {
+	l   contentv2.Lock
+	err error
+}
+
+// ask sends req as node n at once, and answers on the channel returned.
+func ask(ctx context.Context, n contentv2.Coordinator, req contentv2.LockRequest) <-chan answer {
+	ch := make(chan answer, 1)
+	go func() {
+		l, err := n.Lock(ctx, req)
+		ch <- answer{l, err}
+	}()
+	return ch
+}
+
+// waiting is req queued behind the holder instead of refused.
+func waiting(req contentv2.LockRequest) contentv2.LockRequest {
+	req.Wait = true
+	return req
+}
+
 // awaitTimeout bounds awaitQueued: it only ends a test that would
 // otherwise hang; no outcome depends on it.
 const awaitTimeout = time.Minute
@@ -143,4 +154,33 @@ func awaitQueued(t *testing.T, c Cluster, op contentv2.Op, resource string, n in
 	t.Helper()
 	require.Eventually(t, func() bool { return c.Queued(t, op, resource) == n }, awaitTimeout, time.Millisecond,
 		"%d waiting for %s:%s", n, op, resource)
+}
+
+// testQueueAcrossTypes: a delete queued behind a pull starts once the pull
+// failed; when the delete succeeds, a delete queued behind it is answered
+// ErrSkipped and a pull queued behind it is granted, since the blob is
+// gone (docs/design.md §3.2, §3.4).
+func testQueueAcrossTypes(t *testing.T, c Cluster) {
+	ctx := t.Context()
+	ns := members(t, c, 3)
+	n1, n2, n3 := ns[0], ns[1], ns[2]
+	resource := blob(1).String()
+
+	p := lock(t, n1, pull(blob(1)))
+	deleting := ask(ctx, n2, waiting(del(blob(1))))
+	awaitQueued(t, c, contentv2.OpDelete, resource, 1)
+	require.NoError(t, p.Unlock(ctx, false, errors.New("download failed")))
+	d := <-deleting
+	require.NoError(t, d.err, "the delete starts once the pull is gone")
+
+	pulling := ask(ctx, n1, waiting(pull(blob(1))))
+	awaitQueued(t, c, contentv2.OpPull, resource, 1)
+	again := ask(ctx, n3, waiting(del(blob(1))))
+	awaitQueued(t, c, contentv2.OpDelete, resource, 1)
+	require.NoError(t, d.l.Unlock(ctx, true, nil))
+	require.ErrorIs(t, (<-again).err, contentv2.ErrSkipped, "deleted just now")
+	a := <-pulling
+	require.NoError(t, a.err, "the blob is gone: the pull downloads it again")
+	require.Greater(t, a.l.Fence(), d.l.Fence())
+	require.NoError(t, a.l.Unlock(ctx, false, nil))
 }

@@ -91,3 +91,37 @@ func testSyncWithoutEcho(t *testing.T, c Cluster) {
 	require.ErrorIs(t, err, contentv2.ErrLate)
 	require.Empty(t, refs(t, n))
 }
+
+// Restarter is a Cluster whose coordinator can restart: sessions and
+// their syncs are lost, members and references kept.
+type Restarter interface {
+	Restart(t *testing.T)
+}
+
+// testRestart: after a restart the coordinator answers a renewal with a new
+// epoch and asks for the journal again; references stay, and deletes wait
+// until every member has synced anew (docs/design.md §8.3).
+func testRestart(t *testing.T, c Cluster) {
+	r, ok := c.(Restarter)
+	if !ok {
+		t.Skip("the cluster cannot restart")
+	}
+	ctx := t.Context()
+	n1, n2 := c.Node(t, "node-1"), c.Node(t, "node-2")
+	info1 := join(t, n1, "i1", blob(1))
+	info2 := join(t, n2, "i2")
+
+	r.Restart(t)
+	next := renew(t, n1, "i1", info1)
+	require.Greater(t, next.Epoch, info1.Epoch, "a restart moves the epoch on")
+	require.False(t, next.Synced, "and asks for the journal again")
+	require.Equal(t, map[string][]string{blob(1).String(): {"node-1"}}, refs(t, n1), "references survive")
+	require.NoError(t, sync(ctx, n1, next, "gen-i1", blob(1)))
+	_, err := n1.Lock(ctx, del(blob(2)))
+	require.ErrorIs(t, err, contentv2.ErrUnsynced, "node-2 has not synced since the restart")
+
+	next2 := renew(t, n2, "i2", info2)
+	require.False(t, next2.Synced)
+	require.NoError(t, sync(ctx, n2, next2, "gen-i2"))
+	require.NoError(t, lock(t, n1, del(blob(2))).Unlock(ctx, false, nil), "every member synced again")
+}

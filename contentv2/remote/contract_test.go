@@ -18,6 +18,8 @@ type realCluster struct{ coord *lockservertest.Coordinator }
 
 func (c realCluster) Node(t *testing.T, id string) contentv2.Coordinator { return node(t, c.coord, id) }
 
+func (c realCluster) Restart(*testing.T) { c.coord.Restart() }
+
 func (c realCluster) Queued(t *testing.T, op contentv2.Op, resource string) int {
 	st, err := c.coord.Core().Status(t.Context(), api.OperationType(op), resource, "", "")
 	require.NoError(t, err)
