@@ -233,12 +233,23 @@ func (j *journal) setMember(cluster string) error {
 	if j.memberOf() == cluster {
 		return nil
 	}
-	err := j.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(metaBucket).Put(memberKey, []byte(cluster)) })
+	return j.putMeta("membership", memberKey, []byte(cluster), func() { j.member = cluster })
+}
+
+// putMeta writes value under key in the meta bucket (nil deletes the
+// key), durably, then calls mirror under mu to update the journal's copy.
+func (j *journal) putMeta(what string, key, value []byte, mirror func()) error {
+	err := j.db.Update(func(tx *bolt.Tx) error {
+		if value == nil {
+			return tx.Bucket(metaBucket).Delete(key)
+		}
+		return tx.Bucket(metaBucket).Put(key, value)
+	})
 	if err != nil {
-		return fmt.Errorf("node journal: membership: %w", err)
+		return fmt.Errorf("node journal: %s: %w", what, err)
 	}
 	j.mu.Lock()
-	j.member = cluster
+	mirror()
 	j.mu.Unlock()
 	return nil
 }
@@ -258,19 +269,11 @@ func (j *journal) setForgotten(cluster string) error {
 	if j.forgottenBy() == cluster {
 		return nil
 	}
-	err := j.db.Update(func(tx *bolt.Tx) error {
-		if cluster == "" {
-			return tx.Bucket(metaBucket).Delete(forgottenKey)
-		}
-		return tx.Bucket(metaBucket).Put(forgottenKey, []byte(cluster))
-	})
-	if err != nil {
-		return fmt.Errorf("node journal: forgotten: %w", err)
+	var value []byte
+	if cluster != "" {
+		value = []byte(cluster)
 	}
-	j.mu.Lock()
-	j.forgotten = cluster
-	j.mu.Unlock()
-	return nil
+	return j.putMeta("forgotten", forgottenKey, value, func() { j.forgotten = cluster })
 }
 
 // announcedTTL returns the last session TTL a coordinator announced (0 if
@@ -290,13 +293,7 @@ func (j *journal) setAnnouncedTTL(ttl time.Duration) error {
 	}
 	var v [8]byte
 	binary.BigEndian.PutUint64(v[:], uint64(ttl))
-	if err := j.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(metaBucket).Put(ttlKey, v[:]) }); err != nil {
-		return fmt.Errorf("node journal: session TTL: %w", err)
-	}
-	j.mu.Lock()
-	j.ttl = ttl
-	j.mu.Unlock()
-	return nil
+	return j.putMeta("session TTL", ttlKey, v[:], func() { j.ttl = ttl })
 }
 
 func (j *journal) close() error { return j.db.Close() }
