@@ -1,0 +1,128 @@
+package lockserver
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
+)
+
+// The reaper's lock (docs/design.md §8.12) is the update lock of
+// api.ReapLockResource: only a designated reaper takes it, one hold lasts
+// at most MaxReapHold (its lease ends there, a keepalive past it is
+// refused, and the node may not take it again for as long), and the
+// locks part keeps a record of its holder that the reap rules (reap.go)
+// and an expiry (expire.go) ask for.
+//
+// Lock order: the reaper's record is an atomic pointer, written under the
+// reap lock's shard mutex and read under any shard's; reapCut is kept
+// under the reap lock's shard mutex.
+
+// reapHolder is the grant of the reaper's lock.
+type reapHolder struct {
+	node    string
+	leaseID string
+	expires time.Time
+}
+
+// noteReaper records g as the reaper's grant if it is the reap lock's,
+// and ends its lease at the bound of one hold at the latest.
+// Callers hold the shard mutex of api.ReapLockResource.
+func (lk *locks) noteReaper(resourceID string, g *grant) {
+	if g.typ == idxUpdate && resourceID == api.ReapLockResource {
+		g.expires = minTime(g.expires, g.acquired.Add(lk.cfg.maxReapHold()))
+		lk.reapGrant.Store(&reapHolder{node: g.nodeID, leaseID: g.leaseID, expires: g.expires})
+	}
+}
+
+// forgetReaper clears the reaper's record when its grant g ends at now;
+// a hold that reached the bound keeps its node from the lock for as long.
+// Callers hold the shard mutex of api.ReapLockResource.
+func (lk *locks) forgetReaper(resourceID string, g *grant, now time.Time) {
+	if g.typ != idxUpdate || resourceID != api.ReapLockResource {
+		return
+	}
+	if h := lk.reapGrant.Load(); h != nil && h.leaseID == g.leaseID {
+		lk.reapGrant.Store(nil)
+	}
+	if !now.Before(g.acquired.Add(lk.cfg.maxReapHold())) {
+		if lk.reapCut == nil {
+			lk.reapCut = map[string]time.Time{}
+		}
+		lk.reapCut[g.nodeID] = now
+		lk.metrics.reapHoldsCut.Inc()
+	}
+}
+
+// reapHoldOver refuses a keepalive of the reap lock's grant g past the
+// bound of one hold. Callers hold the reap lock's shard mutex.
+func (lk *locks) reapHoldOver(resourceID string, g *grant, now time.Time) error {
+	if g.typ != idxUpdate || resourceID != api.ReapLockResource {
+		return nil
+	}
+	if held, bound := now.Sub(g.acquired), lk.cfg.maxReapHold(); held >= bound {
+		return fmt.Errorf("%s:%s: node %s has held the reaper's lock for %s, the bound of one hold (--reap-max-hold %s): taken away: %w",
+			api.OperationUpdate, resourceID, g.nodeID, held.Round(time.Millisecond), bound, api.ErrNotHolder)
+	}
+	return nil
+}
+
+// mayReap checks that node may take the reaper's lock: it is a designated
+// reaper (or the caller an admin), and its last hold did not reach the
+// bound within one bound of now. Callers hold the reap lock's shard mutex.
+func (lk *locks) mayReap(ctx context.Context, node string, now time.Time) error {
+	lock := string(api.OperationUpdate) + ":" + api.ReapLockResource
+	if !IsAdmin(ctx) {
+		switch {
+		case len(lk.cfg.Reapers) > 0 && !slices.Contains(lk.cfg.Reapers, node):
+			return fmt.Errorf("%s: node %s is not a designated reaper (--reapers %s); only those take the reaper's lock, reap and expire members: %w",
+				lock, node, strings.Join(lk.cfg.Reapers, ","), api.ErrForbidden)
+		case len(lk.cfg.Reapers) == 0 && lk.cfg.ReapersRequired:
+			return fmt.Errorf("%s: node %s is not a designated reaper: no node is (--reapers is empty and nodes have their own identities), so nothing is reaped: %w",
+				lock, node, api.ErrForbidden)
+		}
+	}
+	bound := lk.cfg.maxReapHold()
+	if at, ok := lk.reapCut[node]; ok {
+		if now.Sub(at) < bound {
+			return fmt.Errorf("%s: node %s held the reaper's lock for the bound of one hold (--reap-max-hold %s) until %s ago; it may take it again %s after that: %w",
+				lock, node, bound, now.Sub(at).Round(time.Millisecond), bound, api.ErrForbidden)
+		}
+		delete(lk.reapCut, node)
+	}
+	return nil
+}
+
+// reaper returns the record of the reaper's lock's holder, nil when
+// nobody holds it (resourceLocks).
+func (lk *locks) reaper() *reapHolder { return lk.reapGrant.Load() }
+
+// holdReaper holds the reap lock's shard, so that its lease stays live
+// while the caller acts on it (an expiry, until the member is forgotten;
+// lock order: shard, then mmu), and fails with ErrForbidden unless req
+// names the live lease of the reap lock's holder. On success the caller
+// calls release.
+func (lk *locks) holdReaper(req api.ExpireRequest, now time.Time) (release func(), err error) {
+	sh := lk.shardFor(api.ReapLockResource)
+	sh.mu.Lock()
+	var g *grant
+	if r := sh.resources[api.ReapLockResource]; r != nil {
+		g = r.keys[idxUpdate].holder
+	}
+	if g == nil || g.leaseID != req.LeaseID || g.nodeID != req.NodeID || !now.Before(g.expires) {
+		sh.mu.Unlock()
+		return nil, fmt.Errorf("only the reaper expires members: node %q does not hold the %s lock of %s with that lease: %w",
+			req.NodeID, api.OperationUpdate, api.ReapLockResource, api.ErrForbidden)
+	}
+	return sh.mu.Unlock, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
