@@ -56,8 +56,8 @@ func (lk *locks) loadDeletes(ctx context.Context) error {
 }
 
 // markDelete persists the marker of a delete being granted to g.
-func (lk *locks) markDelete(ctx context.Context, id string, g *grant) error {
-	return lk.store.commit(ctx, new(refcount.Batch).PutDeleting(id, refcount.DeleteMarker{Node: g.nodeID, Fence: g.fence, Expires: g.expires}))
+func markDelete(ctx context.Context, st *store, id string, g *grant) error {
+	return st.commit(ctx, new(refcount.Batch).PutDeleting(id, refcount.DeleteMarker{Node: g.nodeID, Fence: g.fence, Expires: g.expires}))
 }
 
 // endDelete drops the marker of the delete g of r that ended without
@@ -80,7 +80,7 @@ func (lk *locks) endDelete(ctx context.Context, r *resource, g *grant, reason st
 
 // pruneDeleted drops the persisted completions of ids, whose retention
 // ended. A failed write is logged: a restart retains them again.
-func (lk *locks) pruneDeleted(ctx context.Context, ids []string) {
+func pruneDeleted(ctx context.Context, st *store, ids []string) {
 	if len(ids) == 0 {
 		return
 	}
@@ -88,7 +88,7 @@ func (lk *locks) pruneDeleted(ctx context.Context, ids []string) {
 	for _, id := range ids {
 		b.DropDeleted(id).Break()
 	}
-	if err := lk.store.commit(ctx, b); err != nil {
+	if err := st.commit(ctx, b); err != nil {
 		log.G(ctx).WithError(err).WithField("completions", len(ids)).Warn("pruning delete completions; a restart retains them again")
 	}
 }

@@ -46,14 +46,14 @@ const leaseWriteTimeout = 5 * time.Second
 // directly: it changes no reference set, so the Manager's stripes and
 // the nodes' hashes have no part in it, and a pull's grant does not pay
 // for them. A write that times out is 503 unavailable.
-func (lk *locks) commitLeases(ctx context.Context, b *refcount.Batch) error {
+func commitLeases(ctx context.Context, st *store, b *refcount.Batch) error {
 	ctx, cancel := context.WithTimeout(ctx, leaseWriteTimeout)
 	defer cancel()
-	err := lk.store.state.Commit(ctx, b)
+	err := st.state.Commit(ctx, b)
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 		err = fmt.Errorf("writing lease records: no answer from the store in %s: %v", leaseWriteTimeout, err)
 	}
-	return lk.store.wrote(ctx, err)
+	return st.wrote(ctx, err)
 }
 
 // leaseRecord returns the stored record of g, a grant on resource id.
@@ -63,8 +63,8 @@ func leaseRecord(id string, g *grant) refcount.LeaseRecord {
 }
 
 // recordLease persists the record of the pull lease being granted to g.
-func (lk *locks) recordLease(ctx context.Context, id string, g *grant) error {
-	if err := lk.commitLeases(ctx, new(refcount.Batch).PutLease(leaseRecord(id, g))); err != nil {
+func recordLease(ctx context.Context, st *store, id string, g *grant) error {
+	if err := commitLeases(ctx, st, new(refcount.Batch).PutLease(leaseRecord(id, g))); err != nil {
 		return err
 	}
 	g.recorded = true
@@ -75,8 +75,8 @@ func (lk *locks) recordLease(ctx context.Context, id string, g *grant) error {
 // without a successful pull. A failed write is logged: the next
 // coordinator adopts the lease and lets it expire. Callers hold the
 // shard's mutex.
-func (lk *locks) dropLease(ctx context.Context, id string, g *grant) {
-	if err := lk.commitLeases(ctx, new(refcount.Batch).DropLease(id, g.leaseID)); err != nil {
+func dropLease(ctx context.Context, st *store, id string, g *grant) {
+	if err := commitLeases(ctx, st, new(refcount.Batch).DropLease(id, g.leaseID)); err != nil {
 		log.G(ctx).WithError(err).WithField("key", string(typeNames[g.typ])+":"+id).
 			Warn("dropping a lease record; the next coordinator holds the lease for a lease TTL")
 	}
@@ -120,10 +120,10 @@ func (lk *locks) adoptLeases(ctx context.Context) error {
 			claimed:  true,
 			recorded: true,
 		}
-		lk.noteReaper(rec.ResourceID, k.holder)
+		lk.reap.note(rec.ResourceID, k.holder)
 		adopted++
 	}
-	if err := lk.commitLeases(ctx, stale); err != nil {
+	if err := commitLeases(ctx, lk.store, stale); err != nil {
 		return err
 	}
 	if adopted > 0 {
@@ -152,7 +152,7 @@ func (lk *locks) saveLeases(ctx context.Context) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	if err := lk.commitLeases(ctx, b); err != nil {
+	if err := commitLeases(ctx, lk.store, b); err != nil {
 		return err
 	}
 	log.G(ctx).WithField("leases", b.Len()).Info("recorded the update leases held, for the next coordinator")

@@ -90,7 +90,7 @@ func (lk *locks) admit(ctx context.Context, t typeIndex, req api.LockRequest, no
 		}
 	case idxUpdate:
 		if req.ResourceID == api.ReapLockResource {
-			if err := lk.mayReap(ctx, req.NodeID, now); err != nil {
+			if err := lk.reap.may(ctx, req.NodeID, now); err != nil {
 				return err
 			}
 		}
@@ -220,14 +220,14 @@ func (lk *locks) Keepalive(ctx context.Context, req api.KeepaliveRequest) (api.K
 		}
 	}
 	g := r.keys[t].holder
-	if err := lk.reapHoldOver(req.ResourceID, g, now); err != nil {
+	if err := lk.reap.holdOver(req.ResourceID, g, now); err != nil {
 		defer sh.tidy(r)
 		lk.release(context.WithoutCancel(ctx), sh, r, t, false, "held too long", now)
 		return api.KeepaliveResponse{}, err
 	}
 	g.expires = now.Add(lk.cfg.LeaseTTL)
 	g.claimed = true
-	lk.noteReaper(req.ResourceID, g)
+	lk.reap.note(req.ResourceID, g)
 	return api.KeepaliveResponse{LeaseTTLMs: lk.cfg.LeaseTTL.Milliseconds()}, nil
 }
 
@@ -290,16 +290,16 @@ func (lk *locks) grant(r *resource, req request, now time.Time) (*grant, error) 
 	}
 	switch req.typ {
 	case idxDelete:
-		if err := lk.markDelete(context.Background(), r.id, g); err != nil {
+		if err := markDelete(context.Background(), lk.store, r.id, g); err != nil {
 			return nil, fmt.Errorf("%s: %w", typeNames[req.typ], err)
 		}
 	case idxPull:
-		if err := lk.recordLease(context.Background(), r.id, g); err != nil {
+		if err := recordLease(context.Background(), lk.store, r.id, g); err != nil {
 			return nil, fmt.Errorf("%s: %w", typeNames[req.typ], err)
 		}
 	}
 	r.keys[req.typ].holder = g
-	lk.noteReaper(r.id, g)
+	lk.reap.note(r.id, g)
 	if lk.trace != nil {
 		lk.trace("granted", req.typ, r.id, req.requestID)
 	}
@@ -322,7 +322,7 @@ func (lk *locks) release(ctx context.Context, sh *shard, r *resource, t typeInde
 	k := &r.keys[t]
 	g := k.holder
 	k.holder = nil
-	lk.forgetReaper(r.id, g, now)
+	lk.reap.forget(r.id, g, now)
 	if key, ok := leaseKeyOf(g.leaseID); ok {
 		sh.released[key] = released{success: success, typ: t, resource: hashID(r.id), node: hashID(g.nodeID), at: now.UnixNano()}
 	}
@@ -332,7 +332,7 @@ func (lk *locks) release(ctx context.Context, sh *shard, r *resource, t typeInde
 	}
 	if g.recorded && (!success || t != idxPull) {
 		// A successful pull dropped its record with its reference.
-		lk.dropLease(ctx, r.id, g)
+		dropLease(ctx, lk.store, r.id, g)
 	}
 	switch reason {
 	case "expired", "unclaimed":
@@ -366,7 +366,7 @@ func (lk *locks) complete(r *resource, t typeIndex, g *grant, now time.Time) {
 		if lk.trace != nil {
 			lk.trace("skipped", t, r.id, w.requestID)
 		}
-		lk.tell(w, lk.event(r, t, api.EventCompleted, w.nodeID, w.requestID, true, ""))
+		lk.streams.tell(w, r.event(t, api.EventCompleted, w.nodeID, w.requestID, true, ""))
 		lk.metrics.result(t, resultSkipped)
 		lk.metrics.wait[t].Observe(now.Sub(w.queued).Seconds())
 		lk.metrics.queueDepth[t].Dec()
@@ -404,26 +404,26 @@ func (lk *locks) advance(ctx context.Context, r *resource, now time.Time) {
 			if lk.trace != nil {
 				lk.trace("refused", next, r.id, w.requestID)
 			}
-			ev := lk.event(r, next, api.EventError, w.nodeID, w.requestID, false, "")
+			ev := r.event(next, api.EventError, w.nodeID, w.requestID, false, "")
 			body := api.ErrorBody(err)
 			ev.Error = &body
-			lk.tell(w, ev)
+			lk.streams.tell(w, ev)
 			continue
 		}
 		g, err := lk.grant(r, w.request, now)
 		if err != nil {
-			ev := lk.event(r, next, api.EventError, w.nodeID, w.requestID, false, "")
+			ev := r.event(next, api.EventError, w.nodeID, w.requestID, false, "")
 			body := api.ErrorBody(err)
 			ev.Error = &body
-			lk.tell(w, ev)
+			lk.streams.tell(w, ev)
 			continue
 		}
 		lk.metrics.handoffs[next].Inc()
-		if lk.listens(w) {
-			ev := lk.event(r, next, api.EventGranted, w.nodeID, w.requestID, true, "")
+		if lk.streams.listens(w) {
+			ev := r.event(next, api.EventGranted, w.nodeID, w.requestID, true, "")
 			lease := lk.grantResponse(g)
 			ev.Lease = &lease
-			lk.tell(w, ev) // from now on keepalives keep the lease
+			lk.streams.tell(w, ev) // from now on keepalives keep the lease
 		}
 		lk.notifyWatchers(r, next, api.EventGranted, g.nodeID, true, "")
 	}

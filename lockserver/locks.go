@@ -39,12 +39,7 @@ type locks struct {
 	// are exactly those still held (leases.go).
 	closing atomic.Bool
 	stop    <-chan struct{} // closed by Coordinator.Close; stops the sweepers
-	// reapGrant is the grant of the reaper's lock, nil when none
-	// (reaplock.go).
-	reapGrant atomic.Pointer[reapHolder]
-	// reapCut: node → when its hold of the reaper's lock reached the
-	// bound (reaplock.go); protected by the reap lock's shard mutex.
-	reapCut map[string]time.Time
+	reap    *reapLock       // the reaper's lock (reaplock.go)
 }
 
 // shard owns the resources whose resource_id hashes to it.
@@ -74,6 +69,7 @@ func newLocks(ctx context.Context, cfg Config, st *store, refs referenceRules, n
 		waiting: newNodeCounter(cfg.MaxWaitersPerNode),
 		streams: newNodeStreams(cfg.LeaseTTL, now),
 		stop:    stop,
+		reap:    &reapLock{cfg: cfg, metrics: st.metrics},
 	}
 	for i := range lk.shards {
 		lk.shards[i] = &shard{resources: make(map[string]*resource), released: make(map[leaseKey]released)}

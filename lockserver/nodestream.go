@@ -149,18 +149,18 @@ func (lk *locks) NodeStreams() int {
 // one, else on its node's stream if that is open. Without either, the
 // node finds the outcome with /lock/status (a grant waits for that claim).
 // Called with the shard mutex held.
-func (lk *locks) tell(w *waiter, ev api.Event) {
+func (n *nodeStreams) tell(w *waiter, ev api.Event) {
 	if w.sub != nil {
 		w.sub.finish(ev)
 		return
 	}
-	lk.streams.send(w.nodeID, ev)
+	n.send(w.nodeID, ev)
 }
 
 // listens reports whether anyone is told of w's outcome as it happens.
 // Called with the shard mutex held.
-func (lk *locks) listens(w *waiter) bool {
-	return w.sub != nil || lk.streams.isOpen(w.nodeID)
+func (n *nodeStreams) listens(w *waiter) bool {
+	return w.sub != nil || n.isOpen(w.nodeID)
 }
 
 // nodeStreams is the Coordinator's registry of node streams, taken under a

@@ -10,25 +10,6 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// AddRef handles POST /refs/add: it records that node uses the resource
-// (for example a blob it is about to commit). It is refused with
-// api.ErrDeleting while a delete of the resource is in flight, because that
-// delete already decided nobody uses it, and with api.ErrNoSession unless
-// the node holds a live session (the reference rule, refrule.go). The answer has the set's Count,
-// not its Nodes (api.RefsAddRequest.CountOnly; GET /refs has them).
-func (c *Coordinator) AddRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
-	return c.references.addRef(ctx, resourceID, nodeID, false)
-}
-
-// AddFoundRef is AddRef for a blob the node found present (POST /refs/add
-// with found): it is refused with api.ErrDeleting also once a delete of
-// the resource has succeeded and no pull or reference has followed it
-// (for CompletedTTL), because the node may have seen the deleted file
-// through a cache of the shared filesystem.
-func (c *Coordinator) AddFoundRef(ctx context.Context, resourceID, nodeID string) (api.RefsResponse, error) {
-	return c.references.addRef(ctx, resourceID, nodeID, true)
-}
-
 // addRef decides under the shard mutex (a delete in flight or retained
 // refuses the reference) and orders the write there, but waits for the
 // write's commit without it, so that the references of many nodes to one

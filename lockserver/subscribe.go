@@ -219,7 +219,7 @@ func (lk *locks) status(r *resource, t typeIndex, nodeID, requestID string, with
 }
 
 // event builds an event of r.keys[t].
-func (lk *locks) event(r *resource, t typeIndex, name, node, requestID string, success bool, reason string) api.Event {
+func (r *resource) event(t typeIndex, name, node, requestID string, success bool, reason string) api.Event {
 	return api.Event{Name: name, Type: typeNames[t], ResourceID: r.id, NodeID: node, RequestID: requestID, Success: success, Reason: reason}
 }
 
@@ -230,7 +230,7 @@ func (lk *locks) notifyWatchers(r *resource, t typeIndex, name, node string, suc
 	if len(k.watchers) == 0 {
 		return
 	}
-	ev := lk.event(r, t, name, node, "", success, reason)
+	ev := r.event(t, name, node, "", success, reason)
 	for s := range k.watchers {
 		s.send(ev)
 		if s.ended {

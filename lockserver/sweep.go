@@ -70,7 +70,7 @@ func (lk *locks) sweep(i int, now time.Time) {
 		}
 		sh.tidy(r)
 	}
-	lk.pruneDeleted(ctx, pruned)
+	pruneDeleted(ctx, lk.store, pruned)
 	forgetBefore := now.Add(-lk.cfg.LeaseTTL).UnixNano()
 	for lease, rel := range sh.released {
 		if rel.at < forgetBefore {
