@@ -429,8 +429,8 @@ func (lk *locks) advance(ctx context.Context, r *resource, now time.Time) {
 	}
 }
 
-// checkDelete applies the delete rule (docs/design.md §8.7) to a new delete request:
-// the reaper's conditions if the reaper asks (reap.go), else the
+// lockedError refuses a request of type t on r that does not wait: who
+// holds the key or an incompatible one, or how many are queued ahead.
 func (lk *locks) lockedError(r *resource, t typeIndex) error {
 	for held := range numTypes {
 		if g := r.keys[held].holder; g != nil && (held == t || !compatible[held][t]) {

@@ -14,9 +14,9 @@ import (
 
 // references is the coordinator's references part (docs/design.md §3.7,
 // §8.7-§8.12): the reference sets (refs.go), the references still being
-// written, the delete rule (deleterule.go), the deletes remembered
-// (deletes.go), the reaper's rules and the resources' recent activity
-// (reap.go). A reference add's walk stays inside it; it asks the members
+// written, the delete rule (deleterule.go), the reap rules and the
+// resources' recent activity (reap.go), and the reference writes of a
+// successful unlock and of an expired pull lease (here). A reference add's walk stays inside it; it asks the members
 // part (membersView) for the reference rule and the members' half of the
 // delete rule, and the locks part (resourceLocks) to hold a resource
 // still while it decides.

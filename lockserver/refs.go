@@ -15,7 +15,7 @@ import (
 // write's commit without it, so that the references of many nodes to one
 // blob share a commit (docs/design.md §10.2).
 // Until the write is durable the reference counts as pending
-// (shard.adding): a delete or an update that checks the references
+// (refStripe.adding): a delete or an update that checks the references
 // meanwhile counts it, so the delete rule stays atomic (§8.7). A reference
 // that ends a delete's completion is written under the mutex, as it
 // changes the in-memory completion too.

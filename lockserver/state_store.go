@@ -11,7 +11,7 @@ import (
 // The coordinator's durable state (the reference sets, the fence
 // high-water mark, its identity, its members and its deletes) lives in one
 // refcount.Storage, the Manager's: the Coordinator reads it directly and writes
-// it only in batches through the Manager (Coordinator.commit), so that what
+// it only in batches through the Manager (store.commit), so that what
 // must change together does, in one guarded transaction. Every part
 // writes through one store, which also keeps the readiness that a failed
 // write takes away (health.go).
