@@ -11,16 +11,16 @@ import (
 // embedded coordinator): it waits in the queue until the request is
 // granted or skipped, or fails. Cancelling ctx takes the request out of the
 // queue, or gives back a grant made meanwhile.
-func (l *Coordinator) Acquire(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
+func (lk *locks) Acquire(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
 	if req.RequestID == "" {
 		req.RequestID = newID()
 	}
 	for {
-		resp, err := l.Lock(ctx, req)
+		resp, err := lk.Lock(ctx, req)
 		if err != nil || !resp.Queued {
 			return resp, err
 		}
-		resp, retry, err := l.await(ctx, req)
+		resp, retry, err := lk.await(ctx, req)
 		if !retry {
 			return resp, err
 		}
@@ -29,8 +29,8 @@ func (l *Coordinator) Acquire(ctx context.Context, req api.LockRequest) (api.Loc
 
 // await follows a queued request's events. retry means the subscription
 // ended without an outcome and the request must be re-sent.
-func (l *Coordinator) await(ctx context.Context, req api.LockRequest) (resp api.LockResponse, retry bool, err error) {
-	sub, err := l.Subscribe(req.Type, req.ResourceID, req.NodeID, req.RequestID)
+func (lk *locks) await(ctx context.Context, req api.LockRequest) (resp api.LockResponse, retry bool, err error) {
+	sub, err := lk.Subscribe(req.Type, req.ResourceID, req.NodeID, req.RequestID)
 	if err != nil {
 		return api.LockResponse{}, false, err
 	}
@@ -46,7 +46,7 @@ func (l *Coordinator) await(ctx context.Context, req api.LockRequest) (resp api.
 		case ev, ok := <-sub.Events():
 			if !ok {
 				select {
-				case <-l.stop:
+				case <-lk.stop:
 					return api.LockResponse{}, false, fmt.Errorf("%s:%s: coordinator stopped: %w", req.Type, req.ResourceID, api.ErrUnavailable)
 				default:
 					return api.LockResponse{}, true, nil
@@ -65,7 +65,7 @@ func (l *Coordinator) await(ctx context.Context, req api.LockRequest) (resp api.
 			}
 		case <-ctx.Done():
 			// Leave the queue, or give back what was granted meanwhile.
-			_ = l.Cancel(context.WithoutCancel(ctx), api.CancelRequest{Type: req.Type, ResourceID: req.ResourceID, NodeID: req.NodeID, RequestID: req.RequestID})
+			_ = lk.Cancel(context.WithoutCancel(ctx), api.CancelRequest{Type: req.Type, ResourceID: req.ResourceID, NodeID: req.NodeID, RequestID: req.RequestID})
 			return api.LockResponse{}, false, ctx.Err()
 		}
 	}

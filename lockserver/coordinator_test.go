@@ -360,17 +360,16 @@ func TestLeaseExpiryHandsOver(t *testing.T) {
 	sb, err := l.Subscribe(api.OperationPull, blob, b.Node, b.RequestID)
 	require.NoError(t, err)
 	defer sb.Close()
-	sh := l.shardFor(blob)
 	// Keepalives keep the holder: a sweep within a TTL of the last one
 	// wakes nobody.
 	for range 5 {
 		_, err := l.Keepalive(ctx, api.KeepaliveRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: a.LeaseID})
 		require.NoError(t, err)
-		l.sweep(sh, time.Now().Add(l.cfg.LeaseTTL*9/10))
+		l.sweepOf(blob, time.Now().Add(l.cfg.LeaseTTL*9/10))
 		require.Empty(t, sb.Events(), "waiter woken while the holder renews")
 	}
 	// Then it stops renewing: the lease expires and the waiter gets it.
-	l.sweep(sh, time.Now().Add(l.cfg.LeaseTTL+time.Second))
+	l.sweepOf(blob, time.Now().Add(l.cfg.LeaseTTL+time.Second))
 	ev := receive(t, sb.Events())
 	require.Equal(t, api.EventGranted, ev.Name)
 	_, err = l.Keepalive(ctx, api.KeepaliveRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: a.LeaseID})
@@ -465,7 +464,7 @@ func TestLockValidation(t *testing.T) {
 			require.False(t, errors.Is(err, api.ErrInUse))
 		})
 	}
-	for _, sh := range l.shards {
+	for _, sh := range l.locks.shards {
 		require.Empty(t, sh.resources, "invalid requests change nothing")
 	}
 }
@@ -496,8 +495,7 @@ func TestReleasedRemembersForALeaseTTL(t *testing.T) {
 	members(t, l, "n1")
 	a := mustLock(t, l, api.OperationPull, "n1")
 	unlock(t, l, api.OperationPull, a.LeaseID, true)
-	sh := l.shardFor(blob)
-	l.sweep(sh, time.Now().Add(l.cfg.LeaseTTL/2))
+	l.sweepOf(blob, time.Now().Add(l.cfg.LeaseTTL/2))
 	unlock(t, l, api.OperationPull, a.LeaseID, true)
 	// A retry must name the same key (another type once got 200).
 	for _, req := range []api.UnlockRequest{
@@ -510,9 +508,10 @@ func TestReleasedRemembersForALeaseTTL(t *testing.T) {
 		require.ErrorIs(t, err, api.ErrNotHolder, "%+v", req)
 	}
 
-	l.sweep(sh, time.Now().Add(l.cfg.LeaseTTL+time.Second))
+	l.sweepOf(blob, time.Now().Add(l.cfg.LeaseTTL+time.Second))
 	_, err := l.Unlock(context.Background(), api.UnlockRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: a.LeaseID, Success: true})
 	require.ErrorIs(t, err, api.ErrNotHolder)
+	sh := l.locks.shardFor(blob)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	require.Empty(t, sh.released)

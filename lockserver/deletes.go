@@ -6,12 +6,11 @@ import (
 
 	"github.com/containerd/log"
 
-	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// Deletes are remembered (docs/design.md
-// §8.9). A granted delete writes a marker {node, fence, expiry}
+// Deletes are remembered (docs/design.md §8.9), by the locks part, which
+// keeps their completions. A granted delete writes a marker {node, fence, expiry}
 // before its grant is answered; its unlock(success) drops the resource's
 // references and the marker and records the completion in one
 // transaction. A delete whose lease lapses (it expired, or was never
@@ -30,23 +29,23 @@ import (
 // loadDeletes turns the markers of deletes that were granted when the
 // coordinator stopped into lapsed completions, and retains every persisted
 // completion for CompletedTTL from now.
-func (l *Coordinator) loadDeletes(ctx context.Context) error {
-	d, err := l.state.Deletes(ctx)
+func (lk *locks) loadDeletes(ctx context.Context) error {
+	d, err := lk.store.state.Deletes(ctx)
 	if err != nil {
 		return err
 	}
-	now := l.now()
+	now := lk.now()
 	b := new(refcount.Batch)
 	for id, m := range d.InFlight {
 		c := refcount.DeleteCompletion{Node: m.Node, At: now, Lapsed: true, Fence: m.Fence}
 		b.DropDeleting(id).PutDeleted(id, c).Break()
 		d.Completed[id] = c
 	}
-	if err := l.refs.Commit(ctx, b); err != nil {
+	if err := lk.store.refs.Commit(ctx, b); err != nil {
 		return err
 	}
 	for id, c := range d.Completed {
-		sh := l.shardFor(id)
+		sh := lk.shardFor(id)
 		r := sh.resource(id)
 		r.keys[idxDelete].completed = &completion{nodeID: c.Node, at: now, lapsed: c.Lapsed, fence: c.Fence}
 	}
@@ -57,22 +56,8 @@ func (l *Coordinator) loadDeletes(ctx context.Context) error {
 }
 
 // markDelete persists the marker of a delete being granted to g.
-func (l *Coordinator) markDelete(ctx context.Context, id string, g *grant) error {
-	return l.commit(ctx, new(refcount.Batch).PutDeleting(id, refcount.DeleteMarker{Node: g.nodeID, Fence: g.fence, Expires: g.expires}))
-}
-
-// deleted returns the batch of a delete's unlock(success) by the lease of
-// node with fence: the resource's references (a dangling reap's: node's
-// own only, docs/design.md §8.12) and marker go, its completion (with the
-// fence, so that it is known after a restart) is recorded.
-func deleted(id, node string, reap api.ReapMode, fence uint64, now time.Time) *refcount.Batch {
-	b := new(refcount.Batch)
-	if reap == api.ReapDangling {
-		b.RemoveRef(id, node)
-	} else {
-		b.DropRefs(id)
-	}
-	return b.DropDeleting(id).PutDeleted(id, refcount.DeleteCompletion{Node: node, At: now, Fence: fence})
+func markDelete(ctx context.Context, st *store, id string, g *grant) error {
+	return st.commit(ctx, new(refcount.Batch).PutDeleting(id, refcount.DeleteMarker{Node: g.nodeID, Fence: g.fence, Expires: g.expires}))
 }
 
 // endDelete drops the marker of the delete g of r that ended without
@@ -80,7 +65,7 @@ func deleted(id, node string, reap api.ReapMode, fence uint64, now time.Time) *r
 // completed, in memory and on disk. A failed write is logged: the marker
 // stays, and a restart counts it as completed, which is the safe side.
 // Callers hold the shard's mutex.
-func (l *Coordinator) endDelete(ctx context.Context, r *resource, g *grant, reason string, now time.Time) {
+func (lk *locks) endDelete(ctx context.Context, r *resource, g *grant, reason string, now time.Time) {
 	b := new(refcount.Batch).DropDeleting(r.id)
 	if reason == "expired" || reason == "unclaimed" {
 		r.keys[idxDelete].completed = &completion{nodeID: g.nodeID, at: now, lapsed: true, fence: g.fence}
@@ -88,14 +73,14 @@ func (l *Coordinator) endDelete(ctx context.Context, r *resource, g *grant, reas
 		r.keys[idxPull].completed = nil
 		b.PutDeleted(r.id, refcount.DeleteCompletion{Node: g.nodeID, At: now, Lapsed: true, Fence: g.fence})
 	}
-	if err := l.commit(ctx, b); err != nil {
+	if err := lk.store.commit(ctx, b); err != nil {
 		log.G(ctx).WithError(err).WithField("resource", r.id).Warn("recording the end of a delete; a restart counts it as completed")
 	}
 }
 
 // pruneDeleted drops the persisted completions of ids, whose retention
 // ended. A failed write is logged: a restart retains them again.
-func (l *Coordinator) pruneDeleted(ctx context.Context, ids []string) {
+func pruneDeleted(ctx context.Context, st *store, ids []string) {
 	if len(ids) == 0 {
 		return
 	}
@@ -103,7 +88,7 @@ func (l *Coordinator) pruneDeleted(ctx context.Context, ids []string) {
 	for _, id := range ids {
 		b.DropDeleted(id).Break()
 	}
-	if err := l.commit(ctx, b); err != nil {
+	if err := st.commit(ctx, b); err != nil {
 		log.G(ctx).WithError(err).WithField("completions", len(ids)).Warn("pruning delete completions; a restart retains them again")
 	}
 }

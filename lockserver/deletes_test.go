@@ -40,7 +40,7 @@ func waitReleased(t *testing.T, l *Coordinator) {
 
 func persistedDeletes(t *testing.T, l *Coordinator) refcount.Deletes {
 	t.Helper()
-	d, err := l.state.Deletes(context.Background())
+	d, err := l.store.state.Deletes(context.Background())
 	require.NoError(t, err)
 	return d
 }

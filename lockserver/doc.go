@@ -1,5 +1,8 @@
 // Package lockserver is the coordinator's lock manager (docs/design.md §3):
-// Coordinator, the whole coordinator in process, with no HTTP type.
+// Coordinator, the whole coordinator in process, with no HTTP type. It is a
+// thin front over parts that each own their state and their mutexes
+// (§3.11): the locks part (locks.go), the references part (references.go)
+// and the members, which talk through the interfaces of seams.go.
 //
 // Locks. Resources are spread over shards by FNV-1a of the resource ID, so
 // every lock type of one resource is decided under one mutex (§3.1). Each
@@ -9,7 +12,7 @@
 // deletes are remembered so that later requests skip (§3.3). One sweeper
 // per shard expires leases and prunes; no lock has a goroutine.
 //
-// References and members. Coordinator keeps each blob's reference set (§3.7),
+// References and members. The Coordinator keeps each blob's reference set (§3.7),
 // the members with their sessions and syncs (§8.3, §8.4), a reference
 // recorded only for a node with a live session (§8.4, refrule.go), one live
 // instance per node ID (§8.5), the cluster's identity and epoch, adoption

@@ -14,7 +14,7 @@ import (
 // the HTTP tests check with it that a refused request changed nothing.
 func (l *Coordinator) Dump(ctx context.Context) (string, error) {
 	var lines []string
-	for i, sh := range l.shards {
+	for i, sh := range l.locks.shards {
 		sh.mu.Lock()
 		for id, r := range sh.resources {
 			for ti := range r.keys {
@@ -66,7 +66,7 @@ func (l *Coordinator) Dump(ctx context.Context) (string, error) {
 	for id, c := range d.Completed {
 		lines = append(lines, fmt.Sprintf("persisted deleted %s %s %v", id, c.Node, c.Lapsed))
 	}
-	if h := l.reaper.Load(); h != nil {
+	if h := l.locks.reaper(); h != nil {
 		lines = append(lines, fmt.Sprintf("reaper %s %s %d", h.node, h.leaseID, h.expires.UnixNano()))
 	}
 	slices.Sort(lines)

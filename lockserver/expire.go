@@ -62,12 +62,11 @@ func (l *Coordinator) Expire(ctx context.Context, nodeID string, req api.ExpireR
 	if reaper {
 		// Hold the reap lock's shard until the member is forgotten, so
 		// that the lease is live throughout (lock order: shard, then mmu).
-		sh := l.shardFor(api.ReapLockResource)
-		sh.mu.Lock()
-		defer sh.mu.Unlock()
-		if err := l.checkReaper(sh, req, now); err != nil {
+		release, err := l.locks.holdReaper(req, now)
+		if err != nil {
 			return api.ExpireResponse{}, err
 		}
+		defer release()
 	}
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
@@ -125,20 +124,6 @@ func (l *Coordinator) markerReported(node, reaper, state string, now time.Time) 
 	}
 	byReaper[reaper] = markerReport{state: state, since: up}
 	return 0
-}
-
-// checkReaper fails with ErrForbidden unless req names the live lease of
-// the reap lock's holder. Callers hold sh, the reap lock's shard.
-func (l *Coordinator) checkReaper(sh *shard, req api.ExpireRequest, now time.Time) error {
-	var g *grant
-	if r := sh.resources[api.ReapLockResource]; r != nil {
-		g = r.keys[idxUpdate].holder
-	}
-	if g == nil || g.leaseID != req.LeaseID || g.nodeID != req.NodeID || !now.Before(g.expires) {
-		return fmt.Errorf("only the reaper expires members: node %q does not hold the %s lock of %s with that lease: %w",
-			req.NodeID, api.OperationUpdate, api.ReapLockResource, api.ErrForbidden)
-	}
-	return nil
 }
 
 // expiryDue fails with ErrNotExpired unless both measures of r reach the

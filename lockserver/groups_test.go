@@ -240,7 +240,7 @@ func TestForgetStoppedBetweenGroups(t *testing.T) {
 			_, ok := storedMember(t, w, node)
 			require.True(t, ok, "a forget stopped after %d of %d groups deleted the member", k, groups)
 			var unsynced *api.UnsyncedError
-			require.ErrorAs(t, l.checkDeleteRule(ctx, journal[0], api.ReapDangling, node, l.now()), &unsynced)
+			require.ErrorAs(t, l.references.checkDeleteRule(ctx, journal[0], api.ReapDangling, node, l.now()), &unsynced)
 			require.Equal(t, []string{node}, unsynced.Nodes, "deletes no longer wait for the member")
 
 			w.n.Store(-1)

@@ -28,9 +28,9 @@ const readinessKey = "readiness_probe"
 // the caller to answer: nil, a 503 for a failed write, or err unchanged
 // when the write was refused for the request's own sake (a bad argument,
 // a cancelled request).
-func (l *Coordinator) wrote(ctx context.Context, err error) error {
+func (s *store) wrote(ctx context.Context, err error) error {
 	if err == nil {
-		if l.writeFailing.Load() && l.writeFailing.CompareAndSwap(true, false) {
+		if s.failing.Load() && s.failing.CompareAndSwap(true, false) {
 			log.G(ctx).Warn("the database accepts writes again; ready")
 		}
 		return nil
@@ -39,8 +39,8 @@ func (l *Coordinator) wrote(ctx context.Context, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errdefs.IsInvalidArgument(err) {
 		return err
 	}
-	l.metrics.writeFailures.Inc()
-	if l.writeFailing.CompareAndSwap(false, true) {
+	s.metrics.writeFailures.Inc()
+	if s.failing.CompareAndSwap(false, true) {
 		log.G(ctx).WithError(err).Error("the database refused a write; unready until a write succeeds")
 	}
 	return fmt.Errorf("the coordinator cannot write its database: %w: %w", api.ErrUnavailable, err)
@@ -48,9 +48,14 @@ func (l *Coordinator) wrote(ctx context.Context, err error) error {
 
 // Ready reports whether the coordinator can serve: nil, or an error
 // matching api.ErrUnavailable while its database refuses writes.
-func (l *Coordinator) Ready(ctx context.Context) error {
-	if !l.writeFailing.Load() {
+func (c *Coordinator) Ready(ctx context.Context) error {
+	return c.store.ready(ctx)
+}
+
+// ready is Ready: a failing store probes with a write.
+func (s *store) ready(ctx context.Context) error {
+	if !s.failing.Load() {
 		return nil
 	}
-	return l.commit(ctx, new(refcount.Batch).PutString(readinessKey, l.now().UTC().Format(time.RFC3339Nano)))
+	return s.commit(ctx, new(refcount.Batch).PutString(readinessKey, s.now().UTC().Format(time.RFC3339Nano)))
 }

@@ -46,14 +46,14 @@ const leaseWriteTimeout = 5 * time.Second
 // directly: it changes no reference set, so the Manager's stripes and
 // the nodes' hashes have no part in it, and a pull's grant does not pay
 // for them. A write that times out is 503 unavailable.
-func (l *Coordinator) commitLeases(ctx context.Context, b *refcount.Batch) error {
+func commitLeases(ctx context.Context, st *store, b *refcount.Batch) error {
 	ctx, cancel := context.WithTimeout(ctx, leaseWriteTimeout)
 	defer cancel()
-	err := l.state.Commit(ctx, b)
+	err := st.state.Commit(ctx, b)
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 		err = fmt.Errorf("writing lease records: no answer from the store in %s: %v", leaseWriteTimeout, err)
 	}
-	return l.wrote(ctx, err)
+	return st.wrote(ctx, err)
 }
 
 // leaseRecord returns the stored record of g, a grant on resource id.
@@ -63,8 +63,8 @@ func leaseRecord(id string, g *grant) refcount.LeaseRecord {
 }
 
 // recordLease persists the record of the pull lease being granted to g.
-func (l *Coordinator) recordLease(ctx context.Context, id string, g *grant) error {
-	if err := l.commitLeases(ctx, new(refcount.Batch).PutLease(leaseRecord(id, g))); err != nil {
+func recordLease(ctx context.Context, st *store, id string, g *grant) error {
+	if err := commitLeases(ctx, st, new(refcount.Batch).PutLease(leaseRecord(id, g))); err != nil {
 		return err
 	}
 	g.recorded = true
@@ -75,8 +75,8 @@ func (l *Coordinator) recordLease(ctx context.Context, id string, g *grant) erro
 // without a successful pull. A failed write is logged: the next
 // coordinator adopts the lease and lets it expire. Callers hold the
 // shard's mutex.
-func (l *Coordinator) dropLease(ctx context.Context, id string, g *grant) {
-	if err := l.commitLeases(ctx, new(refcount.Batch).DropLease(id, g.leaseID)); err != nil {
+func dropLease(ctx context.Context, st *store, id string, g *grant) {
+	if err := commitLeases(ctx, st, new(refcount.Batch).DropLease(id, g.leaseID)); err != nil {
 		log.G(ctx).WithError(err).WithField("key", string(typeNames[g.typ])+":"+id).
 			Warn("dropping a lease record; the next coordinator holds the lease for a lease TTL")
 	}
@@ -85,12 +85,12 @@ func (l *Coordinator) dropLease(ctx context.Context, id string, g *grant) {
 // adoptLeases installs every recorded lease as a held grant, for a lease
 // TTL from now. Two records of one key (one whose drop failed, and a
 // later grant) keep the later fence; the other record is dropped.
-func (l *Coordinator) adoptLeases(ctx context.Context) error {
-	recs, err := l.state.Leases(ctx)
+func (lk *locks) adoptLeases(ctx context.Context) error {
+	recs, err := lk.store.state.Leases(ctx)
 	if err != nil {
 		return err
 	}
-	now := l.now()
+	now := lk.now()
 	stale := new(refcount.Batch)
 	adopted := 0
 	for _, rec := range recs {
@@ -100,7 +100,7 @@ func (l *Coordinator) adoptLeases(ctx context.Context) error {
 			stale.DropLease(rec.ResourceID, rec.LeaseID).Break()
 			continue
 		}
-		sh := l.shardFor(rec.ResourceID)
+		sh := lk.shardFor(rec.ResourceID)
 		r := sh.resource(rec.ResourceID)
 		k := &r.keys[t]
 		if old := k.holder; old != nil {
@@ -116,14 +116,14 @@ func (l *Coordinator) adoptLeases(ctx context.Context) error {
 			leaseID:  rec.LeaseID,
 			fence:    rec.Fence,
 			acquired: now,
-			expires:  now.Add(l.cfg.LeaseTTL),
+			expires:  now.Add(lk.cfg.LeaseTTL),
 			claimed:  true,
 			recorded: true,
 		}
-		l.noteReaper(rec.ResourceID, k.holder)
+		lk.reap.note(rec.ResourceID, k.holder)
 		adopted++
 	}
-	if err := l.commitLeases(ctx, stale); err != nil {
+	if err := commitLeases(ctx, lk.store, stale); err != nil {
 		return err
 	}
 	if adopted > 0 {
@@ -138,9 +138,9 @@ func (l *Coordinator) adoptLeases(ctx context.Context) error {
 // once no unlock is served any more (closing), so no record is written
 // of a lease whose release was answered. Pull leases are recorded
 // already.
-func (l *Coordinator) saveLeases(ctx context.Context) error {
+func (lk *locks) saveLeases(ctx context.Context) error {
 	b := new(refcount.Batch)
-	for _, sh := range l.shards {
+	for _, sh := range lk.shards {
 		sh.mu.Lock()
 		for _, r := range sh.resources {
 			if g := r.keys[idxUpdate].holder; g != nil && !g.recorded {
@@ -152,56 +152,9 @@ func (l *Coordinator) saveLeases(ctx context.Context) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	if err := l.commitLeases(ctx, b); err != nil {
+	if err := commitLeases(ctx, lk.store, b); err != nil {
 		return err
 	}
 	log.G(ctx).WithField("leases", b.Len()).Info("recorded the update leases held, for the next coordinator")
 	return nil
-}
-
-// keepHolderRef adds the holder's reference when g, a pull lease of r,
-// expires, in the batch that drops its record (docs/design.md §8.17): a
-// node whose reference add met a failover commits the blob under its
-// lease and leaves the reference to its unlock, and a lease that expires
-// instead (the unlock never arrived) must not leave that blob
-// unreferenced. If the holder did not commit, its next sync or delete of
-// the blob drops the reference, and the reaper drops one to a blob that
-// does not exist. It reports whether the reference is written; if not, the
-// lease stays held (nothing else may take the blob meanwhile) and the next
-// sweep tries again. Callers hold the shard's mutex.
-//
-// A holder without a live session gets no reference, by the reference
-// rule (refrule.go): a member whose session lapsed syncs its journal,
-// which has the blob, when it opens the next (deletes wait for it
-// meanwhile); one that is no member would keep a reference nothing ever
-// drops. The rule is applied under mmu, held through the write, so a
-// Forget cannot land between the two (lock order: shard, mmu, refcount
-// stripes).
-func (l *Coordinator) keepHolderRef(ctx context.Context, sh *shard, r *resource, g *grant, now time.Time) bool {
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
-	b := new(refcount.Batch)
-	if m, err := l.liveMember("refs "+r.id, g.nodeID, now); err == nil {
-		if m.sync != nil {
-			m.sync.since[r.id] = true // noteRef, with mmu held
-		}
-		b.AddRef(r.id, g.nodeID)
-	} else {
-		log.G(ctx).WithError(err).WithField("key", string(typeNames[g.typ])+":"+r.id).WithField("node", g.nodeID).
-			Warn("a pull lease of a node without a live session expired: no reference is recorded for it (a member's next sync records it)")
-	}
-	if g.recorded {
-		b.DropLease(r.id, g.leaseID)
-	}
-	wctx, cancel := context.WithTimeout(ctx, leaseWriteTimeout)
-	err := l.wrote(wctx, l.refs.Commit(wctx, b))
-	cancel()
-	if err != nil {
-		log.G(ctx).WithError(err).WithField("key", string(typeNames[g.typ])+":"+r.id).WithField("node", g.nodeID).
-			Warn("a pull lease expired and its holder's reference could not be written; the lease is kept until it is")
-		return false
-	}
-	g.recorded = false
-	l.noteActivity(sh, r.id, now)
-	return true
 }

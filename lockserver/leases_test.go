@@ -52,7 +52,7 @@ func successor(t *testing.T, s refcount.LocalStorage) *Coordinator {
 
 func storedLeases(t *testing.T, l *Coordinator) []string {
 	t.Helper()
-	recs, err := l.state.Leases(context.Background())
+	recs, err := l.store.state.Leases(context.Background())
 	require.NoError(t, err)
 	var ids []string
 	for _, r := range recs {
@@ -122,10 +122,9 @@ func TestAdoptedLeaseExpires(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(sw.Close)
 
-			sh := l2.shardFor(blob)
-			l2.sweep(sh, time.Now().Add(l2.cfg.LeaseTTL-time.Second))
+			l2.sweepOf(blob, time.Now().Add(l2.cfg.LeaseTTL-time.Second))
 			require.Empty(t, sw.Events(), "held for a lease TTL from the successor's start")
-			l2.sweep(sh, time.Now().Add(l2.cfg.LeaseTTL+time.Second))
+			l2.sweepOf(blob, time.Now().Add(l2.cfg.LeaseTTL+time.Second))
 			ev := receive(t, sw.Events())
 			require.Equal(t, api.EventGranted, ev.Name)
 			require.NotNil(t, ev.Lease)
@@ -205,8 +204,7 @@ func TestExpiredPullLeaseKeepsHolderRef(t *testing.T) {
 				clock.at(l.cfg.LeaseTTL + time.Second)
 				_, err = l.Session(ctx, sessionReq("n1", nil))
 				require.NoError(t, err)
-				sh := l.shardFor(blob)
-				l.sweep(sh, l.now())
+				l.sweepOf(blob, l.now())
 				require.Equal(t, api.EventError, receive(t, sd.Events()).Name, "the queued delete is refused at the lease's end")
 				require.ErrorIs(t, keepalive(l, api.OperationPull, p), api.ErrNotHolder, "expired")
 				require.Equal(t, []string{"n1"}, refsOf(t, l, blob), "the holder's reference stays")
@@ -239,7 +237,7 @@ func TestExpiredPullLeaseOfForgottenHolder(t *testing.T) {
 			clock.at(l.cfg.SessionTTL + time.Second) // n1's session lapsed
 			require.NoError(t, l.Forget(ctx, "n1"), "an operator forgets n1 while its pull lease lives")
 
-			l.sweep(l.shardFor(blob), l.now().Add(l.cfg.LeaseTTL+time.Second))
+			l.sweepOf(blob, l.now().Add(l.cfg.LeaseTTL+time.Second))
 			require.ErrorIs(t, keepalive(l, api.OperationPull, p), api.ErrNotHolder, "expired")
 			require.Empty(t, refsOf(t, l, blob), "no reference for a node that is no member")
 			require.Empty(t, storedLeases(t, l), "the lease record went")

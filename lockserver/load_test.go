@@ -32,7 +32,7 @@ func TestMutualExclusionUnderLoad(t *testing.T) {
 	queued := map[string][]string{} // key → request ids in enqueue order
 	served := map[string][]string{} // key → queued request ids in the order they were served (granted or skipped)
 	isQueued := map[string]bool{}
-	l.trace = func(event string, typ typeIndex, resourceID, requestID string) {
+	l.locks.trace = func(event string, typ typeIndex, resourceID, requestID string) {
 		id := string(typeNames[typ]) + ":" + resourceID // FIFO is per key
 		mu.Lock()
 		defer mu.Unlock()

@@ -442,11 +442,7 @@ func (l *Coordinator) unsyncedLocked(now time.Time) []string {
 	return out
 }
 
-// checkSynced is the second half of the delete rule: every member synced.
-func (l *Coordinator) checkSynced(resourceID string, now time.Time) error {
-	return l.syncedError(resourceID, l.unsynced(now))
-}
-
+// syncedError refuses a delete of resourceID while members are unsynced.
 func (l *Coordinator) syncedError(resourceID string, unsynced []string) error {
 	if len(unsynced) > 0 {
 		l.metrics.unsyncedRefusals.Inc()
@@ -455,31 +451,21 @@ func (l *Coordinator) syncedError(resourceID string, unsynced []string) error {
 	return nil
 }
 
-// checkDeleteRule is the whole delete rule (docs/design.md §8.7): no reference to
-// the resource (but own's, a dangling reap's own, which it drops) and
-// every member synced, read in one step under mmu. A sync replaces a
-// node's references under mmu too, so it cannot land between the two
-// reads: a delete that read no reference, then found the syncing member
-// synced, was granted while that member's sync referenced the resource
-// (TestDeleteRuleAtomicWithSync). Callers hold the resource's shard mutex
-// (lock order: shard, mmu, refcount stripes).
-func (l *Coordinator) checkDeleteRule(ctx context.Context, resourceID string, reap api.ReapMode, own string, now time.Time) error {
+// allSynced is the members' half of the delete rule (docs/design.md
+// §8.7, membersView): noRefs, the references' half, and every member
+// synced, read in one step under mmu. A sync replaces a node's
+// references under mmu too, so it cannot land between the two reads: a
+// delete that read no reference, then found the syncing member synced,
+// was granted while that member's sync referenced the resource
+// (TestDeleteRuleAtomicWithSync). Callers may hold the resource's shard
+// mutex (lock order: shard, mmu, reference stripes).
+func (l *Coordinator) allSynced(resourceID string, now time.Time, noRefs func() error) error {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
-	rc, err := l.refsWithPending(ctx, resourceID)
-	if err != nil {
-		return fmt.Errorf("delete:%s: %w", resourceID, err)
-	}
-	if own != "" && rc.Has(own) {
-		rc = rc.Clone()
-		rc.Remove(own)
-	}
-	if rc.Len() > 0 {
-		if reap == api.ReapDangling {
-			return fmt.Errorf("delete:%s: a dangling reap drops only the reaper's own reference; another node's goes only with that node (its own delete, expiry, node forget): %w",
-				resourceID, inUse(resourceID, rc))
+	if noRefs != nil {
+		if err := noRefs(); err != nil {
+			return err
 		}
-		return inUse(resourceID, rc)
 	}
 	return l.syncedError(resourceID, l.unsyncedLocked(now))
 }

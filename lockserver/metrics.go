@@ -37,7 +37,7 @@ type metrics struct {
 	// membersExpired counts members the reaper expired (expire.go).
 	membersExpired prometheus.Counter
 	// reapHoldsCut counts holds of the reaper's lock ended at their
-	// bound (reap.go).
+	// bound (reaplock.go).
 	reapHoldsCut prometheus.Counter
 	// lateSessions and duplicateNodes count session calls refused: late
 	// renewals and syncs (timing.go), duplicate node IDs (members.go).

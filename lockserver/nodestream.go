@@ -22,7 +22,7 @@ const NodeStreamBuffer = 4096
 // Events are queued without blocking the Coordinator; Ready is signalled
 // when some wait, and Take takes them.
 type NodeStream struct {
-	l     *Coordinator
+	locks *locks
 	node  string
 	ready chan struct{} // one slot: events were queued or the stream ended
 
@@ -91,7 +91,7 @@ func (s *NodeStream) signal() {
 // stream (or poll) without losing its turn; a grant made meanwhile waits
 // for its claim (/lock/status) until the claim timeout.
 func (s *NodeStream) Close() {
-	s.l.nodeStreams.remove(s, s.l.now())
+	s.locks.streams.remove(s, s.locks.now())
 	s.end()
 }
 
@@ -99,16 +99,16 @@ func (s *NodeStream) Close() {
 // reached its holder (it was written on the stream), so the claim timeout
 // does not apply.
 func (s *NodeStream) Claimed(typ api.OperationType, resourceID, leaseID string) {
-	s.l.claim(typ, resourceID, leaseID)
+	s.locks.claim(typ, resourceID, leaseID)
 }
 
 // claim marks the grant leaseID of (typ, resourceID) claimed.
-func (l *Coordinator) claim(typ api.OperationType, resourceID, leaseID string) {
+func (lk *locks) claim(typ api.OperationType, resourceID, leaseID string) {
 	t, err := validateKey(typ, resourceID)
 	if err != nil {
 		return
 	}
-	sh := l.shardFor(resourceID)
+	sh := lk.shardFor(resourceID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if r := sh.resources[resourceID]; r != nil {
@@ -120,55 +120,47 @@ func (l *Coordinator) claim(typ api.OperationType, resourceID, leaseID string) {
 
 // OpenNodeStream opens the event stream of node, ending the node's older
 // one if any. The caller must Close it.
-func (l *Coordinator) OpenNodeStream(node string) (*NodeStream, error) {
+func (lk *locks) OpenNodeStream(node string) (*NodeStream, error) {
 	if node == "" {
 		return nil, fmt.Errorf("node_id is required: %w", api.ErrInvalidArgument)
 	}
 	if err := validateID("node_id", node); err != nil {
 		return nil, err
 	}
-	s := &NodeStream{l: l, node: node, ready: make(chan struct{}, 1)}
+	s := &NodeStream{locks: lk, node: node, ready: make(chan struct{}, 1)}
 	select {
-	case <-l.stop:
+	case <-lk.stop:
 		s.end()
 		return s, nil
 	default:
 	}
-	l.nodeStreams.add(s)
+	lk.streams.add(s)
 	return s, nil
 }
 
 // NodeStreams counts the node streams open now.
-func (l *Coordinator) NodeStreams() int {
-	l.nodeStreams.mu.Lock()
-	defer l.nodeStreams.mu.Unlock()
-	return len(l.nodeStreams.open)
-}
-
-// MemberCount is the number of members the coordinator knows: the limits
-// that scale with membership follow it (docs/design.md §10).
-func (l *Coordinator) MemberCount() int {
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
-	return len(l.members)
+func (lk *locks) NodeStreams() int {
+	lk.streams.mu.Lock()
+	defer lk.streams.mu.Unlock()
+	return len(lk.streams.open)
 }
 
 // tell delivers a queued request's outcome: on its own stream if it has
 // one, else on its node's stream if that is open. Without either, the
 // node finds the outcome with /lock/status (a grant waits for that claim).
 // Called with the shard mutex held.
-func (l *Coordinator) tell(w *waiter, ev api.Event) {
+func (n *nodeStreams) tell(w *waiter, ev api.Event) {
 	if w.sub != nil {
 		w.sub.finish(ev)
 		return
 	}
-	l.nodeStreams.send(w.nodeID, ev)
+	n.send(w.nodeID, ev)
 }
 
 // listens reports whether anyone is told of w's outcome as it happens.
 // Called with the shard mutex held.
-func (l *Coordinator) listens(w *waiter) bool {
-	return w.sub != nil || l.nodeStreams.isOpen(w.nodeID)
+func (n *nodeStreams) listens(w *waiter) bool {
+	return w.sub != nil || n.isOpen(w.nodeID)
 }
 
 // nodeStreams is the Coordinator's registry of node streams, taken under a

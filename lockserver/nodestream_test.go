@@ -92,7 +92,7 @@ func TestNodeStreamKeepsWaiters(t *testing.T) {
 			require.NoError(t, err)
 		}
 		clock.at(d)
-		l.sweep(l.shardFor(blob), l.now())
+		l.sweepOf(blob, l.now())
 	}
 	sweepAt(3 * ttl)
 	require.True(t, queued(), "the node's stream carries it")

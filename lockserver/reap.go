@@ -1,10 +1,7 @@
 package lockserver
 
 import (
-	"context"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
@@ -37,91 +34,17 @@ import (
 // (a reap is refused by the count), and what it removes, or what
 // forgetting drops, no member uses.
 //
-// Lock order: the reaper's record is an atomic pointer, written under the
-// reap lock's shard mutex and read under any shard's; reapCut is kept
-// under the reap lock's shard mutex; a resource's activity is kept by its
-// shard, under the shard mutex.
-
-// reapHolder is the grant of the reaper's lock.
-type reapHolder struct {
-	node    string
-	leaseID string
-	expires time.Time
-}
+// The reaper's lock itself (who may take it, how long one hold lasts,
+// who holds it now) is the locks part's (reaplock.go); the rules a reap
+// delete meets here ask it who holds it (resourceLocks.reaper). A
+// resource's activity is kept by its reference stripe, under the
+// stripe's mutex (taken after the shard's).
 
 // maxRecentResources bounds the resources whose last activity the
 // coordinator remembers, over all shards. A shard over its share forgets
 // them all and counts every one of its resources as active now: reaps in
 // that shard wait a grace, nothing is reaped early.
 const maxRecentResources = 1 << 18
-
-// noteReaper records g as the reaper's grant if it is the reap lock's,
-// and ends its lease at the bound of one hold at the latest.
-// Callers hold the shard mutex of api.ReapLockResource.
-func (l *Coordinator) noteReaper(resourceID string, g *grant) {
-	if g.typ == idxUpdate && resourceID == api.ReapLockResource {
-		g.expires = minTime(g.expires, g.acquired.Add(l.cfg.maxReapHold()))
-		l.reaper.Store(&reapHolder{node: g.nodeID, leaseID: g.leaseID, expires: g.expires})
-	}
-}
-
-// forgetReaper clears the reaper's record when its grant g ends at now;
-// a hold that reached the bound keeps its node from the lock for as long.
-// Callers hold the shard mutex of api.ReapLockResource.
-func (l *Coordinator) forgetReaper(resourceID string, g *grant, now time.Time) {
-	if g.typ != idxUpdate || resourceID != api.ReapLockResource {
-		return
-	}
-	if h := l.reaper.Load(); h != nil && h.leaseID == g.leaseID {
-		l.reaper.Store(nil)
-	}
-	if !now.Before(g.acquired.Add(l.cfg.maxReapHold())) {
-		if l.reapCut == nil {
-			l.reapCut = map[string]time.Time{}
-		}
-		l.reapCut[g.nodeID] = now
-		l.metrics.reapHoldsCut.Inc()
-	}
-}
-
-// reapHoldOver refuses a keepalive of the reap lock's grant g past the
-// bound of one hold. Callers hold the reap lock's shard mutex.
-func (l *Coordinator) reapHoldOver(resourceID string, g *grant, now time.Time) error {
-	if g.typ != idxUpdate || resourceID != api.ReapLockResource {
-		return nil
-	}
-	if held, bound := now.Sub(g.acquired), l.cfg.maxReapHold(); held >= bound {
-		return fmt.Errorf("%s:%s: node %s has held the reaper's lock for %s, the bound of one hold (--reap-max-hold %s): taken away: %w",
-			api.OperationUpdate, resourceID, g.nodeID, held.Round(time.Millisecond), bound, api.ErrNotHolder)
-	}
-	return nil
-}
-
-// mayReap checks that node may take the reaper's lock: it is a designated
-// reaper (or the caller an admin), and its last hold did not reach the
-// bound within one bound of now. Callers hold the reap lock's shard mutex.
-func (l *Coordinator) mayReap(ctx context.Context, node string, now time.Time) error {
-	lock := string(api.OperationUpdate) + ":" + api.ReapLockResource
-	if !IsAdmin(ctx) {
-		switch {
-		case len(l.cfg.Reapers) > 0 && !slices.Contains(l.cfg.Reapers, node):
-			return fmt.Errorf("%s: node %s is not a designated reaper (--reapers %s); only those take the reaper's lock, reap and expire members: %w",
-				lock, node, strings.Join(l.cfg.Reapers, ","), api.ErrForbidden)
-		case len(l.cfg.Reapers) == 0 && l.cfg.ReapersRequired:
-			return fmt.Errorf("%s: node %s is not a designated reaper: no node is (--reapers is empty and nodes have their own identities), so nothing is reaped: %w",
-				lock, node, api.ErrForbidden)
-		}
-	}
-	bound := l.cfg.maxReapHold()
-	if at, ok := l.reapCut[node]; ok {
-		if now.Sub(at) < bound {
-			return fmt.Errorf("%s: node %s held the reaper's lock for the bound of one hold (--reap-max-hold %s) until %s ago; it may take it again %s after that: %w",
-				lock, node, bound, now.Sub(at).Round(time.Millisecond), bound, api.ErrForbidden)
-		}
-		delete(l.reapCut, node)
-	}
-	return nil
-}
 
 // reapRule checks a delete's reap mode m: none is a node's own delete;
 // a known mode must meet the reaper's conditions (checkReap). It returns
@@ -130,29 +53,22 @@ func (l *Coordinator) mayReap(ctx context.Context, node string, now time.Time) e
 // reaper's own for a dangling reap, which drops that reference only
 // (every other node's refuses it). An unknown mode is an error, never a
 // permissive branch (validateReap refuses it earlier).
-func (l *Coordinator) reapRule(id, node string, m api.ReapMode, now time.Time) (own string, err error) {
+func (rs *references) reapRule(id, node string, m api.ReapMode, now time.Time) (own string, err error) {
 	switch m {
 	case "":
 		return "", nil
 	case api.ReapOrphan:
-		return "", l.checkReap(id, node, now)
+		return "", rs.checkReap(id, node, now)
 	case api.ReapDangling:
-		return node, l.checkReap(id, node, now)
+		return node, rs.checkReap(id, node, now)
 	}
 	return "", errUnknownReap(id, m)
 }
 
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
 // checkReap applies the reaper's conditions to a reap delete of id sent
 // by node. Callers hold id's shard mutex.
-func (l *Coordinator) checkReap(id, node string, now time.Time) error {
-	h := l.reaper.Load()
+func (rs *references) checkReap(id, node string, now time.Time) error {
+	h := rs.locks.reaper()
 	switch {
 	case h == nil:
 		return fmt.Errorf("delete:%s: a reap delete may come only from the node holding the reaper's lock (update:%s), and nobody holds it: %w",
@@ -164,16 +80,16 @@ func (l *Coordinator) checkReap(id, node string, now time.Time) error {
 		return fmt.Errorf("delete:%s: node %s's lease of the reaper's lock (update:%s) expired %s ago: %w",
 			id, node, api.ReapLockResource, now.Sub(h.expires).Round(time.Millisecond), api.ErrForbidden)
 	}
-	grace := l.cfg.ReapGrace
+	grace := rs.cfg.ReapGrace
 	if grace == 0 {
 		return nil
 	}
-	up := now.Sub(l.started)
+	up := now.Sub(rs.started)
 	if up < grace {
 		return fmt.Errorf("delete:%s: reap refused: the coordinator has been up %s, less than its reap grace %s, and cannot know what happened to the resource before it started: %w",
 			id, up.Round(time.Millisecond), grace, api.ErrInUse)
 	}
-	if ago := up - l.shardFor(id).lastActivity(id); ago < grace {
+	if ago := up - rs.lastActivity(id); ago < grace {
 		return fmt.Errorf("delete:%s: reap refused: pulled, or its references changed, %s ago, within the coordinator's reap grace %s: %w",
 			id, ago.Round(time.Millisecond), grace, api.ErrInUse)
 	}
@@ -181,40 +97,49 @@ func (l *Coordinator) checkReap(id, node string, now time.Time) error {
 }
 
 // noteActivity records that id was pulled or its references changed.
-// Callers hold sh.mu (sh is id's shard).
-func (l *Coordinator) noteActivity(sh *shard, id string, now time.Time) {
-	if l.cfg.ReapGrace == 0 {
+// Callers hold id's shard mutex.
+func (rs *references) noteActivity(id string, now time.Time) {
+	if rs.cfg.ReapGrace == 0 {
 		return
 	}
-	up := now.Sub(l.started)
-	if _, ok := sh.recent[id]; !ok && len(sh.recent) >= max(1024, maxRecentResources/len(l.shards)) {
-		sh.recent, sh.recentFloor = nil, up
+	up := now.Sub(rs.started)
+	st := rs.stripe(id)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if _, ok := st.recent[id]; !ok && len(st.recent) >= max(1024, maxRecentResources/len(rs.stripes)) {
+		st.recent, st.recentFloor = nil, up
 		return
 	}
-	if sh.recent == nil {
-		sh.recent = map[string]time.Duration{}
+	if st.recent == nil {
+		st.recent = map[string]time.Duration{}
 	}
-	sh.recent[id] = up
+	st.recent[id] = up
 }
 
 // lastActivity is the uptime of id's last recorded activity (the floor
-// of its shard when none is). Callers hold sh.mu.
-func (sh *shard) lastActivity(id string) time.Duration {
-	return max(sh.recent[id], sh.recentFloor)
+// of its stripe when none is).
+func (rs *references) lastActivity(id string) time.Duration {
+	st := rs.stripe(id)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return max(st.recent[id], st.recentFloor)
 }
 
-// pruneRecent forgets the activity older than the grace, at most every
-// quarter grace. The sweep calls it with sh.mu held; it rebuilds the map,
-// so memory goes back as entries go.
-func (l *Coordinator) pruneRecent(sh *shard, now time.Time) {
-	grace := l.cfg.ReapGrace
-	up := now.Sub(l.started)
-	if len(sh.recent) == 0 || up-sh.prunedAt < grace/4 {
+// pruneRecent forgets the activity of stripe i older than the grace, at
+// most every quarter grace. The sweep of shard i calls it; it rebuilds
+// the map, so memory goes back as entries go.
+func (rs *references) pruneRecent(i int, now time.Time) {
+	grace := rs.cfg.ReapGrace
+	up := now.Sub(rs.started)
+	st := rs.stripes[i]
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.recent) == 0 || up-st.prunedAt < grace/4 {
 		return
 	}
-	sh.prunedAt = up
+	st.prunedAt = up
 	var kept map[string]time.Duration
-	for id, at := range sh.recent {
+	for id, at := range st.recent {
 		if up-at < grace {
 			if kept == nil {
 				kept = map[string]time.Duration{}
@@ -222,5 +147,5 @@ func (l *Coordinator) pruneRecent(sh *shard, now time.Time) {
 			kept[id] = at
 		}
 	}
-	sh.recent = kept
+	st.recent = kept
 }

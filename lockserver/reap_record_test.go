@@ -33,26 +33,35 @@ func TestReapActivityBounded(t *testing.T) {
 	l, err := newCoordinator(cfg, Options{Refs: newTestRefs()}, clock.now)
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
-	sh := l.shards[0]
-	limit := max(1024, maxRecentResources/len(l.shards))
-	sh.mu.Lock()
-	for i := range limit {
-		l.noteActivity(sh, fmt.Sprintf("r%d", i), clock.now())
+	rs := l.references
+	st := rs.stripes[0]
+	limit := max(1024, maxRecentResources/len(rs.stripes))
+	// ids returns n resource IDs of stripe 0 with the prefix.
+	ids := func(prefix string, n int) []string {
+		var out []string
+		for i := 0; len(out) < n; i++ {
+			if id := fmt.Sprintf("%s%d", prefix, i); shardIndex(id, len(rs.stripes)) == 0 {
+				out = append(out, id)
+			}
+		}
+		return out
 	}
-	require.Len(t, sh.recent, limit)
-	floor := sh.recentFloor
-	l.noteActivity(sh, "one-more", clock.now())
-	require.Empty(t, sh.recent, "over the bound, the map is dropped")
-	require.Greater(t, sh.recentFloor, floor, "and every resource counts as active now")
-	require.Equal(t, sh.recentFloor, sh.lastActivity("never-seen"))
-	l.noteActivity(sh, "later", clock.now())
-	sh.mu.Unlock()
+	for _, id := range ids("r", limit) {
+		rs.noteActivity(id, clock.now())
+	}
+	require.Len(t, st.recent, limit)
+	floor := st.recentFloor
+	rs.noteActivity(ids("one-more", 1)[0], clock.now())
+	require.Empty(t, st.recent, "over the bound, the map is dropped")
+	require.Greater(t, st.recentFloor, floor, "and every resource counts as active now")
+	require.Equal(t, st.recentFloor, rs.lastActivity(ids("never-seen", 1)[0]))
+	rs.noteActivity(ids("later", 1)[0], clock.now())
 
 	clock.advance(cfg.ReapGrace)
-	l.sweep(sh, clock.now())
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	require.Empty(t, sh.recent, "the sweep forgot activity older than the grace")
+	l.locks.sweep(0, clock.now())
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	require.Empty(t, st.recent, "the sweep forgot activity older than the grace")
 }
 
 // TestReapLockHolderRecord: the reaper's record follows the reap lock's
@@ -63,20 +72,20 @@ func TestReapLockHolderRecord(t *testing.T) {
 	other, err := l.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: "sharedcontent/other", NodeID: "n1"})
 	require.NoError(t, err)
 	require.True(t, other.Acquired)
-	require.Nil(t, l.reaper.Load(), "another update lock is not the reaper's")
+	require.Nil(t, l.locks.reaper(), "another update lock is not the reaper's")
 
 	g, err := l.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, NodeID: "n1"})
 	require.NoError(t, err)
-	h := l.reaper.Load()
+	h := l.locks.reaper()
 	require.NotNil(t, h)
 	require.Equal(t, "n1", h.node)
 	require.Equal(t, g.LeaseID, h.leaseID)
 
 	_, err = l.Keepalive(ctx, api.KeepaliveRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, LeaseID: g.LeaseID})
 	require.NoError(t, err)
-	require.False(t, l.reaper.Load().expires.Before(h.expires), "a keepalive extends the record")
+	require.False(t, l.locks.reaper().expires.Before(h.expires), "a keepalive extends the record")
 
 	_, err = l.Unlock(ctx, api.UnlockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, LeaseID: g.LeaseID, Success: true})
 	require.NoError(t, err)
-	require.Nil(t, l.reaper.Load(), "released: nobody is the reaper")
+	require.Nil(t, l.locks.reaper(), "released: nobody is the reaper")
 }

@@ -59,3 +59,19 @@ func (l *Coordinator) admitRef(node, resourceID string, now time.Time) (done fun
 	m.refsWriting.Add(1)
 	return func() { m.refsWriting.Add(-1) }, nil
 }
+
+// whileAdmitted applies the reference rule to node's reference to
+// resourceID, tells a sync of node in progress about it, and runs write
+// with the refusal (nil: admitted) while mmu is held, so that a Forget
+// cannot land between the rule and the write (membersView). Callers may
+// hold the resource's shard mutex (lock order: shard, mmu, refcount
+// stripes).
+func (l *Coordinator) whileAdmitted(node, resourceID string, now time.Time, write func(refused error) error) error {
+	l.mmu.Lock()
+	defer l.mmu.Unlock()
+	m, err := l.liveMember("refs "+resourceID, node, now)
+	if err == nil && m.sync != nil {
+		m.sync.since[resourceID] = true // noteRef, with mmu held
+	}
+	return write(err)
+}

@@ -66,7 +66,7 @@ func TestNoReferenceWithoutSession(t *testing.T) {
 	// n2's pull lease expires: no reference for a holder without a
 	// session; deletes wait for n2 (unsynced), whose next sync carries
 	// the blob if it committed it.
-	l.sweep(l.shardFor(other), l.now().Add(l.cfg.LeaseTTL+time.Second))
+	l.sweepOf(other, l.now().Add(l.cfg.LeaseTTL+time.Second))
 	require.Empty(t, refsOf(t, l, other), "nothing recorded at the lease's expiry")
 	_, err = l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: other, NodeID: "n3"})
 	require.ErrorIs(t, err, api.ErrUnsynced, "the blob is safe: deletes wait for n2")

@@ -72,10 +72,10 @@ func TestDeleteRefusedWhileAddPending(t *testing.T) {
 	close(store.open)
 	require.NoError(t, <-added)
 	require.Equal(t, []string{"n1"}, refsOf(t, l, blob))
-	sh := l.shardFor(blob)
-	sh.addingMu.Lock()
-	defer sh.addingMu.Unlock()
-	require.Empty(t, sh.adding, "nothing is pending once the add returned")
+	st := l.references.stripe(blob)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	require.Empty(t, st.adding, "nothing is pending once the add returned")
 }
 
 // TestAddEndsWithoutShardMutex: an add whose write has become durable
@@ -86,14 +86,14 @@ func TestDeleteRefusedWhileAddPending(t *testing.T) {
 func TestAddEndsWithoutShardMutex(t *testing.T) {
 	ctx := context.Background()
 	l, store, added := addHeld(t)
-	sh := l.shardFor(blob)
+	sh := l.locks.shardFor(blob)
 	sh.mu.Lock()
-	rc, err := l.refsWithPending(ctx, blob)
+	rc, err := l.references.refsWithPending(ctx, blob)
 	require.NoError(t, err)
 	require.Equal(t, []string{"n1"}, rc.NodeList(), "pending, counted")
 	close(store.open)
 	require.NoError(t, <-added)
-	rc, err = l.refsWithPending(ctx, blob)
+	rc, err = l.references.refsWithPending(ctx, blob)
 	sh.mu.Unlock()
 	require.NoError(t, err)
 	require.Equal(t, []string{"n1"}, rc.NodeList(), "durable, counted once")

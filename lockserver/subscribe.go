@@ -26,7 +26,7 @@ type Subscription struct {
 	// time: nothing that happened before Subscribe is missed.
 	First api.StatusResponse
 
-	l         *Coordinator
+	locks     *locks
 	typ       typeIndex
 	id        string
 	nodeID    string
@@ -76,13 +76,13 @@ func (s *Subscription) end() {
 // Subscribe opens an event stream for (typ, resourceID), following the
 // request (nodeID, requestID) when requestID is not empty. The caller must
 // Close it.
-func (l *Coordinator) Subscribe(typ api.OperationType, resourceID, nodeID, requestID string) (*Subscription, error) {
+func (lk *locks) Subscribe(typ api.OperationType, resourceID, nodeID, requestID string) (*Subscription, error) {
 	t, err := validateQuery(typ, resourceID, nodeID, requestID)
 	if err != nil {
 		return nil, err
 	}
-	now := l.now()
-	sh := l.shardFor(resourceID)
+	now := lk.now()
+	sh := lk.shardFor(resourceID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	r := sh.resource(resourceID)
@@ -91,12 +91,12 @@ func (l *Coordinator) Subscribe(typ api.OperationType, resourceID, nodeID, reque
 	if requestID == "" {
 		buffer = watcherBuffer
 	}
-	s := &Subscription{l: l, typ: t, id: resourceID, nodeID: nodeID, requestID: requestID, events: make(chan api.Event, buffer)}
+	s := &Subscription{locks: lk, typ: t, id: resourceID, nodeID: nodeID, requestID: requestID, events: make(chan api.Event, buffer)}
 	// A stream following one request needs its own state, not the head
 	// of the queue.
-	s.First = l.status(r, t, nodeID, requestID, requestID == "", now)
+	s.First = lk.status(r, t, nodeID, requestID, requestID == "", now)
 	select {
-	case <-l.stop:
+	case <-lk.stop:
 		s.end()
 		return s, nil
 	default:
@@ -121,7 +121,7 @@ func (l *Coordinator) Subscribe(typ api.OperationType, resourceID, nodeID, reque
 // Close ends the subscription. A waiter whose stream closes leaves its
 // queue at once (docs/design.md §3.6); a holder keeps its grant, which its lease bounds.
 func (s *Subscription) Close() {
-	sh := s.l.shardFor(s.id)
+	sh := s.locks.shardFor(s.id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	r := sh.resources[s.id]
@@ -133,7 +133,7 @@ func (s *Subscription) Close() {
 	if s.requestID == "" {
 		delete(k.watchers, s)
 	} else if w := k.queue.Get(s.nodeID, s.requestID); w != nil && w.sub == s {
-		s.l.dropWaiter(k, w)
+		s.locks.dropWaiter(k, w)
 	}
 	s.end()
 	sh.tidy(r)
@@ -142,7 +142,7 @@ func (s *Subscription) Close() {
 // Claimed records that the grant this subscription was sent has reached
 // its holder, so the claim timeout does not apply.
 func (s *Subscription) Claimed(leaseID string) {
-	sh := s.l.shardFor(s.id)
+	sh := s.locks.shardFor(s.id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if r := sh.resources[s.id]; r != nil {
@@ -156,19 +156,19 @@ func (s *Subscription) Claimed(leaseID string) {
 // request's own state, counts as a poll that keeps a stream-less waiter in
 // its queue, and claims a grant made to it.
 // It never blocks; ctx is there for the Transport interface of lockclient.
-func (l *Coordinator) Status(_ context.Context, typ api.OperationType, resourceID, nodeID, requestID string) (api.StatusResponse, error) {
+func (lk *locks) Status(_ context.Context, typ api.OperationType, resourceID, nodeID, requestID string) (api.StatusResponse, error) {
 	t, err := validateQuery(typ, resourceID, nodeID, requestID)
 	if err != nil {
 		return api.StatusResponse{}, err
 	}
-	sh := l.shardFor(resourceID)
+	sh := lk.shardFor(resourceID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	r := sh.resources[resourceID]
 	if r == nil {
 		r = &resource{id: resourceID}
 	}
-	return l.status(r, t, nodeID, requestID, true, l.now()), nil
+	return lk.status(r, t, nodeID, requestID, true, lk.now()), nil
 }
 
 // status snapshots r.keys[t], with the head of the queue when withQueue.
@@ -177,7 +177,7 @@ func (l *Coordinator) Status(_ context.Context, typ api.OperationType, resourceI
 //
 // Request IDs are shown only to their own node (nodeID): with a request ID
 // and its node, the lease of a grant can be had (docs/design.md §9).
-func (l *Coordinator) status(r *resource, t typeIndex, nodeID, requestID string, withQueue bool, now time.Time) api.StatusResponse {
+func (lk *locks) status(r *resource, t typeIndex, nodeID, requestID string, withQueue bool, now time.Time) api.StatusResponse {
 	k := &r.keys[t]
 	st := api.StatusResponse{Type: typeNames[t], ResourceID: r.id, Queue: []api.Waiter{}, QueueLength: k.queue.Len()}
 	own := func(q *request) string {
@@ -190,7 +190,7 @@ func (l *Coordinator) status(r *resource, t typeIndex, nodeID, requestID string,
 		st.Holder = &api.Holder{NodeID: g.nodeID, RequestID: own(&g.request), Fence: g.fence,
 			AcquiredAt: g.acquired.UTC().Format(time.RFC3339Nano), Claimed: g.claimed}
 	}
-	completed := k.completed != nil && now.Sub(k.completed.at) < l.cfg.CompletedTTL
+	completed := k.completed != nil && now.Sub(k.completed.at) < lk.cfg.CompletedTTL
 	if completed {
 		st.Completed = &api.Completion{NodeID: k.completed.nodeID, CompletedAt: k.completed.at.UTC().Format(time.RFC3339Nano),
 			Fence: k.completed.fence, Lapsed: k.completed.lapsed}
@@ -210,7 +210,7 @@ func (l *Coordinator) status(r *resource, t typeIndex, nodeID, requestID string,
 		req.Queued, req.Position = true, k.queue.Position(w)
 	case k.holder != nil && k.holder.is(nodeID, requestID):
 		k.holder.claimed = true
-		*req = l.grantResponse(k.holder)
+		*req = lk.grantResponse(k.holder)
 	case completed:
 		req.Skip = true
 	}
@@ -219,18 +219,18 @@ func (l *Coordinator) status(r *resource, t typeIndex, nodeID, requestID string,
 }
 
 // event builds an event of r.keys[t].
-func (l *Coordinator) event(r *resource, t typeIndex, name, node, requestID string, success bool, reason string) api.Event {
+func (r *resource) event(t typeIndex, name, node, requestID string, success bool, reason string) api.Event {
 	return api.Event{Name: name, Type: typeNames[t], ResourceID: r.id, NodeID: node, RequestID: requestID, Success: success, Reason: reason}
 }
 
 // notifyWatchers sends an event to every watcher of r.keys[t]. Watchers
 // see which node an event is about, not its request ID.
-func (l *Coordinator) notifyWatchers(r *resource, t typeIndex, name, node string, success bool, reason string) {
+func (lk *locks) notifyWatchers(r *resource, t typeIndex, name, node string, success bool, reason string) {
 	k := &r.keys[t]
 	if len(k.watchers) == 0 {
 		return
 	}
-	ev := l.event(r, t, name, node, "", success, reason)
+	ev := r.event(t, name, node, "", success, reason)
 	for s := range k.watchers {
 		s.send(ev)
 		if s.ended {

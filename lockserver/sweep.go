@@ -2,28 +2,30 @@ package lockserver
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
 // sweepLoop is the one goroutine per shard that expires leases, releases
 // unclaimed grants, drops abandoned stream-less waiters and forgets old
 // completions. It stops when the Coordinator closes.
-func (l *Coordinator) sweepLoop(sh *shard) {
-	defer l.wg.Done()
-	t := time.NewTicker(l.cfg.sweepInterval())
+func (lk *locks) sweepLoop(wg *sync.WaitGroup, i int, sh *shard) {
+	defer wg.Done()
+	t := time.NewTicker(lk.cfg.sweepInterval())
 	defer t.Stop()
 	for {
 		select {
-		case <-l.stop:
+		case <-lk.stop:
 			return
 		case <-t.C:
-			l.sweep(sh, l.now())
+			lk.sweep(i, lk.now())
 		}
 	}
 }
 
-func (l *Coordinator) sweep(sh *shard, now time.Time) {
+func (lk *locks) sweep(i int, now time.Time) {
 	ctx := context.Background()
+	sh := lk.shards[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	var pruned []string // delete completions whose retention ended
@@ -34,12 +36,12 @@ func (l *Coordinator) sweep(sh *shard, now time.Time) {
 			if g := k.holder; g != nil {
 				switch {
 				case !g.claimed && now.After(g.claimBy):
-					l.release(ctx, sh, r, t, false, "unclaimed", now)
+					lk.release(ctx, sh, r, t, false, "unclaimed", now)
 				case now.After(g.expires):
 					// A pull's holder may have committed the blob without
 					// reaching the coordinator: its reference first.
-					if t != idxPull || l.keepHolderRef(ctx, sh, r, g, now) {
-						l.release(ctx, sh, r, t, false, "expired", now)
+					if t != idxPull || lk.refs.keepHolderRef(ctx, r.id, g, now) {
+						lk.release(ctx, sh, r, t, false, "expired", now)
 					}
 				}
 			}
@@ -47,16 +49,16 @@ func (l *Coordinator) sweep(sh *shard, now time.Time) {
 			// unless its node's stream carries it (nodestream.go).
 			var gone []*waiter
 			k.queue.Each(func(w *waiter) bool {
-				if w.sub == nil && now.Sub(w.lastSeen) > l.cfg.LeaseTTL && !l.nodeStreams.keeps(w.nodeID, now) {
+				if w.sub == nil && now.Sub(w.lastSeen) > lk.cfg.LeaseTTL && !lk.streams.keeps(w.nodeID, now) {
 					gone = append(gone, w)
 				}
 				return true
 			})
 			for _, w := range gone {
-				l.dropWaiter(k, w)
+				lk.dropWaiter(k, w)
 				changed = true
 			}
-			if c := k.completed; c != nil && now.Sub(c.at) >= l.cfg.CompletedTTL {
+			if c := k.completed; c != nil && now.Sub(c.at) >= lk.cfg.CompletedTTL {
 				k.completed = nil
 				if t == idxDelete {
 					pruned = append(pruned, r.id)
@@ -64,18 +66,18 @@ func (l *Coordinator) sweep(sh *shard, now time.Time) {
 			}
 		}
 		if changed {
-			l.advance(ctx, r, now)
+			lk.advance(ctx, r, now)
 		}
 		sh.tidy(r)
 	}
-	l.pruneDeleted(ctx, pruned)
-	forgetBefore := now.Add(-l.cfg.LeaseTTL).UnixNano()
+	pruneDeleted(ctx, lk.store, pruned)
+	forgetBefore := now.Add(-lk.cfg.LeaseTTL).UnixNano()
 	for lease, rel := range sh.released {
 		if rel.at < forgetBefore {
 			delete(sh.released, lease)
 		}
 	}
-	l.pruneRecent(sh, now)
+	lk.refs.pruneRecent(i, now)
 	sh.shrink()
 }
 

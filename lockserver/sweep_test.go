@@ -22,7 +22,7 @@ func TestSweepShrinksEmptiedMaps(t *testing.T) {
 	// and expires no lock meanwhile.
 	l := newTestCoordinator(t, func(c *Config) { c.Shards = 1; c.LeaseTTL = time.Minute; c.ClaimTimeout = time.Hour })
 	ctx := context.Background()
-	sh := l.shards[0]
+	sh := l.locks.shards[0]
 	// mapOf identifies a map's storage, under the shard's mutex.
 	mapOf := func(m func() any) uintptr {
 		sh.mu.Lock()
@@ -61,7 +61,7 @@ func TestSweepShrinksEmptiedMaps(t *testing.T) {
 		require.NoError(t, err)
 	}
 	releasedFull := mapOf(released)
-	l.sweep(sh, time.Now())
+	l.locks.sweep(0, time.Now())
 	nres, nrel := lens()
 	require.Equal(t, 1, nres)
 	require.Equal(t, n-1, nrel)
@@ -78,7 +78,7 @@ func TestSweepShrinksEmptiedMaps(t *testing.T) {
 
 	// A lease TTL later every released lease is forgotten, and the
 	// released map is rebuilt too.
-	l.sweep(sh, time.Now().Add(l.cfg.LeaseTTL+time.Second))
+	l.locks.sweep(0, time.Now().Add(l.cfg.LeaseTTL+time.Second))
 	nres, nrel = lens()
 	require.Zero(t, nres)
 	require.Zero(t, nrel)

@@ -310,7 +310,7 @@ func TestSyncFromNewGenerationOnlyAdds(t *testing.T) {
 	sync("s3", "gen-b") // the state dir was wiped: an empty journal
 	require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:y"), "a new generation drops nothing")
 	require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:z"))
-	recs, err := l.state.ListMembers(ctx)
+	recs, err := l.store.state.ListMembers(ctx)
 	require.NoError(t, err)
 	require.Len(t, recs, 1)
 	require.Equal(t, "gen-b", recs[0].Generation, "persisted with the member")
