@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/cmd/internal/notifytest"
+	"github.com/sharedcontent/sharedcontent/internal/version"
 )
 
 // TestRunNotifiesReady (issue 16): under systemd (Type=notify) the lock
@@ -38,6 +39,7 @@ func TestRunNotifiesReady(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, "ok\n", string(body))
+	require.Equal(t, version.Get().String(), resp.Header.Get(version.Header), "/healthz names the build")
 
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
 	notifytest.Wait(t, notes, "STOPPING", time.Minute)
