@@ -147,8 +147,12 @@ demo:
 # coordinator replicas on a real etcd cluster: `make etcd`'s bin/etcd.
 # TestCRIPulls and TestCRIContainerdRestartWhilePluginDown drive CRI with
 # crictl; integration/tools/cri.sh builds containerd with CRI and crictl
-# on first use (several minutes cold; cached in .cache/bin). The timeout
-# leaves room for that cold build: about 20 minutes of tests on 2 cores.
+# on first use (several minutes cold; cached in .cache/bin).
+# TestRollingUpgrade builds the daemons of two earlier commits of main
+# (git archive, once, into .cache/bin/release-<commit>; the clone needs
+# main's history) and upgrades their clusters to this tree under pulls.
+# The timeout leaves room for the cold builds: about 20 minutes of tests
+# on 2 cores.
 e2e: etcd
 	@[ "$$(id -u)" != 0 ] || command -v runc >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc; }
 	SHAREDCONTENT_E2E=1 SHAREDCONTENT_ETCD=$(ETCD) $(GO) test -count=1 -timeout 60m -v $(E2E_FLAGS) ./integration/e2e/

@@ -187,6 +187,9 @@ type node struct {
 	// its extra environment, on every start.
 	pluginBin string
 	pluginEnv []string
+	// noAnnounce leaves --containerd-address out of the plugin's flags,
+	// for releases older than it (upgrade_test.go).
+	noAnnounce bool
 	// noDiffer leaves the sharedcontent-diff plugin out of containerd's
 	// config (content proxy only: containerd unpacks with its own differ,
 	// reading layers through the content proxy).
@@ -387,9 +390,11 @@ func (n *node) pluginArgv() []string {
 	}
 	argv := []string{bin,
 		"--root", n.shared, "--address", n.pluginSock, "--node-id", n.id,
-		"--state-dir", n.stateDir(), "--log-level", "debug",
+		"--state-dir", n.stateDir(), "--log-level", "debug"}
+	if !n.noAnnounce {
 		// Its own containerd, never the host's.
-		"--containerd-address", n.sock}
+		argv = append(argv, "--containerd-address", n.sock)
+	}
 	if n.lockURL != "" {
 		argv = append(argv, "--coordinator", n.lockURL)
 	} else {
