@@ -3,10 +3,10 @@ package plugin
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/stats"
 )
 
 // A daemon stopping for an upgrade must not cut the pulls in flight
@@ -16,23 +16,27 @@ import (
 // by containerd (every 16 ms, backing off to 2 s) while another node
 // downloads, then the unpack's diff calls. Refusing new calls would cut a
 // pull between two of its blobs, so a draining server keeps serving every
-// call and reports itself draining (Draining, the daemon's /readyz); it is
-// drained once no call has been in flight for DrainQuiet, longer than
-// containerd's longest retry interval, so that a pull's next call would
-// have come.
+// call (the daemon's /readyz says it is stopping). It is drained once no
+// call has been in flight for DrainQuiet, longer than containerd's
+// longest retry interval, so that a pull's next call would have come; or
+// at once when no call is in flight and no client is connected
+// (containerd stopped first): a pull in flight holds its containerd's
+// connection.
 
 // DrainQuiet is how long a draining server must see no call in flight
 // before it counts as drained.
 const DrainQuiet = 3 * time.Second
 
-// calls counts the gRPC calls in flight and when the last one ended.
+// calls counts the gRPC calls in flight, when the last one ended, and
+// the client connections open.
 type calls struct {
 	mu       sync.Mutex
 	inFlight int       // protected by mu
 	lastEnd  time.Time // protected by mu
-	// idle gets a token when inFlight drops to 0 (never blocking).
-	idle     chan struct{}
-	draining atomic.Bool
+	conns    int       // protected by mu
+	// idle gets a token when inFlight or conns drops to 0 (never
+	// blocking).
+	idle chan struct{}
 }
 
 func newCalls() *calls { return &calls{idle: make(chan struct{}, 1), lastEnd: time.Now()} }
@@ -50,10 +54,35 @@ func (c *calls) end() {
 	zero := c.inFlight == 0
 	c.mu.Unlock()
 	if zero {
-		select {
-		case c.idle <- struct{}{}:
-		default:
-		}
+		c.signal()
+	}
+}
+
+func (c *calls) signal() {
+	select {
+	case c.idle <- struct{}{}:
+	default:
+	}
+}
+
+// TagConn, HandleConn, TagRPC and HandleRPC make calls a stats.Handler
+// that counts the connections open.
+func (c *calls) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (c *calls) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (c *calls) HandleRPC(context.Context, stats.RPCStats)                         {}
+
+func (c *calls) HandleConn(_ context.Context, s stats.ConnStats) {
+	c.mu.Lock()
+	switch s.(type) {
+	case *stats.ConnBegin:
+		c.conns++
+	case *stats.ConnEnd:
+		c.conns--
+	}
+	zero := c.conns == 0
+	c.mu.Unlock()
+	if zero {
+		c.signal()
 	}
 }
 
@@ -69,15 +98,14 @@ func (c *calls) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, 
 	return h(srv, ss)
 }
 
-// drain marks the server draining and waits until no call has been in
-// flight for quiet, or ctx ends (its error).
+// drain waits until no call has been in flight for quiet, or none is in
+// flight and no client connected, or ctx ends (its error).
 func (c *calls) drain(ctx context.Context, quiet time.Duration) error {
-	c.draining.Store(true)
 	for {
 		c.mu.Lock()
-		n, idleFor := c.inFlight, time.Since(c.lastEnd)
+		n, idleFor, conns := c.inFlight, time.Since(c.lastEnd), c.conns
 		c.mu.Unlock()
-		if n == 0 && idleFor >= quiet {
+		if n == 0 && (idleFor >= quiet || conns == 0) {
 			return nil
 		}
 		// While calls are in flight, wait for the last to end; then

@@ -8,10 +8,13 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/content/proxy"
 	"github.com/containerd/containerd/v2/plugins/content/local"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sharedcontent/sharedcontent/plugin"
 )
@@ -46,7 +49,6 @@ func TestDrain(t *testing.T) {
 	go func() { cancelled <- srv.Drain(cctx, time.Hour) }()
 	cancel()
 	require.ErrorIs(t, <-cancelled, context.Canceled)
-	require.True(t, srv.Draining())
 
 	const quiet = 200 * time.Millisecond
 	drained := make(chan time.Time, 1)
@@ -70,4 +72,29 @@ func TestDrain(t *testing.T) {
 	got, err := content.ReadBlob(ctx, client, desc)
 	require.NoError(t, err)
 	require.Equal(t, data, got, "the blob written across the drain")
+}
+
+// TestDrainWithoutClients: with no call in flight and no client connected
+// (containerd stopped first) a drain is over at once, whatever its quiet
+// time.
+func TestDrainWithoutClients(t *testing.T) {
+	dir := t.TempDir()
+	cs, err := local.NewStore(filepath.Join(dir, "root"))
+	require.NoError(t, err)
+	srv, err := plugin.Listen(filepath.Join(dir, "sc.sock"), cs)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(context.Background()) }()
+	t.Cleanup(func() { srv.Stop(context.Background()); require.NoError(t, <-done) })
+	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, "sc.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	_, err = proxy.NewContentStore(conn).ListStatuses(context.Background())
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	blocked := make(chan error, 1)
+	go func() { blocked <- srv.Drain(ctx, time.Hour) }()
+	require.NoError(t, conn.Close())
+	require.NoError(t, <-blocked, "the drain ended when the last client went")
+	cancel()
 }

@@ -53,7 +53,7 @@ func Listen(address string, cs content.Store) (*Server, error) {
 	}
 	calls := newCalls()
 	gs := grpc.NewServer(grpc.MaxRecvMsgSize(MaxMsgSize), grpc.MaxSendMsgSize(MaxMsgSize),
-		grpc.ForceServerCodecV2(newCodec()), grpc.ChainUnaryInterceptor(calls.unary),
+		grpc.ForceServerCodecV2(newCodec()), grpc.StatsHandler(calls), grpc.ChainUnaryInterceptor(calls.unary),
 		grpc.ChainStreamInterceptor(calls.stream, quietWrites(), aliasedWrites()))
 	contentapi.RegisterContentServer(gs, contentserver.New(following(cs)))
 	diffapi.RegisterDiffServer(gs, newDiffService(cs))
@@ -91,15 +91,12 @@ func (s *Server) Serve(ctx context.Context) error {
 }
 
 // Drain lets the pulls in flight finish before a Stop: the server keeps
-// serving every call, reports Draining, and returns once no call has been
-// in flight for quiet (DrainQuiet), or with ctx's error when ctx ends
-// first (drain.go says why it refuses nothing).
+// serving every call and returns once no call has been in flight for
+// quiet (DrainQuiet), or with ctx's error when ctx ends first (drain.go
+// says why it refuses nothing).
 func (s *Server) Drain(ctx context.Context, quiet time.Duration) error {
 	return s.calls.drain(ctx, quiet)
 }
-
-// Draining reports whether Drain was called.
-func (s *Server) Draining() bool { return s.calls.draining.Load() }
 
 // Stop finishes the calls in flight, or cancels them when ctx ends first,
 // and removes the socket.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/cmd/internal/notifytest"
 	"github.com/sharedcontent/sharedcontent/internal/version"
+	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
 // TestRunDrainsOnSIGTERM: /healthz and /metrics name the build; on
@@ -28,10 +28,7 @@ func TestRunDrainsOnSIGTERM(t *testing.T) {
 	notes := notifytest.Listen(t)
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "sc.sock")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	metrics := ln.Addr().String()
-	require.NoError(t, ln.Close())
+	metrics := lockservertest.FreeAddr(t)
 	done := make(chan error, 1)
 	go func() {
 		done <- run([]string{"--root", filepath.Join(dir, "content"), "--node-id", "n1",

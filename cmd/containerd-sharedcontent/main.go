@@ -116,7 +116,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.nodeTokenFile, "node-token-file", "", "this node's own bearer token for a remote coordinator with --node-tokens-file (default: --auth-token-file)")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address (empty: off)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
-	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "on SIGTERM or SIGINT, how long to keep serving the pulls in flight before stopping: the daemon stops once no call has been in flight for 3 s, or when this passes (0: stop at once)")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "on SIGTERM or SIGINT, how long to keep serving the pulls in flight before stopping: the daemon stops once no call has been in flight for 3 s (at once if containerd is not connected), or when this passes (0: stop at once)")
 	cli.DefineVersion(fs)
 	fs.StringVar(&o.containerdAddress, "containerd-address", reannounce.DefaultAddress, "containerd's API socket: once serving, and each time containerd restarts, announce every image to it so that CRI reloads those it could not read while this daemon was down (empty: off)")
 	fs.StringVar(&o.containerdNS, "containerd-namespace", reannounce.DefaultNamespace, "the containerd namespace whose images --containerd-address announces (CRI's is k8s.io; empty: every namespace)")
@@ -228,7 +228,7 @@ func run(args []string) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/readyz", readyz(store, srv))
+		mux.HandleFunc("/readyz", readyz(ctx, store))
 		mux.HandleFunc("/healthz", healthz)
 		ms := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
@@ -373,11 +373,11 @@ func healthz(w http.ResponseWriter, _ *http.Request) {
 
 // readyz answers 200 while the store serves, and 503 with the reason
 // while it refuses writes and deletes (its shared root is not verified)
-// or while the daemon drains before it stops.
-func readyz(store contentv2.Store, srv *plugin.Server) http.HandlerFunc {
+// or once the daemon is stopping (ctx ended: it drains, then stops).
+func readyz(ctx context.Context, store contentv2.Store) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if srv.Draining() {
+		if ctx.Err() != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, "not ready: draining before it stops")
 			return

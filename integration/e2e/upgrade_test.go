@@ -37,7 +37,7 @@ const (
 const (
 	// upgradePulls is how many images each node pulls in each phase of
 	// an upgrade: before the first step, and during and after each step.
-	upgradePulls = 2
+	upgradePulls = 1
 	// upgradeLayer is the size of each load image's two layers.
 	upgradeLayer = 2 << 20
 	// upgradeBandwidth is the registry's uplink: a pull lasts long
