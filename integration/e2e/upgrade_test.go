@@ -143,7 +143,7 @@ func runRollingUpgrade(t *testing.T, old release, coordinatorFirst bool) {
 	load := &upgradeLoad{t: t, imgs: imgs}
 	for i := 1; i <= 3; i++ {
 		nd := e.newSharedNode(fmt.Sprintf("n%d", i), shared, ls.url())
-		nd.pluginBin, nd.noAnnounce = old.plugin, true
+		nd.pluginBin, nd.oldFlags = old.plugin, true
 		nd.startPlugin()
 		nd.startContainerd(nd.config(true))
 		load.add(nd)
@@ -325,7 +325,7 @@ func (l *upgradeLoad) upgrade(id string) {
 	if ln.n.plugin.stop(stopGrace) {
 		l.t.Errorf("%s: the old plugin did not stop within %v of SIGTERM", id, stopGrace)
 	}
-	ln.n.pluginBin, ln.n.noAnnounce = "", false
+	ln.n.pluginBin, ln.n.oldFlags, ln.n.drains = "", false, true
 	ln.n.startPlugin()
 	awaitContent(l.t, ln.n)
 }
