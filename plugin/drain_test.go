@@ -19,11 +19,9 @@ import (
 	"github.com/sharedcontent/sharedcontent/plugin"
 )
 
-// TestDrain: a draining server still serves a writer open before the
-// drain and one opened during it (a pull's next blob), and is drained only
-// once the last call has been over for the quiet time; a drain whose
-// context ends first says so.
-func TestDrain(t *testing.T) {
+// serveLocal serves a local store on a socket in a temp dir until the
+// test ends, and returns the server and the socket's address.
+func serveLocal(t *testing.T) (*plugin.Server, string) {
 	dir := t.TempDir()
 	cs, err := local.NewStore(filepath.Join(dir, "root"))
 	require.NoError(t, err)
@@ -33,6 +31,15 @@ func TestDrain(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(context.Background()) }()
 	t.Cleanup(func() { srv.Stop(context.Background()); require.NoError(t, <-done) })
+	return srv, address
+}
+
+// TestDrain: a draining server still serves a writer open before the
+// drain and one opened during it (a pull's next blob), and is drained only
+// once the last call has been over for the quiet time; a drain whose
+// context ends first says so.
+func TestDrain(t *testing.T) {
+	srv, address := serveLocal(t)
 	client := dial(t, address)
 	ctx := context.Background()
 
@@ -78,15 +85,8 @@ func TestDrain(t *testing.T) {
 // (containerd stopped first) a drain is over at once, whatever its quiet
 // time.
 func TestDrainWithoutClients(t *testing.T) {
-	dir := t.TempDir()
-	cs, err := local.NewStore(filepath.Join(dir, "root"))
-	require.NoError(t, err)
-	srv, err := plugin.Listen(filepath.Join(dir, "sc.sock"), cs)
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(context.Background()) }()
-	t.Cleanup(func() { srv.Stop(context.Background()); require.NoError(t, <-done) })
-	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, "sc.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	srv, address := serveLocal(t)
+	conn, err := grpc.NewClient("unix://"+address, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	_, err = proxy.NewContentStore(conn).ListStatuses(context.Background())
 	require.NoError(t, err)
