@@ -32,6 +32,9 @@ const (
 	// whose nodes open their session again and retry on no_session: from
 	// it, the coordinator may go first (CoordinatorFirst).
 	upgradeFromRefRule = "7d22b3e2876bfc17fc602ae54a9c9c387624f4bc"
+	// envUpgradeFrom, a commit, starts both cases from it instead (say
+	// upgradeFrom, to see CoordinatorFirst fail as described above).
+	envUpgradeFrom = "SHAREDCONTENT_E2E_UPGRADE_FROM"
 )
 
 const (
@@ -60,10 +63,12 @@ type release struct{ commit, plugin, lockserver string }
 // this clone's history.
 func buildRelease(t *testing.T, commit string) release {
 	t.Helper()
-	if out, err := run(repoRoot, nil, "git", "cat-file", "-e", commit+"^{commit}"); err != nil {
-		t.Fatalf("e2e: the rolling upgrade starts from commit %s of main, which this clone does not have (%v %s): "+
-			"run it in a clone with main's history (git fetch --unshallow)", commit, err, strings.TrimSpace(out))
+	out, err := run(repoRoot, nil, "git", "rev-parse", "--verify", "--quiet", commit+"^{commit}")
+	if err != nil {
+		t.Fatalf("e2e: the rolling upgrade starts from commit %s of main, which this clone does not have (git rev-parse: %v): "+
+			"run it in a clone with main's history (git fetch --unshallow)", commit, err)
 	}
+	commit = strings.TrimSpace(out)
 	dir := filepath.Join(binDir, "release-"+commit[:12])
 	r := release{commit: commit, plugin: filepath.Join(dir, "containerd-sharedcontent"),
 		lockserver: filepath.Join(dir, "sharedcontent-lockserver")}
@@ -76,7 +81,7 @@ func buildRelease(t *testing.T, commit string) release {
 	defer func() { _ = os.RemoveAll(tmp) }()
 	src := filepath.Join(tmp, "src")
 	require.NoError(t, os.Mkdir(src, 0o755))
-	out, err := run(repoRoot, nil, "sh", "-c", `git archive "$0" | tar -x -C "$1"`, commit, src)
+	out, err = run(repoRoot, nil, "sh", "-c", `git archive "$0" | tar -x -C "$1"`, commit, src)
 	require.NoError(t, err, "git archive %s: %s", commit, out)
 	out, err = run(src, []string{"GOFLAGS=-buildvcs=false", "GOWORK=off"}, "go", "build", "-trimpath",
 		"-o", filepath.Join(tmp, "bin")+string(filepath.Separator), "./cmd/containerd-sharedcontent", "./cmd/sharedcontent-lockserver")
@@ -109,8 +114,12 @@ func isFile(path string) bool {
 // it drains, and that pull succeeds.
 func TestRollingUpgrade(t *testing.T) {
 	needSharedcontent(t)
-	t.Run("CoordinatorFirst", func(t *testing.T) { runRollingUpgrade(t, buildRelease(t, upgradeFromRefRule), true) })
-	t.Run("NodesFirst", func(t *testing.T) { runRollingUpgrade(t, buildRelease(t, upgradeFrom), false) })
+	coordinatorFirst, nodesFirst := upgradeFromRefRule, upgradeFrom
+	if c := os.Getenv(envUpgradeFrom); c != "" {
+		coordinatorFirst, nodesFirst = c, c
+	}
+	t.Run("CoordinatorFirst", func(t *testing.T) { runRollingUpgrade(t, buildRelease(t, coordinatorFirst), true) })
+	t.Run("NodesFirst", func(t *testing.T) { runRollingUpgrade(t, buildRelease(t, nodesFirst), false) })
 }
 
 func runRollingUpgrade(t *testing.T, old release, coordinatorFirst bool) {
