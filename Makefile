@@ -9,10 +9,21 @@ BINARIES  := containerd-sharedcontent sharedcontent-lockserver sharedcontent-dem
 
 all: build
 
+# The version every binary reports (--version, /healthz, the metric
+# sharedcontent_build_info; internal/version), stamped with -ldflags -X:
+# `git describe` of the tree (a tag, else the abbreviated commit; -dirty
+# for uncommitted changes) and the commit. Without them (a plain `go
+# build`) the binaries fall back to what Go recorded, which is nothing
+# under CI's GOFLAGS=-buildvcs=false: "dev".
+VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION     ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+VERSION_PKG  := github.com/sharedcontent/sharedcontent/internal/version
+version_ldflags = -X $(VERSION_PKG).version=$(1) -X $(VERSION_PKG).revision=$(2)
+
 build: $(BINARIES)
 
 $(BINARIES):
-	$(GO) build -trimpath -o $(BIN)/$@ ./cmd/$@
+	$(GO) build -trimpath -ldflags '$(call version_ldflags,$(VERSION),$(REVISION))' -o $(BIN)/$@ ./cmd/$@
 
 # Unit and in-process integration tests, always with the race detector.
 # Fuzz targets run their seed corpus here. Then deploy/check, a module of
@@ -136,8 +147,12 @@ demo:
 # coordinator replicas on a real etcd cluster: `make etcd`'s bin/etcd.
 # TestCRIPulls and TestCRIContainerdRestartWhilePluginDown drive CRI with
 # crictl; integration/tools/cri.sh builds containerd with CRI and crictl
-# on first use (several minutes cold; cached in .cache/bin). The timeout
-# leaves room for that cold build: about 20 minutes of tests on 2 cores.
+# on first use (several minutes cold; cached in .cache/bin).
+# TestRollingUpgrade builds the daemons of two earlier commits of main
+# (git archive, once, into .cache/bin/release-<commit>; the clone needs
+# main's history) and upgrades their clusters to this tree under pulls.
+# The timeout leaves room for the cold builds: about 20 minutes of tests
+# on 2 cores.
 e2e: etcd
 	@[ "$$(id -u)" != 0 ] || command -v runc >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc; }
 	SHAREDCONTENT_E2E=1 SHAREDCONTENT_ETCD=$(ETCD) $(GO) test -count=1 -timeout 60m -v $(E2E_FLAGS) ./integration/e2e/
@@ -213,8 +228,8 @@ chaos-inproc:
 # output is an OCI layout tarball, IMAGE_OUT, named IMAGE_NAME:IMAGE_VERSION:
 #   ctr images import --all-platforms bin/sharedcontent-image.tar
 IMAGE_NAME        ?= sharedcontent
-IMAGE_VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-IMAGE_REVISION    ?= $(shell git rev-parse HEAD 2>/dev/null)
+IMAGE_VERSION     ?= $(VERSION)
+IMAGE_REVISION    ?= $(REVISION)
 IMAGE_SOURCE      ?= https://github.com/sharedcontent/sharedcontent
 IMAGE_PLATFORMS   ?= linux/amd64 linux/arm64
 IMAGE_OUT         ?= $(BIN)/sharedcontent-image.tar
@@ -229,7 +244,7 @@ image:
 	cd deploy/tools && GOWORK=off $(GO) build -trimpath -o $(TOOLS_BIN)/mkimage ./mkimage
 	@set -e; for p in $(IMAGE_PLATFORMS); do \
 	  os=$${p%/*}; arch=$${p#*/}; echo "building $(IMAGE_BINARIES) for $$os/$$arch"; \
-	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags='-s -w' \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags='-s -w $(call version_ldflags,$(IMAGE_VERSION),$(IMAGE_REVISION))' \
 	    -o $(BIN)/image/$${os}_$$arch/ $(addprefix ./cmd/,$(IMAGE_BINARIES)); done
 	$(TOOLS_BIN)/mkimage build -bin $(BIN)/image -out $(IMAGE_OUT) -digest-file $(IMAGE_OUT).digest \
 	  -name $(IMAGE_NAME):$(IMAGE_VERSION) -platforms $(subst $(space),$(comma),$(strip $(IMAGE_PLATFORMS))) \

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	contentapi "github.com/containerd/containerd/api/services/content/v1"
 	diffapi "github.com/containerd/containerd/api/services/diff/v1"
@@ -26,6 +27,7 @@ type Server struct {
 	grpc    *grpc.Server
 	ln      net.Listener
 	address string
+	calls   *calls
 }
 
 // Listen creates the socket at address: its directory is created with mode
@@ -49,11 +51,13 @@ func Listen(address string, cs content.Store) (*Server, error) {
 		ln.Close()
 		return nil, fmt.Errorf("plugin: socket mode: %w", err)
 	}
+	calls := newCalls()
 	gs := grpc.NewServer(grpc.MaxRecvMsgSize(MaxMsgSize), grpc.MaxSendMsgSize(MaxMsgSize),
-		grpc.ForceServerCodecV2(newCodec()), grpc.ChainStreamInterceptor(quietWrites(), aliasedWrites()))
+		grpc.ForceServerCodecV2(newCodec()), grpc.StatsHandler(calls), grpc.ChainUnaryInterceptor(calls.unary),
+		grpc.ChainStreamInterceptor(calls.stream, quietWrites(), aliasedWrites()))
 	contentapi.RegisterContentServer(gs, contentserver.New(following(cs)))
 	diffapi.RegisterDiffServer(gs, newDiffService(cs))
-	return &Server{grpc: gs, ln: ln, address: address}, nil
+	return &Server{grpc: gs, ln: ln, address: address, calls: calls}, nil
 }
 
 func removeStaleSocket(address string) error {
@@ -84,6 +88,14 @@ func (s *Server) Serve(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// Drain lets the pulls in flight finish before a Stop: the server keeps
+// serving every call and returns once no call has been in flight for
+// quiet (DrainQuiet), or with ctx's error when ctx ends first (drain.go
+// says why it refuses nothing).
+func (s *Server) Drain(ctx context.Context, quiet time.Duration) error {
+	return s.calls.drain(ctx, quiet)
 }
 
 // Stop finishes the calls in flight, or cancels them when ctx ends first,

@@ -30,6 +30,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/internal/reannounce"
 	"github.com/sharedcontent/sharedcontent/internal/tokenfile"
+	"github.com/sharedcontent/sharedcontent/internal/version"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
@@ -47,8 +48,11 @@ const (
 	// coordinator flag --reap-grace (lockserver.DefaultReapGrace): this
 	// node's reaper and its embedded coordinator use the same.
 	defaultReapInterval = time.Hour
-	// shutdownGrace bounds how long content calls in flight may finish.
+	// shutdownGrace bounds how long content calls in flight may finish
+	// after the drain (or after a server error, which drains nothing).
 	shutdownGrace = 10 * time.Second
+	// defaultDrainTimeout bounds the drain on SIGTERM (--drain-timeout).
+	defaultDrainTimeout = 30 * time.Second
 )
 
 func main() {
@@ -66,6 +70,7 @@ type options struct {
 	root, address, nodeID, stateDir      string
 	reapInterval                         time.Duration
 	storageTimeout                       time.Duration
+	drainTimeout                         time.Duration
 	adopt                                bool
 	coordinatorURL, coordinatorListen    string
 	coordinatorCA, clientCert, clientKey string
@@ -111,6 +116,8 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.nodeTokenFile, "node-token-file", "", "this node's own bearer token for a remote coordinator with --node-tokens-file (default: --auth-token-file)")
 	fs.StringVar(&o.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address (empty: off)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "on SIGTERM or SIGINT, how long to keep serving the pulls in flight before stopping: the daemon stops once no call has been in flight for 3 s (at once if containerd is not connected), or when this passes (0: stop at once)")
+	cli.DefineVersion(fs)
 	fs.StringVar(&o.containerdAddress, "containerd-address", reannounce.DefaultAddress, "containerd's API socket: once serving, and each time containerd restarts, announce every image to it so that CRI reloads those it could not read while this daemon was down (empty: off)")
 	fs.StringVar(&o.containerdNS, "containerd-namespace", reannounce.DefaultNamespace, "the containerd namespace whose images --containerd-address announces (CRI's is k8s.io; empty: every namespace)")
 	httpserver.RegisterFlags(fs, &o.embedded)
@@ -132,6 +139,8 @@ func (o options) check() error {
 		return errors.New("--state-dir is required")
 	case o.storageTimeout <= 0:
 		return fmt.Errorf("--storage-timeout %v: must be positive", o.storageTimeout)
+	case o.drainTimeout < 0:
+		return fmt.Errorf("--drain-timeout %v: must not be negative", o.drainTimeout)
 	}
 	if o.coordinatorURL != "" {
 		if _, err := lockclient.ParseURLs(o.coordinatorURL); err != nil {
@@ -197,6 +206,7 @@ func run(args []string) error {
 		return errors.Join(err, shutdown())
 	}
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(version.Collector())
 	store, err := contentv2.NewStore(o.root, o.nodeID, remote.New(coord), contentv2.WithRegisterer(reg),
 		contentv2.WithStateDir(o.stateDir), contentv2.WithReaper(o.reapInterval, o.embedded.ReapGrace),
 		contentv2.WithStorageTimeout(o.storageTimeout))
@@ -205,6 +215,12 @@ func run(args []string) error {
 	}
 	cleanups = append(cleanups, func(context.Context) error { return store.Close() })
 
+	srv, err := plugin.Listen(o.address, store)
+	if err != nil {
+		return errors.Join(err, shutdown())
+	}
+	cleanups = append(cleanups, func(ctx context.Context) error { srv.Stop(ctx); return nil })
+
 	if o.metricsListen != "" {
 		ln, err := net.Listen("tcp", o.metricsListen)
 		if err != nil {
@@ -212,7 +228,8 @@ func run(args []string) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/readyz", readyz(store))
+		mux.HandleFunc("/readyz", readyz(ctx, store))
+		mux.HandleFunc("/healthz", healthz)
 		ms := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := ms.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -222,11 +239,6 @@ func run(args []string) error {
 		cleanups = append(cleanups, ms.Shutdown)
 	}
 
-	srv, err := plugin.Listen(o.address, store)
-	if err != nil {
-		return errors.Join(err, shutdown())
-	}
-	cleanups = append(cleanups, func(ctx context.Context) error { srv.Stop(ctx); return nil })
 	go func() { errCh <- srv.Serve(ctx) }()
 	if o.containerdAddress != "" {
 		// Once serving: CRI may have dropped every image while this daemon
@@ -245,7 +257,7 @@ func run(args []string) error {
 	if os.Geteuid() != 0 {
 		log.G(ctx).Warn("not running as root: the diff API cannot mount snapshots, so containerd must not use sharedcontent-diff on this node (it still works without it, only slower)")
 	}
-	log.G(ctx).WithField("root", o.root).WithField("address", o.address).
+	log.G(ctx).WithField("root", o.root).WithField("address", o.address).WithField("version", version.Get().Version).
 		WithField("coordinator", or(o.coordinatorURL, "embedded")).Info("containerd-sharedcontent ready")
 	// READY=1 once the socket is listening, so that a unit ordered
 	// Before=containerd.service starts containerd only when its content and
@@ -255,9 +267,12 @@ func run(args []string) error {
 	case err = <-errCh:
 		log.G(ctx).WithError(err).Error("stopping after a server error")
 	case <-ctx.Done():
-		log.G(ctx).Info("shutting down")
 	}
 	cli.Notify(ctx, daemon.SdNotifyStopping)
+	if err == nil {
+		drain(ctx, srv, o.drainTimeout)
+		log.G(ctx).Info("shutting down")
+	}
 	return errors.Join(err, shutdown())
 }
 
@@ -330,11 +345,43 @@ func adopt(ctx context.Context, l *lockserver.Coordinator, root string) error {
 	return nil
 }
 
+// drain lets the pulls in flight finish (plugin.Server.Drain), for at
+// most timeout: an upgrade's restart then cuts none of them.
+func drain(ctx context.Context, srv *plugin.Server, timeout time.Duration) {
+	if timeout == 0 {
+		return
+	}
+	l := log.G(ctx).WithField("drain_timeout", timeout)
+	l.Info("draining: serving the pulls in flight until no call has come for " + plugin.DrainQuiet.String())
+	start := time.Now()
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	if err := srv.Drain(dctx, plugin.DrainQuiet); err != nil {
+		l.Warn("--drain-timeout passed with calls still in flight: stopping them")
+		return
+	}
+	l.WithField("took", time.Since(start).Round(time.Millisecond)).Info("drained")
+}
+
+// healthz answers "ok" while the process runs, with its build in
+// version.Header.
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set(version.Header, version.Get().String())
+	fmt.Fprintln(w, "ok")
+}
+
 // readyz answers 200 while the store serves, and 503 with the reason
-// while it refuses writes and deletes (its shared root is not verified).
-func readyz(store contentv2.Store) http.HandlerFunc {
+// while it refuses writes and deletes (its shared root is not verified)
+// or once the daemon is stopping (ctx ended: it drains, then stops).
+func readyz(ctx context.Context, store contentv2.Store) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if ctx.Err() != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready: draining before it stops")
+			return
+		}
 		if err := store.Ready(); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, "not ready:", err)

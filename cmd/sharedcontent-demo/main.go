@@ -29,6 +29,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/sharedcontent/sharedcontent/cmd/internal/cli"
 	"github.com/sharedcontent/sharedcontent/contentv2/contentv2test"
 	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
@@ -60,7 +61,12 @@ func parseFlags() (demoFlags, error) {
 	flag.IntVar(&f.layers, "layers", 6, "image layers")
 	flag.IntVar(&f.layerMiB, "layer-mib", 16, "size of each layer in MiB")
 	flag.IntVar(&f.bandwidthMBps, "bandwidth-mbps", 400, "registry uplink in MB/s, shared by all downloads (0: unlimited)")
+	showVersion := flag.Bool(cli.VersionFlag, false, "print the version (and revision, Go version) and exit")
 	flag.Parse()
+	if *showVersion {
+		cli.PrintVersion(os.Stdout, "sharedcontent-demo")
+		os.Exit(0)
+	}
 	if f.nodes < 1 || f.layers < 1 || f.layerMiB < 1 {
 		return f, errors.New("--nodes, --layers and --layer-mib must be positive")
 	}

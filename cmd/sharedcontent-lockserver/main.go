@@ -18,6 +18,7 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/sharedcontent/sharedcontent/cmd/internal/cli"
+	"github.com/sharedcontent/sharedcontent/internal/version"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/election"
 	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
@@ -26,8 +27,9 @@ import (
 const (
 	defaultListen  = "127.0.0.1:8642"
 	defaultDataDir = "/var/lib/sharedcontent-lockserver"
-	// shutdownGrace bounds how long requests in flight may finish.
-	shutdownGrace = 10 * time.Second
+	// defaultDrainTimeout bounds how long requests in flight may finish
+	// on SIGTERM (--drain-timeout).
+	defaultDrainTimeout = 10 * time.Second
 )
 
 func main() {
@@ -42,6 +44,7 @@ type options struct {
 	cfg              httpserver.Config
 	etcd             election.Options
 	listen, logLevel string
+	drainTimeout     time.Duration
 }
 
 // flags returns the command's flag set, writing into o.
@@ -51,6 +54,8 @@ func flags(o *options) *flag.FlagSet {
 	fs.String(cli.ConfigFlag, "", "TOML config file; its keys are the flag names")
 	fs.StringVar(&o.listen, "listen", defaultListen, "address to serve the HTTP API on")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "on SIGTERM or SIGINT, how long the requests in flight may finish (new ones are answered 503, which nodes retry at another replica or after the restart) before they are cut")
+	cli.DefineVersion(fs)
 	httpserver.RegisterFlags(fs, &o.cfg)
 	election.RegisterFlags(fs, &o.etcd)
 	return fs
@@ -63,6 +68,9 @@ func parse(args []string) (options, error) {
 	fs := flags(&o)
 	if err := cli.Parse(fs, args); err != nil {
 		return o, err
+	}
+	if o.drainTimeout < 0 {
+		return o, fmt.Errorf("--drain-timeout %v: must not be negative", o.drainTimeout)
 	}
 	if err := o.cfg.CheckLeaseTTL(); err != nil {
 		return o, err
@@ -110,7 +118,7 @@ func run(args []string) error {
 	} else {
 		l = l.WithField("data_dir", cfg.DataDir)
 	}
-	l.WithField("shards", cfg.Shards).WithField("lease_ttl", cfg.LeaseTTL).
+	l.WithField("version", version.Get().Version).WithField("shards", cfg.Shards).WithField("lease_ttl", cfg.LeaseTTL).
 		WithField("tls", cfg.TLSCert != "").WithField("auth", cfg.Identity()).
 		Info("sharedcontent-lockserver serving")
 
@@ -125,7 +133,7 @@ func run(args []string) error {
 		log.G(ctx).Info("shutting down")
 	}
 	cli.Notify(ctx, daemon.SdNotifyStopping)
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	sctx, cancel := context.WithTimeout(context.Background(), o.drainTimeout)
 	defer cancel()
 	return errors.Join(err, srv.Shutdown(sctx))
 }

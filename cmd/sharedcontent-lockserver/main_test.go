@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/cmd/internal/notifytest"
+	"github.com/sharedcontent/sharedcontent/internal/version"
 )
 
 // TestRunNotifiesReady (docs/operations.md "systemd"): under systemd (Type=notify) the lock
@@ -38,6 +39,12 @@ func TestRunNotifiesReady(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, "ok\n", string(body))
+	require.Equal(t, version.Get().String(), resp.Header.Get(version.Header), "/healthz names the build")
+	resp, err = client.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Contains(t, string(body), `sharedcontent_build_info{goversion="`+version.Get().GoVersion+`",revision="`+version.Get().Revision+`",version="`+version.Get().Version+`"} 1`)
 
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
 	notifytest.Wait(t, notes, "STOPPING", time.Minute)

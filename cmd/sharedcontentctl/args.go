@@ -11,6 +11,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
+
+	"github.com/sharedcontent/sharedcontent/cmd/internal/cli"
 )
 
 // command is one of sharedcontentctl's commands.
@@ -57,6 +59,7 @@ type invocation struct {
 	// The flags every command takes.
 	server, tokenFile, output, root string
 	serverSet                       bool // --coordinator was given
+	version                         bool // --version: print it, run nothing
 	// The commands' own flags.
 	containerdConfig string
 	configOnly       bool
@@ -77,6 +80,9 @@ func parseArgs(args []string, errOut io.Writer) (*invocation, error) {
 	fs.Usage = func() { fmt.Fprintln(fs.Output(), usage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if inv.version {
+		return inv, nil
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
@@ -162,6 +168,7 @@ func (inv *invocation) flagSet(name string, errOut io.Writer) *flag.FlagSet {
 	})
 	fs.StringVar(&inv.tokenFile, "token-file", or(inv.tokenFile, os.Getenv("SHAREDCONTENT_TOKEN_FILE")), "file with the bearer token (env SHAREDCONTENT_TOKEN_FILE): the coordinator's admin token (its --admin-token-file), which every command takes and forget, release and adopt need; a coordinator with node tokens answers no call without a token. Without node or admin tokens: its --token-file")
 	fs.StringVar(&inv.output, "o", or(inv.output, "table"), "output: table or json")
+	fs.BoolVar(&inv.version, cli.VersionFlag, false, "print the version (and revision, Go version) and exit")
 	fs.StringVar(&inv.root, "root", inv.root, "the shared content directory, for refs, du, reap, doctor and cluster adopt (env SHAREDCONTENT_ROOT)")
 	return fs
 }

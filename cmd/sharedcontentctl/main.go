@@ -9,6 +9,7 @@
 //	sharedcontentctl ... node ls | node forget ID | node release ID
 //	sharedcontentctl ... --root DIR du | reap --dry-run [--reap-grace D]
 //	sharedcontentctl ... cluster adopt --root DIR [--force]
+//	sharedcontentctl --version
 //
 // Flags go before or after the command. --lock-server (and the variable
 // SHAREDCONTENT_LOCK_SERVER) is the deprecated name of --coordinator.
@@ -27,6 +28,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/sirupsen/logrus"
 
+	"github.com/sharedcontent/sharedcontent/cmd/internal/cli"
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/internal/tokenfile"
 	"github.com/sharedcontent/sharedcontent/lockclient"
@@ -81,6 +83,10 @@ func run(args []string, out, errOut io.Writer) error {
 	}
 	if err != nil {
 		return err
+	}
+	if inv.version {
+		cli.PrintVersion(out, "sharedcontentctl")
+		return nil
 	}
 	p, err := newPrinter(out, inv.output)
 	if err != nil {

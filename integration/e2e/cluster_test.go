@@ -187,6 +187,13 @@ type node struct {
 	// its extra environment, on every start.
 	pluginBin string
 	pluginEnv []string
+	// oldFlags: pluginBin is an earlier commit's (upgrade_test.go), so
+	// only the flags it knows: no --containerd-address, --drain-timeout.
+	oldFlags bool
+	// drains keeps the plugin's default --drain-timeout; else it is 0:
+	// tests restart plugins under containerd often, and each drain
+	// would wait its quiet time (upgrade_test.go tests the drain).
+	drains bool
 	// noDiffer leaves the sharedcontent-diff plugin out of containerd's
 	// config (content proxy only: containerd unpacks with its own differ,
 	// reading layers through the content proxy).
@@ -387,9 +394,14 @@ func (n *node) pluginArgv() []string {
 	}
 	argv := []string{bin,
 		"--root", n.shared, "--address", n.pluginSock, "--node-id", n.id,
-		"--state-dir", n.stateDir(), "--log-level", "debug",
+		"--state-dir", n.stateDir(), "--log-level", "debug"}
+	if !n.oldFlags {
 		// Its own containerd, never the host's.
-		"--containerd-address", n.sock}
+		argv = append(argv, "--containerd-address", n.sock)
+		if !n.drains {
+			argv = append(argv, "--drain-timeout", "0")
+		}
+	}
 	if n.lockURL != "" {
 		argv = append(argv, "--coordinator", n.lockURL)
 	} else {

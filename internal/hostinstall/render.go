@@ -55,7 +55,9 @@ ExecStart=` + BinaryPath + `
 Restart=always
 RestartSec=2
 KillSignal=SIGTERM
-TimeoutStopSec=15
+# SIGTERM drains the pulls in flight for up to --drain-timeout (30 s), then
+# the rest stops within 10 s.
+TimeoutStopSec=45
 
 [Install]
 # At boot, and whenever containerd is started, this unit is started first

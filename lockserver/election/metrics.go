@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/sharedcontent/sharedcontent/internal/version"
 	"github.com/sharedcontent/sharedcontent/refcount/etcdstore"
 )
 
@@ -40,7 +41,7 @@ func newMetrics() *metrics {
 		}, []string{"reason"}),
 	}
 	m.etcd = etcdstore.NewMetrics()
-	m.reg.MustRegister(m.leader, m.changes, m.stepped, m.etcd)
+	m.reg.MustRegister(m.leader, m.changes, m.stepped, m.etcd, version.Collector())
 	return m
 }
 

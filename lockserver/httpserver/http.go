@@ -22,6 +22,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/sharedcontent/sharedcontent/internal/version"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
@@ -200,7 +201,7 @@ func NewHandler(c *lockserver.Coordinator, opts ...HandlerOption) *Handler {
 		"/nodes":             onGet(h.nodes),
 		"/cluster":           onGet(h.cluster),
 		"/cluster/adopt":     {method: http.MethodPost, admin: true, handle: h.adopt},
-		"/healthz":           onGet(func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok\n") }),
+		"/healthz":           onGet(healthz),
 		"/readyz":            onGet(h.readyz),
 	}
 	for _, o := range opts {
@@ -214,6 +215,15 @@ func NewHandler(c *lockserver.Coordinator, opts ...HandlerOption) *Handler {
 	}
 	return h
 }
+
+// healthz answers "ok", with the running build in version.Header.
+func healthz(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.Set(version.Header, buildVersion)
+	ctx.SetBodyString("ok\n")
+}
+
+// buildVersion is version.Get().String(), read once.
+var buildVersion = version.Get().String()
 
 // coord returns the Coordinator served now (nil on a standby that never
 // led: the leadership check refuses every API call there first).

@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/sharedcontent/sharedcontent/internal/tokenfile"
+	"github.com/sharedcontent/sharedcontent/internal/version"
 	"github.com/sharedcontent/sharedcontent/lockserver"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
@@ -97,7 +98,7 @@ func Open(cfg Config) (*Server, error) {
 		return nil, dataDirError(cfg.DataDir, err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.Collector())
 	coord, err := lockserver.NewCoordinator(cfg.CoordinatorConfig(), lockserver.Options{
 		Refs:       refcount.NewManager(storage),
 		Registerer: reg,

@@ -32,6 +32,10 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if versionAsked(fs) {
+		PrintVersion(versionOut, fs.Name())
+		return flag.ErrHelp
+	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
@@ -57,7 +61,7 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	}
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if _, isAlias := aliasOf(f); isAlias || err != nil || explicit[f.Name] || f.Name == ConfigFlag {
+		if _, isAlias := aliasOf(f); isAlias || err != nil || explicit[f.Name] || f.Name == ConfigFlag || f.Name == VersionFlag {
 			return
 		}
 		if name, v, ok := lookupEnv(fs, f.Name, true); ok {
@@ -103,7 +107,7 @@ func applyTOML(fs *flag.FlagSet, path string, explicit map[string]bool) error {
 	for _, k := range keys {
 		name := strings.ReplaceAll(k, "_", "-")
 		f := fs.Lookup(name)
-		if f == nil || name == ConfigFlag {
+		if f == nil || name == ConfigFlag || name == VersionFlag {
 			return fmt.Errorf("config file %s: unknown key %q", path, k)
 		}
 		if a, ok := aliasOf(f); ok {
