@@ -19,8 +19,8 @@ import (
 // The commits of main the rolling upgrades start from (docs/operations.md
 // "Versions and upgrades").
 const (
-	// upgradeFrom is the merge of issue 26's sync by hash (9060547), the
-	// first commit of main with both wire changes of issues 25/26 (one
+	// upgradeFrom is the merge of sync by hash (9060547), the
+	// first commit of main with both of its wire changes (one
 	// event stream per node, cd00c6d before it; sync by hash). Its nodes
 	// do not know the reference rule's refusal (409 no_session, 7d22b3e):
 	// a coordinator of this tree refuses their references until their
@@ -99,7 +99,7 @@ func isFile(path string) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-// TestRollingUpgrade (issue 38): a cluster of the daemons of an earlier
+// TestRollingUpgrade: a cluster of the daemons of an earlier
 // commit (a coordinator and 3 nodes with real containerd) pulls under load
 // while it is upgraded to this tree one daemon at a time: from
 // upgradeFromRefRule the coordinator first, then the nodes one by one;
