@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // Coordinator is what the Store needs of the cluster's coordinator, in the
@@ -46,11 +48,15 @@ type Coordinator interface {
 	// reference, since a shared filesystem's caches can show a deleted
 	// file for a while (docs/design.md §8.9).
 	AddRef(ctx context.Context, dgst digest.Digest, found bool) error
-	// Lock takes a lock. Without req.Wait a held lock is ErrLocked at once.
-	// ErrSkipped: a pull or delete of the resource just succeeded
+	// Lock takes a lock: req names its operation type, resource and reap
+	// mode; its NodeID and RequestID are left to the coordinator's client
+	// (this node, a new ID). req.Wait nil (the coordinator's default) or
+	// true queues behind the holder; false fails at once with ErrLocked,
+	// as a coordinator that does not queue waiters by default does for
+	// nil. ErrSkipped: a pull or delete of the resource just succeeded
 	// elsewhere. A delete is ErrInUse or ErrUnsynced under the delete
 	// rule; either way this node's reference is gone.
-	Lock(ctx context.Context, req LockRequest) (Lock, error)
+	Lock(ctx context.Context, req api.LockRequest) (Lock, error)
 	// Refs calls fn for every resource the coordinator has references of,
 	// in resource ID order.
 	Refs(ctx context.Context, fn func(resource string, nodes []string) error) error
@@ -129,37 +135,6 @@ type Lock interface {
 	// §3.7), counted from the sending of the request that its grant or
 	// last renewal answered; zero when unknown or lost.
 	HeldUntil() time.Time
-}
-
-// Op is the kind of lock (docs/design.md §3).
-type Op string
-
-// The lock types.
-const (
-	OpPull   Op = "pull"
-	OpUpdate Op = "update"
-	OpDelete Op = "delete"
-)
-
-// ReapMode marks a delete of the reaper, which leaves this node's own
-// reference alone: ReapOrphan needs no reference at all, ReapDangling drops
-// the references of a blob that does not exist.
-type ReapMode string
-
-// The reap modes.
-const (
-	ReapOrphan   ReapMode = "orphan"
-	ReapDangling ReapMode = "dangling"
-)
-
-// LockRequest names a lock: its operation type and resource, as
-// lockclient.LockRequest and api.LockRequest do.
-type LockRequest struct {
-	Type       Op
-	ResourceID string
-	// Wait queues behind the holder instead of failing with ErrLocked.
-	Wait bool
-	Reap ReapMode
 }
 
 // SessionRequest is a session call (docs/design.md §8).

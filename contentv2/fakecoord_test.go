@@ -12,6 +12,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // fakeCluster is an in-memory coordinator for the store's unit tests: one
@@ -67,11 +68,11 @@ type fakeCall struct {
 	Node, Method string
 	// At is when the coordinator received it.
 	At time.Time
-	// Session: the request; Resource and Op: a lock's or a reference's.
+	// Session: the request; Resource and Type: a lock's or a reference's.
 	Session  SessionRequest
 	Resource string
-	Op       Op
-	Reap     ReapMode
+	Type     api.OperationType
+	Reap     api.ReapMode
 	// Answer: a session's answer; AnsweredAt when it was given.
 	Answer     SessionInfo
 	AnsweredAt time.Time
@@ -96,9 +97,9 @@ type fakeMember struct {
 type fakeLock struct {
 	c        *fakeCluster
 	node     string
-	op       Op
+	typ      api.OperationType
 	resource string
-	reap     ReapMode
+	reap     api.ReapMode
 	fence    uint64
 	// withReapLock: the node held the reap lock when this reap delete
 	// was granted.
@@ -107,7 +108,7 @@ type fakeLock struct {
 
 type fakeWaiter struct {
 	node string
-	op   Op
+	typ  api.OperationType
 	// answer receives the lock or the error once the holder is done.
 	answer chan fakeAnswer
 }
@@ -341,7 +342,7 @@ func (n *fakeNode) AddRef(_ context.Context, dgst digest.Digest, _ bool) (err er
 	if err := c.begin(&call); err != nil {
 		return err
 	}
-	if l := c.locks[dgst.String()]; l != nil && l.op == OpDelete {
+	if l := c.locks[dgst.String()]; l != nil && l.typ == api.OperationDelete {
 		return fmt.Errorf("%s: %w", dgst, ErrDeleting)
 	}
 	c.addRefLocked(dgst.String(), n.id)
@@ -349,10 +350,10 @@ func (n *fakeNode) AddRef(_ context.Context, dgst digest.Digest, _ bool) (err er
 	return nil
 }
 
-func (n *fakeNode) Lock(ctx context.Context, req LockRequest) (Lock, error) {
+func (n *fakeNode) Lock(ctx context.Context, req api.LockRequest) (Lock, error) {
 	c := n.c
 	c.mu.Lock()
-	call := fakeCall{Node: n.id, Method: "Lock", Resource: req.ResourceID, Op: req.Type, Reap: req.Reap}
+	call := fakeCall{Node: n.id, Method: "Lock", Resource: req.ResourceID, Type: req.Type, Reap: req.Reap}
 	lk, w, err := c.lockLocked(&call, n.id, req)
 	if lk != nil {
 		call.WithReapLock = lk.withReapLock
@@ -394,20 +395,20 @@ func (n *fakeNode) Lock(ctx context.Context, req LockRequest) (Lock, error) {
 
 // lockLocked grants req, refuses it, or returns the waiter to queue.
 // Callers hold mu.
-func (c *fakeCluster) lockLocked(call *fakeCall, node string, req LockRequest) (*fakeLock, *fakeWaiter, error) {
+func (c *fakeCluster) lockLocked(call *fakeCall, node string, req api.LockRequest) (*fakeLock, *fakeWaiter, error) {
 	if err := c.begin(call); err != nil {
 		return nil, nil, err
 	}
-	if req.Type == OpDelete && req.Reap == "" && c.refs[req.ResourceID] != nil {
+	if req.Type == api.OperationDelete && req.Reap == "" && c.refs[req.ResourceID] != nil {
 		delete(c.refs[req.ResourceID], node)
 	}
 	if held := c.locks[req.ResourceID]; held != nil {
-		if !req.Wait {
-			return nil, nil, fmt.Errorf("%s:%s held by %s: %w", held.op, req.ResourceID, held.node, ErrLocked)
+		if req.Wait != nil && !*req.Wait {
+			return nil, nil, fmt.Errorf("%s:%s held by %s: %w", held.typ, req.ResourceID, held.node, ErrLocked)
 		}
-		return nil, &fakeWaiter{node: node, op: req.Type, answer: make(chan fakeAnswer, 1)}, nil
+		return nil, &fakeWaiter{node: node, typ: req.Type, answer: make(chan fakeAnswer, 1)}, nil
 	}
-	if req.Type == OpPull && c.pulled[req.ResourceID] {
+	if req.Type == api.OperationPull && c.pulled[req.ResourceID] {
 		return nil, nil, fmt.Errorf("pull:%s: %w", req.ResourceID, ErrSkipped)
 	}
 	if err := c.checkDelete(node, req); err != nil {
@@ -417,17 +418,17 @@ func (c *fakeCluster) lockLocked(call *fakeCall, node string, req LockRequest) (
 }
 
 // checkDelete applies the delete rule. Callers hold mu.
-func (c *fakeCluster) checkDelete(node string, req LockRequest) error {
-	if req.Type != OpDelete {
+func (c *fakeCluster) checkDelete(node string, req api.LockRequest) error {
+	if req.Type != api.OperationDelete {
 		return nil
 	}
 	if req.Reap != "" {
-		if reap := c.locks[ReapLockResource]; reap == nil || reap.node != node {
+		if reap := c.locks[api.ReapLockResource]; reap == nil || reap.node != node {
 			return fmt.Errorf("reap delete of %s without the reap lock: %w", req.ResourceID, errdefs.ErrPermissionDenied)
 		}
 	}
 	for ref := range c.refs[req.ResourceID] {
-		if req.Reap != ReapDangling || ref != node {
+		if req.Reap != api.ReapDangling || ref != node {
 			return fmt.Errorf("delete:%s: %w", req.ResourceID, ErrInUse)
 		}
 	}
@@ -440,11 +441,11 @@ func (c *fakeCluster) checkDelete(node string, req LockRequest) error {
 }
 
 // grantLocked makes node the holder. Callers hold mu.
-func (c *fakeCluster) grantLocked(node string, op Op, resource string, reap ReapMode) *fakeLock {
+func (c *fakeCluster) grantLocked(node string, typ api.OperationType, resource string, reap api.ReapMode) *fakeLock {
 	c.fence++
-	l := &fakeLock{c: c, node: node, op: op, resource: resource, reap: reap, fence: c.fence}
+	l := &fakeLock{c: c, node: node, typ: typ, resource: resource, reap: reap, fence: c.fence}
 	if reap != "" {
-		r := c.locks[ReapLockResource]
+		r := c.locks[api.ReapLockResource]
 		l.withReapLock = r != nil && r.node == node
 	}
 	c.locks[resource] = l
@@ -459,14 +460,14 @@ func (c *fakeCluster) releaseLocked(l *fakeLock, success bool) {
 	}
 	delete(c.locks, l.resource)
 	switch {
-	case success && l.op == OpPull:
+	case success && l.typ == api.OperationPull:
 		c.pulled[l.resource] = true
 		c.addRefLocked(l.resource, l.node)
 		delete(c.completed, l.resource)
-	case success && l.op == OpDelete:
+	case success && l.typ == api.OperationDelete:
 		delete(c.pulled, l.resource)
 		c.completed[l.resource] = DeleteCompletion{Done: true, Fence: l.fence}
-		if l.reap == ReapDangling {
+		if l.reap == api.ReapDangling {
 			delete(c.refs[l.resource], l.node)
 		}
 	}
@@ -474,11 +475,11 @@ func (c *fakeCluster) releaseLocked(l *fakeLock, success bool) {
 	for len(q) > 0 {
 		w := q[0]
 		q = q[1:]
-		if w.op == OpPull && c.pulled[l.resource] {
+		if w.typ == api.OperationPull && c.pulled[l.resource] {
 			w.answer <- fakeAnswer{err: fmt.Errorf("pull:%s: %w", l.resource, ErrSkipped)}
 			continue
 		}
-		w.answer <- fakeAnswer{lk: c.grantLocked(w.node, w.op, l.resource, "")}
+		w.answer <- fakeAnswer{lk: c.grantLocked(w.node, w.typ, l.resource, "")}
 		break
 	}
 	c.queues[l.resource] = q
@@ -488,7 +489,7 @@ func (l *fakeLock) Unlock(_ context.Context, success bool, _ error) (err error) 
 	c := l.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	call := fakeCall{Node: l.node, Method: "Unlock", Resource: l.resource, Op: l.op, Success: success}
+	call := fakeCall{Node: l.node, Method: "Unlock", Resource: l.resource, Type: l.typ, Success: success}
 	defer func() { c.end(call, err) }()
 	if err := c.begin(&call); err != nil {
 		return err
@@ -587,7 +588,7 @@ func (n *fakeNode) ExpireMember(_ context.Context, reapLock Lock, nodeID string,
 	if err := c.begin(&call); err != nil {
 		return 0, err
 	}
-	if l, ok := reapLock.(*fakeLock); !ok || c.locks[ReapLockResource] != l || l.node != n.id {
+	if l, ok := reapLock.(*fakeLock); !ok || c.locks[api.ReapLockResource] != l || l.node != n.id {
 		return 0, fmt.Errorf("expire %s: not the reap lock: %w", nodeID, errdefs.ErrPermissionDenied)
 	}
 	m := c.members[nodeID]

@@ -8,6 +8,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/stretchr/testify/require"
 )
 
@@ -74,7 +75,7 @@ func requireReapDeletesUnderTheReapLock(t *testing.T, c *fakeCluster) {
 	require.Positive(t, granted)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	require.Nil(t, c.locks[ReapLockResource], "the reap lock is released")
+	require.Nil(t, c.locks[api.ReapLockResource], "the reap lock is released")
 }
 
 // TestReaperWaitsForTheReapLock: while another node holds the reap lock,
@@ -83,7 +84,7 @@ func TestReaperWaitsForTheReapLock(t *testing.T) {
 	c, s := reapEnv(t)
 	old := putBlob(t, s, "old orphan", 2*reapGrace)
 	ctx := context.Background()
-	other, err := c.node("node-2").Lock(ctx, LockRequest{Type: OpUpdate, ResourceID: ReapLockResource})
+	other, err := c.node("node-2").Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, Wait: new(false)})
 	require.NoError(t, err)
 
 	rep, err := s.Reap(ctx)
@@ -91,7 +92,7 @@ func TestReaperWaitsForTheReapLock(t *testing.T) {
 	require.False(t, rep.Ran)
 	require.FileExists(t, s.blobPath(old))
 	for _, call := range calls(c.recorded(), "Lock") {
-		require.False(t, call.Node == "node-1" && call.Op == OpDelete, "no delete asked: %+v", call)
+		require.False(t, call.Node == "node-1" && call.Type == api.OperationDelete, "no delete asked: %+v", call)
 	}
 
 	require.NoError(t, other.Unlock(ctx, true, nil))
@@ -107,7 +108,7 @@ func TestReaperPlanIsNoPromise(t *testing.T) {
 	c, s := reapEnv(t)
 	old := putBlob(t, s, "old orphan", 2*reapGrace)
 	c.setRefuse(func(call fakeCall) error {
-		if call.Method == "Lock" && call.Reap == ReapOrphan {
+		if call.Method == "Lock" && call.Reap == api.ReapOrphan {
 			c.addRefLocked(call.Resource, "node-2") // referenced just now
 		}
 		return nil
@@ -162,7 +163,7 @@ func TestReaperDropsOnlyOwnDanglingReferences(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"node-2"}, c.nodesOf(others), "at every pass")
 	for _, call := range calls(c.recorded(), "Lock") {
-		require.NotEqual(t, ReapDangling, call.Reap, "no dangling reap is sent: %+v", call)
+		require.NotEqual(t, api.ReapDangling, call.Reap, "no dangling reap is sent: %+v", call)
 	}
 }
 
@@ -273,7 +274,7 @@ func TestReaperPassesCounted(t *testing.T) {
 	want[reapRan]++
 	require.Equal(t, want, passes())
 
-	other, err := c.node("node-2").Lock(ctx, LockRequest{Type: OpUpdate, ResourceID: ReapLockResource})
+	other, err := c.node("node-2").Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, Wait: new(false)})
 	require.NoError(t, err)
 	rep, err = s.Reap(ctx)
 	require.NoError(t, err)

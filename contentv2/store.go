@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sharedcontent/sharedcontent/internal/failpoint"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // Mode chooses how Writer behaves when another node holds a blob's lock.
@@ -483,7 +484,7 @@ func (s *store) Update(ctx context.Context, info content.Info, fieldpaths ...str
 	if err := s.rootw.ready(); err != nil {
 		return content.Info{}, fmt.Errorf("content %v: update: %w", info.Digest, err)
 	}
-	lk, err := s.coord.Lock(ctx, LockRequest{Type: OpUpdate, ResourceID: info.Digest.String(), Wait: true})
+	lk, err := s.coord.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: info.Digest.String(), Wait: new(false)})
 	switch {
 	case err != nil && isRefusal(err):
 		return content.Info{}, fmt.Errorf("content %v: update: %w: %w", info.Digest, errdefs.ErrFailedPrecondition, err)
@@ -563,7 +564,7 @@ func (s *store) askDelete(ctx context.Context, dgst digest.Digest) (Lock, error)
 	s.mu.Unlock()
 	var lk Lock
 	err := s.coordinate(ctx, func(ctx context.Context) (err error) {
-		lk, err = s.coord.Lock(ctx, LockRequest{Type: OpDelete, ResourceID: dgst.String()})
+		lk, err = s.coord.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: dgst.String(), Wait: new(false)})
 		return err
 	})
 	return lk, err

@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/sharedcontent/sharedcontent/internal/failpoint"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // Writer opens an ingest under the blob's pull lock (docs/design.md §5.2). The digest
@@ -140,7 +141,7 @@ func (s *store) openLocked(ctx context.Context, wo content.WriterOpts, lk Lock, 
 // pullLock takes the blob's pull lock: at once or not at all in
 // ContainerdMode, waiting in LibraryMode.
 func (s *store) pullLock(ctx context.Context, dgst digest.Digest) (lk Lock, err error) {
-	req := LockRequest{Type: OpPull, ResourceID: dgst.String(), Wait: s.mode == LibraryMode}
+	req := api.LockRequest{Type: api.OperationPull, ResourceID: dgst.String(), Wait: new(s.mode == LibraryMode)}
 	if s.mode == LibraryMode {
 		return s.coord.Lock(ctx, req)
 	}

@@ -31,7 +31,7 @@ func ExampleClient_Lock() {
 	if _, err := a.Session(ctx, api.SessionRequest{InstanceID: "daemon-1"}); err != nil {
 		log.Fatal(err)
 	}
-	pull := lockclient.LockRequest{Type: api.OperationPull, ResourceID: blob}
+	pull := api.LockRequest{Type: api.OperationPull, ResourceID: blob}
 	res, err := a.Lock(ctx, pull) // waits while another node pulls it
 	if err != nil {
 		log.Fatal(err)
@@ -73,7 +73,7 @@ func ExampleClient_TryLock() {
 	defer a.Close()
 	defer b.Close()
 
-	update := lockclient.LockRequest{Type: api.OperationUpdate, ResourceID: blob}
+	update := api.LockRequest{Type: api.OperationUpdate, ResourceID: blob}
 	held, err := a.Lock(ctx, update)
 	if err != nil {
 		log.Fatal(err)
@@ -128,7 +128,7 @@ func ExampleClient_Session() {
 	}
 	fmt.Println("references:", refs.Count)
 
-	_, err = b.TryLock(ctx, lockclient.LockRequest{Type: api.OperationDelete, ResourceID: blob})
+	_, err = b.TryLock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: blob})
 	var inUse *api.InUseError
 	if errors.As(err, &inUse) {
 		fmt.Println("delete refused; in use by", inUse.Refs.Nodes)

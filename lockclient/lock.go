@@ -10,17 +10,6 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// LockRequest names a lock and who asks for it.
-type LockRequest struct {
-	Type       api.OperationType
-	ResourceID string
-	// NodeID is the node the lock is taken for; empty means the client's
-	// node (WithNodeID).
-	NodeID string
-	// Reap marks a delete of the reaper (api.LockRequest.Reap).
-	Reap api.ReapMode
-}
-
 // LockResult is the outcome of Lock and TryLock: exactly one of Acquired
 // and Skipped is set, or Error.
 type LockResult struct {
@@ -49,22 +38,27 @@ type LockResult struct {
 // Cancelling ctx takes the caller out of the queue, or gives back a grant
 // that arrived meanwhile; Lock then returns ctx's error and holds nothing.
 //
+// req names the lock (Type, ResourceID, Reap) and, in NodeID, the node it
+// is taken for (empty: the client's, WithNodeID). Its RequestID and Wait
+// are the client's own: a new request ID per call, and Wait left to the
+// coordinator's default (TryLock: false).
+//
 // The result is never nil; err != nil exactly when result.Error != nil.
 // When Acquired, the lease is renewed in the background until Unlock.
-func (c *Client) Lock(ctx context.Context, req LockRequest) (*LockResult, error) {
+func (c *Client) Lock(ctx context.Context, req api.LockRequest) (*LockResult, error) {
 	return c.lock(ctx, req, true)
 }
 
 // TryLock is Lock without waiting: a held lock fails at once with
 // ErrLocked. Transient errors are still retried, with the same request ID.
-func (c *Client) TryLock(ctx context.Context, req LockRequest) (*LockResult, error) {
+func (c *Client) TryLock(ctx context.Context, req api.LockRequest) (*LockResult, error) {
 	return c.lock(ctx, req, false)
 }
 
 // ClusterLock is the one-call helper of the content store (the seeds'
 // client.ClusterLock): Lock of req on c, with req.NodeID defaulting to c's
 // node.
-func ClusterLock(ctx context.Context, c *Client, req *LockRequest) (*LockResult, error) {
+func ClusterLock(ctx context.Context, c *Client, req *api.LockRequest) (*LockResult, error) {
 	if c == nil || req == nil {
 		err := fmt.Errorf("lockclient: ClusterLock needs a client and a request: %w", ErrInvalidArgument)
 		return &LockResult{Error: err}, err
@@ -72,7 +66,7 @@ func ClusterLock(ctx context.Context, c *Client, req *LockRequest) (*LockResult,
 	return c.Lock(ctx, *req)
 }
 
-func (c *Client) lock(ctx context.Context, req LockRequest, wait bool) (*LockResult, error) {
+func (c *Client) lock(ctx context.Context, req api.LockRequest, wait bool) (*LockResult, error) {
 	lr, err := c.lockRequest(req)
 	if err != nil {
 		return failed(err)
@@ -140,7 +134,7 @@ func failed(err error) (*LockResult, error) { return &LockResult{Error: err}, er
 
 // lockRequest validates req and gives it the client's node and a new
 // request ID.
-func (c *Client) lockRequest(req LockRequest) (api.LockRequest, error) {
+func (c *Client) lockRequest(req api.LockRequest) (api.LockRequest, error) {
 	if !req.Type.Valid() {
 		return api.LockRequest{}, fmt.Errorf("lock type %q: must be pull, update or delete: %w", req.Type, ErrInvalidArgument)
 	}

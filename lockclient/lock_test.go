@@ -71,7 +71,7 @@ func testSuccessSkips(t *testing.T, h transportHarness) {
 	newClient := h.setup(t)
 	ctx := context.Background()
 	a, b, c := newClient("node-a"), newClient("node-b"), newClient("node-c")
-	req := LockRequest{Type: api.OperationPull, ResourceID: blob + "-skip"}
+	req := api.LockRequest{Type: api.OperationPull, ResourceID: blob + "-skip"}
 
 	res, err := a.Lock(ctx, req)
 	require.NoError(t, err)
@@ -117,7 +117,7 @@ func testFailureHandsOver(t *testing.T, h transportHarness) {
 	newClient := h.setup(t)
 	ctx := context.Background()
 	a, b, c, d := newClient("node-a"), newClient("node-b"), newClient("node-c"), newClient("node-d")
-	req := LockRequest{Type: api.OperationPull, ResourceID: blob + "-handoff"}
+	req := api.LockRequest{Type: api.OperationPull, ResourceID: blob + "-handoff"}
 
 	resA, err := a.Lock(ctx, req)
 	require.NoError(t, err)
@@ -165,7 +165,7 @@ func testCancelLeavesQueue(t *testing.T, h transportHarness) {
 	newClient := h.setup(t)
 	ctx := context.Background()
 	a, b := newClient("node-a"), newClient("node-b")
-	req := LockRequest{Type: api.OperationPull, ResourceID: blob + "-cancel"}
+	req := api.LockRequest{Type: api.OperationPull, ResourceID: blob + "-cancel"}
 	resA, err := a.Lock(ctx, req)
 	require.NoError(t, err)
 	require.True(t, resA.Acquired)
@@ -195,7 +195,7 @@ func testTryLock(t *testing.T, h transportHarness) {
 	newClient := h.setup(t)
 	ctx := context.Background()
 	a, b := newClient("node-a"), newClient("node-b")
-	req := LockRequest{Type: api.OperationUpdate, ResourceID: blob + "-try"}
+	req := api.LockRequest{Type: api.OperationUpdate, ResourceID: blob + "-try"}
 	resA, err := a.TryLock(ctx, req)
 	require.NoError(t, err)
 	require.True(t, resA.Acquired)
@@ -224,14 +224,14 @@ func testDeleteInUse(t *testing.T, h transportHarness) {
 	require.Equal(t, 1, refs.Count)
 	require.Nil(t, refs.Nodes, "AddRef asks for the count only")
 
-	res, err := ClusterLock(ctx, b, &LockRequest{Type: api.OperationDelete, ResourceID: id})
+	res, err := ClusterLock(ctx, b, &api.LockRequest{Type: api.OperationDelete, ResourceID: id})
 	require.ErrorIs(t, err, ErrInUse)
 	require.Equal(t, err, res.Error)
 	var inUse *api.InUseError
 	require.ErrorAs(t, err, &inUse)
 	require.Equal(t, []string{"node-a"}, inUse.Refs.Nodes)
 
-	res, err = a.Lock(ctx, LockRequest{Type: api.OperationDelete, ResourceID: id})
+	res, err = a.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: id})
 	require.NoError(t, err)
 	require.True(t, res.Acquired, "the last user may delete")
 	_, err = b.AddRef(ctx, id)
@@ -246,7 +246,7 @@ func TestRequestValidation(t *testing.T) {
 	c, err := NewEmbedded(lockservertest.NewCoordinator(t), WithNodeID("n"))
 	require.NoError(t, err)
 	ctx := context.Background()
-	for _, req := range []LockRequest{
+	for _, req := range []api.LockRequest{
 		{Type: "merge", ResourceID: blob},
 		{Type: api.OperationPull},
 	} {
@@ -276,7 +276,7 @@ func TestRequestValidation(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 
 	require.NoError(t, c.Close())
-	res, err = c.Lock(ctx, LockRequest{Type: api.OperationPull, ResourceID: blob})
+	res, err = c.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.ErrorIs(t, err, ErrUnavailable, "a closed client takes no locks")
 	require.Equal(t, err, res.Error)
 }

@@ -26,7 +26,7 @@ func TestTLSWithToken(t *testing.T) {
 	members.Open(t, ts.Core(), "node-a", "node-b")
 	queued := make(chan struct{}, 1)
 	waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
-	req := LockRequest{Type: api.OperationPull, ResourceID: blob}
+	req := api.LockRequest{Type: api.OperationPull, ResourceID: blob}
 
 	res, err := holder.Lock(context.Background(), req)
 	require.NoError(t, err)
@@ -79,7 +79,7 @@ func TestNodeIdentity(t *testing.T) {
 			members.Open(t, ts.Core(), "node-a", "node-b")
 			queued := make(chan struct{}, 1)
 			waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
-			req := LockRequest{Type: api.OperationPull, ResourceID: blob}
+			req := api.LockRequest{Type: api.OperationPull, ResourceID: blob}
 
 			res, err := holder.Lock(context.Background(), req)
 			require.NoError(t, err)
@@ -92,7 +92,7 @@ func TestNodeIdentity(t *testing.T) {
 			require.True(t, o.res.Skipped)
 
 			impostor := newHTTPClient(t, ts.URL(), "node-a", tc.as(t, ts, "node-c"), WithMaxRetries(3))
-			_, err = impostor.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob + "-other"})
+			_, err = impostor.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob + "-other"})
 			require.ErrorIs(t, err, api.ErrForbidden, "node-c's credentials acting as node-a")
 		})
 	}

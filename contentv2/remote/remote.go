@@ -197,13 +197,13 @@ func (s *coordinator) AddRef(ctx context.Context, dgst digest.Digest, found bool
 	return mapErr(err)
 }
 
-func (s *coordinator) Lock(ctx context.Context, req contentv2.LockRequest) (contentv2.Lock, error) {
-	lr := lockclient.LockRequest{Type: api.OperationType(req.Type), ResourceID: req.ResourceID, Reap: api.ReapMode(req.Reap)}
+func (s *coordinator) Lock(ctx context.Context, req api.LockRequest) (contentv2.Lock, error) {
+	lr := api.LockRequest{Type: req.Type, ResourceID: req.ResourceID, Reap: req.Reap}
 	var (
 		res *lockclient.LockResult
 		err error
 	)
-	if req.Wait {
+	if req.Wait == nil || *req.Wait {
 		res, err = s.c.Lock(ctx, lr)
 	} else {
 		res, err = s.c.TryLock(ctx, lr)

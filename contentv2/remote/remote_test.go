@@ -28,7 +28,7 @@ const sessionTTL = 10 * time.Minute
 // TestReapLockResource: contentv2 names the reap lock itself; the
 // coordinator must know it by the same name.
 func TestReapLockResource(t *testing.T) {
-	require.Equal(t, api.ReapLockResource, contentv2.ReapLockResource)
+	require.Equal(t, api.ReapLockResource, api.ReapLockResource)
 }
 
 // start starts a real coordinator over loopback HTTP.
@@ -176,22 +176,22 @@ func TestLockRefusals(t *testing.T) {
 	join(t, n2, "i2")
 	pulled, used, deleting := blobDigest(1), blobDigest(2), blobDigest(3)
 
-	pull, err := n1.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpPull, ResourceID: pulled.String()})
+	pull, err := n1.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: pulled.String(), Wait: new(false)})
 	require.NoError(t, err)
-	_, err = n2.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpPull, ResourceID: pulled.String()})
+	_, err = n2.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: pulled.String(), Wait: new(false)})
 	require.ErrorIs(t, err, contentv2.ErrLocked)
 	require.ErrorIs(t, err, lockclient.ErrLocked, "the cause is kept")
 	require.NoError(t, pull.Check(ctx), "a held lock checks out")
 	require.NoError(t, pull.Unlock(ctx, true, nil))
 	require.Error(t, pull.Check(ctx), "a released lock does not")
-	_, err = n2.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpPull, ResourceID: pulled.String(), Wait: true})
+	_, err = n2.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: pulled.String()})
 	require.ErrorIs(t, err, contentv2.ErrSkipped, "pulled elsewhere just now")
 
 	require.NoError(t, n1.AddRef(ctx, used, false))
-	_, err = n2.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpDelete, ResourceID: used.String()})
+	_, err = n2.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: used.String(), Wait: new(false)})
 	require.ErrorIs(t, err, contentv2.ErrInUse)
 
-	del, err := n1.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpDelete, ResourceID: deleting.String()})
+	del, err := n1.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: deleting.String(), Wait: new(false)})
 	require.NoError(t, err)
 	require.ErrorIs(t, n2.AddRef(ctx, deleting, false), contentv2.ErrDeleting, "a delete is in flight")
 	require.NoError(t, del.Unlock(ctx, true, nil))
@@ -201,7 +201,7 @@ func TestLockRefusals(t *testing.T) {
 	n3 := node(t, coord, "node-3")
 	_, err = n3.Session(ctx, contentv2.SessionRequest{InstanceID: "i3"})
 	require.NoError(t, err)
-	_, err = n1.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpDelete, ResourceID: blobDigest(4).String()})
+	_, err = n1.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: blobDigest(4).String(), Wait: new(false)})
 	require.ErrorIs(t, err, contentv2.ErrUnsynced, "node-3 has not synced")
 }
 
@@ -214,13 +214,13 @@ func TestExpireMember(t *testing.T) {
 	join(t, n1, "i1")
 	join(t, node(t, coord, "node-2"), "i2")
 
-	other, err := n1.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpUpdate, ResourceID: blobDigest(1).String()})
+	other, err := n1.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: blobDigest(1).String(), Wait: new(false)})
 	require.NoError(t, err)
 	_, err = n1.ExpireMember(ctx, other, "node-2", contentv2.MarkerReport{State: "s", Unchanged: time.Hour})
 	require.ErrorIs(t, err, errdefs.ErrInvalidArgument, "not the reap lock")
 	require.NoError(t, other.Unlock(ctx, true, nil))
 
-	reap, err := n1.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpUpdate, ResourceID: contentv2.ReapLockResource})
+	reap, err := n1.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, Wait: new(false)})
 	require.NoError(t, err)
 	defer reap.Unlock(ctx, true, nil)
 	_, err = n1.ExpireMember(ctx, reap, "node-2", contentv2.MarkerReport{State: "s", Unchanged: time.Hour})
