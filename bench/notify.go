@@ -373,7 +373,7 @@ func backoffUntilDone(ctx context.Context, c *lockclient.Client, req api.LockReq
 			return time.Now(), nil
 		case err == nil:
 			return time.Time{}, fmt.Errorf("backoff waiter acquired %s while it was held: %+v", req.ResourceID, r)
-		case !errors.Is(err, lockclient.ErrLocked):
+		case !errors.Is(err, api.ErrLocked):
 			return time.Time{}, err
 		}
 		select {

@@ -266,7 +266,7 @@ type stolenID struct {
 
 func (c *stolenID) Session(ctx context.Context, req contentv2.SessionRequest) (contentv2.SessionInfo, error) {
 	if c.stolen.Load() {
-		return contentv2.SessionInfo{}, fmt.Errorf("node id %q is in use by another live instance: %w", "node-1", contentv2.ErrDuplicateNode)
+		return contentv2.SessionInfo{}, fmt.Errorf("node id %q is in use by another live instance: %w", "node-1", api.ErrDuplicateNode)
 	}
 	return c.Coordinator.Session(ctx, req)
 }
@@ -300,7 +300,7 @@ func TestDuplicateNodeDoesNotFailOpen(t *testing.T) {
 	start := time.Now()
 	_, desc := blob("stolen id ")
 	requireNoFailOpen(t, cs, root, desc, start, func(err error) {
-		require.ErrorIs(t, err, contentv2.ErrDuplicateNode)
+		require.ErrorIs(t, err, api.ErrDuplicateNode)
 		require.ErrorContains(t, err, "--node-id")
 	})
 }

@@ -19,15 +19,15 @@ import (
 // lock per resource (of any type), a FIFO of waiters, reference sets,
 // sessions and members. Each node sees it through node(id), a
 // Coordinator. It follows the rules the store relies on, simply:
-//   - a lock held is ErrLocked, or a place in the queue (Wait); a waiting
-//     pull is answered ErrSkipped when the holder's pull succeeds, and
+//   - a lock held is api.ErrLocked, or a place in the queue (Wait); a waiting
+//     pull is answered api.ErrSkipped when the holder's pull succeeds, and
 //     handed the lock when it fails;
-//   - a pull of a resource whose last pull succeeded is ErrSkipped; a
+//   - a pull of a resource whose last pull succeeded is api.ErrSkipped; a
 //     pull's success adds its holder's reference;
 //   - a delete drops the requester's reference (unless it reaps), then is
-//     ErrInUse while another node references the resource, ErrUnsynced
+//     api.ErrInUse while another node references the resource, api.ErrUnsynced
 //     while a member is not synced; a reap delete needs the reap lock;
-//   - a reference is ErrDeleting while a delete is held;
+//   - a reference is api.ErrDeleting while a delete is held;
 //   - a node is synced once it has synced in its current session.
 //
 // down makes every call fail as an unreachable coordinator does; refuse
@@ -244,7 +244,7 @@ func (n *fakeNode) Session(_ context.Context, req SessionRequest) (info SessionI
 		return SessionInfo{}, err
 	}
 	if req.ClusterID != "" && req.ClusterID != c.id {
-		return SessionInfo{}, fmt.Errorf("cluster %s asked, this is %s: %w", req.ClusterID, c.id, ErrWrongCluster)
+		return SessionInfo{}, fmt.Errorf("cluster %s asked, this is %s: %w", req.ClusterID, c.id, api.ErrWrongCluster)
 	}
 	m, known := c.members[n.id]
 	if !known {
@@ -252,7 +252,7 @@ func (n *fakeNode) Session(_ context.Context, req SessionRequest) (info SessionI
 		c.members[n.id] = m
 	}
 	if m.live && m.instance != req.InstanceID {
-		return SessionInfo{}, fmt.Errorf("node %s: %w", n.id, ErrDuplicateNode)
+		return SessionInfo{}, fmt.Errorf("node %s: %w", n.id, api.ErrDuplicateNode)
 	}
 	if req.Echo == nil || !m.live {
 		m.synced = false
@@ -309,7 +309,7 @@ func (n *fakeNode) SyncRefs(_ context.Context, req SyncRequest) (err error) {
 	c.mu.Unlock()
 	refs, err := req.Snapshot()
 	if err == nil && req.Echo() == nil {
-		err = fmt.Errorf("fake sync: no echo: %w", ErrLate)
+		err = fmt.Errorf("fake sync: no echo: %w", api.ErrLate)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -343,7 +343,7 @@ func (n *fakeNode) AddRef(_ context.Context, dgst digest.Digest, _ bool) (err er
 		return err
 	}
 	if l := c.locks[dgst.String()]; l != nil && l.typ == api.OperationDelete {
-		return fmt.Errorf("%s: %w", dgst, ErrDeleting)
+		return fmt.Errorf("%s: %w", dgst, api.ErrDeleting)
 	}
 	c.addRefLocked(dgst.String(), n.id)
 	delete(c.completed, dgst.String())
@@ -404,12 +404,12 @@ func (c *fakeCluster) lockLocked(call *fakeCall, node string, req api.LockReques
 	}
 	if held := c.locks[req.ResourceID]; held != nil {
 		if req.Wait != nil && !*req.Wait {
-			return nil, nil, fmt.Errorf("%s:%s held by %s: %w", held.typ, req.ResourceID, held.node, ErrLocked)
+			return nil, nil, fmt.Errorf("%s:%s held by %s: %w", held.typ, req.ResourceID, held.node, api.ErrLocked)
 		}
 		return nil, &fakeWaiter{node: node, typ: req.Type, answer: make(chan fakeAnswer, 1)}, nil
 	}
 	if req.Type == api.OperationPull && c.pulled[req.ResourceID] {
-		return nil, nil, fmt.Errorf("pull:%s: %w", req.ResourceID, ErrSkipped)
+		return nil, nil, fmt.Errorf("pull:%s: %w", req.ResourceID, api.ErrSkipped)
 	}
 	if err := c.checkDelete(node, req); err != nil {
 		return nil, nil, err
@@ -429,12 +429,12 @@ func (c *fakeCluster) checkDelete(node string, req api.LockRequest) error {
 	}
 	for ref := range c.refs[req.ResourceID] {
 		if req.Reap != api.ReapDangling || ref != node {
-			return fmt.Errorf("delete:%s: %w", req.ResourceID, ErrInUse)
+			return fmt.Errorf("delete:%s: %w", req.ResourceID, api.ErrInUse)
 		}
 	}
 	for id, m := range c.members {
 		if !m.synced {
-			return fmt.Errorf("delete:%s: node %s: %w", req.ResourceID, id, ErrUnsynced)
+			return fmt.Errorf("delete:%s: node %s: %w", req.ResourceID, id, api.ErrUnsynced)
 		}
 	}
 	return nil
@@ -476,7 +476,7 @@ func (c *fakeCluster) releaseLocked(l *fakeLock, success bool) {
 		w := q[0]
 		q = q[1:]
 		if w.typ == api.OperationPull && c.pulled[l.resource] {
-			w.answer <- fakeAnswer{err: fmt.Errorf("pull:%s: %w", l.resource, ErrSkipped)}
+			w.answer <- fakeAnswer{err: fmt.Errorf("pull:%s: %w", l.resource, api.ErrSkipped)}
 			continue
 		}
 		w.answer <- fakeAnswer{lk: c.grantLocked(w.node, w.typ, l.resource, "")}
@@ -593,7 +593,7 @@ func (n *fakeNode) ExpireMember(_ context.Context, reapLock Lock, nodeID string,
 	}
 	m := c.members[nodeID]
 	if m == nil || m.live || c.absent[nodeID] < c.expiry || marker.State == "" || marker.Unchanged < c.expiry {
-		return 0, fmt.Errorf("expire %s: %w", nodeID, ErrNotExpired)
+		return 0, fmt.Errorf("expire %s: %w", nodeID, api.ErrNotExpired)
 	}
 	delete(c.members, nodeID)
 	for _, nodes := range c.refs {

@@ -272,14 +272,14 @@ func (s *store) follow(ctx context.Context, wo content.WriterOpts, dgst digest.D
 		case err == nil:
 			w, err := s.handedOver(ctx, wo, lk, dgst)
 			return w, 0, err
-		case errors.Is(err, ErrSkipped):
+		case errors.Is(err, api.ErrSkipped):
 			w, size, retry, err := s.finishedElsewhere(ctx, wo, dgst)
 			if !retry {
 				return w, size, err
 			}
 		case ctx.Err() != nil:
 			return nil, 0, err
-		case errors.Is(err, ErrLocked):
+		case errors.Is(err, api.ErrLocked):
 			// The coordinator does not queue pulls: ask again.
 		case isRefusal(err):
 			return nil, 0, err

@@ -146,9 +146,9 @@ func (s *store) Reap(ctx context.Context) (rep ReapReport, err error) {
 	s.dropOwnDangling(ctx, &rep)
 	lk, err := s.coord.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, Wait: new(false)})
 	switch {
-	case errors.Is(err, ErrLocked):
+	case errors.Is(err, api.ErrLocked):
 		return rep, nil
-	case errors.Is(err, ErrForbidden):
+	case errors.Is(err, api.ErrForbidden):
 		// Not a designated reaper (--reapers on the coordinator).
 		if !s.reaper.forbidden {
 			s.reaper.forbidden = true
@@ -287,7 +287,7 @@ func (s *store) dropDangling(ctx context.Context, dgst digest.Digest) bool {
 		l.WithError(err).Debug("reaper: dropping a dangling reference of this node")
 		return false
 	}
-	if errors.Is(err, ErrLocked) {
+	if errors.Is(err, api.ErrLocked) {
 		// A pull (perhaps this node's commit) or a delete is in flight:
 		// not now. The refused delete dropped the reference: add it back.
 		if rerr := s.reference(ctx, dgst, false); rerr != nil {

@@ -237,7 +237,7 @@ func TestReaperExpiresGoneMembers(t *testing.T) {
 	require.Equal(t, []string{"node-3"}, expired)
 	expires := calls(c.recorded(), "ExpireMember")
 	require.Len(t, expires, 2, "reported at the first pass too: the coordinator measures from the first report")
-	require.ErrorIs(t, expires[0].Err, ErrNotExpired)
+	require.ErrorIs(t, expires[0].Err, api.ErrNotExpired)
 	require.NoError(t, expires[1].Err, "asked with the reap lock held")
 }
 

@@ -438,7 +438,7 @@ func (e *faultEnv) blobFiles() []string {
 
 // isWrongCluster reports whether err is a node's refusal to start on a
 // root of another cluster.
-func isWrongCluster(err error) bool { return errors.Is(err, contentv2.ErrWrongCluster) }
+func isWrongCluster(err error) bool { return errors.Is(err, api.ErrWrongCluster) }
 
 // requireRefsOf fails unless the coordinator records exactly nodes as the
 // users of d.

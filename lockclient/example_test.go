@@ -64,7 +64,7 @@ func ExampleClient_Lock() {
 }
 
 // TryLock does not wait: a lock held by another holder fails at once with
-// ErrLocked, and Status names the holder.
+// api.ErrLocked, and Status names the holder.
 func ExampleClient_TryLock() {
 	url, stop := startCoordinator()
 	defer stop()
@@ -80,7 +80,7 @@ func ExampleClient_TryLock() {
 	}
 
 	_, err = b.TryLock(ctx, update)
-	if errors.Is(err, lockclient.ErrLocked) {
+	if errors.Is(err, api.ErrLocked) {
 		st, err := b.Status(ctx, update.Type, update.ResourceID)
 		if err != nil {
 			log.Fatal(err)

@@ -85,7 +85,7 @@ func TestLeaseLostWhenServerDies(t *testing.T) {
 	require.ErrorIs(t, res.Lease.Err(), ErrLeaseLost)
 
 	err = c.Unlock(context.Background(), res.Lease, true, nil)
-	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, err, api.ErrUnavailable)
 	require.ErrorIs(t, err, ErrLeaseLost)
 }
 
@@ -107,9 +107,9 @@ func TestLeaseLostWhenTakenBack(t *testing.T) {
 		t.Fatal("Lost did not close")
 	}
 	require.ErrorIs(t, res.Lease.Err(), ErrLeaseLost)
-	require.ErrorIs(t, res.Lease.Err(), ErrNotHolder, "lost because the coordinator said so, not by timing out")
+	require.ErrorIs(t, res.Lease.Err(), api.ErrNotHolder, "lost because the coordinator said so, not by timing out")
 	err = c.Unlock(context.Background(), res.Lease, true, nil)
-	require.ErrorIs(t, err, ErrNotHolder)
+	require.ErrorIs(t, err, api.ErrNotHolder)
 	require.ErrorIs(t, err, ErrLeaseLost)
 }
 

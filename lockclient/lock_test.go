@@ -189,7 +189,7 @@ func testCancelLeavesQueue(t *testing.T, h transportHarness) {
 	require.Empty(t, st.Queue)
 }
 
-// testTryLock: TryLock never waits: ErrLocked while held, acquired when
+// testTryLock: TryLock never waits: api.ErrLocked while held, acquired when
 // free.
 func testTryLock(t *testing.T, h transportHarness) {
 	newClient := h.setup(t)
@@ -201,7 +201,7 @@ func testTryLock(t *testing.T, h transportHarness) {
 	require.True(t, resA.Acquired)
 
 	res, err := b.TryLock(ctx, req)
-	require.ErrorIs(t, err, ErrLocked)
+	require.ErrorIs(t, err, api.ErrLocked)
 	require.Equal(t, err, res.Error)
 	require.Empty(t, status(t, a, req.Type, req.ResourceID).Queue, "TryLock does not queue")
 
@@ -225,7 +225,7 @@ func testDeleteInUse(t *testing.T, h transportHarness) {
 	require.Nil(t, refs.Nodes, "AddRef asks for the count only")
 
 	res, err := ClusterLock(ctx, b, &api.LockRequest{Type: api.OperationDelete, ResourceID: id})
-	require.ErrorIs(t, err, ErrInUse)
+	require.ErrorIs(t, err, api.ErrInUse)
 	require.Equal(t, err, res.Error)
 	var inUse *api.InUseError
 	require.ErrorAs(t, err, &inUse)
@@ -235,7 +235,7 @@ func testDeleteInUse(t *testing.T, h transportHarness) {
 	require.NoError(t, err)
 	require.True(t, res.Acquired, "the last user may delete")
 	_, err = b.AddRef(ctx, id)
-	require.ErrorIs(t, err, ErrDeleting)
+	require.ErrorIs(t, err, api.ErrDeleting)
 	require.NoError(t, a.Unlock(ctx, res.Lease, true, nil))
 	refs, err = a.Refs(ctx, id)
 	require.NoError(t, err)
@@ -251,13 +251,13 @@ func TestRequestValidation(t *testing.T) {
 		{Type: api.OperationPull},
 	} {
 		res, err := c.Lock(ctx, req)
-		require.ErrorIs(t, err, ErrInvalidArgument)
+		require.ErrorIs(t, err, api.ErrInvalidArgument)
 		require.Equal(t, err, res.Error)
 	}
 	res, err := ClusterLock(ctx, c, nil)
-	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.ErrorIs(t, err, api.ErrInvalidArgument)
 	require.Equal(t, err, res.Error)
-	require.ErrorIs(t, c.Unlock(ctx, nil, true, nil), ErrInvalidArgument)
+	require.ErrorIs(t, c.Unlock(ctx, nil, true, nil), api.ErrInvalidArgument)
 
 	for _, opts := range [][]Option{
 		{WithNodeID("n"), WithMaxRetries(-1)},
@@ -266,17 +266,17 @@ func TestRequestValidation(t *testing.T) {
 		{WithNodeID("n"), WithRequestTimeout(0)},
 	} {
 		_, err := New("http://127.0.0.1:1", opts...)
-		require.ErrorIs(t, err, ErrInvalidArgument)
+		require.ErrorIs(t, err, api.ErrInvalidArgument)
 	}
 	for _, u := range []string{"", "127.0.0.1:8080", "ftp://host", "http://", "http://host?x=1"} {
 		_, err := New(u, WithNodeID("n"))
-		require.ErrorIs(t, err, ErrInvalidArgument, u)
+		require.ErrorIs(t, err, api.ErrInvalidArgument, u)
 	}
 	_, err = NewEmbedded(nil)
-	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.ErrorIs(t, err, api.ErrInvalidArgument)
 
 	require.NoError(t, c.Close())
 	res, err = c.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob})
-	require.ErrorIs(t, err, ErrUnavailable, "a closed client takes no locks")
+	require.ErrorIs(t, err, api.ErrUnavailable, "a closed client takes no locks")
 	require.Equal(t, err, res.Error)
 }

@@ -172,7 +172,7 @@ func TestHintLoopBounded(t *testing.T) {
 	const retries = 2
 	c := newHTTPClient(t, urlsOf(rs, 0, 1), "node-a", WithShortClient(hc), WithMaxRetries(retries))
 	_, err := c.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob})
-	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, err, api.ErrUnavailable)
 	require.ErrorIs(t, err, api.ErrNotLeader)
 	require.Equal(t, (1+retries)*(1+maxHintFollows), hc.total("POST /lock"))
 	require.EqualValues(t, retries, c.pauses.Load())
@@ -243,7 +243,7 @@ func TestBadURLLists(t *testing.T) {
 		"http://a:1, http://b:1, b.example": `"b.example"`,
 	} {
 		_, err := New(list, WithNodeID("n"))
-		require.ErrorIs(t, err, ErrInvalidArgument, list)
+		require.ErrorIs(t, err, api.ErrInvalidArgument, list)
 		require.ErrorContains(t, err, want, list)
 	}
 	got, err := ParseURLs(" http://a:1/p/ ,https://b:2")

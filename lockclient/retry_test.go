@@ -63,12 +63,12 @@ func TestRetryGivesUp(t *testing.T) {
 	ct := newCountingClient(t, down)
 	c := newHTTPClient(t, down, "node-a", WithMaxRetries(2), WithShortClient(ct))
 	res, err := c.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob})
-	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, err, api.ErrUnavailable)
 	require.Equal(t, err, res.Error)
 	require.Equal(t, 3, ct.count("POST /lock"))
 
 	_, err = c.Refs(context.Background(), blob)
-	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, err, api.ErrUnavailable)
 	require.Equal(t, 3, ct.count("GET /refs"))
 }
 
@@ -124,10 +124,10 @@ func TestNoRetryOn4xx(t *testing.T) {
 		req   api.LockRequest
 		want  error
 	}{
-		{"in use", "s3cret", false, api.LockRequest{Type: api.OperationDelete, ResourceID: blob + "-used"}, ErrInUse},
-		{"locked", "s3cret", true, api.LockRequest{Type: api.OperationPull, ResourceID: blob}, ErrLocked},
-		{"unauthorized", "wrong", false, api.LockRequest{Type: api.OperationPull, ResourceID: blob + "-other"}, ErrUnauthorized},
-		{"invalid", "s3cret", false, api.LockRequest{Type: api.OperationPull, ResourceID: "sha256:\x07bell"}, ErrInvalidArgument},
+		{"in use", "s3cret", false, api.LockRequest{Type: api.OperationDelete, ResourceID: blob + "-used"}, api.ErrInUse},
+		{"locked", "s3cret", true, api.LockRequest{Type: api.OperationPull, ResourceID: blob}, api.ErrLocked},
+		{"unauthorized", "wrong", false, api.LockRequest{Type: api.OperationPull, ResourceID: blob + "-other"}, api.ErrUnauthorized},
+		{"invalid", "s3cret", false, api.LockRequest{Type: api.OperationPull, ResourceID: "sha256:\x07bell"}, api.ErrInvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ct := newCountingClient(t, ts.URL())
@@ -140,7 +140,7 @@ func TestNoRetryOn4xx(t *testing.T) {
 			require.ErrorIs(t, err, tc.want)
 			require.Equal(t, err, res.Error)
 			require.Equal(t, 1, ct.count("POST /lock"), "a refusal is not retried")
-			for _, other := range []error{ErrInUse, ErrLocked, ErrUnauthorized, ErrInvalidArgument, ErrUnavailable} {
+			for _, other := range []error{api.ErrInUse, api.ErrLocked, api.ErrUnauthorized, api.ErrInvalidArgument, api.ErrUnavailable} {
 				if other != tc.want {
 					require.False(t, errors.Is(err, other), "%v also matches %v", err, other)
 				}

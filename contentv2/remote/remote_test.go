@@ -131,7 +131,7 @@ func TestSyncWithoutEcho(t *testing.T) {
 	err = c.SyncRefs(ctx, contentv2.SyncRequest{Generation: "gen-1",
 		Snapshot: func() ([]digest.Digest, error) { return []digest.Digest{blobDigest(1)}, nil },
 		Echo:     func() *contentv2.Echo { return nil }})
-	require.ErrorIs(t, err, contentv2.ErrLate)
+	require.ErrorIs(t, err, api.ErrLate)
 	refs, err := coord.Core().Refs(ctx, blobDigest(1).String())
 	require.NoError(t, err)
 	require.Empty(t, refs.Nodes)
@@ -147,14 +147,14 @@ func TestSessionRefusals(t *testing.T) {
 
 	_, err := c.Session(ctx, contentv2.SessionRequest{InstanceID: "instance-1",
 		Echo: &contentv2.Echo{Epoch: info.Epoch, Stamp: info.Stamp, Elapsed: sessionTTL}})
-	require.ErrorIs(t, err, contentv2.ErrLate, "a renewal sent 2·TTL/3 after the answer it echoes")
-	require.ErrorIs(t, err, lockclient.ErrLate, "the cause is kept")
+	require.ErrorIs(t, err, api.ErrLate, "a renewal sent 2·TTL/3 after the answer it echoes")
+	require.ErrorIs(t, err, api.ErrLate, "the cause is kept")
 
 	_, err = c.Session(ctx, contentv2.SessionRequest{InstanceID: "instance-2"})
-	require.ErrorIs(t, err, contentv2.ErrDuplicateNode, "another instance while the session is live")
+	require.ErrorIs(t, err, api.ErrDuplicateNode, "another instance while the session is live")
 
 	_, err = node(t, coord, "node-2").Session(ctx, contentv2.SessionRequest{ClusterID: "another-cluster", InstanceID: "x"})
-	require.ErrorIs(t, err, contentv2.ErrWrongCluster)
+	require.ErrorIs(t, err, api.ErrWrongCluster)
 
 	ended, err := c.EndSession(ctx, "instance-2")
 	require.NoError(t, err)
@@ -166,43 +166,67 @@ func TestSessionRefusals(t *testing.T) {
 	require.NoError(t, err, "the ended session no longer holds the node ID")
 }
 
-// TestLockRefusals: each refusal of a lock or a reference is contentv2's
-// sentinel.
+// TestLockRefusals: each refusal of a lock or a reference is the
+// coordinator's one sentinel (lockserver/api), of its errdefs class, the
+// same through a remote coordinator (HTTP codes mapped back) and an
+// embedded one (the coordinator's own errors); a skip is api.ErrSkipped.
 func TestLockRefusals(t *testing.T) {
+	for name, reach := range map[string]func(*testing.T, *lockservertest.Coordinator, string) contentv2.Coordinator{
+		"remote": node,
+		"embedded": func(t *testing.T, coord *lockservertest.Coordinator, id string) contentv2.Coordinator {
+			c, err := lockclient.NewEmbedded(coord.Core(), lockclient.WithNodeID(id))
+			require.NoError(t, err)
+			t.Cleanup(func() { c.Close() })
+			return remote.New(c)
+		},
+	} {
+		t.Run(name, func(t *testing.T) { testLockRefusals(t, reach) })
+	}
+}
+
+func testLockRefusals(t *testing.T, reach func(*testing.T, *lockservertest.Coordinator, string) contentv2.Coordinator) {
 	ctx := context.Background()
 	coord := start(t)
-	n1, n2 := node(t, coord, "node-1"), node(t, coord, "node-2")
+	n1, n2 := reach(t, coord, "node-1"), reach(t, coord, "node-2")
 	join(t, n1, "i1")
 	join(t, n2, "i2")
 	pulled, used, deleting := blobDigest(1), blobDigest(2), blobDigest(3)
+	refused := func(err, sentinel error, class func(error) bool, what string) {
+		t.Helper()
+		require.ErrorIs(t, err, sentinel, what)
+		require.True(t, class(err), "%s: %v is not of the sentinel's errdefs class", what, err)
+	}
 
 	pull, err := n1.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: pulled.String(), Wait: new(false)})
 	require.NoError(t, err)
 	_, err = n2.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: pulled.String(), Wait: new(false)})
-	require.ErrorIs(t, err, contentv2.ErrLocked)
-	require.ErrorIs(t, err, lockclient.ErrLocked, "the cause is kept")
+	refused(err, api.ErrLocked, errdefs.IsConflict, "held by node-1")
 	require.NoError(t, pull.Check(ctx), "a held lock checks out")
 	require.NoError(t, pull.Unlock(ctx, true, nil))
-	require.Error(t, pull.Check(ctx), "a released lock does not")
+	refused(pull.Check(ctx), api.ErrNotHolder, errdefs.IsPermissionDenied, "a released lock does not check out")
 	_, err = n2.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: pulled.String()})
-	require.ErrorIs(t, err, contentv2.ErrSkipped, "pulled elsewhere just now")
+	require.ErrorIs(t, err, api.ErrSkipped, "pulled elsewhere just now")
 
 	require.NoError(t, n1.AddRef(ctx, used, false))
 	_, err = n2.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: used.String(), Wait: new(false)})
-	require.ErrorIs(t, err, contentv2.ErrInUse)
+	refused(err, api.ErrInUse, errdefs.IsFailedPrecondition, "node-1 uses it")
+	var inUse *api.InUseError
+	require.ErrorAs(t, err, &inUse, "the refusal names who uses it")
+	require.Equal(t, []string{"node-1"}, inUse.Refs.Nodes)
 
 	del, err := n1.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: deleting.String(), Wait: new(false)})
 	require.NoError(t, err)
-	require.ErrorIs(t, n2.AddRef(ctx, deleting, false), contentv2.ErrDeleting, "a delete is in flight")
+	refused(n2.AddRef(ctx, deleting, false), api.ErrDeleting, errdefs.IsConflict, "a delete is in flight")
 	require.NoError(t, del.Unlock(ctx, true, nil))
-	require.ErrorIs(t, n2.AddRef(ctx, deleting, true), contentv2.ErrDeleting, "found right after its delete: maybe a stale view")
+	refused(n2.AddRef(ctx, deleting, true), api.ErrDeleting, errdefs.IsConflict, "found right after its delete: maybe a stale view")
 	require.NoError(t, n2.AddRef(ctx, deleting, false), "committed anew: no stale view")
 
-	n3 := node(t, coord, "node-3")
+	n3 := reach(t, coord, "node-3")
 	_, err = n3.Session(ctx, contentv2.SessionRequest{InstanceID: "i3"})
 	require.NoError(t, err)
 	_, err = n1.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: blobDigest(4).String(), Wait: new(false)})
-	require.ErrorIs(t, err, contentv2.ErrUnsynced, "node-3 has not synced")
+	refused(err, api.ErrUnsynced, errdefs.IsFailedPrecondition, "node-3 has not synced")
+	refused(reach(t, coord, "node-4").AddRef(ctx, used, false), api.ErrNoSession, errdefs.IsFailedPrecondition, "node-4 has no session")
 }
 
 // TestExpireMember: only the reap lock expires a member, and the
@@ -224,14 +248,16 @@ func TestExpireMember(t *testing.T) {
 	require.NoError(t, err)
 	defer reap.Unlock(ctx, true, nil)
 	_, err = n1.ExpireMember(ctx, reap, "node-2", contentv2.MarkerReport{State: "s", Unchanged: time.Hour})
-	require.ErrorIs(t, err, contentv2.ErrNotExpired, "node-2 is live")
+	require.ErrorIs(t, err, api.ErrNotExpired, "node-2 is live")
+	require.ErrorIs(t, err, api.ErrMemberLive, "the cause is kept")
+	require.True(t, errdefs.IsFailedPrecondition(err), "%v", err)
 	ms, err := n1.Members(ctx)
 	require.NoError(t, err)
 	require.True(t, slices.ContainsFunc(ms.Nodes, func(m contentv2.MemberInfo) bool { return m.ID == "node-2" }))
 }
 
 // TestAddRefWithoutSession: a reference of a node that holds no live
-// session is refused as contentv2.ErrNoSession (the coordinator's
+// session is refused as api.ErrNoSession (the coordinator's
 // no_session, kept as the cause), recording nothing; once the node has
 // opened its session the same call is recorded.
 func TestAddRefWithoutSession(t *testing.T) {
@@ -240,8 +266,8 @@ func TestAddRefWithoutSession(t *testing.T) {
 	n := node(t, coord, "node-1")
 	d := blobDigest(1)
 	err := n.AddRef(ctx, d, false)
-	require.ErrorIs(t, err, contentv2.ErrNoSession)
-	require.ErrorIs(t, err, lockclient.ErrNoSession, "the cause is kept")
+	require.ErrorIs(t, err, api.ErrNoSession)
+	require.ErrorIs(t, err, api.ErrNoSession, "the cause is kept")
 	rc, err := coord.Core().Refs(ctx, d.String())
 	require.NoError(t, err)
 	require.Empty(t, rc.Nodes, "nothing recorded")
