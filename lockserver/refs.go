@@ -99,7 +99,7 @@ func (l *Coordinator) addEndingDelete(ctx context.Context, sh *shard, r *resourc
 	err := l.refs.Commit(ctx, new(refcount.Batch).AddRef(resourceID, nodeID).DropDeleted(resourceID))
 	var rc refcount.Set
 	if err == nil {
-		rc, err = l.refs.GetRefCount(ctx, resourceID)
+		rc, err = l.refs.Refs(ctx, resourceID)
 	}
 	if err := l.wrote(ctx, err); err != nil {
 		return 0, fmt.Errorf("refs %s: %w", resourceID, err)
@@ -159,7 +159,7 @@ func (l *Coordinator) refsWithPending(ctx context.Context, resourceID string) (r
 		pending = append(pending, n)
 	}
 	sh.addingMu.Unlock()
-	rc, err := l.refs.GetRefCount(ctx, resourceID)
+	rc, err := l.refs.Refs(ctx, resourceID)
 	if err != nil {
 		return rc, err
 	}
@@ -227,7 +227,7 @@ func (l *Coordinator) Refs(ctx context.Context, resourceID string) (api.RefsResp
 	sh := l.shardFor(resourceID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	rc, err := l.refs.GetRefCount(ctx, resourceID)
+	rc, err := l.refs.Refs(ctx, resourceID)
 	if err != nil {
 		return api.RefsResponse{}, fmt.Errorf("refs %s: %w", resourceID, err)
 	}
