@@ -26,7 +26,7 @@ func TestRetryUntilServerUp(t *testing.T) {
 	var (
 		mu       sync.Mutex
 		failures []error
-		server   *lockservertest.Coordinator
+		server   *lockservertest.Server
 	)
 	ct.after = func(req *fasthttp.Request, n int, err error) {
 		if string(req.URI().Path()) != "/lock" {

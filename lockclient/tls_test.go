@@ -57,18 +57,18 @@ func TestNodeIdentity(t *testing.T) {
 	tokens := map[string]string{"node-a": "tok-a", "node-b": "tok-b", "node-c": "tok-c"}
 	for _, tc := range []struct {
 		name  string
-		start func(t *testing.T) *lockservertest.Coordinator
+		start func(t *testing.T) *lockservertest.Server
 		// as returns the option of node's credentials.
-		as func(t *testing.T, ts *lockservertest.Coordinator, node string) Option
+		as func(t *testing.T, ts *lockservertest.Server, node string) Option
 	}{
-		{"mtls", func(t *testing.T) *lockservertest.Coordinator {
+		{"mtls", func(t *testing.T) *lockservertest.Server {
 			return lockservertest.Start(t, lockservertest.WithNodeIdentity(ca))
-		}, func(t *testing.T, ts *lockservertest.Coordinator, node string) Option {
+		}, func(t *testing.T, ts *lockservertest.Server, node string) Option {
 			return WithTLSConfig(ts.ClientTLS(t, node))
 		}},
-		{"node tokens", func(t *testing.T) *lockservertest.Coordinator {
+		{"node tokens", func(t *testing.T) *lockservertest.Server {
 			return lockservertest.Start(t, lockservertest.WithNodeTokens(tokens))
-		}, func(_ *testing.T, _ *lockservertest.Coordinator, node string) Option {
+		}, func(_ *testing.T, _ *lockservertest.Server, node string) Option {
 			return WithBearerToken(tokens[node])
 		}},
 	} {

@@ -32,14 +32,14 @@ func TestReapLockResource(t *testing.T) {
 }
 
 // start starts a real coordinator over loopback HTTP.
-func start(t *testing.T) *lockservertest.Coordinator {
+func start(t *testing.T) *lockservertest.Server {
 	cfg := lockserver.DefaultConfig()
 	cfg.SessionTTL = sessionTTL
 	return lockservertest.Start(t, lockservertest.WithConfig(cfg))
 }
 
 // node returns the coordinator as node id sees it through remote.New.
-func node(t *testing.T, coord *lockservertest.Coordinator, id string) contentv2.Coordinator {
+func node(t *testing.T, coord *lockservertest.Server, id string) contentv2.Coordinator {
 	t.Helper()
 	c, err := lockclient.New(coord.URL(), lockclient.WithNodeID(id))
 	require.NoError(t, err)
@@ -171,9 +171,9 @@ func TestSessionRefusals(t *testing.T) {
 // same through a remote coordinator (HTTP codes mapped back) and an
 // embedded one (the coordinator's own errors); a skip is api.ErrSkipped.
 func TestLockRefusals(t *testing.T) {
-	for name, reach := range map[string]func(*testing.T, *lockservertest.Coordinator, string) contentv2.Coordinator{
+	for name, reach := range map[string]func(*testing.T, *lockservertest.Server, string) contentv2.Coordinator{
 		"remote": node,
-		"embedded": func(t *testing.T, coord *lockservertest.Coordinator, id string) contentv2.Coordinator {
+		"embedded": func(t *testing.T, coord *lockservertest.Server, id string) contentv2.Coordinator {
 			c, err := lockclient.NewEmbedded(coord.Core(), lockclient.WithNodeID(id))
 			require.NoError(t, err)
 			t.Cleanup(func() { c.Close() })
@@ -184,7 +184,7 @@ func TestLockRefusals(t *testing.T) {
 	}
 }
 
-func testLockRefusals(t *testing.T, reach func(*testing.T, *lockservertest.Coordinator, string) contentv2.Coordinator) {
+func testLockRefusals(t *testing.T, reach func(*testing.T, *lockservertest.Server, string) contentv2.Coordinator) {
 	ctx := context.Background()
 	coord := start(t)
 	n1, n2 := reach(t, coord, "node-1"), reach(t, coord, "node-2")

@@ -60,10 +60,10 @@ import (
 // small requests, and net/http's per-request machinery (on both ends)
 // cost more than the locking itself (docs/design.md §3.11, "HTTP stack").
 type Handler struct {
-	// locker is the Coordinator served; a replica's election swaps it at
+	// served is the Coordinator served; a replica's election swaps it at
 	// every term it wins (SetCoordinator). Nil on a standby that never
 	// led.
-	locker atomic.Pointer[lockserver.Coordinator]
+	served atomic.Pointer[lockserver.Coordinator]
 	http   *fasthttp.Server
 	token  []byte // bearer token; empty disables auth
 	// admin is the bearer token of admin calls; empty: token (if any).
@@ -157,7 +157,7 @@ func NewHandler(l *lockserver.Coordinator, opts ...HandlerOption) *Handler {
 	h := &Handler{streamsDone: make(chan struct{}), streams: newStreamLimiter(DefaultMaxStreams, DefaultMaxStreamsPerIP, DefaultMaxStreamsPerNode),
 		lanes: newLanes(DefaultBulkSlots())}
 	if l != nil {
-		h.locker.Store(l)
+		h.served.Store(l)
 	}
 	h.http = &fasthttp.Server{
 		Handler:      h.Handle,
@@ -217,14 +217,14 @@ func NewHandler(l *lockserver.Coordinator, opts ...HandlerOption) *Handler {
 
 // coord returns the Coordinator served now (nil on a standby that never
 // led: the leadership check refuses every API call there first).
-func (h *Handler) coord() *lockserver.Coordinator { return h.locker.Load() }
+func (h *Handler) coord() *lockserver.Coordinator { return h.served.Load() }
 
 // SetCoordinator makes the Handler serve l from the next request on: a
 // replica that wins an election serves the Coordinator of its term
 // (docs/design.md §7). Set it before the Leadership says leader. A
 // request in flight may still finish on the one before; the Handler then
 // answers it not_leader if the replica no longer leads (Handle).
-func (h *Handler) SetCoordinator(l *lockserver.Coordinator) { h.locker.Store(l) }
+func (h *Handler) SetCoordinator(l *lockserver.Coordinator) { h.served.Store(l) }
 
 // StreamMetrics is a prometheus.Collector of the Handler's event streams:
 // open by kind, and the limits in effect (streams.go).

@@ -58,7 +58,9 @@ type Config struct {
 	Leadership Leadership
 }
 
-// Server is a Coordinator with its persistent state and HTTP API.
+// Server serves a coordinator over HTTP: it owns the lock manager (a
+// lockserver.Coordinator, nil on a standby), its database in the data
+// directory, the Handler and the listeners.
 type Server struct {
 	// Coordinator is the in-process API, for an embedded coordinator.
 	Coordinator *lockserver.Coordinator
@@ -98,7 +100,7 @@ func Open(cfg Config) (*Server, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	locker, err := lockserver.NewCoordinator(cfg.CoordinatorConfig(), lockserver.Options{
+	coord, err := lockserver.NewCoordinator(cfg.CoordinatorConfig(), lockserver.Options{
 		Refs:       refcount.NewManager(storage),
 		Registerer: reg,
 	})
@@ -106,9 +108,9 @@ func Open(cfg Config) (*Server, error) {
 		storage.Close()
 		return nil, err
 	}
-	s, err := newServer(cfg, locker, reg, append(opts, WithReadinessCheck(freeSpaceCheck(cfg.DataDir)))...)
+	s, err := newServer(cfg, coord, reg, append(opts, WithReadinessCheck(freeSpaceCheck(cfg.DataDir)))...)
 	if err != nil {
-		locker.Close()
+		coord.Close()
 		storage.Close()
 		return nil, err
 	}
@@ -141,9 +143,9 @@ func NewStandby(cfg Config, metrics prometheus.Gatherer) (*Server, error) {
 	return newServer(cfg, nil, reg, append(opts, WithMetricsGatherer(g))...)
 }
 
-// newServer builds the Server of locker (nil: a standby's) with the
+// newServer builds the Server of coord (nil: a standby's) with the
 // Handler options opts, registering its metrics with reg.
-func newServer(cfg Config, locker *lockserver.Coordinator, reg *prometheus.Registry, opts ...HandlerOption) (*Server, error) {
+func newServer(cfg Config, coord *lockserver.Coordinator, reg *prometheus.Registry, opts ...HandlerOption) (*Server, error) {
 	limits := cfg.Limits.withDefaults()
 	opts = append([]HandlerOption{WithMetricsGatherer(reg)}, opts...)
 	opts = append(opts, WithStreamLimits(max(1, limits.Total/2), max(1, limits.PerIP/2), DefaultMaxStreamsPerNode))
@@ -152,7 +154,7 @@ func newServer(cfg Config, locker *lockserver.Coordinator, reg *prometheus.Regis
 	}
 	sm := newServerMetrics()
 	reg.MustRegister(sm)
-	s := &Server{Coordinator: locker, handler: NewHandler(locker, opts...), limits: limits, metrics: sm,
+	s := &Server{Coordinator: coord, handler: NewHandler(coord, opts...), limits: limits, metrics: sm,
 		cfg: cfg, exposedWarnEvery: exposedWarnEvery}
 	reg.MustRegister(s.handler.StreamMetrics())
 	s.http = s.handler.HTTPServer()
