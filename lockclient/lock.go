@@ -32,7 +32,7 @@ type LockResult struct {
 // timeouts and 5xx answers are retried (WithMaxRetries, WithRetryInterval);
 // after the last retry the error matches api.ErrUnavailable. Refusals are
 // returned at once and match api.ErrInUse (an *api.InUseError naming the other
-// users), api.ErrLocked (the coordinator does not queue: allow_multi_node_download
+// users), api.ErrLocked (the coordinator does not queue: wait_by_default
 // is off), api.ErrInvalidArgument or api.ErrUnauthorized.
 //
 // Cancelling ctx takes the caller out of the queue, or gives back a grant

@@ -385,7 +385,7 @@ func (l *Coordinator) admit(ctx context.Context, t typeIndex, req api.LockReques
 // server's default) and its node is under its bound.
 func (l *Coordinator) enqueue(r *resource, q request, wait *bool, now time.Time) (api.LockResponse, error) {
 	t, k := q.typ, &r.keys[q.typ]
-	waits := l.cfg.AllowMultiNodeDownload
+	waits := l.cfg.WaitByDefault
 	if wait != nil {
 		waits = *wait
 	}

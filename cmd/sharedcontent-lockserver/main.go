@@ -52,6 +52,9 @@ func flags(o *options) *flag.FlagSet {
 	fs.StringVar(&o.listen, "listen", defaultListen, "address to serve the HTTP API on")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: trace, debug, info, warn, error")
 	httpserver.RegisterFlags(fs, &o.cfg)
+	for _, r := range httpserver.RenamedFlags {
+		cli.Alias(fs, r.Old, r.New)
+	}
 	election.RegisterFlags(fs, &o.etcd)
 	return fs
 }
