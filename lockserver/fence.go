@@ -23,12 +23,12 @@ type fenceSource struct {
 // newFenceSource reads the persisted high-water mark and returns the
 // Coordinator's fence source, which persists the next ones with commit.
 func (l *Coordinator) newFenceSource(ctx context.Context, block uint64) (*fenceSource, error) {
-	hwm, err := l.state.FenceMark(ctx)
+	hwm, err := l.state.LeaseFenceMark(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading fence high-water mark: %w", err)
 	}
 	put := func(hwm uint64) error {
-		return l.refs.Commit(context.Background(), new(refcount.Batch).PutFenceMark(hwm))
+		return l.refs.Commit(context.Background(), new(refcount.Batch).PutLeaseFenceMark(hwm))
 	}
 	return &fenceSource{put: put, block: block, last: hwm, hwm: hwm}, nil
 }

@@ -128,7 +128,7 @@ func TestBoltIndexesFormat2(t *testing.T) {
 	})
 
 	s := openBolt(t, path)
-	require.Equal(t, uint64(4), s.Fence())
+	require.Equal(t, uint64(4), s.OwnerFence())
 	requireNodeRefs(t, s, want)
 	require.NoError(t, s.Close())
 	require.Equal(t, uint64(3), storedFormat(t, path))

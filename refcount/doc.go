@@ -14,7 +14,7 @@
 // guarded by the writer's fence, and writes are batched, such as etcd (§7)
 // (If(CreateRevision(leaderKey) == fence) around every Txn). So:
 //
-//   - Reads (Get, List a page at a time, ListMembers, Identity, FenceMark,
+//   - Reads (Get, List a page at a time, ListMembers, Identity, LeaseFenceMark,
 //     the meta getters, Deletes, Leases) are plain reads.
 //   - The only write is Commit of a Batch of typed writes: add or drop a
 //     reference, drop a reference set, replace a node's references, put or

@@ -9,15 +9,15 @@ import (
 )
 
 // Storage is one handle on the coordinator's durable state: the reference
-// sets, the members, the coordinator's identity, the fence high-water
-// mark, small meta values, the deletes in flight or completed and the
+// sets, the members, the coordinator's identity, the lease fences'
+// high-water mark, small meta values, the deletes in flight or completed and the
 // leases recorded to survive a failover. All of
 // it lives in one store, and the one way to change any of it is Commit,
 // which applies a Batch in one guarded transaction (see the package
 // documentation for the guard and for the limits of one transaction).
 //
 // Implementations are safe for concurrent use. A Commit is durable when it
-// returns (for the stores that persist at all). Every method but Fence and
+// returns (for the stores that persist at all). Every method but OwnerFence and
 // Close returns ctx.Err() when ctx is already done; a Commit that has
 // started is not interrupted. Values are copied in and out: changing a
 // Batch's arguments, or a value a read returns, never changes what is
@@ -26,7 +26,7 @@ import (
 //
 // Reads see the state as the last Commit through any handle left it; they
 // are not guarded, so a handle that was taken over still reads (what it
-// reads may be stale). After Close every call but Fence and Close fails.
+// reads may be stale). After Close every call but OwnerFence and Close fails.
 type Storage interface {
 	// Get returns the resource's reference set, or an error wrapping
 	// errdefs.ErrNotFound when the resource has none.
@@ -42,9 +42,10 @@ type Storage interface {
 	// Identity returns the coordinator's identity, the zero Identity when
 	// none was ever put.
 	Identity(ctx context.Context) (Identity, error)
-	// FenceMark returns the fence high-water mark, 0 when none was ever
-	// put.
-	FenceMark(ctx context.Context) (uint64, error)
+	// LeaseFenceMark returns the high-water mark of the lease fences
+	// (PutLeaseFenceMark): every lease fence handed out is at most it; 0
+	// when none was ever put.
+	LeaseFenceMark(ctx context.Context) (uint64, error)
 	// GetUint64 returns the meta value of key, or 0 and a nil error when
 	// key was never put.
 	GetUint64(ctx context.Context, key string) (uint64, error)
@@ -65,9 +66,11 @@ type Storage interface {
 	// wrapping errdefs.ErrInvalidArgument. An empty batch writes nothing
 	// and checks nothing.
 	Commit(ctx context.Context, b *Batch) error
-	// Fence returns the guard this handle holds: its Commits succeed only
-	// while no handle with a greater fence has taken the state over.
-	Fence() uint64
+	// OwnerFence returns the ownership fence this handle holds (its
+	// guard): its Commits succeed only while no handle with a greater
+	// ownership fence has taken the state over. It is not a lease's fence
+	// (LeaseFenceMark keeps those).
+	OwnerFence() uint64
 	// Close releases the handle.
 	Close() error
 }
