@@ -20,7 +20,7 @@ func (s *BoltStorage) Commit(ctx context.Context, b *Batch) error {
 	return s.Submit(ctx, b)()
 }
 
-// Submit implements Submitter: the batch joins the group committer's
+// Submit implements Storage: the batch joins the group committer's
 // queue before Submit returns, so it is applied after every batch
 // submitted or committed before and before every one submitted after;
 // wait returns once its transaction is on disk.

@@ -17,7 +17,7 @@ import (
 
 // requireNodeRefs requires each node's references read through the
 // index (NodeRefs) to be what want (resource ID → nodes) says.
-func requireNodeRefs(t *testing.T, s refcount.NodeRefLister, want map[string][]string) {
+func requireNodeRefs(t *testing.T, s refcount.Storage, want map[string][]string) {
 	t.Helper()
 	byNode := map[string][]string{}
 	for id, nodes := range want {

@@ -154,13 +154,13 @@ func (s *memoryStorage) Commit(ctx context.Context, b *Batch) error {
 	return nil
 }
 
-// Submit implements Submitter: memory commits at once.
+// Submit implements Storage: memory commits at once.
 func (s *memoryStorage) Submit(ctx context.Context, b *Batch) (wait func() error) {
 	err := s.Commit(ctx, b)
 	return func() error { return err }
 }
 
-// RefState implements RefStater.
+// RefState implements Storage.
 func (s *memoryStorage) RefState(ctx context.Context, resourceID, node string) (has bool, count int, err error) {
 	unlock, err := s.read(ctx)
 	if err != nil {
@@ -270,7 +270,7 @@ func (st *memoryState) unindex(node, id string) {
 	}
 }
 
-// NodeRefs implements NodeRefLister.
+// NodeRefs implements Storage.
 func (s *memoryStorage) NodeRefs(ctx context.Context, node string) ([]string, error) {
 	unlock, err := s.read(ctx)
 	if err != nil {

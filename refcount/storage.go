@@ -57,6 +57,18 @@ type Storage interface {
 	// Leases returns the lease records, in resource ID and then lease ID
 	// order.
 	Leases(ctx context.Context) ([]LeaseRecord, error)
+	// RefState returns whether node is in the resource's reference set
+	// and the set's size (false and 0 when it has none) without reading
+	// the set: O(1) in memory, O(log N) on bbolt, one read on etcd. The
+	// Manager adds a reference at a cost that does not grow with the set
+	// (docs/design.md §10.2).
+	RefState(ctx context.Context, resourceID, node string) (has bool, count int, err error)
+	// NodeRefs returns the resources in whose sets node is, in resource
+	// ID order (none: an empty list), from the store's index of the
+	// resources each node references, in one read; it always equals what
+	// the sets say. ReplaceNode reads that index, and so costs O(the
+	// node's references) (docs/design.md §7.1, §10.2).
+	NodeRefs(ctx context.Context, node string) ([]string, error)
 
 	// Commit applies every write of b, in order, in one transaction that
 	// first checks the handle's guard: when it returns an error, none of
@@ -66,6 +78,14 @@ type Storage interface {
 	// wrapping errdefs.ErrInvalidArgument. An empty batch writes nothing
 	// and checks nothing.
 	Commit(ctx context.Context, b *Batch) error
+	// Submit is Commit in two halves, so that a caller can order its
+	// writes under its own mutex without holding that mutex through the
+	// disk's flush: Submit orders b after every batch submitted or
+	// committed through the store before it returns, and before every one
+	// after; wait returns what Commit would have returned, once the batch
+	// is durable. Until then reads may not see b. Commit(ctx, b) is
+	// Submit(ctx, b)().
+	Submit(ctx context.Context, b *Batch) (wait func() error)
 	// OwnerFence returns the ownership fence this handle holds (its
 	// guard): its Commits succeed only while no handle with a greater
 	// ownership fence has taken the state over. It is not a lease's fence

@@ -89,10 +89,7 @@ type Store struct {
 	toTheEnd bool
 }
 
-var (
-	_ refcount.Storage   = (*Store)(nil)
-	_ refcount.RefStater = (*Store)(nil)
-)
+var _ refcount.Storage = (*Store)(nil)
 
 var errClosed = fmt.Errorf("etcdstore: the store is closed: %w", errdefs.ErrFailedPrecondition)
 
@@ -203,7 +200,7 @@ func (s *Store) Get(ctx context.Context, resourceID string) (refcount.Set, error
 	return set, nil
 }
 
-// RefState implements refcount.RefStater with one read of two counts.
+// RefState implements refcount.Storage with one read of two counts.
 func (s *Store) RefState(ctx context.Context, resourceID, node string) (has bool, count int, err error) {
 	if err := s.usable(ctx); err != nil {
 		return false, 0, err

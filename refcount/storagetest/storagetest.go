@@ -3,8 +3,8 @@
 // high-water mark, meta values, delete markers and completions, lease
 // records, Commit's all-or-nothing batches, the guard that fences a handle once another
 // has taken the state over, and a node's references staying what the
-// reference sets say through every kind of write (the per-node index of
-// refcount.NodeRefLister, read directly when the store is one).
+// reference sets say through every kind of write (the per-node index,
+// read directly through NodeRefs), RefState and Submit.
 package storagetest
 
 import (
