@@ -73,7 +73,7 @@ func (y *cycler) cycle(ctx context.Context, key string) error {
 	if _, err := y.c.Session(ctx, api.SessionRequest{NodeID: "bench-ha"}); err != nil {
 		return fmt.Errorf("session: %w", err)
 	}
-	res, err := y.c.Lock(ctx, lockclient.LockRequest{Type: api.OperationUpdate, ResourceID: key})
+	res, err := y.c.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: key})
 	if err != nil {
 		return fmt.Errorf("lock: %w", err)
 	}

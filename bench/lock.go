@@ -109,7 +109,7 @@ type oursClient struct {
 }
 
 func (o *oursClient) lock(ctx context.Context, key string) error {
-	res, err := o.c.Lock(ctx, lockclient.LockRequest{Type: api.OperationUpdate, ResourceID: key})
+	res, err := o.c.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: key})
 	if err != nil {
 		return err
 	}

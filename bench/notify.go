@@ -196,7 +196,7 @@ func notifyPush(ns *notifyServer, holder *lockclient.Client, session *renew.Sess
 	end := time.Now().Add(caseDur)
 	for reps := 0; reps < 5 || time.Now().Before(end); reps++ {
 		key := notifyKey("push")
-		req := lockclient.LockRequest{Type: api.OperationPull, ResourceID: key}
+		req := api.LockRequest{Type: api.OperationPull, ResourceID: key}
 		if err := session.Renew(ctx); err != nil {
 			return res, err
 		}
@@ -285,7 +285,7 @@ func notifySimulated(method string, holder *lockclient.Client, session *renew.Se
 			// Stagger the keys so their holders do not all unlock at once.
 			time.Sleep(rand.N(200 * time.Millisecond))
 			key := notifyKey("sim")
-			req := lockclient.LockRequest{Type: api.OperationPull, ResourceID: key}
+			req := api.LockRequest{Type: api.OperationPull, ResourceID: key}
 			if err := session.Renew(ctx); err != nil {
 				fail(err)
 				return
@@ -364,7 +364,7 @@ func pollUntilDone(ctx context.Context, c *lockclient.Client, key string) (time.
 
 // backoffUntilDone is containerd's content.OpenWriter retry loop around
 // the attempt contentv2's Writer makes in containerd mode.
-func backoffUntilDone(ctx context.Context, c *lockclient.Client, req lockclient.LockRequest) (time.Time, error) {
+func backoffUntilDone(ctx context.Context, c *lockclient.Client, req api.LockRequest) (time.Time, error) {
 	retry := backoffStart
 	for {
 		r, err := c.TryLock(ctx, req)
@@ -373,7 +373,7 @@ func backoffUntilDone(ctx context.Context, c *lockclient.Client, req lockclient.
 			return time.Now(), nil
 		case err == nil:
 			return time.Time{}, fmt.Errorf("backoff waiter acquired %s while it was held: %+v", req.ResourceID, r)
-		case !errors.Is(err, lockclient.ErrLocked):
+		case !errors.Is(err, api.ErrLocked):
 			return time.Time{}, err
 		}
 		select {

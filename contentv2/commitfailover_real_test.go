@@ -23,7 +23,7 @@ import (
 // unanswered), node-2 directly.
 type failoverEnv struct {
 	ctx          context.Context
-	coord        *lockservertest.Coordinator
+	coord        *lockservertest.Server
 	relay        *testnet.Relay
 	root         string
 	node1, node2 content.Store

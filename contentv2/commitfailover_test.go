@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/errdefs"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,7 +26,7 @@ type gatedUnlocks struct {
 
 func (c *gatedUnlocks) open() { c.once.Do(func() { close(c.gate) }) }
 
-func (c *gatedUnlocks) Lock(ctx context.Context, req LockRequest) (Lock, error) {
+func (c *gatedUnlocks) Lock(ctx context.Context, req api.LockRequest) (Lock, error) {
 	lk, err := c.Coordinator.Lock(ctx, req)
 	if err != nil {
 		return nil, err
@@ -116,7 +117,7 @@ func TestCommitDuringFailoverCompletes(t *testing.T) {
 	e.coord1.open()
 	e.c.await(t, "the pull's release", func(log []fakeCall) bool {
 		for _, c := range calls(log, "Unlock") {
-			if c.Node == "node-1" && c.Op == OpPull && c.Success && c.Err == nil {
+			if c.Node == "node-1" && c.Type == api.OperationPull && c.Success && c.Err == nil {
 				return true
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // Coordinator is what the Store needs of the cluster's coordinator, in the
@@ -14,15 +16,17 @@ import (
 // (a remote or an embedded coordinator); another backend (etcd) can
 // implement it directly.
 //
-// Refusals are the sentinels below (wrapped); any other error means the
+// Refusals are the coordinator's sentinels, those of lockserver/api
+// (wrapped; each of an errdefs class), and an answer that the work was
+// just done elsewhere is api.ErrSkipped; any other error means the
 // coordinator could not be reached or did not answer.
 type Coordinator interface {
 	// Session opens (req.Echo nil) or renews this node's session.
 	// req.ClusterID, when not empty, is the cluster the node belongs to:
 	// from then on, a coordinator of another cluster refuses every call
-	// with ErrWrongCluster instead of acting on it. A renewal that
-	// arrives late is ErrLate; a live session of another instance under
-	// this node ID is ErrDuplicateNode.
+	// with api.ErrWrongCluster instead of acting on it. A renewal that
+	// arrives late is api.ErrLate; a live session of another instance under
+	// this node ID is api.ErrDuplicateNode.
 	Session(ctx context.Context, req SessionRequest) (SessionInfo, error)
 	// EndSession ends this node's session if instanceID holds it live:
 	// the store calls it once when it closes cleanly, so that the next
@@ -36,21 +40,25 @@ type Coordinator interface {
 	// it has not synced from, adds them). It announces the sync before it
 	// calls req.Snapshot, so that no reference added after the snapshot
 	// is lost by the replacement, and calls req.Echo right before it
-	// sends the last chunk (ErrLate if that is refused as late).
+	// sends the last chunk (api.ErrLate if that is refused as late).
 	SyncRefs(ctx context.Context, req SyncRequest) error
-	// AddRef records this node as a user of the blob; ErrDeleting while a
-	// delete of it is in flight, ErrNoSession while the coordinator holds
+	// AddRef records this node as a user of the blob; api.ErrDeleting while a
+	// delete of it is in flight, api.ErrNoSession while the coordinator holds
 	// no live session of this node. found says the node found the blob in
-	// the shared directory (rather than committing it): then ErrDeleting
+	// the shared directory (rather than committing it): then api.ErrDeleting
 	// also when a delete succeeded since the blob's last pull or
 	// reference, since a shared filesystem's caches can show a deleted
 	// file for a while (docs/design.md §8.9).
 	AddRef(ctx context.Context, dgst digest.Digest, found bool) error
-	// Lock takes a lock. Without req.Wait a held lock is ErrLocked at once.
-	// ErrSkipped: a pull or delete of the resource just succeeded
-	// elsewhere. A delete is ErrInUse or ErrUnsynced under the delete
+	// Lock takes a lock: req names its operation type, resource and reap
+	// mode; its NodeID and RequestID are left to the coordinator's client
+	// (this node, a new ID). req.Wait nil (the coordinator's default) or
+	// true queues behind the holder; false fails at once with api.ErrLocked,
+	// as a coordinator that does not queue waiters by default does for
+	// nil. api.ErrSkipped: a pull or delete of the resource just succeeded
+	// elsewhere. A delete is api.ErrInUse or api.ErrUnsynced under the delete
 	// rule; either way this node's reference is gone.
-	Lock(ctx context.Context, req LockRequest) (Lock, error)
+	Lock(ctx context.Context, req api.LockRequest) (Lock, error)
 	// Refs calls fn for every resource the coordinator has references of,
 	// in resource ID order.
 	Refs(ctx context.Context, fn func(resource string, nodes []string) error) error
@@ -62,7 +70,7 @@ type Coordinator interface {
 	// marker as the reaper (holding reapLock, the reap lock) sees it now
 	// (docs/design.md §8.4). The coordinator measures both the node's
 	// absence and how long this reaper has reported the same marker
-	// state itself; ErrNotExpired when the node is live or either
+	// state itself; api.ErrNotExpired when the node is live or either
 	// measure falls short of the node expiry (each call counts as a
 	// report). It returns the coordinator's measure of the absence.
 	ExpireMember(ctx context.Context, reapLock Lock, nodeID string, marker MarkerReport) (absent time.Duration, err error)
@@ -131,37 +139,6 @@ type Lock interface {
 	HeldUntil() time.Time
 }
 
-// Op is the kind of lock (docs/design.md §3).
-type Op string
-
-// The lock types.
-const (
-	OpPull   Op = "pull"
-	OpUpdate Op = "update"
-	OpDelete Op = "delete"
-)
-
-// ReapMode marks a delete of the reaper, which leaves this node's own
-// reference alone: ReapOrphan needs no reference at all, ReapDangling drops
-// the references of a blob that does not exist.
-type ReapMode string
-
-// The reap modes.
-const (
-	ReapOrphan   ReapMode = "orphan"
-	ReapDangling ReapMode = "dangling"
-)
-
-// LockRequest names a lock: its operation type and resource, as
-// lockclient.LockRequest and api.LockRequest do.
-type LockRequest struct {
-	Type       Op
-	ResourceID string
-	// Wait queues behind the holder instead of failing with ErrLocked.
-	Wait bool
-	Reap ReapMode
-}
-
 // SessionRequest is a session call (docs/design.md §8).
 type SessionRequest struct {
 	ClusterID string
@@ -173,12 +150,12 @@ type SessionRequest struct {
 	// Echo is nil to open a session, set to renew one.
 	Echo *Echo
 	// Unclaimed: the node's shared root has no cluster file, and the node
-	// asks to claim it (ClusterID is empty). Refused with ErrRootClaimed
+	// asks to claim it (ClusterID is empty). Refused with api.ErrRootClaimed
 	// once the cluster has a root (docs/design.md §8.19).
 	Unclaimed bool
 	// Root is the identity of the root the node serves (its cluster
 	// file's creation time and creator), sent with ClusterID; a root
-	// other than the cluster's is refused with ErrRootClaimed. Zero:
+	// other than the cluster's is refused with api.ErrRootClaimed. Zero:
 	// not sent.
 	Root RootClaim
 }
@@ -205,7 +182,7 @@ type SyncRequest struct {
 	Generation string
 	Snapshot   func() ([]digest.Digest, error)
 	// Echo returns the echo for the last chunk, or nil when none may be
-	// sent any more (then the sync fails with ErrLate).
+	// sent any more (then the sync fails with api.ErrLate).
 	Echo func() *Echo
 }
 
@@ -233,47 +210,11 @@ type MarkerReport struct {
 	Unchanged time.Duration
 }
 
-// ErrForbidden: the coordinator refused this node what only a designated
-// node may do (the reaper's lock, docs/design.md §8.12).
-var ErrForbidden = errors.New("contentv2: not allowed to this node")
-
-// Refusals of a Coordinator.
-var (
-	// ErrLocked: another node holds the lock.
-	ErrLocked = errors.New("contentv2: held by another node")
-	// ErrSkipped: the work was just done elsewhere.
-	ErrSkipped = errors.New("contentv2: done by another node")
-	// ErrInUse: a delete was refused; other nodes use the blob.
-	ErrInUse = errors.New("contentv2: in use by other nodes")
-	// ErrUnsynced: a delete was refused; a member node is not synced.
-	ErrUnsynced = errors.New("contentv2: member nodes not synced")
-	// ErrDeleting: a reference was refused; a delete is in flight.
-	ErrDeleting = errors.New("contentv2: being deleted")
-	// ErrWrongCluster: the coordinator belongs to another cluster.
-	ErrWrongCluster = errors.New("contentv2: coordinator of another cluster")
-	// ErrNotExpired: the coordinator refused to expire a member: it is
-	// live, or not yet gone for the node expiry by both measures.
-	ErrNotExpired = errors.New("contentv2: member not expired")
-	// ErrLate: a session renewal or sync arrived too late to count; the
-	// node opens a new session.
-	ErrLate = errors.New("contentv2: session message arrived late")
-	// ErrDuplicateNode: another live instance uses this node ID.
-	ErrDuplicateNode = errors.New("contentv2: node id used by another live instance")
-	// ErrRootClaimed: the cluster already has a shared root, and this
-	// node's is not it (docs/design.md §8.19).
-	ErrRootClaimed = errors.New("contentv2: the cluster has another shared root")
-	// ErrNoSession: a reference (AddRef, a pull lock's Unlock with
-	// success) was refused, nothing recorded, because the coordinator
-	// holds no live session of this node (docs/design.md §8.4): the node
-	// opens its session again, then retries. Never a use without it.
-	ErrNoSession = errors.New("contentv2: no live session of this node")
-)
-
 // isRefusal reports whether err is the coordinator's answer rather than a
-// failure to reach it. ErrWrongCluster is not: that coordinator's answers
+// failure to reach it. api.ErrWrongCluster is not: that coordinator's answers
 // are not this cluster's.
 func isRefusal(err error) bool {
-	for _, e := range []error{ErrLocked, ErrSkipped, ErrInUse, ErrUnsynced, ErrDeleting} {
+	for _, e := range []error{api.ErrLocked, api.ErrSkipped, api.ErrInUse, api.ErrUnsynced, api.ErrDeleting} {
 		if errors.Is(err, e) {
 			return true
 		}

@@ -29,7 +29,7 @@ const storageTimeout = 500 * time.Millisecond
 type hungRootEnv struct {
 	t      *testing.T
 	ctx    context.Context
-	coord  *lockservertest.Coordinator
+	coord  *lockservertest.Server
 	fs     *freezefs.FS
 	n1, n2 contentv2.Store
 	reg1   *prometheus.Registry

@@ -5,9 +5,10 @@
 // others reuse it, and no node's garbage collection deletes a blob another
 // node still uses.
 //
-// The store speaks only its own Coordinator interface (§5.8), in its own
-// terms and sentinel errors; contentv2/remote adapts a lockclient.Client
-// (remote or embedded) to it.
+// The store speaks only its own Coordinator interface (§5.8), in the
+// coordinator's vocabulary (lockserver/api's lock request and sentinel
+// errors); contentv2/remote adapts a lockclient.Client (remote or
+// embedded) to it.
 //
 // Writes. A write takes the blob's pull lock. The holder adds this node's
 // reference before the blob becomes visible (§8.1). A node that finds the

@@ -15,6 +15,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
@@ -49,7 +50,7 @@ func (c *sessionRecorder) Session(ctx context.Context, req contentv2.SessionRequ
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
-	case errors.Is(err, contentv2.ErrDuplicateNode):
+	case errors.Is(err, api.ErrDuplicateNode):
 		c.duplicates++
 	case err == nil:
 		c.lastSent = sent
@@ -156,7 +157,7 @@ func TestCrashedInstanceHoldsSessionUntilLapse(t *testing.T) {
 	_, first, duplicates, _ := rec.record()
 	require.NotZero(t, duplicates, "the new instance is refused as a duplicate while the crashed one's session is live")
 	if err != nil {
-		require.ErrorIs(t, err, contentv2.ErrDuplicateNode, "refused to start: the old session outlived the wait")
+		require.ErrorIs(t, err, api.ErrDuplicateNode, "refused to start: the old session outlived the wait")
 		return
 	}
 	require.False(t, first.Before(oldLast.Add(ttl)),

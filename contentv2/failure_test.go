@@ -23,6 +23,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
@@ -190,7 +191,7 @@ func requireNoFailOpen(t *testing.T, cs content.Store, root string, desc ocispec
 // a long download.
 type lostLease struct{ contentv2.Coordinator }
 
-func (c lostLease) Lock(ctx context.Context, req contentv2.LockRequest) (contentv2.Lock, error) {
+func (c lostLease) Lock(ctx context.Context, req api.LockRequest) (contentv2.Lock, error) {
 	lk, err := c.Coordinator.Lock(ctx, req)
 	if err != nil {
 		return nil, err
@@ -265,12 +266,12 @@ type stolenID struct {
 
 func (c *stolenID) Session(ctx context.Context, req contentv2.SessionRequest) (contentv2.SessionInfo, error) {
 	if c.stolen.Load() {
-		return contentv2.SessionInfo{}, fmt.Errorf("node id %q is in use by another live instance: %w", "node-1", contentv2.ErrDuplicateNode)
+		return contentv2.SessionInfo{}, fmt.Errorf("node id %q is in use by another live instance: %w", "node-1", api.ErrDuplicateNode)
 	}
 	return c.Coordinator.Session(ctx, req)
 }
 
-func (c *stolenID) Lock(ctx context.Context, req contentv2.LockRequest) (contentv2.Lock, error) {
+func (c *stolenID) Lock(ctx context.Context, req api.LockRequest) (contentv2.Lock, error) {
 	if c.stolen.Load() {
 		return nil, fmt.Errorf("coordinator: connection refused: %w", errdefs.ErrUnavailable)
 	}
@@ -299,7 +300,7 @@ func TestDuplicateNodeDoesNotFailOpen(t *testing.T) {
 	start := time.Now()
 	_, desc := blob("stolen id ")
 	requireNoFailOpen(t, cs, root, desc, start, func(err error) {
-		require.ErrorIs(t, err, contentv2.ErrDuplicateNode)
+		require.ErrorIs(t, err, api.ErrDuplicateNode)
 		require.ErrorContains(t, err, "--node-id")
 	})
 }

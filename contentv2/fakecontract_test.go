@@ -3,6 +3,8 @@ package contentv2
 import (
 	"testing"
 	"time"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // FakeContract is the fake coordinator (fakecoord_test.go) as the
@@ -21,12 +23,12 @@ func (f FakeContract) Node(_ *testing.T, id string) Coordinator { return f.c.nod
 func (f FakeContract) Restart(*testing.T) { f.c.restart() }
 
 // Queued returns how many requests of op wait for resource.
-func (f FakeContract) Queued(_ *testing.T, op Op, resource string) int {
+func (f FakeContract) Queued(_ *testing.T, op api.OperationType, resource string) int {
 	f.c.mu.Lock()
 	defer f.c.mu.Unlock()
 	n := 0
 	for _, w := range f.c.queues[resource] {
-		if w.op == op {
+		if w.typ == op {
 			n++
 		}
 	}

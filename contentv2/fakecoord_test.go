@@ -12,6 +12,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // fakeCluster is an in-memory coordinator for the store's unit tests: a
@@ -21,18 +22,18 @@ import (
 // contract suite (contentv2/coordinatortest, run by contract_test.go and
 // by contentv2/remote against the real coordinator) holds it to them:
 //   - on one resource only a pull and an update are held together
-//     (docs/design.md §3.2); a lock that is not free is ErrLocked, or a
+//     (docs/design.md §3.2); a lock that is not free is api.ErrLocked, or a
 //     place in the queue (Wait); a waiting pull or delete is answered
-//     ErrSkipped when the holder's one of its type succeeds, and handed
+//     api.ErrSkipped when the holder's one of its type succeeds, and handed
 //     the lock when it fails;
-//   - a pull of a resource whose last pull succeeded is ErrSkipped, and so
+//   - a pull of a resource whose last pull succeeded is api.ErrSkipped, and so
 //     is a delete of one whose last delete succeeded; a pull's success
 //     adds its holder's reference;
 //   - a delete drops the requester's reference (unless it reaps), then is
-//     ErrInUse while another node references the resource, ErrUnsynced
+//     api.ErrInUse while another node references the resource, api.ErrUnsynced
 //     while a member is not synced; a reap delete needs the reap lock
-//     (ErrForbidden);
-//   - a reference needs a live session (ErrNoSession); it is ErrDeleting
+//     (api.ErrForbidden);
+//   - a reference needs a live session (api.ErrNoSession); it is api.ErrDeleting
 //     while a delete is held and, for a blob the node found, while the
 //     last delete's completion stands (docs/design.md §8.9);
 //   - a node is synced once it has synced in its current session.
@@ -60,7 +61,7 @@ type fakeCluster struct {
 	fence   uint64                   // protected by mu; the last fence granted
 	// completed is each resource's retained delete completion: set by a
 	// delete's unlock(success), ended by a pull's success or a reference.
-	// While it stands, a delete is ErrSkipped.
+	// While it stands, a delete is api.ErrSkipped.
 	completed map[string]DeleteCompletion // protected by mu
 	// refuse, when set, is asked before each call is served: a non-nil
 	// error is the call's answer.
@@ -76,11 +77,11 @@ type fakeCall struct {
 	Node, Method string
 	// At is when the coordinator received it.
 	At time.Time
-	// Session: the request; Resource and Op: a lock's or a reference's.
+	// Session: the request; Resource and Type: a lock's or a reference's.
 	Session  SessionRequest
 	Resource string
-	Op       Op
-	Reap     ReapMode
+	Type     api.OperationType
+	Reap     api.ReapMode
 	// Answer: a session's answer; AnsweredAt when it was given.
 	Answer     SessionInfo
 	AnsweredAt time.Time
@@ -103,26 +104,26 @@ type fakeMember struct {
 
 // fakeKey names a lock: its type and resource.
 type fakeKey struct {
-	op       Op
+	op       api.OperationType
 	resource string
 }
 
 // reapKey is the reap lock's key.
-var reapKey = fakeKey{OpUpdate, ReapLockResource}
+var reapKey = fakeKey{api.OperationUpdate, api.ReapLockResource}
 
 // fakeCompatible says whether locks of types a and b may be held together
 // on one resource: only a pull and an update (docs/design.md §3.2).
-func fakeCompatible(a, b Op) bool {
-	return a != b && (a == OpPull || a == OpUpdate) && (b == OpPull || b == OpUpdate)
+func fakeCompatible(a, b api.OperationType) bool {
+	return a != b && (a == api.OperationPull || a == api.OperationUpdate) && (b == api.OperationPull || b == api.OperationUpdate)
 }
 
 // fakeLock is a held lock.
 type fakeLock struct {
 	c        *fakeCluster
 	node     string
-	op       Op
+	typ      api.OperationType
 	resource string
-	reap     ReapMode
+	reap     api.ReapMode
 	fence    uint64
 	// withReapLock: the node held the reap lock when this reap delete
 	// was granted.
@@ -131,7 +132,7 @@ type fakeLock struct {
 
 type fakeWaiter struct {
 	node string
-	op   Op
+	typ  api.OperationType
 	// answer receives the lock or the error once the holder is done.
 	answer chan fakeAnswer
 }
@@ -276,7 +277,7 @@ func (n *fakeNode) Session(_ context.Context, req SessionRequest) (info SessionI
 		return SessionInfo{}, err
 	}
 	if req.ClusterID != "" && req.ClusterID != c.id {
-		return SessionInfo{}, fmt.Errorf("cluster %s asked, this is %s: %w", req.ClusterID, c.id, ErrWrongCluster)
+		return SessionInfo{}, fmt.Errorf("cluster %s asked, this is %s: %w", req.ClusterID, c.id, api.ErrWrongCluster)
 	}
 	m, known := c.members[n.id]
 	if !known {
@@ -284,7 +285,7 @@ func (n *fakeNode) Session(_ context.Context, req SessionRequest) (info SessionI
 		c.members[n.id] = m
 	}
 	if m.live && m.instance != req.InstanceID {
-		return SessionInfo{}, fmt.Errorf("node %s: %w", n.id, ErrDuplicateNode)
+		return SessionInfo{}, fmt.Errorf("node %s: %w", n.id, api.ErrDuplicateNode)
 	}
 	if req.Echo == nil || !m.live {
 		m.synced = false
@@ -352,7 +353,7 @@ func (n *fakeNode) SyncRefs(_ context.Context, req SyncRequest) (err error) {
 	c.mu.Unlock()
 	refs, err := req.Snapshot()
 	if err == nil && req.Echo() == nil {
-		err = fmt.Errorf("fake sync: no echo: %w", ErrLate)
+		err = fmt.Errorf("fake sync: no echo: %w", api.ErrLate)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -383,23 +384,23 @@ func (n *fakeNode) AddRef(_ context.Context, dgst digest.Digest, found bool) (er
 		return err
 	}
 	if m := c.members[n.id]; m == nil || !m.live {
-		return fmt.Errorf("refs %s: node %s: %w", dgst, n.id, ErrNoSession)
+		return fmt.Errorf("refs %s: node %s: %w", dgst, n.id, api.ErrNoSession)
 	}
-	if l := c.locks[fakeKey{OpDelete, dgst.String()}]; l != nil {
-		return fmt.Errorf("%s: %w", dgst, ErrDeleting)
+	if l := c.locks[fakeKey{api.OperationDelete, dgst.String()}]; l != nil {
+		return fmt.Errorf("%s: %w", dgst, api.ErrDeleting)
 	}
 	if found && c.completed[dgst.String()].Done {
-		return fmt.Errorf("%s: found after its delete, maybe a stale view: %w", dgst, ErrDeleting)
+		return fmt.Errorf("%s: found after its delete, maybe a stale view: %w", dgst, api.ErrDeleting)
 	}
 	c.addRefLocked(dgst.String(), n.id)
 	delete(c.completed, dgst.String())
 	return nil
 }
 
-func (n *fakeNode) Lock(ctx context.Context, req LockRequest) (Lock, error) {
+func (n *fakeNode) Lock(ctx context.Context, req api.LockRequest) (Lock, error) {
 	c := n.c
 	c.mu.Lock()
-	call := fakeCall{Node: n.id, Method: "Lock", Resource: req.ResourceID, Op: req.Type, Reap: req.Reap}
+	call := fakeCall{Node: n.id, Method: "Lock", Resource: req.ResourceID, Type: req.Type, Reap: req.Reap}
 	lk, w, err := c.lockLocked(&call, n.id, req)
 	if lk != nil {
 		call.WithReapLock = lk.withReapLock
@@ -441,35 +442,35 @@ func (n *fakeNode) Lock(ctx context.Context, req LockRequest) (Lock, error) {
 
 // lockLocked grants req, refuses it, or returns the waiter to queue.
 // Callers hold mu.
-func (c *fakeCluster) lockLocked(call *fakeCall, node string, req LockRequest) (*fakeLock, *fakeWaiter, error) {
+func (c *fakeCluster) lockLocked(call *fakeCall, node string, req api.LockRequest) (*fakeLock, *fakeWaiter, error) {
 	if err := c.begin(call); err != nil {
 		return nil, nil, err
 	}
-	if req.Type == OpDelete && req.Reap == "" {
+	if req.Type == api.OperationDelete && req.Reap == "" {
 		c.removeRefLocked(req.ResourceID, node)
 	}
 	if err := c.checkDelete(node, req); err != nil {
 		return nil, nil, err
 	}
 	if c.doneLocked(req.Type, req.ResourceID) {
-		return nil, nil, fmt.Errorf("%s:%s: %w", req.Type, req.ResourceID, ErrSkipped)
+		return nil, nil, fmt.Errorf("%s:%s: %w", req.Type, req.ResourceID, api.ErrSkipped)
 	}
 	if held := c.conflictLocked(req.Type, req.ResourceID); held != nil {
-		if !req.Wait {
-			return nil, nil, fmt.Errorf("%s:%s: %s:%s held by %s: %w", req.Type, req.ResourceID, held.op, req.ResourceID, held.node, ErrLocked)
+		if req.Wait != nil && !*req.Wait {
+			return nil, nil, fmt.Errorf("%s:%s: %s:%s held by %s: %w", req.Type, req.ResourceID, held.typ, req.ResourceID, held.node, api.ErrLocked)
 		}
-		return nil, &fakeWaiter{node: node, op: req.Type, answer: make(chan fakeAnswer, 1)}, nil
+		return nil, &fakeWaiter{node: node, typ: req.Type, answer: make(chan fakeAnswer, 1)}, nil
 	}
 	return c.grantLocked(node, req.Type, req.ResourceID, req.Reap), nil, nil
 }
 
-// doneLocked says whether a lock of op on resource is answered ErrSkipped:
+// doneLocked says whether a lock of op on resource is answered api.ErrSkipped:
 // the last pull, or delete, of it succeeded. Callers hold mu.
-func (c *fakeCluster) doneLocked(op Op, resource string) bool {
+func (c *fakeCluster) doneLocked(op api.OperationType, resource string) bool {
 	switch op {
-	case OpPull:
+	case api.OperationPull:
 		return c.pulled[resource]
-	case OpDelete:
+	case api.OperationDelete:
 		return c.completed[resource].Done
 	}
 	return false
@@ -477,8 +478,8 @@ func (c *fakeCluster) doneLocked(op Op, resource string) bool {
 
 // conflictLocked returns a held lock of resource that a lock of op may
 // not be held beside, or nil. Callers hold mu.
-func (c *fakeCluster) conflictLocked(op Op, resource string) *fakeLock {
-	for _, held := range []Op{OpPull, OpUpdate, OpDelete} {
+func (c *fakeCluster) conflictLocked(op api.OperationType, resource string) *fakeLock {
+	for _, held := range []api.OperationType{api.OperationPull, api.OperationUpdate, api.OperationDelete} {
 		if l := c.locks[fakeKey{held, resource}]; l != nil && !fakeCompatible(op, held) {
 			return l
 		}
@@ -487,34 +488,34 @@ func (c *fakeCluster) conflictLocked(op Op, resource string) *fakeLock {
 }
 
 // checkDelete applies the delete rule. Callers hold mu.
-func (c *fakeCluster) checkDelete(node string, req LockRequest) error {
-	if req.Type != OpDelete {
+func (c *fakeCluster) checkDelete(node string, req api.LockRequest) error {
+	if req.Type != api.OperationDelete {
 		return nil
 	}
 	if req.Reap != "" {
 		if reap := c.locks[reapKey]; reap == nil || reap.node != node {
-			return fmt.Errorf("reap delete of %s without the reap lock: %w", req.ResourceID, ErrForbidden)
+			return fmt.Errorf("reap delete of %s without the reap lock: %w", req.ResourceID, api.ErrForbidden)
 		}
 	}
 	for ref := range c.refs[req.ResourceID] {
-		if req.Reap != ReapDangling || ref != node {
-			return fmt.Errorf("delete:%s: %w", req.ResourceID, ErrInUse)
+		if req.Reap != api.ReapDangling || ref != node {
+			return fmt.Errorf("delete:%s: %w", req.ResourceID, api.ErrInUse)
 		}
 	}
 	for id, m := range c.members {
 		if !m.synced {
-			return fmt.Errorf("delete:%s: node %s: %w", req.ResourceID, id, ErrUnsynced)
+			return fmt.Errorf("delete:%s: node %s: %w", req.ResourceID, id, api.ErrUnsynced)
 		}
 	}
 	return nil
 }
 
-func (l *fakeLock) key() fakeKey { return fakeKey{l.op, l.resource} }
+func (l *fakeLock) key() fakeKey { return fakeKey{l.typ, l.resource} }
 
 // grantLocked makes node the holder. Callers hold mu.
-func (c *fakeCluster) grantLocked(node string, op Op, resource string, reap ReapMode) *fakeLock {
+func (c *fakeCluster) grantLocked(node string, typ api.OperationType, resource string, reap api.ReapMode) *fakeLock {
 	c.fence++
-	l := &fakeLock{c: c, node: node, op: op, resource: resource, reap: reap, fence: c.fence}
+	l := &fakeLock{c: c, node: node, typ: typ, resource: resource, reap: reap, fence: c.fence}
 	if reap != "" {
 		r := c.locks[reapKey]
 		l.withReapLock = r != nil && r.node == node
@@ -531,14 +532,14 @@ func (c *fakeCluster) releaseLocked(l *fakeLock, success bool) {
 	}
 	delete(c.locks, l.key())
 	switch {
-	case success && l.op == OpPull:
+	case success && l.typ == api.OperationPull:
 		c.pulled[l.resource] = true
 		c.addRefLocked(l.resource, l.node)
 		delete(c.completed, l.resource)
-	case success && l.op == OpDelete:
+	case success && l.typ == api.OperationDelete:
 		delete(c.pulled, l.resource)
 		c.completed[l.resource] = DeleteCompletion{Done: true, Fence: l.fence}
-		if l.reap == ReapDangling {
+		if l.reap == api.ReapDangling {
 			c.removeRefLocked(l.resource, l.node)
 		} else {
 			delete(c.refs, l.resource)
@@ -548,23 +549,23 @@ func (c *fakeCluster) releaseLocked(l *fakeLock, success bool) {
 }
 
 // answerQueueLocked answers, earliest queued first, every waiter of
-// resource whose type's work just succeeded (ErrSkipped) and the head of
+// resource whose type's work just succeeded (api.ErrSkipped) and the head of
 // each type's queue that is now compatible with the holders (the lock),
 // and returns the waiters left. Callers hold mu.
 func (c *fakeCluster) answerQueueLocked(resource string) []*fakeWaiter {
 	var left []*fakeWaiter
-	blocked := map[Op]bool{} // a type whose head stays queued
+	blocked := map[api.OperationType]bool{} // a type whose head stays queued
 	for _, w := range c.queues[resource] {
 		switch {
-		case blocked[w.op]:
+		case blocked[w.typ]:
 			left = append(left, w)
-		case c.doneLocked(w.op, resource):
-			w.answer <- fakeAnswer{err: fmt.Errorf("%s:%s: %w", w.op, resource, ErrSkipped)}
-		case c.conflictLocked(w.op, resource) != nil:
-			blocked[w.op] = true
+		case c.doneLocked(w.typ, resource):
+			w.answer <- fakeAnswer{err: fmt.Errorf("%s:%s: %w", w.typ, resource, api.ErrSkipped)}
+		case c.conflictLocked(w.typ, resource) != nil:
+			blocked[w.typ] = true
 			left = append(left, w)
 		default:
-			w.answer <- fakeAnswer{lk: c.grantLocked(w.node, w.op, resource, "")}
+			w.answer <- fakeAnswer{lk: c.grantLocked(w.node, w.typ, resource, "")}
 		}
 	}
 	return left
@@ -574,7 +575,7 @@ func (l *fakeLock) Unlock(_ context.Context, success bool, _ error) (err error) 
 	c := l.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	call := fakeCall{Node: l.node, Method: "Unlock", Resource: l.resource, Op: l.op, Success: success}
+	call := fakeCall{Node: l.node, Method: "Unlock", Resource: l.resource, Type: l.typ, Success: success}
 	defer func() { c.end(call, err) }()
 	if err := c.begin(&call); err != nil {
 		return err
@@ -677,11 +678,11 @@ func (n *fakeNode) ExpireMember(_ context.Context, reapLock Lock, nodeID string,
 		return 0, fmt.Errorf("expire %s: not the reap lock: %w", nodeID, errdefs.ErrInvalidArgument)
 	}
 	if l := reapLock.(*fakeLock); c.locks[reapKey] != l || l.node != n.id {
-		return 0, fmt.Errorf("expire %s: the reap lock is not held: %w", nodeID, ErrForbidden)
+		return 0, fmt.Errorf("expire %s: the reap lock is not held: %w", nodeID, api.ErrForbidden)
 	}
 	m := c.members[nodeID]
 	if m == nil || m.live || c.absent[nodeID] < c.expiry || marker.State == "" || marker.Unchanged < c.expiry {
-		return 0, fmt.Errorf("expire %s: %w", nodeID, ErrNotExpired)
+		return 0, fmt.Errorf("expire %s: %w", nodeID, api.ErrNotExpired)
 	}
 	delete(c.members, nodeID)
 	for resource := range c.refs {

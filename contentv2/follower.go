@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // A follower is the Writer of a blob that another node holds (docs/design.md §5.3).
@@ -266,19 +267,19 @@ func (s *store) dropFollower(f *follower) {
 func (s *store) follow(ctx context.Context, wo content.WriterOpts, dgst digest.Digest) (content.Writer, int64, error) {
 	pause := followPauseMin
 	for {
-		lk, err := s.coord.Lock(ctx, LockRequest{Type: OpPull, ResourceID: dgst.String(), Wait: true})
+		lk, err := s.coord.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: dgst.String()})
 		switch {
 		case err == nil:
 			w, err := s.handedOver(ctx, wo, lk, dgst)
 			return w, 0, err
-		case errors.Is(err, ErrSkipped):
+		case errors.Is(err, api.ErrSkipped):
 			w, size, retry, err := s.finishedElsewhere(ctx, wo, dgst)
 			if !retry {
 				return w, size, err
 			}
 		case ctx.Err() != nil:
 			return nil, 0, err
-		case errors.Is(err, ErrLocked):
+		case errors.Is(err, api.ErrLocked):
 			// The coordinator does not queue pulls: ask again.
 		case isRefusal(err):
 			return nil, 0, err

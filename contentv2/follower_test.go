@@ -8,6 +8,7 @@ import (
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/errdefs"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/stretchr/testify/require"
 )
 
@@ -95,8 +96,8 @@ func TestFollowerReusesTheCommittedBlob(t *testing.T) {
 	require.True(t, e.node1.journal.has(e.desc.Digest))
 	locks := e.lockCalls("node-1")
 	require.Len(t, locks, 2)
-	require.ErrorIs(t, locks[0].Err, ErrLocked, "Writer: held by node-2")
-	require.ErrorIs(t, locks[1].Err, ErrSkipped, "the wait: done by node-2")
+	require.ErrorIs(t, locks[0].Err, api.ErrLocked, "Writer: held by node-2")
+	require.ErrorIs(t, locks[1].Err, api.ErrSkipped, "the wait: done by node-2")
 	got, err := os.ReadFile(e.node1.blobPath(e.desc.Digest))
 	require.NoError(t, err)
 	require.Equal(t, e.data, got)

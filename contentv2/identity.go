@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // The shared root records the cluster it belongs to, and its members, next
@@ -168,7 +170,7 @@ func (e *WrongClusterError) Error() string {
 		e.Root, e.RootCluster, coord, e.Root, clusterFilePath(e.Root))
 }
 
-func (e *WrongClusterError) Is(target error) bool { return target == ErrWrongCluster }
+func (e *WrongClusterError) Is(target error) bool { return target == api.ErrWrongCluster }
 
 // newID returns 128 random bits, hex-encoded: a store's instance ID, a
 // journal's generation, a trashed blob's unique suffix.

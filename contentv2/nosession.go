@@ -7,11 +7,12 @@ import (
 
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // A reference refused for want of a session (docs/design.md §8.4). The
 // coordinator records a reference only for a node with a live session;
-// it refuses one otherwise with ErrNoSession and records nothing (the
+// it refuses one otherwise with api.ErrNoSession and records nothing (the
 // session lapsed, the coordinator restarted or failed over and this node
 // has not renewed since, or this node was forgotten). That is an answer,
 // not an outage, so it never leads to a use without the reference
@@ -50,7 +51,7 @@ func (s *store) awaitSession(ctx context.Context) bool {
 	return false
 }
 
-// afterSession runs call again after refused, an ErrNoSession of op on
+// afterSession runs call again after refused, an api.ErrNoSession of op on
 // dgst, each time the session loop has had an answer, at most
 // noSessionRetries times (a session as short as a loaded machine's
 // renewals may lapse again at once); else it returns the last refusal.
@@ -64,7 +65,7 @@ func (s *store) afterSession(ctx context.Context, op string, dgst digest.Digest,
 			return err
 		}
 		l.WithError(err).Info("the coordinator held no live session of this node: opened it again, trying once more")
-		if err = s.coordinate(ctx, call); !errors.Is(err, ErrNoSession) {
+		if err = s.coordinate(ctx, call); !errors.Is(err, api.ErrNoSession) {
 			return err
 		}
 	}

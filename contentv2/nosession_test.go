@@ -70,7 +70,7 @@ func commit(ctx context.Context, t *testing.T, cs content.Store, s string) ocisp
 	return desc
 }
 
-func refNodes(ctx context.Context, t *testing.T, c *lockservertest.Coordinator, dgst digest.Digest) []string {
+func refNodes(ctx context.Context, t *testing.T, c *lockservertest.Server, dgst digest.Digest) []string {
 	t.Helper()
 	rc, err := c.Core().Refs(ctx, dgst.String())
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // The reaper (docs/design.md §8.12). containerd offers a blob for deletion only when its
@@ -24,7 +25,7 @@ import (
 // against its root, dropOwnDangling); and one node at a time, a
 // designated reaper holding the reap lock, walks the shared directory,
 // decides (PlanReap, reapplan.go) and reclaims, under the delete rule:
-//   - blobs nobody references, older than the grace (ReapOrphan);
+//   - blobs nobody references, older than the grace (api.ReapOrphan);
 //   - ingests and node markers of nodes that are no longer members, and
 //     leftovers in .trash, older than the grace: unlinked after a
 //     successful delete of them, restored otherwise (§8.11);
@@ -42,13 +43,6 @@ import (
 // coordinator checks too: it grants the reap lock only to a designated
 // reaper, and a reap delete only to the node holding it, outside its own
 // reap grace of the resource's last pull or reference change.
-
-// ReapLockResource is the reap lock: the resource whose update lock the
-// reaper holds for its whole pass. The coordinator grants a reap delete
-// (ReapOrphan, ReapDangling) and a member's expiry only to the node
-// holding it with a live lease. Its value is the coordinator's name for
-// it on the wire.
-const ReapLockResource = "sharedcontent/reap"
 
 // ReapReport is what one reaper pass did.
 type ReapReport struct {
@@ -150,11 +144,11 @@ func (s *store) Reap(ctx context.Context) (rep ReapReport, err error) {
 		return rep, fmt.Errorf("reaper paused: %w", err)
 	}
 	s.dropOwnDangling(ctx, &rep)
-	lk, err := s.coord.Lock(ctx, LockRequest{Type: OpUpdate, ResourceID: ReapLockResource})
+	lk, err := s.coord.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, Wait: new(false)})
 	switch {
-	case errors.Is(err, ErrLocked):
+	case errors.Is(err, api.ErrLocked):
 		return rep, nil
-	case errors.Is(err, ErrForbidden):
+	case errors.Is(err, api.ErrForbidden):
 		// Not a designated reaper (--reapers on the coordinator).
 		if !s.reaper.forbidden {
 			s.reaper.forbidden = true
@@ -195,7 +189,7 @@ func (s *store) Reap(ctx context.Context) (rep ReapReport, err error) {
 // reapOrphans deletes the planned orphans, each under the delete rule.
 func (s *store) reapOrphans(ctx context.Context, orphans []ReapBlob, rep *ReapReport) error {
 	for _, o := range orphans {
-		lk, err := s.coord.Lock(ctx, LockRequest{Type: OpDelete, ResourceID: o.Digest.String(), Reap: ReapOrphan})
+		lk, err := s.coord.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: o.Digest.String(), Reap: api.ReapOrphan, Wait: new(false)})
 		if err != nil {
 			if !isRefusal(err) {
 				return fmt.Errorf("reaper: %w", err)
@@ -293,7 +287,7 @@ func (s *store) dropDangling(ctx context.Context, dgst digest.Digest) bool {
 		l.WithError(err).Debug("reaper: dropping a dangling reference of this node")
 		return false
 	}
-	if errors.Is(err, ErrLocked) {
+	if errors.Is(err, api.ErrLocked) {
 		// A pull (perhaps this node's commit) or a delete is in flight:
 		// not now. The refused delete dropped the reference: add it back.
 		if rerr := s.reference(ctx, dgst, false); rerr != nil {

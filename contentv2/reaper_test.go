@@ -8,6 +8,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/stretchr/testify/require"
 )
 
@@ -83,7 +84,7 @@ func TestReaperWaitsForTheReapLock(t *testing.T) {
 	c, s := reapEnv(t)
 	old := putBlob(t, s, "old orphan", 2*reapGrace)
 	ctx := context.Background()
-	other, err := c.node("node-2").Lock(ctx, LockRequest{Type: OpUpdate, ResourceID: ReapLockResource})
+	other, err := c.node("node-2").Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, Wait: new(false)})
 	require.NoError(t, err)
 
 	rep, err := s.Reap(ctx)
@@ -91,7 +92,7 @@ func TestReaperWaitsForTheReapLock(t *testing.T) {
 	require.False(t, rep.Ran)
 	require.FileExists(t, s.blobPath(old))
 	for _, call := range calls(c.recorded(), "Lock") {
-		require.False(t, call.Node == "node-1" && call.Op == OpDelete, "no delete asked: %+v", call)
+		require.False(t, call.Node == "node-1" && call.Type == api.OperationDelete, "no delete asked: %+v", call)
 	}
 
 	require.NoError(t, other.Unlock(ctx, true, nil))
@@ -107,7 +108,7 @@ func TestReaperPlanIsNoPromise(t *testing.T) {
 	c, s := reapEnv(t)
 	old := putBlob(t, s, "old orphan", 2*reapGrace)
 	c.setRefuse(func(call fakeCall) error {
-		if call.Method == "Lock" && call.Reap == ReapOrphan {
+		if call.Method == "Lock" && call.Reap == api.ReapOrphan {
 			c.addRefLocked(call.Resource, "node-2") // referenced just now
 		}
 		return nil
@@ -162,7 +163,7 @@ func TestReaperDropsOnlyOwnDanglingReferences(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"node-2"}, c.nodesOf(others), "at every pass")
 	for _, call := range calls(c.recorded(), "Lock") {
-		require.NotEqual(t, ReapDangling, call.Reap, "no dangling reap is sent: %+v", call)
+		require.NotEqual(t, api.ReapDangling, call.Reap, "no dangling reap is sent: %+v", call)
 	}
 }
 
@@ -236,7 +237,7 @@ func TestReaperExpiresGoneMembers(t *testing.T) {
 	require.Equal(t, []string{"node-3"}, expired)
 	expires := calls(c.recorded(), "ExpireMember")
 	require.Len(t, expires, 2, "reported at the first pass too: the coordinator measures from the first report")
-	require.ErrorIs(t, expires[0].Err, ErrNotExpired)
+	require.ErrorIs(t, expires[0].Err, api.ErrNotExpired)
 	require.NoError(t, expires[1].Err, "asked with the reap lock held")
 }
 
@@ -273,7 +274,7 @@ func TestReaperPassesCounted(t *testing.T) {
 	want[reapRan]++
 	require.Equal(t, want, passes())
 
-	other, err := c.node("node-2").Lock(ctx, LockRequest{Type: OpUpdate, ResourceID: ReapLockResource})
+	other, err := c.node("node-2").Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, Wait: new(false)})
 	require.NoError(t, err)
 	rep, err = s.Reap(ctx)
 	require.NoError(t, err)

@@ -24,7 +24,7 @@ func httpCoordinator(t *testing.T, node string) (*httpserver.Server, contentv2.C
 	coord := lockservertest.Start(t)
 	c, err := lockclient.New(coord.URL(), lockclient.WithNodeID(node))
 	require.NoError(t, err)
-	return coord.Server(), remote.New(c)
+	return coord.HTTPServer(), remote.New(c)
 }
 
 // TestNewStoreRefusesBadRoot: a root that is not a writable

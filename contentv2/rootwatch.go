@@ -82,7 +82,7 @@ func (w *rootWatch) setExpect(id rootIdentity) {
 }
 
 // refuseRoot turns the coordinator's refusal of this node's root
-// (ErrRootClaimed: the cluster has another root) into the root's: the
+// (api.ErrRootClaimed: the cluster has another root) into the root's: the
 // root is unready while it shows the refused identity (id; zero for a
 // root with no cluster file, unclaimed): until the shared storage is
 // mounted there.

@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/log"
 
 	"github.com/sharedcontent/sharedcontent/internal/failpoint"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // Sessions (docs/design.md §8.3). The store holds a session with the coordinator and
@@ -50,7 +51,7 @@ type sessionAnswer struct {
 // startSession binds the store to the root's cluster and opens the first
 // session. A coordinator of another cluster is a *WrongClusterError: the
 // node must not start; so is another live instance with this node ID
-// (ErrDuplicateNode), once this node has waited out a session its own
+// (api.ErrDuplicateNode), once this node has waited out a session its own
 // previous run may have left. An unreachable coordinator is not an error:
 // the store starts, treating it as unreachable, and keeps trying.
 func (s *store) startSession(ctx context.Context) error {
@@ -69,11 +70,11 @@ func (s *store) startSession(ctx context.Context) error {
 	switch {
 	case errors.As(err, &wrong):
 		return err
-	case errors.Is(err, ErrWrongCluster):
+	case errors.Is(err, api.ErrWrongCluster):
 		return &WrongClusterError{Root: s.root, RootCluster: rootID, Cause: err}
-	case errors.Is(err, ErrDuplicateNode):
+	case errors.Is(err, api.ErrDuplicateNode):
 		return fmt.Errorf("node %s: %w; refusing to start", s.nodeID, err)
-	case errors.Is(err, ErrRootClaimed):
+	case errors.Is(err, api.ErrRootClaimed):
 		// The cluster has a root, and this is not it: the node refuses to
 		// start, having written nothing to it (docs/design.md §8.19).
 		var re *RootError
@@ -122,7 +123,7 @@ func (s *store) writeMarkerOnce() error {
 func (s *store) logNoSessionAtStart(ctx context.Context, err error) {
 	l := log.G(ctx).WithError(err).WithField("node", s.nodeID)
 	switch {
-	case errors.Is(err, ErrLate):
+	case errors.Is(err, api.ErrLate):
 		// The coordinator answered: only the timing rule (docs/design.md
 		// §8.8) refused the round, and the session loop runs the next.
 		l.Warn("the session round at start reached the coordinator too late (a slow network or a loaded machine): this node is not synced yet; the next round tries again")
@@ -146,7 +147,7 @@ func (s *store) firstSession(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, s.coordTimeout)
 		err := s.sessionRound(cctx)
 		cancel()
-		if !errors.Is(err, ErrDuplicateNode) || time.Now().After(deadline) {
+		if !errors.Is(err, api.ErrDuplicateNode) || time.Now().After(deadline) {
 			return err
 		}
 		log.G(ctx).WithError(err).WithField("node", s.nodeID).Warn("another instance holds this node's session; waiting for it to lapse (a previous run of this node) or refusing to start")
@@ -174,9 +175,9 @@ func (s *store) sessionLoop() {
 		if err := s.sessionRound(ctx); err != nil {
 			l := log.L.WithError(err).WithField("node", s.nodeID)
 			switch {
-			case errors.Is(err, ErrWrongCluster):
+			case errors.Is(err, api.ErrWrongCluster):
 				l.Error("the coordinator belongs to another cluster than the shared root: no deletes until an operator adopts the root (sharedcontentctl cluster adopt)")
-			case errors.Is(err, ErrDuplicateNode):
+			case errors.Is(err, api.ErrDuplicateNode):
 				l.Error("ANOTHER LIVE INSTANCE USES THIS NODE ID: this node uses no blob without the coordinator until it is fixed; give each host a unique --node-id")
 			default:
 				l.Warn("session renewal failed")
@@ -276,20 +277,20 @@ func (s *store) session(ctx context.Context, clusterID string) (SessionInfo, err
 		req.Root = id.claim()
 	}
 	info, err := s.coord.Session(ctx, req)
-	if errors.Is(err, ErrLate) && req.Echo != nil {
+	if errors.Is(err, api.ErrLate) && req.Echo != nil {
 		s.metrics.sessionRefusals.WithLabelValues("late").Inc()
 		log.G(ctx).WithError(err).WithField("node", s.nodeID).Warn("session renewal arrived late; opening a new session")
 		req.Echo = nil
 		info, err = s.coord.Session(ctx, req)
 	}
-	duplicate := errors.Is(err, ErrDuplicateNode)
+	duplicate := errors.Is(err, api.ErrDuplicateNode)
 	s.smu.Lock()
 	s.duplicate = duplicate
 	s.smu.Unlock()
 	if duplicate {
 		s.metrics.sessionRefusals.WithLabelValues("duplicate_node").Inc()
 	}
-	if errors.Is(err, ErrRootClaimed) {
+	if errors.Is(err, api.ErrRootClaimed) {
 		s.metrics.sessionRefusals.WithLabelValues("root_claimed").Inc()
 		id, _ := s.rootw.expected()
 		if clusterID == "" {
@@ -344,7 +345,7 @@ func (s *store) sessionRound(ctx context.Context) error {
 	}
 	err = s.coord.SyncRefs(ctx, SyncRequest{Generation: s.journal.generation, Snapshot: s.journal.snapshot, Echo: s.echo})
 	if err != nil {
-		if errors.Is(err, ErrLate) {
+		if errors.Is(err, api.ErrLate) {
 			s.metrics.sessionRefusals.WithLabelValues("late").Inc()
 			s.smu.Lock()
 			s.answer = sessionAnswer{} // the next round opens a new session
@@ -430,7 +431,7 @@ func (s *store) failOpenRefused(cause error) error {
 	s.smu.Unlock()
 	if duplicate {
 		return fmt.Errorf("the coordinator refuses this node's session: another live instance uses node id %s (%w); no blob is used without the coordinator: give each host a unique --node-id: %w",
-			s.nodeID, cause, ErrDuplicateNode)
+			s.nodeID, cause, api.ErrDuplicateNode)
 	}
 	if !s.joined() {
 		return fmt.Errorf("coordinator unreachable (%w), and this node has never joined the cluster of its root (%s): no blob is used without the coordinator until it has: %w",
@@ -546,7 +547,7 @@ func (s *store) claim(ctx context.Context, info SessionInfo) (SessionInfo, error
 	s.smu.Unlock()
 	// Bind the coordinator to the cluster from now on, and name the root.
 	info, err = s.session(ctx, id.ClusterID)
-	if errors.Is(err, ErrRootClaimed) && created {
+	if errors.Is(err, api.ErrRootClaimed) && created {
 		// Another root of the cluster was named first: this node's root
 		// is left as it was, unclaimed.
 		if uerr := unclaimRoot(s.root, id); uerr != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 	"github.com/stretchr/testify/require"
@@ -118,12 +119,12 @@ func TestLateRenewalOpensANewSession(t *testing.T) {
 	c.setRefuse(func(call fakeCall) error {
 		if call.Method == "Session" && call.Session.Echo != nil {
 			c.refuse = nil // once
-			return fmt.Errorf("renewal: %w", ErrLate)
+			return fmt.Errorf("renewal: %w", api.ErrLate)
 		}
 		return nil
 	})
 	late := kick(t, s, c)
-	require.ErrorIs(t, late.Err, ErrLate)
+	require.ErrorIs(t, late.Err, api.ErrLate)
 	log := c.await(t, "the sync after the late renewal", func(log []fakeCall) bool { return len(calls(log, "SyncRefs")) == 2 })
 	i := len(log) - 1
 	require.Equal(t, []string{"Session", "Session", "SyncRefs"}, []string{log[i-2].Method, log[i-1].Method, log[i].Method})
@@ -145,7 +146,7 @@ func TestLateSyncReopensTheSession(t *testing.T) {
 	c.setRefuse(func(call fakeCall) error {
 		if call.Method == "SyncRefs" {
 			c.refuse = nil // once
-			return fmt.Errorf("sync: %w", ErrLate)
+			return fmt.Errorf("sync: %w", api.ErrLate)
 		}
 		return nil
 	})
@@ -153,7 +154,7 @@ func TestLateSyncReopensTheSession(t *testing.T) {
 	require.False(t, renewal.Answer.Synced)
 	c.await(t, "the late sync", func(log []fakeCall) bool {
 		syncs := calls(log, "SyncRefs")
-		return len(syncs) == 2 && errors.Is(syncs[1].Err, ErrLate)
+		return len(syncs) == 2 && errors.Is(syncs[1].Err, api.ErrLate)
 	})
 	open := kick(t, s, c)
 	require.Nil(t, open.Session.Echo, "a new session, not a renewal of the late one")
@@ -242,18 +243,18 @@ func TestDuplicateNodeNeverFailsOpen(t *testing.T) {
 	s := fakeStore(t, c, root, "node-1")
 	c.setRefuse(func(call fakeCall) error {
 		if call.Method == "Session" {
-			return fmt.Errorf("node-1: %w", ErrDuplicateNode)
+			return fmt.Errorf("node-1: %w", api.ErrDuplicateNode)
 		}
 		return errFakeDown
 	})
-	require.ErrorIs(t, kick(t, s, c).Err, ErrDuplicateNode)
+	require.ErrorIs(t, kick(t, s, c).Err, api.ErrDuplicateNode)
 	// kick returns once the coordinator has seen the call, before the
 	// round has recorded its answer; the next round's call comes after.
-	require.ErrorIs(t, kick(t, s, c).Err, ErrDuplicateNode)
+	require.ErrorIs(t, kick(t, s, c).Err, api.ErrDuplicateNode)
 	backdate(s, 2*FailOpenDelay(longTTL))
 	_, desc := testBlob("duplicate ")
 	_, err := s.Writer(context.Background(), writerOf(desc)...)
-	require.ErrorIs(t, err, ErrDuplicateNode)
+	require.ErrorIs(t, err, api.ErrDuplicateNode)
 	require.ErrorContains(t, err, "--node-id")
 	require.NoFileExists(t, s.blobPath(desc.Digest))
 	require.Positive(t, testutil.ToFloat64(s.metrics.sessionRefusals.WithLabelValues("duplicate_node")),
@@ -270,7 +271,7 @@ func TestWrongClusterAtStart(t *testing.T) {
 	_, err = NewStore(root, "node-1", c.node("node-1"), WithStateDir(t.TempDir()))
 	var wrong *WrongClusterError
 	require.ErrorAs(t, err, &wrong)
-	require.ErrorIs(t, err, ErrWrongCluster)
+	require.ErrorIs(t, err, api.ErrWrongCluster)
 	require.Equal(t, "another-cluster", wrong.RootCluster)
 	_, err = os.Stat(nodesDir(root))
 	require.ErrorIs(t, err, os.ErrNotExist, "a refused node leaves no marker")
@@ -339,7 +340,7 @@ func TestNoSessionAtStartMessage(t *testing.T) {
 		c := newFakeCluster(longTTL)
 		c.setRefuse(func(call fakeCall) error {
 			if call.Method == "Session" {
-				return fmt.Errorf("node-1: %w", ErrLate)
+				return fmt.Errorf("node-1: %w", api.ErrLate)
 			}
 			return nil
 		})

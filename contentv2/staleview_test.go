@@ -69,7 +69,7 @@ func TestStaleViewOfADeletedBlob(t *testing.T) {
 type staleViewEnv struct {
 	t      *testing.T
 	ctx    context.Context
-	coord  *lockservertest.Coordinator
+	coord  *lockservertest.Server
 	root   string
 	view   *staleView
 	n1, n2 contentv2.Store
@@ -77,7 +77,7 @@ type staleViewEnv struct {
 	desc   ocispec.Descriptor
 }
 
-func newStaleViewEnv(t *testing.T, coord *lockservertest.Coordinator) *staleViewEnv {
+func newStaleViewEnv(t *testing.T, coord *lockservertest.Server) *staleViewEnv {
 	root := t.TempDir()
 	node := func(id string, opts ...contentv2.Option) contentv2.Store {
 		c, err := lockclient.New(coord.URL(), lockclient.WithNodeID(id))

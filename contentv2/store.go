@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sharedcontent/sharedcontent/internal/failpoint"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // Mode chooses how Writer behaves when another node holds a blob's lock.
@@ -213,7 +214,7 @@ type store struct {
 // errdefs.ErrFailedPrecondition says what to fix). It records the node in
 // the root and opens its session. A root that
 // belongs to another cluster than the coordinator's is an error matching
-// ErrWrongCluster (a *WrongClusterError saying what to do); an unreachable
+// api.ErrWrongCluster (a *WrongClusterError saying what to do); an unreachable
 // coordinator is not an error.
 func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, error) {
 	if nodeID == "" || strings.ContainsAny(nodeID, "/\x00") || nodeID == "." || nodeID == ".." {
@@ -393,18 +394,18 @@ func (s *store) reference(ctx context.Context, dgst digest.Digest, found bool) e
 	}
 	failpoint.Inject(failpoint.StoreRefAfterJournal)
 	err := s.coordinate(ctx, func(ctx context.Context) error { return s.coord.AddRef(ctx, dgst, found) })
-	if errors.Is(err, ErrNoSession) {
+	if errors.Is(err, api.ErrNoSession) {
 		err = s.afterSession(ctx, "ref", dgst, err, func(ctx context.Context) error { return s.coord.AddRef(ctx, dgst, found) })
 	}
 	switch {
 	case err == nil:
 		failpoint.Inject(failpoint.StoreRefAfterCoord)
-	case errors.Is(err, ErrDeleting):
+	case errors.Is(err, api.ErrDeleting):
 		if jerr := s.journal.remove(dgst); jerr != nil {
 			log.G(ctx).WithError(jerr).Warn("node journal")
 		}
 		return fmt.Errorf("content %v: being deleted: %w", dgst, errdefs.ErrNotFound)
-	case errors.Is(err, ErrNoSession):
+	case errors.Is(err, api.ErrNoSession):
 		// An answer, not an outage: never a use without the reference.
 		s.metrics.waits.Inc()
 		return fmt.Errorf("content %v: cannot record this node's use: the coordinator holds no live session of this node yet; retry once it does: %w: %w",
@@ -440,7 +441,7 @@ func (s *store) coordinate(ctx context.Context, call func(context.Context) error
 	cctx, cancel := context.WithTimeout(ctx, s.coordTimeout)
 	defer cancel()
 	err := call(cctx)
-	if errors.Is(err, ErrNoSession) {
+	if errors.Is(err, api.ErrNoSession) {
 		// It answered: the session is what is missing.
 		s.kickSession()
 		return err
@@ -483,7 +484,7 @@ func (s *store) Update(ctx context.Context, info content.Info, fieldpaths ...str
 	if err := s.rootw.ready(); err != nil {
 		return content.Info{}, fmt.Errorf("content %v: update: %w", info.Digest, err)
 	}
-	lk, err := s.coord.Lock(ctx, LockRequest{Type: OpUpdate, ResourceID: info.Digest.String(), Wait: true})
+	lk, err := s.coord.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: info.Digest.String(), Wait: new(false)})
 	switch {
 	case err != nil && isRefusal(err):
 		return content.Info{}, fmt.Errorf("content %v: update: %w: %w", info.Digest, errdefs.ErrFailedPrecondition, err)
@@ -530,19 +531,19 @@ func (s *store) Delete(ctx context.Context, dgst digest.Digest) error {
 		failpoint.Inject(failpoint.StoreDeleteAfterJournal)
 	}
 	switch {
-	case errors.Is(err, ErrInUse):
+	case errors.Is(err, api.ErrInUse):
 		s.metrics.deletes.WithLabelValues("in_use").Inc()
 		l.Debug("blob kept: other nodes use it")
 		return nil
-	case errors.Is(err, ErrUnsynced):
+	case errors.Is(err, api.ErrUnsynced):
 		s.metrics.deletes.WithLabelValues("unsynced").Inc()
 		l.WithError(err).Info("blob kept: a member node is not synced; a later collection (or the reaper) retries")
 		return nil
-	case errors.Is(err, ErrLocked):
+	case errors.Is(err, api.ErrLocked):
 		s.metrics.deletes.WithLabelValues("locked").Inc()
 		l.Debug("blob kept: a pull or delete of it is in flight; the next collection retries")
 		return nil
-	case errors.Is(err, ErrSkipped):
+	case errors.Is(err, api.ErrSkipped):
 		s.metrics.deletes.WithLabelValues("skipped").Inc()
 		return nil
 	case err != nil:
@@ -563,7 +564,7 @@ func (s *store) askDelete(ctx context.Context, dgst digest.Digest) (Lock, error)
 	s.mu.Unlock()
 	var lk Lock
 	err := s.coordinate(ctx, func(ctx context.Context) (err error) {
-		lk, err = s.coord.Lock(ctx, LockRequest{Type: OpDelete, ResourceID: dgst.String()})
+		lk, err = s.coord.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: dgst.String(), Wait: new(false)})
 		return err
 	})
 	return lk, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/stretchr/testify/require"
 )
 
@@ -33,7 +34,7 @@ func trashEntries(t *testing.T, s *store) []string {
 // trash. The lock stays held, as after a coordinator that did not act.
 func refuseDeleteUnlock(c *fakeCluster, err error, meanwhile func()) {
 	c.setRefuse(func(call fakeCall) error {
-		if call.Method == "Unlock" && call.Op == OpDelete {
+		if call.Method == "Unlock" && call.Type == api.OperationDelete {
 			if meanwhile != nil {
 				meanwhile()
 			}
@@ -237,7 +238,7 @@ func TestDeleteAnswerLostButCommitted(t *testing.T) {
 			refuseDeleteUnlock(c, errFakeDown, func() {
 				// Under the fake's mutex: what the coordinator committed
 				// before the answer was lost.
-				c.completed[d.String()] = DeleteCompletion{Done: true, Lapsed: lapsed, Fence: c.locks[fakeKey{OpDelete, d.String()}].fence}
+				c.completed[d.String()] = DeleteCompletion{Done: true, Lapsed: lapsed, Fence: c.locks[fakeKey{api.OperationDelete, d.String()}].fence}
 			})
 			require.NoError(t, s.Delete(context.Background(), d))
 			require.Empty(t, trashEntries(t, s))

@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/sharedcontent/sharedcontent/internal/failpoint"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // Writer opens an ingest under the blob's pull lock (docs/design.md §5.2). The digest
@@ -88,13 +89,13 @@ func writerOpts(opts []content.WriterOpt) (content.WriterOpts, digest.Digest, er
 // caller retries, or an uncoordinated ingest.
 func (s *store) writerWithoutLock(ctx context.Context, wo content.WriterOpts, dgst digest.Digest, lockErr error) (content.Writer, error) {
 	switch {
-	case errors.Is(lockErr, ErrLocked) && s.mode == ContainerdMode && wo.Desc.Size > 0:
+	case errors.Is(lockErr, api.ErrLocked) && s.mode == ContainerdMode && wo.Desc.Size > 0:
 		s.metrics.writes.WithLabelValues("follower").Inc()
 		return s.newFollower(ctx, wo, dgst), nil
-	case errors.Is(lockErr, ErrLocked):
+	case errors.Is(lockErr, api.ErrLocked):
 		s.metrics.writes.WithLabelValues("busy").Inc()
 		return nil, fmt.Errorf("content %v: another node is downloading it: %w", dgst, errdefs.ErrUnavailable)
-	case errors.Is(lockErr, ErrSkipped):
+	case errors.Is(lockErr, api.ErrSkipped):
 		if _, err := s.local.Info(ctx, dgst); err != nil {
 			// Done elsewhere but not visible here (or removed outside the
 			// protocol): download it ourselves rather than wait forever.
@@ -140,7 +141,7 @@ func (s *store) openLocked(ctx context.Context, wo content.WriterOpts, lk Lock, 
 // pullLock takes the blob's pull lock: at once or not at all in
 // ContainerdMode, waiting in LibraryMode.
 func (s *store) pullLock(ctx context.Context, dgst digest.Digest) (lk Lock, err error) {
-	req := LockRequest{Type: OpPull, ResourceID: dgst.String(), Wait: s.mode == LibraryMode}
+	req := api.LockRequest{Type: api.OperationPull, ResourceID: dgst.String(), Wait: new(s.mode == LibraryMode)}
 	if s.mode == LibraryMode {
 		return s.coord.Lock(ctx, req)
 	}
@@ -392,7 +393,7 @@ func (w *writer) referenceCommit(ctx context.Context, dgst digest.Digest) error 
 // reference.
 func (w *writer) leaseCarries(ctx context.Context, dgst digest.Digest, refErr error) bool {
 	if w.lock == nil || dgst != w.dgst || ctx.Err() != nil || !errdefs.IsUnavailable(refErr) ||
-		errors.Is(refErr, ErrDuplicateNode) || errors.Is(refErr, ErrWrongCluster) || errors.Is(refErr, ErrNoSession) ||
+		errors.Is(refErr, api.ErrDuplicateNode) || errors.Is(refErr, api.ErrWrongCluster) || errors.Is(refErr, api.ErrNoSession) ||
 		!w.s.joined() || !w.s.journal.has(dgst) {
 		return false
 	}
@@ -427,7 +428,7 @@ func (w *writer) releaseLater(ctx context.Context) {
 	go func() {
 		defer s.unlocks.Done()
 		err := lk.Unlock(ctx, true, nil)
-		if errors.Is(err, ErrNoSession) {
+		if errors.Is(err, api.ErrNoSession) {
 			err = s.afterSession(ctx, "unlock", dgst, err, func(ctx context.Context) error { return lk.Unlock(ctx, true, nil) })
 		}
 		if err != nil {
@@ -457,7 +458,7 @@ func (w *writer) release(ctx context.Context, success bool, opErr error) {
 	ctx = context.WithoutCancel(ctx)
 	unlock := func(ctx context.Context) error { return w.lock.Unlock(ctx, success, opErr) }
 	err := w.s.coordinate(ctx, unlock)
-	if errors.Is(err, ErrNoSession) {
+	if errors.Is(err, api.ErrNoSession) {
 		// The success records the reference and ends a delete's
 		// completion: done before Commit returns, as a reference is.
 		err = w.s.afterSession(ctx, "unlock", w.dgst, err, unlock)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // TestFaultCloneWithCopiedStateDir (docs/design.md §8.5): a VM is cloned
@@ -54,7 +55,7 @@ func TestFaultCloneWithCopiedStateDir(t *testing.T) {
 		require.NoError(t, clone.collect(ctx)) // what the clone's GC would do
 		clone.Close()
 	}
-	require.ErrorIs(t, err, contentv2.ErrDuplicateNode, "the clone is another host of the ID")
+	require.ErrorIs(t, err, api.ErrDuplicateNode, "the clone is another host of the ID")
 	require.ErrorContains(t, err, "sharedcontentctl node release host")
 	e.requireRefs(t, ctx, imgA, "host")
 	e.requireRefs(t, ctx, imgB, "host")

@@ -57,13 +57,13 @@ func faultConfig() lockserver.Config {
 // coordinator is the harness's coordinator (on a fixed loopback address,
 // stopped, restarted and wiped by the tests) with an operator's client.
 type coordinator struct {
-	*lockservertest.Coordinator
+	*lockservertest.Server
 	admin *lockclient.Client // operator's client: no session, so not a member
 }
 
 func startCoordinator(t testing.TB, cfg lockserver.Config) *coordinator {
 	t.Helper()
-	c := &coordinator{Coordinator: lockservertest.Start(t, lockservertest.WithConfig(cfg))}
+	c := &coordinator{Server: lockservertest.Start(t, lockservertest.WithConfig(cfg))}
 	var err error
 	c.admin, err = lockclient.New(c.URL(), lockclient.WithNodeID("operator"),
 		lockclient.WithMaxRetries(2), lockclient.WithRetryInterval(50*time.Millisecond))
@@ -438,7 +438,7 @@ func (e *faultEnv) blobFiles() []string {
 
 // isWrongCluster reports whether err is a node's refusal to start on a
 // root of another cluster.
-func isWrongCluster(err error) bool { return errors.Is(err, contentv2.ErrWrongCluster) }
+func isWrongCluster(err error) bool { return errors.Is(err, api.ErrWrongCluster) }
 
 // requireRefsOf fails unless the coordinator records exactly nodes as the
 // users of d.

@@ -20,6 +20,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
@@ -285,7 +286,7 @@ func TestFaultTwoCoordinatorsOnOneRoot(t *testing.T) {
 	if err == nil {
 		n2.Close()
 	}
-	require.ErrorIs(t, err, contentv2.ErrWrongCluster, "a second coordinator on the root must be refused")
+	require.ErrorIs(t, err, api.ErrWrongCluster, "a second coordinator on the root must be refused")
 	var wrong *contentv2.WrongClusterError
 	require.ErrorAs(t, err, &wrong)
 	for _, what := range []string{"--coordinator", "adopt", root} {
@@ -316,7 +317,7 @@ func TestFaultTwoCoordinatorsOnOneRoot(t *testing.T) {
 	require.True(t, (errs[0] == nil) != (errs[1] == nil), "exactly one of two racing coordinators gets the root: %v", errs)
 	for _, err := range errs {
 		if err != nil {
-			require.ErrorIs(t, err, contentv2.ErrWrongCluster)
+			require.ErrorIs(t, err, api.ErrWrongCluster)
 		}
 	}
 }
@@ -337,7 +338,7 @@ func TestFaultRefusedNodeIsNoMember(t *testing.T) {
 	if err == nil {
 		n2.Close()
 	}
-	require.ErrorIs(t, err, contentv2.ErrWrongCluster)
+	require.ErrorIs(t, err, api.ErrWrongCluster)
 
 	e.coord.Wipe()
 	_, err = e.coord.Adopt(ctx, e.root)

@@ -14,6 +14,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/contentv2/remote"
 	"github.com/sharedcontent/sharedcontent/lockclient"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // A brand-new node's shared root (docs/design.md §8.19): one node's view
@@ -106,7 +107,7 @@ func TestNewNodeLearnsRootLater(t *testing.T) {
 func requireNewRootRefused(t *testing.T, err error, path string) {
 	t.Helper()
 	requireRootRefusal(t, err, path)
-	require.ErrorIs(t, err, contentv2.ErrRootClaimed)
+	require.ErrorIs(t, err, api.ErrRootClaimed)
 	require.ErrorContains(t, err, "is the shared filesystem mounted at "+path)
 	require.True(t, errdefs.IsFailedPrecondition(err), "a refusal at start: %v", err)
 }
@@ -146,7 +147,7 @@ func TestFirstNodesRaceOnTwoRoots(t *testing.T) {
 		cs.Close()
 	}
 	require.NotNil(t, a, "node-a started while node-b was claiming")
-	require.ErrorIs(t, err, contentv2.ErrRootClaimed)
+	require.ErrorIs(t, err, api.ErrRootClaimed)
 	require.ErrorIs(t, err, contentv2.ErrRootUnverified)
 	require.ErrorContains(t, err, "is the shared filesystem mounted at "+stray)
 	require.True(t, errdefs.IsFailedPrecondition(err), "%v", err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // The session faults that lost blobs (docs/design.md §8.3 to §8.6, and a
@@ -177,7 +178,7 @@ func TestFaultStateDirWiped(t *testing.T) {
 	require.FileExists(t, filepath.Join(n2.stateDir, "meta.db"), "containerd's metadata survives")
 	// A new state dir is another lineage: the node ID stays node 2's old
 	// one until the operator releases it (docs/design.md §8.5).
-	require.ErrorIs(t, n2.Open(), contentv2.ErrDuplicateNode, "a wiped state dir needs the operator")
+	require.ErrorIs(t, n2.Open(), api.ErrDuplicateNode, "a wiped state dir needs the operator")
 	_, err := e.coord.admin.Release(ctx, "node-2")
 	require.NoError(t, err)
 	require.NoError(t, n2.Open())
@@ -226,7 +227,7 @@ func TestFaultDuplicateNodeID(t *testing.T) {
 	if clone != nil {
 		require.NoError(t, clone.collect(ctx)) // what the clone's GC would do
 	}
-	require.ErrorIs(t, err, contentv2.ErrDuplicateNode)
+	require.ErrorIs(t, err, api.ErrDuplicateNode)
 	require.ErrorContains(t, err, `"host"`)
 	require.ErrorContains(t, err, "--node-id")
 
@@ -272,7 +273,7 @@ func TestFaultCloneOfCutOffHost(t *testing.T) {
 			require.NoError(t, clone.collect(ctx)) // what the clone's GC would do
 			clone.Close()
 		}
-		require.ErrorIs(t, err, contentv2.ErrDuplicateNode, why)
+		require.ErrorIs(t, err, api.ErrDuplicateNode, why)
 		require.ErrorContains(t, err, "sharedcontentctl node release host")
 		require.NoError(t, n1.collect(ctx))
 		e.requireFiles(t, imgA, why)

@@ -85,7 +85,7 @@ func benchNotify(b *testing.B, refs string, n int, idle time.Duration) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		req := LockRequest{Type: api.OperationPull, ResourceID: fmt.Sprintf("sha256:bench-%s-%d-%d-%d", refs, n, b.N, i)}
+		req := api.LockRequest{Type: api.OperationPull, ResourceID: fmt.Sprintf("sha256:bench-%s-%d-%d-%d", refs, n, b.N, i)}
 		res, err := holder.Lock(ctx, req)
 		if err != nil || !res.Acquired {
 			b.Fatalf("holder: %+v %v", res, err)
@@ -166,7 +166,7 @@ func BenchmarkLockUnlockHTTP(b *testing.B) {
 			return
 		}
 		defer c.Close()
-		req := LockRequest{Type: api.OperationUpdate, ResourceID: fmt.Sprintf("sha256:bench-cycle-%d", i)}
+		req := api.LockRequest{Type: api.OperationUpdate, ResourceID: fmt.Sprintf("sha256:bench-cycle-%d", i)}
 		ctx := context.Background()
 		for pb.Next() {
 			res, err := c.Lock(ctx, req)

@@ -60,7 +60,7 @@ func New(serverURL string, opts ...Option) (*Client, error) {
 // (clients, token, TLS, poll interval) do not apply.
 func NewEmbedded(b Transport, opts ...Option) (*Client, error) {
 	if b == nil {
-		return nil, fmt.Errorf("lockclient: nil coordinator: %w", ErrInvalidArgument)
+		return nil, fmt.Errorf("lockclient: nil coordinator: %w", api.ErrInvalidArgument)
 	}
 	o, err := buildOptions(opts)
 	if err != nil {
@@ -94,7 +94,7 @@ func (c *Client) NodeID() string { return c.opts.nodeID }
 // Close stops the keepalive of every lease not yet unlocked (the
 // coordinator then releases them as failures when their TTL runs out) and
 // closes idle connections. Calls in flight are not interrupted; new Lock and
-// TryLock calls fail with ErrUnavailable. Close is idempotent.
+// TryLock calls fail with api.ErrUnavailable. Close is idempotent.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -130,7 +130,7 @@ func (c *Client) Status(ctx context.Context, typ api.OperationType, resourceID s
 }
 
 // AddRef adds this client's node's reference to the resource (for example
-// a blob it is about to commit). It fails with ErrDeleting while a delete of
+// a blob it is about to commit). It fails with api.ErrDeleting while a delete of
 // the resource is in flight. Transient errors are retried (adding a
 // reference is idempotent). The answer has the set's Count but not its
 // Nodes (api.RefsAddRequest.CountOnly): Refs returns them.
@@ -139,7 +139,7 @@ func (c *Client) AddRef(ctx context.Context, resourceID string) (api.RefsRespons
 }
 
 // AddFoundRef is AddRef for a resource this node found present (a blob in
-// the shared directory): it fails with ErrDeleting also when a delete of
+// the shared directory): it fails with api.ErrDeleting also when a delete of
 // the resource succeeded since its last pull or reference, because what
 // the node found may be a cached view of the deleted file.
 func (c *Client) AddFoundRef(ctx context.Context, resourceID string) (api.RefsResponse, error) {
@@ -170,7 +170,7 @@ func (c *Client) Refs(ctx context.Context, resourceID string) (api.RefsResponse,
 
 // ExpectCluster makes every later request name the cluster id, so that a
 // coordinator of another cluster (one that lost its database, or serves
-// other nodes) refuses it with ErrWrongCluster instead of acting on it
+// other nodes) refuses it with api.ErrWrongCluster instead of acting on it
 // (docs/design.md §8.10). An embedded coordinator checks it on Session only:
 // it cannot change under a running process except by adoption.
 func (c *Client) ExpectCluster(id string) {
@@ -332,7 +332,7 @@ func (c *Client) Renew(ctx context.Context, lease *Lease) error {
 }
 
 // retry runs fn until it succeeds, is refused, ctx ends, or MaxRetries
-// retries have failed; then the error is ErrUnavailable as well as the last
+// retries have failed; then the error is api.ErrUnavailable as well as the last
 // error. Refusals are returned as they are (they name the key); other
 // errors are prefixed with what. The pauses are jittered, so that the nodes
 // a coordinator restart cut off do not all come back in the same

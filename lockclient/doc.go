@@ -13,9 +13,9 @@
 // lock's status where streams cannot be used. NewEmbedded returns one of
 // an in-process coordinator (*lockserver.Coordinator), reached through the same
 // Transport interface. Both give the same results and the same errors,
-// which match this package's sentinels (ErrLocked, ErrInUse, ...) with
+// which match the coordinator's sentinels (api.ErrLocked, api.ErrInUse, ...) with
 // errors.Is. Network errors, timeouts and 5xx answers are retried; after
-// the last retry the error matches ErrUnavailable. Given the URLs of a
+// the last retry the error matches api.ErrUnavailable. Given the URLs of a
 // coordinator's replicas, New sticks to the leader and follows a standby's
 // not_leader hint at once, but only to a listed URL (replicas.go,
 // docs/design.md §4, §7).

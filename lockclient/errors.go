@@ -10,50 +10,10 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// Lock protocol outcomes. They are the coordinator's own sentinels, so
-// errors.Is matches them the same way against a remote coordinator (where the
-// client maps the HTTP error codes back) and an embedded one.
-var (
-	// ErrInUse: a delete (or, with update_requires_no_ref, an update) was
-	// refused because other nodes reference the resource. The error is an
-	// *api.InUseError carrying who.
-	ErrInUse = api.ErrInUse
-	// ErrLocked: the lock is held and the request did not wait (TryLock, or
-	// a coordinator with allow_multi_node_download=false).
-	ErrLocked = api.ErrLocked
-	// ErrNotHolder: the lease is unknown to the coordinator: it expired,
-	// was released, or the coordinator restarted.
-	ErrNotHolder = api.ErrNotHolder
-	// ErrDeleting: a reference cannot be added while a delete of the
-	// resource is in flight.
-	ErrDeleting = api.ErrDeleting
-	// ErrInvalidArgument: the request is malformed.
-	ErrInvalidArgument = api.ErrInvalidArgument
-	// ErrUnauthorized: the bearer token is missing or wrong.
-	ErrUnauthorized = api.ErrUnauthorized
-	// ErrUnsynced: a delete was refused because a member node is not
-	// synced (docs/design.md §8.7); an *api.UnsyncedError names them.
-	ErrUnsynced = api.ErrUnsynced
-	// ErrWrongCluster: the coordinator belongs to another cluster than
-	// the one the client expects (ExpectCluster).
-	ErrWrongCluster = api.ErrWrongCluster
-	// ErrLate: a session renewal arrived too late to extend the session
-	// (docs/design.md §8.8); open a new one.
-	ErrLate = api.ErrLate
-	// ErrDuplicateNode: another instance holds a live session under this
-	// node ID.
-	ErrDuplicateNode = api.ErrDuplicateNode
-	// ErrRootClaimed: the cluster already has a shared root, and this
-	// node's is not it (docs/design.md §8.19).
-	ErrRootClaimed = api.ErrRootClaimed
-	// ErrNoSession: a reference (POST /refs/add, a pull's unlock with
-	// success) was refused because this node holds no live session:
-	// open the session again, then retry (docs/design.md §8.4).
-	ErrNoSession = api.ErrNoSession
-	// ErrUnavailable: the coordinator could not be reached (after the
-	// retries), is shutting down, or the Client is closed.
-	ErrUnavailable = api.ErrUnavailable
-)
+// The coordinator's refusals are the sentinels of lockserver/api: errors.Is
+// matches them the same way against a remote coordinator (where the client
+// maps the HTTP error codes back) and an embedded one, and each wraps its
+// errdefs class. ErrLeaseLost is the client's own.
 
 // ErrLeaseLost is the error of Lease.Err once Lease.Lost has closed: the
 // lease could not be renewed within its TTL, or the coordinator no longer
@@ -115,14 +75,14 @@ func (e *statusError) Error() string { return e.err.Error() }
 func (e *statusError) Unwrap() error { return e.err }
 
 // unreachableError is the last transient error of a call that ran out of
-// retries. It matches ErrUnavailable as well as the error itself.
+// retries. It matches api.ErrUnavailable as well as the error itself.
 type unreachableError struct{ err error }
 
 func (e *unreachableError) Error() string   { return e.err.Error() }
-func (e *unreachableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
+func (e *unreachableError) Unwrap() []error { return []error{api.ErrUnavailable, e.err} }
 
 func unreachable(err error) error {
-	if errors.Is(err, ErrUnavailable) {
+	if errors.Is(err, api.ErrUnavailable) {
 		return err
 	}
 	return &unreachableError{err: err}

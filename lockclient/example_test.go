@@ -31,7 +31,7 @@ func ExampleClient_Lock() {
 	if _, err := a.Session(ctx, api.SessionRequest{InstanceID: "daemon-1"}); err != nil {
 		log.Fatal(err)
 	}
-	pull := lockclient.LockRequest{Type: api.OperationPull, ResourceID: blob}
+	pull := api.LockRequest{Type: api.OperationPull, ResourceID: blob}
 	res, err := a.Lock(ctx, pull) // waits while another node pulls it
 	if err != nil {
 		log.Fatal(err)
@@ -64,7 +64,7 @@ func ExampleClient_Lock() {
 }
 
 // TryLock does not wait: a lock held by another holder fails at once with
-// ErrLocked, and Status names the holder.
+// api.ErrLocked, and Status names the holder.
 func ExampleClient_TryLock() {
 	url, stop := startCoordinator()
 	defer stop()
@@ -73,14 +73,14 @@ func ExampleClient_TryLock() {
 	defer a.Close()
 	defer b.Close()
 
-	update := lockclient.LockRequest{Type: api.OperationUpdate, ResourceID: blob}
+	update := api.LockRequest{Type: api.OperationUpdate, ResourceID: blob}
 	held, err := a.Lock(ctx, update)
 	if err != nil {
 		log.Fatal(err)
 	}
 
 	_, err = b.TryLock(ctx, update)
-	if errors.Is(err, lockclient.ErrLocked) {
+	if errors.Is(err, api.ErrLocked) {
 		st, err := b.Status(ctx, update.Type, update.ResourceID)
 		if err != nil {
 			log.Fatal(err)
@@ -128,7 +128,7 @@ func ExampleClient_Session() {
 	}
 	fmt.Println("references:", refs.Count)
 
-	_, err = b.TryLock(ctx, lockclient.LockRequest{Type: api.OperationDelete, ResourceID: blob})
+	_, err = b.TryLock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: blob})
 	var inUse *api.InUseError
 	if errors.As(err, &inUse) {
 		fmt.Println("delete refused; in use by", inUse.Refs.Nodes)

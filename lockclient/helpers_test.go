@@ -81,7 +81,7 @@ type outcome struct {
 }
 
 // lockAsync runs c.Lock in a goroutine; the channel gets its outcome.
-func lockAsync(ctx context.Context, c *Client, req LockRequest) <-chan outcome {
+func lockAsync(ctx context.Context, c *Client, req api.LockRequest) <-chan outcome {
 	ch := make(chan outcome, 1)
 	go func() {
 		res, err := c.Lock(ctx, req)

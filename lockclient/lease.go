@@ -167,7 +167,7 @@ func (l *Lease) renew() {
 		l.mu.Lock()
 		l.heldSince = sent
 		l.mu.Unlock()
-	case errors.Is(err, ErrNotHolder):
+	case errors.Is(err, api.ErrNotHolder):
 		l.lose(fmt.Errorf("%w: the coordinator no longer knows it: %w", ErrLeaseLost, err))
 		return
 	case !time.Now().Before(expires):

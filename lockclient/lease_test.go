@@ -33,7 +33,7 @@ func TestLeaseHeldAcrossTTLs(t *testing.T) {
 	holder := newHTTPClient(t, ts.URL(), "node-a", WithShortClient(ct))
 	waiter := newHTTPClient(t, ts.URL(), "node-b")
 	members.Open(t, ts.Core(), "node-a", "node-b")
-	req := LockRequest{Type: api.OperationPull, ResourceID: blob}
+	req := api.LockRequest{Type: api.OperationPull, ResourceID: blob}
 
 	start := time.Now()
 	res, err := holder.Lock(context.Background(), req)
@@ -68,7 +68,7 @@ func TestLeaseHeldAcrossTTLs(t *testing.T) {
 func TestLeaseLostWhenServerDies(t *testing.T) {
 	ts := lockservertest.Start(t, withShortTTL)
 	c := newHTTPClient(t, ts.URL(), "node-a", WithMaxRetries(1))
-	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob})
+	res, err := c.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.NoError(t, res.Lease.Err())
 
@@ -85,7 +85,7 @@ func TestLeaseLostWhenServerDies(t *testing.T) {
 	require.ErrorIs(t, res.Lease.Err(), ErrLeaseLost)
 
 	err = c.Unlock(context.Background(), res.Lease, true, nil)
-	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, err, api.ErrUnavailable)
 	require.ErrorIs(t, err, ErrLeaseLost)
 }
 
@@ -97,7 +97,7 @@ func TestLeaseLostWhenTakenBack(t *testing.T) {
 	c, err := NewEmbedded(l, testOptions("node-a")...)
 	require.NoError(t, err)
 	defer c.Close()
-	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationUpdate, ResourceID: blob})
+	res, err := c.Lock(context.Background(), api.LockRequest{Type: api.OperationUpdate, ResourceID: blob})
 	require.NoError(t, err)
 
 	require.NoError(t, l.Cancel(context.Background(), api.CancelRequest{Type: api.OperationUpdate, ResourceID: blob, NodeID: "node-a", RequestID: res.Lease.requestID}))
@@ -107,9 +107,9 @@ func TestLeaseLostWhenTakenBack(t *testing.T) {
 		t.Fatal("Lost did not close")
 	}
 	require.ErrorIs(t, res.Lease.Err(), ErrLeaseLost)
-	require.ErrorIs(t, res.Lease.Err(), ErrNotHolder, "lost because the coordinator said so, not by timing out")
+	require.ErrorIs(t, res.Lease.Err(), api.ErrNotHolder, "lost because the coordinator said so, not by timing out")
 	err = c.Unlock(context.Background(), res.Lease, true, nil)
-	require.ErrorIs(t, err, ErrNotHolder)
+	require.ErrorIs(t, err, api.ErrNotHolder)
 	require.ErrorIs(t, err, ErrLeaseLost)
 }
 
@@ -120,7 +120,7 @@ func TestUnlockAfterCancel(t *testing.T) {
 	c := newHTTPClient(t, ts.URL(), "node-a")
 	members.Open(t, ts.Core(), "node-a")
 	ctx, cancel := context.WithCancel(context.Background())
-	res, err := c.Lock(ctx, LockRequest{Type: api.OperationPull, ResourceID: blob})
+	res, err := c.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 	cancel()
@@ -141,7 +141,7 @@ func TestUnlockAfterCancel(t *testing.T) {
 func TestCloseStopsKeepalives(t *testing.T) {
 	ts := lockservertest.Start(t, withShortTTL)
 	c := newHTTPClient(t, ts.URL(), "node-a")
-	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob})
+	res, err := c.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
 	require.True(t, res.Lease.keepaliveEnded(), "Close returned before the keepalive ended")
@@ -185,7 +185,7 @@ func TestLeaseHeldUntil(t *testing.T) {
 	ts := lockservertest.Start(t, withShortTTL)
 	c := newHTTPClient(t, ts.URL(), "node-a", WithMaxRetries(1))
 	sent := time.Now()
-	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob})
+	res, err := c.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	held := shortTTL - shortTTL/10
 	until := res.Lease.HeldUntil()

@@ -10,17 +10,6 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
-// LockRequest names a lock and who asks for it.
-type LockRequest struct {
-	Type       api.OperationType
-	ResourceID string
-	// NodeID is the node the lock is taken for; empty means the client's
-	// node (WithNodeID).
-	NodeID string
-	// Reap marks a delete of the reaper (api.LockRequest.Reap).
-	Reap api.ReapMode
-}
-
 // LockResult is the outcome of Lock and TryLock: exactly one of Acquired
 // and Skipped is set, or Error.
 type LockResult struct {
@@ -41,38 +30,43 @@ type LockResult struct {
 // One random request ID is used for every attempt of the call, so a retry
 // after a lost answer gets the same grant or queue place. Network errors,
 // timeouts and 5xx answers are retried (WithMaxRetries, WithRetryInterval);
-// after the last retry the error matches ErrUnavailable. Refusals are
-// returned at once and match ErrInUse (an *api.InUseError naming the other
-// users), ErrLocked (the coordinator does not queue: allow_multi_node_download
-// is off), ErrInvalidArgument or ErrUnauthorized.
+// after the last retry the error matches api.ErrUnavailable. Refusals are
+// returned at once and match api.ErrInUse (an *api.InUseError naming the other
+// users), api.ErrLocked (the coordinator does not queue: wait_by_default
+// is off), api.ErrInvalidArgument or api.ErrUnauthorized.
 //
 // Cancelling ctx takes the caller out of the queue, or gives back a grant
 // that arrived meanwhile; Lock then returns ctx's error and holds nothing.
 //
+// req names the lock (Type, ResourceID, Reap) and, in NodeID, the node it
+// is taken for (empty: the client's, WithNodeID). Its RequestID and Wait
+// are the client's own: a new request ID per call, and Wait left to the
+// coordinator's default (TryLock: false).
+//
 // The result is never nil; err != nil exactly when result.Error != nil.
 // When Acquired, the lease is renewed in the background until Unlock.
-func (c *Client) Lock(ctx context.Context, req LockRequest) (*LockResult, error) {
+func (c *Client) Lock(ctx context.Context, req api.LockRequest) (*LockResult, error) {
 	return c.lock(ctx, req, true)
 }
 
 // TryLock is Lock without waiting: a held lock fails at once with
-// ErrLocked. Transient errors are still retried, with the same request ID.
-func (c *Client) TryLock(ctx context.Context, req LockRequest) (*LockResult, error) {
+// api.ErrLocked. Transient errors are still retried, with the same request ID.
+func (c *Client) TryLock(ctx context.Context, req api.LockRequest) (*LockResult, error) {
 	return c.lock(ctx, req, false)
 }
 
 // ClusterLock is the one-call helper of the content store (the seeds'
 // client.ClusterLock): Lock of req on c, with req.NodeID defaulting to c's
 // node.
-func ClusterLock(ctx context.Context, c *Client, req *LockRequest) (*LockResult, error) {
+func ClusterLock(ctx context.Context, c *Client, req *api.LockRequest) (*LockResult, error) {
 	if c == nil || req == nil {
-		err := fmt.Errorf("lockclient: ClusterLock needs a client and a request: %w", ErrInvalidArgument)
+		err := fmt.Errorf("lockclient: ClusterLock needs a client and a request: %w", api.ErrInvalidArgument)
 		return &LockResult{Error: err}, err
 	}
 	return c.Lock(ctx, *req)
 }
 
-func (c *Client) lock(ctx context.Context, req LockRequest, wait bool) (*LockResult, error) {
+func (c *Client) lock(ctx context.Context, req api.LockRequest, wait bool) (*LockResult, error) {
 	lr, err := c.lockRequest(req)
 	if err != nil {
 		return failed(err)
@@ -83,7 +77,7 @@ func (c *Client) lock(ctx context.Context, req LockRequest, wait bool) (*LockRes
 	what := call{op: "lock", typ: lr.Type, id: lr.ResourceID}
 	ctx = withCallFields(ctx, callFields{typ: lr.Type, resourceID: lr.ResourceID, requestID: lr.RequestID})
 	if c.isClosed() {
-		return failed(fmt.Errorf("%s: client closed: %w", what, ErrUnavailable))
+		return failed(fmt.Errorf("%s: client closed: %w", what, api.ErrUnavailable))
 	}
 
 	var (
@@ -128,7 +122,7 @@ func (c *Client) lock(ctx context.Context, req LockRequest, wait bool) (*LockRes
 	if !c.track(lease) {
 		lease.stop()
 		giveBack(ctx, c.transport, lr, c.opts.requestTimeout)
-		return failed(fmt.Errorf("%s: client closed: %w", what, ErrUnavailable))
+		return failed(fmt.Errorf("%s: client closed: %w", what, api.ErrUnavailable))
 	}
 	if debugEnabled(ctx) {
 		logger(ctx).WithField("fence", lease.Fence).Debug("lock acquired")
@@ -140,12 +134,12 @@ func failed(err error) (*LockResult, error) { return &LockResult{Error: err}, er
 
 // lockRequest validates req and gives it the client's node and a new
 // request ID.
-func (c *Client) lockRequest(req LockRequest) (api.LockRequest, error) {
+func (c *Client) lockRequest(req api.LockRequest) (api.LockRequest, error) {
 	if !req.Type.Valid() {
-		return api.LockRequest{}, fmt.Errorf("lock type %q: must be pull, update or delete: %w", req.Type, ErrInvalidArgument)
+		return api.LockRequest{}, fmt.Errorf("lock type %q: must be pull, update or delete: %w", req.Type, api.ErrInvalidArgument)
 	}
 	if req.ResourceID == "" {
-		return api.LockRequest{}, fmt.Errorf("lock %s: resource ID is empty: %w", req.Type, ErrInvalidArgument)
+		return api.LockRequest{}, fmt.Errorf("lock %s: resource ID is empty: %w", req.Type, api.ErrInvalidArgument)
 	}
 	if req.NodeID == "" {
 		req.NodeID = c.opts.nodeID
@@ -163,12 +157,12 @@ func (c *Client) lockRequest(req LockRequest) (api.LockRequest, error) {
 // ((MaxRetries+1) × (request timeout + retry interval)). It first stops the
 // lease's keepalive and waits for it to end. Transient errors are retried;
 // the coordinator answers a repeated Unlock with the same outcome as the
-// first. An error matching ErrNotHolder means the coordinator had already
+// first. An error matching api.ErrNotHolder means the coordinator had already
 // taken the lock back (Lease.Lost had closed, or it restarted): the outcome
 // was not recorded.
 func (c *Client) Unlock(ctx context.Context, lease *Lease, success bool, opErr error) error {
 	if lease == nil {
-		return fmt.Errorf("unlock: nil lease: %w", ErrInvalidArgument)
+		return fmt.Errorf("unlock: nil lease: %w", api.ErrInvalidArgument)
 	}
 	lease.stop()
 	c.untrack(lease)

@@ -71,7 +71,7 @@ func testSuccessSkips(t *testing.T, h transportHarness) {
 	newClient := h.setup(t)
 	ctx := context.Background()
 	a, b, c := newClient("node-a"), newClient("node-b"), newClient("node-c")
-	req := LockRequest{Type: api.OperationPull, ResourceID: blob + "-skip"}
+	req := api.LockRequest{Type: api.OperationPull, ResourceID: blob + "-skip"}
 
 	res, err := a.Lock(ctx, req)
 	require.NoError(t, err)
@@ -117,7 +117,7 @@ func testFailureHandsOver(t *testing.T, h transportHarness) {
 	newClient := h.setup(t)
 	ctx := context.Background()
 	a, b, c, d := newClient("node-a"), newClient("node-b"), newClient("node-c"), newClient("node-d")
-	req := LockRequest{Type: api.OperationPull, ResourceID: blob + "-handoff"}
+	req := api.LockRequest{Type: api.OperationPull, ResourceID: blob + "-handoff"}
 
 	resA, err := a.Lock(ctx, req)
 	require.NoError(t, err)
@@ -165,7 +165,7 @@ func testCancelLeavesQueue(t *testing.T, h transportHarness) {
 	newClient := h.setup(t)
 	ctx := context.Background()
 	a, b := newClient("node-a"), newClient("node-b")
-	req := LockRequest{Type: api.OperationPull, ResourceID: blob + "-cancel"}
+	req := api.LockRequest{Type: api.OperationPull, ResourceID: blob + "-cancel"}
 	resA, err := a.Lock(ctx, req)
 	require.NoError(t, err)
 	require.True(t, resA.Acquired)
@@ -189,19 +189,19 @@ func testCancelLeavesQueue(t *testing.T, h transportHarness) {
 	require.Empty(t, st.Queue)
 }
 
-// testTryLock: TryLock never waits: ErrLocked while held, acquired when
+// testTryLock: TryLock never waits: api.ErrLocked while held, acquired when
 // free.
 func testTryLock(t *testing.T, h transportHarness) {
 	newClient := h.setup(t)
 	ctx := context.Background()
 	a, b := newClient("node-a"), newClient("node-b")
-	req := LockRequest{Type: api.OperationUpdate, ResourceID: blob + "-try"}
+	req := api.LockRequest{Type: api.OperationUpdate, ResourceID: blob + "-try"}
 	resA, err := a.TryLock(ctx, req)
 	require.NoError(t, err)
 	require.True(t, resA.Acquired)
 
 	res, err := b.TryLock(ctx, req)
-	require.ErrorIs(t, err, ErrLocked)
+	require.ErrorIs(t, err, api.ErrLocked)
 	require.Equal(t, err, res.Error)
 	require.Empty(t, status(t, a, req.Type, req.ResourceID).Queue, "TryLock does not queue")
 
@@ -224,18 +224,18 @@ func testDeleteInUse(t *testing.T, h transportHarness) {
 	require.Equal(t, 1, refs.Count)
 	require.Nil(t, refs.Nodes, "AddRef asks for the count only")
 
-	res, err := ClusterLock(ctx, b, &LockRequest{Type: api.OperationDelete, ResourceID: id})
-	require.ErrorIs(t, err, ErrInUse)
+	res, err := ClusterLock(ctx, b, &api.LockRequest{Type: api.OperationDelete, ResourceID: id})
+	require.ErrorIs(t, err, api.ErrInUse)
 	require.Equal(t, err, res.Error)
 	var inUse *api.InUseError
 	require.ErrorAs(t, err, &inUse)
 	require.Equal(t, []string{"node-a"}, inUse.Refs.Nodes)
 
-	res, err = a.Lock(ctx, LockRequest{Type: api.OperationDelete, ResourceID: id})
+	res, err = a.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: id})
 	require.NoError(t, err)
 	require.True(t, res.Acquired, "the last user may delete")
 	_, err = b.AddRef(ctx, id)
-	require.ErrorIs(t, err, ErrDeleting)
+	require.ErrorIs(t, err, api.ErrDeleting)
 	require.NoError(t, a.Unlock(ctx, res.Lease, true, nil))
 	refs, err = a.Refs(ctx, id)
 	require.NoError(t, err)
@@ -246,18 +246,18 @@ func TestRequestValidation(t *testing.T) {
 	c, err := NewEmbedded(lockservertest.NewCoordinator(t), WithNodeID("n"))
 	require.NoError(t, err)
 	ctx := context.Background()
-	for _, req := range []LockRequest{
+	for _, req := range []api.LockRequest{
 		{Type: "merge", ResourceID: blob},
 		{Type: api.OperationPull},
 	} {
 		res, err := c.Lock(ctx, req)
-		require.ErrorIs(t, err, ErrInvalidArgument)
+		require.ErrorIs(t, err, api.ErrInvalidArgument)
 		require.Equal(t, err, res.Error)
 	}
 	res, err := ClusterLock(ctx, c, nil)
-	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.ErrorIs(t, err, api.ErrInvalidArgument)
 	require.Equal(t, err, res.Error)
-	require.ErrorIs(t, c.Unlock(ctx, nil, true, nil), ErrInvalidArgument)
+	require.ErrorIs(t, c.Unlock(ctx, nil, true, nil), api.ErrInvalidArgument)
 
 	for _, opts := range [][]Option{
 		{WithNodeID("n"), WithMaxRetries(-1)},
@@ -266,17 +266,17 @@ func TestRequestValidation(t *testing.T) {
 		{WithNodeID("n"), WithRequestTimeout(0)},
 	} {
 		_, err := New("http://127.0.0.1:1", opts...)
-		require.ErrorIs(t, err, ErrInvalidArgument)
+		require.ErrorIs(t, err, api.ErrInvalidArgument)
 	}
 	for _, u := range []string{"", "127.0.0.1:8080", "ftp://host", "http://", "http://host?x=1"} {
 		_, err := New(u, WithNodeID("n"))
-		require.ErrorIs(t, err, ErrInvalidArgument, u)
+		require.ErrorIs(t, err, api.ErrInvalidArgument, u)
 	}
 	_, err = NewEmbedded(nil)
-	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.ErrorIs(t, err, api.ErrInvalidArgument)
 
 	require.NoError(t, c.Close())
-	res, err = c.Lock(ctx, LockRequest{Type: api.OperationPull, ResourceID: blob})
-	require.ErrorIs(t, err, ErrUnavailable, "a closed client takes no locks")
+	res, err = c.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob})
+	require.ErrorIs(t, err, api.ErrUnavailable, "a closed client takes no locks")
 	require.Equal(t, err, res.Error)
 }

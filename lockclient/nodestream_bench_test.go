@@ -88,7 +88,7 @@ func benchWaitStreams(b *testing.B, nodes, waits int, perRequest bool) {
 	defer holder.Close()
 	var held []*LockResult
 	for j := range waits {
-		res, err := holder.Lock(ctx, LockRequest{Type: api.OperationUpdate, ResourceID: fmt.Sprintf("sha256:waitstreams-%d", j)})
+		res, err := holder.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: fmt.Sprintf("sha256:waitstreams-%d", j)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -118,7 +118,7 @@ func benchWaitStreams(b *testing.B, nodes, waits int, perRequest bool) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					res, err := c.Lock(ctx, LockRequest{Type: api.OperationUpdate, ResourceID: fmt.Sprintf("sha256:waitstreams-%d", j)})
+					res, err := c.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: fmt.Sprintf("sha256:waitstreams-%d", j)})
 					if err == nil {
 						_ = c.Unlock(context.Background(), res.Lease, true, nil)
 					}

@@ -46,7 +46,7 @@ func TestNodeStreamCarriesAllWaits(t *testing.T) {
 	waiter := newHTTPClient(t, ts.URL(), "node-b")
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	req := LockRequest{Type: api.OperationUpdate, ResourceID: blob}
+	req := api.LockRequest{Type: api.OperationUpdate, ResourceID: blob}
 	held, err := holder.Lock(ctx, req)
 	require.NoError(t, err)
 	require.True(t, held.Acquired)
@@ -107,7 +107,7 @@ func TestNodeStreamDropLosesNoWait(t *testing.T) {
 	var held []*LockResult
 	var outcomes []<-chan outcome
 	for i := range waits {
-		req := LockRequest{Type: api.OperationUpdate, ResourceID: fmt.Sprintf("%s-%d", blob, i)}
+		req := api.LockRequest{Type: api.OperationUpdate, ResourceID: fmt.Sprintf("%s-%d", blob, i)}
 		res, err := holder.Lock(ctx, req)
 		require.NoError(t, err)
 		held = append(held, res)
@@ -145,7 +145,7 @@ func TestNodeStreamRefusedFallsBack(t *testing.T) {
 	members.Open(t, ts.Core(), "node-a", "node-b")
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	req := LockRequest{Type: api.OperationPull, ResourceID: blob}
+	req := api.LockRequest{Type: api.OperationPull, ResourceID: blob}
 	held, err := holder.Lock(ctx, req)
 	require.NoError(t, err)
 	ch := lockAsync(ctx, waiter, req)

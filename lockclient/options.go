@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 const (
@@ -89,15 +91,15 @@ func defaultOptions() options {
 func (o *options) validate() error {
 	switch {
 	case o.nodeID == "":
-		return fmt.Errorf("lockclient: node ID is empty: %w", ErrInvalidArgument)
+		return fmt.Errorf("lockclient: node ID is empty: %w", api.ErrInvalidArgument)
 	case o.maxRetries < 0:
-		return fmt.Errorf("lockclient: max retries %d is negative: %w", o.maxRetries, ErrInvalidArgument)
+		return fmt.Errorf("lockclient: max retries %d is negative: %w", o.maxRetries, api.ErrInvalidArgument)
 	case o.retryInterval <= 0:
-		return fmt.Errorf("lockclient: retry interval %s must be positive: %w", o.retryInterval, ErrInvalidArgument)
+		return fmt.Errorf("lockclient: retry interval %s must be positive: %w", o.retryInterval, api.ErrInvalidArgument)
 	case o.requestTimeout <= 0:
-		return fmt.Errorf("lockclient: request timeout %s must be positive: %w", o.requestTimeout, ErrInvalidArgument)
+		return fmt.Errorf("lockclient: request timeout %s must be positive: %w", o.requestTimeout, api.ErrInvalidArgument)
 	case o.pollInterval <= 0:
-		return fmt.Errorf("lockclient: poll interval %s must be positive: %w", o.pollInterval, ErrInvalidArgument)
+		return fmt.Errorf("lockclient: poll interval %s must be positive: %w", o.pollInterval, api.ErrInvalidArgument)
 	}
 	return nil
 }

@@ -57,10 +57,10 @@ func ParseURLs(list string) ([]string, error) {
 		base := normalBase(u)
 		switch {
 		case seen[base]:
-			return nil, fmt.Errorf("lockclient: coordinator URL list %q: %q is listed twice: %w", list, s, ErrInvalidArgument)
+			return nil, fmt.Errorf("lockclient: coordinator URL list %q: %q is listed twice: %w", list, s, api.ErrInvalidArgument)
 		case scheme != "" && u.Scheme != scheme:
 			return nil, fmt.Errorf("lockclient: coordinator URL list %q: %q is %s while the first is %s; the replicas of one coordinator speak one scheme: %w",
-				list, s, u.Scheme, scheme, ErrInvalidArgument)
+				list, s, u.Scheme, scheme, api.ErrInvalidArgument)
 		}
 		seen[base], scheme = true, u.Scheme
 		out = append(out, strings.TrimRight(u.String(), "/"))
@@ -71,14 +71,14 @@ func ParseURLs(list string) ([]string, error) {
 // parseURL checks one coordinator URL.
 func parseURL(s string) (*url.URL, error) {
 	if s == "" {
-		return nil, fmt.Errorf("empty coordinator URL: want http(s)://host[:port][/path]: %w", ErrInvalidArgument)
+		return nil, fmt.Errorf("empty coordinator URL: want http(s)://host[:port][/path]: %w", api.ErrInvalidArgument)
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return nil, fmt.Errorf("server URL %q: %w: %w", s, ErrInvalidArgument, err)
+		return nil, fmt.Errorf("server URL %q: %w: %w", s, api.ErrInvalidArgument, err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("server URL %q: want http(s)://host[:port][/path]: %w", s, ErrInvalidArgument)
+		return nil, fmt.Errorf("server URL %q: want http(s)://host[:port][/path]: %w", s, api.ErrInvalidArgument)
 	}
 	return u, nil
 }

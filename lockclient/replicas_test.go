@@ -92,7 +92,7 @@ func TestListReachesLeader(t *testing.T) {
 			c := newHTTPClient(t, urlsOf(rs, order...), fmt.Sprintf("node-%d", n), WithShortClient(hc))
 			members.Open(t, rs[1].Core(), fmt.Sprintf("node-%d", n)) // at the leader
 			id := fmt.Sprintf("%s-%d", blob, n)
-			res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: id})
+			res, err := c.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: id})
 			require.NoError(t, err)
 			require.True(t, res.Acquired)
 			require.Zero(t, c.pauses.Load(), "a hint costs no retry")
@@ -124,7 +124,7 @@ func TestLeadershipSwitch(t *testing.T) {
 	list := urlsOf(rs, 0, 1)
 	holder := newHTTPClient(t, list, "holder")
 	waiter := newHTTPClient(t, list, "waiter")
-	held, err := holder.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob})
+	held, err := holder.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.True(t, held.Acquired)
 	queued := make(chan struct{}, 1)
@@ -136,7 +136,7 @@ func TestLeadershipSwitch(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	ch := lockAsync(ctx, waiter, LockRequest{Type: api.OperationPull, ResourceID: blob})
+	ch := lockAsync(ctx, waiter, api.LockRequest{Type: api.OperationPull, ResourceID: blob})
 	signalled(t, queued)
 	requireWaiting(t, ch, "waiter")
 
@@ -171,8 +171,8 @@ func TestHintLoopBounded(t *testing.T) {
 	hc := newHostCounter(t)
 	const retries = 2
 	c := newHTTPClient(t, urlsOf(rs, 0, 1), "node-a", WithShortClient(hc), WithMaxRetries(retries))
-	_, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob})
-	require.ErrorIs(t, err, ErrUnavailable)
+	_, err := c.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob})
+	require.ErrorIs(t, err, api.ErrUnavailable)
 	require.ErrorIs(t, err, api.ErrNotLeader)
 	require.Equal(t, (1+retries)*(1+maxHintFollows), hc.total("POST /lock"))
 	require.EqualValues(t, retries, c.pauses.Load())
@@ -186,7 +186,7 @@ func TestUnreachableFirstURL(t *testing.T) {
 	hc := newHostCounter(t)
 	c := newHTTPClient(t, down+","+rs[0].URL(), "node-a", WithShortClient(hc))
 	members.Open(t, rs[0].Core(), "node-a")
-	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob})
+	res, err := c.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 	require.EqualValues(t, 1, c.pauses.Load())
@@ -208,7 +208,7 @@ func TestHintOutsideListNotFollowed(t *testing.T) {
 	rs[2].Leadership.Set(true, "")
 	hc := newHostCounter(t)
 	c := newHTTPClient(t, urlsOf(rs, 0, 1), "node-a", WithShortClient(hc))
-	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob})
+	res, err := c.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 	require.Zero(t, hc.count(elsewhere, "POST /lock"), "no request went to the unlisted host")
@@ -223,7 +223,7 @@ func TestSingleURLUnchanged(t *testing.T) {
 	rs := lockservertest.StartReplicas(t, 2)
 	hc := newHostCounter(t)
 	c := newHTTPClient(t, rs[1].URL(), "node-a", WithShortClient(hc), WithMaxRetries(1))
-	_, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob})
+	_, err := c.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.ErrorIs(t, err, api.ErrNotLeader)
 	require.Equal(t, 2, hc.count(rs[1].URL(), "POST /lock"))
 	require.Zero(t, hc.count(rs[0].URL(), "POST /lock"))
@@ -243,7 +243,7 @@ func TestBadURLLists(t *testing.T) {
 		"http://a:1, http://b:1, b.example": `"b.example"`,
 	} {
 		_, err := New(list, WithNodeID("n"))
-		require.ErrorIs(t, err, ErrInvalidArgument, list)
+		require.ErrorIs(t, err, api.ErrInvalidArgument, list)
 		require.ErrorContains(t, err, want, list)
 	}
 	got, err := ParseURLs(" http://a:1/p/ ,https://b:2")

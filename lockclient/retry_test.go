@@ -26,7 +26,7 @@ func TestRetryUntilServerUp(t *testing.T) {
 	var (
 		mu       sync.Mutex
 		failures []error
-		server   *lockservertest.Coordinator
+		server   *lockservertest.Server
 	)
 	ct.after = func(req *fasthttp.Request, n int, err error) {
 		if string(req.URI().Path()) != "/lock" {
@@ -45,7 +45,7 @@ func TestRetryUntilServerUp(t *testing.T) {
 	}
 	c := newHTTPClient(t, "http://"+addr, "node-a", WithMaxRetries(3), WithShortClient(ct))
 
-	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob})
+	res, err := c.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 	require.Equal(t, 3, ct.count("POST /lock"), "two refused attempts, then the one that acquired")
@@ -62,13 +62,13 @@ func TestRetryGivesUp(t *testing.T) {
 	down := "http://" + lockservertest.FreeAddr(t)
 	ct := newCountingClient(t, down)
 	c := newHTTPClient(t, down, "node-a", WithMaxRetries(2), WithShortClient(ct))
-	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob})
-	require.ErrorIs(t, err, ErrUnavailable)
+	res, err := c.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob})
+	require.ErrorIs(t, err, api.ErrUnavailable)
 	require.Equal(t, err, res.Error)
 	require.Equal(t, 3, ct.count("POST /lock"))
 
 	_, err = c.Refs(context.Background(), blob)
-	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, err, api.ErrUnavailable)
 	require.Equal(t, 3, ct.count("GET /refs"))
 }
 
@@ -97,7 +97,7 @@ func TestRetry5xx(t *testing.T) {
 		}
 	})
 	c := newHTTPClient(t, url, "node-a", WithMaxRetries(3))
-	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob})
+	res, err := c.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 	require.EqualValues(t, 3, locks.Load())
@@ -121,13 +121,13 @@ func TestNoRetryOn4xx(t *testing.T) {
 		name  string
 		token string
 		try   bool
-		req   LockRequest
+		req   api.LockRequest
 		want  error
 	}{
-		{"in use", "s3cret", false, LockRequest{Type: api.OperationDelete, ResourceID: blob + "-used"}, ErrInUse},
-		{"locked", "s3cret", true, LockRequest{Type: api.OperationPull, ResourceID: blob}, ErrLocked},
-		{"unauthorized", "wrong", false, LockRequest{Type: api.OperationPull, ResourceID: blob + "-other"}, ErrUnauthorized},
-		{"invalid", "s3cret", false, LockRequest{Type: api.OperationPull, ResourceID: "sha256:\x07bell"}, ErrInvalidArgument},
+		{"in use", "s3cret", false, api.LockRequest{Type: api.OperationDelete, ResourceID: blob + "-used"}, api.ErrInUse},
+		{"locked", "s3cret", true, api.LockRequest{Type: api.OperationPull, ResourceID: blob}, api.ErrLocked},
+		{"unauthorized", "wrong", false, api.LockRequest{Type: api.OperationPull, ResourceID: blob + "-other"}, api.ErrUnauthorized},
+		{"invalid", "s3cret", false, api.LockRequest{Type: api.OperationPull, ResourceID: "sha256:\x07bell"}, api.ErrInvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ct := newCountingClient(t, ts.URL())
@@ -140,7 +140,7 @@ func TestNoRetryOn4xx(t *testing.T) {
 			require.ErrorIs(t, err, tc.want)
 			require.Equal(t, err, res.Error)
 			require.Equal(t, 1, ct.count("POST /lock"), "a refusal is not retried")
-			for _, other := range []error{ErrInUse, ErrLocked, ErrUnauthorized, ErrInvalidArgument, ErrUnavailable} {
+			for _, other := range []error{api.ErrInUse, api.ErrLocked, api.ErrUnauthorized, api.ErrInvalidArgument, api.ErrUnavailable} {
 				if other != tc.want {
 					require.False(t, errors.Is(err, other), "%v also matches %v", err, other)
 				}
@@ -151,7 +151,7 @@ func TestNoRetryOn4xx(t *testing.T) {
 	// The right token (read from a file, newline and all) is accepted.
 	c := newHTTPClient(t, ts.URL(), "node-a", WithBearerToken("s3cret\n"))
 	members.Open(t, ts.Core(), "node-a")
-	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob + "-other"})
+	res, err := c.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob + "-other"})
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 	require.NoError(t, c.Unlock(context.Background(), res.Lease, true, nil))
@@ -169,7 +169,7 @@ func TestRetryWaitHonoursContext(t *testing.T) {
 		}
 	}
 	c := newHTTPClient(t, down, "node-a", WithMaxRetries(3), WithRetryInterval(time.Hour), WithShortClient(ct))
-	res, err := c.Lock(ctx, LockRequest{Type: api.OperationPull, ResourceID: blob})
+	res, err := c.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.ErrorIs(t, err, context.Canceled)
 	require.Equal(t, err, res.Error)
 	require.Equal(t, 1, ct.count("POST /lock"))

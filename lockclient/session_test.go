@@ -27,7 +27,7 @@ func TestEndSession(t *testing.T) {
 			require.False(t, resp.Ended, "another instance's end")
 			require.Contains(t, resp.Reason, "another instance")
 			_, err = c.Session(ctx, api.SessionRequest{InstanceID: "i2"})
-			require.ErrorIs(t, err, ErrDuplicateNode, "i1's session still stands")
+			require.ErrorIs(t, err, api.ErrDuplicateNode, "i1's session still stands")
 
 			resp, err = c.EndSession(ctx, "i1")
 			require.NoError(t, err)

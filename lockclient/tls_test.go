@@ -26,7 +26,7 @@ func TestTLSWithToken(t *testing.T) {
 	members.Open(t, ts.Core(), "node-a", "node-b")
 	queued := make(chan struct{}, 1)
 	waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
-	req := LockRequest{Type: api.OperationPull, ResourceID: blob}
+	req := api.LockRequest{Type: api.OperationPull, ResourceID: blob}
 
 	res, err := holder.Lock(context.Background(), req)
 	require.NoError(t, err)
@@ -57,18 +57,18 @@ func TestNodeIdentity(t *testing.T) {
 	tokens := map[string]string{"node-a": "tok-a", "node-b": "tok-b", "node-c": "tok-c"}
 	for _, tc := range []struct {
 		name  string
-		start func(t *testing.T) *lockservertest.Coordinator
+		start func(t *testing.T) *lockservertest.Server
 		// as returns the option of node's credentials.
-		as func(t *testing.T, ts *lockservertest.Coordinator, node string) Option
+		as func(t *testing.T, ts *lockservertest.Server, node string) Option
 	}{
-		{"mtls", func(t *testing.T) *lockservertest.Coordinator {
+		{"mtls", func(t *testing.T) *lockservertest.Server {
 			return lockservertest.Start(t, lockservertest.WithNodeIdentity(ca))
-		}, func(t *testing.T, ts *lockservertest.Coordinator, node string) Option {
+		}, func(t *testing.T, ts *lockservertest.Server, node string) Option {
 			return WithTLSConfig(ts.ClientTLS(t, node))
 		}},
-		{"node tokens", func(t *testing.T) *lockservertest.Coordinator {
+		{"node tokens", func(t *testing.T) *lockservertest.Server {
 			return lockservertest.Start(t, lockservertest.WithNodeTokens(tokens))
-		}, func(_ *testing.T, _ *lockservertest.Coordinator, node string) Option {
+		}, func(_ *testing.T, _ *lockservertest.Server, node string) Option {
 			return WithBearerToken(tokens[node])
 		}},
 	} {
@@ -79,7 +79,7 @@ func TestNodeIdentity(t *testing.T) {
 			members.Open(t, ts.Core(), "node-a", "node-b")
 			queued := make(chan struct{}, 1)
 			waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
-			req := LockRequest{Type: api.OperationPull, ResourceID: blob}
+			req := api.LockRequest{Type: api.OperationPull, ResourceID: blob}
 
 			res, err := holder.Lock(context.Background(), req)
 			require.NoError(t, err)
@@ -92,7 +92,7 @@ func TestNodeIdentity(t *testing.T) {
 			require.True(t, o.res.Skipped)
 
 			impostor := newHTTPClient(t, ts.URL(), "node-a", tc.as(t, ts, "node-c"), WithMaxRetries(3))
-			_, err = impostor.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob + "-other"})
+			_, err = impostor.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob + "-other"})
 			require.ErrorIs(t, err, api.ErrForbidden, "node-c's credentials acting as node-a")
 		})
 	}

@@ -12,8 +12,8 @@ import (
 // *lockserver.Coordinator (NewEmbedded); a Client adds node IDs, request IDs,
 // retries, leases and keepalive on top.
 //
-// Errors of refusals match the sentinels of this package (ErrLocked,
-// ErrInUse, ...); any other error is treated as transient and retried. All
+// Errors of refusals match the sentinels of this package (api.ErrLocked,
+// api.ErrInUse, ...); any other error is treated as transient and retried. All
 // methods must be safe for concurrent use.
 type Transport interface {
 	// Lock acquires, skips, queues or refuses; it never waits. The same
@@ -27,7 +27,7 @@ type Transport interface {
 	// Unlock releases a lease with the outcome; idempotent for the same
 	// lease and outcome.
 	Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockResponse, error)
-	// Keepalive renews a lease; ErrNotHolder when it is gone.
+	// Keepalive renews a lease; api.ErrNotHolder when it is gone.
 	Keepalive(ctx context.Context, req api.KeepaliveRequest) (api.KeepaliveResponse, error)
 	// Cancel takes a request out of its queue or gives back its grant.
 	// Cancelling an unknown request is not an error.

@@ -28,7 +28,7 @@ func TestLostResponseGetsSameGrant(t *testing.T) {
 	})
 	c := newHTTPClient(t, px.url, "node-a")
 	members.Open(t, ts.Core(), "node-a")
-	res, err := c.Lock(context.Background(), LockRequest{Type: api.OperationPull, ResourceID: blob})
+	res, err := c.Lock(context.Background(), api.LockRequest{Type: api.OperationPull, ResourceID: blob})
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 	require.Equal(t, 2, px.count("POST /lock"))
@@ -60,7 +60,7 @@ func TestWaitUsesEventStream(t *testing.T) {
 	waiter := newHTTPClient(t, px.url, "node-b")
 	members.Open(t, ts.Core(), "node-a", "node-b")
 	waiter.http.perRequestStreams = true
-	req := LockRequest{Type: api.OperationPull, ResourceID: blob}
+	req := api.LockRequest{Type: api.OperationPull, ResourceID: blob}
 
 	resA, err := holder.Lock(context.Background(), req)
 	require.NoError(t, err)
@@ -101,7 +101,7 @@ func TestPollingFallback(t *testing.T) {
 				waiter := newHTTPClient(t, px.url, "node-b")
 				members.Open(t, ts.Core(), "node-a", "node-b")
 				waiter.http.perRequestStreams = true
-				req := LockRequest{Type: api.OperationPull, ResourceID: blob}
+				req := api.LockRequest{Type: api.OperationPull, ResourceID: blob}
 
 				resA, err := holder.Lock(context.Background(), req)
 				require.NoError(t, err)
@@ -142,7 +142,7 @@ func TestStreamDropResubscribes(t *testing.T) {
 	waiter.http.perRequestStreams = true
 	queued := make(chan struct{}, 4)
 	waiter.http.onQueued = func(api.LockRequest) { queued <- struct{}{} }
-	req := LockRequest{Type: api.OperationPull, ResourceID: blob}
+	req := api.LockRequest{Type: api.OperationPull, ResourceID: blob}
 
 	resA, err := holder.Lock(context.Background(), req)
 	require.NoError(t, err)
@@ -181,9 +181,9 @@ func TestWaitsReuseConnections(t *testing.T) {
 	for i := range rounds {
 		// Even rounds hand the update lock over (granted), odd rounds
 		// complete a pull (skipped).
-		req := LockRequest{Type: api.OperationUpdate, ResourceID: blob}
+		req := api.LockRequest{Type: api.OperationUpdate, ResourceID: blob}
 		if i%2 == 1 {
-			req = LockRequest{Type: api.OperationPull, ResourceID: fmt.Sprintf("%s-%d", blob, i)}
+			req = api.LockRequest{Type: api.OperationPull, ResourceID: fmt.Sprintf("%s-%d", blob, i)}
 		}
 		held, err := holder.Lock(ctx, req)
 		require.NoError(t, err)

@@ -59,9 +59,12 @@ type Config struct {
 	CompletedTTL time.Duration
 	// ClaimTimeout releases grants nobody picked up.
 	ClaimTimeout time.Duration
-	// AllowMultiNodeDownload queues contenders by default. When false a
-	// request that does not ask to wait gets ErrLocked instead.
-	AllowMultiNodeDownload bool
+	// WaitByDefault queues a lock request that does not say whether it
+	// waits (api.LockRequest.Wait nil) behind the holder. When false such
+	// a request gets ErrLocked instead; one that asks to wait is queued
+	// either way. Flag --wait-by-default (old name, deprecated:
+	// --allow-multi-node-download).
+	WaitByDefault bool
 	// UpdateRequiresNoRef refuses updates while other nodes reference the
 	// resource.
 	UpdateRequiresNoRef bool
@@ -109,20 +112,20 @@ type Config struct {
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
 	return Config{
-		Shards:                 DefaultShards,
-		LeaseTTL:               DefaultLeaseTTL,
-		CompletedTTL:           DefaultCompletedTTL,
-		ClaimTimeout:           DefaultClaimTimeout,
-		AllowMultiNodeDownload: true,
-		SessionTTL:             DefaultSessionTTL,
-		NodeExpiry:             DefaultNodeExpiry,
-		BystanderAfter:         DefaultBystanderAfter,
-		ReapGrace:              DefaultReapGrace,
-		MaxReapHold:            DefaultMaxReapHold,
-		MaxWaitersPerNode:      DefaultMaxWaitersPerNode,
-		MaxSyncs:               DefaultMaxSyncs(),
-		MaxSyncBuffer:          DefaultSyncBuffer,
-		SyncTimeout:            DefaultSyncTimeout,
+		Shards:            DefaultShards,
+		LeaseTTL:          DefaultLeaseTTL,
+		CompletedTTL:      DefaultCompletedTTL,
+		ClaimTimeout:      DefaultClaimTimeout,
+		WaitByDefault:     true,
+		SessionTTL:        DefaultSessionTTL,
+		NodeExpiry:        DefaultNodeExpiry,
+		BystanderAfter:    DefaultBystanderAfter,
+		ReapGrace:         DefaultReapGrace,
+		MaxReapHold:       DefaultMaxReapHold,
+		MaxWaitersPerNode: DefaultMaxWaitersPerNode,
+		MaxSyncs:          DefaultMaxSyncs(),
+		MaxSyncBuffer:     DefaultSyncBuffer,
+		SyncTimeout:       DefaultSyncTimeout,
 	}
 }
 

@@ -227,9 +227,9 @@ func TestAcquireReleasePaths(t *testing.T) {
 		require.True(t, mustLock(t, l, api.OperationUpdate, "n2").Acquired, "own reference does not block")
 	})
 
-	t.Run("wait=false and allow_multi_node_download=false answer locked without queueing", func(t *testing.T) {
+	t.Run("wait=false and wait_by_default=false answer locked without queueing", func(t *testing.T) {
 		no, yes := false, true
-		l := newTestCoordinator(t, func(c *Config) { c.AllowMultiNodeDownload = false })
+		l := newTestCoordinator(t, func(c *Config) { c.WaitByDefault = false })
 		members(t, l, "n1", "n2", "n3")
 		mustLock(t, l, api.OperationPull, "n1")
 		_, err := l.Lock(ctx, lockReq(api.OperationPull, "n2"))

@@ -23,12 +23,12 @@ type fenceSource struct {
 // newFenceSource reads the persisted high-water mark and returns the
 // locks part's fence source, which persists the next ones in st.
 func newFenceSource(ctx context.Context, st *store, block uint64) (*fenceSource, error) {
-	hwm, err := st.state.FenceMark(ctx)
+	hwm, err := st.state.LeaseFenceMark(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reading fence high-water mark: %w", err)
 	}
 	put := func(hwm uint64) error {
-		return st.refs.Commit(context.Background(), new(refcount.Batch).PutFenceMark(hwm))
+		return st.refs.Commit(context.Background(), new(refcount.Batch).PutLeaseFenceMark(hwm))
 	}
 	return &fenceSource{put: put, block: block, last: hwm, hwm: hwm}, nil
 }

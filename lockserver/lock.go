@@ -108,7 +108,7 @@ func (lk *locks) admit(ctx context.Context, t typeIndex, req api.LockRequest, no
 // server's default) and its node is under its bound.
 func (lk *locks) enqueue(r *resource, q request, wait *bool, now time.Time) (api.LockResponse, error) {
 	t, k := q.typ, &r.keys[q.typ]
-	waits := lk.cfg.AllowMultiNodeDownload
+	waits := lk.cfg.WaitByDefault
 	if wait != nil {
 		waits = *wait
 	}

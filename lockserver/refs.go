@@ -76,7 +76,7 @@ func (rs *references) addEndingDelete(ctx context.Context, h heldResource, resou
 	err := rs.store.refs.Commit(ctx, new(refcount.Batch).AddRef(resourceID, nodeID).DropDeleted(resourceID))
 	var rc refcount.Set
 	if err == nil {
-		rc, err = rs.store.refs.GetRefCount(ctx, resourceID)
+		rc, err = rs.store.refs.Refs(ctx, resourceID)
 	}
 	if err := rs.store.wrote(ctx, err); err != nil {
 		return 0, fmt.Errorf("refs %s: %w", resourceID, err)
@@ -135,7 +135,7 @@ func (rs *references) refsWithPending(ctx context.Context, resourceID string) (r
 		pending = append(pending, n)
 	}
 	st.mu.Unlock()
-	rc, err := rs.store.refs.GetRefCount(ctx, resourceID)
+	rc, err := rs.store.refs.Refs(ctx, resourceID)
 	if err != nil {
 		return rc, err
 	}
@@ -202,7 +202,7 @@ func (rs *references) Refs(ctx context.Context, resourceID string) (api.RefsResp
 	}
 	h := rs.locks.hold(resourceID)
 	defer h.release()
-	rc, err := rs.store.refs.GetRefCount(ctx, resourceID)
+	rc, err := rs.store.refs.Refs(ctx, resourceID)
 	if err != nil {
 		return api.RefsResponse{}, fmt.Errorf("refs %s: %w", resourceID, err)
 	}

@@ -104,7 +104,7 @@ func benchRefsAddRollout(b *testing.B, n int) {
 			b.Fatal(err)
 		}
 		for _, blob := range blobs {
-			rc, err := l.refs.GetRefCount(ctx, blob)
+			rc, err := l.refs.Refs(ctx, blob)
 			if err != nil || rc.Len() != n {
 				b.Fatalf("%s: %d references, %v; want %d", blob, rc.Len(), err, n)
 			}

@@ -23,10 +23,6 @@ type heldSubmits struct {
 	open      chan struct{}
 }
 
-func (s *heldSubmits) RefState(ctx context.Context, id, node string) (bool, int, error) {
-	return s.LocalStorage.(refcount.RefStater).RefState(ctx, id, node)
-}
-
 func (s *heldSubmits) Submit(ctx context.Context, b *refcount.Batch) func() error {
 	s.submitted <- struct{}{}
 	return func() error {

@@ -222,7 +222,7 @@ func TestSyncTailOfUnknownSync(t *testing.T) {
 	require.ErrorIs(t, err, api.ErrNotFound)
 	require.Contains(t, err.Error(), "start the sync again")
 	for _, b := range blobs {
-		rc, err := l.refs.GetRefCount(ctx, b)
+		rc, err := l.refs.Refs(ctx, b)
 		require.NoError(t, err)
 		require.True(t, rc.Has("n1"), "n1's reference to %s survives the refused tail", b)
 	}

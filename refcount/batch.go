@@ -39,22 +39,22 @@ type OpKind uint8
 // The writes of a Batch. None is ever stored as such: the numbers may
 // change.
 const (
-	OpAddRef       OpKind = iota // Node is added to Key's reference set
-	OpRemoveRef                  // Node is removed from Key's set; an emptied set is dropped
-	OpDropRefs                   // Key's reference set is dropped
-	OpReplaceNode                // Node references exactly NodeRefs
-	OpPutMember                  // Member is stored under Member.ID (Key)
-	OpDeleteMember               // member Key is forgotten
-	OpPutIdentity                // the identity becomes Identity
-	OpPutFenceMark               // the fence high-water mark becomes Uint64
-	OpPutString                  // meta Key is String
-	OpPutUint64                  // meta Key is Uint64
-	OpPutDeleting                // Key's delete is in flight: Deleting
-	OpDropDeleting               // Key's in-flight delete marker is dropped
-	OpPutDeleted                 // Key's delete completed: Deleted
-	OpDropDeleted                // Key's delete completion is dropped
-	OpPutLease                   // Key's lease Lease.LeaseID is recorded: Lease
-	OpDropLease                  // the record of Key's lease Lease.LeaseID is dropped
+	OpAddRef            OpKind = iota // Node is added to Key's reference set
+	OpRemoveRef                       // Node is removed from Key's set; an emptied set is dropped
+	OpDropRefs                        // Key's reference set is dropped
+	OpReplaceNode                     // Node references exactly NodeRefs
+	OpPutMember                       // Member is stored under Member.ID (Key)
+	OpDeleteMember                    // member Key is forgotten
+	OpPutIdentity                     // the identity becomes Identity
+	OpPutLeaseFenceMark               // the lease fences' high-water mark becomes Uint64
+	OpPutString                       // meta Key is String
+	OpPutUint64                       // meta Key is Uint64
+	OpPutDeleting                     // Key's delete is in flight: Deleting
+	OpDropDeleting                    // Key's in-flight delete marker is dropped
+	OpPutDeleted                      // Key's delete completed: Deleted
+	OpDropDeleted                     // Key's delete completion is dropped
+	OpPutLease                        // Key's lease Lease.LeaseID is recorded: Lease
+	OpDropLease                       // the record of Key's lease Lease.LeaseID is dropped
 )
 
 // Op is one write of a Batch. Key is the resource ID, the member ID or
@@ -240,9 +240,9 @@ func (b *Batch) PutIdentity(id Identity) *Batch {
 	return b.add(Op{Kind: OpPutIdentity, Identity: id})
 }
 
-// PutFenceMark sets the fence high-water mark.
-func (b *Batch) PutFenceMark(hwm uint64) *Batch {
-	return b.add(Op{Kind: OpPutFenceMark, Uint64: hwm})
+// PutLeaseFenceMark sets the fence high-water mark.
+func (b *Batch) PutLeaseFenceMark(hwm uint64) *Batch {
+	return b.add(Op{Kind: OpPutLeaseFenceMark, Uint64: hwm})
 }
 
 // PutString sets the meta key to v. The keys of the identity and the
@@ -296,7 +296,7 @@ func (op *Op) check() error {
 			return errEmpty("cluster ID")
 		}
 		return nil
-	case OpPutFenceMark:
+	case OpPutLeaseFenceMark:
 		return nil
 	case OpAddRef, OpRemoveRef:
 		if op.Node == "" {

@@ -69,12 +69,8 @@ func (v *batchView) has(id, node string) (bool, error) {
 	if refs, ok := v.byNode[node]; ok {
 		return refs[id], nil
 	}
-	if rs, ok := v.storage.(RefStater); ok {
-		has, _, err := rs.RefState(v.ctx, id, node)
-		return has, err
-	}
-	rc, err := v.read(id)
-	return rc.Has(node), err
+	has, _, err := v.storage.RefState(v.ctx, id, node)
+	return has, err
 }
 
 // nodes returns the nodes in the set id.
@@ -104,19 +100,14 @@ func (v *batchView) nodes(id string) ([]string, error) {
 	return out, nil
 }
 
-// readNode reads node's stored references whole, in one request, when
-// the storage keeps an index by node (NodeRefLister): a batch of many
-// single writes of one node (a big bucket's AddRefs and RemoveRefs,
-// ReplaceNodeGroups) then asks the storage nothing per write. It reports
-// whether it read them.
-func (v *batchView) readNode(node string) (bool, error) {
-	nl, ok := v.storage.(NodeRefLister)
-	if !ok {
-		return false, nil
-	}
-	ids, err := nl.NodeRefs(v.ctx, node)
+// readNode reads node's stored references whole, in one request, from
+// the storage's index by node (Storage.NodeRefs): a batch of many single
+// writes of one node (a big bucket's AddRefs and RemoveRefs,
+// ReplaceNodeGroups) then asks the storage nothing per write.
+func (v *batchView) readNode(node string) error {
+	ids, err := v.storage.NodeRefs(v.ctx, node)
 	if err != nil {
-		return false, err
+		return err
 	}
 	refs := make(map[string]bool, len(ids))
 	for _, id := range ids {
@@ -126,7 +117,7 @@ func (v *batchView) readNode(node string) (bool, error) {
 		v.byNode = map[string]map[string]bool{}
 	}
 	v.byNode[node] = refs
-	return true, nil
+	return nil
 }
 
 // read returns the stored set id, read once.

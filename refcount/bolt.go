@@ -164,8 +164,8 @@ func owner(tx *bolt.Tx) (uint64, error) {
 	return binary.BigEndian.Uint64(v), nil
 }
 
-// Fence implements Storage.
-func (s *BoltStorage) Fence() uint64 { return s.fence }
+// OwnerFence implements Storage.
+func (s *BoltStorage) OwnerFence() uint64 { return s.fence }
 
 // usable returns ctx.Err(), or errClosed after Close.
 func (s *BoltStorage) usable(ctx context.Context) error {

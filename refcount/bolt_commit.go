@@ -20,7 +20,7 @@ func (s *BoltStorage) Commit(ctx context.Context, b *Batch) error {
 	return s.Submit(ctx, b)()
 }
 
-// Submit implements Submitter: the batch joins the group committer's
+// Submit implements Storage: the batch joins the group committer's
 // queue before Submit returns, so it is applied after every batch
 // submitted or committed before and before every one submitted after;
 // wait returns once its transaction is on disk.
@@ -80,7 +80,7 @@ func encodeOp(op *Op) ([]byte, error) {
 		return json.Marshal(op.Member)
 	case OpPutString:
 		return []byte(op.String), nil
-	case OpPutUint64, OpPutFenceMark:
+	case OpPutUint64, OpPutLeaseFenceMark:
 		return binary.BigEndian.AppendUint64(nil, op.Uint64), nil
 	case OpPutDeleting:
 		return json.Marshal(op.Deleting)
@@ -98,7 +98,7 @@ func applyOp(tx *bolt.Tx, op *Op, v []byte) error {
 	switch op.Kind {
 	case OpPutMember, OpPutString, OpPutUint64, OpPutDeleting, OpPutDeleted:
 		return tx.Bucket(bucketOf(op.Kind)).Put(key, v)
-	case OpPutFenceMark:
+	case OpPutLeaseFenceMark:
 		return tx.Bucket(metaBucket).Put([]byte(fenceMarkKey), v)
 	case OpPutIdentity:
 		meta := tx.Bucket(metaBucket)

@@ -17,7 +17,7 @@ import (
 
 // requireNodeRefs requires each node's references read through the
 // index (NodeRefs) to be what want (resource ID → nodes) says.
-func requireNodeRefs(t *testing.T, s refcount.NodeRefLister, want map[string][]string) {
+func requireNodeRefs(t *testing.T, s refcount.Storage, want map[string][]string) {
 	t.Helper()
 	byNode := map[string][]string{}
 	for id, nodes := range want {
@@ -128,7 +128,7 @@ func TestBoltIndexesFormat2(t *testing.T) {
 	})
 
 	s := openBolt(t, path)
-	require.Equal(t, uint64(4), s.Fence())
+	require.Equal(t, uint64(4), s.OwnerFence())
 	requireNodeRefs(t, s, want)
 	require.NoError(t, s.Close())
 	require.Equal(t, uint64(3), storedFormat(t, path))

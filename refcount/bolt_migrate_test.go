@@ -69,7 +69,7 @@ func TestBoltMigratesJSONRecords(t *testing.T) {
 	}
 
 	s := openBolt(t, path)
-	require.Equal(t, uint64(4), s.Fence())
+	require.Equal(t, uint64(4), s.OwnerFence())
 	check(s)
 	require.NoError(t, s.Close())
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})

@@ -244,7 +244,7 @@ func buildNodeIndex(db *bolt.DB) error {
 	return nil
 }
 
-// NodeRefs implements NodeRefLister: one read of the node's index.
+// NodeRefs implements Storage: one read of the node's index.
 func (s *BoltStorage) NodeRefs(ctx context.Context, node string) ([]string, error) {
 	var ids []string
 	err := s.view(ctx, func(tx *bolt.Tx) error {

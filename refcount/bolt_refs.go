@@ -180,7 +180,7 @@ func dropRefs(refs *bolt.Bucket, id string) ([]string, error) {
 	return nodes, nil
 }
 
-// RefState implements RefStater: two lookups, however big the set.
+// RefState implements Storage: two lookups, however big the set.
 func (s *BoltStorage) RefState(ctx context.Context, resourceID, node string) (has bool, count int, err error) {
 	err = s.view(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(refcountsBucket).Bucket([]byte(resourceID))

@@ -38,16 +38,16 @@ func TestBoltPersistence(t *testing.T) {
 	s := openBolt(t, path)
 	at := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	require.NoError(t, s.Commit(ctx, new(refcount.Batch).AddRef("r1", "b").AddRef("r1", "a").AddRef("r2", "c").
-		PutUint64("fence", 42).PutIdentity(refcount.Identity{ClusterID: "c1", Epoch: 3}).PutFenceMark(2048).
+		PutUint64("fence", 42).PutIdentity(refcount.Identity{ClusterID: "c1", Epoch: 3}).PutLeaseFenceMark(2048).
 		PutMember(refcount.Member{ID: "n1", FirstSeen: at, Generation: "g"}).
 		PutDeleting("r3", refcount.DeleteMarker{Node: "a", Fence: 9, Expires: at}).
 		PutDeleted("r4", refcount.DeleteCompletion{Node: "b", At: at})))
 	require.NoError(t, s.Commit(ctx, new(refcount.Batch).DropRefs("r2")))
-	fence := s.Fence()
+	fence := s.OwnerFence()
 	require.NoError(t, s.Close())
 
 	s = openBolt(t, path)
-	require.Equal(t, fence+1, s.Fence(), "opening the file takes it over")
+	require.Equal(t, fence+1, s.OwnerFence(), "opening the file takes it over")
 	rc, err := s.Get(ctx, "r1")
 	require.NoError(t, err)
 	require.Equal(t, 2, rc.Len())
@@ -60,7 +60,7 @@ func TestBoltPersistence(t *testing.T) {
 	id, err := s.Identity(ctx)
 	require.NoError(t, err)
 	require.Equal(t, refcount.Identity{ClusterID: "c1", Epoch: 3}, id)
-	v, err = s.FenceMark(ctx)
+	v, err = s.LeaseFenceMark(ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(2048), v)
 	ms, err := s.ListMembers(ctx)
@@ -95,11 +95,11 @@ func TestBoltFormat(t *testing.T) {
 	require.NoError(t, db.Close())
 
 	s := openBolt(t, path)
-	require.Equal(t, uint64(1), s.Fence())
+	require.Equal(t, uint64(1), s.OwnerFence())
 	id, err := s.Identity(ctx)
 	require.NoError(t, err)
 	require.Equal(t, refcount.Identity{ClusterID: "c-old", Epoch: 7}, id)
-	v, err := s.FenceMark(ctx)
+	v, err := s.LeaseFenceMark(ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(1024), v)
 	rc, err := s.Get(ctx, "r1")
@@ -123,7 +123,7 @@ func TestBoltTakeOverSharesFile(t *testing.T) {
 	require.Error(t, err, "a closed handle takes nothing over")
 
 	s = openBolt(t, path)
-	require.Equal(t, uint64(3), s.Fence(), "open, take over, open")
+	require.Equal(t, uint64(3), s.OwnerFence(), "open, take over, open")
 	rc, err := s.Get(ctx, "r1")
 	require.NoError(t, err)
 	require.Equal(t, []string{"a"}, rc.NodeList())

@@ -14,7 +14,7 @@
 // guarded by the writer's fence, and writes are batched, such as etcd (§7)
 // (If(CreateRevision(leaderKey) == fence) around every Txn). So:
 //
-//   - Reads (Get, List a page at a time, ListMembers, Identity, FenceMark,
+//   - Reads (Get, List a page at a time, ListMembers, Identity, LeaseFenceMark,
 //     the meta getters, Deletes, Leases) are plain reads.
 //   - The only write is Commit of a Batch of typed writes: add or drop a
 //     reference, drop a reference set, replace a node's references, put or
@@ -68,7 +68,7 @@
 // A bucket too big for a group gets its additions as AddRefs first and,
 // when it surely drops more than a group holds (a forget of a big node),
 // its drops as RemoveRefs, read from the store's index by node
-// (NodeRefLister; a store without one is walked set by set). One
+// (Storage.NodeRefs). One
 // limit is left: a sync that both adds and drops more than about 64
 // references in one bucket (a node that swapped some 16,000 references
 // for others since it last synced) still fails on such a store, after
@@ -79,25 +79,23 @@
 //
 // # Adding a reference at a cost flat in the set's size
 //
-// Optional interfaces extend Storage without changing its
-// semantics (docs/design.md §10.2). A RefStater tells
-// whether a node references a resource and how many nodes do without
-// reading the set. A Submitter splits Commit into Submit, which orders a
-// batch before it returns, and a wait for its durability, so that a
-// caller orders writes under its own mutex and waits for the disk
-// without it. A NodeRefLister reads the resources a node references from
-// a per-node index the store keeps beside the sets. The memory and bbolt
-// stores implement all three; the etcd store implements RefStater and
-// Submitter (etcd's Submit is group commit: the batches pending within a
-// few milliseconds share one transaction, docs/design.md §7.1).
-// The etcd store is also a CountingSubmitter: its adds are not read
-// first, and learn whether they changed the set and its size from the
-// transaction that commits them (docs/design.md §7.1).
-// Manager.AddRefOrdered uses a CountingSubmitter, else the first two,
-// and falls back to AddRef on a store that has neither; the Manager's hash changes ask a RefStater
-// whether a node is in a set instead of reading the set.
+// Every store answers three calls beside the reference sets themselves
+// (docs/design.md §10.2): RefState tells whether a node references a
+// resource and how many nodes do without reading the set; Submit splits
+// Commit into an ordering, done before it returns, and a wait for its
+// durability, so that a caller orders writes under its own mutex and
+// waits for the disk without it (etcd's Submit is group commit: the
+// batches pending within a few milliseconds share one transaction,
+// docs/design.md §7.1); NodeRefs reads the resources a node references
+// from a per-node index the store keeps beside the sets. One optional
+// interface remains: the etcd store is also a CountingSubmitter, whose
+// adds are not read first, and learn whether they changed the set and its
+// size from the transaction that commits them (docs/design.md §7.1).
+// Manager.AddRefOrdered uses a CountingSubmitter, else RefState and
+// Submit; the Manager's hash changes ask RefState whether a node is in a
+// set instead of reading the set.
 //
-// A fourth, NodeLister, lists a page of reference sets with each set's
+// Another optional one, NodeLister, lists a page of reference sets with each set's
 // nodes already in order, without a Set per entry: bbolt reads them in
 // the nested bucket's key order (docs/design.md §10.3). Manager.ListNodes
 // uses it, and falls back to List on a store without it.

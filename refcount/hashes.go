@@ -235,7 +235,7 @@ func replaceChange(node string, buckets *BucketSet, refs map[string]struct{}) ha
 // deciding each by whether the node is in the set as the stored state and
 // b's earlier writes leave it (batchView), and the nodes whose references
 // b changes. Callers hold the stripes of b. It reads no set whole but
-// those b drops: on a RefStater, whether a node is in a set is one lookup
+// those b drops: through RefState, whether a node is in a set is one lookup
 // (bbolt: O(log N)), so a first sync of R references costs O(R log N),
 // not O(R·N) as when each set was read (measured: 175.6 s for the first
 // syncs of 1,000 nodes × 1,000 references).
@@ -265,7 +265,7 @@ func (m *Manager) batchHashes(ctx context.Context, b *Batch) ([]hashChange, []st
 	}
 	for node, n := range singles {
 		if n > GroupRefs {
-			if _, err := v.readNode(node); err != nil {
+			if err := v.readNode(node); err != nil {
 				return nil, nil, err
 			}
 		}

@@ -118,14 +118,15 @@ func TestOrderedAddHidesTheHash(t *testing.T) {
 	}
 }
 
-// plainStorage hides a store's optional interfaces: the Manager then
-// reads whole sets to decide its hash changes.
+// plainStorage hides a store's optional interfaces (that it commits a
+// batch whole, NodeLister): the Manager then splits big batches into
+// groups.
 type plainStorage struct{ Storage }
 
 // TestHashesKeptRandom: batches that mix every write to reference sets,
 // in any order and touching the same sets and nodes several times, keep
-// every node's hash equal to a fresh walk's, whether the Manager asks
-// the store whether a node is in a set (RefStater) or reads the set.
+// every node's hash equal to a fresh walk's, on every store and on one
+// that hides its optional interfaces.
 func TestHashesKeptRandom(t *testing.T) {
 	bolt, err := OpenBoltStorage(filepath.Join(t.TempDir(), "refs.db"))
 	require.NoError(t, err)

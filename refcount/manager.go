@@ -36,9 +36,9 @@ func NewManager(storage Storage) *Manager {
 	return &Manager{storage: storage}
 }
 
-// GetRefCount returns the resource's reference set: the empty set, and a
+// Refs returns the resource's reference set: the empty set, and a
 // nil error, when it has no entry.
-func (m *Manager) GetRefCount(ctx context.Context, resourceID string) (Set, error) {
+func (m *Manager) Refs(ctx context.Context, resourceID string) (Set, error) {
 	if resourceID == "" {
 		return Set{}, errEmpty("resource ID")
 	}
@@ -72,7 +72,7 @@ func (m *Manager) modify(ctx context.Context, b *Batch, change func(*Set, string
 	}
 	unlock := m.lock(op.Key)
 	defer unlock()
-	rc, err := m.GetRefCount(ctx, op.Key)
+	rc, err := m.Refs(ctx, op.Key)
 	if err != nil {
 		return Set{}, err
 	}

@@ -100,7 +100,7 @@ func TestAddRemoveRef(t *testing.T) {
 
 func TestGetRefCountAbsent(t *testing.T) {
 	forEachStorage(t, nil, func(t *testing.T, m *refcount.Manager, _ *countingStorage) {
-		rc, err := m.GetRefCount(t.Context(), "absent")
+		rc, err := m.Refs(t.Context(), "absent")
 		require.NoError(t, err)
 		require.Zero(t, rc.Len())
 		require.Empty(t, rc.Nodes)
@@ -120,8 +120,8 @@ func TestManagerInvalidArgument(t *testing.T) {
 			requireInvalid(t, err, c)
 		}
 		requireInvalid(t, m.ReplaceNode(ctx, "", nil), "ReplaceNode")
-		_, err := m.GetRefCount(ctx, "")
-		requireInvalid(t, err, "GetRefCount")
+		_, err := m.Refs(ctx, "")
+		requireInvalid(t, err, "Refs")
 	})
 }
 

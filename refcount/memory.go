@@ -74,7 +74,7 @@ func (s *memoryStorage) TakeOver(ctx context.Context) (LocalStorage, error) {
 	return &memoryStorage{st: s.st, fence: s.st.owner}, nil
 }
 
-func (s *memoryStorage) Fence() uint64 { return s.fence }
+func (s *memoryStorage) OwnerFence() uint64 { return s.fence }
 
 // read returns ctx.Err() or errClosed, or else holds the state's lock
 // shared and returns its unlock.
@@ -154,13 +154,13 @@ func (s *memoryStorage) Commit(ctx context.Context, b *Batch) error {
 	return nil
 }
 
-// Submit implements Submitter: memory commits at once.
+// Submit implements Storage: memory commits at once.
 func (s *memoryStorage) Submit(ctx context.Context, b *Batch) (wait func() error) {
 	err := s.Commit(ctx, b)
 	return func() error { return err }
 }
 
-// RefState implements RefStater.
+// RefState implements Storage.
 func (s *memoryStorage) RefState(ctx context.Context, resourceID, node string) (has bool, count int, err error) {
 	unlock, err := s.read(ctx)
 	if err != nil {
@@ -197,7 +197,7 @@ func (st *memoryState) apply(op *Op) {
 		if r := op.Identity.Root; r != nil {
 			st.root = &RootClaim{CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy}
 		}
-	case OpPutFenceMark:
+	case OpPutLeaseFenceMark:
 		st.uints[fenceMarkKey] = op.Uint64
 	case OpPutString:
 		st.strs[op.Key] = op.String
@@ -270,7 +270,7 @@ func (st *memoryState) unindex(node, id string) {
 	}
 }
 
-// NodeRefs implements NodeRefLister.
+// NodeRefs implements Storage.
 func (s *memoryStorage) NodeRefs(ctx context.Context, node string) ([]string, error) {
 	unlock, err := s.read(ctx)
 	if err != nil {
@@ -304,7 +304,7 @@ func (s *memoryStorage) Identity(ctx context.Context) (Identity, error) {
 	return id, nil
 }
 
-func (s *memoryStorage) FenceMark(ctx context.Context) (uint64, error) {
+func (s *memoryStorage) LeaseFenceMark(ctx context.Context) (uint64, error) {
 	return s.GetUint64(ctx, fenceMarkKey)
 }
 

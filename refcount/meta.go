@@ -11,7 +11,7 @@ import (
 )
 
 // Meta keys of the identity and the fence high-water mark: the store
-// writes them only through PutIdentity and PutFenceMark. They are the keys
+// writes them only through PutIdentity and PutLeaseFenceMark. They are the keys
 // the coordinator used before those writes existed, so that a database
 // written then reads the same.
 const (
@@ -66,8 +66,8 @@ func (s *BoltStorage) Identity(ctx context.Context) (Identity, error) {
 	return id, err
 }
 
-// FenceMark implements Storage.
-func (s *BoltStorage) FenceMark(ctx context.Context) (uint64, error) {
+// LeaseFenceMark implements Storage.
+func (s *BoltStorage) LeaseFenceMark(ctx context.Context) (uint64, error) {
 	return s.GetUint64(ctx, fenceMarkKey)
 }
 

@@ -2,28 +2,7 @@ package refcount
 
 import "context"
 
-// RefStater is a Storage that tells whether a node references a resource
-// and how many nodes do without reading the reference set: O(1) in
-// memory, O(log N) on bbolt. The Manager uses it to add a reference at a
-// cost that does not grow with the set (docs/design.md §10.2).
-type RefStater interface {
-	// RefState returns whether node is in the resource's reference set
-	// and the set's size (false and 0 when it has none).
-	RefState(ctx context.Context, resourceID, node string) (has bool, count int, err error)
-}
-
-// Submitter is a Storage whose Commit comes in two halves, so that a
-// caller can order its writes under its own mutex without holding that
-// mutex through the disk's flush. Submit orders b after every batch
-// submitted or committed through the store before it returns, and before
-// every one after; wait returns what Commit would have returned, once the
-// batch is durable. Until then reads may not see b. Commit(ctx, b) is
-// Submit(ctx, b)().
-type Submitter interface {
-	Submit(ctx context.Context, b *Batch) (wait func() error)
-}
-
-// CountingSubmitter is a Submitter whose reads are round trips (etcd):
+// CountingSubmitter is a Storage whose reads are round trips (etcd):
 // it adds a reference without reading first, and learns in the
 // transaction that commits the add whether the node was in the set and
 // how many nodes are, so that an add costs no round trip of its own
@@ -37,27 +16,8 @@ type CountingSubmitter interface {
 	SubmitAddRef(ctx context.Context, resourceID, node string) (wait func() (added bool, count int, err error))
 }
 
-// NodeRefLister is a Storage that keeps, beside the reference sets, an
-// index of the resources each node references, and reads it: the memory,
-// bbolt and etcd stores, whose ReplaceNode reads that index and so costs
-// O(the node's references) (docs/design.md §7.1, §10.2). NodeRefs returns the
-// resources in whose sets the node is, in resource ID order (none: an
-// empty list); it always equals what the sets say.
-type NodeRefLister interface {
-	NodeRefs(ctx context.Context, node string) ([]string, error)
-}
-
-var (
-	_ NodeRefLister = (*BoltStorage)(nil)
-	_ NodeRefLister = (*memoryStorage)(nil)
-	_ RefStater     = (*BoltStorage)(nil)
-	_ Submitter     = (*BoltStorage)(nil)
-	_ RefStater     = (*memoryStorage)(nil)
-	_ Submitter     = (*memoryStorage)(nil)
-)
-
 // AddRefOrdered adds nodeID to the resource's references, as AddRef does,
-// in two halves: the write is ordered (Submitter) when AddRefOrdered
+// in two halves: the write is ordered (Storage.Submit) when AddRefOrdered
 // returns, and wait returns, once it is durable, the number of nodes that
 // reference the resource after it (other writes may have landed since).
 // A node already there writes nothing, except on a CountingSubmitter,
@@ -65,9 +25,6 @@ var (
 // one idempotent operation in its transaction, so it cannot undo a
 // concurrent change; so a caller may hold its own mutex during
 // AddRefOrdered and release it before wait.
-//
-// On a storage that is neither a RefStater nor a Submitter (a wrapper)
-// it is AddRef, done before it returns.
 func (m *Manager) AddRefOrdered(ctx context.Context, resourceID, nodeID string) (wait func() (int, error)) {
 	failed := func(err error) func() (int, error) { return func() (int, error) { return 0, err } }
 	if err := validateIDs(resourceID, nodeID); err != nil {
@@ -86,13 +43,7 @@ func (m *Manager) AddRefOrdered(ctx context.Context, resourceID, nodeID string) 
 			return n, err
 		}
 	}
-	st, okState := m.storage.(RefStater)
-	sub, okSub := m.storage.(Submitter)
-	if !okState || !okSub {
-		rc, err := m.AddRef(ctx, resourceID, nodeID)
-		return func() (int, error) { return rc.Len(), err }
-	}
-	has, n, err := st.RefState(ctx, resourceID, nodeID)
+	has, n, err := m.storage.RefState(ctx, resourceID, nodeID)
 	if err != nil || has {
 		return func() (int, error) { return n, err }
 	}
@@ -100,12 +51,12 @@ func (m *Manager) AddRefOrdered(ctx context.Context, resourceID, nodeID string) 
 	// cannot be kept exactly: it is not offered until a whole sync of the
 	// node sets it anew (a sync by hash of it sends the whole journal).
 	m.markDirty(nodeID)
-	written := sub.Submit(ctx, new(Batch).AddRef(resourceID, nodeID))
+	written := m.storage.Submit(ctx, new(Batch).AddRef(resourceID, nodeID))
 	return func() (int, error) {
 		if err := written(); err != nil {
 			return 0, err
 		}
-		_, n, err := st.RefState(ctx, resourceID, nodeID)
+		_, n, err := m.storage.RefState(ctx, resourceID, nodeID)
 		return n, err
 	}
 }

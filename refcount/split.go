@@ -144,8 +144,7 @@ func (m *Manager) ReplaceNodeGroups(ctx context.Context, b *Batch, node string, 
 // that swaps thousands of references for others, however many it also
 // adds), the node's stored references there that ids does not name, and
 // the set of those it does name (held already: no AddRef needed), read
-// from the store's index by node (NodeRefLister; etcd, memory and bbolt
-// keep one), or else found by one walk of the reference sets. So the
+// from the store's index by node (Storage.NodeRefs). So the
 // bucket's drops go as RemoveRefs, GroupRefs to a group, before its
 // replace, which is left to drop what changed since the read.
 func (m *Manager) crowdedDrops(ctx context.Context, node string, crowded *BucketSet, ids *[synchash.Buckets][]string) (drops map[int][]string, held map[string]bool, err error) {
@@ -170,32 +169,14 @@ func (m *Manager) crowdedDrops(ctx context.Context, node string, crowded *Bucket
 			drops[i] = append(drops[i], id)
 		}
 	}
-	if nl, ok := m.storage.(NodeRefLister); ok {
-		refs, err := nl.NodeRefs(ctx, node)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, id := range refs {
-			note(id)
-		}
-		return drops, held, nil
+	refs, err := m.storage.NodeRefs(ctx, node)
+	if err != nil {
+		return nil, nil, err
 	}
-	after := ""
-	for {
-		page, err := m.storage.List(ctx, after, hashListPage)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, e := range page {
-			if e.Refs.Has(node) {
-				note(e.ResourceID)
-			}
-		}
-		if len(page) < hashListPage {
-			return drops, held, nil
-		}
-		after = page[len(page)-1].ResourceID
+	for _, id := range refs {
+		note(id)
 	}
+	return drops, held, nil
 }
 
 // replaceIn appends one replace of node's references in buckets (nil:

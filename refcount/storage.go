@@ -9,15 +9,15 @@ import (
 )
 
 // Storage is one handle on the coordinator's durable state: the reference
-// sets, the members, the coordinator's identity, the fence high-water
-// mark, small meta values, the deletes in flight or completed and the
+// sets, the members, the coordinator's identity, the lease fences'
+// high-water mark, small meta values, the deletes in flight or completed and the
 // leases recorded to survive a failover. All of
 // it lives in one store, and the one way to change any of it is Commit,
 // which applies a Batch in one guarded transaction (see the package
 // documentation for the guard and for the limits of one transaction).
 //
 // Implementations are safe for concurrent use. A Commit is durable when it
-// returns (for the stores that persist at all). Every method but Fence and
+// returns (for the stores that persist at all). Every method but OwnerFence and
 // Close returns ctx.Err() when ctx is already done; a Commit that has
 // started is not interrupted. Values are copied in and out: changing a
 // Batch's arguments, or a value a read returns, never changes what is
@@ -26,7 +26,7 @@ import (
 //
 // Reads see the state as the last Commit through any handle left it; they
 // are not guarded, so a handle that was taken over still reads (what it
-// reads may be stale). After Close every call but Fence and Close fails.
+// reads may be stale). After Close every call but OwnerFence and Close fails.
 type Storage interface {
 	// Get returns the resource's reference set, or an error wrapping
 	// errdefs.ErrNotFound when the resource has none.
@@ -42,9 +42,10 @@ type Storage interface {
 	// Identity returns the coordinator's identity, the zero Identity when
 	// none was ever put.
 	Identity(ctx context.Context) (Identity, error)
-	// FenceMark returns the fence high-water mark, 0 when none was ever
-	// put.
-	FenceMark(ctx context.Context) (uint64, error)
+	// LeaseFenceMark returns the high-water mark of the lease fences
+	// (PutLeaseFenceMark): every lease fence handed out is at most it; 0
+	// when none was ever put.
+	LeaseFenceMark(ctx context.Context) (uint64, error)
 	// GetUint64 returns the meta value of key, or 0 and a nil error when
 	// key was never put.
 	GetUint64(ctx context.Context, key string) (uint64, error)
@@ -56,6 +57,18 @@ type Storage interface {
 	// Leases returns the lease records, in resource ID and then lease ID
 	// order.
 	Leases(ctx context.Context) ([]LeaseRecord, error)
+	// RefState returns whether node is in the resource's reference set
+	// and the set's size (false and 0 when it has none) without reading
+	// the set: O(1) in memory, O(log N) on bbolt, one read on etcd. The
+	// Manager adds a reference at a cost that does not grow with the set
+	// (docs/design.md §10.2).
+	RefState(ctx context.Context, resourceID, node string) (has bool, count int, err error)
+	// NodeRefs returns the resources in whose sets node is, in resource
+	// ID order (none: an empty list), from the store's index of the
+	// resources each node references, in one read; it always equals what
+	// the sets say. ReplaceNode reads that index, and so costs O(the
+	// node's references) (docs/design.md §7.1, §10.2).
+	NodeRefs(ctx context.Context, node string) ([]string, error)
 
 	// Commit applies every write of b, in order, in one transaction that
 	// first checks the handle's guard: when it returns an error, none of
@@ -65,9 +78,19 @@ type Storage interface {
 	// wrapping errdefs.ErrInvalidArgument. An empty batch writes nothing
 	// and checks nothing.
 	Commit(ctx context.Context, b *Batch) error
-	// Fence returns the guard this handle holds: its Commits succeed only
-	// while no handle with a greater fence has taken the state over.
-	Fence() uint64
+	// Submit is Commit in two halves, so that a caller can order its
+	// writes under its own mutex without holding that mutex through the
+	// disk's flush: Submit orders b after every batch submitted or
+	// committed through the store before it returns, and before every one
+	// after; wait returns what Commit would have returned, once the batch
+	// is durable. Until then reads may not see b. Commit(ctx, b) is
+	// Submit(ctx, b)().
+	Submit(ctx context.Context, b *Batch) (wait func() error)
+	// OwnerFence returns the ownership fence this handle holds (its
+	// guard): its Commits succeed only while no handle with a greater
+	// ownership fence has taken the state over. It is not a lease's fence
+	// (LeaseFenceMark keeps those).
+	OwnerFence() uint64
 	// Close releases the handle.
 	Close() error
 }

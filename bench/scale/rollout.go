@@ -10,7 +10,6 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
@@ -196,7 +195,7 @@ func (n *node) pullBlob(ctx context.Context, cfg Config, img *image, j int) bool
 	for {
 		asked := time.Now()
 		lctx, cancel := context.WithTimeout(ctx, cfg.LockTimeout)
-		res, err := n.client.Lock(lctx, lockclient.LockRequest{Type: api.OperationPull, ResourceID: blob})
+		res, err := n.client.Lock(lctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob})
 		cancel()
 		got := time.Now()
 		if err != nil {

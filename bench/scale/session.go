@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // sessionState is what a node knows of its session, as contentv2's store
@@ -55,7 +56,7 @@ func (n *node) sessionRound(ctx context.Context) error {
 	n.mu.Unlock()
 	req := contentv2.SessionRequest{ClusterID: clusterID, InstanceID: n.instance, Echo: n.echo()}
 	info, err := n.coord.Session(ctx, req)
-	if errors.Is(err, contentv2.ErrLate) && req.Echo != nil {
+	if errors.Is(err, api.ErrLate) && req.Echo != nil {
 		req.Echo = nil
 		info, err = n.coord.Session(ctx, req)
 	}
@@ -74,7 +75,7 @@ func (n *node) sessionRound(ctx context.Context) error {
 	n.mu.Unlock()
 	err = n.coord.SyncRefs(ctx, contentv2.SyncRequest{Generation: gen, Snapshot: n.snapshot, Echo: n.echo})
 	if err != nil {
-		if errors.Is(err, contentv2.ErrLate) {
+		if errors.Is(err, api.ErrLate) {
 			n.mu.Lock()
 			n.session.answerAt = time.Time{} // the next round opens a new session
 			n.mu.Unlock()

@@ -121,6 +121,9 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.containerdAddress, "containerd-address", reannounce.DefaultAddress, "containerd's API socket: once serving, and each time containerd restarts, announce every image to it so that CRI reloads those it could not read while this daemon was down (empty: off)")
 	fs.StringVar(&o.containerdNS, "containerd-namespace", reannounce.DefaultNamespace, "the containerd namespace whose images --containerd-address announces (CRI's is k8s.io; empty: every namespace)")
 	httpserver.RegisterFlags(fs, &o.embedded)
+	for _, r := range httpserver.RenamedFlags {
+		cli.Alias(fs, r.Old, r.New)
+	}
 	return fs
 }
 

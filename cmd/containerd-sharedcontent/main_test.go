@@ -61,8 +61,9 @@ func TestParseRefusesLeaseOutlivingFailOpen(t *testing.T) {
 	require.NoError(t, err, "a remote coordinator checks its own")
 }
 
-// TestParseCoordinatorNames: the flags say "coordinator"; the old names
-// (flags and environment variables) still work, the new ones win.
+// TestParseCoordinatorNames: the flags say "coordinator" (and
+// --wait-by-default); the old names (flags and environment variables)
+// still work, the new ones win.
 func TestParseCoordinatorNames(t *testing.T) {
 	o, err := parse([]string{"--root", "/shared", "--coordinator", "https://new:8642", "--coordinator-ca", "/ca.pem"})
 	require.NoError(t, err)
@@ -80,6 +81,10 @@ func TestParseCoordinatorNames(t *testing.T) {
 	o, err = parse([]string{"--root", "/shared", "--coordinator-listen", "127.0.0.1:1"})
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.1:1", o.coordinatorListen)
+
+	o, err = parse([]string{"--root", "/shared", "--allow-multi-node-download=false"})
+	require.NoError(t, err)
+	require.False(t, o.embedded.WaitByDefault, "the old name of --wait-by-default")
 
 	t.Setenv("SHAREDCONTENT_LOCK_SERVER", "http://old-env:8642")
 	o, err = parse([]string{"--root", "/shared"})

@@ -341,7 +341,7 @@ func benchWaiters(b *testing.B) {
 		return c
 	}
 	ctx := context.Background()
-	req := lockclient.LockRequest{Type: api.OperationPull, ResourceID: fmt.Sprintf("sha256:waiters-%d", time.Now().UnixNano())}
+	req := api.LockRequest{Type: api.OperationPull, ResourceID: fmt.Sprintf("sha256:waiters-%d", time.Now().UnixNano())}
 	holder := newClient("holder")
 	// The holder records its pull, so it holds a live session
 	// (docs/design.md §8.4), renewed while the waiters queue as its

@@ -57,6 +57,9 @@ func flags(o *options) *flag.FlagSet {
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "on SIGTERM or SIGINT, how long the requests in flight may finish (new ones are answered 503, which nodes retry at another replica or after the restart) before they are cut")
 	cli.DefineVersion(fs)
 	httpserver.RegisterFlags(fs, &o.cfg)
+	for _, r := range httpserver.RenamedFlags {
+		cli.Alias(fs, r.Old, r.New)
+	}
 	election.RegisterFlags(fs, &o.etcd)
 	return fs
 }

@@ -389,7 +389,7 @@ func TestDeleteInFlightAcrossFailover(t *testing.T) {
 	}
 	_, err := deleter.AddRef(ctx, "blob-del")
 	require.NoError(t, err)
-	del, err := deleter.Lock(ctx, lockclient.LockRequest{Type: api.OperationDelete, ResourceID: "blob-del"})
+	del, err := deleter.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: "blob-del"})
 	require.NoError(t, err)
 	require.True(t, del.Acquired, "%+v", del)
 

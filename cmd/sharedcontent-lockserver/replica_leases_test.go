@@ -28,7 +28,7 @@ type heldAcross struct {
 // holdAcross starts two replicas on a real 3-member etcd, has node-a take
 // req, signals the leader with sig, and returns once the other replica
 // leads.
-func holdAcross(t *testing.T, req lockclient.LockRequest, sig syscall.Signal) heldAcross {
+func holdAcross(t *testing.T, req api.LockRequest, sig syscall.Signal) heldAcross {
 	t.Helper()
 	etcd := etcdtest.Start(t, etcdtest.Options{})
 	reps := startReplicas(t, 2, etcd.Endpoints(), replicaTTL)
@@ -55,7 +55,7 @@ func holdAcross(t *testing.T, req lockclient.LockRequest, sig syscall.Signal) he
 // and its unlock(success) is accepted there, and node-b skips: the blob
 // is downloaded once.
 func TestPullLeaseAcrossKill(t *testing.T) {
-	pull := lockclient.LockRequest{Type: api.OperationPull, ResourceID: "blob-held"}
+	pull := api.LockRequest{Type: api.OperationPull, ResourceID: "blob-held"}
 	h := holdAcross(t, pull, syscall.SIGKILL)
 	ctx, other := h.ctx, h.other
 	_, err := other.TryLock(ctx, pull)
@@ -96,7 +96,7 @@ func TestPullLeaseAcrossKill(t *testing.T) {
 // an update lock: the leader records the lease before it resigns, the new
 // leader refuses the update to node-b and accepts node-a's unlock.
 func TestUpdateLeaseAcrossSIGTERM(t *testing.T) {
-	update := lockclient.LockRequest{Type: api.OperationUpdate, ResourceID: "blob-upd"}
+	update := api.LockRequest{Type: api.OperationUpdate, ResourceID: "blob-upd"}
 	h := holdAcross(t, update, syscall.SIGTERM)
 	ctx, other := h.ctx, h.other
 	_, err := other.TryLock(ctx, update)

@@ -252,7 +252,7 @@ func tryLockCycle(ctx context.Context, client *lockclient.Client, resource strin
 	if _, err := client.Session(ctx, api.SessionRequest{NodeID: client.NodeID()}); err != nil {
 		return fmt.Errorf("session: %w", err)
 	}
-	res, err := client.Lock(ctx, lockclient.LockRequest{Type: api.OperationPull, ResourceID: resource})
+	res, err := client.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: resource})
 	if err != nil {
 		return fmt.Errorf("lock %s: %w", resource, err)
 	}

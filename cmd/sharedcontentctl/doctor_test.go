@@ -102,7 +102,7 @@ func writeCluster(t *testing.T, root, id string) {
 // node is one node's setup: a coordinator, the plugin's socket, a root of
 // the coordinator's cluster.
 type node struct {
-	coord  *lockservertest.Coordinator
+	coord  *lockservertest.Server
 	socket string
 	root   string
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // Cluster is one coordinator under test, fresh for each behaviour.
@@ -16,7 +17,7 @@ type Cluster interface {
 	// Node returns the coordinator as node id reaches it.
 	Node(t *testing.T, id string) contentv2.Coordinator
 	// Queued returns how many requests of op wait in resource's queue.
-	Queued(t *testing.T, op contentv2.Op, resource string) int
+	Queued(t *testing.T, op api.OperationType, resource string) int
 }
 
 // Run runs every behaviour of the contract as a subtest, each against a
@@ -112,21 +113,21 @@ func refs(t *testing.T, c contentv2.Coordinator) map[string][]string {
 }
 
 // lock takes req and requires the grant.
-func lock(t *testing.T, c contentv2.Coordinator, req contentv2.LockRequest) contentv2.Lock {
+func lock(t *testing.T, c contentv2.Coordinator, req api.LockRequest) contentv2.Lock {
 	t.Helper()
 	l, err := c.Lock(t.Context(), req)
 	require.NoError(t, err, "%s:%s", req.Type, req.ResourceID)
 	return l
 }
 
-func pull(d digest.Digest) contentv2.LockRequest {
-	return contentv2.LockRequest{Type: contentv2.OpPull, ResourceID: d.String()}
+func pull(d digest.Digest) api.LockRequest {
+	return api.LockRequest{Type: api.OperationPull, ResourceID: d.String(), Wait: new(false)}
 }
 
-func del(d digest.Digest) contentv2.LockRequest {
-	return contentv2.LockRequest{Type: contentv2.OpDelete, ResourceID: d.String()}
+func del(d digest.Digest) api.LockRequest {
+	return api.LockRequest{Type: api.OperationDelete, ResourceID: d.String(), Wait: new(false)}
 }
 
-func reapLock() contentv2.LockRequest {
-	return contentv2.LockRequest{Type: contentv2.OpUpdate, ResourceID: contentv2.ReapLockResource}
+func reapLock() api.LockRequest {
+	return api.LockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, Wait: new(false)}
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // testDeleteInUse: a delete first drops the requester's own reference,
@@ -17,7 +18,7 @@ func testDeleteInUse(t *testing.T, c Cluster) {
 	join(t, n2, "i2", blob(1))
 
 	_, err := n1.Lock(t.Context(), del(blob(1)))
-	require.ErrorIs(t, err, contentv2.ErrInUse)
+	require.ErrorIs(t, err, api.ErrInUse)
 	require.Equal(t, map[string][]string{blob(1).String(): {"node-2"}}, refs(t, n1), "node-1's reference is gone")
 }
 
@@ -29,7 +30,7 @@ func testDeleteUnsynced(t *testing.T, c Cluster) {
 	join(t, n1, "i1")
 	info := open(t, n2, "i2")
 	_, err := n1.Lock(ctx, del(blob(1)))
-	require.ErrorIs(t, err, contentv2.ErrUnsynced, "node-2 has not synced")
+	require.ErrorIs(t, err, api.ErrUnsynced, "node-2 has not synced")
 
 	require.NoError(t, sync(ctx, n2, info, "gen-i2"))
 	require.NoError(t, lock(t, n1, del(blob(1))).Unlock(ctx, false, nil))
@@ -38,7 +39,7 @@ func testDeleteUnsynced(t *testing.T, c Cluster) {
 	require.NoError(t, err)
 	require.True(t, ended)
 	_, err = n1.Lock(ctx, del(blob(2)))
-	require.ErrorIs(t, err, contentv2.ErrUnsynced, "an ended session leaves its node unsynced")
+	require.ErrorIs(t, err, api.ErrUnsynced, "an ended session leaves its node unsynced")
 }
 
 // testDeleteCompletion: a delete's success drops the blob's references
@@ -59,7 +60,7 @@ func testDeleteCompletion(t *testing.T, c Cluster) {
 	require.NoError(t, err, "node-2's own delete drops its own reference")
 	// The grant above holds the delete; the answer to another is Locked.
 	_, err = n1.Lock(ctx, del(blob(1)))
-	require.ErrorIs(t, err, contentv2.ErrLocked)
+	require.ErrorIs(t, err, api.ErrLocked)
 	dc, err = n1.DeleteCompletion(ctx, blob(1))
 	require.NoError(t, err)
 	require.False(t, dc.Done, "held, not yet done")
@@ -75,7 +76,7 @@ func testDeleteCompletion(t *testing.T, c Cluster) {
 	require.NoError(t, err)
 	require.Equal(t, contentv2.DeleteCompletion{Done: true, Fence: d.Fence()}, dc)
 	_, err = n2.Lock(ctx, del(blob(3)))
-	require.ErrorIs(t, err, contentv2.ErrSkipped, "deleted just now")
+	require.ErrorIs(t, err, api.ErrSkipped, "deleted just now")
 	require.NoError(t, lock(t, n2, pull(blob(3))).Unlock(ctx, false, nil), "a pull after a delete downloads")
 }
 
@@ -88,25 +89,25 @@ func testReapDelete(t *testing.T, c Cluster) {
 	n1, n2 := c.Node(t, "node-1"), c.Node(t, "node-2")
 	join(t, n1, "i1", blob(1), blob(2), blob(3))
 	join(t, n2, "i2", blob(2))
-	dangling := func(i int) contentv2.LockRequest {
+	dangling := func(i int) api.LockRequest {
 		r := del(blob(i))
-		r.Reap = contentv2.ReapDangling
+		r.Reap = api.ReapDangling
 		return r
 	}
 
 	_, err := n1.Lock(ctx, dangling(1))
-	require.ErrorIs(t, err, contentv2.ErrForbidden, "without the reap lock")
+	require.ErrorIs(t, err, api.ErrForbidden, "without the reap lock")
 	require.Contains(t, refs(t, n1), blob(1).String(), "a refused reap keeps the reaper's reference")
 
 	reap := lock(t, n1, reapLock())
 	d := lock(t, n1, dangling(1))
 	require.NoError(t, d.Unlock(ctx, true, nil))
 	_, err = n1.Lock(ctx, dangling(2))
-	require.ErrorIs(t, err, contentv2.ErrInUse, "node-2's reference")
+	require.ErrorIs(t, err, api.ErrInUse, "node-2's reference")
 	orphan := del(blob(3))
-	orphan.Reap = contentv2.ReapOrphan
+	orphan.Reap = api.ReapOrphan
 	_, err = n1.Lock(ctx, orphan)
-	require.ErrorIs(t, err, contentv2.ErrInUse, "the reaper's own reference")
+	require.ErrorIs(t, err, api.ErrInUse, "the reaper's own reference")
 	require.Equal(t, map[string][]string{
 		blob(2).String(): {"node-1", "node-2"},
 		blob(3).String(): {"node-1"},

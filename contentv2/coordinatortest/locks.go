@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // testLockHeld: a held lock is ErrLocked to a request that may not wait;
@@ -21,7 +22,7 @@ func testLockHeld(t *testing.T, c Cluster) {
 
 	l := lock(t, n1, pull(blob(1)))
 	_, err := n2.Lock(ctx, pull(blob(1)))
-	require.ErrorIs(t, err, contentv2.ErrLocked)
+	require.ErrorIs(t, err, api.ErrLocked)
 	require.NoError(t, l.Check(ctx), "a held lock checks out")
 	require.True(t, l.HeldUntil().After(time.Now()), "a held lock has a lease")
 	require.NoError(t, l.Unlock(ctx, false, errors.New("download failed")))
@@ -47,9 +48,9 @@ func testPullSkip(t *testing.T, c Cluster) {
 	require.NoError(t, l.Unlock(ctx, true, nil))
 	require.Equal(t, map[string][]string{blob(1).String(): {"node-1"}}, refs(t, n2))
 	_, err := n2.Lock(ctx, pull(blob(1)))
-	require.ErrorIs(t, err, contentv2.ErrSkipped)
+	require.ErrorIs(t, err, api.ErrSkipped)
 	_, err = n2.Lock(ctx, waiting(pull(blob(1))))
-	require.ErrorIs(t, err, contentv2.ErrSkipped)
+	require.ErrorIs(t, err, api.ErrSkipped)
 
 	l = lock(t, n1, pull(blob(2)))
 	require.NoError(t, l.Unlock(ctx, false, nil))
@@ -67,18 +68,18 @@ func testQueueHandOver(t *testing.T, c Cluster) {
 	req := waiting(pull(blob(1)))
 	held := lock(t, n1, req)
 	second := ask(ctx, n2, req)
-	awaitQueued(t, c, contentv2.OpPull, blob(1).String(), 1)
+	awaitQueued(t, c, api.OperationPull, blob(1).String(), 1)
 	third := ask(ctx, n3, req)
-	awaitQueued(t, c, contentv2.OpPull, blob(1).String(), 2)
+	awaitQueued(t, c, api.OperationPull, blob(1).String(), 2)
 
 	require.NoError(t, held.Unlock(ctx, false, errors.New("download failed")))
 	a := <-second
 	require.NoError(t, a.err, "the head of the queue takes over a failed pull")
 	require.Greater(t, a.l.Fence(), held.Fence())
-	require.Equal(t, 1, c.Queued(t, contentv2.OpPull, blob(1).String()), "the rest stay queued")
+	require.Equal(t, 1, c.Queued(t, api.OperationPull, blob(1).String()), "the rest stay queued")
 	require.NoError(t, a.l.Unlock(ctx, true, nil))
 	a = <-third
-	require.ErrorIs(t, a.err, contentv2.ErrSkipped, "pulled by the one before")
+	require.ErrorIs(t, a.err, api.ErrSkipped, "pulled by the one before")
 	require.Equal(t, map[string][]string{blob(1).String(): {"node-2"}}, refs(t, n1))
 }
 
@@ -93,10 +94,10 @@ func testWaitCancelled(t *testing.T, c Cluster) {
 	held := lock(t, n1, pull(blob(1)))
 	wctx, cancel := context.WithCancel(ctx)
 	done := ask(wctx, n2, waiting(pull(blob(1))))
-	awaitQueued(t, c, contentv2.OpPull, blob(1).String(), 1)
+	awaitQueued(t, c, api.OperationPull, blob(1).String(), 1)
 	cancel()
 	require.ErrorIs(t, (<-done).err, context.Canceled)
-	awaitQueued(t, c, contentv2.OpPull, blob(1).String(), 0)
+	awaitQueued(t, c, api.OperationPull, blob(1).String(), 0)
 	require.NoError(t, held.Unlock(ctx, false, nil))
 	require.NoError(t, lock(t, n1, pull(blob(1))).Unlock(ctx, false, nil), "nobody took the lock")
 }
@@ -109,17 +110,17 @@ func testCompatibility(t *testing.T, c Cluster) {
 	n1, n2 := ns[0], ns[1]
 
 	p := lock(t, n1, pull(blob(1)))
-	u := lock(t, n2, contentv2.LockRequest{Type: contentv2.OpUpdate, ResourceID: blob(1).String()})
+	u := lock(t, n2, api.LockRequest{Type: api.OperationUpdate, ResourceID: blob(1).String(), Wait: new(false)})
 	_, err := n2.Lock(ctx, del(blob(1)))
-	require.ErrorIs(t, err, contentv2.ErrLocked, "a delete beside a pull and an update")
+	require.ErrorIs(t, err, api.ErrLocked, "a delete beside a pull and an update")
 	require.NoError(t, p.Unlock(ctx, false, nil))
 	require.NoError(t, u.Unlock(ctx, true, nil))
 
 	d := lock(t, n1, del(blob(1)))
 	_, err = n2.Lock(ctx, pull(blob(1)))
-	require.ErrorIs(t, err, contentv2.ErrLocked, "a pull beside a delete")
-	_, err = n2.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpUpdate, ResourceID: blob(1).String()})
-	require.ErrorIs(t, err, contentv2.ErrLocked, "an update beside a delete")
+	require.ErrorIs(t, err, api.ErrLocked, "a pull beside a delete")
+	_, err = n2.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: blob(1).String(), Wait: new(false)})
+	require.ErrorIs(t, err, api.ErrLocked, "an update beside a delete")
 	require.NoError(t, d.Unlock(ctx, false, nil))
 }
 
@@ -130,7 +131,7 @@ type answer struct {
 }
 
 // ask sends req as node n at once, and answers on the channel returned.
-func ask(ctx context.Context, n contentv2.Coordinator, req contentv2.LockRequest) <-chan answer {
+func ask(ctx context.Context, n contentv2.Coordinator, req api.LockRequest) <-chan answer {
 	ch := make(chan answer, 1)
 	go func() {
 		l, err := n.Lock(ctx, req)
@@ -140,8 +141,8 @@ func ask(ctx context.Context, n contentv2.Coordinator, req contentv2.LockRequest
 }
 
 // waiting is req queued behind the holder instead of refused.
-func waiting(req contentv2.LockRequest) contentv2.LockRequest {
-	req.Wait = true
+func waiting(req api.LockRequest) api.LockRequest {
+	req.Wait = new(true)
 	return req
 }
 
@@ -150,7 +151,7 @@ func waiting(req contentv2.LockRequest) contentv2.LockRequest {
 const awaitTimeout = time.Minute
 
 // awaitQueued waits until n requests of op wait in resource's queue.
-func awaitQueued(t *testing.T, c Cluster, op contentv2.Op, resource string, n int) {
+func awaitQueued(t *testing.T, c Cluster, op api.OperationType, resource string, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool { return c.Queued(t, op, resource) == n }, awaitTimeout, time.Millisecond,
 		"%d waiting for %s:%s", n, op, resource)
@@ -168,17 +169,17 @@ func testQueueAcrossTypes(t *testing.T, c Cluster) {
 
 	p := lock(t, n1, pull(blob(1)))
 	deleting := ask(ctx, n2, waiting(del(blob(1))))
-	awaitQueued(t, c, contentv2.OpDelete, resource, 1)
+	awaitQueued(t, c, api.OperationDelete, resource, 1)
 	require.NoError(t, p.Unlock(ctx, false, errors.New("download failed")))
 	d := <-deleting
 	require.NoError(t, d.err, "the delete starts once the pull is gone")
 
 	pulling := ask(ctx, n1, waiting(pull(blob(1))))
-	awaitQueued(t, c, contentv2.OpPull, resource, 1)
+	awaitQueued(t, c, api.OperationPull, resource, 1)
 	again := ask(ctx, n3, waiting(del(blob(1))))
-	awaitQueued(t, c, contentv2.OpDelete, resource, 1)
+	awaitQueued(t, c, api.OperationDelete, resource, 1)
 	require.NoError(t, d.l.Unlock(ctx, true, nil))
-	require.ErrorIs(t, (<-again).err, contentv2.ErrSkipped, "deleted just now")
+	require.ErrorIs(t, (<-again).err, api.ErrSkipped, "deleted just now")
 	a := <-pulling
 	require.NoError(t, a.err, "the blob is gone: the pull downloads it again")
 	require.Greater(t, a.l.Fence(), d.l.Fence())

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // testMembers: every node that opened a session is a member, in node ID
@@ -41,14 +42,14 @@ func testExpireMember(t *testing.T, c Cluster) {
 	join(t, c.Node(t, "node-2"), "i2")
 	marker := contentv2.MarkerReport{State: "s", Unchanged: time.Hour}
 
-	other := lock(t, n1, contentv2.LockRequest{Type: contentv2.OpUpdate, ResourceID: blob(1).String()})
+	other := lock(t, n1, api.LockRequest{Type: api.OperationUpdate, ResourceID: blob(1).String(), Wait: new(false)})
 	_, err := n1.ExpireMember(ctx, other, "node-2", marker)
 	require.ErrorIs(t, err, errdefs.ErrInvalidArgument, "not the reap lock")
 	require.NoError(t, other.Unlock(ctx, true, nil))
 
 	reap := lock(t, n1, reapLock())
 	_, err = n1.ExpireMember(ctx, reap, "node-2", marker)
-	require.ErrorIs(t, err, contentv2.ErrNotExpired, "node-2 is live")
+	require.ErrorIs(t, err, api.ErrNotExpired, "node-2 is live")
 	ms, err := n1.Members(ctx)
 	require.NoError(t, err)
 	require.Len(t, ms.Nodes, 2, "node-2 stays")

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // testAddRefWithoutSession: a reference of a node without a live session
@@ -14,7 +14,7 @@ import (
 // session, the same call is recorded.
 func testAddRefWithoutSession(t *testing.T, c Cluster) {
 	n := c.Node(t, "node-1")
-	require.ErrorIs(t, n.AddRef(t.Context(), blob(1), false), contentv2.ErrNoSession)
+	require.ErrorIs(t, n.AddRef(t.Context(), blob(1), false), api.ErrNoSession)
 	require.Empty(t, refs(t, n))
 
 	open(t, n, "i1")
@@ -32,9 +32,9 @@ func testAddRefWhileDeleting(t *testing.T, c Cluster) {
 	n1, n2 := ns[0], ns[1]
 
 	d := lock(t, n1, del(blob(1)))
-	require.ErrorIs(t, n2.AddRef(ctx, blob(1), false), contentv2.ErrDeleting, "a delete is in flight")
+	require.ErrorIs(t, n2.AddRef(ctx, blob(1), false), api.ErrDeleting, "a delete is in flight")
 	require.NoError(t, d.Unlock(ctx, true, nil))
-	require.ErrorIs(t, n2.AddRef(ctx, blob(1), true), contentv2.ErrDeleting, "found right after its delete")
+	require.ErrorIs(t, n2.AddRef(ctx, blob(1), true), api.ErrDeleting, "found right after its delete")
 	require.Empty(t, refs(t, n2))
 	require.NoError(t, n2.AddRef(ctx, blob(1), false), "committed anew")
 	require.Equal(t, map[string][]string{blob(1).String(): {"node-2"}}, refs(t, n2))

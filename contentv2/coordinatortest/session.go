@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // testSessionOpen: a new node's first session names the cluster and is a
@@ -43,9 +44,9 @@ func testSessionRefusals(t *testing.T, c Cluster) {
 	info := join(t, n, "instance-1")
 
 	_, err := n.Session(ctx, contentv2.SessionRequest{InstanceID: "instance-2"})
-	require.ErrorIs(t, err, contentv2.ErrDuplicateNode, "another instance while the session is live")
+	require.ErrorIs(t, err, api.ErrDuplicateNode, "another instance while the session is live")
 	_, err = c.Node(t, "node-2").Session(ctx, contentv2.SessionRequest{ClusterID: info.ClusterID + "-other", InstanceID: "x"})
-	require.ErrorIs(t, err, contentv2.ErrWrongCluster)
+	require.ErrorIs(t, err, api.ErrWrongCluster)
 
 	ended, err := n.EndSession(ctx, "instance-2")
 	require.NoError(t, err)
@@ -88,7 +89,7 @@ func testSyncWithoutEcho(t *testing.T, c Cluster) {
 	err := n.SyncRefs(t.Context(), contentv2.SyncRequest{Generation: "gen-1",
 		Snapshot: func() ([]digest.Digest, error) { return []digest.Digest{blob(1)}, nil },
 		Echo:     func() *contentv2.Echo { return nil }})
-	require.ErrorIs(t, err, contentv2.ErrLate)
+	require.ErrorIs(t, err, api.ErrLate)
 	require.Empty(t, refs(t, n))
 }
 
@@ -118,7 +119,7 @@ func testRestart(t *testing.T, c Cluster) {
 	require.Equal(t, map[string][]string{blob(1).String(): {"node-1"}}, refs(t, n1), "references survive")
 	require.NoError(t, sync(ctx, n1, next, "gen-i1", blob(1)))
 	_, err := n1.Lock(ctx, del(blob(2)))
-	require.ErrorIs(t, err, contentv2.ErrUnsynced, "node-2 has not synced since the restart")
+	require.ErrorIs(t, err, api.ErrUnsynced, "node-2 has not synced since the restart")
 
 	next2 := renew(t, n2, "i2", info2)
 	require.False(t, next2.Synced)

@@ -14,14 +14,14 @@ import (
 
 // realCluster is a real coordinator on loopback HTTP, reached by each node
 // through remote.New.
-type realCluster struct{ coord *lockservertest.Coordinator }
+type realCluster struct{ coord *lockservertest.Server }
 
 func (c realCluster) Node(t *testing.T, id string) contentv2.Coordinator { return node(t, c.coord, id) }
 
 func (c realCluster) Restart(*testing.T) { c.coord.Restart() }
 
-func (c realCluster) Queued(t *testing.T, op contentv2.Op, resource string) int {
-	st, err := c.coord.Core().Status(t.Context(), api.OperationType(op), resource, "", "")
+func (c realCluster) Queued(t *testing.T, op api.OperationType, resource string) int {
+	st, err := c.coord.Core().Status(t.Context(), op, resource, "", "")
 	require.NoError(t, err)
 	return st.QueueLength
 }

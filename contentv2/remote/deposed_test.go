@@ -16,6 +16,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/internal/testutil/etcdtest"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/refcount"
 	"github.com/sharedcontent/sharedcontent/refcount/etcdstore"
 )
@@ -28,9 +29,9 @@ type deposingLocks struct {
 	depose func()
 }
 
-func (c deposingLocks) Lock(ctx context.Context, req contentv2.LockRequest) (contentv2.Lock, error) {
+func (c deposingLocks) Lock(ctx context.Context, req api.LockRequest) (contentv2.Lock, error) {
 	lk, err := c.Coordinator.Lock(ctx, req)
-	if err != nil || req.Type != contentv2.OpDelete {
+	if err != nil || req.Type != api.OperationDelete {
 		return lk, err
 	}
 	return deposingLock{Lock: lk, depose: c.depose}, nil

@@ -27,31 +27,6 @@ func New(c *lockclient.Client) contentv2.Coordinator { return &coordinator{c: c}
 
 type coordinator struct{ c *lockclient.Client }
 
-// refusals maps lockclient's refusals to contentv2's.
-var refusals = []struct{ from, to error }{
-	{lockclient.ErrLocked, contentv2.ErrLocked},
-	{lockclient.ErrInUse, contentv2.ErrInUse},
-	{lockclient.ErrUnsynced, contentv2.ErrUnsynced},
-	{lockclient.ErrDeleting, contentv2.ErrDeleting},
-	{lockclient.ErrWrongCluster, contentv2.ErrWrongCluster},
-	{api.ErrNotExpired, contentv2.ErrNotExpired},
-	{api.ErrMemberLive, contentv2.ErrNotExpired},
-	{lockclient.ErrLate, contentv2.ErrLate},
-	{lockclient.ErrDuplicateNode, contentv2.ErrDuplicateNode},
-	{lockclient.ErrRootClaimed, contentv2.ErrRootClaimed},
-	{lockclient.ErrNoSession, contentv2.ErrNoSession},
-	{api.ErrForbidden, contentv2.ErrForbidden},
-}
-
-func mapErr(err error) error {
-	for _, r := range refusals {
-		if errors.Is(err, r.from) {
-			return fmt.Errorf("%w: %w", r.to, err)
-		}
-	}
-	return err
-}
-
 func (s *coordinator) Session(ctx context.Context, req contentv2.SessionRequest) (contentv2.SessionInfo, error) {
 	if req.ClusterID != "" {
 		s.c.ExpectCluster(req.ClusterID)
@@ -62,7 +37,7 @@ func (s *coordinator) Session(ctx context.Context, req contentv2.SessionRequest)
 	}
 	resp, err := s.c.Session(ctx, wreq)
 	if err != nil {
-		return contentv2.SessionInfo{}, mapErr(err)
+		return contentv2.SessionInfo{}, err
 	}
 	return contentv2.SessionInfo{ClusterID: resp.ClusterID, Epoch: resp.Epoch,
 		TTL: time.Duration(resp.SessionTTLMs) * time.Millisecond, Synced: resp.Synced,
@@ -72,7 +47,7 @@ func (s *coordinator) Session(ctx context.Context, req contentv2.SessionRequest)
 func (s *coordinator) EndSession(ctx context.Context, instanceID string) (bool, error) {
 	resp, err := s.c.EndSession(ctx, instanceID)
 	if err != nil {
-		return false, mapErr(err)
+		return false, err
 	}
 	if !resp.Ended {
 		log.G(ctx).WithField("reason", resp.Reason).Info("the coordinator left this node's session as it is")
@@ -100,7 +75,7 @@ func (s *coordinator) SyncRefs(ctx context.Context, req contentv2.SyncRequest) e
 	announce := api.SyncRequest{SyncID: syncID, ResourceIDs: []string{}, Generation: req.Generation, Offset: &zero}
 	resp, err := s.c.SyncRefs(ctx, announce)
 	if err != nil {
-		return mapErr(err)
+		return err
 	}
 	failpoint.Inject(failpoint.StoreSyncAnnounced)
 	snap, err := req.Snapshot()
@@ -133,12 +108,12 @@ func (s *coordinator) syncByHash(ctx context.Context, syncID string, req content
 	}
 	e := req.Echo()
 	if e == nil {
-		return nil, false, fmt.Errorf("sync: too long since the last session answer to finish it: %w", contentv2.ErrLate)
+		return nil, false, fmt.Errorf("sync: too long since the last session answer to finish it: %w", api.ErrLate)
 	}
 	zero := 0
 	resp, err := s.c.SyncRefs(ctx, api.SyncRequest{SyncID: syncID, Generation: req.Generation, Offset: &zero, Hash: &whole, Echo: wireEcho(e)})
 	if err != nil {
-		return nil, false, mapErr(err)
+		return nil, false, err
 	}
 	if resp.Synced {
 		failpoint.Inject(failpoint.StoreSyncAfterDone) // the sync's last request answered
@@ -146,7 +121,7 @@ func (s *coordinator) syncByHash(ctx context.Context, syncID string, req content
 	}
 	resp, err = s.c.SyncRefs(ctx, api.SyncRequest{SyncID: syncID, Generation: req.Generation, Offset: &zero, BucketHashes: buckets})
 	if err != nil {
-		return nil, false, mapErr(err)
+		return nil, false, err
 	}
 	var differ [synchash.Buckets]bool
 	for _, b := range resp.Buckets {
@@ -173,12 +148,12 @@ func (s *coordinator) sendChunks(ctx context.Context, syncID string, req content
 			chunk.Done = true
 			e := req.Echo()
 			if e == nil {
-				return fmt.Errorf("sync: too long since the last session answer to finish it: %w", contentv2.ErrLate)
+				return fmt.Errorf("sync: too long since the last session answer to finish it: %w", api.ErrLate)
 			}
 			chunk.Echo = wireEcho(e)
 		}
 		if _, err := s.c.SyncRefs(ctx, chunk); err != nil {
-			return mapErr(err)
+			return err
 		}
 		if len(refs) == 0 {
 			failpoint.Inject(failpoint.StoreSyncAfterDone)
@@ -194,25 +169,25 @@ func (s *coordinator) AddRef(ctx context.Context, dgst digest.Digest, found bool
 		add = s.c.AddFoundRef
 	}
 	_, err := add(ctx, dgst.String())
-	return mapErr(err)
+	return err
 }
 
-func (s *coordinator) Lock(ctx context.Context, req contentv2.LockRequest) (contentv2.Lock, error) {
-	lr := lockclient.LockRequest{Type: api.OperationType(req.Type), ResourceID: req.ResourceID, Reap: api.ReapMode(req.Reap)}
+func (s *coordinator) Lock(ctx context.Context, req api.LockRequest) (contentv2.Lock, error) {
+	lr := api.LockRequest{Type: req.Type, ResourceID: req.ResourceID, Reap: req.Reap}
 	var (
 		res *lockclient.LockResult
 		err error
 	)
-	if req.Wait {
+	if req.Wait == nil || *req.Wait {
 		res, err = s.c.Lock(ctx, lr)
 	} else {
 		res, err = s.c.TryLock(ctx, lr)
 	}
 	switch {
 	case err != nil:
-		return nil, mapErr(err)
+		return nil, err
 	case res.Skipped:
-		return nil, fmt.Errorf("%s:%s: %w", req.Type, req.ResourceID, contentv2.ErrSkipped)
+		return nil, fmt.Errorf("%s:%s: %w", req.Type, req.ResourceID, api.ErrSkipped)
 	}
 	return &lease{c: s.c, l: res.Lease}, nil
 }
@@ -226,7 +201,7 @@ func (s *coordinator) Refs(ctx context.Context, fn func(resource string, nodes [
 		return fnErr
 	})
 	if err != nil && fnErr == nil {
-		return mapErr(err)
+		return err
 	}
 	return err
 }
@@ -234,7 +209,7 @@ func (s *coordinator) Refs(ctx context.Context, fn func(resource string, nodes [
 func (s *coordinator) Members(ctx context.Context) (contentv2.Membership, error) {
 	resp, err := s.c.Nodes(ctx)
 	if err != nil {
-		return contentv2.Membership{}, mapErr(err)
+		return contentv2.Membership{}, err
 	}
 	out := contentv2.Membership{NodeExpiry: time.Duration(resp.NodeExpiryMs) * time.Millisecond, Nodes: make([]contentv2.MemberInfo, len(resp.Nodes))}
 	for i, n := range resp.Nodes {
@@ -249,8 +224,13 @@ func (s *coordinator) ExpireMember(ctx context.Context, reapLock contentv2.Lock,
 		return 0, fmt.Errorf("expire node %s: not the reap lock: %w", nodeID, errdefs.ErrInvalidArgument)
 	}
 	resp, err := s.c.Expire(ctx, nodeID, l.l, marker.State, marker.Unchanged)
+	if errors.Is(err, api.ErrMemberLive) {
+		// Live is the first way of not being expired yet
+		// (contentv2.Coordinator.ExpireMember).
+		err = fmt.Errorf("%w: %w", api.ErrNotExpired, err)
+	}
 	if err != nil {
-		return 0, mapErr(err)
+		return 0, err
 	}
 	return time.Duration(resp.AbsentMs) * time.Millisecond, nil
 }
@@ -262,7 +242,7 @@ func (s *coordinator) ExpireMember(ctx context.Context, reapLock contentv2.Lock,
 func (s *coordinator) DeleteCompletion(ctx context.Context, dgst digest.Digest) (contentv2.DeleteCompletion, error) {
 	st, err := s.c.Status(ctx, api.OperationDelete, dgst.String())
 	if err != nil {
-		return contentv2.DeleteCompletion{}, mapErr(err)
+		return contentv2.DeleteCompletion{}, err
 	}
 	if st.Completed == nil {
 		return contentv2.DeleteCompletion{}, nil
@@ -277,7 +257,7 @@ type lease struct {
 }
 
 func (l *lease) Unlock(ctx context.Context, success bool, cause error) error {
-	return mapErr(l.c.Unlock(ctx, l.l, success, cause))
+	return l.c.Unlock(ctx, l.l, success, cause)
 }
 
 func (l *lease) Fence() uint64 { return l.l.Fence }
@@ -288,7 +268,7 @@ func (l *lease) Check(ctx context.Context) error {
 	if err := l.l.Err(); err != nil {
 		return err
 	}
-	return mapErr(l.c.Renew(ctx, l.l))
+	return l.c.Renew(ctx, l.l)
 }
 
 // newSyncID returns 128 random bits, hex-encoded.

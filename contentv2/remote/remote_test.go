@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	"github.com/stretchr/testify/require"
 
@@ -26,18 +27,18 @@ const sessionTTL = 10 * time.Minute
 // TestReapLockResource: contentv2 names the reap lock itself; the
 // coordinator must know it by the same name.
 func TestReapLockResource(t *testing.T) {
-	require.Equal(t, api.ReapLockResource, contentv2.ReapLockResource)
+	require.Equal(t, api.ReapLockResource, api.ReapLockResource)
 }
 
 // start starts a real coordinator over loopback HTTP.
-func start(t *testing.T) *lockservertest.Coordinator {
+func start(t *testing.T) *lockservertest.Server {
 	cfg := lockserver.DefaultConfig()
 	cfg.SessionTTL = sessionTTL
 	return lockservertest.Start(t, lockservertest.WithConfig(cfg))
 }
 
 // node returns the coordinator as node id sees it through remote.New.
-func node(t *testing.T, coord *lockservertest.Coordinator, id string) contentv2.Coordinator {
+func node(t *testing.T, coord *lockservertest.Server, id string) contentv2.Coordinator {
 	t.Helper()
 	c, err := lockclient.New(coord.URL(), lockclient.WithNodeID(id))
 	require.NoError(t, err)
@@ -118,8 +119,8 @@ func TestSessionAndSync(t *testing.T) {
 	require.Equal(t, []contentv2.MemberInfo{{ID: "node-1", Live: true}}, ms.Nodes)
 }
 
-// TestSessionRefusals: a late renewal is contentv2.ErrLate and still names
-// the coordinator's cause. The other refusals, and everything else the
+// TestSessionRefusals: a late renewal is api.ErrLate, of errdefs class
+// FailedPrecondition. The other refusals, and everything else the
 // store relies on, are the contract's (contract_test.go).
 func TestSessionRefusals(t *testing.T) {
 	ctx := context.Background()
@@ -129,51 +130,75 @@ func TestSessionRefusals(t *testing.T) {
 
 	_, err := c.Session(ctx, contentv2.SessionRequest{InstanceID: "instance-1",
 		Echo: &contentv2.Echo{Epoch: info.Epoch, Stamp: info.Stamp, Elapsed: sessionTTL}})
-	require.ErrorIs(t, err, contentv2.ErrLate, "a renewal sent 2·TTL/3 after the answer it echoes")
-	require.ErrorIs(t, err, lockclient.ErrLate, "the cause is kept")
+	require.ErrorIs(t, err, api.ErrLate, "a renewal sent 2·TTL/3 after the answer it echoes")
+	require.True(t, errdefs.IsFailedPrecondition(err), "%v", err)
 }
 
-// TestLockRefusals: each refusal of a lock or a reference is contentv2's
-// sentinel.
+// TestLockRefusals: each refusal of a lock or a reference is the
+// coordinator's one sentinel (lockserver/api), of its errdefs class, the
+// same through a remote coordinator (HTTP codes mapped back) and an
+// embedded one (the coordinator's own errors); a skip is api.ErrSkipped.
 func TestLockRefusals(t *testing.T) {
+	for name, reach := range map[string]func(*testing.T, *lockservertest.Server, string) contentv2.Coordinator{
+		"remote": node,
+		"embedded": func(t *testing.T, coord *lockservertest.Server, id string) contentv2.Coordinator {
+			c, err := lockclient.NewEmbedded(coord.Core(), lockclient.WithNodeID(id))
+			require.NoError(t, err)
+			t.Cleanup(func() { c.Close() })
+			return remote.New(c)
+		},
+	} {
+		t.Run(name, func(t *testing.T) { testLockRefusals(t, reach) })
+	}
+}
+
+func testLockRefusals(t *testing.T, reach func(*testing.T, *lockservertest.Server, string) contentv2.Coordinator) {
 	ctx := context.Background()
 	coord := start(t)
-	n1, n2 := node(t, coord, "node-1"), node(t, coord, "node-2")
+	n1, n2 := reach(t, coord, "node-1"), reach(t, coord, "node-2")
 	join(t, n1, "i1")
 	join(t, n2, "i2")
 	pulled, used, deleting := blobDigest(1), blobDigest(2), blobDigest(3)
+	refused := func(err, sentinel error, class func(error) bool, what string) {
+		t.Helper()
+		require.ErrorIs(t, err, sentinel, what)
+		require.True(t, class(err), "%s: %v is not of the sentinel's errdefs class", what, err)
+	}
 
-	pull, err := n1.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpPull, ResourceID: pulled.String()})
+	pull, err := n1.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: pulled.String(), Wait: new(false)})
 	require.NoError(t, err)
-	_, err = n2.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpPull, ResourceID: pulled.String()})
-	require.ErrorIs(t, err, contentv2.ErrLocked)
-	require.ErrorIs(t, err, lockclient.ErrLocked, "the cause is kept")
+	_, err = n2.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: pulled.String(), Wait: new(false)})
+	refused(err, api.ErrLocked, errdefs.IsConflict, "held by node-1")
 	require.NoError(t, pull.Check(ctx), "a held lock checks out")
 	require.NoError(t, pull.Unlock(ctx, true, nil))
-	require.Error(t, pull.Check(ctx), "a released lock does not")
-	_, err = n2.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpPull, ResourceID: pulled.String(), Wait: true})
-	require.ErrorIs(t, err, contentv2.ErrSkipped, "pulled elsewhere just now")
+	refused(pull.Check(ctx), api.ErrNotHolder, errdefs.IsPermissionDenied, "a released lock does not check out")
+	_, err = n2.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: pulled.String()})
+	require.ErrorIs(t, err, api.ErrSkipped, "pulled elsewhere just now")
 
 	require.NoError(t, n1.AddRef(ctx, used, false))
-	_, err = n2.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpDelete, ResourceID: used.String()})
-	require.ErrorIs(t, err, contentv2.ErrInUse)
+	_, err = n2.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: used.String(), Wait: new(false)})
+	refused(err, api.ErrInUse, errdefs.IsFailedPrecondition, "node-1 uses it")
+	var inUse *api.InUseError
+	require.ErrorAs(t, err, &inUse, "the refusal names who uses it")
+	require.Equal(t, []string{"node-1"}, inUse.Refs.Nodes)
 
-	del, err := n1.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpDelete, ResourceID: deleting.String()})
+	del, err := n1.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: deleting.String(), Wait: new(false)})
 	require.NoError(t, err)
-	require.ErrorIs(t, n2.AddRef(ctx, deleting, false), contentv2.ErrDeleting, "a delete is in flight")
+	refused(n2.AddRef(ctx, deleting, false), api.ErrDeleting, errdefs.IsConflict, "a delete is in flight")
 	require.NoError(t, del.Unlock(ctx, true, nil))
-	require.ErrorIs(t, n2.AddRef(ctx, deleting, true), contentv2.ErrDeleting, "found right after its delete: maybe a stale view")
+	refused(n2.AddRef(ctx, deleting, true), api.ErrDeleting, errdefs.IsConflict, "found right after its delete: maybe a stale view")
 	require.NoError(t, n2.AddRef(ctx, deleting, false), "committed anew: no stale view")
 
-	n3 := node(t, coord, "node-3")
+	n3 := reach(t, coord, "node-3")
 	_, err = n3.Session(ctx, contentv2.SessionRequest{InstanceID: "i3"})
 	require.NoError(t, err)
-	_, err = n1.Lock(ctx, contentv2.LockRequest{Type: contentv2.OpDelete, ResourceID: blobDigest(4).String()})
-	require.ErrorIs(t, err, contentv2.ErrUnsynced, "node-3 has not synced")
+	_, err = n1.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: blobDigest(4).String(), Wait: new(false)})
+	refused(err, api.ErrUnsynced, errdefs.IsFailedPrecondition, "node-3 has not synced")
+	refused(reach(t, coord, "node-4").AddRef(ctx, used, false), api.ErrNoSession, errdefs.IsFailedPrecondition, "node-4 has no session")
 }
 
 // TestAddRefWithoutSession: a reference of a node that holds no live
-// session is refused as contentv2.ErrNoSession (the coordinator's
+// session is refused as api.ErrNoSession (the coordinator's
 // no_session, kept as the cause), recording nothing; once the node has
 // opened its session the same call is recorded.
 func TestAddRefWithoutSession(t *testing.T) {
@@ -182,8 +207,8 @@ func TestAddRefWithoutSession(t *testing.T) {
 	n := node(t, coord, "node-1")
 	d := blobDigest(1)
 	err := n.AddRef(ctx, d, false)
-	require.ErrorIs(t, err, contentv2.ErrNoSession)
-	require.ErrorIs(t, err, lockclient.ErrNoSession, "the cause is kept")
+	require.ErrorIs(t, err, api.ErrNoSession)
+	require.ErrorIs(t, err, api.ErrNoSession, "the cause is kept")
 	rc, err := coord.Core().Refs(ctx, d.String())
 	require.NoError(t, err)
 	require.Empty(t, rc.Nodes, "nothing recorded")

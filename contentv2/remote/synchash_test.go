@@ -46,7 +46,7 @@ func (c *countingClient) DoDeadline(req *fasthttp.Request, resp *fasthttp.Respon
 }
 
 // countingNode returns node id's coordinator, counting its sync requests.
-func countingNode(t *testing.T, coord *lockservertest.Coordinator, id string) (contentv2.Coordinator, *countingClient) {
+func countingNode(t *testing.T, coord *lockservertest.Server, id string) (contentv2.Coordinator, *countingClient) {
 	t.Helper()
 	cc := &countingClient{}
 	c, err := lockclient.New(coord.URL(), lockclient.WithNodeID(id), lockclient.WithShortClient(cc))
@@ -56,7 +56,7 @@ func countingNode(t *testing.T, coord *lockservertest.Coordinator, id string) (c
 }
 
 // metric returns the value of one series on the coordinator's /metrics.
-func metric(t *testing.T, coord *lockservertest.Coordinator, series string) float64 {
+func metric(t *testing.T, coord *lockservertest.Server, series string) float64 {
 	t.Helper()
 	resp, err := http.Get(coord.URL() + "/metrics")
 	require.NoError(t, err)

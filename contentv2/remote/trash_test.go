@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 )
 
 // lapsingLocks is a coordinator whose delete leases end as failures
@@ -20,9 +21,9 @@ import (
 // coordinator then refuses that unlock (not the holder).
 type lapsingLocks struct{ contentv2.Coordinator }
 
-func (c lapsingLocks) Lock(ctx context.Context, req contentv2.LockRequest) (contentv2.Lock, error) {
+func (c lapsingLocks) Lock(ctx context.Context, req api.LockRequest) (contentv2.Lock, error) {
 	lk, err := c.Coordinator.Lock(ctx, req)
-	if err != nil || req.Type != contentv2.OpDelete {
+	if err != nil || req.Type != api.OperationDelete {
 		return lk, err
 	}
 	return lapsingLock{lk}, nil
@@ -129,9 +130,9 @@ type fenceRecorder struct {
 	fence *uint64
 }
 
-func (c fenceRecorder) Lock(ctx context.Context, req contentv2.LockRequest) (contentv2.Lock, error) {
+func (c fenceRecorder) Lock(ctx context.Context, req api.LockRequest) (contentv2.Lock, error) {
 	lk, err := c.Coordinator.Lock(ctx, req)
-	if err == nil && req.Type == contentv2.OpDelete {
+	if err == nil && req.Type == api.OperationDelete {
 		*c.fence = lk.Fence()
 	}
 	return lk, err

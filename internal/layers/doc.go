@@ -26,8 +26,9 @@
 //     own in the table of layers_test.go);
 //   - a package, tests included, imports integration/… or cmd/… (only
 //     cmd/… may import cmd/internal/…);
-//   - contentv2 imports lockclient or lockserver/… (it speaks its own
-//     Coordinator interface), or lockserver imports net/http or fasthttp
+//   - contentv2 imports lockclient or lockserver/… other than
+//     lockserver/api (it speaks its own Coordinator interface, in the
+//     coordinator's wire vocabulary), or lockserver imports net/http or fasthttp
 //     (the lock manager has no HTTP type), outside their tests;
 //   - a package is missing from the table: a new package must be ranked;
 //   - a package is missing from README.md's parts table or docs/design.md

@@ -50,7 +50,7 @@ type LockRequest struct {
 	// generates one when empty and returns it.
 	RequestID string `json:"request_id,omitempty"`
 	// Wait asks to be queued when the lock is held. Nil means the server's
-	// default (allow_multi_node_download).
+	// default (wait_by_default).
 	Wait *bool `json:"wait,omitempty"`
 	// Reap marks a delete taken by the reaper (docs/design.md §8.12) rather than by a
 	// node's own garbage collection: it leaves the requester's references

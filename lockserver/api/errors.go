@@ -81,6 +81,14 @@ var (
 	ErrNoSession = newSentinel("lock: no live session", errdefs.ErrFailedPrecondition)
 )
 
+// ErrSkipped is the answer to a pull or delete that another request has
+// just completed (docs/design.md §3.3): the blob exists, or is already
+// gone. It is an answer, not a refusal: on the wire it is
+// LockResponse.Skip, lockclient reports it as LockResult.Skipped, and
+// contentv2.Coordinator.Lock returns it (wrapped). It has no errdefs class:
+// a skipped pull means the blob exists, a skipped delete that it is gone.
+var ErrSkipped = errors.New("lock: done by another request")
+
 // sentinel is a protocol outcome of an errdefs class.
 type sentinel struct {
 	msg   string

@@ -5,6 +5,14 @@ import (
 	"strings"
 )
 
+// RenamedFlags are the old names of RegisterFlags's flags, each with its
+// new name: a binary that calls RegisterFlags keeps each old name as a
+// deprecated alias (cmd/internal/cli.Alias), so old command lines,
+// environment variables and TOML keys still work.
+var RenamedFlags = []struct{ Old, New string }{
+	{"allow-multi-node-download", "wait-by-default"},
+}
+
 // RegisterFlags binds cfg's fields to flags on fs, with cfg's current values
 // as defaults. Both daemons (the stand-alone server and the plugin with its
 // embedded coordinator) use it, so they spell every option the same way.
@@ -13,7 +21,7 @@ func RegisterFlags(fs *flag.FlagSet, cfg *Config) {
 	fs.IntVar(&cfg.Shards, "shards", cfg.Shards, "number of lock shards")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "lease lifetime without keepalive; a crashed holder delays others at most this long; must be shorter than the nodes' fail-open delay, session-ttl/3 + session-ttl + session-ttl/10 + 2s (docs/design.md §8.8)")
 	fs.DurationVar(&cfg.CompletedTTL, "completed-ttl", cfg.CompletedTTL, "how long a successful pull or delete is remembered so late requesters skip it")
-	fs.BoolVar(&cfg.AllowMultiNodeDownload, "allow-multi-node-download", cfg.AllowMultiNodeDownload, "queue contenders (false: answer 409 locked unless the request asks to wait)")
+	fs.BoolVar(&cfg.WaitByDefault, "wait-by-default", cfg.WaitByDefault, "queue a lock request that does not say whether it waits behind the holder (false: answer it 409 locked; a request that asks to wait is queued either way)")
 	fs.BoolVar(&cfg.UpdateRequiresNoRef, "update-requires-no-ref", cfg.UpdateRequiresNoRef, "refuse updates while other nodes reference the resource")
 	fs.DurationVar(&cfg.SessionTTL, "session-ttl", cfg.SessionTTL, "node session lifetime without keepalive; a node cut off from the coordinator uses blobs unregistered only after this long")
 	fs.DurationVar(&cfg.NodeExpiry, "node-expiry", cfg.NodeExpiry, "forget a member node (and drop its references) only once the coordinator has not heard from it for this long of its own uptime (downtime does not count) and the reaper has seen its marker in the shared root unchanged this long; deletes wait for it until then")

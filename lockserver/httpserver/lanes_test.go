@@ -74,10 +74,6 @@ type heldCommits struct {
 	open      chan struct{}
 }
 
-func (s *heldCommits) RefState(ctx context.Context, id, node string) (bool, int, error) {
-	return s.LocalStorage.(refcount.RefStater).RefState(ctx, id, node)
-}
-
 func (s *heldCommits) Submit(ctx context.Context, b *refcount.Batch) func() error {
 	s.submitted <- struct{}{}
 	return func() error {

@@ -59,7 +59,9 @@ type Config struct {
 	Leadership Leadership
 }
 
-// Server is a Coordinator with its persistent state and HTTP API.
+// Server serves a coordinator over HTTP: it owns the lock manager (a
+// lockserver.Coordinator, nil on a standby), its database in the data
+// directory, the Handler and the listeners.
 type Server struct {
 	// Coordinator is the in-process API, for an embedded coordinator.
 	Coordinator *lockserver.Coordinator

@@ -6,7 +6,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/httpserver"
 )
 
-// Option configures a Coordinator started by Start.
+// Option configures a Server started by Start.
 type Option func(*options)
 
 type options struct {
@@ -22,7 +22,7 @@ type options struct {
 	mutate     []func(*httpserver.Config)
 }
 
-// DefaultAddr is where a Coordinator listens unless WithAddr says
+// DefaultAddr is where a Server listens unless WithAddr says
 // otherwise: a free loopback port, chosen at the first start and kept
 // across restarts.
 const DefaultAddr = "127.0.0.1:0"
@@ -69,7 +69,7 @@ func WithNodeTokens(tokens map[string]string) Option {
 }
 
 // WithTLS serves HTTPS with a certificate for 127.0.0.1 issued by ca.
-// Clients trust it through Coordinator.ClientTLS.
+// Clients trust it through Server.ClientTLS.
 func WithTLS(ca *testca.CA) Option { return func(o *options) { o.ca = ca } }
 
 // WithMTLS serves HTTPS as WithTLS does and requires client certificates
@@ -84,7 +84,7 @@ func WithMTLS(ca *testca.CA) Option {
 // WithNodeIdentity serves mTLS as WithMTLS does, and a client
 // certificate names its node (TLSNodeIdentity: URI SAN
 // urn:sharedcontent:node:ID, else the common name; the URI SAN
-// urn:sharedcontent:admin is the admin). See Coordinator.ClientTLS.
+// urn:sharedcontent:admin is the admin). See Server.ClientTLS.
 func WithNodeIdentity(ca *testca.CA) Option {
 	return func(o *options) {
 		o.ca = ca

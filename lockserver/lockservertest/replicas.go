@@ -9,7 +9,7 @@ import (
 // Replica is one of the coordinators StartReplicas starts, with the
 // leadership a test flips.
 type Replica struct {
-	*Coordinator
+	*Server
 	Leadership *httpserver.StaticLeadership
 }
 
@@ -36,7 +36,7 @@ func StartReplicas(t testing.TB, n int, opts ...Option) []*Replica {
 		}
 		o := append(append([]Option(nil), opts...), WithAddr(addrs[i]),
 			WithServerConfig(func(c *httpserver.Config) { c.Leadership = lead }))
-		rs[i] = &Replica{Coordinator: Start(t, o...), Leadership: lead}
+		rs[i] = &Replica{Server: Start(t, o...), Leadership: lead}
 	}
 	return rs
 }

@@ -24,7 +24,7 @@ func serverCert(t testing.TB, ca *testca.CA, dir string) (certFile, keyFile stri
 // URI SANs (with WithNodeIdentity, urn:sharedcontent:node:ID names the
 // node over cn, and urn:sharedcontent:admin makes it the admin). Without a
 // CA it fails the test.
-func (c *Coordinator) ClientTLS(t testing.TB, cn string, uris ...string) *tls.Config {
+func (c *Server) ClientTLS(t testing.TB, cn string, uris ...string) *tls.Config {
 	t.Helper()
 	require.NotNil(t, c.ca, "the coordinator serves plain HTTP (no WithTLS)")
 	tc := &tls.Config{RootCAs: c.ca.Pool(), MinVersion: tls.VersionTLS12}

@@ -51,7 +51,7 @@ func TestCommits(t *testing.T) {
 		v, err := s.GetString(t.Context(), "k")
 		require.NoError(t, err)
 		require.Empty(t, v)
-		_, err = etcdstore.Open(t.Context(), cli, etcdstore.Options{Prefix: p, LeaderKey: w.elect.Key(), Fence: int64(s.Fence())})
+		_, err = etcdstore.Open(t.Context(), cli, etcdstore.Options{Prefix: p, LeaderKey: w.elect.Key(), OwnerFence: int64(s.OwnerFence())})
 		require.ErrorIs(t, err, refcount.ErrFenced)
 	})
 
@@ -63,7 +63,7 @@ func TestCommits(t *testing.T) {
 		// The next leader wins once s1's session ends.
 		require.NoError(t, l.wins[s1].sess.Close())
 		s2 := l.campaign(t, p, etcdstore.Options{})
-		require.Greater(t, s2.Fence(), s1.Fence())
+		require.Greater(t, s2.OwnerFence(), s1.OwnerFence())
 		require.ErrorIs(t, s1.Commit(t.Context(), new(refcount.Batch).AddRef("r1", "a")), refcount.ErrFenced)
 		require.NoError(t, s2.Commit(t.Context(), new(refcount.Batch).AddRef("r1", "b")))
 		rc, err := s1.Get(t.Context(), "r1")
@@ -187,7 +187,7 @@ func TestCommits(t *testing.T) {
 
 	// The open-time checks.
 	t.Run("OpenInvalid", func(t *testing.T) {
-		for _, o := range []etcdstore.Options{{LeaderKey: "k", Fence: 1}, {Prefix: "p", Fence: 1}, {Prefix: "p", LeaderKey: "k"}} {
+		for _, o := range []etcdstore.Options{{LeaderKey: "k", OwnerFence: 1}, {Prefix: "p", OwnerFence: 1}, {Prefix: "p", LeaderKey: "k"}} {
 			_, err := etcdstore.Open(t.Context(), cli, o)
 			require.ErrorIs(t, err, errdefs.ErrInvalidArgument)
 		}

@@ -39,7 +39,7 @@
 //
 // # Group commit
 //
-// The store is a refcount.Submitter: Submit queues a checked copy of a
+// Submit (refcount.Storage) queues a checked copy of a
 // batch, and one flusher folds the pending batches, in order, into one
 // guarded transaction (keys written by several written once, the last
 // write winning) when the oldest has waited Options.FlushInterval (5 ms

@@ -32,7 +32,7 @@ func testManager(t *testing.T, l *leaders) {
 		})
 	}
 	wg.Wait()
-	rc, err := m.GetRefCount(ctx, "hot")
+	rc, err := m.Refs(ctx, "hot")
 	require.NoError(t, err)
 	require.Equal(t, 16, rc.Len())
 
@@ -41,7 +41,7 @@ func testManager(t *testing.T, l *leaders) {
 	h, ok := m.NodeHash("n00")
 	require.True(t, ok)
 	require.Equal(t, *synchash.FromIDs([]string{"a", "b"}), h)
-	rc, err = m.GetRefCount(ctx, "hot")
+	rc, err = m.Refs(ctx, "hot")
 	require.NoError(t, err)
 	require.Equal(t, 15, rc.Len(), "n00 left the hot set")
 

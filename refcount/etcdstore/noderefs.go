@@ -6,13 +6,9 @@ import (
 	"slices"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-var _ refcount.NodeRefLister = (*Store)(nil)
-
-// NodeRefs implements refcount.NodeRefLister: the resources node
+// NodeRefs implements refcount.Storage: the resources node
 // references in resource ID order, read from its index keys in one range
 // (keys only; they come in bucket order).
 func (s *Store) NodeRefs(ctx context.Context, node string) ([]string, error) {

@@ -225,7 +225,7 @@ func (p *plan) apply(op *refcount.Op) error {
 		p.del(k.member(op.Key))
 	case refcount.OpPutIdentity:
 		return p.putJSON(k.identity(), op.Identity)
-	case refcount.OpPutFenceMark:
+	case refcount.OpPutLeaseFenceMark:
 		p.put(k.fence(), encodeUint64(op.Uint64))
 	case refcount.OpPutString:
 		p.put(k.meta(op.Key), op.String)

@@ -33,9 +33,9 @@ type Options struct {
 	// LeaderKey is the key whose create revision is the handle's fence:
 	// the owner's election key (concurrency.Election.Key). Required.
 	LeaderKey string
-	// Fence is LeaderKey's create revision when the owner won
+	// OwnerFence is LeaderKey's create revision when the owner won
 	// (concurrency.Election.Rev). Required.
-	Fence int64
+	OwnerFence int64
 	// MaxTxnOps is the most writes one transaction holds: the server's
 	// --max-txn-ops. 0 means refcount.MaxGroupOps (etcd's default).
 	MaxTxnOps int
@@ -89,21 +89,18 @@ type Store struct {
 	toTheEnd bool
 }
 
-var (
-	_ refcount.Storage   = (*Store)(nil)
-	_ refcount.RefStater = (*Store)(nil)
-)
+var _ refcount.Storage = (*Store)(nil)
 
 var errClosed = fmt.Errorf("etcdstore: the store is closed: %w", errdefs.ErrFailedPrecondition)
 
 // Open returns a handle on the state under opts.Prefix whose Commits
-// succeed while opts.LeaderKey has create revision opts.Fence. It reads
+// succeed while opts.LeaderKey has create revision opts.OwnerFence. It reads
 // the leader key once: when that revision is already gone, the error
 // wraps refcount.ErrFenced.
 func Open(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, error) {
-	if opts.Prefix == "" || opts.LeaderKey == "" || opts.Fence <= 0 {
+	if opts.Prefix == "" || opts.LeaderKey == "" || opts.OwnerFence <= 0 {
 		return nil, fmt.Errorf("etcdstore: open: a prefix, a leader key and a positive fence are required (got %q, %q, %d): %w",
-			opts.Prefix, opts.LeaderKey, opts.Fence, errdefs.ErrInvalidArgument)
+			opts.Prefix, opts.LeaderKey, opts.OwnerFence, errdefs.ErrInvalidArgument)
 	}
 	if !strings.HasSuffix(opts.Prefix, "/") {
 		opts.Prefix += "/"
@@ -117,7 +114,7 @@ func Open(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, erro
 	if opts.FlushInterval == 0 {
 		opts.FlushInterval = DefaultFlushInterval
 	}
-	s := &Store{cli: cli, k: keys{opts.Prefix}, leader: opts.LeaderKey, fence: opts.Fence, opts: opts, metrics: opts.Metrics, refsKV: cli}
+	s := &Store{cli: cli, k: keys{opts.Prefix}, leader: opts.LeaderKey, fence: opts.OwnerFence, opts: opts, metrics: opts.Metrics, refsKV: cli}
 	if s.metrics == nil {
 		s.metrics = NewMetrics()
 	}
@@ -126,7 +123,7 @@ func Open(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: open: read the leader key: %w", err)
 	}
-	if now := createRevision(resp.Kvs); now != opts.Fence {
+	if now := createRevision(resp.Kvs); now != opts.OwnerFence {
 		return nil, s.fenced(now)
 	}
 	return s, nil
@@ -136,12 +133,12 @@ func Open(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, erro
 // after e.Campaign returned. The fence is e.Rev(), the election key's
 // create revision.
 func OpenElection(ctx context.Context, cli *clientv3.Client, prefix string, e *concurrency.Election, opts Options) (*Store, error) {
-	opts.Prefix, opts.LeaderKey, opts.Fence = prefix, e.Key(), e.Rev()
+	opts.Prefix, opts.LeaderKey, opts.OwnerFence = prefix, e.Key(), e.Rev()
 	return Open(ctx, cli, opts)
 }
 
-// Fence implements refcount.Storage: the leader key's create revision.
-func (s *Store) Fence() uint64 { return uint64(s.fence) }
+// OwnerFence implements refcount.Storage: the leader key's create revision.
+func (s *Store) OwnerFence() uint64 { return uint64(s.fence) }
 
 // Close implements refcount.Storage. It commits the batches submitted
 // before it (their waits return as usual), then returns. It leaves the
@@ -203,7 +200,7 @@ func (s *Store) Get(ctx context.Context, resourceID string) (refcount.Set, error
 	return set, nil
 }
 
-// RefState implements refcount.RefStater with one read of two counts.
+// RefState implements refcount.Storage with one read of two counts.
 func (s *Store) RefState(ctx context.Context, resourceID, node string) (has bool, count int, err error) {
 	if err := s.usable(ctx); err != nil {
 		return false, 0, err
@@ -309,8 +306,8 @@ func (s *Store) Identity(ctx context.Context) (refcount.Identity, error) {
 	return id, decode([]byte(s.k.identity()), v, &id)
 }
 
-// FenceMark implements refcount.Storage.
-func (s *Store) FenceMark(ctx context.Context) (uint64, error) {
+// LeaseFenceMark implements refcount.Storage.
+func (s *Store) LeaseFenceMark(ctx context.Context) (uint64, error) {
 	return s.uint64(ctx, s.k.fence())
 }
 

@@ -17,8 +17,6 @@ import (
 // default, for others to share its transaction (Options.FlushInterval).
 const DefaultFlushInterval = 5 * time.Millisecond
 
-var _ refcount.Submitter = (*Store)(nil)
-
 // submitted is one batch waiting for its transaction.
 type submitted struct {
 	ctx    context.Context
@@ -59,7 +57,7 @@ func (q *queue) wake() {
 	}
 }
 
-// Submit implements refcount.Submitter: group commit (docs/design.md
+// Submit implements refcount.Storage: group commit (docs/design.md
 // §7.1). The batch is checked, copied and queued before Submit returns,
 // so it is applied after every batch submitted or committed before it and
 // before every one after. The flusher folds the pending batches, in that

@@ -300,7 +300,7 @@ func TestGroupCommit(t *testing.T) {
 		require.NoError(t, s.Close(), "flushes what is pending")
 		require.Zero(t, metric(t, m, "sharedcontent_etcd_txns_total"))
 		win := l.wins[s]
-		r, err := etcdstore.Open(t.Context(), cli, etcdstore.Options{Prefix: win.prefix, LeaderKey: win.elect.Key(), Fence: int64(s.Fence())})
+		r, err := etcdstore.Open(t.Context(), cli, etcdstore.Options{Prefix: win.prefix, LeaderKey: win.elect.Key(), OwnerFence: int64(s.OwnerFence())})
 		require.NoError(t, err)
 		_, err = r.Get(t.Context(), "r1")
 		require.ErrorIs(t, err, errdefs.ErrNotFound)
@@ -313,7 +313,7 @@ func TestGroupCommit(t *testing.T) {
 		require.NoError(t, s.Close())
 		require.NoError(t, w())
 		win := l.wins[s]
-		r, err := etcdstore.Open(t.Context(), cli, etcdstore.Options{Prefix: win.prefix, LeaderKey: win.elect.Key(), Fence: int64(s.Fence())})
+		r, err := etcdstore.Open(t.Context(), cli, etcdstore.Options{Prefix: win.prefix, LeaderKey: win.elect.Key(), OwnerFence: int64(s.OwnerFence())})
 		require.NoError(t, err)
 		rc, err := r.Get(t.Context(), "r1")
 		require.NoError(t, err)

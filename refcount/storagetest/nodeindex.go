@@ -66,9 +66,9 @@ func (m model) nodeRefs() map[string][]string {
 	return out
 }
 
-// requireModel requires s's reference sets to be want, and, when s is a
-// refcount.NodeRefLister, each of nodes' references to be what the sets
-// say.
+// requireModel requires s's reference sets to be want, and each of
+// nodes' references, read from the store's index (NodeRefs), to be what
+// the sets say.
 func requireModel(t *testing.T, s refcount.Storage, want model, nodes []string) {
 	t.Helper()
 	ids, got := list(t, s)
@@ -85,13 +85,9 @@ func requireModel(t *testing.T, s refcount.Storage, want model, nodes []string) 
 	}
 	require.Equal(t, wantIDs, ids)
 	require.Equal(t, wantNodes, got)
-	nl, ok := s.(refcount.NodeRefLister)
-	if !ok {
-		return
-	}
 	byNode := want.nodeRefs()
 	for _, n := range nodes {
-		refs, err := nl.NodeRefs(t.Context(), n)
+		refs, err := s.NodeRefs(t.Context(), n)
 		require.NoError(t, err)
 		require.Equal(t, byNode[n], nilIfEmpty(refs), "node %s's references", n)
 	}
@@ -131,9 +127,9 @@ func indexIDs() []string {
 // ReplaceNode or a forget (ReplaceNode(node, nil)) leaves no reference of
 // the node it should have dropped, whatever wrote it (AddRef, RemoveRef,
 // DropRefs, ReplaceNode, ReplaceNodeBuckets, several in one batch), and a
-// batch that fails writes nothing to the node's references either. A
-// store that keeps a per-node index (bbolt, memory) must keep it in step
-// with the sets; a refcount.NodeRefLister is also read directly.
+// batch that fails writes nothing to the node's references either. Every
+// store keeps a per-node index, which must keep in step with the sets; it
+// is also read directly (NodeRefs).
 func testNodeIndex(t *testing.T, s refcount.Storage) {
 	ctx := t.Context()
 	ids := indexIDs()

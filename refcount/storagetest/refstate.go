@@ -8,17 +8,13 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// testRefState: a RefStater's answer follows every write to the set, and
+// testRefState: RefState's answer follows every write to the set, and
 // an absent set is (false, 0).
 func testRefState(t *testing.T, s refcount.Storage) {
-	rs, ok := s.(refcount.RefStater)
-	if !ok {
-		t.Skip("not a RefStater")
-	}
 	ctx := t.Context()
 	state := func(id, node string) (bool, int) {
 		t.Helper()
-		has, n, err := rs.RefState(ctx, id, node)
+		has, n, err := s.RefState(ctx, id, node)
 		require.NoError(t, err)
 		return has, n
 	}
@@ -45,22 +41,18 @@ func testRefState(t *testing.T, s refcount.Storage) {
 	require.Zero(t, n)
 }
 
-// testSubmit: a Submitter applies batches in the order they were
-// submitted, and wait returns Commit's outcome.
+// testSubmit: Submit applies batches in the order they were submitted,
+// and wait returns Commit's outcome.
 func testSubmit(t *testing.T, s refcount.Storage) {
-	sub, ok := s.(refcount.Submitter)
-	if !ok {
-		t.Skip("not a Submitter")
-	}
 	ctx := t.Context()
-	w1 := sub.Submit(ctx, refs("r1", "a", "b"))
-	w2 := sub.Submit(ctx, new(refcount.Batch).RemoveRef("r1", "a"))
-	w3 := sub.Submit(ctx, new(refcount.Batch).AddRef("", "a"))
+	w1 := s.Submit(ctx, refs("r1", "a", "b"))
+	w2 := s.Submit(ctx, new(refcount.Batch).RemoveRef("r1", "a"))
+	w3 := s.Submit(ctx, new(refcount.Batch).AddRef("", "a"))
 	require.NoError(t, w2())
 	require.NoError(t, w1())
 	require.Error(t, w3(), "an invalid write fails its own wait")
 	rc, err := s.Get(ctx, "r1")
 	require.NoError(t, err)
 	require.Equal(t, []string{"b"}, rc.NodeList())
-	require.NoError(t, sub.Submit(ctx, new(refcount.Batch))(), "an empty batch")
+	require.NoError(t, s.Submit(ctx, new(refcount.Batch))(), "an empty batch")
 }

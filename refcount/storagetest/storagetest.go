@@ -3,8 +3,8 @@
 // high-water mark, meta values, delete markers and completions, lease
 // records, Commit's all-or-nothing batches, the guard that fences a handle once another
 // has taken the state over, and a node's references staying what the
-// reference sets say through every kind of write (the per-node index of
-// refcount.NodeRefLister, read directly when the store is one).
+// reference sets say through every kind of write (the per-node index,
+// read directly through NodeRefs), RefState and Submit.
 package storagetest
 
 import (
@@ -45,7 +45,7 @@ func Run(t *testing.T, newStorage func(t *testing.T) refcount.Storage, takeOver 
 		{"ReplaceNodeBuckets", testReplaceNodeBuckets},
 		{"Members", testMembers},
 		{"Identity", testIdentity},
-		{"FenceMark", testFenceMark},
+		{"LeaseFenceMark", testLeaseFenceMark},
 		{"Meta", testMeta},
 		{"Deletes", testDeletes},
 		{"Leases", testLeases},
@@ -245,7 +245,7 @@ func testContextDone(t *testing.T, s refcount.Storage) {
 	require.ErrorIs(t, err, context.Canceled)
 	_, err = s.Identity(ctx)
 	require.ErrorIs(t, err, context.Canceled)
-	_, err = s.FenceMark(ctx)
+	_, err = s.LeaseFenceMark(ctx)
 	require.ErrorIs(t, err, context.Canceled)
 	_, err = s.GetUint64(ctx, "u")
 	require.ErrorIs(t, err, context.Canceled)
@@ -375,15 +375,15 @@ func testIdentity(t *testing.T, s refcount.Storage) {
 	require.Equal(t, refcount.Identity{ClusterID: "c2", Epoch: 8}, id)
 }
 
-func testFenceMark(t *testing.T, s refcount.Storage) {
+func testLeaseFenceMark(t *testing.T, s refcount.Storage) {
 	ctx := t.Context()
-	v, err := s.FenceMark(ctx)
+	v, err := s.LeaseFenceMark(ctx)
 	require.NoError(t, err)
 	require.Zero(t, v)
-	commit(t, s, new(refcount.Batch).PutFenceMark(1024))
-	commit(t, s, new(refcount.Batch).PutFenceMark(2048))
+	commit(t, s, new(refcount.Batch).PutLeaseFenceMark(1024))
+	commit(t, s, new(refcount.Batch).PutLeaseFenceMark(2048))
 	require.ErrorIs(t, s.Commit(ctx, new(refcount.Batch).PutUint64("fence_high_water_mark", 1)), errdefs.ErrInvalidArgument)
-	v, err = s.FenceMark(ctx)
+	v, err = s.LeaseFenceMark(ctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(2048), v)
 }
@@ -435,7 +435,7 @@ func snapshot(t *testing.T, s refcount.Storage, strKeys ...string) state {
 	}
 	st.identity, err = s.Identity(ctx)
 	require.NoError(t, err)
-	st.fence, err = s.FenceMark(ctx)
+	st.fence, err = s.LeaseFenceMark(ctx)
 	require.NoError(t, err)
 	for _, k := range strKeys {
 		st.strs[k], err = s.GetString(ctx, k)
@@ -525,7 +525,7 @@ func testCommitRefs(t *testing.T, s refcount.Storage) {
 func testCommitAtomic(t *testing.T, s refcount.Storage) {
 	ctx := t.Context()
 	commit(t, s, refs("r1", "a").PutMember(refcount.Member{ID: "n1"}).
-		PutIdentity(refcount.Identity{ClusterID: "old", Epoch: 1}).PutFenceMark(5).
+		PutIdentity(refcount.Identity{ClusterID: "old", Epoch: 1}).PutLeaseFenceMark(5).
 		PutString("s", "old").PutDeleting("r2", marker).
 		PutLease(refcount.LeaseRecord{ResourceID: "r1", Type: "pull", Node: "b", LeaseID: "l1"}))
 	before := snapshot(t, s, "s")
@@ -556,7 +556,7 @@ func testCommitAtomic(t *testing.T, s refcount.Storage) {
 				if at == "middle" {
 					tt.add(b)
 				}
-				b.PutIdentity(refcount.Identity{ClusterID: "new", Epoch: 2}).PutFenceMark(9).PutString("s", "new").Break().
+				b.PutIdentity(refcount.Identity{ClusterID: "new", Epoch: 2}).PutLeaseFenceMark(9).PutString("s", "new").Break().
 					DropDeleting("r2").PutDeleted("r2", deletion).PutMember(refcount.Member{ID: "n2"}).DropLease("r1", "l1")
 				if at == "last" {
 					tt.add(b)
@@ -618,7 +618,7 @@ func testTakeOver(t *testing.T, s1 refcount.Storage, takeOver func(*testing.T, r
 	commit(t, s1, refs("r1", "a").PutIdentity(refcount.Identity{ClusterID: "c", Epoch: 1}).PutLease(held))
 	s2 := takeOver(t, s1)
 	require.Equal(t, []refcount.LeaseRecord{held}, leases(t, s2), "the new owner reads the old one's lease records")
-	require.Greater(t, s2.Fence(), s1.Fence())
+	require.Greater(t, s2.OwnerFence(), s1.OwnerFence())
 	before := snapshot(t, s2)
 	for _, b := range []*refcount.Batch{
 		refs("r2", "a"),
@@ -627,7 +627,7 @@ func testTakeOver(t *testing.T, s1 refcount.Storage, takeOver func(*testing.T, r
 		new(refcount.Batch).ReplaceNode("a", nil),
 		new(refcount.Batch).PutMember(refcount.Member{ID: "n1"}),
 		new(refcount.Batch).PutIdentity(refcount.Identity{ClusterID: "c", Epoch: 2}),
-		new(refcount.Batch).PutFenceMark(100),
+		new(refcount.Batch).PutLeaseFenceMark(100),
 		new(refcount.Batch).PutString("s", "x"),
 		new(refcount.Batch).PutDeleting("r1", marker).Break().PutDeleted("r3", deletion),
 		new(refcount.Batch).DropLease("r1", "l1"),
@@ -645,7 +645,7 @@ func testTakeOver(t *testing.T, s1 refcount.Storage, takeOver func(*testing.T, r
 	require.Equal(t, []string{"b"}, rc.NodeList())
 
 	s3 := takeOver(t, s2)
-	require.Greater(t, s3.Fence(), s2.Fence())
+	require.Greater(t, s3.OwnerFence(), s2.OwnerFence())
 	require.ErrorIs(t, s2.Commit(ctx, refs("r4", "b")), refcount.ErrFenced)
 	require.ErrorIs(t, s1.Commit(ctx, refs("r4", "b")), refcount.ErrFenced)
 	commit(t, s3, refs("r4", "c"))

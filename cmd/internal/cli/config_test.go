@@ -17,7 +17,7 @@ func newFlags() (*flag.FlagSet, *string, *time.Duration, *bool, *int) {
 	fs.String(ConfigFlag, "", "")
 	listen := fs.String("listen", "default", "")
 	ttl := fs.Duration("lease-ttl", time.Second, "")
-	allow := fs.Bool("allow-multi-node-download", true, "")
+	allow := fs.Bool("wait-by-default", true, "")
 	shards := fs.Int("shards", 32, "")
 	return fs, listen, ttl, allow, shards
 }
@@ -25,7 +25,7 @@ func newFlags() (*flag.FlagSet, *string, *time.Duration, *bool, *int) {
 func TestPrecedence(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "c.toml")
-	require.NoError(t, os.WriteFile(path, []byte("listen = \"file\"\nlease_ttl = \"7s\"\nallow_multi_node_download = false\nshards = 8\n"), 0o600))
+	require.NoError(t, os.WriteFile(path, []byte("listen = \"file\"\nlease_ttl = \"7s\"\nwait_by_default = false\nshards = 8\n"), 0o600))
 
 	fs, listen, ttl, allow, shards := newFlags()
 	t.Setenv("SHAREDCONTENT_LEASE_TTL", "9s")

@@ -30,11 +30,11 @@ const StopTimeout = 20 * time.Second
 // free again (the old listener's port may linger briefly).
 const relistenTimeout = 10 * time.Second
 
-// Coordinator is a real coordinator (bbolt data directory, HTTP API on a
+// Server is a real coordinator (bbolt data directory, HTTP API on a
 // loopback port) that a test stops, restarts and wipes. Its address and
 // data directory stay the same across restarts. It is stopped when the
 // test ends. Its methods may be called from any goroutine.
-type Coordinator struct {
+type Server struct {
 	t       testing.TB
 	cfg     httpserver.Config
 	addr    string // host:port, fixed at the first start
@@ -51,11 +51,11 @@ type Coordinator struct {
 // a temp data directory (or WithDataDir's) and lockserver.DefaultConfig
 // (or WithConfig's). What the logger writes while the test runs is shown
 // only if it fails (logbuf.ShowOnFailure).
-func Start(t testing.TB, opts ...Option) *Coordinator {
+func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	logbuf.ShowOnFailure(t)
 	o := newOptions(opts)
-	c := &Coordinator{t: t, scheme: "http", ca: o.ca}
+	c := &Server{t: t, scheme: "http", ca: o.ca}
 	c.cfg = c.serverConfig(o)
 	ln, err := net.Listen("tcp", o.addr)
 	require.NoError(t, err)
@@ -67,7 +67,7 @@ func Start(t testing.TB, opts ...Option) *Coordinator {
 
 // serverConfig turns the options into the server's configuration,
 // writing the token and certificate files it names.
-func (c *Coordinator) serverConfig(o options) httpserver.Config {
+func (c *Server) serverConfig(o options) httpserver.Config {
 	cfg := httpserver.Config{Config: o.config, DataDir: o.dataDir}
 	if cfg.DataDir == "" {
 		cfg.DataDir = c.t.TempDir()
@@ -119,7 +119,7 @@ func writeNodeTokens(t testing.TB, dir string, tokens map[string]string) string 
 }
 
 // serve opens the server on the data directory and serves it on ln.
-func (c *Coordinator) serve(ln net.Listener) {
+func (c *Server) serve(ln net.Listener) {
 	c.t.Helper()
 	srv, err := httpserver.Open(c.cfg)
 	if err != nil {
@@ -135,7 +135,7 @@ func (c *Coordinator) serve(ln net.Listener) {
 
 // Start starts a stopped coordinator again on its address, with its data
 // directory as it is: a new epoch, the same references and members.
-func (c *Coordinator) Start() {
+func (c *Server) Start() {
 	c.t.Helper()
 	var ln net.Listener
 	require.Eventually(c.t, func() bool {
@@ -149,7 +149,7 @@ func (c *Coordinator) Start() {
 // Stop shuts the coordinator down, ending its event streams, and waits
 // for Serve to return. A shutdown error fails the test. Stopping a
 // stopped coordinator does nothing.
-func (c *Coordinator) Stop() {
+func (c *Server) Stop() {
 	c.t.Helper()
 	c.mu.Lock()
 	srv, done := c.srv, c.done
@@ -166,7 +166,7 @@ func (c *Coordinator) Stop() {
 
 // Restart stops and starts it: locks and sessions are lost, references and
 // members kept.
-func (c *Coordinator) Restart() {
+func (c *Server) Restart() {
 	c.t.Helper()
 	c.Stop()
 	c.Start()
@@ -174,7 +174,7 @@ func (c *Coordinator) Restart() {
 
 // Wipe stops it, removes its data directory (a new machine, a lost disk)
 // and starts it: a new cluster that knows no node and no reference.
-func (c *Coordinator) Wipe() {
+func (c *Server) Wipe() {
 	c.t.Helper()
 	c.Stop()
 	require.NoError(c.t, os.RemoveAll(c.cfg.DataDir))
@@ -182,14 +182,14 @@ func (c *Coordinator) Wipe() {
 }
 
 // Running reports whether it is started.
-func (c *Coordinator) Running() bool {
+func (c *Server) Running() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.srv != nil
 }
 
-// Server is the running server; it fails the test while stopped.
-func (c *Coordinator) Server() *httpserver.Server {
+// HTTPServer is the running HTTP server; it fails the test while stopped.
+func (c *Server) HTTPServer() *httpserver.Server {
 	c.t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -200,26 +200,26 @@ func (c *Coordinator) Server() *httpserver.Server {
 // Core is the running server's lock manager, the lockserver.Coordinator
 // behind its HTTP side, for asserting on the coordinator's state in
 // process; it fails the test while stopped.
-func (c *Coordinator) Core() *lockserver.Coordinator {
+func (c *Server) Core() *lockserver.Coordinator {
 	c.t.Helper()
-	return c.Server().Coordinator
+	return c.HTTPServer().Coordinator
 }
 
 // URL is the API's base URL, "http://127.0.0.1:port" (https with WithTLS).
-func (c *Coordinator) URL() string { return c.scheme + "://" + c.addr }
+func (c *Server) URL() string { return c.scheme + "://" + c.addr }
 
 // Addr is the host:port it listens on.
-func (c *Coordinator) Addr() string { return c.addr }
+func (c *Server) Addr() string { return c.addr }
 
 // DataDir is the directory holding its database.
-func (c *Coordinator) DataDir() string { return c.cfg.DataDir }
+func (c *Server) DataDir() string { return c.cfg.DataDir }
 
 // Config is the configuration it was started with (token and certificate
 // file paths included).
-func (c *Coordinator) Config() httpserver.Config { return c.cfg }
+func (c *Server) Config() httpserver.Config { return c.cfg }
 
 // Accepted is how many TCP connections it has accepted, over every start.
-func (c *Coordinator) Accepted() int64 { return c.counter.Load() }
+func (c *Server) Accepted() int64 { return c.counter.Load() }
 
 // countingListener counts the connections it accepts into n.
 type countingListener struct {
