@@ -98,7 +98,7 @@ func TestAddRemoveRef(t *testing.T) {
 	})
 }
 
-func TestGetRefCountAbsent(t *testing.T) {
+func TestRefsAbsent(t *testing.T) {
 	forEachStorage(t, nil, func(t *testing.T, m *refcount.Manager, _ *countingStorage) {
 		rc, err := m.Refs(t.Context(), "absent")
 		require.NoError(t, err)
