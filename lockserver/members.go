@@ -51,6 +51,10 @@ type member struct {
 	// sync is the sync in progress, if any (syncbounds.go starts and ends
 	// it).
 	sync *nodeSync
+	// writing is the node's sync being written, if any (syncwrite.go):
+	// no other sync of the node starts meanwhile. Usually sync too; not
+	// once the session lapsed or ended during the write.
+	writing *nodeSync
 	// seen is the node's last session call; rec.LastSeen is what is
 	// persisted, written with the member and at a clean shutdown only
 	// (persistSeen).
@@ -83,6 +87,11 @@ type nodeSync struct {
 	// sent counts the resource IDs of the chunks received, and last is
 	// what it counted before the last one (checkChunkOffset).
 	sent, last int
+	// writing: the done chunk was received and the sync is being written
+	// (syncwrite.go); since then collects the node's changes made
+	// meanwhile, and written is what of them was written again.
+	writing bool
+	written map[string]bool
 }
 
 // maxSyncRefs bounds the references one node may sync.
@@ -235,182 +244,6 @@ func (l *Coordinator) flushSeen(ctx context.Context) error {
 	return nil
 }
 
-// SyncRefs handles PUT /nodes/{id}/refs: one chunk of the node's full
-// journal (api.SyncRequest), or one step of a sync by hash (synchash.go).
-// The last chunk replaces the node's references (of every bucket, or of
-// the differing ones) in one transaction and makes the node synced. At
-// most MaxSyncs requests are served at once; more are refused with a
-// BusyError (429), as is a chunk past the cluster-wide buffer bound
-// (syncbounds.go).
-func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error) {
-	if err := validateID("node_id", nodeID); err != nil {
-		return api.SyncResponse{}, err
-	}
-	if err := validateID("sync_id", req.SyncID); err != nil {
-		return api.SyncResponse{}, err
-	}
-	if len(req.ResourceIDs) > api.MaxSyncChunk {
-		return api.SyncResponse{}, fmt.Errorf("sync of node %s: %d resource IDs in one chunk, at most %d: %w",
-			nodeID, len(req.ResourceIDs), api.MaxSyncChunk, api.ErrInvalidArgument)
-	}
-	for _, id := range req.ResourceIDs {
-		if err := validateResourceID(id); err != nil {
-			return api.SyncResponse{}, err
-		}
-	}
-	if err := validateHashStep(nodeID, req); err != nil {
-		return api.SyncResponse{}, err
-	}
-	release, err := l.admitSync(nodeID)
-	if err != nil {
-		return api.SyncResponse{}, err
-	}
-	defer release()
-	now := l.now()
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
-	m, err := l.liveMember("sync", nodeID, now)
-	if err != nil {
-		return api.SyncResponse{}, err
-	}
-	if m.synced && m.done == req.SyncID && (req.Done || req.Hash != nil) {
-		return api.SyncResponse{Received: m.doneCount, Synced: true}, nil // a retry
-	}
-	if m.sync == nil || m.sync.id != req.SyncID {
-		if req.Offset != nil && (*req.Offset != 0 || len(req.ResourceIDs) > 0 || req.Done || isHashStep(req)) {
-			return api.SyncResponse{}, fmt.Errorf("sync %s of node %s: unknown (its start was lost, e.g. with a lapsed session, or dropped after sync-timeout); start the sync again: %w",
-				req.SyncID, nodeID, api.ErrNotFound)
-		}
-		l.startSync(m, &nodeSync{id: req.SyncID, refs: map[string]struct{}{}, since: map[string]bool{}, touched: now})
-		if isHashStep(req) { // without an offset
-			l.endSync(m)
-			return api.SyncResponse{}, fmt.Errorf("sync %s of node %s: a hash step must follow the announcement: %w", req.SyncID, nodeID, api.ErrInvalidArgument)
-		}
-	}
-	s := m.sync
-	if len(req.ResourceIDs) == 0 && !req.Done && !isHashStep(req) && len(s.refs) == 0 && s.buckets == nil {
-		// The announcement (or its retry): say whether the sync may go by
-		// hash.
-		s.touched = now
-		return api.SyncResponse{ByHash: l.canSyncByHash(m, req.Generation)}, nil
-	}
-	if isHashStep(req) {
-		return l.syncHashStep(ctx, m, req, now)
-	}
-	retry, err := checkChunkOffset(nodeID, s, req)
-	if err != nil {
-		return api.SyncResponse{}, err
-	}
-	if len(s.refs)+len(req.ResourceIDs) > maxSyncRefs {
-		l.endSync(m)
-		return api.SyncResponse{}, fmt.Errorf("sync of node %s: more than %d references: %w", nodeID, maxSyncRefs, api.ErrInvalidArgument)
-	}
-	if s.buckets != nil {
-		for _, id := range req.ResourceIDs {
-			if !s.buckets.Holds(id) {
-				return api.SyncResponse{}, fmt.Errorf("sync of node %s: resource %q is not in a bucket the coordinator asked for: %w", nodeID, id, api.ErrInvalidArgument)
-			}
-		}
-	}
-	if err := l.bufferSync(ctx, m, req.ResourceIDs, now); err != nil {
-		return api.SyncResponse{}, err
-	}
-	if !retry {
-		s.last, s.sent = s.sent, s.sent+len(req.ResourceIDs)
-	}
-	if !req.Done {
-		return api.SyncResponse{Received: len(s.refs)}, nil
-	}
-	if err := l.checkDoneLate(nodeID, m, req.Echo, now); err != nil {
-		l.endSync(m)
-		return api.SyncResponse{}, err
-	}
-	refs := s.refs
-	for id, added := range s.since {
-		if !s.buckets.Holds(id) {
-			continue // outside the replaced buckets, the change is stored already
-		}
-		if added {
-			refs[id] = struct{}{}
-		} else {
-			delete(refs, id)
-		}
-	}
-	l.endSync(m)
-	failpoint.Inject(failpoint.CoordSyncBeforeReplace)
-	if err := l.applySync(ctx, m, req.Generation, s.buckets, refs); err != nil {
-		return api.SyncResponse{}, err
-	}
-	failpoint.Inject(failpoint.CoordSyncAfterReplace)
-	m.synced, m.done, m.doneCount = true, s.id, len(refs)
-	mode := "full"
-	if s.buckets != nil {
-		mode = "buckets"
-	}
-	l.syncMetrics.syncs.WithLabelValues(mode).Inc()
-	log.G(ctx).WithField("node", nodeID).WithField("refs", len(refs)).WithField("mode", mode).Info("node synced")
-	return api.SyncResponse{Received: len(refs), Synced: true}, nil
-}
-
-// applySync writes a node's full sync: it replaces the node's references,
-// or, from a journal generation the coordinator has not had a full sync
-// from (a wiped or replaced state dir), only adds them, then records the
-// generation (docs/design.md §8.6). Callers hold mmu.
-//
-// A store with a limit per transaction (etcd, docs/design.md §7.1) may
-// commit the batch as several transactions, one atomic group after the
-// other, and stop between two (a failure, a failover). So the references
-// come first, in groups that fit (refcount.Manager.ReplaceNodeGroups, or
-// one AddRef a group), and the member record, which carries the
-// generation, last, in a group of its own. Any prefix is safe:
-//   - the node is not synced (m.synced is set after the whole commit; a
-//     new leader starts with no member synced), so deletes wait for it
-//     whatever its references are meanwhile, and it syncs again;
-//   - so the order of the reference groups does not matter: an addition
-//     is of a reference the node's journal holds, a removal of one its
-//     complete journal no longer holds, and until the last group lands
-//     nothing decides on the mix;
-//   - the generation is recorded only once every reference of it is
-//     stored: until then a sync from it only adds again;
-//   - the node's hash (sync by hash) is not offered after a failed commit
-//     (the Manager marks it dirty), so the next sync sends the whole
-//     journal; a new leader builds the hashes from what was committed.
-func (l *Coordinator) applySync(ctx context.Context, m *member, generation string, buckets *refcount.BucketSet, refs map[string]struct{}) error {
-	node := m.rec.ID
-	b := new(refcount.Batch)
-	switch {
-	case buckets != nil && generation == m.rec.Generation:
-		if len(buckets.List()) > 0 {
-			if _, err := l.refs.ReplaceNodeGroups(ctx, b, node, buckets, refs); err != nil {
-				return fmt.Errorf("sync of node %s: %w", node, err)
-			}
-		}
-	case generation == m.rec.Generation:
-		if _, err := l.refs.ReplaceNodeGroups(ctx, b, node, nil, refs); err != nil {
-			return fmt.Errorf("sync of node %s: %w", node, err)
-		}
-	default:
-		for id := range refs {
-			b.AddRef(id, node).Break()
-		}
-	}
-	rec := m.rec
-	rec.Generation = generation
-	rec.Bystander = false // it synced (bystander.go)
-	if rec != m.rec {
-		b.Break().PutMember(rec)
-	}
-	if err := l.commit(ctx, b); err != nil {
-		return fmt.Errorf("sync of node %s: %w", node, err)
-	}
-	if rec != m.rec {
-		log.G(ctx).WithField("node", node).WithField("generation", generation).WithField("previous", m.rec.Generation).
-			Warn("sync from a new journal generation: references only added, none dropped")
-	}
-	m.rec = rec
-	return nil
-}
-
 // noteRef tells a sync in progress of node that node itself added (or
 // dropped) a reference, so that the sync's replacement keeps the change.
 // Callers hold the resource's shard mutex and call it before they write
@@ -457,12 +290,14 @@ func (l *Coordinator) syncedError(resourceID string, unsynced []string) error {
 
 // checkDeleteRule is the whole delete rule (docs/design.md §8.7): no reference to
 // the resource (but own's, a dangling reap's own, which it drops) and
-// every member synced, read in one step under mmu. A sync replaces a
-// node's references under mmu too, so it cannot land between the two
-// reads: a delete that read no reference, then found the syncing member
-// synced, was granted while that member's sync referenced the resource
-// (TestDeleteRuleAtomicWithSync). Callers hold the resource's shard mutex
-// (lock order: shard, mmu, refcount stripes).
+// every member synced, read in one step under mmu. A sync's write does
+// not hold mmu (syncwrite.go), but makes its node synced only under mmu
+// once it is durable, and a synced node's additions during its sync's
+// write count here (writingRefs): so a delete that read no reference,
+// then found the syncing member synced, cannot be granted while that
+// member's sync references the resource (TestDeleteRuleAtomicWithSync,
+// docs/design.md §10.5). Callers hold the resource's shard mutex (lock
+// order: shard, mmu, refcount stripes).
 func (l *Coordinator) checkDeleteRule(ctx context.Context, resourceID string, reap api.ReapMode, own string, now time.Time) error {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
@@ -470,6 +305,7 @@ func (l *Coordinator) checkDeleteRule(ctx context.Context, resourceID string, re
 	if err != nil {
 		return fmt.Errorf("delete:%s: %w", resourceID, err)
 	}
+	rc = l.writingRefs(resourceID, rc)
 	if own != "" && rc.Has(own) {
 		rc = rc.Clone()
 		rc.Remove(own)

@@ -100,10 +100,16 @@ type syncLimits struct {
 	buffered int
 	// active are the members with an unfinished sync; protected by mmu.
 	active map[*member]struct{}
+	// writing are the members whose sync is being written (syncwrite.go);
+	// protected by mmu.
+	writing map[*member]struct{}
+	// writeHook, when set (by tests), is called without mmu before a
+	// sync's replace ("replace") and after it ("replaced").
+	writeHook func(node, stage string)
 }
 
 func newSyncLimits(cfg Config) *syncLimits {
-	return &syncLimits{slots: make(chan struct{}, cfg.MaxSyncs), active: map[*member]struct{}{}}
+	return &syncLimits{slots: make(chan struct{}, cfg.MaxSyncs), active: map[*member]struct{}{}, writing: map[*member]struct{}{}}
 }
 
 // admitSync takes a sync slot, or refuses the request at once: a sync
@@ -169,7 +175,7 @@ func (l *Coordinator) bufferSync(ctx context.Context, m *member, ids []string, n
 // SyncTimeout. Callers hold mmu.
 func (l *Coordinator) dropStaleSyncs(ctx context.Context, now time.Time) {
 	for m := range l.syncLimits.active {
-		if now.Sub(m.sync.touched) >= l.cfg.SyncTimeout {
+		if !m.sync.writing && now.Sub(m.sync.touched) >= l.cfg.SyncTimeout {
 			log.G(ctx).WithField("node", m.rec.ID).WithField("refs", len(m.sync.refs)).WithField("idle", now.Sub(m.sync.touched)).
 				Warn("unfinished sync dropped: nothing sent for sync-timeout; the node starts it again")
 			l.syncMetrics.dropped.WithLabelValues("timeout").Inc()
