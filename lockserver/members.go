@@ -64,6 +64,12 @@ type member struct {
 	// again rather than refused as unknown, while the node stays synced.
 	done      string
 	doneCount int
+	// newMember: the member was made by a session of this coordinator
+	// and has not synced since. Every session answer says so
+	// (api.SessionResponse.NewMember) until its sync: a node that was
+	// forgotten learns it from any of them, not from the first alone,
+	// whose answer may be lost.
+	newMember bool
 	// refsWriting counts the references of the node admitted by the
 	// reference rule and not yet durable (refrule.go): the member is
 	// not forgotten meanwhile. Incremented under mmu, decremented without.
@@ -96,6 +102,13 @@ type nodeSync struct {
 
 // maxSyncRefs bounds the references one node may sync.
 const maxSyncRefs = 1 << 24
+
+// markSynced makes m synced by its sync id, of count references.
+// Callers hold mmu.
+func (m *member) markSynced(id string, count int) {
+	m.synced, m.done, m.doneCount = true, id, count
+	m.newMember = false
+}
 
 func (m *member) live(now time.Time) bool {
 	return !m.sessionUntil.IsZero() && now.Before(m.sessionUntil)
@@ -140,7 +153,7 @@ func (l *Coordinator) Session(ctx context.Context, req api.SessionRequest) (api.
 	m := l.members[req.NodeID]
 	isNew := m == nil
 	if isNew {
-		m = &member{rec: refcount.Member{ID: req.NodeID, FirstSeen: now, Bystander: bystanderSession(req)}}
+		m = &member{rec: refcount.Member{ID: req.NodeID, FirstSeen: now, Bystander: bystanderSession(req)}, newMember: true}
 	}
 	if err := l.checkInstance(ctx, req, m, now); err != nil {
 		return api.SessionResponse{}, err
@@ -179,7 +192,7 @@ func (l *Coordinator) Session(ctx context.Context, req api.SessionRequest) (api.
 	m.sessionUntil = now.Add(l.cfg.SessionTTL)
 	m.answered = now
 	return api.SessionResponse{Cluster: c, SessionTTLMs: l.cfg.SessionTTL.Milliseconds(), Synced: m.synced,
-		StampMs: l.uptime(now), NewMember: isNew}, nil
+		StampMs: l.uptime(now), NewMember: m.newMember}, nil
 }
 
 // clashing reports whether another instance of m's node ID was refused

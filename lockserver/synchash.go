@@ -79,7 +79,7 @@ func (l *Coordinator) syncHashStep(ctx context.Context, m *member, req api.SyncR
 		// Nothing to write: the crash points of a sync's replace are
 		// here, on either side of making the node synced.
 		failpoint.Inject(failpoint.CoordSyncBeforeReplace)
-		m.synced, m.done, m.doneCount = true, s.id, int(req.Hash.Count)
+		m.markSynced(s.id, int(req.Hash.Count))
 		failpoint.Inject(failpoint.CoordSyncAfterReplace)
 		l.syncMetrics.syncs.WithLabelValues("hash").Inc()
 		log.G(ctx).WithField("node", node).WithField("refs", req.Hash.Count).Info("node synced by hash")

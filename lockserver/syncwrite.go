@@ -156,7 +156,7 @@ func (l *Coordinator) finishSync(ctx context.Context, w *syncWrite, err error) (
 		m.synced = false
 		return api.SyncResponse{}, err
 	}
-	m.synced, m.done, m.doneCount = true, s.id, len(w.refs)
+	m.markSynced(s.id, len(w.refs))
 	mode := "full"
 	if s.buckets != nil {
 		mode = "buckets"

@@ -260,8 +260,10 @@ type SessionResponse struct {
 	// it answered; the node echoes it (Echo).
 	StampMs int64 `json:"stamp_ms"`
 	// NewMember: the coordinator had no member record of this node
-	// before this session. A node that was a member of this cluster was
-	// forgotten meanwhile, and its references dropped.
+	// before this membership: it says so in every session answer until
+	// the node's first sync completes, so a lost answer is not the only
+	// one. A node that was a member of this cluster was forgotten
+	// meanwhile, and its references dropped.
 	NewMember bool `json:"new_member"`
 }
 
