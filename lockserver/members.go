@@ -98,6 +98,8 @@ type nodeSync struct {
 	// meanwhile, and written is what of them was written again.
 	writing bool
 	written map[string]bool
+	// ended is closed when the write ends (finishSync).
+	ended chan struct{}
 }
 
 // maxSyncRefs bounds the references one node may sync.

@@ -25,8 +25,8 @@ import (
 // SyncRefs handles PUT /nodes/{id}/refs: one step of the node's sync. At
 // most MaxSyncs requests are served at once; more are refused with a
 // BusyError (429), as is a chunk past the cluster-wide buffer bound
-// (syncbounds.go) and any step of a node whose last sync is still being
-// written.
+// (syncbounds.go) and any step of another sync of a node whose sync is
+// being written; a retry of the sync being written waits for it.
 func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error) {
 	if err := validateSync(nodeID, req); err != nil {
 		return api.SyncResponse{}, err
@@ -36,6 +36,9 @@ func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncR
 		return api.SyncResponse{}, err
 	}
 	defer release()
+	if err := l.awaitWrite(ctx, nodeID, req.SyncID); err != nil {
+		return api.SyncResponse{}, err
+	}
 	now := l.now()
 	l.mmu.Lock()
 	resp, w, err := l.syncStep(ctx, nodeID, req, now)
@@ -44,6 +47,28 @@ func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncR
 		return resp, err
 	}
 	return l.writeSync(ctx, w)
+}
+
+// awaitWrite waits, without mmu, until the write of node's sync id ends,
+// if it is being written: a retry of its done (whose answer was lost, or
+// not yet given when the node's request timed out) is then answered as
+// its first was (syncStep), rather than refused as busy.
+func (l *Coordinator) awaitWrite(ctx context.Context, node, id string) error {
+	l.mmu.Lock()
+	var ended chan struct{}
+	if m := l.members[node]; m != nil && m.writing != nil && m.writing.id == id {
+		ended = m.writing.ended
+	}
+	l.mmu.Unlock()
+	if ended == nil {
+		return nil
+	}
+	select {
+	case <-ended:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("sync %s of node %s: waiting for its write: %w", id, node, ctx.Err())
+	}
 }
 
 // syncStep serves one step of node's sync. The done step returns the

@@ -27,7 +27,7 @@ func TestSyncStepsNamed(t *testing.T) {
 	resp, err = l.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepChunk, SyncID: "s1", ResourceIDs: ids[:2], Offset: at(0)})
 	require.NoError(t, err)
 	require.Equal(t, 2, resp.Received)
-	require.False(t, nodeSynced(t, l, "n1"))
+	require.False(t, synced(t, l, "n1"))
 	resp, err = l.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepDone, SyncID: "s1", ResourceIDs: ids[2:], Offset: at(2), Done: true, Echo: echoOf(l, "n1")})
 	require.NoError(t, err)
 	require.True(t, resp.Synced)
@@ -43,7 +43,7 @@ func TestSyncStepsNamed(t *testing.T) {
 	resp, err = l.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepHash, SyncID: "s2", Offset: at(0), Hash: &whole, Echo: echoOf(l, "n1")})
 	require.NoError(t, err)
 	require.True(t, resp.Synced)
-	require.True(t, nodeSynced(t, l, "n1"))
+	require.True(t, synced(t, l, "n1"))
 }
 
 // TestSyncStepContradicted: a request whose named step its fields
@@ -72,7 +72,7 @@ func TestSyncStepContradicted(t *testing.T) {
 		require.ErrorContains(t, err, "n1", name)
 	}
 	require.Empty(t, refsOf(t, l, blob))
-	require.False(t, nodeSynced(t, l, "n1"))
+	require.False(t, synced(t, l, "n1"))
 	resp, err := l.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepDone, SyncID: "s1", ResourceIDs: []string{blob}, Offset: at(0), Done: true, Echo: echoOf(l, "n1")})
 	require.NoError(t, err, "the sync goes on where it was")
 	require.True(t, resp.Synced)
@@ -90,7 +90,7 @@ func TestSyncStepOnlyAnnounceStarts(t *testing.T) {
 	require.ErrorIs(t, err, api.ErrNotFound)
 	_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepDone, SyncID: "s1", Offset: at(0), Done: true, Echo: echoOf(l, "n1")})
 	require.ErrorIs(t, err, api.ErrNotFound)
-	require.False(t, nodeSynced(t, l, "n1"))
+	require.False(t, synced(t, l, "n1"))
 
 	// An older node: no step; its empty request at offset 0 announces.
 	resp, err := l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s2", ResourceIDs: []string{}, Offset: at(0)})

@@ -18,7 +18,8 @@ import (
 //   - freezeSync (under mmu) folds into the chunks the changes the node
 //     made since the sync started, and marks the sync written; the
 //     member keeps its synced state (a sync never makes its node
-//     unsynced), and further steps of its syncs are refused as busy;
+//     unsynced); a retry of its done waits for the write, a step of
+//     another sync of the node is refused as busy;
 //   - writeSync writes the references (applySync), without mmu;
 //   - meanwhile the node's own changes go on being noted in the sync
 //     (since): a reference it adds counts for the delete rule at once
@@ -57,7 +58,7 @@ func (l *Coordinator) freezeSync(m *member, generation string) *syncWrite {
 	}
 	l.syncLimits.buffered += len(s.refs) - before
 	s.since = map[string]bool{}
-	s.writing = true
+	s.writing, s.ended = true, make(chan struct{})
 	m.writing = s
 	l.syncLimits.writing[m] = struct{}{}
 	m.refsWriting.Add(1)
@@ -140,6 +141,7 @@ func lateBatch(node string, late map[string]bool) *refcount.Batch {
 func (l *Coordinator) finishSync(ctx context.Context, w *syncWrite, err error) (api.SyncResponse, error) {
 	m, s := w.m, w.s
 	m.writing = nil
+	close(s.ended)
 	delete(l.syncLimits.writing, m)
 	current := m.sync == s
 	if current {

@@ -23,27 +23,15 @@ func stopWrites(l *Coordinator, node string) (stages <-chan string, proceed chan
 	return st, go_
 }
 
-func nodeSynced(t *testing.T, l *Coordinator, node string) bool {
-	t.Helper()
-	nodes, err := l.Nodes(context.Background())
-	require.NoError(t, err)
-	for _, n := range nodes.Nodes {
-		if n.NodeID == node {
-			return n.Synced
-		}
-	}
-	t.Fatalf("%s is no member", node)
-	return false
-}
-
 // TestSyncWriteKeepsOwnAddAndRefusesDelete: a synced node syncs again
 // from a snapshot without blob R, and adds R while its sync is being
 // written, before the sync's replace lands (docs/design.md §10.5). The
 // replace drops R from the store; until R is written again, a delete of R
 // by another node must still be refused, naming the node; afterwards R
 // is stored. The node stays synced throughout, sessions and other
-// nodes' requests are served during the write, and another step of the
-// node's sync is refused as busy (nothing changes).
+// nodes' requests are served during the write, another sync of the node
+// is refused as busy (nothing changes), and a retry of the done waits
+// for the write and is answered as the done.
 func TestSyncWriteKeepsOwnAddAndRefusesDelete(t *testing.T) {
 	l := newTestCoordinator(t)
 	ctx := context.Background()
@@ -53,22 +41,30 @@ func TestSyncWriteKeepsOwnAddAndRefusesDelete(t *testing.T) {
 	}
 	syncRefs(t, l, "n1", "s0", true, a)
 	syncRefs(t, l, "n2", "s0", true)
-	require.True(t, nodeSynced(t, l, "n1"))
+	require.True(t, synced(t, l, "n1"))
 	stages, proceed := stopWrites(l, "n1")
 
 	session(t, l, "n1")
-	synced := make(chan error, 1)
+	written := make(chan error, 1)
 	go func() {
 		_, err := l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s1", ResourceIDs: []string{a}, Done: true, Echo: echoOf(l, "n1")})
-		synced <- err
+		written <- err
 	}()
 	require.Equal(t, "replace", <-stages)
-	require.True(t, nodeSynced(t, l, "n1"), "a sync never makes its node unsynced")
+	require.True(t, synced(t, l, "n1"), "a sync never makes its node unsynced")
 	session(t, l, "n2") // sessions are served while the sync is written
 	_, err := l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s2", ResourceIDs: []string{}})
 	require.ErrorIs(t, err, api.ErrTooManyRequests, "another sync of the node waits for the write")
 	_, err = l.AddRef(ctx, r, "n1")
 	require.NoError(t, err)
+	retried := make(chan api.SyncResponse, 1)
+	go func() { // the node's request timed out: it sends its done again
+		resp, err := l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s1", ResourceIDs: []string{a}, Done: true, Echo: echoOf(l, "n1")})
+		if err != nil {
+			t.Errorf("a retry of the done being written: %v", err)
+		}
+		retried <- resp
+	}()
 	proceed <- struct{}{}
 
 	require.Equal(t, "replaced", <-stages)
@@ -77,11 +73,12 @@ func TestSyncWriteKeepsOwnAddAndRefusesDelete(t *testing.T) {
 	var inUse *api.InUseError
 	require.ErrorAs(t, err, &inUse, "a delete of what the node added during its sync's write is refused")
 	require.Equal(t, []string{"n1"}, inUse.Refs.Nodes)
-	require.True(t, nodeSynced(t, l, "n1"))
+	require.True(t, synced(t, l, "n1"))
 	proceed <- struct{}{}
 
-	require.NoError(t, <-synced)
-	require.True(t, nodeSynced(t, l, "n1"))
+	require.NoError(t, <-written)
+	require.Equal(t, api.SyncResponse{Received: 1, Synced: true}, <-retried, "the retry is answered as the done was")
+	require.True(t, synced(t, l, "n1"))
 	require.Equal(t, []string{"n1"}, refsOf(t, l, r), "the node's add is written again after the replace")
 	require.Equal(t, []string{"n1"}, refsOf(t, l, a))
 	_, err = l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: r, NodeID: "n2"})
@@ -100,23 +97,23 @@ func TestSyncWriteOfUnsyncedNodeRefusesDelete(t *testing.T) {
 	syncRefs(t, l, "n2", "s0", true)
 	require.False(t, session(t, l, "n1").Synced)
 	stages, proceed := stopWrites(l, "n1")
-	synced := make(chan error, 1)
+	written := make(chan error, 1)
 	go func() {
 		_, err := l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s1", ResourceIDs: []string{r}, Done: true, Echo: echoOf(l, "n1")})
-		synced <- err
+		written <- err
 	}()
 	for _, stage := range []struct {
 		name    string
 		refusal error
 	}{{"replace", api.ErrUnsynced}, {"replaced", api.ErrInUse}} {
 		require.Equal(t, stage.name, <-stages)
-		require.False(t, nodeSynced(t, l, "n1"), "%s: synced before its write is done", stage.name)
+		require.False(t, synced(t, l, "n1"), "%s: synced before its write is done", stage.name)
 		_, err := l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: r, NodeID: "n2"})
 		require.ErrorIs(t, err, stage.refusal, stage.name)
 		proceed <- struct{}{}
 	}
-	require.NoError(t, <-synced)
-	require.True(t, nodeSynced(t, l, "n1"))
+	require.NoError(t, <-written)
+	require.True(t, synced(t, l, "n1"))
 	_, err := l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: r, NodeID: "n2"})
 	require.ErrorIs(t, err, api.ErrInUse)
 }
@@ -130,10 +127,10 @@ func TestSyncWriteAfterSessionEnded(t *testing.T) {
 	a, err := l.Session(ctx, api.SessionRequest{NodeID: "n1", InstanceID: "i1"})
 	require.NoError(t, err)
 	stages, proceed := stopWrites(l, "n1")
-	synced := make(chan error, 1)
+	written := make(chan error, 1)
 	go func() {
 		_, err := l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s1", ResourceIDs: []string{blob}, Done: true, Echo: echo(a, 0)})
-		synced <- err
+		written <- err
 	}()
 	require.Equal(t, "replace", <-stages)
 	ended, err := l.EndSession(ctx, api.EndSessionRequest{NodeID: "n1", InstanceID: "i1"})
@@ -142,8 +139,8 @@ func TestSyncWriteAfterSessionEnded(t *testing.T) {
 	proceed <- struct{}{}
 	require.Equal(t, "replaced", <-stages)
 	proceed <- struct{}{}
-	require.ErrorIs(t, <-synced, api.ErrNoSession)
-	require.False(t, nodeSynced(t, l, "n1"))
+	require.ErrorIs(t, <-written, api.ErrNoSession)
+	require.False(t, synced(t, l, "n1"))
 
 	l.syncLimits.writeHook = nil
 	a, err = l.Session(ctx, api.SessionRequest{NodeID: "n1", InstanceID: "i1"})
@@ -151,5 +148,5 @@ func TestSyncWriteAfterSessionEnded(t *testing.T) {
 	require.False(t, a.Synced)
 	_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s2", ResourceIDs: []string{blob}, Done: true, Echo: echo(a, 0)})
 	require.NoError(t, err)
-	require.True(t, nodeSynced(t, l, "n1"))
+	require.True(t, synced(t, l, "n1"))
 }
