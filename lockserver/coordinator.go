@@ -24,11 +24,13 @@ import (
 // runs under that resource's shard mutex, so the cross-type rules and the
 // reference counts are checked atomically; different shards never contend.
 type Coordinator struct {
-	cfg     Config
-	refs    *refcount.Manager
-	state   refcount.Storage // the Manager's storage; written only through it
-	fences  *fenceSource
-	cluster atomic.Pointer[api.Cluster] // the coordinator's identity
+	cfg    Config
+	refs   *refcount.Manager
+	state  refcount.Storage // the Manager's storage; written only through it
+	fences *fenceSource
+	// memberPart: the members, their sessions and syncs, and the
+	// cluster's identity (memberpart.go).
+	*memberPart
 	// writeFailing is set from a failed database write until one
 	// succeeds (health.go).
 	writeFailing atomic.Bool
@@ -44,9 +46,6 @@ type Coordinator struct {
 	// reapCut: node → when its hold of the reaper's lock reached the
 	// bound (reap.go); protected by the reap lock's shard mutex.
 	reapCut map[string]time.Time
-	// markers: member → reaper → its marker's state as that reaper
-	// reported it (expire.go); protected by mmu.
-	markers map[string]map[string]markerReport
 	// trace, when set (by tests), is called under the shard mutex at every
 	// enqueue and grant.
 	trace func(event string, t typeIndex, resourceID, requestID string)
@@ -56,21 +55,10 @@ type Coordinator struct {
 	// are exactly those still held (leases.go).
 	closing atomic.Bool
 
-	// mmu protects members (docs/design.md §8.4; members.go). Taken after a shard's
-	// mutex, never before.
-	mmu     sync.Mutex
-	members map[string]*member // protected by mmu
-	// root is the cluster's shared root as recorded (rootclaim.go); nil
-	// while none is. Protected by mmu.
-	root *refcount.RootClaim
-
 	// waiting counts each node's queued requests (bounds.go).
 	waiting *nodeCounter
 	// nodeStreams are the open node streams (nodestream.go).
 	nodeStreams *nodeStreams
-	// syncLimits admits syncs and accounts their buffers (syncbounds.go).
-	syncLimits  *syncLimits
-	syncMetrics *syncMetrics
 
 	stop chan struct{} // closed by Close; stops the sweepers
 	wg   sync.WaitGroup
@@ -150,12 +138,11 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 		shards:  make([]*shard, cfg.Shards),
 		now:     now,
 		started: now(),
-		members: map[string]*member{},
 		waiting: newNodeCounter(cfg.MaxWaitersPerNode),
 		stop:    make(chan struct{}),
-
-		syncLimits: newSyncLimits(cfg),
 	}
+	l.memberPart = &memberPart{cfg: cfg, refs: opts.Refs, state: state, metrics: m, now: func() time.Time { return l.now() }, started: l.started,
+		commit: l.commit, members: map[string]*member{}, syncLimits: newSyncLimits(cfg)}
 	if l.syncMetrics, err = newSyncMetrics(opts.Registerer); err != nil {
 		return nil, err
 	}

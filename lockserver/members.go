@@ -24,11 +24,11 @@ import (
 // missing (the coordinator restarted or lost its database, or the node
 // used blobs while it could not reach the coordinator).
 //
-// Lock order: a shard's mutex, then Coordinator.mmu, then the refcount
+// Lock order: a shard's mutex, then memberPart.mmu, then the refcount
 // Manager's stripes.
 
 // member is one node of the cluster. All fields are protected by
-// Coordinator.mmu.
+// memberPart.mmu.
 type member struct {
 	rec refcount.Member
 	// sessionUntil is when the session lapses; zero when the node has had
@@ -117,7 +117,7 @@ func (m *member) live(now time.Time) bool {
 }
 
 // loadMembers reads the persisted members: none is live or synced.
-func (l *Coordinator) loadMembers(ctx context.Context) error {
+func (l *memberPart) loadMembers(ctx context.Context) error {
 	recs, err := l.state.ListMembers(ctx)
 	if err != nil {
 		return fmt.Errorf("lockserver: loading members: %w", err)
@@ -135,7 +135,7 @@ func (l *Coordinator) loadMembers(ctx context.Context) error {
 // lapsed, or one opened without an echo, starts unsynced. A session of
 // another instance while one's is live, or of another lineage than the
 // node ID's, is api.ErrDuplicateNode (lineage.go).
-func (l *Coordinator) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
+func (l *memberPart) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
 	if err := validateID("node_id", req.NodeID); err != nil {
 		return api.SessionResponse{}, err
 	}
@@ -205,7 +205,7 @@ func (m *member) clashing(now time.Time) bool { return now.Before(m.clashUntil) 
 // before the delete drops the ID's reference: the reference may be the
 // other instance's. The refusal is api.ErrDuplicateNode, which the node
 // takes as "nothing changed" (it keeps its journal entry).
-func (l *Coordinator) checkClash(resourceID, node string, now time.Time) error {
+func (l *memberPart) checkClash(resourceID, node string, now time.Time) error {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	if m := l.members[node]; m != nil && m.clashing(now) {
@@ -221,7 +221,7 @@ func (l *Coordinator) checkClash(resourceID, node string, now time.Time) error {
 // expiry counts absence in this coordinator's uptime), so it stays in
 // memory and is written at a clean shutdown (flushSeen), not with an
 // fsync per node per minute (docs/design.md §10.2). Callers hold mmu.
-func (l *Coordinator) persistSeen(ctx context.Context, m *member, now time.Time) error {
+func (l *memberPart) persistSeen(ctx context.Context, m *member, now time.Time) error {
 	m.seen = now
 	if !m.rec.LastSeen.IsZero() {
 		return nil
@@ -237,7 +237,7 @@ func (l *Coordinator) persistSeen(ctx context.Context, m *member, now time.Time)
 
 // flushSeen writes the LastSeen of every member seen since its record
 // was written, in one commit (Close).
-func (l *Coordinator) flushSeen(ctx context.Context) error {
+func (l *memberPart) flushSeen(ctx context.Context) error {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	b := new(refcount.Batch)
@@ -263,7 +263,7 @@ func (l *Coordinator) flushSeen(ctx context.Context) error {
 // dropped) a reference, so that the sync's replacement keeps the change.
 // Callers hold the resource's shard mutex and call it before they write
 // the change.
-func (l *Coordinator) noteRef(node, resourceID string, added bool) {
+func (l *memberPart) noteRef(node, resourceID string, added bool) {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	if m := l.members[node]; m != nil && m.sync != nil {
@@ -272,14 +272,14 @@ func (l *Coordinator) noteRef(node, resourceID string, added bool) {
 }
 
 // unsynced returns the members that are not synced now, sorted.
-func (l *Coordinator) unsynced(now time.Time) []string {
+func (l *memberPart) unsynced(now time.Time) []string {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	return l.unsyncedLocked(now)
 }
 
 // unsyncedLocked is unsynced for callers that hold mmu.
-func (l *Coordinator) unsyncedLocked(now time.Time) []string {
+func (l *memberPart) unsyncedLocked(now time.Time) []string {
 	var out []string
 	for id, m := range l.members {
 		if (!m.synced || !m.live(now) || m.clashing(now)) && !l.letGo(m, now) {
@@ -291,11 +291,11 @@ func (l *Coordinator) unsyncedLocked(now time.Time) []string {
 }
 
 // checkSynced is the second half of the delete rule: every member synced.
-func (l *Coordinator) checkSynced(resourceID string, now time.Time) error {
+func (l *memberPart) checkSynced(resourceID string, now time.Time) error {
 	return l.syncedError(resourceID, l.unsynced(now))
 }
 
-func (l *Coordinator) syncedError(resourceID string, unsynced []string) error {
+func (l *memberPart) syncedError(resourceID string, unsynced []string) error {
 	if len(unsynced) > 0 {
 		l.metrics.unsyncedRefusals.Inc()
 		return &api.UnsyncedError{ResourceID: resourceID, Nodes: unsynced}
@@ -303,43 +303,11 @@ func (l *Coordinator) syncedError(resourceID string, unsynced []string) error {
 	return nil
 }
 
-// checkDeleteRule is the whole delete rule (docs/design.md §8.7): no reference to
-// the resource (but own's, a dangling reap's own, which it drops) and
-// every member synced, read in one step under mmu. A sync's write does
-// not hold mmu (syncwrite.go), but makes its node synced only under mmu
-// once it is durable, and a synced node's additions during its sync's
-// write count here (writingRefs): so a delete that read no reference,
-// then found the syncing member synced, cannot be granted while that
-// member's sync references the resource (TestDeleteRuleAtomicWithSync,
-// docs/design.md §10.5). Callers hold the resource's shard mutex (lock
-// order: shard, mmu, refcount stripes).
-func (l *Coordinator) checkDeleteRule(ctx context.Context, resourceID string, reap api.ReapMode, own string, now time.Time) error {
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
-	rc, err := l.refsWithPending(ctx, resourceID)
-	if err != nil {
-		return fmt.Errorf("delete:%s: %w", resourceID, err)
-	}
-	rc = l.writingRefs(resourceID, rc)
-	if own != "" && rc.Has(own) {
-		rc = rc.Clone()
-		rc.Remove(own)
-	}
-	if rc.Len() > 0 {
-		if reap == api.ReapDangling {
-			return fmt.Errorf("delete:%s: a dangling reap drops only the reaper's own reference; another node's goes only with that node (its own delete, expiry, node forget): %w",
-				resourceID, inUse(resourceID, rc))
-		}
-		return inUse(resourceID, rc)
-	}
-	return l.syncedError(resourceID, l.unsyncedLocked(now))
-}
-
 // Forget handles DELETE /nodes/{id} (admin): the node stops being a
 // member and its references are dropped. A node with a live session is
 // refused: it would be a member again at its next keepalive, without its
 // references.
-func (l *Coordinator) Forget(ctx context.Context, nodeID string) error {
+func (l *memberPart) Forget(ctx context.Context, nodeID string) error {
 	if err := validateID("node_id", nodeID); err != nil {
 		return err
 	}
@@ -364,7 +332,7 @@ func (l *Coordinator) Forget(ctx context.Context, nodeID string) error {
 // leave references of a node that is no member any more, which nothing
 // drops (Expire needs a member) and which block deletes for ever.
 // Callers hold mmu.
-func (l *Coordinator) forgetLocked(ctx context.Context, nodeID, why string) error {
+func (l *memberPart) forgetLocked(ctx context.Context, nodeID, why string) error {
 	if m := l.members[nodeID]; m != nil && m.refsWriting.Load() > 0 {
 		// Admitted while its session was live; dropped now, they would
 		// land after the drop, references of a non-member (refrule.go).
@@ -391,7 +359,7 @@ func (l *Coordinator) forgetLocked(ctx context.Context, nodeID, why string) erro
 }
 
 // Nodes returns every member and its state.
-func (l *Coordinator) Nodes(ctx context.Context) (api.NodesResponse, error) {
+func (l *memberPart) Nodes(ctx context.Context) (api.NodesResponse, error) {
 	return l.NodesPage(ctx, "", 0)
 }
 
@@ -399,7 +367,7 @@ func (l *Coordinator) Nodes(ctx context.Context) (api.NodesResponse, error) {
 // after, in ID order, at most limit of them (0: all), and the `after` of
 // the next page if there is one. It costs O(members) in memory, no
 // storage read.
-func (l *Coordinator) NodesPage(_ context.Context, after string, limit int) (api.NodesResponse, error) {
+func (l *memberPart) NodesPage(_ context.Context, after string, limit int) (api.NodesResponse, error) {
 	if limit < 0 {
 		return api.NodesResponse{}, fmt.Errorf("nodes: limit %d: %w", limit, api.ErrInvalidArgument)
 	}
@@ -443,7 +411,7 @@ func (l *Coordinator) NodesPage(_ context.Context, after string, limit int) (api
 // started, whichever is later, measured on the monotonic clock. Time the
 // coordinator was down never counts (a weekend's outage expires nobody).
 // Zero while m is live. Callers hold mmu.
-func (l *Coordinator) absence(m *member, now time.Time) time.Duration {
+func (l *memberPart) absence(m *member, now time.Time) time.Duration {
 	if m.live(now) {
 		return 0
 	}

@@ -29,7 +29,7 @@ import (
 
 // liveMember returns node's member if it holds a live session, else
 // api.ErrNoSession naming what for. Callers hold mmu.
-func (l *Coordinator) liveMember(what, node string, now time.Time) (*member, error) {
+func (l *memberPart) liveMember(what, node string, now time.Time) (*member, error) {
 	m := l.members[node]
 	switch {
 	case m == nil:

@@ -27,7 +27,7 @@ import (
 // BusyError (429), as is a chunk past the cluster-wide buffer bound
 // (syncbounds.go) and any step of another sync of a node whose sync is
 // being written; a retry of the sync being written waits for it.
-func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error) {
+func (l *memberPart) SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error) {
 	if err := validateSync(nodeID, req); err != nil {
 		return api.SyncResponse{}, err
 	}
@@ -53,7 +53,7 @@ func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncR
 // if it is being written: a retry of its done (whose answer was lost, or
 // not yet given when the node's request timed out) is then answered as
 // its first was (syncStep), rather than refused as busy.
-func (l *Coordinator) awaitWrite(ctx context.Context, node, id string) error {
+func (l *memberPart) awaitWrite(ctx context.Context, node, id string) error {
 	l.mmu.Lock()
 	var ended chan struct{}
 	if m := l.members[node]; m != nil && m.writing != nil && m.writing.id == id {
@@ -74,7 +74,7 @@ func (l *Coordinator) awaitWrite(ctx context.Context, node, id string) error {
 // syncStep serves one step of node's sync. The done step returns the
 // write it leaves to the caller, who makes it without mmu. Callers hold
 // mmu.
-func (l *Coordinator) syncStep(ctx context.Context, nodeID string, req api.SyncRequest, now time.Time) (api.SyncResponse, *syncWrite, error) {
+func (l *memberPart) syncStep(ctx context.Context, nodeID string, req api.SyncRequest, now time.Time) (api.SyncResponse, *syncWrite, error) {
 	m, err := l.liveMember("sync", nodeID, now)
 	if err != nil {
 		return api.SyncResponse{}, nil, err
@@ -110,7 +110,7 @@ func (l *Coordinator) syncStep(ctx context.Context, nodeID string, req api.SyncR
 // an offset: an older node's chunks have none) is api.ErrNotFound: its
 // start was lost, and its tail must not replace the node's references
 // alone. Callers hold mmu.
-func (l *Coordinator) syncOf(m *member, req api.SyncRequest, now time.Time) (*nodeSync, error) {
+func (l *memberPart) syncOf(m *member, req api.SyncRequest, now time.Time) (*nodeSync, error) {
 	if s := m.sync; s != nil && s.id == req.SyncID {
 		return s, nil
 	}
@@ -125,7 +125,7 @@ func (l *Coordinator) syncOf(m *member, req api.SyncRequest, now time.Time) (*no
 
 // syncAnnounce answers the announcement (or its retry): whether the sync
 // may go by hash. Callers hold mmu.
-func (l *Coordinator) syncAnnounce(m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, error) {
+func (l *memberPart) syncAnnounce(m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, error) {
 	s := m.sync
 	if s.sent > 0 || s.buckets != nil {
 		return api.SyncResponse{}, fmt.Errorf("sync %s of node %s: announced again after its chunks or hash steps; start a new sync: %w",
@@ -136,7 +136,7 @@ func (l *Coordinator) syncAnnounce(m *member, req api.SyncRequest, now time.Time
 }
 
 // syncChunk buffers a chunk of m's sync. Callers hold mmu.
-func (l *Coordinator) syncChunk(ctx context.Context, m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, error) {
+func (l *memberPart) syncChunk(ctx context.Context, m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, error) {
 	if err := l.bufferChunk(ctx, m, req, now); err != nil {
 		return api.SyncResponse{}, err
 	}
@@ -146,7 +146,7 @@ func (l *Coordinator) syncChunk(ctx context.Context, m *member, req api.SyncRequ
 // syncDone buffers the done chunk of m's sync, applies the timing rule
 // to it (timing.go), and returns the sync's write (freezeSync). Callers
 // hold mmu.
-func (l *Coordinator) syncDone(ctx context.Context, m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, *syncWrite, error) {
+func (l *memberPart) syncDone(ctx context.Context, m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, *syncWrite, error) {
 	if err := l.bufferChunk(ctx, m, req, now); err != nil {
 		return api.SyncResponse{}, nil, err
 	}
@@ -160,7 +160,7 @@ func (l *Coordinator) syncDone(ctx context.Context, m *member, req api.SyncReque
 // bufferChunk checks a chunk's place (checkChunkOffset), its bounds and,
 // in a sync by hash, that its resource IDs are of the buckets asked for;
 // then it buffers them. Callers hold mmu.
-func (l *Coordinator) bufferChunk(ctx context.Context, m *member, req api.SyncRequest, now time.Time) error {
+func (l *memberPart) bufferChunk(ctx context.Context, m *member, req api.SyncRequest, now time.Time) error {
 	s, node := m.sync, m.rec.ID
 	retry, err := checkChunkOffset(node, s, req)
 	if err != nil {

@@ -49,13 +49,13 @@ func validateHashStep(node string, req api.SyncRequest) error {
 // coordinator's record of m is of the journal generation the node syncs
 // from (otherwise the sync only adds: applySync), and the hashes are
 // built. Callers hold mmu.
-func (l *Coordinator) canSyncByHash(m *member, generation string) bool {
+func (l *memberPart) canSyncByHash(m *member, generation string) bool {
 	_, built := l.refs.NodeHash(m.rec.ID)
 	return built && generation == m.rec.Generation
 }
 
 // syncHashStep answers a hash step of m's sync. Callers hold mmu.
-func (l *Coordinator) syncHashStep(ctx context.Context, m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, error) {
+func (l *memberPart) syncHashStep(ctx context.Context, m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, error) {
 	s := m.sync
 	node := m.rec.ID
 	if !l.canSyncByHash(m, req.Generation) {

@@ -43,7 +43,7 @@ type syncWrite struct {
 // from now on since collects those it makes while the write runs. The
 // member's references count as being written (forgetLocked waits).
 // Callers hold mmu.
-func (l *Coordinator) freezeSync(m *member, generation string) *syncWrite {
+func (l *memberPart) freezeSync(m *member, generation string) *syncWrite {
 	s := m.sync
 	before := len(s.refs)
 	for id, added := range s.since {
@@ -66,7 +66,7 @@ func (l *Coordinator) freezeSync(m *member, generation string) *syncWrite {
 }
 
 // writeSync makes w's write without mmu, then finishes the sync under it.
-func (l *Coordinator) writeSync(ctx context.Context, w *syncWrite) (api.SyncResponse, error) {
+func (l *memberPart) writeSync(ctx context.Context, w *syncWrite) (api.SyncResponse, error) {
 	defer w.m.refsWriting.Add(-1)
 	l.syncLimits.hook(w.m.rec.ID, "replace")
 	failpoint.Inject(failpoint.CoordSyncBeforeReplace)
@@ -100,7 +100,7 @@ const maxLateRounds = 4
 // reapplyLate writes again the node's own changes made while the sync was
 // written, each round those noted by then, until a round finds nothing
 // new.
-func (l *Coordinator) reapplyLate(ctx context.Context, w *syncWrite) error {
+func (l *memberPart) reapplyLate(ctx context.Context, w *syncWrite) error {
 	for range maxLateRounds {
 		l.mmu.Lock()
 		late := maps.Clone(w.s.since)
@@ -138,7 +138,7 @@ func lateBatch(node string, late map[string]bool) *refcount.Batch {
 // groups may have landed part of it, and the node's changes made
 // meanwhile may be missing; its next session syncs again. Callers hold
 // mmu.
-func (l *Coordinator) finishSync(ctx context.Context, w *syncWrite, err error) (api.SyncResponse, error) {
+func (l *memberPart) finishSync(ctx context.Context, w *syncWrite, err error) (api.SyncResponse, error) {
 	m, s := w.m, w.s
 	m.writing = nil
 	close(s.ended)
@@ -194,7 +194,7 @@ func (l *Coordinator) finishSync(ctx context.Context, w *syncWrite, err error) (
 //   - the node's hash (sync by hash) is not offered after a failed commit
 //     (the Manager marks it dirty), so the next sync sends the whole
 //     journal; a new leader builds the hashes from what was committed.
-func (l *Coordinator) applySync(ctx context.Context, w *syncWrite) error {
+func (l *memberPart) applySync(ctx context.Context, w *syncWrite) error {
 	node := w.m.rec.ID
 	b := new(refcount.Batch)
 	buckets := w.s.buckets
@@ -235,7 +235,7 @@ func (w *syncWrite) record(rec refcount.Member) refcount.Member {
 // if a session call changed the record while the sync was written (its
 // write may have landed on either side of applySync's), it writes the
 // record again, with both changes. Callers hold mmu.
-func (l *Coordinator) recordGeneration(ctx context.Context, w *syncWrite) error {
+func (l *memberPart) recordGeneration(ctx context.Context, w *syncWrite) error {
 	m := w.m
 	rec := w.record(m.rec)
 	if m.rec != w.before && rec != m.rec {
@@ -254,7 +254,7 @@ func (l *Coordinator) recordGeneration(ctx context.Context, w *syncWrite) error 
 // writingRefs adds to rc the nodes whose sync is being written and that
 // added a reference to resourceID meanwhile: the sync's replace may have
 // dropped it, until reapplyLate writes it again. Callers hold mmu.
-func (l *Coordinator) writingRefs(resourceID string, rc refcount.Set) refcount.Set {
+func (l *memberPart) writingRefs(resourceID string, rc refcount.Set) refcount.Set {
 	for m := range l.syncLimits.writing {
 		if m.writing.since[resourceID] && !rc.Has(m.rec.ID) {
 			rc = rc.Clone()
