@@ -98,6 +98,9 @@ type fakeCall struct {
 type fakeMember struct {
 	instance string
 	synced   bool
+	// fresh: made by a session and not synced since; every session
+	// answer says NewMember until it syncs.
+	fresh bool
 	// live is false once a test ends its session (the member stays).
 	live bool
 }
@@ -281,7 +284,7 @@ func (n *fakeNode) Session(_ context.Context, req SessionRequest) (info SessionI
 	}
 	m, known := c.members[n.id]
 	if !known {
-		m = &fakeMember{}
+		m = &fakeMember{fresh: true}
 		c.members[n.id] = m
 	}
 	if m.live && m.instance != req.InstanceID {
@@ -291,7 +294,7 @@ func (n *fakeNode) Session(_ context.Context, req SessionRequest) (info SessionI
 		m.synced = false
 	}
 	m.instance, m.live = req.InstanceID, true
-	call.Answer = SessionInfo{ClusterID: c.id, Epoch: max(c.epoch, 1), TTL: c.ttl, Synced: m.synced, Stamp: time.Since(c.started), NewMember: !known}
+	call.Answer = SessionInfo{ClusterID: c.id, Epoch: max(c.epoch, 1), TTL: c.ttl, Synced: m.synced, Stamp: time.Since(c.started), NewMember: m.fresh}
 	return call.Answer, nil
 }
 
@@ -369,7 +372,7 @@ func (n *fakeNode) SyncRefs(_ context.Context, req SyncRequest) (err error) {
 		c.addRefLocked(d.String(), n.id)
 	}
 	if m := c.members[n.id]; m != nil && m.live {
-		m.synced = true
+		m.synced, m.fresh = true, false
 	}
 	return nil
 }

@@ -3,7 +3,9 @@ package contentv2
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
+	"sync/atomic"
 	"testing"
 
 	"github.com/containerd/containerd/v2/core/content"
@@ -81,9 +83,10 @@ func TestForgottenCleanupWaitsForTheRoot(t *testing.T) {
 }
 
 // TestForgottenCleanupSurvivesRestart: a node that restarts before the
-// cleanup ran is no new member any more (its first session after the
-// forget created its record), so only its journal remembers the cleanup:
-// the new instance does it before its first sync.
+// cleanup ran does it before its first sync, from its journal. The
+// coordinator also says NewMember until that sync, but only from memory:
+// a coordinator restarted meanwhile would not, and the journal is what
+// survives both restarts.
 func TestForgottenCleanupSurvivesRestart(t *testing.T) {
 	ctx := context.Background()
 	c := newFakeCluster(longTTL)
@@ -102,9 +105,68 @@ func TestForgottenCleanupSurvivesRestart(t *testing.T) {
 	before := len(c.recorded())
 	s = fakeStore(t, c, root, "node-3", WithStateDir(state))
 	log := c.await(t, "the new instance's sync", func(log []fakeCall) bool { return len(syncsSince(log, before)) > 0 })
-	require.False(t, calls(log[before:], "Session")[0].Answer.NewMember, "the member record exists again")
+	require.True(t, calls(log[before:], "Session")[0].Answer.NewMember, "no sync completed since the forget")
 	require.Equal(t, []digest.Digest{kept}, syncsSince(log, before)[0].Sync)
 	require.False(t, s.journal.has(lost))
 	require.Empty(t, s.journal.forgottenBy())
 	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.forgottenGone), "the new instance reports the deleted blob")
+}
+
+// losingSession is a Coordinator whose session answers are lost while
+// lose is set: the coordinator serves the call, the node gets a time-out.
+type losingSession struct {
+	Coordinator
+	lose atomic.Bool
+}
+
+var errAnswerLost = errors.New("session answer lost (time-out)")
+
+func (c *losingSession) Session(ctx context.Context, req SessionRequest) (SessionInfo, error) {
+	info, err := c.Coordinator.Session(ctx, req)
+	if err == nil && c.lose.Load() {
+		return SessionInfo{}, errAnswerLost
+	}
+	return info, err
+}
+
+// TestForgottenNodeLearnsDespiteLostAnswer: a member forgotten by the
+// coordinator learns it although the answer of the session that made it
+// a member again is lost: every answer says NewMember until its sync
+// completes. It handles the news once (a sync refused in between brings
+// another such answer), and not again once synced.
+func TestForgottenNodeLearnsDespiteLostAnswer(t *testing.T) {
+	c := newFakeCluster(longTTL)
+	coord := &losingSession{Coordinator: c.node("node-1")}
+	cs, err := NewStore(t.TempDir(), "node-1", coord, WithStateDir(t.TempDir()), WithSessionTTL(c.ttl))
+	require.NoError(t, err)
+	t.Cleanup(func() { cs.Close() })
+	s := cs.(*store)
+	awaitJoined(t, s, c)
+
+	c.mu.Lock()
+	delete(c.members, "node-1") // forgotten (node forget, or expiry)
+	c.mu.Unlock()
+	coord.lose.Store(true)
+	lost := kick(t, s, c)
+	require.True(t, lost.Answer.NewMember, "the coordinator made it a member again")
+	coord.lose.Store(false)
+	c.setRefuse(func(call fakeCall) error {
+		if call.Method == "SyncRefs" {
+			c.refuse = nil // once
+			return errors.New("sync refused once")
+		}
+		return nil
+	})
+	told := kick(t, s, c)
+	require.True(t, told.Answer.NewMember, "the next answer says so again")
+	again := kick(t, s, c)
+	require.True(t, again.Answer.NewMember, "its sync was refused: still new")
+	c.await(t, "its sync", func(log []fakeCall) bool {
+		syncs := calls(log, "SyncRefs")
+		return len(syncs) > 0 && syncs[len(syncs)-1].Err == nil && syncs[len(syncs)-1].At.After(again.At)
+	})
+	synced := kick(t, s, c)
+	require.False(t, synced.Answer.NewMember, "synced: no longer new")
+	kick(t, s, c)
+	require.Equal(t, 1.0, testutil.ToFloat64(s.metrics.forgotten), "the node handled being forgotten once")
 }

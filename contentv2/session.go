@@ -366,7 +366,8 @@ func (s *store) sessionRound(ctx context.Context) error {
 
 // answered records a session answer received at received: its stamp, the
 // announced TTL (in the journal too), and whether the coordinator had
-// forgotten this node (forgotten.go).
+// forgotten this node (forgotten.go), once for the answers that say so
+// until the node's sync completes.
 func (s *store) answered(ctx context.Context, info SessionInfo, received time.Time) error {
 	forgotten := info.NewMember && s.journal.memberOf() == info.ClusterID
 	if err := s.journal.setAnnouncedTTL(info.TTL); err != nil {
@@ -384,6 +385,8 @@ func (s *store) answered(ctx context.Context, info SessionInfo, received time.Ti
 		s.restarted = true
 	}
 	s.epoch = info.Epoch
+	forgotten = forgotten && !s.forgottenTold // told before, until the node synced
+	s.forgottenTold = info.NewMember && (forgotten || s.forgottenTold)
 	close(s.nextAnswer)
 	s.nextAnswer = make(chan struct{})
 	s.smu.Unlock()

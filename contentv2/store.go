@@ -191,6 +191,11 @@ type store struct {
 	// by smu.
 	restarted bool
 	syncAt    time.Time
+	// forgottenTold: a session answer said this node was forgotten
+	// (NewMember) and it was handled (forgotten.go); the coordinator
+	// says so in every answer until the node's sync completes, which are
+	// the same news. Protected by smu.
+	forgottenTold bool
 	// instanceID is random per store start (docs/design.md §8.5); read-only.
 	instanceID string
 	kick       chan struct{} // a session round now

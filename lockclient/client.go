@@ -217,7 +217,7 @@ func (c *Client) EndSession(ctx context.Context, instanceID string) (api.EndSess
 	return resp, err
 }
 
-// SyncRefs sends one chunk of a sync, which sends this node's whole
+// SyncRefs sends one step of a sync (api.SyncRequest.Step), which sends this node's whole
 // journal (api.SyncRequest; docs/design.md §8.3).
 // Transient errors are retried: a chunk is idempotent.
 func (c *Client) SyncRefs(ctx context.Context, req api.SyncRequest) (api.SyncResponse, error) {

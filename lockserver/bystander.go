@@ -42,7 +42,7 @@ func bystanderSession(req api.SessionRequest) bool {
 
 // noLongerBystander persists that m is no longer a bystander, when it was
 // and ok says so. Callers hold mmu.
-func (l *Coordinator) noLongerBystander(ctx context.Context, m *member, ok bool) error {
+func (l *memberPart) noLongerBystander(ctx context.Context, m *member, ok bool) error {
 	if !ok || !m.rec.Bystander {
 		return nil
 	}
@@ -57,6 +57,6 @@ func (l *Coordinator) noLongerBystander(ctx context.Context, m *member, ok bool)
 
 // letGo reports whether the delete rule no longer waits for m: a
 // bystander absent for BystanderAfter. Callers hold mmu.
-func (l *Coordinator) letGo(m *member, now time.Time) bool {
+func (l *memberPart) letGo(m *member, now time.Time) bool {
 	return l.cfg.BystanderAfter > 0 && m.rec.Bystander && !m.live(now) && l.absence(m, now) >= l.cfg.BystanderAfter
 }

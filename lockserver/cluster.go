@@ -20,7 +20,7 @@ import (
 
 // startEpoch reads (creating) the cluster ID and starts a new epoch, in
 // one transaction.
-func (l *Coordinator) startEpoch(ctx context.Context) error {
+func (l *memberPart) startEpoch(ctx context.Context) error {
 	id, err := l.state.Identity(ctx)
 	if err != nil {
 		return fmt.Errorf("lockserver: reading the cluster id and epoch: %w", err)
@@ -40,7 +40,7 @@ func (l *Coordinator) startEpoch(ctx context.Context) error {
 }
 
 // Cluster returns the coordinator's identity.
-func (l *Coordinator) Cluster() api.Cluster { return *l.cluster.Load() }
+func (l *memberPart) Cluster() api.Cluster { return *l.cluster.Load() }
 
 // Adopt handles POST /cluster/adopt (admin): a coordinator whose database
 // was lost takes the shared root's cluster ID, starts a new epoch and
@@ -61,7 +61,7 @@ func (l *Coordinator) Cluster() api.Cluster { return *l.cluster.Load() }
 // an adoption writes names the adopted cluster (refcount.Member.Adopted),
 // so the new leader, which loaded part of them, counts them as the
 // re-run's own, not as members of another cluster.
-func (l *Coordinator) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {
+func (l *memberPart) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {
 	if err := validateID("cluster_id", req.ClusterID); err != nil {
 		return api.Cluster{}, err
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/containerd/log"
@@ -32,29 +31,16 @@ type Coordinator struct {
 	// locks is the locks part; references the references part.
 	locks      *locks
 	references *references
+	// memberPart: the members, their sessions and syncs, and the
+	// cluster's identity (memberpart.go).
+	*memberPart
 
-	cluster atomic.Pointer[api.Cluster] // the coordinator's identity
 	metrics *metrics
 	now     func() time.Time
 	// started is when this Coordinator started (monotonic, by now): session
 	// answers are stamped with the uptime since, and members' absence
 	// counts from here at the earliest (members.go).
 	started time.Time
-	// markers: member → reaper → its marker's state as that reaper
-	// reported it (expire.go); protected by mmu.
-	markers map[string]map[string]markerReport
-
-	// mmu protects members (docs/design.md §8.4; members.go). Taken after a shard's
-	// mutex, never before.
-	mmu     sync.Mutex
-	members map[string]*member // protected by mmu
-	// root is the cluster's shared root as recorded (rootclaim.go); nil
-	// while none is. Protected by mmu.
-	root *refcount.RootClaim
-
-	// syncLimits admits syncs and accounts their buffers (syncbounds.go).
-	syncLimits  *syncLimits
-	syncMetrics *syncMetrics
 
 	stop chan struct{} // closed by Close; stops the sweepers
 	wg   sync.WaitGroup
@@ -106,11 +92,10 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 		metrics: m,
 		now:     now,
 		started: now(),
-		members: map[string]*member{},
 		stop:    make(chan struct{}),
-
-		syncLimits: newSyncLimits(cfg),
 	}
+	c.memberPart = &memberPart{cfg: cfg, refs: opts.Refs, state: st.state, metrics: m, now: func() time.Time { return c.now() }, started: c.started,
+		commit: st.commit, members: map[string]*member{}, syncLimits: newSyncLimits(cfg)}
 	if c.syncMetrics, err = newSyncMetrics(opts.Registerer); err != nil {
 		return nil, err
 	}
@@ -118,7 +103,7 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 	// The parts read the Coordinator's clock, which tests move.
 	clock := func() time.Time { return c.now() }
 	st.now = clock
-	c.references = newReferences(cfg, st, c, clock, c.started)
+	c.references = newReferences(cfg, st, c.memberPart, clock, c.started)
 	if c.locks, err = newLocks(ctx, cfg, st, c.references, clock, c.stop); err != nil {
 		return nil, err
 	}

@@ -13,9 +13,14 @@ import (
 // The delete rule (docs/design.md §8.7), the one rule that crosses the
 // coordinator's parts: a delete is granted only while no node references
 // the resource (this part's half, with the references still being
-// written) and every member is synced (the members' half, asked through
-// membersView.allSynced, which holds the members still while this part
-// reads the references). The locks part asks it when a delete or an
+// written, and those a sync being written adds) and every member is
+// synced (the members' half, asked through membersView.allSynced, which
+// holds the members still while this part reads the references). A sync's
+// write does not hold the members' mutex (syncwrite.go) but makes its node
+// synced only under it once durable, and that node's additions during the
+// write count here (withSyncing): so a delete that read no reference, then
+// found the syncing member synced, cannot be granted while that member's
+// sync references the resource (docs/design.md §10.5). The locks part asks it when a delete or an
 // update asks, reaches the head of its queue, and unlocks.
 
 // checkDeleteRule is the whole delete rule: no reference to the resource
@@ -24,11 +29,12 @@ import (
 // resource's shard mutex (lock order: shard, members, reference
 // stripes, refcount stripes).
 func (rs *references) checkDeleteRule(ctx context.Context, resourceID string, reap api.ReapMode, own string, now time.Time) error {
-	return rs.members.allSynced(resourceID, now, func() error {
+	return rs.members.allSynced(resourceID, now, func(withSyncing func(refcount.Set) refcount.Set) error {
 		rc, err := rs.refsWithPending(ctx, resourceID)
 		if err != nil {
 			return fmt.Errorf("delete:%s: %w", resourceID, err)
 		}
+		rc = withSyncing(rc)
 		if own != "" && rc.Has(own) {
 			rc = rc.Clone()
 			rc.Remove(own)

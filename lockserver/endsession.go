@@ -28,7 +28,7 @@ import (
 // session's length. The node's absence (expire.go) counts from now, at
 // most a TTL earlier than from the lapse; expiry still needs its marker
 // unchanged for the whole node expiry too.
-func (l *Coordinator) EndSession(ctx context.Context, req api.EndSessionRequest) (api.EndSessionResponse, error) {
+func (l *memberPart) EndSession(ctx context.Context, req api.EndSessionRequest) (api.EndSessionResponse, error) {
 	if err := validateID("node_id", req.NodeID); err != nil {
 		return api.EndSessionResponse{}, err
 	}

@@ -68,6 +68,14 @@ func (l *Coordinator) Expire(ctx context.Context, nodeID string, req api.ExpireR
 		}
 		defer release()
 	}
+	return l.expire(ctx, nodeID, req, reaper, now)
+}
+
+// expire is Expire's members half: it records the reaper's report and
+// forgets nodeID if both measures reach the node expiry. A reaper's
+// lease was checked, and its shard is held (lock order: shard, then
+// mmu).
+func (l *memberPart) expire(ctx context.Context, nodeID string, req api.ExpireRequest, reaper bool, now time.Time) (api.ExpireResponse, error) {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	m := l.members[nodeID]
@@ -105,7 +113,7 @@ func (l *Coordinator) Expire(ctx context.Context, nodeID string, req api.ExpireR
 // and returns how long (the coordinator's uptime) that reaper has
 // reported that state: 0 for a new state, another reaper's report, or no
 // state. Callers hold mmu.
-func (l *Coordinator) markerReported(node, reaper, state string, now time.Time) time.Duration {
+func (l *memberPart) markerReported(node, reaper, state string, now time.Time) time.Duration {
 	up := now.Sub(l.started)
 	byReaper := l.markers[node]
 	if state == "" {

@@ -37,7 +37,7 @@ import (
 // checkInstance refuses a session of another instance while m's session
 // is live, and one of another lineage than m's, and a session that leaves
 // out what the node ID has sent before. Callers hold mmu.
-func (l *Coordinator) checkInstance(ctx context.Context, req api.SessionRequest, m *member, now time.Time) error {
+func (l *memberPart) checkInstance(ctx context.Context, req api.SessionRequest, m *member, now time.Time) error {
 	switch {
 	case m.rec.Lineage != "" && (req.InstanceID == "" || req.Generation == ""):
 		return fmt.Errorf("session of node %s without an instance_id and a generation: this node ID has sent them before (a node never stops sending them; an older daemon cannot take over a node ID a newer one used): %w",
@@ -63,7 +63,7 @@ func (l *Coordinator) checkInstance(ctx context.Context, req api.SessionRequest,
 }
 
 // clash marks m's node ID clashing for a session TTL. Callers hold mmu.
-func (l *Coordinator) clash(m *member, now time.Time) {
+func (l *memberPart) clash(m *member, now time.Time) {
 	l.metrics.duplicateNodes.Inc()
 	m.clashUntil = now.Add(l.cfg.SessionTTL)
 }
@@ -71,7 +71,7 @@ func (l *Coordinator) clash(m *member, now time.Time) {
 // recordLineage records generation as m's lineage when m has none (a new
 // member's record is written by persistSeen). Callers hold mmu, after
 // checkInstance.
-func (l *Coordinator) recordLineage(ctx context.Context, m *member, generation string, isNew bool) error {
+func (l *memberPart) recordLineage(ctx context.Context, m *member, generation string, isNew bool) error {
 	if generation == "" || m.rec.Lineage == generation {
 		return nil
 	}
@@ -93,7 +93,7 @@ func (l *Coordinator) recordLineage(ctx context.Context, m *member, generation s
 // is refused, as in Forget: stop it first. The member stays, with its
 // references; the next host's first sync only adds to them (a new journal
 // generation, docs/design.md §8.6).
-func (l *Coordinator) Release(ctx context.Context, nodeID string) (api.ReleaseResponse, error) {
+func (l *memberPart) Release(ctx context.Context, nodeID string) (api.ReleaseResponse, error) {
 	if err := validateID("node_id", nodeID); err != nil {
 		return api.ReleaseResponse{}, err
 	}

@@ -24,11 +24,11 @@ import (
 // missing (the coordinator restarted or lost its database, or the node
 // used blobs while it could not reach the coordinator).
 //
-// Lock order: a shard's mutex, then Coordinator.mmu, then the refcount
+// Lock order: a shard's mutex, then memberPart.mmu, then the refcount
 // Manager's stripes.
 
 // member is one node of the cluster. All fields are protected by
-// Coordinator.mmu.
+// memberPart.mmu.
 type member struct {
 	rec refcount.Member
 	// sessionUntil is when the session lapses; zero when the node has had
@@ -51,6 +51,10 @@ type member struct {
 	// sync is the sync in progress, if any (syncbounds.go starts and ends
 	// it).
 	sync *nodeSync
+	// writing is the node's sync being written, if any (syncwrite.go):
+	// no other sync of the node starts meanwhile. Usually sync too; not
+	// once the session lapsed or ended during the write.
+	writing *nodeSync
 	// seen is the node's last session call; rec.LastSeen is what is
 	// persisted, written with the member and at a clean shutdown only
 	// (persistSeen).
@@ -60,6 +64,12 @@ type member struct {
 	// again rather than refused as unknown, while the node stays synced.
 	done      string
 	doneCount int
+	// newMember: the member was made by a session of this coordinator
+	// and has not synced since. Every session answer says so
+	// (api.SessionResponse.NewMember) until its sync: a node that was
+	// forgotten learns it from any of them, not from the first alone,
+	// whose answer may be lost.
+	newMember bool
 	// refsWriting counts the references of the node admitted by the
 	// reference rule and not yet durable (refrule.go): the member is
 	// not forgotten meanwhile. Incremented under mmu, decremented without.
@@ -83,17 +93,31 @@ type nodeSync struct {
 	// sent counts the resource IDs of the chunks received, and last is
 	// what it counted before the last one (checkChunkOffset).
 	sent, last int
+	// writing: the done chunk was received and the sync is being written
+	// (syncwrite.go); since then collects the node's changes made
+	// meanwhile, and written is what of them was written again.
+	writing bool
+	written map[string]bool
+	// ended is closed when the write ends (finishSync).
+	ended chan struct{}
 }
 
 // maxSyncRefs bounds the references one node may sync.
 const maxSyncRefs = 1 << 24
+
+// markSynced makes m synced by its sync id, of count references.
+// Callers hold mmu.
+func (m *member) markSynced(id string, count int) {
+	m.synced, m.done, m.doneCount = true, id, count
+	m.newMember = false
+}
 
 func (m *member) live(now time.Time) bool {
 	return !m.sessionUntil.IsZero() && now.Before(m.sessionUntil)
 }
 
 // loadMembers reads the persisted members: none is live or synced.
-func (l *Coordinator) loadMembers(ctx context.Context) error {
+func (l *memberPart) loadMembers(ctx context.Context) error {
 	recs, err := l.state.ListMembers(ctx)
 	if err != nil {
 		return fmt.Errorf("lockserver: loading members: %w", err)
@@ -111,7 +135,7 @@ func (l *Coordinator) loadMembers(ctx context.Context) error {
 // lapsed, or one opened without an echo, starts unsynced. A session of
 // another instance while one's is live, or of another lineage than the
 // node ID's, is api.ErrDuplicateNode (lineage.go).
-func (l *Coordinator) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
+func (l *memberPart) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
 	if err := validateID("node_id", req.NodeID); err != nil {
 		return api.SessionResponse{}, err
 	}
@@ -131,7 +155,7 @@ func (l *Coordinator) Session(ctx context.Context, req api.SessionRequest) (api.
 	m := l.members[req.NodeID]
 	isNew := m == nil
 	if isNew {
-		m = &member{rec: refcount.Member{ID: req.NodeID, FirstSeen: now, Bystander: bystanderSession(req)}}
+		m = &member{rec: refcount.Member{ID: req.NodeID, FirstSeen: now, Bystander: bystanderSession(req)}, newMember: true}
 	}
 	if err := l.checkInstance(ctx, req, m, now); err != nil {
 		return api.SessionResponse{}, err
@@ -170,7 +194,7 @@ func (l *Coordinator) Session(ctx context.Context, req api.SessionRequest) (api.
 	m.sessionUntil = now.Add(l.cfg.SessionTTL)
 	m.answered = now
 	return api.SessionResponse{Cluster: c, SessionTTLMs: l.cfg.SessionTTL.Milliseconds(), Synced: m.synced,
-		StampMs: l.uptime(now), NewMember: isNew}, nil
+		StampMs: l.uptime(now), NewMember: m.newMember}, nil
 }
 
 // clashing reports whether another instance of m's node ID was refused
@@ -181,7 +205,7 @@ func (m *member) clashing(now time.Time) bool { return now.Before(m.clashUntil) 
 // before the delete drops the ID's reference: the reference may be the
 // other instance's. The refusal is api.ErrDuplicateNode, which the node
 // takes as "nothing changed" (it keeps its journal entry).
-func (l *Coordinator) checkClash(resourceID, node string, now time.Time) error {
+func (l *memberPart) checkClash(resourceID, node string, now time.Time) error {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	if m := l.members[node]; m != nil && m.clashing(now) {
@@ -197,7 +221,7 @@ func (l *Coordinator) checkClash(resourceID, node string, now time.Time) error {
 // expiry counts absence in this coordinator's uptime), so it stays in
 // memory and is written at a clean shutdown (flushSeen), not with an
 // fsync per node per minute (docs/design.md §10.2). Callers hold mmu.
-func (l *Coordinator) persistSeen(ctx context.Context, m *member, now time.Time) error {
+func (l *memberPart) persistSeen(ctx context.Context, m *member, now time.Time) error {
 	m.seen = now
 	if !m.rec.LastSeen.IsZero() {
 		return nil
@@ -213,7 +237,7 @@ func (l *Coordinator) persistSeen(ctx context.Context, m *member, now time.Time)
 
 // flushSeen writes the LastSeen of every member seen since its record
 // was written, in one commit (Close).
-func (l *Coordinator) flushSeen(ctx context.Context) error {
+func (l *memberPart) flushSeen(ctx context.Context) error {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	b := new(refcount.Batch)
@@ -235,187 +259,11 @@ func (l *Coordinator) flushSeen(ctx context.Context) error {
 	return nil
 }
 
-// SyncRefs handles PUT /nodes/{id}/refs: one chunk of the node's full
-// journal (api.SyncRequest), or one step of a sync by hash (synchash.go).
-// The last chunk replaces the node's references (of every bucket, or of
-// the differing ones) in one transaction and makes the node synced. At
-// most MaxSyncs requests are served at once; more are refused with a
-// BusyError (429), as is a chunk past the cluster-wide buffer bound
-// (syncbounds.go).
-func (l *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error) {
-	if err := validateID("node_id", nodeID); err != nil {
-		return api.SyncResponse{}, err
-	}
-	if err := validateID("sync_id", req.SyncID); err != nil {
-		return api.SyncResponse{}, err
-	}
-	if len(req.ResourceIDs) > api.MaxSyncChunk {
-		return api.SyncResponse{}, fmt.Errorf("sync of node %s: %d resource IDs in one chunk, at most %d: %w",
-			nodeID, len(req.ResourceIDs), api.MaxSyncChunk, api.ErrInvalidArgument)
-	}
-	for _, id := range req.ResourceIDs {
-		if err := validateResourceID(id); err != nil {
-			return api.SyncResponse{}, err
-		}
-	}
-	if err := validateHashStep(nodeID, req); err != nil {
-		return api.SyncResponse{}, err
-	}
-	release, err := l.admitSync(nodeID)
-	if err != nil {
-		return api.SyncResponse{}, err
-	}
-	defer release()
-	now := l.now()
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
-	m, err := l.liveMember("sync", nodeID, now)
-	if err != nil {
-		return api.SyncResponse{}, err
-	}
-	if m.synced && m.done == req.SyncID && (req.Done || req.Hash != nil) {
-		return api.SyncResponse{Received: m.doneCount, Synced: true}, nil // a retry
-	}
-	if m.sync == nil || m.sync.id != req.SyncID {
-		if req.Offset != nil && (*req.Offset != 0 || len(req.ResourceIDs) > 0 || req.Done || isHashStep(req)) {
-			return api.SyncResponse{}, fmt.Errorf("sync %s of node %s: unknown (its start was lost, e.g. with a lapsed session, or dropped after sync-timeout); start the sync again: %w",
-				req.SyncID, nodeID, api.ErrNotFound)
-		}
-		l.startSync(m, &nodeSync{id: req.SyncID, refs: map[string]struct{}{}, since: map[string]bool{}, touched: now})
-		if isHashStep(req) { // without an offset
-			l.endSync(m)
-			return api.SyncResponse{}, fmt.Errorf("sync %s of node %s: a hash step must follow the announcement: %w", req.SyncID, nodeID, api.ErrInvalidArgument)
-		}
-	}
-	s := m.sync
-	if len(req.ResourceIDs) == 0 && !req.Done && !isHashStep(req) && len(s.refs) == 0 && s.buckets == nil {
-		// The announcement (or its retry): say whether the sync may go by
-		// hash.
-		s.touched = now
-		return api.SyncResponse{ByHash: l.canSyncByHash(m, req.Generation)}, nil
-	}
-	if isHashStep(req) {
-		return l.syncHashStep(ctx, m, req, now)
-	}
-	retry, err := checkChunkOffset(nodeID, s, req)
-	if err != nil {
-		return api.SyncResponse{}, err
-	}
-	if len(s.refs)+len(req.ResourceIDs) > maxSyncRefs {
-		l.endSync(m)
-		return api.SyncResponse{}, fmt.Errorf("sync of node %s: more than %d references: %w", nodeID, maxSyncRefs, api.ErrInvalidArgument)
-	}
-	if s.buckets != nil {
-		for _, id := range req.ResourceIDs {
-			if !s.buckets.Holds(id) {
-				return api.SyncResponse{}, fmt.Errorf("sync of node %s: resource %q is not in a bucket the coordinator asked for: %w", nodeID, id, api.ErrInvalidArgument)
-			}
-		}
-	}
-	if err := l.bufferSync(ctx, m, req.ResourceIDs, now); err != nil {
-		return api.SyncResponse{}, err
-	}
-	if !retry {
-		s.last, s.sent = s.sent, s.sent+len(req.ResourceIDs)
-	}
-	if !req.Done {
-		return api.SyncResponse{Received: len(s.refs)}, nil
-	}
-	if err := l.checkDoneLate(nodeID, m, req.Echo, now); err != nil {
-		l.endSync(m)
-		return api.SyncResponse{}, err
-	}
-	refs := s.refs
-	for id, added := range s.since {
-		if !s.buckets.Holds(id) {
-			continue // outside the replaced buckets, the change is stored already
-		}
-		if added {
-			refs[id] = struct{}{}
-		} else {
-			delete(refs, id)
-		}
-	}
-	l.endSync(m)
-	failpoint.Inject(failpoint.CoordSyncBeforeReplace)
-	if err := l.applySync(ctx, m, req.Generation, s.buckets, refs); err != nil {
-		return api.SyncResponse{}, err
-	}
-	failpoint.Inject(failpoint.CoordSyncAfterReplace)
-	m.synced, m.done, m.doneCount = true, s.id, len(refs)
-	mode := "full"
-	if s.buckets != nil {
-		mode = "buckets"
-	}
-	l.syncMetrics.syncs.WithLabelValues(mode).Inc()
-	log.G(ctx).WithField("node", nodeID).WithField("refs", len(refs)).WithField("mode", mode).Info("node synced")
-	return api.SyncResponse{Received: len(refs), Synced: true}, nil
-}
-
-// applySync writes a node's full sync: it replaces the node's references,
-// or, from a journal generation the coordinator has not had a full sync
-// from (a wiped or replaced state dir), only adds them, then records the
-// generation (docs/design.md §8.6). Callers hold mmu.
-//
-// A store with a limit per transaction (etcd, docs/design.md §7.1) may
-// commit the batch as several transactions, one atomic group after the
-// other, and stop between two (a failure, a failover). So the references
-// come first, in groups that fit (refcount.Manager.ReplaceNodeGroups, or
-// one AddRef a group), and the member record, which carries the
-// generation, last, in a group of its own. Any prefix is safe:
-//   - the node is not synced (m.synced is set after the whole commit; a
-//     new leader starts with no member synced), so deletes wait for it
-//     whatever its references are meanwhile, and it syncs again;
-//   - so the order of the reference groups does not matter: an addition
-//     is of a reference the node's journal holds, a removal of one its
-//     complete journal no longer holds, and until the last group lands
-//     nothing decides on the mix;
-//   - the generation is recorded only once every reference of it is
-//     stored: until then a sync from it only adds again;
-//   - the node's hash (sync by hash) is not offered after a failed commit
-//     (the Manager marks it dirty), so the next sync sends the whole
-//     journal; a new leader builds the hashes from what was committed.
-func (l *Coordinator) applySync(ctx context.Context, m *member, generation string, buckets *refcount.BucketSet, refs map[string]struct{}) error {
-	node := m.rec.ID
-	b := new(refcount.Batch)
-	switch {
-	case buckets != nil && generation == m.rec.Generation:
-		if len(buckets.List()) > 0 {
-			if _, err := l.refs.ReplaceNodeGroups(ctx, b, node, buckets, refs); err != nil {
-				return fmt.Errorf("sync of node %s: %w", node, err)
-			}
-		}
-	case generation == m.rec.Generation:
-		if _, err := l.refs.ReplaceNodeGroups(ctx, b, node, nil, refs); err != nil {
-			return fmt.Errorf("sync of node %s: %w", node, err)
-		}
-	default:
-		for id := range refs {
-			b.AddRef(id, node).Break()
-		}
-	}
-	rec := m.rec
-	rec.Generation = generation
-	rec.Bystander = false // it synced (bystander.go)
-	if rec != m.rec {
-		b.Break().PutMember(rec)
-	}
-	if err := l.commit(ctx, b); err != nil {
-		return fmt.Errorf("sync of node %s: %w", node, err)
-	}
-	if rec != m.rec {
-		log.G(ctx).WithField("node", node).WithField("generation", generation).WithField("previous", m.rec.Generation).
-			Warn("sync from a new journal generation: references only added, none dropped")
-	}
-	m.rec = rec
-	return nil
-}
-
 // noteRef tells a sync in progress of node that node itself added (or
 // dropped) a reference, so that the sync's replacement keeps the change.
 // Callers hold the resource's shard mutex and call it before they write
 // the change.
-func (l *Coordinator) noteRef(node, resourceID string, added bool) {
+func (l *memberPart) noteRef(node, resourceID string, added bool) {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	if m := l.members[node]; m != nil && m.sync != nil {
@@ -424,14 +272,14 @@ func (l *Coordinator) noteRef(node, resourceID string, added bool) {
 }
 
 // unsynced returns the members that are not synced now, sorted.
-func (l *Coordinator) unsynced(now time.Time) []string {
+func (l *memberPart) unsynced(now time.Time) []string {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	return l.unsyncedLocked(now)
 }
 
 // unsyncedLocked is unsynced for callers that hold mmu.
-func (l *Coordinator) unsyncedLocked(now time.Time) []string {
+func (l *memberPart) unsyncedLocked(now time.Time) []string {
 	var out []string
 	for id, m := range l.members {
 		if (!m.synced || !m.live(now) || m.clashing(now)) && !l.letGo(m, now) {
@@ -443,7 +291,7 @@ func (l *Coordinator) unsyncedLocked(now time.Time) []string {
 }
 
 // syncedError refuses a delete of resourceID while members are unsynced.
-func (l *Coordinator) syncedError(resourceID string, unsynced []string) error {
+func (l *memberPart) syncedError(resourceID string, unsynced []string) error {
 	if len(unsynced) > 0 {
 		l.metrics.unsyncedRefusals.Inc()
 		return &api.UnsyncedError{ResourceID: resourceID, Nodes: unsynced}
@@ -453,17 +301,20 @@ func (l *Coordinator) syncedError(resourceID string, unsynced []string) error {
 
 // allSynced is the members' half of the delete rule (docs/design.md
 // §8.7, membersView): noRefs, the references' half, and every member
-// synced, read in one step under mmu. A sync replaces a node's
-// references under mmu too, so it cannot land between the two reads: a
-// delete that read no reference, then found the syncing member synced,
-// was granted while that member's sync referenced the resource
-// (TestDeleteRuleAtomicWithSync). Callers may hold the resource's shard
-// mutex (lock order: shard, mmu, reference stripes).
-func (l *Coordinator) allSynced(resourceID string, now time.Time, noRefs func() error) error {
+// synced, read in one step under mmu. noRefs counts, through withSyncing,
+// the references a sync being written adds (writingRefs): the write does
+// not hold mmu (syncwrite.go), but its node becomes synced only under mmu
+// once the write is durable, so a delete that read no reference, then
+// found the syncing member synced, cannot be granted while that member's
+// sync references the resource (TestDeleteRuleAtomicWithSync,
+// docs/design.md §10.5). Callers may hold the resource's shard mutex
+// (lock order: shard, mmu, reference stripes).
+func (l *memberPart) allSynced(resourceID string, now time.Time, noRefs func(withSyncing func(refcount.Set) refcount.Set) error) error {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	if noRefs != nil {
-		if err := noRefs(); err != nil {
+		withSyncing := func(rc refcount.Set) refcount.Set { return l.writingRefs(resourceID, rc) }
+		if err := noRefs(withSyncing); err != nil {
 			return err
 		}
 	}
@@ -474,7 +325,7 @@ func (l *Coordinator) allSynced(resourceID string, now time.Time, noRefs func() 
 // member and its references are dropped. A node with a live session is
 // refused: it would be a member again at its next keepalive, without its
 // references.
-func (l *Coordinator) Forget(ctx context.Context, nodeID string) error {
+func (l *memberPart) Forget(ctx context.Context, nodeID string) error {
 	if err := validateID("node_id", nodeID); err != nil {
 		return err
 	}
@@ -499,7 +350,7 @@ func (l *Coordinator) Forget(ctx context.Context, nodeID string) error {
 // leave references of a node that is no member any more, which nothing
 // drops (Expire needs a member) and which block deletes for ever.
 // Callers hold mmu.
-func (l *Coordinator) forgetLocked(ctx context.Context, nodeID, why string) error {
+func (l *memberPart) forgetLocked(ctx context.Context, nodeID, why string) error {
 	if m := l.members[nodeID]; m != nil && m.refsWriting.Load() > 0 {
 		// Admitted while its session was live; dropped now, they would
 		// land after the drop, references of a non-member (refrule.go).
@@ -526,7 +377,7 @@ func (l *Coordinator) forgetLocked(ctx context.Context, nodeID, why string) erro
 }
 
 // Nodes returns every member and its state.
-func (l *Coordinator) Nodes(ctx context.Context) (api.NodesResponse, error) {
+func (l *memberPart) Nodes(ctx context.Context) (api.NodesResponse, error) {
 	return l.NodesPage(ctx, "", 0)
 }
 
@@ -534,7 +385,7 @@ func (l *Coordinator) Nodes(ctx context.Context) (api.NodesResponse, error) {
 // after, in ID order, at most limit of them (0: all), and the `after` of
 // the next page if there is one. It costs O(members) in memory, no
 // storage read.
-func (l *Coordinator) NodesPage(_ context.Context, after string, limit int) (api.NodesResponse, error) {
+func (l *memberPart) NodesPage(_ context.Context, after string, limit int) (api.NodesResponse, error) {
 	if limit < 0 {
 		return api.NodesResponse{}, fmt.Errorf("nodes: limit %d: %w", limit, api.ErrInvalidArgument)
 	}
@@ -578,7 +429,7 @@ func (l *Coordinator) NodesPage(_ context.Context, after string, limit int) (api
 // started, whichever is later, measured on the monotonic clock. Time the
 // coordinator was down never counts (a weekend's outage expires nobody).
 // Zero while m is live. Callers hold mmu.
-func (l *Coordinator) absence(m *member, now time.Time) time.Duration {
+func (l *memberPart) absence(m *member, now time.Time) time.Duration {
 	if m.live(now) {
 		return 0
 	}

@@ -29,7 +29,7 @@ import (
 
 // liveMember returns node's member if it holds a live session, else
 // api.ErrNoSession naming what for. Callers hold mmu.
-func (l *Coordinator) liveMember(what, node string, now time.Time) (*member, error) {
+func (l *memberPart) liveMember(what, node string, now time.Time) (*member, error) {
 	m := l.members[node]
 	switch {
 	case m == nil:
@@ -45,7 +45,7 @@ func (l *Coordinator) liveMember(what, node string, now time.Time) (*member, err
 // reference counts as being written until done is called, once the write
 // is durable or has failed. Callers hold the resource's shard mutex (lock
 // order: shard, mmu).
-func (l *Coordinator) admitRef(node, resourceID string, now time.Time) (done func(), err error) {
+func (l *memberPart) admitRef(node, resourceID string, now time.Time) (done func(), err error) {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	m, err := l.liveMember("refs "+resourceID, node, now)
@@ -66,7 +66,7 @@ func (l *Coordinator) admitRef(node, resourceID string, now time.Time) (done fun
 // cannot land between the rule and the write (membersView). Callers may
 // hold the resource's shard mutex (lock order: shard, mmu, refcount
 // stripes).
-func (l *Coordinator) whileAdmitted(node, resourceID string, now time.Time, write func(refused error) error) error {
+func (l *memberPart) whileAdmitted(node, resourceID string, now time.Time, write func(refused error) error) error {
 	l.mmu.Lock()
 	defer l.mmu.Unlock()
 	m, err := l.liveMember("refs "+resourceID, node, now)

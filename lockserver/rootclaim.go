@@ -27,7 +27,7 @@ import (
 
 // checkRoot applies the root rules to a session request, before anything
 // of the node is recorded. Callers hold mmu.
-func (l *Coordinator) checkRoot(req api.SessionRequest, c api.Cluster) error {
+func (l *memberPart) checkRoot(req api.SessionRequest, c api.Cluster) error {
 	switch {
 	case req.Unclaimed && req.Root != nil:
 		// (A cluster ID may come with it: a client that expects the
@@ -56,7 +56,7 @@ func (l *Coordinator) checkRoot(req api.SessionRequest, c api.Cluster) error {
 
 // hasRoot says why the cluster has a shared root, or "" when it has none
 // yet (a brand-new cluster). Callers hold mmu.
-func (l *Coordinator) hasRoot() string {
+func (l *memberPart) hasRoot() string {
 	if l.root != nil {
 		return "recorded: " + claimString(l.root)
 	}
@@ -73,7 +73,7 @@ func (l *Coordinator) hasRoot() string {
 
 // recordRoot records req's root as the cluster's when none is. Callers
 // hold mmu, after checkRoot.
-func (l *Coordinator) recordRoot(ctx context.Context, req api.SessionRequest) error {
+func (l *memberPart) recordRoot(ctx context.Context, req api.SessionRequest) error {
 	if req.Root == nil || l.root != nil {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
 // The seams between the coordinator's parts (docs/design.md §3.11). The
@@ -42,13 +43,13 @@ type membersView interface {
 	// allSynced is the members' half of the delete rule: it runs noRefs
 	// (the references' half; nil: none) with the members held still, so
 	// that no sync lands between the two halves, then refuses with
-	// api.UnsyncedError unless every member is synced.
-	allSynced(resourceID string, now time.Time, noRefs func() error) error
+	// api.UnsyncedError unless every member is synced. noRefs adds, with
+	// withSyncing, the references a sync being written adds to the set
+	// it read.
+	allSynced(resourceID string, now time.Time, noRefs func(withSyncing func(refcount.Set) refcount.Set) error) error
 }
 
-// The Coordinator is the members part until that part is a type of its
-// own.
-var _ membersView = (*Coordinator)(nil)
+var _ membersView = (*memberPart)(nil)
 
 // referenceRules is the references part as the locks part sees it: the
 // rules on references a lock request obeys (the delete rule, §8.7; the

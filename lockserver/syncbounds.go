@@ -96,20 +96,26 @@ type syncLimits struct {
 	// slots admits MaxSyncs sync requests at once.
 	slots chan struct{}
 	// buffered counts the resource IDs of every unfinished sync;
-	// protected by Coordinator.mmu.
+	// protected by memberPart.mmu.
 	buffered int
 	// active are the members with an unfinished sync; protected by mmu.
 	active map[*member]struct{}
+	// writing are the members whose sync is being written (syncwrite.go);
+	// protected by mmu.
+	writing map[*member]struct{}
+	// writeHook, when set (by tests), is called without mmu before a
+	// sync's replace ("replace") and after it ("replaced").
+	writeHook func(node, stage string)
 }
 
 func newSyncLimits(cfg Config) *syncLimits {
-	return &syncLimits{slots: make(chan struct{}, cfg.MaxSyncs), active: map[*member]struct{}{}}
+	return &syncLimits{slots: make(chan struct{}, cfg.MaxSyncs), active: map[*member]struct{}{}, writing: map[*member]struct{}{}}
 }
 
 // admitSync takes a sync slot, or refuses the request at once: a sync
 // never queues (a queued one would hold a connection and time out on the
 // node), and session calls take no slot.
-func (l *Coordinator) admitSync(node string) (release func(), err error) {
+func (l *memberPart) admitSync(node string) (release func(), err error) {
 	select {
 	case l.syncLimits.slots <- struct{}{}:
 		return func() { <-l.syncLimits.slots }, nil
@@ -122,7 +128,7 @@ func (l *Coordinator) admitSync(node string) (release func(), err error) {
 
 // startSync makes s m's unfinished sync, dropping the one m had. Callers
 // hold mmu.
-func (l *Coordinator) startSync(m *member, s *nodeSync) {
+func (l *memberPart) startSync(m *member, s *nodeSync) {
 	l.endSync(m)
 	m.sync = s
 	l.syncLimits.active[m] = struct{}{}
@@ -130,7 +136,7 @@ func (l *Coordinator) startSync(m *member, s *nodeSync) {
 
 // endSync drops m's unfinished sync, if any, and its buffer. Callers hold
 // mmu.
-func (l *Coordinator) endSync(m *member) {
+func (l *memberPart) endSync(m *member) {
 	if m.sync == nil {
 		return
 	}
@@ -145,7 +151,7 @@ func (l *Coordinator) endSync(m *member) {
 // refused (429, nothing buffered) if that is not enough; the node sends
 // the same chunk again later, so the sync resumes where it was. Callers
 // hold mmu.
-func (l *Coordinator) bufferSync(ctx context.Context, m *member, ids []string, now time.Time) error {
+func (l *memberPart) bufferSync(ctx context.Context, m *member, ids []string, now time.Time) error {
 	s := m.sync
 	s.touched = now // the node is sending: its own sync is not stale
 	if l.syncLimits.buffered+len(ids) > l.cfg.MaxSyncBuffer {
@@ -167,9 +173,9 @@ func (l *Coordinator) bufferSync(ctx context.Context, m *member, ids []string, n
 
 // dropStaleSyncs drops every unfinished sync that has sent nothing for
 // SyncTimeout. Callers hold mmu.
-func (l *Coordinator) dropStaleSyncs(ctx context.Context, now time.Time) {
+func (l *memberPart) dropStaleSyncs(ctx context.Context, now time.Time) {
 	for m := range l.syncLimits.active {
-		if now.Sub(m.sync.touched) >= l.cfg.SyncTimeout {
+		if !m.sync.writing && now.Sub(m.sync.touched) >= l.cfg.SyncTimeout {
 			log.G(ctx).WithField("node", m.rec.ID).WithField("refs", len(m.sync.refs)).WithField("idle", now.Sub(m.sync.touched)).
 				Warn("unfinished sync dropped: nothing sent for sync-timeout; the node starts it again")
 			l.syncMetrics.dropped.WithLabelValues("timeout").Inc()

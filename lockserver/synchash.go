@@ -49,13 +49,13 @@ func validateHashStep(node string, req api.SyncRequest) error {
 // coordinator's record of m is of the journal generation the node syncs
 // from (otherwise the sync only adds: applySync), and the hashes are
 // built. Callers hold mmu.
-func (l *Coordinator) canSyncByHash(m *member, generation string) bool {
+func (l *memberPart) canSyncByHash(m *member, generation string) bool {
 	_, built := l.refs.NodeHash(m.rec.ID)
 	return built && generation == m.rec.Generation
 }
 
 // syncHashStep answers a hash step of m's sync. Callers hold mmu.
-func (l *Coordinator) syncHashStep(ctx context.Context, m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, error) {
+func (l *memberPart) syncHashStep(ctx context.Context, m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, error) {
 	s := m.sync
 	node := m.rec.ID
 	if !l.canSyncByHash(m, req.Generation) {
@@ -79,7 +79,7 @@ func (l *Coordinator) syncHashStep(ctx context.Context, m *member, req api.SyncR
 		// Nothing to write: the crash points of a sync's replace are
 		// here, on either side of making the node synced.
 		failpoint.Inject(failpoint.CoordSyncBeforeReplace)
-		m.synced, m.done, m.doneCount = true, s.id, int(req.Hash.Count)
+		m.markSynced(s.id, int(req.Hash.Count))
 		failpoint.Inject(failpoint.CoordSyncAfterReplace)
 		l.syncMetrics.syncs.WithLabelValues("hash").Inc()
 		log.G(ctx).WithField("node", node).WithField("refs", req.Hash.Count).Info("node synced by hash")

@@ -28,11 +28,11 @@ import (
 // node synced.
 
 // uptime is this Coordinator's age at now, in milliseconds.
-func (l *Coordinator) uptime(now time.Time) int64 { return now.Sub(l.started).Milliseconds() }
+func (l *memberPart) uptime(now time.Time) int64 { return now.Sub(l.started).Milliseconds() }
 
 // echoValid reports whether e echoes an answer of this coordinator in
 // this epoch.
-func (l *Coordinator) echoValid(e *api.Echo, now time.Time) bool {
+func (l *memberPart) echoValid(e *api.Echo, now time.Time) bool {
 	return e != nil && e.Epoch == l.Cluster().Epoch && e.StampMs >= 0 && e.ElapsedMs >= 0 &&
 		e.StampMs <= l.uptime(now)
 }
@@ -40,7 +40,7 @@ func (l *Coordinator) echoValid(e *api.Echo, now time.Time) bool {
 // checkLate refuses (api.ErrLate) a message with echo e that arrives at now
 // more than TTL/3 after it was sent, by the echo's measure, or that echoes
 // an answer more than 2·TTL/3 old. what names the message.
-func (l *Coordinator) checkLate(node, what string, e *api.Echo, now time.Time) error {
+func (l *memberPart) checkLate(node, what string, e *api.Echo, now time.Time) error {
 	ttl := l.cfg.SessionTTL.Milliseconds()
 	age := l.uptime(now) - (e.StampMs + e.ElapsedMs)
 	if e.ElapsedMs > 2*ttl/3 || age > ttl/3 {
@@ -54,7 +54,7 @@ func (l *Coordinator) checkLate(node, what string, e *api.Echo, now time.Time) e
 // checkDoneLate applies the rule to the last chunk of a sync: with an echo
 // as to a renewal; without one (an older node) it must arrive within TTL/3
 // of the coordinator's last session answer to the node. Callers hold mmu.
-func (l *Coordinator) checkDoneLate(node string, m *member, e *api.Echo, now time.Time) error {
+func (l *memberPart) checkDoneLate(node string, m *member, e *api.Echo, now time.Time) error {
 	if e != nil {
 		if !l.echoValid(e, now) {
 			return fmt.Errorf("sync of node %s: it echoes a session answer of another coordinator epoch; open a new session: %w", node, api.ErrLate)

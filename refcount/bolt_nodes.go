@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -120,17 +121,59 @@ func (r boltRefs) replaceNode(node string, buckets *BucketSet, refs map[string]s
 			}
 		}
 	}
-	for _, id := range drop {
-		if err := r.remove(id, node); err != nil {
+	// In key order (removals last key first), so that bbolt inserts each
+	// key at the end of its page's keys and removes the last: a page
+	// grows within a transaction and is split only at its commit, and in
+	// random order every insert or removal moves the keys after it, which
+	// made a 100,000-reference replace quadratic (minutes).
+	slices.Sort(drop)
+	var dropped []string
+	for _, id := range slices.Backward(drop) {
+		removed, err := removeRef(r.sets, id, node)
+		if err != nil {
+			return err
+		}
+		if removed {
+			dropped = append(dropped, id)
+		}
+	}
+	for _, k := range slices.Backward(byIndexKey(dropped)) {
+		if err := r.unindex(node, k.id); err != nil {
 			return err
 		}
 	}
-	for id := range refs {
-		if err := r.add(id, node); err != nil {
+	var added []string
+	for _, id := range slices.Sorted(maps.Keys(refs)) {
+		ok, err := addRef(r.sets, id, node)
+		if err != nil {
+			return err
+		}
+		if ok {
+			added = append(added, id)
+		}
+	}
+	for _, k := range byIndexKey(added) {
+		if err := indexAdd(r.nodes, node, k.id); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// keyedID is a resource ID with its index key.
+type keyedID struct {
+	key []byte
+	id  string
+}
+
+// byIndexKey returns ids with their index keys, in the order of those.
+func byIndexKey(ids []string) []keyedID {
+	out := make([]keyedID, len(ids))
+	for i, id := range ids {
+		out[i] = keyedID{indexKey(id), id}
+	}
+	slices.SortFunc(out, func(a, b keyedID) int { return bytes.Compare(a.key, b.key) })
+	return out
 }
 
 // indexAdd records in the index that node references id.

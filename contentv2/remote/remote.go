@@ -72,7 +72,7 @@ func (s *coordinator) SyncRefs(ctx context.Context, req contentv2.SyncRequest) e
 	syncID := newSyncID()
 	// Announce the sync before the snapshot (see Coordinator.SyncRefs).
 	zero := 0
-	announce := api.SyncRequest{SyncID: syncID, ResourceIDs: []string{}, Generation: req.Generation, Offset: &zero}
+	announce := api.SyncRequest{Step: api.SyncStepAnnounce, SyncID: syncID, ResourceIDs: []string{}, Generation: req.Generation, Offset: &zero}
 	resp, err := s.c.SyncRefs(ctx, announce)
 	if err != nil {
 		return err
@@ -111,7 +111,7 @@ func (s *coordinator) syncByHash(ctx context.Context, syncID string, req content
 		return nil, false, fmt.Errorf("sync: too long since the last session answer to finish it: %w", api.ErrLate)
 	}
 	zero := 0
-	resp, err := s.c.SyncRefs(ctx, api.SyncRequest{SyncID: syncID, Generation: req.Generation, Offset: &zero, Hash: &whole, Echo: wireEcho(e)})
+	resp, err := s.c.SyncRefs(ctx, api.SyncRequest{Step: api.SyncStepHash, SyncID: syncID, Generation: req.Generation, Offset: &zero, Hash: &whole, Echo: wireEcho(e)})
 	if err != nil {
 		return nil, false, err
 	}
@@ -119,7 +119,7 @@ func (s *coordinator) syncByHash(ctx context.Context, syncID string, req content
 		failpoint.Inject(failpoint.StoreSyncAfterDone) // the sync's last request answered
 		return nil, true, nil
 	}
-	resp, err = s.c.SyncRefs(ctx, api.SyncRequest{SyncID: syncID, Generation: req.Generation, Offset: &zero, BucketHashes: buckets})
+	resp, err = s.c.SyncRefs(ctx, api.SyncRequest{Step: api.SyncStepHash, SyncID: syncID, Generation: req.Generation, Offset: &zero, BucketHashes: buckets})
 	if err != nil {
 		return nil, false, err
 	}
@@ -141,11 +141,11 @@ func (s *coordinator) sendChunks(ctx context.Context, syncID string, req content
 	for {
 		n := min(len(refs), api.MaxSyncChunk)
 		offset := sent
-		chunk := api.SyncRequest{SyncID: syncID, ResourceIDs: refs[:n:n], Generation: req.Generation, Offset: &offset}
+		chunk := api.SyncRequest{Step: api.SyncStepChunk, SyncID: syncID, ResourceIDs: refs[:n:n], Generation: req.Generation, Offset: &offset}
 		sent += n
 		refs = refs[n:]
 		if len(refs) == 0 {
-			chunk.Done = true
+			chunk.Step, chunk.Done = api.SyncStepDone, true
 			e := req.Echo()
 			if e == nil {
 				return fmt.Errorf("sync: too long since the last session answer to finish it: %w", api.ErrLate)

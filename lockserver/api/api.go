@@ -260,8 +260,10 @@ type SessionResponse struct {
 	// it answered; the node echoes it (Echo).
 	StampMs int64 `json:"stamp_ms"`
 	// NewMember: the coordinator had no member record of this node
-	// before this session. A node that was a member of this cluster was
-	// forgotten meanwhile, and its references dropped.
+	// before this membership: it says so in every session answer until
+	// the node's first sync completes, so a lost answer is not the only
+	// one. A node that was a member of this cluster was forgotten
+	// meanwhile, and its references dropped.
 	NewMember bool `json:"new_member"`
 }
 
@@ -293,11 +295,13 @@ type EndSessionResponse struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// SyncRequest is the body of PUT /nodes/{id}/refs: one chunk of a node's
-// full journal. The first chunk with a new SyncID starts a sync (send it,
-// possibly empty, before taking the journal's snapshot); the chunk with
-// Done replaces the node's references with the union of the chunks, plus
-// whatever the node added (minus what it dropped) since the sync started.
+// SyncRequest is the body of PUT /nodes/{id}/refs: one step of a node's
+// sync of its full journal (Step). The announcement starts a sync (send
+// it before taking the journal's snapshot); chunks carry the snapshot's
+// resource IDs; the done chunk (the last, maybe empty) replaces the
+// node's references with the union of the chunks, plus whatever the node
+// added (minus what it dropped) since the sync started. Between the
+// announcement and the chunks, a sync by hash sends its hash steps.
 //
 // Generation is the journal's random generation ID. A sync from a
 // generation the coordinator has not received a full sync from for this
@@ -306,6 +310,13 @@ type EndSessionResponse struct {
 // one (an older node) it must arrive within TTL/3 of the coordinator's
 // last session answer to the node.
 type SyncRequest struct {
+	// Step is the request's step of the sync. A node sends it with the
+	// fields an older coordinator tells the step from (an announcement
+	// with no resource IDs and offset 0, a done chunk with Done, a hash
+	// step with Hash or BucketHashes), and the coordinator refuses a step
+	// its fields contradict. Empty (an older node): the coordinator tells
+	// the step from the fields, as it did before steps were named.
+	Step        SyncStep `json:"step,omitempty"`
 	SyncID      string   `json:"sync_id"`
 	ResourceIDs []string `json:"resource_ids"`
 	Done        bool     `json:"done"`
@@ -333,6 +344,20 @@ type SyncRequest struct {
 	Hash         *SyncHash  `json:"hash,omitempty"`
 	BucketHashes []SyncHash `json:"bucket_hashes,omitempty"`
 }
+
+// SyncStep names one step of a node's sync (SyncRequest.Step).
+type SyncStep string
+
+// The steps of a sync, in their order: one announcement, then (a sync by
+// hash) the whole hash and maybe the bucket hashes, then chunks, the last
+// of them done. A sync by hash whose whole hash is equal ends at its hash
+// step.
+const (
+	SyncStepAnnounce SyncStep = "announce"
+	SyncStepHash     SyncStep = "hash"
+	SyncStepChunk    SyncStep = "chunk"
+	SyncStepDone     SyncStep = "done"
+)
 
 // SyncHash is the order-independent hash of a set of resource IDs (a
 // node's journal, or one bucket of it): how many, and the sum (mod 2^64)
