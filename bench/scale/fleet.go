@@ -62,6 +62,22 @@ func (f *fleet) start(nodes []*node) {
 	}
 }
 
+// closeStores closes the nodes' contentv2 stores (each ends its session),
+// a wave at a time.
+func (f *fleet) closeStores() {
+	for i := 0; i < len(f.nodes); i += setUpWave {
+		var wg sync.WaitGroup
+		for _, nd := range f.nodes[i:min(len(f.nodes), i+setUpWave)] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				nd.closeStore()
+			}()
+		}
+		wg.Wait()
+	}
+}
+
 // stop ends the session loops and closes the clients.
 func (f *fleet) stop() {
 	f.cancel()

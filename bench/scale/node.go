@@ -10,10 +10,12 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
@@ -30,6 +32,16 @@ type node struct {
 	stream   *streamTransport      // client's event streams
 	coord    contentv2.Coordinator // contentv2's view of the coordinator, over client
 	instance string                // random per "daemon start", as contentv2's
+
+	// The node as contentv2 (store.go), in a rollout: its store and
+	// counters, the rollout's image, the coordination calls that failed
+	// without an answer, and the writers answered ErrUnavailable.
+	store         contentv2.Store
+	reg           *prometheus.Registry
+	img           atomic.Pointer[image]
+	failedCalls   atomic.Int64
+	failedErr     atomic.Pointer[string] // the first failed call's error
+	writerRetries atomic.Int64
 
 	mu         sync.Mutex
 	journal    []digest.Digest
@@ -106,13 +118,6 @@ func closeNodes(nodes []*node) {
 	}
 }
 
-// addToJournal records a reference the node added.
-func (n *node) addToJournal(d digest.Digest) {
-	n.mu.Lock()
-	n.journal = append(n.journal, d)
-	n.mu.Unlock()
-}
-
 func (n *node) snapshot() ([]digest.Digest, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -132,4 +137,18 @@ func checkLoopback(n int) error {
 		return fmt.Errorf("loopback address %s for node %d: %w (need Linux, where all of 127/8 is lo)", nodeAddr(n-1), n-1, err)
 	}
 	return ln.Close()
+}
+
+// rolloutBlob returns the rollout's image and the index of its blob
+// resourceID (nil: not one of its blobs, or no rollout).
+func (n *node) rolloutBlob(resourceID string) (*image, int) {
+	img := n.img.Load()
+	if img == nil {
+		return nil, 0
+	}
+	j, ok := img.index[resourceID]
+	if !ok {
+		return nil, 0
+	}
+	return img, j
 }
