@@ -90,9 +90,9 @@
 // stores implement all three; the etcd store implements RefStater and
 // Submitter (etcd's Submit is group commit: the batches pending within a
 // few milliseconds share one transaction, docs/design.md §7.1).
-// The etcd store is also a CountingSubmitter: its adds are not read
-// first, and learn whether they changed the set and its size from the
-// transaction that commits them (docs/design.md §7.1).
+// The bbolt and etcd stores are also CountingSubmitters: their adds are
+// not read first, and learn whether they changed the set and its size
+// from the transaction that commits them (docs/design.md §7.1, §10.6).
 // Manager.AddRefOrdered uses a CountingSubmitter, else the first two,
 // and falls back to AddRef on a store that has neither; the Manager's hash changes ask a RefStater
 // whether a node is in a set instead of reading the set.
