@@ -75,6 +75,9 @@ type options struct {
 	long           *http.Client
 	token          string
 	tlsConfig      *tls.Config
+	// streamOnDemand: the node's event stream opens with its first wait,
+	// not with its session (WithNodeStreamOnDemand).
+	streamOnDemand bool
 }
 
 func defaultOptions() options {
@@ -134,6 +137,14 @@ func WithShortClient(c ShortClient) Option { return func(o *options) { o.short =
 // have a timeout (streams last as long as a wait); WithTLSConfig does not
 // apply to it.
 func WithLongClient(c *http.Client) Option { return func(o *options) { o.long = c } }
+
+// WithNodeStreamOnDemand opens the node's event stream with its first
+// wait and closes it a while after its last, instead of opening it with
+// the node's session and keeping it while the session is held (the
+// default, docs/design.md §10.6). A node whose waits come in a burst then
+// opens its stream as the burst starts, and a waiter whose outcome comes
+// before the stream is up learns it by /lock/status.
+func WithNodeStreamOnDemand() Option { return func(o *options) { o.streamOnDemand = true } }
 
 // WithBearerToken sends "Authorization: Bearer <token>" with every request.
 // Surrounding white space (a token file's newline) is dropped.
