@@ -38,6 +38,7 @@ func (s *scaleFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&s.cfg.Blobs, "scale-blobs", scale.DefaultBlobs, "scale: blobs of the rollout's image")
 	fs.DurationVar(&s.cfg.Download, "scale-download", scale.DefaultDownload, "scale: the holder's simulated download of a blob")
 	fs.IntVar(&s.cfg.ShortConns, "scale-short-conns", scale.DefaultShortConns, "scale: keep-alive connections a node's short requests share (besides its event stream)")
+	fs.BoolVar(&s.cfg.StreamOnDemand, "scale-stream-on-demand", false, "scale: open a node's event stream with its first wait, not with its session (lockclient.WithNodeStreamOnDemand)")
 	fs.IntVar(&s.cfg.Parallel, "scale-parallel", scale.DefaultParallel, "scale: blobs a node pulls at once")
 	fs.IntVar(&s.cfg.BlobSize, "scale-blob-size", scale.DefaultBlobSize, "scale: bytes of each blob of the rollout's image (written by its holder into the shared root)")
 	fs.DurationVar(&s.cfg.RetryPause, "scale-retry-pause", scale.DefaultRetryPause, "scale: mean pause before a failed fetch is tried again")
@@ -72,6 +73,9 @@ func (s *scaleFlags) commandLine() string {
 	cmd := fmt.Sprintf("go run . -only scale -scale-rollout %s -scale-steady %s -scale-restart %s", orNone(s.rollout), orNone(s.steady), orNone(s.restart))
 	if s.cfg.ShortConns != scale.DefaultShortConns {
 		cmd += fmt.Sprintf(" -scale-short-conns %d", s.cfg.ShortConns)
+	}
+	if s.cfg.StreamOnDemand {
+		cmd += " -scale-stream-on-demand"
 	}
 	return cmd
 }

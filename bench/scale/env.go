@@ -108,7 +108,7 @@ func newEnv(cfg Config, n int, journal func(i int) []digest.Digest) (*env, error
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	if e.fleet, err = newFleet(n, cfg.ShortConns, e.coord.url(), journal); err != nil {
+	if e.fleet, err = newFleet(n, cfg, e.coord.url(), journal); err != nil {
 		e.tearDown()
 		return nil, err
 	}

@@ -50,14 +50,15 @@ type node struct {
 }
 
 // newNode builds node i's clients against the coordinator at serverURL,
-// with shortConns keep-alive connections for its short requests.
-func newNode(i, shortConns int, serverURL string, a *answers) (*node, error) {
+// with cfg.ShortConns keep-alive connections for its short requests, and
+// its event stream opened with its session unless cfg.StreamOnDemand.
+func newNode(i int, cfg Config, serverURL string, a *answers) (*node, error) {
 	u, err := url.Parse(serverURL)
 	if err != nil {
 		return nil, err
 	}
 	d := newDialer(nodeAddr(i), &a.bytesRead)
-	// As lockclient's own (lockclient/http.go), but with shortConns
+	// As lockclient's own (lockclient/http.go), but with cfg.ShortConns
 	// connections (Config.ShortConns; lockclient opens up to 512 when its
 	// requests overlap). A request that waits for one longer than its
 	// deadline counts as a time-out.
@@ -82,7 +83,7 @@ func newNode(i, shortConns int, serverURL string, a *answers) (*node, error) {
 	// (dialed when first needed: only holders send them): lockclient
 	// would open one rather than queue them behind the node's lock
 	// requests and adds.
-	short := &shortClient{a: a, hc: hostClient(shortConns), held: hostClient(1)}
+	short := &shortClient{a: a, hc: hostClient(cfg.ShortConns), held: hostClient(1)}
 	stream := &streamTransport{a: a, rt: &http.Transport{
 		DialContext:         d.DialContext,
 		MaxIdleConns:        128,
@@ -92,7 +93,11 @@ func newNode(i, shortConns int, serverURL string, a *answers) (*node, error) {
 	}}
 	long := &http.Client{Transport: stream}
 	id := fmt.Sprintf("scale-%05d", i)
-	c, err := lockclient.New(serverURL, lockclient.WithNodeID(id), lockclient.WithShortClient(short), lockclient.WithLongClient(long))
+	opts := []lockclient.Option{lockclient.WithNodeID(id), lockclient.WithShortClient(short), lockclient.WithLongClient(long)}
+	if cfg.StreamOnDemand {
+		opts = append(opts, lockclient.WithNodeStreamOnDemand())
+	}
+	c, err := lockclient.New(serverURL, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -100,11 +105,11 @@ func newNode(i, shortConns int, serverURL string, a *answers) (*node, error) {
 }
 
 // newNodes builds n nodes.
-func newNodes(n, shortConns int, serverURL string, a *answers) ([]*node, error) {
+func newNodes(n int, cfg Config, serverURL string, a *answers) ([]*node, error) {
 	nodes := make([]*node, n)
 	for i := range nodes {
 		var err error
-		if nodes[i], err = newNode(i, shortConns, serverURL, a); err != nil {
+		if nodes[i], err = newNode(i, cfg, serverURL, a); err != nil {
 			closeNodes(nodes[:i])
 			return nil, err
 		}
