@@ -27,7 +27,8 @@ type Acts struct {
 	// suffix: writers by result, follows by result, coordinator_waits
 	// (writes and uses answered ErrUnavailable for want of the
 	// coordinator, not failing open yet), uncoordinated by op (went
-	// ahead without the coordinator).
+	// ahead without the coordinator), root_unready by reason (the shared
+	// root did not check out: writes refused).
 	Counters map[string]float64
 }
 
@@ -37,6 +38,7 @@ var actCounters = []string{
 	"sharedcontent_store_follows_total",
 	"sharedcontent_store_coordinator_waits_total",
 	"sharedcontent_store_uncoordinated_total",
+	"sharedcontent_root_unready_total",
 }
 
 // resetActs forgets what the benchmark saw of n's store so far (its
@@ -67,7 +69,8 @@ func acts(nodes []*node) (Acts, error) {
 			if !slices.Contains(actCounters, mf.GetName()) {
 				continue
 			}
-			name := strings.TrimSuffix(strings.TrimPrefix(mf.GetName(), "sharedcontent_store_"), "_total")
+			name := strings.TrimPrefix(mf.GetName(), "sharedcontent_")
+			name = strings.TrimSuffix(strings.TrimPrefix(name, "store_"), "_total")
 			for _, m := range mf.GetMetric() {
 				key := name
 				for _, l := range m.GetLabel() {

@@ -22,6 +22,14 @@ import (
 // root on tmpfs, its journal in a state directory of its own. The store
 // runs its own session loop; the node's coordinator is wrapped (observed)
 // so that the benchmark sees what the store asked and was answered.
+//
+// One deadline is not the product's: a probe of the shared root may take
+// rootProbe, not contentv2.DefaultRootProbeTimeout. A real node probes its
+// own mount; here thousands of nodes' probes share the benchmark's cores,
+// and a probe late for that reason would make its node refuse writes (the
+// root "not ready"), which no real node would. The stores count the times
+// their root was not ready all the same (root_unready in Acts).
+const rootProbe = time.Minute
 
 // openStore opens node n's store over the shared root, its journal under
 // stateDir, its counters in a registry of its own.
@@ -32,7 +40,7 @@ func (n *node) openStore(root, stateDir string) error {
 	}
 	n.reg = prometheus.NewRegistry()
 	s, err := contentv2.NewStore(root, n.id, &observed{Coordinator: n.coord, n: n},
-		contentv2.WithStateDir(dir), contentv2.WithHostID(n.id), contentv2.WithRegisterer(n.reg))
+		contentv2.WithStateDir(dir), contentv2.WithHostID(n.id), contentv2.WithRegisterer(n.reg), contentv2.WithRootProbe(rootProbe))
 	if err != nil {
 		return fmt.Errorf("node %s: open its contentv2 store: %w", n.id, err)
 	}
