@@ -38,7 +38,7 @@ func (s *scaleFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&s.cfg.Blobs, "scale-blobs", scale.DefaultBlobs, "scale: blobs of the rollout's image")
 	fs.DurationVar(&s.cfg.Download, "scale-download", scale.DefaultDownload, "scale: the holder's simulated download of a blob")
 	fs.IntVar(&s.cfg.ShortConns, "scale-short-conns", scale.DefaultShortConns, "scale: keep-alive connections a node's short requests share (besides its event stream)")
-	fs.BoolVar(&s.cfg.StreamOnDemand, "scale-stream-on-demand", false, "scale: open a node's event stream with its first wait, not with its session (lockclient.WithNodeStreamOnDemand)")
+	fs.BoolVar(&s.cfg.SessionStream, "scale-session-stream", false, "scale: open a node's event stream with its session, not with its first wait (lockclient.WithSessionStream)")
 	fs.IntVar(&s.cfg.Parallel, "scale-parallel", scale.DefaultParallel, "scale: blobs a node pulls at once")
 	fs.IntVar(&s.cfg.BlobSize, "scale-blob-size", scale.DefaultBlobSize, "scale: bytes of each blob of the rollout's image (written by its holder into the shared root)")
 	fs.DurationVar(&s.cfg.RetryPause, "scale-retry-pause", scale.DefaultRetryPause, "scale: mean pause before a failed fetch is tried again")
@@ -74,8 +74,8 @@ func (s *scaleFlags) commandLine() string {
 	if s.cfg.ShortConns != scale.DefaultShortConns {
 		cmd += fmt.Sprintf(" -scale-short-conns %d", s.cfg.ShortConns)
 	}
-	if s.cfg.StreamOnDemand {
-		cmd += " -scale-stream-on-demand"
+	if s.cfg.SessionStream {
+		cmd += " -scale-session-stream"
 	}
 	return cmd
 }

@@ -197,7 +197,7 @@ func (c *Client) Session(ctx context.Context, req api.SessionRequest) (api.Sessi
 		resp, err = c.transport.Session(ctx, req)
 		return err
 	})
-	if h, ok := c.transport.(nodeStreamHolder); ok && err == nil && !c.opts.streamOnDemand {
+	if h, ok := c.transport.(nodeStreamHolder); ok && err == nil && c.opts.sessionStream {
 		h.holdNodeStream(c.opts.nodeID)
 	}
 	return resp, err

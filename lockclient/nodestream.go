@@ -23,10 +23,10 @@ const (
 )
 
 // nodeStream is a node's one event stream, GET /lock/events (docs/design.md
-// §10.1): all the node's waits share it. It is opened with the node's
-// session (hold, docs/design.md §10.6) and kept while the session is, so
-// that a wait finds it live; or, without a session (WithNodeStreamOnDemand),
-// opened with the first wait and closed nodeStreamLinger after the last.
+// §10.1): all the node's waits share it. It is opened with the first wait
+// and closed nodeStreamLinger after the last; or, WithSessionStream, opened
+// with the node's session and kept while the session is (hold,
+// docs/design.md §10.6), so that a wait finds it live.
 // When it drops, it is opened again and every wait checks its request with
 // /lock/status once it is back, so a grant made while it was down is found
 // (the coordinator keeps it for its claim timeout). When it cannot be had,

@@ -75,9 +75,9 @@ type options struct {
 	long           *http.Client
 	token          string
 	tlsConfig      *tls.Config
-	// streamOnDemand: the node's event stream opens with its first wait,
-	// not with its session (WithNodeStreamOnDemand).
-	streamOnDemand bool
+	// sessionStream: the node's event stream opens with its session
+	// (WithSessionStream), not with its first wait.
+	sessionStream bool
 }
 
 func defaultOptions() options {
@@ -138,13 +138,14 @@ func WithShortClient(c ShortClient) Option { return func(o *options) { o.short =
 // apply to it.
 func WithLongClient(c *http.Client) Option { return func(o *options) { o.long = c } }
 
-// WithNodeStreamOnDemand opens the node's event stream with its first
-// wait and closes it a while after its last, instead of opening it with
-// the node's session and keeping it while the session is held (the
-// default, docs/design.md §10.6). A node whose waits come in a burst then
-// opens its stream as the burst starts, and a waiter whose outcome comes
-// before the stream is up learns it by /lock/status.
-func WithNodeStreamOnDemand() Option { return func(o *options) { o.streamOnDemand = true } }
+// WithSessionStream opens the node's event stream with its session and
+// keeps it while the session is held (docs/design.md §10.6), instead of
+// opening it with the node's first wait and closing it a while after its
+// last (the default). A burst of waits then finds it live, and no waiter
+// learns its outcome by /lock/status because the stream came up after
+// it; the coordinator holds one idle stream per member for it (at 5,000
+// members, beyond the 250 MB its steady state is bounded to).
+func WithSessionStream() Option { return func(o *options) { o.sessionStream = true } }
 
 // WithBearerToken sends "Authorization: Bearer <token>" with every request.
 // Surrounding white space (a token file's newline) is dropped.

@@ -13,17 +13,17 @@ import (
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
-// TestSessionOpensNodeStream (docs/design.md §10.6): a node's session
-// opens its event stream before any wait, so that its first wait is
-// registered on a live stream and woken there, without /lock/status;
-// the end of the session closes it. A client made with
-// WithNodeStreamOnDemand opens none with its session.
+// TestSessionOpensNodeStream (docs/design.md §10.6): with
+// WithSessionStream, a node's session opens its event stream before any
+// wait, so that its first wait is registered on a live stream and woken
+// there, without /lock/status; the end of the session closes it. A client
+// without it opens none with its session.
 func TestSessionOpensNodeStream(t *testing.T) {
 	ts := lockservertest.Start(t)
 	px := startProxy(t, ts.Addr(), func(*http.Request, int) proxyAction { return forward })
 	holder := newHTTPClient(t, ts.URL(), "node-a")
-	waiter := newHTTPClient(t, px.url, "node-b")
-	onDemand := newHTTPClient(t, ts.URL(), "node-c", WithNodeStreamOnDemand())
+	waiter := newHTTPClient(t, px.url, "node-b", WithSessionStream())
+	onDemand := newHTTPClient(t, ts.URL(), "node-c")
 	members.Open(t, ts.Core(), "node-a")
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()

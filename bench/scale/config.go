@@ -23,9 +23,9 @@ type Config struct {
 	// ShortConns is how many keep-alive connections a node's short
 	// requests (session, lock, unlock, status, references) share.
 	ShortConns int
-	// StreamOnDemand opens a node's event stream with its first wait
-	// (lockclient.WithNodeStreamOnDemand), not with its session.
-	StreamOnDemand bool
+	// SessionStream opens a node's event stream with its session
+	// (lockclient.WithSessionStream), not with its first wait.
+	SessionStream bool
 	// BlobSize is the size of each of the image's blobs. RetryPause is
 	// the mean pause before a failed fetch is tried again. A rollout's
 	// nodes wait as contentv2 waits: its own deadlines bound their calls

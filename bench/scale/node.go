@@ -51,7 +51,7 @@ type node struct {
 
 // newNode builds node i's clients against the coordinator at serverURL,
 // with cfg.ShortConns keep-alive connections for its short requests, and
-// its event stream opened with its session unless cfg.StreamOnDemand.
+// its event stream opened with its session if cfg.SessionStream.
 func newNode(i int, cfg Config, serverURL string, a *answers) (*node, error) {
 	u, err := url.Parse(serverURL)
 	if err != nil {
@@ -94,8 +94,8 @@ func newNode(i int, cfg Config, serverURL string, a *answers) (*node, error) {
 	long := &http.Client{Transport: stream}
 	id := fmt.Sprintf("scale-%05d", i)
 	opts := []lockclient.Option{lockclient.WithNodeID(id), lockclient.WithShortClient(short), lockclient.WithLongClient(long)}
-	if cfg.StreamOnDemand {
-		opts = append(opts, lockclient.WithNodeStreamOnDemand())
+	if cfg.SessionStream {
+		opts = append(opts, lockclient.WithSessionStream())
 	}
 	c, err := lockclient.New(serverURL, opts...)
 	if err != nil {
