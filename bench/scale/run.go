@@ -53,7 +53,7 @@ func Run(cfg Config) (*Results, error) {
 			r.LateP50.Round(time.Millisecond), r.LateP99.Round(time.Millisecond), r.LateSamples,
 			r.UnlockP50.Round(time.Millisecond), r.UnlockP99.Round(time.Millisecond), r.UnlockBehind, r.FanoutP50.Round(time.Millisecond), r.FanoutP99.Round(time.Millisecond),
 			r.DispatchP50.Round(time.Millisecond), r.DispatchP99.Round(time.Millisecond), r.Errors.Timeouts, r.Acts.FailedCalls, r.Acts.WriterRetries, r.Acts.Uncoordinated(),
-			r.Duplicates(), r.UnlockFailed, r.CPUPerNodeBlob(), r.Acts, r.Acts.FirstFailure))
+			r.Duplicates(), r.UnlockFailed, r.CPUPerNodeBlob(), r.Acts, or(r.Acts.FirstFailure, "none")))
 	}
 	for _, n := range cfg.Steady {
 		if err := fits(n, cfg.ShortConns, res.Nofile); err != nil {
@@ -85,6 +85,13 @@ func Run(cfg Config) (*Results, error) {
 			r.Setup.Round(time.Millisecond), r.Resync.Round(time.Millisecond), r.Unsynced, r.MaxGap.Round(time.Millisecond)))
 	}
 	return res, nil
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // raiseNofile raises the soft descriptor limit to the hard one: each node
