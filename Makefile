@@ -87,7 +87,8 @@ bench-abuse: sharedcontent-lockserver
 # The scale benchmark (docs/design.md §10): the coordinator binary against N simulated
 # nodes in one process, each with its own node ID, session and clients on
 # its own 127.x.y.z address. Rollouts of a 10-blob image at N = 100, 1,000,
-# 2,600 and 5,000, 5,000 nodes renewing sessions for a minute, and a
+# 2,600 and 5,000, each node a contentv2 store with the product's deadlines
+# (docs/design.md §10.6), 5,000 nodes renewing sessions for a minute, and a
 # coordinator restart with 1,000 nodes × 1,000 and × 10,000 references.
 # Rewrites the scale block of docs/BENCHMARKS.md (and only it). Long: up to
 # an hour on 2 cores. SCALE_FLAGS=-scale-rollout 100,1000 to choose.
@@ -108,9 +109,10 @@ bench-ha: sharedcontent-lockserver etcd
 
 # A short scale run for CI, about two minutes: a rollout of 100 nodes and a
 # restart with 100 nodes × 1,000 references. Fails if an invariant breaks:
-# a blob downloaded other than once, a holder's unlock that failed (say,
-# refused for want of a session), a node that did not finish or was not
-# synced again. Writes no doc.
+# a blob downloaded other than once, a write or reference that went ahead
+# without the coordinator, a holder's unlock that failed (say, refused for
+# want of a session), a node that did not finish or was not synced again.
+# Writes no doc.
 bench-scale-short: sharedcontent-lockserver
 	cd bench && $(GO) run . -only scale -server $(CURDIR)/$(BIN)/sharedcontent-lockserver -scale-check \
 	  -scale-rollout 100 -scale-steady "" -scale-restart 100x1000

@@ -126,7 +126,7 @@ func (r *report) runHA(ctx context.Context, progress func(string)) error {
 	if h.rollout > 0 {
 		for _, onEtcd := range []bool{true, false} {
 			cfg := scale.Config{Server: bin, Rollout: []int{h.rollout}, Blobs: scale.DefaultBlobs, Download: scale.DefaultDownload,
-				Parallel: scale.DefaultParallel, ShortConns: scale.DefaultShortConns, LockTimeout: scale.DefaultLockTimeout,
+				Parallel: scale.DefaultParallel, ShortConns: scale.DefaultShortConns, BlobSize: scale.DefaultBlobSize,
 				RetryPause: scale.DefaultRetryPause, SetupTimeout: scale.DefaultSetupTimeout, Deadline: scale.DefaultDeadline,
 				Progress: func(s string) { progress(fmt.Sprintf("ha: rollout on %s: %s", storeName(onEtcd), s)) }}
 			if onEtcd {

@@ -723,6 +723,10 @@ func (r *report) writeDoc(path string) error {
 		fmt.Fprintln(&b)
 		b.Write(block)
 	}
+	if block := markedBlock(path, leversBegin, leversEnd, false, nil); block != nil {
+		fmt.Fprintln(&b)
+		b.Write(block)
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}

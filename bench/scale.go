@@ -38,9 +38,10 @@ func (s *scaleFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&s.cfg.Blobs, "scale-blobs", scale.DefaultBlobs, "scale: blobs of the rollout's image")
 	fs.DurationVar(&s.cfg.Download, "scale-download", scale.DefaultDownload, "scale: the holder's simulated download of a blob")
 	fs.IntVar(&s.cfg.ShortConns, "scale-short-conns", scale.DefaultShortConns, "scale: keep-alive connections a node's short requests share (besides its event stream)")
+	fs.BoolVar(&s.cfg.SessionStream, "scale-session-stream", false, "scale: open a node's event stream with its session, not with its first wait (lockclient.WithSessionStream)")
 	fs.IntVar(&s.cfg.Parallel, "scale-parallel", scale.DefaultParallel, "scale: blobs a node pulls at once")
-	fs.DurationVar(&s.cfg.LockTimeout, "scale-lock-timeout", scale.DefaultLockTimeout, "scale: bound of one waiting lock call")
-	fs.DurationVar(&s.cfg.RetryPause, "scale-retry-pause", scale.DefaultRetryPause, "scale: mean pause before a failed call is tried again")
+	fs.IntVar(&s.cfg.BlobSize, "scale-blob-size", scale.DefaultBlobSize, "scale: bytes of each blob of the rollout's image (written by its holder into the shared root)")
+	fs.DurationVar(&s.cfg.RetryPause, "scale-retry-pause", scale.DefaultRetryPause, "scale: mean pause before a failed fetch is tried again")
 	fs.DurationVar(&s.cfg.SteadyFor, "scale-steady-for", scale.DefaultSteadyFor, "scale: period of the steady scenario")
 	fs.DurationVar(&s.cfg.SetupTimeout, "scale-setup-timeout", scale.DefaultSetupTimeout, "scale: bound of a fleet's first sync")
 	fs.StringVar(&s.cfg.Profile, "scale-profile", "", "scale: directory for CPU profiles of each rollout and steady run (the simulator's with pprof, the coordinator's with perf record if perf is on the PATH)")
@@ -61,8 +62,8 @@ func (s *scaleFlags) config() (scale.Config, error) {
 	if cfg.Restart, err = scale.ParseRestartSizes(s.restart); err != nil {
 		return cfg, err
 	}
-	if cfg.Blobs < 1 || cfg.Parallel < 1 || cfg.ShortConns < 1 {
-		return cfg, errors.New("-scale-blobs, -scale-parallel and -scale-short-conns must be positive")
+	if cfg.Blobs < 1 || cfg.Parallel < 1 || cfg.ShortConns < 1 || cfg.BlobSize < 1 {
+		return cfg, errors.New("-scale-blobs, -scale-blob-size, -scale-parallel and -scale-short-conns must be positive")
 	}
 	return cfg, nil
 }
@@ -72,6 +73,9 @@ func (s *scaleFlags) commandLine() string {
 	cmd := fmt.Sprintf("go run . -only scale -scale-rollout %s -scale-steady %s -scale-restart %s", orNone(s.rollout), orNone(s.steady), orNone(s.restart))
 	if s.cfg.ShortConns != scale.DefaultShortConns {
 		cmd += fmt.Sprintf(" -scale-short-conns %d", s.cfg.ShortConns)
+	}
+	if s.cfg.SessionStream {
+		cmd += " -scale-session-stream"
 	}
 	return cmd
 }

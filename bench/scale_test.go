@@ -56,3 +56,24 @@ func TestSpliceScale(t *testing.T) {
 		t.Fatalf("carried block:\n%s\nwant:\n%s", got, block2)
 	}
 }
+
+// TestDocKeepsLevers: a run that rewrites the whole doc keeps the block of
+// hand-measured levers as it is.
+func TestDocKeepsLevers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	levers := leversBegin + "## Levers\n\n| a | 1.5× |\n" + leversEnd
+	if err := os.WriteFile(path, []byte("# Benchmarks\n\nold\n\n"+levers), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := &report{cfg: config{sections: map[string]bool{"lock": true}}}
+	if err := r.writeDoc(path); err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := os.ReadFile(path)
+	if _, block, _ := cutMarked(doc, leversBegin, leversEnd); string(block) != levers {
+		t.Fatalf("levers block %q, want %q", block, levers)
+	}
+	if strings.Contains(string(doc), "\nold\n") {
+		t.Fatal("the rest of the doc was not rewritten")
+	}
+}

@@ -197,7 +197,17 @@ func (c *Client) Session(ctx context.Context, req api.SessionRequest) (api.Sessi
 		resp, err = c.transport.Session(ctx, req)
 		return err
 	})
+	if h, ok := c.transport.(nodeStreamHolder); ok && err == nil && c.opts.sessionStream {
+		h.holdNodeStream(c.opts.nodeID)
+	}
 	return resp, err
+}
+
+// nodeStreamHolder is a Transport whose node event stream the node's
+// session holds open (docs/design.md §10.6).
+type nodeStreamHolder interface {
+	holdNodeStream(node string)
+	releaseNodeStream(node string)
 }
 
 // EndSession ends this client's node's session, if instanceID (the daemon's,
@@ -214,6 +224,9 @@ func (c *Client) EndSession(ctx context.Context, instanceID string) (api.EndSess
 		resp, err = c.transport.EndSession(ctx, req)
 		return err
 	})
+	if h, ok := c.transport.(nodeStreamHolder); ok && err == nil {
+		h.releaseNodeStream(c.opts.nodeID)
+	}
 	return resp, err
 }
 

@@ -23,8 +23,10 @@ const (
 )
 
 // nodeStream is a node's one event stream, GET /lock/events (docs/design.md
-// §10.1): all the node's waits share it. It is
-// opened with the first wait and closed nodeStreamLinger after the last.
+// §10.1): all the node's waits share it. It is opened with the first wait
+// and closed nodeStreamLinger after the last; or, WithSessionStream, opened
+// with the node's session and kept while the session is (hold,
+// docs/design.md §10.6), so that a wait finds it live.
 // When it drops, it is opened again and every wait checks its request with
 // /lock/status once it is back, so a grant made while it was down is found
 // (the coordinator keeps it for its claim timeout). When it cannot be had,
@@ -38,6 +40,7 @@ type nodeStream struct {
 	live    bool                 // the stream has delivered its first event; protected by mu
 	running bool                 // run's goroutine runs; protected by mu
 	closed  bool                 // protected by mu
+	held    bool                 // kept open for the node's session (hold); protected by mu
 	cancel  context.CancelFunc   // ends the stream being read; protected by mu
 	linger  *time.Timer          // closes the stream once no wait is left; protected by mu
 	// refusedUntil: until then, waits do not use the node stream.
@@ -83,6 +86,20 @@ func (tr *httpTransport) nodeStreamFor(node string) *nodeStream {
 		}
 	}
 	return ns
+}
+
+// holdNodeStream opens node's stream with its session and keeps it
+// (nodeStream.hold); releaseNodeStream ends that when the session ends.
+func (tr *httpTransport) holdNodeStream(node string) {
+	if node != "" && !tr.perRequestStreams {
+		tr.nodeStreamFor(node).hold()
+	}
+}
+
+func (tr *httpTransport) releaseNodeStream(node string) {
+	if node != "" && !tr.perRequestStreams {
+		tr.nodeStreamFor(node).release()
+	}
 }
 
 // closeNodeStreams ends every node stream and waits for their goroutines.
@@ -206,12 +223,45 @@ func (ns *nodeStream) add(req api.LockRequest) *nodeWait {
 		w.check = true
 		w.notify()
 	}
+	ns.start()
+	return w
+}
+
+// start runs the stream's goroutine unless it runs. Callers hold mu.
+func (ns *nodeStream) start() {
 	if !ns.running {
 		ns.running = true
 		ns.done = make(chan struct{})
 		go ns.run(ns.done)
 	}
-	return w
+}
+
+// hold opens the stream, if it is not open, and keeps it open without a
+// wait (docs/design.md §10.6): the node's session holds it, so that the
+// node's first wait of a burst finds it live rather than learning its
+// outcome by /lock/status after opening it. A stream refused lately is
+// not opened; the next session call tries again.
+func (ns *nodeStream) hold() {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if ns.closed || time.Now().Before(ns.refusedUntil) {
+		return
+	}
+	ns.held = true
+	if ns.linger != nil {
+		ns.linger.Stop()
+	}
+	ns.start()
+}
+
+// release ends hold: the stream is closed now if no wait is left.
+func (ns *nodeStream) release() {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	ns.held = false
+	if len(ns.waits) == 0 && ns.cancel != nil {
+		ns.cancel()
+	}
 }
 
 // remove unregisters w; the stream is closed nodeStreamLinger after the
@@ -222,7 +272,7 @@ func (ns *nodeStream) remove(w *nodeWait) {
 	if ns.waits[w.req.RequestID] == w {
 		delete(ns.waits, w.req.RequestID)
 	}
-	if len(ns.waits) > 0 || ns.cancel == nil {
+	if len(ns.waits) > 0 || ns.cancel == nil || ns.held {
 		return
 	}
 	if ns.linger == nil {
@@ -236,7 +286,7 @@ func (ns *nodeStream) remove(w *nodeWait) {
 func (ns *nodeStream) idle() {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	if len(ns.waits) == 0 && ns.cancel != nil {
+	if len(ns.waits) == 0 && !ns.held && ns.cancel != nil {
 		ns.cancel()
 	}
 }
@@ -259,14 +309,14 @@ func (ns *nodeStream) close() {
 }
 
 // run opens the stream and reads it, again when it drops, while waits are
-// left.
+// left or the session holds it.
 func (ns *nodeStream) run(done chan struct{}) {
 	defer close(done)
 	drops := 0
 	for {
 		ctx, cancel := context.WithCancel(context.Background())
 		ns.mu.Lock()
-		if ns.closed || len(ns.waits) == 0 {
+		if ns.closed || (len(ns.waits) == 0 && !ns.held) {
 			ns.running, ns.cancel = false, nil
 			ns.mu.Unlock()
 			cancel()
@@ -288,8 +338,10 @@ func (ns *nodeStream) run(done chan struct{}) {
 		ns.live, ns.cancel = false, nil
 		if !ended && (!live || drops >= maxStreamDrops) {
 			// Refused, not served, or dropping again and again: the
-			// waits fall back to a stream each, then to polling.
+			// waits fall back to a stream each, then to polling; the
+			// session holds it again after nodeStreamRetry.
 			ns.refusedUntil = time.Now().Add(nodeStreamRetry)
+			ns.held = false
 			for _, w := range ns.waits {
 				w.gone = true
 				w.notify()

@@ -77,6 +77,9 @@ type options struct {
 	long           *http.Client
 	token          string
 	tlsConfig      *tls.Config
+	// sessionStream: the node's event stream opens with its session
+	// (WithSessionStream), not with its first wait.
+	sessionStream bool
 }
 
 func defaultOptions() options {
@@ -136,6 +139,15 @@ func WithShortClient(c ShortClient) Option { return func(o *options) { o.short =
 // have a timeout (streams last as long as a wait); WithTLSConfig does not
 // apply to it.
 func WithLongClient(c *http.Client) Option { return func(o *options) { o.long = c } }
+
+// WithSessionStream opens the node's event stream with its session and
+// keeps it while the session is held (docs/design.md §10.6), instead of
+// opening it with the node's first wait and closing it a while after its
+// last (the default). A burst of waits then finds it live, and no waiter
+// learns its outcome by /lock/status because the stream came up after
+// it; the coordinator holds one idle stream per member for it (at 5,000
+// members, beyond the 250 MB its steady state is bounded to).
+func WithSessionStream() Option { return func(o *options) { o.sessionStream = true } }
 
 // WithBearerToken sends "Authorization: Bearer <token>" with every request.
 // Surrounding white space (a token file's newline) is dropped.

@@ -46,12 +46,8 @@ func (s *BoltStorage) Submit(ctx context.Context, b *Batch) (wait func() error) 
 		vals[i] = v
 	}
 	done, err := s.file.writes.submit(func(tx *bolt.Tx) error {
-		now, err := owner(tx)
-		if err != nil {
+		if err := s.owned(tx); err != nil {
 			return err
-		}
-		if now != s.fence {
-			return fenced(s.fence, now)
 		}
 		for i := range ops {
 			if err := applyOp(tx, &ops[i], vals[i]); err != nil {
@@ -63,13 +59,29 @@ func (s *BoltStorage) Submit(ctx context.Context, b *Batch) (wait func() error) 
 	if err != nil {
 		return failed(err)
 	}
-	return func() error {
-		err := <-done
-		if err != nil && !errors.Is(err, ErrFenced) {
-			return fmt.Errorf("refcount: commit: %w", err)
-		}
+	return func() error { return commitErr(<-done) }
+}
+
+// owned fails unless this handle still owns the file, in tx: every write
+// transaction checks it first.
+func (s *BoltStorage) owned(tx *bolt.Tx) error {
+	now, err := owner(tx)
+	if err != nil {
 		return err
 	}
+	if now != s.fence {
+		return fenced(s.fence, now)
+	}
+	return nil
+}
+
+// commitErr is the error a commit returns for its transaction's outcome
+// err: ErrFenced as it is, any other wrapped.
+func commitErr(err error) error {
+	if err != nil && !errors.Is(err, ErrFenced) {
+		return fmt.Errorf("refcount: commit: %w", err)
+	}
+	return err
 }
 
 // encodeOp returns the stored value of op, for the kinds that store one

@@ -88,9 +88,10 @@
 // batches pending within a few milliseconds share one transaction,
 // docs/design.md §7.1); NodeRefs reads the resources a node references
 // from a per-node index the store keeps beside the sets. One optional
-// interface remains: the etcd store is also a CountingSubmitter, whose
-// adds are not read first, and learn whether they changed the set and its
-// size from the transaction that commits them (docs/design.md §7.1).
+// interface remains: the etcd and bbolt stores are also CountingSubmitters,
+// whose adds are not read first, and learn whether they changed the set and
+// its size from the transaction that commits them (docs/design.md §7.1,
+// §10.6).
 // Manager.AddRefOrdered uses a CountingSubmitter, else RefState and
 // Submit; the Manager's hash changes ask RefState whether a node is in a
 // set instead of reading the set.

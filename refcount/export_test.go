@@ -7,3 +7,6 @@ func SetIndexChunk(n int) (restore func()) {
 	indexChunk = n
 	return func() { indexChunk = old }
 }
+
+// ReadTxns returns how many read transactions s's file has started.
+func ReadTxns(s *BoltStorage) int { return s.file.db.Stats().TxN }

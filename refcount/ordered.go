@@ -2,11 +2,11 @@ package refcount
 
 import "context"
 
-// CountingSubmitter is a Storage whose reads are round trips (etcd):
-// it adds a reference without reading first, and learns in the
-// transaction that commits the add whether the node was in the set and
-// how many nodes are, so that an add costs no round trip of its own
-// (docs/design.md §7.1, "Adds that count in their transaction").
+// CountingSubmitter is a Storage that adds a reference without reading
+// first, and learns in the transaction that commits the add whether the
+// node was in the set and how many nodes are: on etcd an add then costs no
+// round trip of its own (docs/design.md §7.1, "Adds that count in their
+// transaction"), on bbolt no read transaction (§10.6).
 type CountingSubmitter interface {
 	// SubmitAddRef orders the addition of node to the resource's set, as
 	// Submit of a Batch.AddRef does (the add is written even when the

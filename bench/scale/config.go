@@ -23,10 +23,15 @@ type Config struct {
 	// ShortConns is how many keep-alive connections a node's short
 	// requests (session, lock, unlock, status, references) share.
 	ShortConns int
-	// LockTimeout bounds one waiting lock call; RetryPause is the mean
-	// pause before a failed call is tried again.
-	LockTimeout time.Duration
-	RetryPause  time.Duration
+	// SessionStream opens a node's event stream with its session
+	// (lockclient.WithSessionStream), not with its first wait.
+	SessionStream bool
+	// BlobSize is the size of each of the image's blobs. RetryPause is
+	// the mean pause before a failed fetch is tried again. A rollout's
+	// nodes wait as contentv2 waits: its own deadlines bound their calls
+	// (store.go).
+	BlobSize   int
+	RetryPause time.Duration
 	// SteadyFor is the steady scenario's period.
 	SteadyFor time.Duration
 	// SetupTimeout bounds the first sync of a fleet; Deadline bounds a
@@ -51,7 +56,7 @@ const (
 	DefaultDownload     = 200 * time.Millisecond
 	DefaultParallel     = 3 // containerd's max_concurrent_downloads
 	DefaultShortConns   = 1 // with the event stream, two a node
-	DefaultLockTimeout  = 60 * time.Second
+	DefaultBlobSize     = 64 << 10
 	DefaultRetryPause   = time.Second
 	DefaultSteadyFor    = 60 * time.Second
 	DefaultSetupTimeout = 15 * time.Minute

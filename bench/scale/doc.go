@@ -9,10 +9,13 @@
 // coordinator's per-address limits see N clients.
 //
 // Scenarios:
-//   - rollout: every node pulls the same 10-blob image at once: for each
-//     blob it takes the pull lock (waiting), the first holder "downloads"
-//     (a fixed delay) and unlocks with success, the waiters are woken and
-//     skip, and every node adds its reference;
+//   - rollout: every node pulls the same 10-blob image at once, each node
+//     a contentv2 store (store.go) with the product's deadlines over one
+//     shared root on tmpfs, fetching each blob as containerd does
+//     (fetch.go): the first holder "downloads" (a fixed delay, then the
+//     blob's bytes) and commits, the followers wait in Status, are woken
+//     and use the blob; what the stores did after a call without an
+//     answer, and each blob's downloads, are counted (acts.go);
 //   - steady: the nodes only renew their sessions for a while;
 //   - restart: every node has R references synced, then the coordinator
 //     is killed and restarted on the same data directory and every node

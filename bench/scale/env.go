@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -15,6 +17,9 @@ type env struct {
 	coord *coordinator
 	fleet *fleet
 	epoch uint64 // the coordinator's epoch when the fleet synced
+	// shared holds the nodes' shared root and state directories when
+	// they are contentv2 stores (setUpStores).
+	shared string
 }
 
 // setUpWave is how many nodes join at once at setup: a fleet that joins
@@ -22,10 +27,75 @@ type env struct {
 // measures; setup only has to get every node synced.
 const setUpWave = 100
 
-// setUp starts a coordinator on a fresh data directory and n nodes whose
-// journals are journal(i) (nil: empty), setUpWave at a time, each wave
-// once the one before is synced.
+// setUp starts a coordinator on a fresh data directory and n simulated
+// nodes whose journals are journal(i) (nil: empty), each running the
+// session loop of session.go, setUpWave at a time, each wave once the one
+// before is synced.
 func setUp(cfg Config, n int, journal func(i int) []digest.Digest) (*env, error) {
+	e, err := newEnv(cfg, n, journal)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.join(cfg, func(wave []*node) error {
+		e.fleet.start(wave)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// setUpStores starts a coordinator on a fresh data directory and n nodes,
+// each a contentv2 store (store.go) over one shared root on tmpfs,
+// setUpWave at a time, each wave once the one before is synced. The
+// first node alone first: it claims the root for the cluster.
+func setUpStores(cfg Config, n int) (*env, error) {
+	e, err := newEnv(cfg, n, nil)
+	if err != nil {
+		return nil, err
+	}
+	if e.shared, err = os.MkdirTemp(sharedParent(), "bench-scale-root-"); err != nil {
+		e.tearDown()
+		return nil, err
+	}
+	root, state := filepath.Join(e.shared, "root"), filepath.Join(e.shared, "state")
+	err = e.join(cfg, func(wave []*node) error {
+		if wave[0] == e.fleet.nodes[0] {
+			if err := wave[0].openStore(root, state); err != nil {
+				return err
+			}
+			wave = wave[1:]
+		}
+		errs := make([]error, len(wave))
+		var wg sync.WaitGroup
+		for i, nd := range wave {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = nd.openStore(root, state)
+			}()
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// sharedParent is where the shared root of contentv2 stores goes: tmpfs
+// when there is one, so that the disk is not what is measured.
+func sharedParent() string {
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		return "/dev/shm"
+	}
+	return ""
+}
+
+// newEnv starts a coordinator on a fresh data directory and builds n
+// nodes against it, whose journals are journal(i).
+func newEnv(cfg Config, n int, journal func(i int) []digest.Digest) (*env, error) {
 	dir, err := os.MkdirTemp("", "bench-scale-")
 	if err != nil {
 		return nil, err
@@ -38,7 +108,7 @@ func setUp(cfg Config, n int, journal func(i int) []digest.Digest) (*env, error)
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	if e.fleet, err = newFleet(n, cfg.ShortConns, e.coord.url(), journal); err != nil {
+	if e.fleet, err = newFleet(n, cfg, e.coord.url(), journal); err != nil {
 		e.tearDown()
 		return nil, err
 	}
@@ -46,21 +116,34 @@ func setUp(cfg Config, n int, journal func(i int) []digest.Digest) (*env, error)
 		e.tearDown()
 		return nil, err
 	}
-	start := time.Now()
+	return e, nil
+}
+
+// join starts the fleet's nodes setUpWave at a time (start), each wave
+// once the nodes so far are synced; on failure it tears e down.
+func (e *env) join(cfg Config, start func(wave []*node) error) error {
+	n := len(e.fleet.nodes)
+	begun := time.Now()
 	for i := 0; i < n; i += setUpWave {
 		wave := e.fleet.nodes[i:min(n, i+setUpWave)]
-		e.fleet.start(wave)
-		if _, unsynced := waitSynced(e.fleet.nodes[:i+len(wave)], e.epoch, cfg.SetupTimeout-time.Since(start)); unsynced > 0 {
+		err := start(wave)
+		if err == nil {
+			if _, unsynced := waitSynced(e.fleet.nodes[:i+len(wave)], e.epoch, cfg.SetupTimeout-time.Since(begun)); unsynced > 0 {
+				err = fmt.Errorf("%d of the %d nodes joined so far not synced after %s (%d of %d not joined yet)",
+					unsynced, i+len(wave), time.Since(begun).Round(time.Second), n-i-len(wave), n)
+			}
+		}
+		if err != nil {
 			e.tearDown()
-			return nil, fmt.Errorf("setup: %d of the %d nodes joined so far not synced after %s (%d of %d not joined yet)",
-				unsynced, i+len(wave), time.Since(start).Round(time.Second), n-i-len(wave), n)
+			return fmt.Errorf("setup: %w", err)
 		}
 	}
-	return e, nil
+	return nil
 }
 
 func (e *env) tearDown() {
 	if e.fleet != nil {
+		e.fleet.closeStores()
 		e.fleet.stop()
 	}
 	if e.coord != nil && e.coord.cmd != nil {
@@ -69,6 +152,9 @@ func (e *env) tearDown() {
 		}
 	}
 	os.RemoveAll(e.dir)
+	if e.shared != "" {
+		os.RemoveAll(e.shared)
+	}
 }
 
 // Usage is what every scenario measures of the coordinator and the nodes.

@@ -23,15 +23,15 @@ type fleet struct {
 	wg     sync.WaitGroup
 }
 
-// newFleet builds n nodes (shortConns connections each for their short
-// requests) against the coordinator at serverURL, with
+// newFleet builds n nodes (cfg.ShortConns connections each for their
+// short requests) against the coordinator at serverURL, with
 // journals journal(i) (nil: empty); start starts their session loops.
-func newFleet(n, shortConns int, serverURL string, journal func(i int) []digest.Digest) (*fleet, error) {
+func newFleet(n int, cfg Config, serverURL string, journal func(i int) []digest.Digest) (*fleet, error) {
 	if err := checkLoopback(n); err != nil {
 		return nil, err
 	}
 	a := &answers{}
-	nodes, err := newNodes(n, shortConns, serverURL, a)
+	nodes, err := newNodes(n, cfg, serverURL, a)
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +59,22 @@ func (f *fleet) start(nodes []*node) {
 			}
 			nd.runSessions(f.ctx)
 		}()
+	}
+}
+
+// closeStores closes the nodes' contentv2 stores (each ends its session),
+// a wave at a time.
+func (f *fleet) closeStores() {
+	for i := 0; i < len(f.nodes); i += setUpWave {
+		var wg sync.WaitGroup
+		for _, nd := range f.nodes[i:min(len(f.nodes), i+setUpWave)] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				nd.closeStore()
+			}()
+		}
+		wg.Wait()
 	}
 }
 

@@ -10,10 +10,12 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
@@ -31,6 +33,16 @@ type node struct {
 	coord    contentv2.Coordinator // contentv2's view of the coordinator, over client
 	instance string                // random per "daemon start", as contentv2's
 
+	// The node as contentv2 (store.go), in a rollout: its store and
+	// counters, the rollout's image, the coordination calls that failed
+	// without an answer, and the writers answered ErrUnavailable.
+	store         contentv2.Store
+	reg           *prometheus.Registry
+	img           atomic.Pointer[image]
+	failedCalls   atomic.Int64
+	failedErr     atomic.Pointer[string] // the first failed call's error
+	writerRetries atomic.Int64
+
 	mu         sync.Mutex
 	journal    []digest.Digest
 	generation string
@@ -38,14 +50,15 @@ type node struct {
 }
 
 // newNode builds node i's clients against the coordinator at serverURL,
-// with shortConns keep-alive connections for its short requests.
-func newNode(i, shortConns int, serverURL string, a *answers) (*node, error) {
+// with cfg.ShortConns keep-alive connections for its short requests, and
+// its event stream opened with its session if cfg.SessionStream.
+func newNode(i int, cfg Config, serverURL string, a *answers) (*node, error) {
 	u, err := url.Parse(serverURL)
 	if err != nil {
 		return nil, err
 	}
 	d := newDialer(nodeAddr(i), &a.bytesRead)
-	// As lockclient's own (lockclient/http.go), but with shortConns
+	// As lockclient's own (lockclient/http.go), but with cfg.ShortConns
 	// connections (Config.ShortConns; lockclient opens up to 512 when its
 	// requests overlap). A request that waits for one longer than its
 	// deadline counts as a time-out.
@@ -70,7 +83,7 @@ func newNode(i, shortConns int, serverURL string, a *answers) (*node, error) {
 	// (dialed when first needed: only holders send them): lockclient
 	// would open one rather than queue them behind the node's lock
 	// requests and adds.
-	short := &shortClient{a: a, hc: hostClient(shortConns), held: hostClient(1)}
+	short := &shortClient{a: a, hc: hostClient(cfg.ShortConns), held: hostClient(1)}
 	stream := &streamTransport{a: a, rt: &http.Transport{
 		DialContext:         d.DialContext,
 		MaxIdleConns:        128,
@@ -80,7 +93,11 @@ func newNode(i, shortConns int, serverURL string, a *answers) (*node, error) {
 	}}
 	long := &http.Client{Transport: stream}
 	id := fmt.Sprintf("scale-%05d", i)
-	c, err := lockclient.New(serverURL, lockclient.WithNodeID(id), lockclient.WithShortClient(short), lockclient.WithLongClient(long))
+	opts := []lockclient.Option{lockclient.WithNodeID(id), lockclient.WithShortClient(short), lockclient.WithLongClient(long)}
+	if cfg.SessionStream {
+		opts = append(opts, lockclient.WithSessionStream())
+	}
+	c, err := lockclient.New(serverURL, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -88,11 +105,11 @@ func newNode(i, shortConns int, serverURL string, a *answers) (*node, error) {
 }
 
 // newNodes builds n nodes.
-func newNodes(n, shortConns int, serverURL string, a *answers) ([]*node, error) {
+func newNodes(n int, cfg Config, serverURL string, a *answers) ([]*node, error) {
 	nodes := make([]*node, n)
 	for i := range nodes {
 		var err error
-		if nodes[i], err = newNode(i, shortConns, serverURL, a); err != nil {
+		if nodes[i], err = newNode(i, cfg, serverURL, a); err != nil {
 			closeNodes(nodes[:i])
 			return nil, err
 		}
@@ -104,13 +121,6 @@ func closeNodes(nodes []*node) {
 	for _, n := range nodes {
 		n.client.Close()
 	}
-}
-
-// addToJournal records a reference the node added.
-func (n *node) addToJournal(d digest.Digest) {
-	n.mu.Lock()
-	n.journal = append(n.journal, d)
-	n.mu.Unlock()
 }
 
 func (n *node) snapshot() ([]digest.Digest, error) {
@@ -132,4 +142,18 @@ func checkLoopback(n int) error {
 		return fmt.Errorf("loopback address %s for node %d: %w (need Linux, where all of 127/8 is lo)", nodeAddr(n-1), n-1, err)
 	}
 	return ln.Close()
+}
+
+// rolloutBlob returns the rollout's image and the index of its blob
+// resourceID (nil: not one of its blobs, or no rollout).
+func (n *node) rolloutBlob(resourceID string) (*image, int) {
+	img := n.img.Load()
+	if img == nil {
+		return nil, 0
+	}
+	j, ok := img.index[resourceID]
+	if !ok {
+		return nil, 0
+	}
+	return img, j
 }

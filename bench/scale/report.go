@@ -6,23 +6,27 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sharedcontent/sharedcontent/contentv2"
 )
 
 // WriteTables writes the results as markdown tables (which read well on a
 // terminal too).
 func (r *Results) WriteTables(w io.Writer) {
 	if len(r.Rollout) > 0 {
-		fmt.Fprintf(w, "Rollout: every node pulls the same image at once (lock with wait; the holder downloads, the others are woken and skip; each adds its reference). A wake-up runs from the holder's unlock (sent) until a waiter the coordinator had queued reads its outcome from its event stream (or has it from /lock/status when its stream came up after it: lockclient opens a node's stream with its first wait, so at the rollout's start every node opens one at once; the wake-ups are split by that, with their counts); its parts (p99 each) are the holder's unlock request, the fan-out (from the unlock's answer to the waiter's read) and the simulator's own handling after the read (lockclient's dispatch and the scheduling of all the nodes' goroutines in one process; not in the wake-up). A lock request sent before the unlock but read by the coordinator after it is answered skip at once: that is its own latency, shown apart.\n\n")
-		table(w, []string{"nodes", "wall (last download done)", "coordinator CPU per node-blob", "wake-up p50 / p99", "wake-up p99 on the stream / by /lock/status (count each)", "wake-up parts p99: unlock / fan-out / simulator", "skip answered at once after the unlock p50 / p99 (requests)", "node done p50 / p99", "unfinished", "downloads per blob", "retried calls", "peak RSS", "peak descriptors", "peak streams", "errors: time-out / 503 / 429 / other", "requests by kind", "sent by the coordinator", "longest without a session answer", "load average"},
+		fmt.Fprintf(w, "Rollout: every node pulls the same image at once, each node a contentv2 store (ContainerdMode, the product's deadlines: every coordination call containerd waits on bounded at %s, the coordinator then treated as down for %s) over one shared root on tmpfs, fetching each blob as containerd does (Info, then Writer retried while it answers unavailable, Status, which a follower waits in, then Commit; the holder downloads, a pause and the blob's bytes written, and commits). A wake-up runs from the holder's unlock (sent) until a waiter the coordinator had queued reads its outcome from its event stream (or has it from /lock/status when its stream came up after it); the wake-ups are split by that, with their counts; its parts (p99 each) are the holder's unlock request, the fan-out (from the unlock's answer to the waiter's read) and the simulator's own handling after the read (lockclient's dispatch and the scheduling of all the nodes' goroutines in one process; not in the wake-up). A lock request sent before the unlock but read by the coordinator after it is answered skip at once: that is its own latency, shown apart. What the nodes did: coordination calls that ended without an answer (each makes its store treat the coordinator as down), Writers answered unavailable (containerd waits and opens again), writes and references that went ahead uncoordinated, fetches that failed and were tried again, and the stores' own counters.\n\n",
+			dur(contentv2.DefaultCoordinationTimeout), dur(contentv2.DefaultRefRetryInterval))
+		table(w, []string{"nodes", "wall (last download done)", "coordinator CPU per node-blob", "wake-up p50 / p99", "wake-up p50 / p99 on the stream; by /lock/status (count each)", "wake-up parts p99: unlock / fan-out / simulator", "skip answered at once after the unlock p50 / p99 (requests)", "node done p50 / p99", "unfinished", "downloads per blob (duplicates)", "errors: time-out / 503 / 429 / other", "what the nodes did: calls without an answer / writers retried / uncoordinated / fetches retried", "the stores' counters", "peak RSS", "peak descriptors", "peak streams", "requests by kind", "sent by the coordinator", "longest without a session answer", "load average"},
 			func(row func(...string)) {
 				for _, x := range r.Rollout {
 					row(strconv.Itoa(x.Nodes), fmt.Sprintf("%s (%s)", dur(x.Wall), dur(x.Downloaded)), dur(x.CPUPerNodeBlob()), pair(x.WakeSamples > 0, x.WakeP50, x.WakeP99),
-						fmt.Sprintf("%s (%d) / %s (%d)", durIf(x.StreamedSamples > 0, x.StreamedP99), x.StreamedSamples, durIf(x.CheckedSamples > 0, x.CheckedP99), x.CheckedSamples),
+						fmt.Sprintf("%s (%d); %s (%d)", pair(x.StreamedSamples > 0, x.StreamedP50, x.StreamedP99), x.StreamedSamples, pair(x.CheckedSamples > 0, x.CheckedP50, x.CheckedP99), x.CheckedSamples),
 						fmt.Sprintf("%s / %s / %s", dur(x.UnlockP99), dur(x.FanoutP99), dur(x.DispatchP99)),
 						fmt.Sprintf("%s (%d)", pair(x.LateSamples > 0, x.LateP50, x.LateP99), x.LateSamples),
-						pair(x.Unfinished < x.Nodes, x.DoneP50, x.DoneP99), strconv.Itoa(x.Unfinished), downloads(x.Downloads),
-						strconv.FormatInt(x.Retries, 10), mb(x.PeakRSS), strconv.Itoa(x.PeakFiles), strconv.FormatInt(x.PeakStreams, 10),
-						errs(x.Errors), x.Requests.String(), mb(x.BytesSent), dur(x.MaxGap), x.Load)
+						pair(x.Unfinished < x.Nodes, x.DoneP50, x.DoneP99), strconv.Itoa(x.Unfinished), fmt.Sprintf("%s (%d)", downloads(x.Downloads), x.Duplicates()),
+						errs(x.Errors), fmt.Sprintf("%d / %d / %.0f / %d", x.Acts.FailedCalls, x.Acts.WriterRetries, x.Acts.Uncoordinated(), x.Retries), x.Acts.String(),
+						mb(x.PeakRSS), strconv.Itoa(x.PeakFiles), strconv.FormatInt(x.PeakStreams, 10),
+						x.Requests.String(), mb(x.BytesSent), dur(x.MaxGap), x.Load)
 				}
 			})
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
 // RolloutResult is one rollout: every node pulls the same image at once.
@@ -29,7 +29,8 @@ type RolloutResult struct {
 	// the stream came up only after the outcome (Checked; lockclient
 	// opens a node's stream with its first wait, so at a rollout's start
 	// every node opens one at once).
-	StreamedP99, CheckedP99         time.Duration
+	StreamedP50, StreamedP99        time.Duration
+	CheckedP50, CheckedP99          time.Duration
 	StreamedSamples, CheckedSamples int
 	// Late: from the holder's unlock to the answer "skip" of a lock
 	// request sent before the unlock but answered at once, after it (the
@@ -62,10 +63,21 @@ type RolloutResult struct {
 	Unfinished       int
 	// Downloads counts the holders that downloaded each blob.
 	Downloads []int64
-	// Retries counts pulls (lock calls) and reference adds that failed
-	// and were tried again.
+	// Retries counts fetches that failed and were tried again (as the
+	// kubelet pulls the image again).
 	Retries int64
+	// Acts is what the nodes' contentv2 stores did.
+	Acts Acts
 	Usage
+}
+
+// Duplicates counts the downloads beyond one per blob.
+func (r RolloutResult) Duplicates() int64 {
+	var n int64
+	for _, d := range r.Downloads {
+		n += max(0, d-1)
+	}
+	return n
 }
 
 // CPUPerNodeBlob is the coordinator's CPU per node and blob.
@@ -77,6 +89,9 @@ func (r RolloutResult) CPUPerNodeBlob() time.Duration {
 // each.
 type image struct {
 	blobs     []digest.Digest
+	descs     []ocispec.Descriptor
+	data      [][]byte
+	index     map[string]int // by digest
 	unlockAt  []atomic.Int64 // unix ns when the holder unlocked
 	unlocked  []atomic.Int64 // unix ns when the holder's unlock was answered
 	downloads []atomic.Int64
@@ -94,11 +109,17 @@ type image struct {
 	unlockErr    atomic.Pointer[string]
 }
 
-func newImage(blobs int) *image {
-	img := &image{unlockAt: make([]atomic.Int64, blobs), unlocked: make([]atomic.Int64, blobs), downloads: make([]atomic.Int64, blobs)}
+// newImage returns an image of blobs blobs of size bytes each, new
+// content at every call.
+func newImage(blobs, size int) *image {
+	img := &image{unlockAt: make([]atomic.Int64, blobs), unlocked: make([]atomic.Int64, blobs), downloads: make([]atomic.Int64, blobs),
+		index: map[string]int{}}
 	salt := randomHex(8)
 	for j := range blobs {
-		img.blobs = append(img.blobs, digest.FromString(fmt.Sprintf("scale-blob-%s-%d", salt, j)))
+		data := blobData(salt, j, size)
+		d := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromBytes(data), Size: int64(len(data))}
+		img.blobs, img.descs, img.data = append(img.blobs, d.Digest), append(img.descs, d), append(img.data, data)
+		img.index[d.Digest.String()] = j
 	}
 	return img
 }
@@ -106,12 +127,16 @@ func newImage(blobs int) *image {
 // rollout runs one rollout against a fresh coordinator.
 func rollout(cfg Config, nodes int) (RolloutResult, error) {
 	res := RolloutResult{Nodes: nodes, Blobs: cfg.Blobs}
-	env, err := setUp(cfg, nodes, nil)
+	env, err := setUpStores(cfg, nodes)
 	if err != nil {
 		return res, err
 	}
 	defer env.tearDown()
-	img := newImage(cfg.Blobs)
+	img := newImage(cfg.Blobs, cfg.BlobSize)
+	for _, n := range env.fleet.nodes {
+		n.img.Store(img)
+		n.resetActs()
+	}
 	m := env.begin()
 	stopProfile := profile(cfg, fmt.Sprintf("rollout-%d", nodes), env.coord.pid())
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Deadline)
@@ -137,10 +162,10 @@ func rollout(cfg Config, nodes int) (RolloutResult, error) {
 	res.DoneP50, res.DoneP99, res.Unfinished = q[0], q[1], nodes-n
 	q, res.WakeSamples = img.wakes.quantiles(0.5, 0.99)
 	res.WakeP50, res.WakeP99 = q[0], q[1]
-	q, res.StreamedSamples = img.streamed.quantiles(0.99)
-	res.StreamedP99 = q[0]
-	q, res.CheckedSamples = img.checked.quantiles(0.99)
-	res.CheckedP99 = q[0]
+	q, res.StreamedSamples = img.streamed.quantiles(0.5, 0.99)
+	res.StreamedP50, res.StreamedP99 = q[0], q[1]
+	q, res.CheckedSamples = img.checked.quantiles(0.5, 0.99)
+	res.CheckedP50, res.CheckedP99 = q[0], q[1]
 	q, res.LateSamples = img.late.quantiles(0.5, 0.99)
 	res.LateP50, res.LateP99 = q[0], q[1]
 	q, _ = img.unlock.quantiles(0.5, 0.99)
@@ -153,6 +178,11 @@ func rollout(cfg Config, nodes int) (RolloutResult, error) {
 		res.Downloads = append(res.Downloads, img.downloads[j].Load())
 	}
 	res.Retries = img.retries.Load()
+	if a, err := acts(env.fleet.nodes); err != nil && m.err == nil {
+		m.err = err
+	} else {
+		res.Acts = a
+	}
 	res.UnlockBehind = img.behind.Load()
 	res.UnlockFailed = img.unlockFailed.Load()
 	if e := img.unlockErr.Load(); e != nil {
@@ -187,57 +217,22 @@ func (n *node) pullImage(ctx context.Context, cfg Config, img *image) bool {
 	return !failed.Load()
 }
 
-// pullBlob takes blob j's pull lock (waiting), downloads it if it holds
-// the lock, and adds its reference; failures are retried after a pause
-// until ctx ends.
+// pullBlob fetches blob j as containerd does (fetch.go) and counts
+// whether this node downloaded it; a fetch that fails is tried again
+// after a pause, as the kubelet pulls the image again, until ctx ends.
 func (n *node) pullBlob(ctx context.Context, cfg Config, img *image, j int) bool {
-	blob := img.blobs[j].String()
 	for {
-		asked := time.Now()
-		lctx, cancel := context.WithTimeout(ctx, cfg.LockTimeout)
-		res, err := n.client.Lock(lctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob})
-		cancel()
-		got := time.Now()
-		if err != nil {
-			if !pause(ctx, cfg.RetryPause, &img.retries) {
-				return false
-			}
-			continue
-		}
-		if res.Acquired {
+		downloaded, err := n.fetch(ctx, cfg, img.descs[j], img.data[j])
+		if downloaded {
 			img.downloads[j].Add(1)
-			time.Sleep(cfg.Download)
-			if n.short.hc.PendingRequests() >= cfg.ShortConns {
-				img.behind.Add(1)
-			}
-			sent := time.Now()
-			img.unlockAt[j].Store(sent.UnixNano())
-			// A failed unlock leaves the lease to expire: the blob is
-			// here all the same.
-			if err := n.client.Unlock(ctx, res.Lease, true, nil); err == nil {
-				answered := time.Now()
-				img.unlocked[j].Store(answered.UnixNano())
-				img.unlock.add(answered.Sub(sent))
-			} else {
-				img.unlockFailed.Add(1)
-				msg := fmt.Sprintf("node %s, blob %d: %v", n.id, j, err)
-				img.unlockErr.CompareAndSwap(nil, &msg)
-			}
-		} else {
-			img.noteSkip(n, j, asked, got)
 		}
-		break
-	}
-	for {
-		if _, err := n.client.AddRef(ctx, blob); err == nil {
-			break
+		if err == nil {
+			return true
 		}
 		if !pause(ctx, cfg.RetryPause, &img.retries) {
 			return false
 		}
 	}
-	n.addToJournal(img.blobs[j])
-	return true
 }
 
 // noteSkip records the wake-up of node n told to skip blob j: asked

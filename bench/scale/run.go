@@ -47,12 +47,13 @@ func Run(cfg Config) (*Results, error) {
 			continue
 		}
 		res.Rollout = append(res.Rollout, r)
-		progress(fmt.Sprintf("scale: rollout %d: wall %s, %d nodes unfinished, done p99 %s, wake p50/p99 %s/%s (%d; p99 on the stream %s (%d), by status %s (%d)), late p50/p99 %s/%s (%d), unlock %s/%s (%d sent while their node's requests were in flight), fan-out %s/%s, dispatch %s/%s, time-outs %d, unlocks failed %d, CPU/node-blob %s", n,
+		progress(fmt.Sprintf("scale: rollout %d: wall %s, %d nodes unfinished, done p99 %s, wake p50/p99 %s/%s (%d; on the stream %s/%s (%d), by status %s/%s (%d)), late p50/p99 %s/%s (%d), unlock %s/%s (%d sent while their node's requests were in flight), fan-out %s/%s, dispatch %s/%s, time-outs %d, calls without an answer %d, writers retried %d, uncoordinated %.0f, duplicate downloads %d, unlocks failed %d, CPU/node-blob %s; the stores: %s; a call without an answer: %s", n,
 			r.Wall.Round(time.Millisecond), r.Unfinished, r.DoneP99.Round(time.Millisecond), r.WakeP50.Round(time.Millisecond), r.WakeP99.Round(time.Millisecond), r.WakeSamples,
-			r.StreamedP99.Round(time.Millisecond), r.StreamedSamples, r.CheckedP99.Round(time.Millisecond), r.CheckedSamples,
+			r.StreamedP50.Round(time.Millisecond), r.StreamedP99.Round(time.Millisecond), r.StreamedSamples, r.CheckedP50.Round(time.Millisecond), r.CheckedP99.Round(time.Millisecond), r.CheckedSamples,
 			r.LateP50.Round(time.Millisecond), r.LateP99.Round(time.Millisecond), r.LateSamples,
 			r.UnlockP50.Round(time.Millisecond), r.UnlockP99.Round(time.Millisecond), r.UnlockBehind, r.FanoutP50.Round(time.Millisecond), r.FanoutP99.Round(time.Millisecond),
-			r.DispatchP50.Round(time.Millisecond), r.DispatchP99.Round(time.Millisecond), r.Errors.Timeouts, r.UnlockFailed, r.CPUPerNodeBlob()))
+			r.DispatchP50.Round(time.Millisecond), r.DispatchP99.Round(time.Millisecond), r.Errors.Timeouts, r.Acts.FailedCalls, r.Acts.WriterRetries, r.Acts.Uncoordinated(),
+			r.Duplicates(), r.UnlockFailed, r.CPUPerNodeBlob(), r.Acts, or(r.Acts.FirstFailure, "none")))
 	}
 	for _, n := range cfg.Steady {
 		if err := fits(n, cfg.ShortConns, res.Nofile); err != nil {
@@ -86,6 +87,13 @@ func Run(cfg Config) (*Results, error) {
 	return res, nil
 }
 
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
 // raiseNofile raises the soft descriptor limit to the hard one: each node
 // holds a few connections (fits), and the coordinator (a child) inherits
 // the limit.
@@ -102,8 +110,9 @@ func raiseNofile() (uint64, error) {
 }
 
 // Violations lists the invariants the results break: every scenario run,
-// every blob downloaded exactly once, every holder's unlock answered,
-// every node done, every node synced again.
+// every blob downloaded exactly once, no write or reference without the
+// coordinator, every holder's unlock answered, every node done, every
+// node synced again.
 func (r *Results) Violations() []string {
 	out := append([]string(nil), r.Failed...)
 	for _, x := range r.Rollout {
@@ -114,6 +123,9 @@ func (r *Results) Violations() []string {
 		}
 		if x.Unfinished > 0 {
 			out = append(out, fmt.Sprintf("rollout %d: %d nodes did not finish", x.Nodes, x.Unfinished))
+		}
+		if u := x.Acts.Uncoordinated(); u > 0 {
+			out = append(out, fmt.Sprintf("rollout %d: %.0f writes or references went ahead without the coordinator (the first call without an answer: %s)", x.Nodes, u, x.Acts.FirstFailure))
 		}
 		if x.UnlockFailed > 0 {
 			out = append(out, fmt.Sprintf("rollout %d: %d holders' unlocks failed, the first: %s", x.Nodes, x.UnlockFailed, x.UnlockErr))
@@ -129,7 +141,8 @@ func (r *Results) Violations() []string {
 
 // Descriptors: each simulated node holds Config.ShortConns keep-alive
 // connections for its short requests and one for its event stream, a
-// descriptor each in this process and in the coordinator.
+// descriptor each in this process and in the coordinator; in this process
+// a rollout's node holds its journal (a bbolt file) open too.
 const (
 	// spareFiles are the descriptors either process needs besides the
 	// nodes' connections: listener, database, logs, the benchmark's own
@@ -139,15 +152,20 @@ const (
 
 // fits reports, with a message naming the limit, when n nodes with
 // shortConns connections each besides their stream cannot fit under the
-// descriptor limit nofile: in this process, and in the coordinator, which
-// inherits it and serves connections up to three quarters of it
-// (--max-conns' default, httpserver.ConnLimits).
+// descriptor limit nofile: in the coordinator, which inherits it and
+// serves connections up to three quarters of it (--max-conns' default,
+// httpserver.ConnLimits), and in this process, where each node holds its
+// journal open besides its connections.
 func fits(n, shortConns int, nofile uint64) error {
 	connsPerNode := shortConns + 1
 	need := uint64(n*connsPerNode + spareFiles)
 	if serves := nofile * 3 / 4; need > serves {
 		return fmt.Errorf("%d nodes need about %d descriptors (%d connections each, plus %d), more than the coordinator serves under the descriptor limit %d (RLIMIT_NOFILE, ulimit -Hn; --max-conns defaults to three quarters of it, %d): at most %d nodes fit; raise the hard limit",
 			n, need, connsPerNode, spareFiles, nofile, serves, (serves-spareFiles)/uint64(connsPerNode))
+	}
+	if own := uint64(n*(connsPerNode+1) + spareFiles); own > nofile {
+		return fmt.Errorf("%d nodes need about %d descriptors in the benchmark's process (%d connections and a journal each, plus %d), more than the descriptor limit %d (RLIMIT_NOFILE, ulimit -Hn): at most %d nodes fit; raise the hard limit",
+			n, own, connsPerNode, spareFiles, nofile, (nofile-spareFiles)/uint64(connsPerNode+1))
 	}
 	return nil
 }
