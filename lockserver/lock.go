@@ -41,8 +41,12 @@ func (lk *locks) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 		return api.LockResponse{}, err
 	}
 	// A retained success is only an answer while nothing incompatible is
-	// in flight: a pull must not skip while a delete removes the blob.
-	if c := k.completed; c != nil && !c.lapsed && now.Sub(c.at) < lk.cfg.CompletedTTL && r.compatibleWith(t) {
+	// in flight: a pull must not skip while a delete removes the blob. Nor
+	// is a delete's success an answer to the reaper, which has just listed
+	// the blob's file: the blob is back (written by a node that failed
+	// open, docs/design.md §8.8), and skipping would keep it for
+	// completed_ttl.
+	if c := k.completed; c != nil && !c.lapsed && now.Sub(c.at) < lk.cfg.CompletedTTL && r.compatibleWith(t) && (t != idxDelete || req.Reap == "") {
 		lk.metrics.result(t, resultSkipped)
 		return api.LockResponse{RequestID: req.RequestID, Skip: true}, nil
 	}

@@ -46,6 +46,7 @@ func Run(t *testing.T, newCluster func(t *testing.T) Cluster) {
 		{"DeleteUnsynced", testDeleteUnsynced},
 		{"DeleteCompletion", testDeleteCompletion},
 		{"ReapDelete", testReapDelete},
+		{"ReapAfterDelete", testReapAfterDelete},
 		{"Members", testMembers},
 		{"ExpireMember", testExpireMember},
 	} {

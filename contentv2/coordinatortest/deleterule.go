@@ -114,3 +114,23 @@ func testReapDelete(t *testing.T, c Cluster) {
 	}, refs(t, n1), "a reap delete leaves the reaper's references but the dangling one it reaped")
 	require.NoError(t, reap.Unlock(ctx, true, nil))
 }
+
+// testReapAfterDelete: a delete's success answers a later delete of the
+// blob with ErrSkipped, but not the reaper's orphan delete: the reaper has
+// just listed the blob's file, so the blob is back (a node that failed
+// open wrote it again) and the old success is no answer.
+func testReapAfterDelete(t *testing.T, c Cluster) {
+	ctx := t.Context()
+	n1, n2 := c.Node(t, "node-1"), c.Node(t, "node-2")
+	join(t, n1, "i1")
+	join(t, n2, "i2")
+	require.NoError(t, lock(t, n1, del(blob(1))).Unlock(ctx, true, nil))
+	_, err := n2.Lock(ctx, del(blob(1)))
+	require.ErrorIs(t, err, api.ErrSkipped, "a node's own delete after the success")
+
+	reap := lock(t, n2, reapLock())
+	orphan := del(blob(1))
+	orphan.Reap = api.ReapOrphan
+	require.NoError(t, lock(t, n2, orphan).Unlock(ctx, true, nil), "the reaper's orphan delete is granted")
+	require.NoError(t, reap.Unlock(ctx, true, nil))
+}
