@@ -28,25 +28,25 @@ import (
 // node synced.
 
 // uptime is this Coordinator's age at now, in milliseconds.
-func (l *memberPart) uptime(now time.Time) int64 { return now.Sub(l.started).Milliseconds() }
+func (mp *memberPart) uptime(now time.Time) int64 { return now.Sub(mp.started).Milliseconds() }
 
 // echoValid reports whether e echoes an answer of this coordinator in
 // this epoch.
-func (l *memberPart) echoValid(e *api.Echo, now time.Time) bool {
-	return e != nil && e.Epoch == l.Cluster().Epoch && e.StampMs >= 0 && e.ElapsedMs >= 0 &&
-		e.StampMs <= l.uptime(now)
+func (mp *memberPart) echoValid(e *api.Echo, now time.Time) bool {
+	return e != nil && e.Epoch == mp.Cluster().Epoch && e.StampMs >= 0 && e.ElapsedMs >= 0 &&
+		e.StampMs <= mp.uptime(now)
 }
 
 // checkLate refuses (api.ErrLate) a message with echo e that arrives at now
 // more than TTL/3 after it was sent, by the echo's measure, or that echoes
 // an answer more than 2·TTL/3 old. what names the message.
-func (l *memberPart) checkLate(node, what string, e *api.Echo, now time.Time) error {
-	ttl := l.cfg.SessionTTL.Milliseconds()
-	age := l.uptime(now) - (e.StampMs + e.ElapsedMs)
+func (mp *memberPart) checkLate(node, what string, e *api.Echo, now time.Time) error {
+	ttl := mp.cfg.SessionTTL.Milliseconds()
+	age := mp.uptime(now) - (e.StampMs + e.ElapsedMs)
 	if e.ElapsedMs > 2*ttl/3 || age > ttl/3 {
-		l.metrics.lateSessions.Inc()
+		mp.metrics.lateSessions.Inc()
 		return fmt.Errorf("%s of node %s: sent %d ms after the answer it echoes, arrived %d ms after it was sent (at most %d and %d ms with session TTL %s); it extends nothing, open a new session: %w",
-			what, node, e.ElapsedMs, age, 2*ttl/3, ttl/3, l.cfg.SessionTTL, api.ErrLate)
+			what, node, e.ElapsedMs, age, 2*ttl/3, ttl/3, mp.cfg.SessionTTL, api.ErrLate)
 	}
 	return nil
 }
@@ -54,17 +54,17 @@ func (l *memberPart) checkLate(node, what string, e *api.Echo, now time.Time) er
 // checkDoneLate applies the rule to the last chunk of a sync: with an echo
 // as to a renewal; without one (an older node) it must arrive within TTL/3
 // of the coordinator's last session answer to the node. Callers hold mmu.
-func (l *memberPart) checkDoneLate(node string, m *member, e *api.Echo, now time.Time) error {
+func (mp *memberPart) checkDoneLate(node string, m *member, e *api.Echo, now time.Time) error {
 	if e != nil {
-		if !l.echoValid(e, now) {
+		if !mp.echoValid(e, now) {
 			return fmt.Errorf("sync of node %s: it echoes a session answer of another coordinator epoch; open a new session: %w", node, api.ErrLate)
 		}
-		return l.checkLate(node, "sync", e, now)
+		return mp.checkLate(node, "sync", e, now)
 	}
-	if age := now.Sub(m.answered); age > l.cfg.SessionTTL/3 {
-		l.metrics.lateSessions.Inc()
+	if age := now.Sub(m.answered); age > mp.cfg.SessionTTL/3 {
+		mp.metrics.lateSessions.Inc()
 		return fmt.Errorf("sync of node %s: arrived %s after the last session answer (at most %s without an echo); open a new session: %w",
-			node, age.Round(time.Millisecond), l.cfg.SessionTTL/3, api.ErrLate)
+			node, age.Round(time.Millisecond), mp.cfg.SessionTTL/3, api.ErrLate)
 	}
 	return nil
 }
