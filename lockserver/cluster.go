@@ -109,7 +109,7 @@ func (mp *memberPart) Adopt(ctx context.Context, req api.AdoptRequest) (api.Clus
 	// Everyone syncs again: under the adopted identity nothing is known.
 	for _, m := range mp.members {
 		m.synced = false
-		mp.endSync(m)
+		mp.syncs.endSync(m)
 	}
 	mp.cluster.Store(&c)
 	// The adopted cluster's root is recorded again by the first of its

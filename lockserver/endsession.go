@@ -49,7 +49,7 @@ func (mp *memberPart) EndSession(ctx context.Context, req api.EndSessionRequest)
 	}
 	m.sessionUntil = now
 	m.synced = false
-	mp.endSync(m)
+	mp.syncs.endSync(m)
 	lg.Info("node ended its session (clean shutdown); deletes wait until it syncs again")
 	return api.EndSessionResponse{Ended: true}, nil
 }

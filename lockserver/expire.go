@@ -114,7 +114,7 @@ func (mp *memberPart) expire(ctx context.Context, nodeID string, req api.ExpireR
 // reported that state: 0 for a new state, another reaper's report, or no
 // state. Callers hold mmu.
 func (mp *memberPart) markerReported(node, reaper, state string, now time.Time) time.Duration {
-	up := now.Sub(mp.started)
+	up := now.Sub(mp.timing.started)
 	byReaper := mp.markers[node]
 	if state == "" {
 		delete(byReaper, reaper)

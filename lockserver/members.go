@@ -76,35 +76,6 @@ type member struct {
 	refsWriting atomic.Int64
 }
 
-// nodeSync is a full sync being received.
-type nodeSync struct {
-	id   string
-	refs map[string]struct{}
-	// since records the node's own reference changes made after the sync
-	// started (true: added, false: removed). They win over the chunks:
-	// the node's snapshot may be older than them.
-	since map[string]bool
-	// buckets, in a sync by hash, are the buckets whose hashes differed:
-	// the chunks carry their resource IDs only, and Done replaces only
-	// them. Nil: a full sync.
-	buckets *refcount.BucketSet
-	// touched is when the node last sent a chunk (for SyncTimeout).
-	touched time.Time
-	// sent counts the resource IDs of the chunks received, and last is
-	// what it counted before the last one (checkChunkOffset).
-	sent, last int
-	// writing: the done chunk was received and the sync is being written
-	// (syncwrite.go); since then collects the node's changes made
-	// meanwhile, and written is what of them was written again.
-	writing bool
-	written map[string]bool
-	// ended is closed when the write ends (finishSync).
-	ended chan struct{}
-}
-
-// maxSyncRefs bounds the references one node may sync.
-const maxSyncRefs = 1 << 24
-
 // markSynced makes m synced by its sync id, of count references.
 // Callers hold mmu.
 func (m *member) markSynced(id string, count int) {
@@ -160,9 +131,9 @@ func (mp *memberPart) Session(ctx context.Context, req api.SessionRequest) (api.
 	if err := mp.checkInstance(ctx, req, m, now); err != nil {
 		return api.SessionResponse{}, err
 	}
-	renewal := mp.echoValid(req.Echo, now)
+	renewal := mp.timing.echoValid(req.Echo, now)
 	if renewal {
-		if err := mp.checkLate(req.NodeID, "session renewal", req.Echo, now); err != nil {
+		if err := mp.timing.checkLate(req.NodeID, "session renewal", req.Echo, now); err != nil {
 			return api.SessionResponse{}, err
 		}
 	}
@@ -170,7 +141,7 @@ func (mp *memberPart) Session(ctx context.Context, req api.SessionRequest) (api.
 		// A lapsed session, or an open: the node syncs in this one.
 		m.synced = false
 		if !m.live(now) {
-			mp.endSync(m)
+			mp.syncs.endSync(m)
 		}
 	}
 	if err := mp.noLongerBystander(ctx, m, !bystanderSession(req)); err != nil {
@@ -194,7 +165,7 @@ func (mp *memberPart) Session(ctx context.Context, req api.SessionRequest) (api.
 	m.sessionUntil = now.Add(mp.cfg.SessionTTL)
 	m.answered = now
 	return api.SessionResponse{Cluster: c, SessionTTLMs: mp.cfg.SessionTTL.Milliseconds(), Synced: m.synced,
-		StampMs: mp.uptime(now), NewMember: m.newMember}, nil
+		StampMs: mp.timing.uptime(now), NewMember: m.newMember}, nil
 }
 
 // clashing reports whether another instance of m's node ID was refused
@@ -266,8 +237,8 @@ func (mp *memberPart) flushSeen(ctx context.Context) error {
 func (mp *memberPart) noteRef(node, resourceID string, added bool) {
 	mp.mmu.Lock()
 	defer mp.mmu.Unlock()
-	if m := mp.members[node]; m != nil && m.sync != nil {
-		m.sync.since[resourceID] = added
+	if m := mp.members[node]; m != nil {
+		mp.syncs.noteChange(m, resourceID, added)
 	}
 }
 
@@ -313,7 +284,7 @@ func (mp *memberPart) allSynced(resourceID string, now time.Time, noRefs func(wi
 	mp.mmu.Lock()
 	defer mp.mmu.Unlock()
 	if noRefs != nil {
-		withSyncing := func(rc refcount.Set) refcount.Set { return mp.writingRefs(resourceID, rc) }
+		withSyncing := func(rc refcount.Set) refcount.Set { return mp.syncs.writingRefs(resourceID, rc) }
 		if err := noRefs(withSyncing); err != nil {
 			return err
 		}
@@ -368,7 +339,7 @@ func (mp *memberPart) forgetLocked(ctx context.Context, nodeID, why string) erro
 	failpoint.Inject(failpoint.CoordForgetAfterCommit)
 	delete(mp.markers, nodeID)
 	if m := mp.members[nodeID]; m != nil {
-		mp.endSync(m)
+		mp.syncs.endSync(m)
 	}
 	delete(mp.members, nodeID)
 	mp.metrics.members.Set(float64(len(mp.members)))
@@ -433,7 +404,7 @@ func (mp *memberPart) absence(m *member, now time.Time) time.Duration {
 	if m.live(now) {
 		return 0
 	}
-	from := mp.started
+	from := mp.timing.started
 	if m.sessionUntil.After(from) {
 		from = m.sessionUntil
 	}

@@ -53,9 +53,7 @@ func (mp *memberPart) admitRef(node, resourceID string, now time.Time) (done fun
 		mp.metrics.noSessionRefusals.Inc()
 		return nil, err
 	}
-	if m.sync != nil {
-		m.sync.since[resourceID] = true
-	}
+	mp.syncs.noteChange(m, resourceID, true)
 	m.refsWriting.Add(1)
 	return func() { m.refsWriting.Add(-1) }, nil
 }
@@ -70,8 +68,8 @@ func (mp *memberPart) whileAdmitted(node, resourceID string, now time.Time, writ
 	mp.mmu.Lock()
 	defer mp.mmu.Unlock()
 	m, err := mp.liveMember("refs "+resourceID, node, now)
-	if err == nil && m.sync != nil {
-		m.sync.since[resourceID] = true // noteRef, with mmu held
+	if err == nil {
+		mp.syncs.noteChange(m, resourceID, true) // noteRef, with mmu held
 	}
 	return write(err)
 }

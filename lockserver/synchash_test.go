@@ -259,7 +259,7 @@ func TestSyncByHashAfterRestart(t *testing.T) {
 func TestSyncBusy(t *testing.T) {
 	coord, _ := newCountingCoordinator(t, refcount.NewMemoryStorage(), func(c *Config) { c.MaxSyncs = 1 })
 	session(t, coord, "n1")
-	release, err := coord.admitSync("other")
+	release, err := coord.syncs.admitSync("other")
 	require.NoError(t, err)
 	_, err = coord.SyncRefs(context.Background(), "n1", api.SyncRequest{SyncID: "s1", ResourceIDs: []string{}})
 	require.ErrorIs(t, err, api.ErrTooManyRequests)
@@ -310,7 +310,7 @@ func TestSyncBufferBoundAndTimeout(t *testing.T) {
 	var busy *BusyError
 	require.ErrorAs(t, err, &busy, "past the cluster-wide bound")
 	c.mmu.Lock()
-	require.Equal(t, api.MaxSyncChunk+10, c.syncLimits.buffered, "the refused chunk buffered nothing")
+	require.Equal(t, api.MaxSyncChunk+10, c.syncs.syncLimits.buffered, "the refused chunk buffered nothing")
 	c.mmu.Unlock()
 
 	// big goes quiet for SyncTimeout: the next chunk past the bound drops
@@ -323,7 +323,7 @@ func TestSyncBufferBoundAndTimeout(t *testing.T) {
 	_, err = c.SyncRefs(ctx, "big", api.SyncRequest{SyncID: "b", ResourceIDs: ids(1, "g"), Offset: off(api.MaxSyncChunk)})
 	require.ErrorIs(t, err, api.ErrNotFound, "big's sync was dropped: it starts again")
 	c.mmu.Lock()
-	require.Zero(t, c.syncLimits.buffered)
+	require.Zero(t, c.syncs.syncLimits.buffered)
 	c.mmu.Unlock()
 }
 

@@ -14,7 +14,7 @@ import (
 // stage on the returned channel and answers on the other.
 func stopWrites(c *Coordinator, node string) (stages <-chan string, proceed chan<- struct{}) {
 	st, go_ := make(chan string), make(chan struct{})
-	c.syncLimits.writeHook = func(n, stage string) {
+	c.syncs.syncLimits.writeHook = func(n, stage string) {
 		if n == node {
 			st <- stage
 			<-go_
@@ -142,7 +142,7 @@ func TestSyncWriteAfterSessionEnded(t *testing.T) {
 	require.ErrorIs(t, <-written, api.ErrNoSession)
 	require.False(t, synced(t, c, "n1"))
 
-	c.syncLimits.writeHook = nil
+	c.syncs.syncLimits.writeHook = nil
 	a, err = c.Session(ctx, api.SessionRequest{NodeID: "n1", InstanceID: "i1"})
 	require.NoError(t, err)
 	require.False(t, a.Synced)
