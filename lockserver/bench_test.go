@@ -21,7 +21,7 @@ func heapInUse() uint64 {
 // BenchmarkMemoryPerHeldLock reports the heap held by one granted lock on
 // its own resource (resource, key, grant, lease id, shard map entry).
 func BenchmarkMemoryPerHeldLock(b *testing.B) {
-	l := newTestCoordinator(b)
+	c := newTestCoordinator(b)
 	ctx := context.Background()
 	ids := make([]string, b.N)
 	for i := range ids {
@@ -30,7 +30,7 @@ func BenchmarkMemoryPerHeldLock(b *testing.B) {
 	before := heapInUse()
 	b.ResetTimer()
 	for i := range b.N {
-		if _, err := l.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: ids[i], NodeID: "node-1", RequestID: "r"}); err != nil {
+		if _, err := c.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: ids[i], NodeID: "node-1", RequestID: "r"}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -42,11 +42,11 @@ func BenchmarkMemoryPerHeldLock(b *testing.B) {
 // BenchmarkMemoryPerQueuedWaiter reports the heap held by one queued
 // request, 100 waiters per key.
 func BenchmarkMemoryPerQueuedWaiter(b *testing.B) {
-	l := newTestCoordinator(b)
+	c := newTestCoordinator(b)
 	ctx := context.Background()
 	keys := max(1, b.N/100)
 	for k := range keys {
-		if _, err := l.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: fmt.Sprintf("sha256:%064x", k), NodeID: "holder"}); err != nil {
+		if _, err := c.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: fmt.Sprintf("sha256:%064x", k), NodeID: "holder"}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -58,7 +58,7 @@ func BenchmarkMemoryPerQueuedWaiter(b *testing.B) {
 	before := heapInUse()
 	b.ResetTimer()
 	for i := range b.N {
-		if _, err := l.Lock(ctx, reqs[i]); err != nil {
+		if _, err := c.Lock(ctx, reqs[i]); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -70,17 +70,17 @@ func BenchmarkMemoryPerQueuedWaiter(b *testing.B) {
 // BenchmarkLockUnlockInProcess is the core's cost of one uncontended
 // update lock+unlock cycle, without HTTP.
 func BenchmarkLockUnlockInProcess(b *testing.B) {
-	l := newTestCoordinator(b)
+	c := newTestCoordinator(b)
 	ctx := context.Background()
 	var next atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		id := fmt.Sprintf("sha256:%064x", next.Add(1))
 		for pb.Next() {
-			resp, err := l.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: id, NodeID: "n"})
+			resp, err := c.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: id, NodeID: "n"})
 			if err != nil || !resp.Acquired {
 				b.Fatal(err, resp)
 			}
-			if _, err := l.Unlock(ctx, api.UnlockRequest{Type: api.OperationUpdate, ResourceID: id, LeaseID: resp.LeaseID, Success: true}); err != nil {
+			if _, err := c.Unlock(ctx, api.UnlockRequest{Type: api.OperationUpdate, ResourceID: id, LeaseID: resp.LeaseID, Success: true}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -42,13 +42,13 @@ func bystanderSession(req api.SessionRequest) bool {
 
 // noLongerBystander persists that m is no longer a bystander, when it was
 // and ok says so. Callers hold mmu.
-func (l *memberPart) noLongerBystander(ctx context.Context, m *member, ok bool) error {
+func (mp *memberPart) noLongerBystander(ctx context.Context, m *member, ok bool) error {
 	if !ok || !m.rec.Bystander {
 		return nil
 	}
 	rec := m.rec
 	rec.Bystander = false
-	if err := l.commit(ctx, new(refcount.Batch).PutMember(rec)); err != nil {
+	if err := mp.commit(ctx, new(refcount.Batch).PutMember(rec)); err != nil {
 		return fmt.Errorf("session of node %s: %w", rec.ID, err)
 	}
 	m.rec = rec
@@ -57,6 +57,6 @@ func (l *memberPart) noLongerBystander(ctx context.Context, m *member, ok bool) 
 
 // letGo reports whether the delete rule no longer waits for m: a
 // bystander absent for BystanderAfter. Callers hold mmu.
-func (l *memberPart) letGo(m *member, now time.Time) bool {
-	return l.cfg.BystanderAfter > 0 && m.rec.Bystander && !m.live(now) && l.absence(m, now) >= l.cfg.BystanderAfter
+func (mp *memberPart) letGo(m *member, now time.Time) bool {
+	return mp.cfg.BystanderAfter > 0 && m.rec.Bystander && !m.live(now) && mp.absence(m, now) >= mp.cfg.BystanderAfter
 }

@@ -11,9 +11,9 @@ import (
 )
 
 // bystander reports whether GET /nodes shows node as a bystander.
-func bystander(t *testing.T, l *Coordinator, node string) bool {
+func bystander(t *testing.T, c *Coordinator, node string) bool {
 	t.Helper()
-	nodes, err := l.Nodes(context.Background())
+	nodes, err := c.Nodes(context.Background())
 	require.NoError(t, err)
 	for _, n := range nodes.Nodes {
 		if n.NodeID == node {
@@ -32,61 +32,61 @@ func bystander(t *testing.T, l *Coordinator, node string) bool {
 // waited for as before.
 func TestBystanderStopsHoldingDeletes(t *testing.T) {
 	const ttl, after = time.Second, time.Minute
-	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL, c.BystanderAfter = ttl, after })
-	clk := useFakeClock(l)
+	coord := newTestCoordinator(t, func(c *Config) { c.SessionTTL, c.BystanderAfter = ttl, after })
+	clk := useFakeClock(coord)
 	ctx := context.Background()
 	const other = "sha256:bbbb"
 	for _, req := range []api.SessionRequest{
 		{NodeID: "oneoff"},
 		{NodeID: "oneoff-ref"},
-		{NodeID: "named", ClusterID: l.Cluster().ClusterID},
+		{NodeID: "named", ClusterID: coord.Cluster().ClusterID},
 		{NodeID: "identified", Identified: true},
 	} {
-		_, err := l.Session(ctx, req)
+		_, err := coord.Session(ctx, req)
 		require.NoError(t, err)
 	}
-	_, err := l.AddRef(ctx, other, "oneoff-ref")
+	_, err := coord.AddRef(ctx, other, "oneoff-ref")
 	require.NoError(t, err)
-	require.True(t, bystander(t, l, "oneoff"))
-	require.False(t, bystander(t, l, "named"))
-	require.False(t, bystander(t, l, "identified"))
-	syncedNode(t, l, "was-oneoff") // a sync ends being a bystander
-	require.False(t, bystander(t, l, "was-oneoff"))
+	require.True(t, bystander(t, coord, "oneoff"))
+	require.False(t, bystander(t, coord, "named"))
+	require.False(t, bystander(t, coord, "identified"))
+	syncedNode(t, coord, "was-oneoff") // a sync ends being a bystander
+	require.False(t, bystander(t, coord, "was-oneoff"))
 
 	deleteBy := func(node, resource string) error {
-		_, err := l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: resource, NodeID: node})
+		_, err := coord.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: resource, NodeID: node})
 		return err
 	}
 	// Absent for just under BystanderAfter: every delete waits for all.
 	clk.at(ttl + after - time.Millisecond)
-	syncedNode(t, l, "deleter")
-	syncedNode(t, l, "was-oneoff")
+	syncedNode(t, coord, "deleter")
+	syncedNode(t, coord, "was-oneoff")
 	var ue *api.UnsyncedError
 	require.ErrorAs(t, deleteBy("deleter", blob), &ue)
 	require.Equal(t, []string{"identified", "named", "oneoff", "oneoff-ref"}, ue.Nodes)
 
 	// Past it: the bystanders are let go, the others still waited for.
 	clk.at(ttl + after + time.Millisecond)
-	syncedNode(t, l, "deleter")
-	syncedNode(t, l, "was-oneoff")
+	syncedNode(t, coord, "deleter")
+	syncedNode(t, coord, "was-oneoff")
 	require.ErrorAs(t, deleteBy("deleter", blob), &ue)
 	require.Equal(t, []string{"identified", "named"}, ue.Nodes, "only the bystanders are let go")
 	for _, node := range []string{"identified", "named"} {
-		syncedNode(t, l, node)
+		syncedNode(t, coord, node)
 	}
-	resp := mustLock(t, l, api.OperationDelete, "deleter")
+	resp := mustLock(t, coord, api.OperationDelete, "deleter")
 	require.True(t, resp.Acquired, "no member but the bystanders was unsynced")
-	unlock(t, l, api.OperationDelete, resp.LeaseID, true)
+	unlock(t, coord, api.OperationDelete, resp.LeaseID, true)
 	require.ErrorIs(t, deleteBy("deleter", other), api.ErrInUse, "a bystander's reference still counts")
-	require.Equal(t, []string{"oneoff-ref"}, refsOf(t, l, other))
+	require.Equal(t, []string{"oneoff-ref"}, refsOf(t, coord, other))
 
 	// Back, naming its cluster: no longer a bystander, and waited for.
-	_, err = l.Session(ctx, api.SessionRequest{NodeID: "oneoff", ClusterID: l.Cluster().ClusterID})
+	_, err = coord.Session(ctx, api.SessionRequest{NodeID: "oneoff", ClusterID: coord.Cluster().ClusterID})
 	require.NoError(t, err)
-	require.False(t, bystander(t, l, "oneoff"))
+	require.False(t, bystander(t, coord, "oneoff"))
 	require.ErrorAs(t, deleteBy("deleter", "sha256:cccc"), &ue)
 	require.Equal(t, []string{"oneoff"}, ue.Nodes)
-	members, err := l.refs.Storage().ListMembers(ctx)
+	members, err := coord.refs.Storage().ListMembers(ctx)
 	require.NoError(t, err)
 	for _, m := range members {
 		require.Equal(t, m.ID == "oneoff-ref", m.Bystander, "persisted: %s", m.ID)
@@ -95,14 +95,14 @@ func TestBystanderStopsHoldingDeletes(t *testing.T) {
 
 // TestBystanderRuleOff: BystanderAfter 0 waits for every member forever.
 func TestBystanderRuleOff(t *testing.T) {
-	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL, c.BystanderAfter = time.Second, 0 })
-	clk := useFakeClock(l)
-	_, err := l.Session(context.Background(), api.SessionRequest{NodeID: "oneoff"})
+	coord := newTestCoordinator(t, func(c *Config) { c.SessionTTL, c.BystanderAfter = time.Second, 0 })
+	clk := useFakeClock(coord)
+	_, err := coord.Session(context.Background(), api.SessionRequest{NodeID: "oneoff"})
 	require.NoError(t, err)
 	clk.at(1000 * time.Hour)
-	syncedNode(t, l, "deleter")
+	syncedNode(t, coord, "deleter")
 	var ue *api.UnsyncedError
-	_, err = l.Lock(context.Background(), lockReq(api.OperationDelete, "deleter"))
+	_, err = coord.Lock(context.Background(), lockReq(api.OperationDelete, "deleter"))
 	require.ErrorAs(t, err, &ue)
 	require.Equal(t, []string{"oneoff"}, ue.Nodes)
 }

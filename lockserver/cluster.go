@@ -20,8 +20,8 @@ import (
 
 // startEpoch reads (creating) the cluster ID and starts a new epoch, in
 // one transaction.
-func (l *memberPart) startEpoch(ctx context.Context) error {
-	id, err := l.state.Identity(ctx)
+func (mp *memberPart) startEpoch(ctx context.Context) error {
+	id, err := mp.state.Identity(ctx)
 	if err != nil {
 		return fmt.Errorf("lockserver: reading the cluster id and epoch: %w", err)
 	}
@@ -29,18 +29,18 @@ func (l *memberPart) startEpoch(ctx context.Context) error {
 		id.ClusterID = newID()
 	}
 	id.Epoch++
-	if err := l.refs.Commit(ctx, new(refcount.Batch).PutIdentity(id)); err != nil {
+	if err := mp.refs.Commit(ctx, new(refcount.Batch).PutIdentity(id)); err != nil {
 		return fmt.Errorf("lockserver: writing the cluster id and epoch: %w", err)
 	}
-	l.cluster.Store(&api.Cluster{ClusterID: id.ClusterID, Epoch: id.Epoch})
-	l.mmu.Lock()
-	l.root = id.Root
-	l.mmu.Unlock()
+	mp.cluster.Store(&api.Cluster{ClusterID: id.ClusterID, Epoch: id.Epoch})
+	mp.mmu.Lock()
+	mp.root = id.Root
+	mp.mmu.Unlock()
 	return nil
 }
 
 // Cluster returns the coordinator's identity.
-func (l *memberPart) Cluster() api.Cluster { return *l.cluster.Load() }
+func (mp *memberPart) Cluster() api.Cluster { return *mp.cluster.Load() }
 
 // Adopt handles POST /cluster/adopt (admin): a coordinator whose database
 // was lost takes the shared root's cluster ID, starts a new epoch and
@@ -61,7 +61,7 @@ func (l *memberPart) Cluster() api.Cluster { return *l.cluster.Load() }
 // an adoption writes names the adopted cluster (refcount.Member.Adopted),
 // so the new leader, which loaded part of them, counts them as the
 // re-run's own, not as members of another cluster.
-func (l *memberPart) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {
+func (mp *memberPart) Adopt(ctx context.Context, req api.AdoptRequest) (api.Cluster, error) {
 	if err := validateID("cluster_id", req.ClusterID); err != nil {
 		return api.Cluster{}, err
 	}
@@ -70,12 +70,12 @@ func (l *memberPart) Adopt(ctx context.Context, req api.AdoptRequest) (api.Clust
 			return api.Cluster{}, err
 		}
 	}
-	now := l.now()
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
-	cur := l.Cluster()
+	now := mp.now()
+	mp.mmu.Lock()
+	defer mp.mmu.Unlock()
+	cur := mp.Cluster()
 	own := 0 // members of this coordinator's cluster, not of an interrupted run of this adoption
-	for _, m := range l.members {
+	for _, m := range mp.members {
 		if m.rec.Adopted != req.ClusterID {
 			own++
 		}
@@ -89,7 +89,7 @@ func (l *memberPart) Adopt(ctx context.Context, req api.AdoptRequest) (api.Clust
 	b := new(refcount.Batch)
 	var added []refcount.Member
 	for _, n := range req.Nodes {
-		if l.members[n] != nil || slices.ContainsFunc(added, func(m refcount.Member) bool { return m.ID == n }) {
+		if mp.members[n] != nil || slices.ContainsFunc(added, func(m refcount.Member) bool { return m.ID == n }) {
 			continue
 		}
 		rec := refcount.Member{ID: n, FirstSeen: now, LastSeen: now, Adopted: req.ClusterID}
@@ -99,25 +99,25 @@ func (l *memberPart) Adopt(ctx context.Context, req api.AdoptRequest) (api.Clust
 	c := api.Cluster{ClusterID: req.ClusterID, Epoch: cur.Epoch + 1}
 	b.Break().PutIdentity(refcount.Identity{ClusterID: c.ClusterID, Epoch: c.Epoch})
 	failpoint.Inject(failpoint.CoordAdoptBeforeCommit)
-	if err := l.commit(ctx, b); err != nil {
+	if err := mp.commit(ctx, b); err != nil {
 		return api.Cluster{}, fmt.Errorf("adopt: not done (the identity is unchanged; some members may have been written); run the same command again: %w", err)
 	}
 	failpoint.Inject(failpoint.CoordAdoptAfterCommit)
 	for _, rec := range added {
-		l.members[rec.ID] = &member{rec: rec}
+		mp.members[rec.ID] = &member{rec: rec}
 	}
 	// Everyone syncs again: under the adopted identity nothing is known.
-	for _, m := range l.members {
+	for _, m := range mp.members {
 		m.synced = false
-		l.endSync(m)
+		mp.syncs.endSync(m)
 	}
-	l.cluster.Store(&c)
+	mp.cluster.Store(&c)
 	// The adopted cluster's root is recorded again by the first of its
 	// nodes to name it (rootclaim.go); its members say meanwhile that
 	// it has one.
-	l.root = nil
-	l.metrics.members.Set(float64(len(l.members)))
-	log.G(ctx).WithField("cluster_id", c.ClusterID).WithField("was", cur.ClusterID).WithField("members", len(l.members)).
+	mp.root = nil
+	mp.metrics.members.Set(float64(len(mp.members)))
+	log.G(ctx).WithField("cluster_id", c.ClusterID).WithField("was", cur.ClusterID).WithField("members", len(mp.members)).
 		Warn("adopted the shared root's cluster; deletes wait until every member has synced")
 	return c, nil
 }

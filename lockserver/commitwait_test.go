@@ -15,15 +15,15 @@ import (
 // docs/design.md §10), and not again.
 func TestCommitWaitCalledBeforeWaiting(t *testing.T) {
 	store := &heldSubmits{LocalStorage: refcount.NewMemoryStorage(), submitted: make(chan struct{}), open: make(chan struct{})}
-	l, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(store)})
+	c, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(store)})
 	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
-	syncedNode(t, l, "n1")
+	t.Cleanup(func() { c.Close() })
+	syncedNode(t, c, "n1")
 	waiting := make(chan struct{}, 2)
 	ctx := WithCommitWait(context.Background(), func() { waiting <- struct{}{} })
 	added := make(chan error, 1)
 	go func() {
-		_, err := l.AddRef(ctx, blob, "n1")
+		_, err := c.AddRef(ctx, blob, "n1")
 		added <- err
 	}()
 	<-store.submitted
@@ -31,5 +31,5 @@ func TestCommitWaitCalledBeforeWaiting(t *testing.T) {
 	close(store.open)
 	require.NoError(t, <-added)
 	require.Empty(t, waiting, "called once")
-	require.Equal(t, []string{"n1"}, refsOf(t, l, blob))
+	require.Equal(t, []string{"n1"}, refsOf(t, c, blob))
 }

@@ -20,9 +20,9 @@ import (
 // front over parts that each own their state and their mutexes
 // (docs/design.md §3.11): the locks part (locks.go: shards, queues,
 // leases, fences, streams), the references part (references.go:
-// reference sets, the delete rule, deletes remembered, the reaper's rules)
-// and the members (members.go: sessions, syncs, expiry, identity). The
-// parts talk through the narrow interfaces of seams.go.
+// reference sets, the delete rule, deletes remembered, the reaper's rules),
+// the members (memberpart.go: sessions, expiry, identity) and their syncs
+// (syncs.go). The parts talk through the narrow interfaces of seams.go.
 type Coordinator struct {
 	cfg   Config
 	refs  *refcount.Manager
@@ -31,9 +31,11 @@ type Coordinator struct {
 	// locks is the locks part; references the references part.
 	locks      *locks
 	references *references
-	// memberPart: the members, their sessions and syncs, and the
-	// cluster's identity (memberpart.go).
+	// memberPart: the members, their sessions, and the cluster's
+	// identity (memberpart.go); syncs: their syncs (syncs.go), which
+	// the members part sees as a syncsView.
 	*memberPart
+	syncs *syncs
 
 	metrics *metrics
 	now     func() time.Time
@@ -94,14 +96,20 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 		started: now(),
 		stop:    make(chan struct{}),
 	}
-	c.memberPart = &memberPart{cfg: cfg, refs: opts.Refs, state: st.state, metrics: m, now: func() time.Time { return c.now() }, started: c.started,
-		commit: st.commit, members: map[string]*member{}, syncLimits: newSyncLimits(cfg)}
-	if c.syncMetrics, err = newSyncMetrics(opts.Registerer); err != nil {
-		return nil, err
-	}
-	ctx := context.Background()
 	// The parts read the Coordinator's clock, which tests move.
 	clock := func() time.Time { return c.now() }
+	timing := &timingRule{started: c.started, ttl: cfg.SessionTTL, metrics: m}
+	c.memberPart = &memberPart{cfg: cfg, refs: opts.Refs, state: st.state, metrics: m, now: clock, timing: timing,
+		commit: st.commit, members: map[string]*member{}}
+	timing.cluster = &c.memberPart.cluster
+	sm, err := newSyncMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	c.syncs = &syncs{cfg: cfg, refs: opts.Refs, commit: st.commit, now: clock, timing: timing, mp: c.memberPart,
+		syncLimits: newSyncLimits(cfg), syncMetrics: sm}
+	c.memberPart.syncs = c.syncs
+	ctx := context.Background()
 	st.now = clock
 	c.references = newReferences(cfg, st, c.memberPart, clock, c.started)
 	if c.locks, err = newLocks(ctx, cfg, st, c.references, clock, c.stop); err != nil {
@@ -228,7 +236,7 @@ func (c *Coordinator) OpenNodeStream(node string) (*NodeStream, error) {
 }
 
 // NodeStreams counts the node streams open now.
-func (c *Coordinator) NodeStreams() int { return c.locks.NodeStreams() }
+func (c *Coordinator) NodeStreams() int { return c.locks.streams.count() }
 
 // AddRef handles POST /refs/add: it records that node uses the resource
 // (for example a blob it is about to commit). It is refused with
@@ -260,6 +268,15 @@ func (c *Coordinator) Refs(ctx context.Context, resourceID string) (api.RefsResp
 // a page at a time (for the reaper and operators).
 func (c *Coordinator) RefsList(ctx context.Context, after string, limit int) (api.RefsListResponse, error) {
 	return c.references.RefsList(ctx, after, limit)
+}
+
+// SyncRefs handles PUT /nodes/{id}/refs: one step of the node's sync
+// (sync.go). At most MaxSyncs requests are served at once; more are
+// refused with a BusyError (429), as is a chunk past the cluster-wide
+// buffer bound and any step of another sync of a node whose sync is being
+// written; a retry of the sync being written waits for it.
+func (c *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error) {
+	return c.syncs.SyncRefs(ctx, nodeID, req)
 }
 
 // MemberCount is the number of members the coordinator knows: the limits

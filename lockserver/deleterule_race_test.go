@@ -22,16 +22,16 @@ import (
 // comes first, the delete must be refused: before the sync the member is
 // unsynced, after it the resource is referenced.
 func TestDeleteRuleAtomicWithSync(t *testing.T) {
-	l := newTestCoordinator(t, func(c *Config) { c.ReapGrace = 0 })
+	coord := newTestCoordinator(t, func(c *Config) { c.ReapGrace = 0 })
 	ctx := context.Background()
-	session(t, l, "reaper")
-	syncRefs(t, l, "reaper", "s0", true)
-	_, err := l.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, NodeID: "reaper"})
+	session(t, coord, "reaper")
+	syncRefs(t, coord, "reaper", "s0", true)
+	_, err := coord.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, NodeID: "reaper"})
 	require.NoError(t, err)
 	const rounds = 2000
 	for i := range rounds {
 		node, id := fmt.Sprintf("n-%d", i), fmt.Sprintf("sha256:race-%d", i)
-		session(t, l, node)
+		session(t, coord, node)
 		reap := api.ReapOrphan
 		if i%2 == 1 {
 			reap = "" // the reaper node's own GC
@@ -47,18 +47,18 @@ func TestDeleteRuleAtomicWithSync(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			_, syncErr = l.SyncRefs(ctx, node, api.SyncRequest{SyncID: "s", ResourceIDs: []string{id}, Done: true})
+			_, syncErr = coord.SyncRefs(ctx, node, api.SyncRequest{SyncID: "s", ResourceIDs: []string{id}, Done: true})
 		}()
 		go func() {
 			defer wg.Done()
 			<-start
-			resp, lockErr = l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: id, NodeID: "reaper", Reap: reap})
+			resp, lockErr = coord.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: id, NodeID: "reaper", Reap: reap})
 		}()
 		close(start)
 		wg.Wait()
 		require.NoError(t, syncErr)
 		require.False(t, resp.Acquired, "round %d: delete (reap %q) of %s granted although %s's sync references it; refs now %v",
-			i, reap, id, node, refsOf(t, l, id))
+			i, reap, id, node, refsOf(t, coord, id))
 		require.Error(t, lockErr)
 	}
 }

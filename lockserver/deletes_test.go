@@ -21,26 +21,26 @@ import (
 func never(refcount.Op) bool { return false }
 
 // deleteBlob deletes blob as node, granted and unlocked with success.
-func deleteBlob(t *testing.T, l *Coordinator, node string) (fence uint64) {
+func deleteBlob(t *testing.T, c *Coordinator, node string) (fence uint64) {
 	t.Helper()
-	d := mustLock(t, l, api.OperationDelete, node)
+	d := mustLock(t, c, api.OperationDelete, node)
 	require.True(t, d.Acquired)
-	unlock(t, l, api.OperationDelete, d.LeaseID, true)
+	unlock(t, c, api.OperationDelete, d.LeaseID, true)
 	return d.Fence
 }
 
 // waitReleased waits until the delete of blob has no holder.
-func waitReleased(t *testing.T, l *Coordinator) {
+func waitReleased(t *testing.T, c *Coordinator) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		st, err := l.Status(context.Background(), api.OperationDelete, blob, "", "")
+		st, err := c.Status(context.Background(), api.OperationDelete, blob, "", "")
 		return err == nil && st.Holder == nil
 	}, 30*time.Second, 5*time.Millisecond)
 }
 
-func persistedDeletes(t *testing.T, l *Coordinator) refcount.Deletes {
+func persistedDeletes(t *testing.T, c *Coordinator) refcount.Deletes {
 	t.Helper()
-	d, err := l.store.state.Deletes(context.Background())
+	d, err := c.store.state.Deletes(context.Background())
 	require.NoError(t, err)
 	return d
 }
@@ -51,37 +51,37 @@ func persistedDeletes(t *testing.T, l *Coordinator) refcount.Deletes {
 func TestDeleteCompletionSurvivesRestart(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "db")
-	l, _, stop := startOn(t, path, never)
-	members(t, l, "n1", "n2", "n3")
-	_, err := l.AddRef(ctx, blob, "n1")
+	c, _, stop := startOn(t, path, never)
+	members(t, c, "n1", "n2", "n3")
+	_, err := c.AddRef(ctx, blob, "n1")
 	require.NoError(t, err)
-	fence := deleteBlob(t, l, "n1")
+	fence := deleteBlob(t, c, "n1")
 	stop()
 
-	l, _, stop = startOn(t, path, never)
+	c, _, stop = startOn(t, path, never)
 
-	members(t, l, "n1", "n2", "n3")
-	st, err := l.Status(ctx, api.OperationDelete, blob, "", "")
+	members(t, c, "n1", "n2", "n3")
+	st, err := c.Status(ctx, api.OperationDelete, blob, "", "")
 	require.NoError(t, err)
 	require.NotNil(t, st.Completed)
 	require.Equal(t, fence, st.Completed.Fence,
 		"the completion still names the delete's fence: a deleter whose answer was lost in the restart unlinks by it (docs/design.md §8.11)")
 	require.False(t, st.Completed.Lapsed)
-	_, err = l.AddFoundRef(ctx, blob, "n2")
+	_, err = c.AddFoundRef(ctx, blob, "n2")
 	require.ErrorIs(t, err, api.ErrDeleting, "the restarted coordinator forgot the delete")
-	require.Empty(t, refsOf(t, l, blob), "the refusal records nothing")
-	require.Empty(t, persistedDeletes(t, l).InFlight)
+	require.Empty(t, refsOf(t, c, blob), "the refusal records nothing")
+	require.Empty(t, persistedDeletes(t, c).InFlight)
 
-	_, err = l.AddRef(ctx, blob, "n3") // a committing node: the blob is back
+	_, err = c.AddRef(ctx, blob, "n3") // a committing node: the blob is back
 	require.NoError(t, err)
-	require.Empty(t, persistedDeletes(t, l).Completed, "the reference ended the completion on disk")
+	require.Empty(t, persistedDeletes(t, c).Completed, "the reference ended the completion on disk")
 	stop()
-	l, _, _ = startOn(t, path, never)
-	members(t, l, "n1", "n2")
-	syncedNode(t, l, "n3", blob) // its journal has the blob
-	_, err = l.AddFoundRef(ctx, blob, "n2")
+	c, _, _ = startOn(t, path, never)
+	members(t, c, "n1", "n2")
+	syncedNode(t, c, "n3", blob) // its journal has the blob
+	_, err = c.AddFoundRef(ctx, blob, "n2")
 	require.NoError(t, err)
-	require.Equal(t, []string{"n2", "n3"}, refsOf(t, l, blob))
+	require.Equal(t, []string{"n2", "n3"}, refsOf(t, c, blob))
 }
 
 // TestPullEndsDeleteCompletionOnDisk: a successful pull ends the
@@ -89,18 +89,18 @@ func TestDeleteCompletionSurvivesRestart(t *testing.T) {
 func TestPullEndsDeleteCompletionOnDisk(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "db")
-	l, _, stop := startOn(t, path, never)
-	members(t, l, "n1", "n2")
-	deleteBlob(t, l, "n1")
-	require.Contains(t, persistedDeletes(t, l).Completed, blob)
-	p := mustLock(t, l, api.OperationPull, "n1")
+	c, _, stop := startOn(t, path, never)
+	members(t, c, "n1", "n2")
+	deleteBlob(t, c, "n1")
+	require.Contains(t, persistedDeletes(t, c).Completed, blob)
+	p := mustLock(t, c, api.OperationPull, "n1")
 	require.True(t, p.Acquired)
-	unlock(t, l, api.OperationPull, p.LeaseID, true)
-	require.Empty(t, persistedDeletes(t, l).Completed)
+	unlock(t, c, api.OperationPull, p.LeaseID, true)
+	require.Empty(t, persistedDeletes(t, c).Completed)
 	stop()
-	l, _, _ = startOn(t, path, never)
-	members(t, l, "n1", "n2")
-	_, err := l.AddFoundRef(ctx, blob, "n2")
+	c, _, _ = startOn(t, path, never)
+	members(t, c, "n1", "n2")
+	_, err := c.AddFoundRef(ctx, blob, "n2")
 	require.NoError(t, err)
 }
 
@@ -112,43 +112,43 @@ func TestLapsedDeleteIsACompletion(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "db")
 	short := func(c *Config) { c.LeaseTTL, c.ClaimTimeout = 50*time.Millisecond, 50*time.Millisecond }
-	l, _, stop := startOn(t, path, never, short)
-	members(t, l, "n1", "n2")
-	p := mustLock(t, l, api.OperationPull, "n1")
-	unlock(t, l, api.OperationPull, p.LeaseID, true) // a retained pull completion
-	d := mustLock(t, l, api.OperationDelete, "n1")
+	coord, _, stop := startOn(t, path, never, short)
+	members(t, coord, "n1", "n2")
+	p := mustLock(t, coord, api.OperationPull, "n1")
+	unlock(t, coord, api.OperationPull, p.LeaseID, true) // a retained pull completion
+	d := mustLock(t, coord, api.OperationDelete, "n1")
 	require.True(t, d.Acquired)
-	m, ok := persistedDeletes(t, l).InFlight[blob]
+	m, ok := persistedDeletes(t, coord).InFlight[blob]
 	require.True(t, ok, "the grant is on disk before it is answered")
 	require.Equal(t, "n1", m.Node)
 	require.Equal(t, d.Fence, m.Fence)
-	waitReleased(t, l)
+	waitReleased(t, coord)
 
-	_, err := l.AddFoundRef(ctx, blob, "n2")
+	_, err := coord.AddFoundRef(ctx, blob, "n2")
 	require.ErrorIs(t, err, api.ErrDeleting, "a lapsed delete may have removed the blob")
 	require.ErrorContains(t, err, "lapsed")
-	dd := persistedDeletes(t, l)
+	dd := persistedDeletes(t, coord)
 	require.Empty(t, dd.InFlight)
 	require.True(t, dd.Completed[blob].Lapsed)
-	st, err := l.Status(ctx, api.OperationDelete, blob, "", "")
+	st, err := coord.Status(ctx, api.OperationDelete, blob, "", "")
 	require.NoError(t, err)
 	require.NotNil(t, st.Completed)
 	require.Equal(t, &api.Completion{NodeID: "n1", CompletedAt: st.Completed.CompletedAt, Fence: d.Fence, Lapsed: true}, st.Completed,
 		"a node's reaper sees the lapse and its fence: it restores the trash entry (docs/design.md §8.11)")
-	pull := mustLock(t, l, api.OperationPull, "n2")
+	pull := mustLock(t, coord, api.OperationPull, "n2")
 	require.False(t, pull.Skip, "the blob may be gone: a pull must not skip")
 	require.True(t, pull.Acquired)
 	// Given back, or the next coordinator adopts it (leases.go) and the
 	// delete below queues behind it.
-	require.NoError(t, l.Cancel(ctx, api.CancelRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n2", RequestID: pull.RequestID}))
+	require.NoError(t, coord.Cancel(ctx, api.CancelRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n2", RequestID: pull.RequestID}))
 	stop()
 
-	l, _, _ = startOn(t, path, never, short)
+	coord, _, _ = startOn(t, path, never, short)
 
-	members(t, l, "n1", "n2")
-	_, err = l.AddFoundRef(ctx, blob, "n2")
+	members(t, coord, "n1", "n2")
+	_, err = coord.AddFoundRef(ctx, blob, "n2")
 	require.ErrorIs(t, err, api.ErrDeleting, "also after a restart")
-	again := mustLock(t, l, api.OperationDelete, "n1")
+	again := mustLock(t, coord, api.OperationDelete, "n1")
 	require.False(t, again.Skip, "a lapsed delete is no reason to skip the next one")
 	require.True(t, again.Acquired)
 }
@@ -159,14 +159,14 @@ func TestLapsedDeleteIsACompletion(t *testing.T) {
 func TestDeleteGrantedAtStopIsACompletion(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "db")
-	l, _, stop := startOn(t, path, never)
-	require.True(t, mustLock(t, l, api.OperationDelete, "n1").Acquired)
+	c, _, stop := startOn(t, path, never)
+	require.True(t, mustLock(t, c, api.OperationDelete, "n1").Acquired)
 	stop()
 
-	l, _, _ = startOn(t, path, never)
-	_, err := l.AddFoundRef(ctx, blob, "n2")
+	c, _, _ = startOn(t, path, never)
+	_, err := c.AddFoundRef(ctx, blob, "n2")
 	require.ErrorIs(t, err, api.ErrDeleting)
-	dd := persistedDeletes(t, l)
+	dd := persistedDeletes(t, c)
 	require.Empty(t, dd.InFlight, "the marker became a completion")
 	require.True(t, dd.Completed[blob].Lapsed)
 }
@@ -183,8 +183,8 @@ func TestDeleteRetentionCountsFromStart(t *testing.T) {
 	require.NoError(t, s.Commit(ctx, new(refcount.Batch).PutDeleted(blob, refcount.DeleteCompletion{Node: "n1", At: weekend})))
 	require.NoError(t, s.Close())
 
-	l, _, _ := startOn(t, path, never)
-	_, err = l.AddFoundRef(ctx, blob, "n2")
+	c, _, _ := startOn(t, path, never)
+	_, err = c.AddFoundRef(ctx, blob, "n2")
 	require.ErrorIs(t, err, api.ErrDeleting, "60 h of wall time passed while the coordinator was down")
 }
 
@@ -193,13 +193,13 @@ func TestDeleteRetentionCountsFromStart(t *testing.T) {
 func TestDeleteCompletionsArePruned(t *testing.T) {
 	ctx := context.Background()
 	ttl := 50 * time.Millisecond
-	l, _, _ := startOn(t, filepath.Join(t.TempDir(), "db"), never, func(c *Config) { c.CompletedTTL = ttl })
-	members(t, l, "n1", "n2")
+	coord, _, _ := startOn(t, filepath.Join(t.TempDir(), "db"), never, func(c *Config) { c.CompletedTTL = ttl })
+	members(t, coord, "n1", "n2")
 	before := time.Now() // the completion is recorded after this
-	deleteBlob(t, l, "n1")
-	require.Contains(t, persistedDeletes(t, l).Completed, blob)
-	require.Eventually(t, func() bool { return len(persistedDeletes(t, l).Completed) == 0 }, 30*time.Second, 5*time.Millisecond)
+	deleteBlob(t, coord, "n1")
+	require.Contains(t, persistedDeletes(t, coord).Completed, blob)
+	require.Eventually(t, func() bool { return len(persistedDeletes(t, coord).Completed) == 0 }, 30*time.Second, 5*time.Millisecond)
 	require.GreaterOrEqual(t, time.Since(before), ttl, "pruned before completed_ttl")
-	_, err := l.AddFoundRef(ctx, blob, "n2")
+	_, err := coord.AddFoundRef(ctx, blob, "n2")
 	require.NoError(t, err)
 }

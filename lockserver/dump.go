@@ -12,9 +12,9 @@ import (
 // references, the cluster's identity and what a restart would load. Two
 // dumps are equal when nothing changed in between (and no timer fired);
 // the HTTP tests check with it that a refused request changed nothing.
-func (l *Coordinator) Dump(ctx context.Context) (string, error) {
+func (c *Coordinator) Dump(ctx context.Context) (string, error) {
 	var lines []string
-	for i, sh := range l.locks.shards {
+	for i, sh := range c.locks.shards {
 		sh.mu.Lock()
 		for id, r := range sh.resources {
 			for ti := range r.keys {
@@ -26,47 +26,47 @@ func (l *Coordinator) Dump(ctx context.Context) (string, error) {
 					lines = append(lines, fmt.Sprintf("waiter %s %d %s %s %d", id, ti, w.nodeID, w.requestID, w.lastSeen.UnixNano()))
 					return true
 				})
-				if c := k.completed; c != nil {
-					lines = append(lines, fmt.Sprintf("completed %s %d %s", id, ti, c.nodeID))
+				if done := k.completed; done != nil {
+					lines = append(lines, fmt.Sprintf("completed %s %d %s", id, ti, done.nodeID))
 				}
 			}
 		}
 		lines = append(lines, fmt.Sprintf("shard %d released %d", i, len(sh.released)))
 		sh.mu.Unlock()
 	}
-	l.mmu.Lock()
-	for id, m := range l.members {
+	c.mmu.Lock()
+	for id, m := range c.members {
 		lines = append(lines, fmt.Sprintf("member %s %v %v %v", id, m.synced, m.sessionUntil.UnixNano(), m.sync != nil))
 	}
-	l.mmu.Unlock()
-	refs, err := l.RefsList(ctx, "", maxRefsPage)
+	c.mmu.Unlock()
+	refs, err := c.RefsList(ctx, "", maxRefsPage)
 	if err != nil {
 		return "", err
 	}
 	for _, e := range refs.Entries {
 		lines = append(lines, fmt.Sprintf("refs %s %v", e.ResourceID, e.Nodes))
 	}
-	c := l.Cluster()
-	lines = append(lines, fmt.Sprintf("cluster %s %d", c.ClusterID, c.Epoch))
+	cl := c.Cluster()
+	lines = append(lines, fmt.Sprintf("cluster %s %d", cl.ClusterID, cl.Epoch))
 	// What a restart would load: persisted members and deletes.
-	ms, err := l.state.ListMembers(ctx)
+	ms, err := c.state.ListMembers(ctx)
 	if err != nil {
 		return "", err
 	}
 	for _, m := range ms {
 		lines = append(lines, fmt.Sprintf("persisted member %s %v", m.ID, m.FirstSeen.UnixNano()))
 	}
-	d, err := l.state.Deletes(ctx)
+	d, err := c.state.Deletes(ctx)
 	if err != nil {
 		return "", err
 	}
 	for id, m := range d.InFlight {
 		lines = append(lines, fmt.Sprintf("persisted deleting %s %s %d", id, m.Node, m.Fence))
 	}
-	for id, c := range d.Completed {
-		lines = append(lines, fmt.Sprintf("persisted deleted %s %s %v", id, c.Node, c.Lapsed))
+	for id, done := range d.Completed {
+		lines = append(lines, fmt.Sprintf("persisted deleted %s %s %v", id, done.Node, done.Lapsed))
 	}
-	if h := l.locks.reaper(); h != nil {
+	if h := c.locks.reaper(); h != nil {
 		lines = append(lines, fmt.Sprintf("reaper %s %s %d", h.node, h.leaseID, h.expires.UnixNano()))
 	}
 	slices.Sort(lines)

@@ -28,17 +28,17 @@ import (
 // session's length. The node's absence (expire.go) counts from now, at
 // most a TTL earlier than from the lapse; expiry still needs its marker
 // unchanged for the whole node expiry too.
-func (l *memberPart) EndSession(ctx context.Context, req api.EndSessionRequest) (api.EndSessionResponse, error) {
+func (mp *memberPart) EndSession(ctx context.Context, req api.EndSessionRequest) (api.EndSessionResponse, error) {
 	if err := validateID("node_id", req.NodeID); err != nil {
 		return api.EndSessionResponse{}, err
 	}
 	if err := validateID("instance_id", req.InstanceID); err != nil {
 		return api.EndSessionResponse{}, err
 	}
-	now := l.now()
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
-	m := l.members[req.NodeID]
+	now := mp.now()
+	mp.mmu.Lock()
+	defer mp.mmu.Unlock()
+	m := mp.members[req.NodeID]
 	lg := log.G(ctx).WithField("node", req.NodeID).WithField("instance", req.InstanceID)
 	switch {
 	case m == nil || !m.live(now):
@@ -49,7 +49,7 @@ func (l *memberPart) EndSession(ctx context.Context, req api.EndSessionRequest) 
 	}
 	m.sessionUntil = now
 	m.synced = false
-	l.endSync(m)
+	mp.syncs.endSync(m)
 	lg.Info("node ended its session (clean shutdown); deletes wait until it syncs again")
 	return api.EndSessionResponse{Ended: true}, nil
 }

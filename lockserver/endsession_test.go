@@ -11,19 +11,19 @@ import (
 )
 
 // openSynced opens node's session as instance and syncs it (with ids).
-func openSynced(t *testing.T, l *Coordinator, node, instance string, ids ...string) {
+func openSynced(t *testing.T, c *Coordinator, node, instance string, ids ...string) {
 	t.Helper()
 	ctx := context.Background()
-	a, err := l.Session(ctx, api.SessionRequest{NodeID: node, InstanceID: instance})
+	a, err := c.Session(ctx, api.SessionRequest{NodeID: node, InstanceID: instance})
 	require.NoError(t, err)
-	_, err = l.SyncRefs(ctx, node, api.SyncRequest{SyncID: "s-" + node + instance, ResourceIDs: ids, Done: true, Echo: echo(a, 0)})
+	_, err = c.SyncRefs(ctx, node, api.SyncRequest{SyncID: "s-" + node + instance, ResourceIDs: ids, Done: true, Echo: echo(a, 0)})
 	require.NoError(t, err)
-	require.True(t, synced(t, l, node))
+	require.True(t, synced(t, c, node))
 }
 
-func live(t *testing.T, l *Coordinator, node string) bool {
+func live(t *testing.T, c *Coordinator, node string) bool {
 	t.Helper()
-	nodes, err := l.Nodes(context.Background())
+	nodes, err := c.Nodes(context.Background())
 	require.NoError(t, err)
 	for _, n := range nodes.Nodes {
 		if n.NodeID == node {
@@ -39,46 +39,46 @@ func live(t *testing.T, l *Coordinator, node string) bool {
 // the node opens its session at once, with no time passing, instead of
 // being refused as a duplicate until the old session lapses.
 func TestEndSessionByOwner(t *testing.T) {
-	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
-	clock := useFakeClock(l)
+	coord := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
+	clock := useFakeClock(coord)
 	ctx := context.Background()
 	clock.at(time.Second)
-	openSynced(t, l, "host", "i1", "sha256:kept")
-	openSynced(t, l, "n2", "j1")
-	_, err := l.SyncRefs(ctx, "host", api.SyncRequest{SyncID: "in-progress", ResourceIDs: []string{}})
+	openSynced(t, coord, "host", "i1", "sha256:kept")
+	openSynced(t, coord, "n2", "j1")
+	_, err := coord.SyncRefs(ctx, "host", api.SyncRequest{SyncID: "in-progress", ResourceIDs: []string{}})
 	require.NoError(t, err)
 
-	resp, err := l.EndSession(ctx, api.EndSessionRequest{NodeID: "host", InstanceID: "i1"})
+	resp, err := coord.EndSession(ctx, api.EndSessionRequest{NodeID: "host", InstanceID: "i1"})
 	require.NoError(t, err)
 	require.True(t, resp.Ended)
-	require.False(t, live(t, l, "host"), "the session is over at once")
-	require.False(t, synced(t, l, "host"))
-	l.mmu.Lock()
-	require.Nil(t, l.members["host"].sync, "the sync in progress is dropped")
-	l.mmu.Unlock()
-	_, err = l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: blob, NodeID: "n2"})
+	require.False(t, live(t, coord, "host"), "the session is over at once")
+	require.False(t, synced(t, coord, "host"))
+	coord.mmu.Lock()
+	require.Nil(t, coord.members["host"].sync, "the sync in progress is dropped")
+	coord.mmu.Unlock()
+	_, err = coord.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: blob, NodeID: "n2"})
 	var ue *api.UnsyncedError
 	require.ErrorAs(t, err, &ue, "deletes wait for the node")
 	require.Equal(t, []string{"host"}, ue.Nodes)
-	require.Equal(t, []string{"host"}, refsOf(t, l, "sha256:kept"), "its references stay")
+	require.Equal(t, []string{"host"}, refsOf(t, coord, "sha256:kept"), "its references stay")
 
-	again, err := l.EndSession(ctx, api.EndSessionRequest{NodeID: "host", InstanceID: "i1"})
+	again, err := coord.EndSession(ctx, api.EndSessionRequest{NodeID: "host", InstanceID: "i1"})
 	require.NoError(t, err, "ending twice is no error")
 	require.False(t, again.Ended)
 	require.Contains(t, again.Reason, "no live session")
 
-	a, err := l.Session(ctx, api.SessionRequest{NodeID: "host", InstanceID: "i2"})
+	a, err := coord.Session(ctx, api.SessionRequest{NodeID: "host", InstanceID: "i2"})
 	require.NoError(t, err, "a new instance opens at once: no duplicate_node")
 	require.False(t, a.Synced, "and syncs before any delete")
-	_, err = l.SyncRefs(ctx, "host", api.SyncRequest{SyncID: "s-i2", ResourceIDs: []string{"sha256:kept"}, Done: true, Echo: echo(a, 0)})
+	_, err = coord.SyncRefs(ctx, "host", api.SyncRequest{SyncID: "s-i2", ResourceIDs: []string{"sha256:kept"}, Done: true, Echo: echo(a, 0)})
 	require.NoError(t, err)
-	require.True(t, synced(t, l, "host"))
+	require.True(t, synced(t, coord, "host"))
 
-	old, err := l.EndSession(ctx, api.EndSessionRequest{NodeID: "host", InstanceID: "i1"})
+	old, err := coord.EndSession(ctx, api.EndSessionRequest{NodeID: "host", InstanceID: "i1"})
 	require.NoError(t, err)
 	require.False(t, old.Ended, "the old instance cannot end the new one's session")
-	require.True(t, live(t, l, "host"))
-	require.True(t, synced(t, l, "host"))
+	require.True(t, live(t, coord, "host"))
+	require.True(t, synced(t, coord, "host"))
 }
 
 // TestEndSessionByOthersChangesNothing: another instance of the node, an
@@ -87,11 +87,11 @@ func TestEndSessionByOwner(t *testing.T) {
 // The live instance keeps its session, synced, and a second instance is
 // still refused as a duplicate.
 func TestEndSessionByOthersChangesNothing(t *testing.T) {
-	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
-	clock := useFakeClock(l)
+	coord := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
+	clock := useFakeClock(coord)
 	ctx := context.Background()
-	openSynced(t, l, "host", "i1")
-	openSynced(t, l, "older", "") // a node without instance IDs
+	openSynced(t, coord, "host", "i1")
+	openSynced(t, coord, "older", "") // a node without instance IDs
 	clock.at(time.Second)
 
 	for _, tc := range []struct {
@@ -101,27 +101,27 @@ func TestEndSessionByOthersChangesNothing(t *testing.T) {
 		{"an instance of an older node's session", "older", "i2", "another instance"},
 		{"an unknown node", "nobody", "i1", "no live session"},
 	} {
-		resp, err := l.EndSession(ctx, api.EndSessionRequest{NodeID: tc.node, InstanceID: tc.instance})
+		resp, err := coord.EndSession(ctx, api.EndSessionRequest{NodeID: tc.node, InstanceID: tc.instance})
 		require.NoError(t, err, tc.name)
 		require.False(t, resp.Ended, tc.name)
 		require.Contains(t, resp.Reason, tc.reason, tc.name)
 	}
-	_, err := l.EndSession(ctx, api.EndSessionRequest{NodeID: "host"})
+	_, err := coord.EndSession(ctx, api.EndSessionRequest{NodeID: "host"})
 	require.ErrorIs(t, err, api.ErrInvalidArgument, "no instance ID")
 	require.ErrorContains(t, err, "instance_id")
 
 	for _, n := range []string{"host", "older"} {
-		require.True(t, live(t, l, n), n)
-		require.True(t, synced(t, l, n), n)
+		require.True(t, live(t, coord, n), n)
+		require.True(t, synced(t, coord, n), n)
 	}
-	nodes, err := l.Nodes(ctx)
+	nodes, err := coord.Nodes(ctx)
 	require.NoError(t, err)
 	require.Len(t, nodes.Nodes, 2, "an unknown node's request makes no member")
-	_, err = l.Session(ctx, api.SessionRequest{NodeID: "host", InstanceID: "i2"})
+	_, err = coord.Session(ctx, api.SessionRequest{NodeID: "host", InstanceID: "i2"})
 	require.ErrorIs(t, err, api.ErrDuplicateNode, "the live instance's session still stands")
 
 	clock.at(10 * time.Second) // every session lapsed
-	resp, err := l.EndSession(ctx, api.EndSessionRequest{NodeID: "host", InstanceID: "i1"})
+	resp, err := coord.EndSession(ctx, api.EndSessionRequest{NodeID: "host", InstanceID: "i1"})
 	require.NoError(t, err)
 	require.False(t, resp.Ended, "a lapsed session has nothing to end")
 }

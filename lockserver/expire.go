@@ -47,7 +47,7 @@ type markerReport struct {
 // (the HTTP handler lets only an admin send one), whose
 // req.MarkerUnchangedMs is taken as it is: an admin may forget a member
 // anyway.
-func (l *Coordinator) Expire(ctx context.Context, nodeID string, req api.ExpireRequest) (api.ExpireResponse, error) {
+func (c *Coordinator) Expire(ctx context.Context, nodeID string, req api.ExpireRequest) (api.ExpireResponse, error) {
 	if err := validateID("node_id", nodeID); err != nil {
 		return api.ExpireResponse{}, err
 	}
@@ -57,39 +57,39 @@ func (l *Coordinator) Expire(ctx context.Context, nodeID string, req api.ExpireR
 	if len(req.Marker) > api.MaxIDLen {
 		return api.ExpireResponse{}, fmt.Errorf("marker is %d bytes, more than %d: %w", len(req.Marker), api.MaxIDLen, api.ErrInvalidArgument)
 	}
-	now := l.now()
+	now := c.now()
 	reaper := req.LeaseID != ""
 	if reaper {
 		// Hold the reap lock's shard until the member is forgotten, so
 		// that the lease is live throughout (lock order: shard, then mmu).
-		release, err := l.locks.holdReaper(req, now)
+		release, err := c.locks.holdReaper(req, now)
 		if err != nil {
 			return api.ExpireResponse{}, err
 		}
 		defer release()
 	}
-	return l.expire(ctx, nodeID, req, reaper, now)
+	return c.expire(ctx, nodeID, req, reaper, now)
 }
 
 // expire is Expire's members half: it records the reaper's report and
 // forgets nodeID if both measures reach the node expiry. A reaper's
 // lease was checked, and its shard is held (lock order: shard, then
 // mmu).
-func (l *memberPart) expire(ctx context.Context, nodeID string, req api.ExpireRequest, reaper bool, now time.Time) (api.ExpireResponse, error) {
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
-	m := l.members[nodeID]
+func (mp *memberPart) expire(ctx context.Context, nodeID string, req api.ExpireRequest, reaper bool, now time.Time) (api.ExpireResponse, error) {
+	mp.mmu.Lock()
+	defer mp.mmu.Unlock()
+	m := mp.members[nodeID]
 	if m == nil {
 		return api.ExpireResponse{}, fmt.Errorf("expire node %s: not a member: %w", nodeID, api.ErrNotFound)
 	}
 	if m.live(now) {
-		delete(l.markers, nodeID)
+		delete(mp.markers, nodeID)
 		return api.ExpireResponse{}, fmt.Errorf("expire node %s: it has a live session: %w", nodeID, api.ErrMemberLive)
 	}
-	resp := api.ExpireResponse{NodeID: nodeID, AbsentMs: l.absence(m, now).Milliseconds(),
-		MarkerUnchangedMs: req.MarkerUnchangedMs, NodeExpiryMs: l.cfg.NodeExpiry.Milliseconds()}
+	resp := api.ExpireResponse{NodeID: nodeID, AbsentMs: mp.absence(m, now).Milliseconds(),
+		MarkerUnchangedMs: req.MarkerUnchangedMs, NodeExpiryMs: mp.cfg.NodeExpiry.Milliseconds()}
 	if reaper {
-		resp.MarkerUnchangedMs = l.markerReported(nodeID, req.NodeID, req.Marker, now).Milliseconds()
+		resp.MarkerUnchangedMs = mp.markerReported(nodeID, req.NodeID, req.Marker, now).Milliseconds()
 	}
 	if err := expiryDue(resp); err != nil {
 		if reaper && req.Marker == "" {
@@ -98,13 +98,13 @@ func (l *memberPart) expire(ctx context.Context, nodeID string, req api.ExpireRe
 		return api.ExpireResponse{}, fmt.Errorf("expire node %s: %w", nodeID, err)
 	}
 	why := fmt.Sprintf("expired: unheard of for %s of the coordinator's uptime and its marker unchanged for %s (node_expiry %s)",
-		ms(resp.AbsentMs), ms(resp.MarkerUnchangedMs), l.cfg.NodeExpiry)
-	if err := l.forgetLocked(ctx, nodeID, why); err != nil {
+		ms(resp.AbsentMs), ms(resp.MarkerUnchangedMs), mp.cfg.NodeExpiry)
+	if err := mp.forgetLocked(ctx, nodeID, why); err != nil {
 		return api.ExpireResponse{}, err
 	}
-	l.metrics.membersExpired.Inc()
+	mp.metrics.membersExpired.Inc()
 	log.G(ctx).WithField("node", nodeID).WithField("absent", ms(resp.AbsentMs)).
-		WithField("marker_unchanged", ms(resp.MarkerUnchangedMs)).WithField("node_expiry", l.cfg.NodeExpiry).
+		WithField("marker_unchanged", ms(resp.MarkerUnchangedMs)).WithField("node_expiry", mp.cfg.NodeExpiry).
 		WithField("by", or(req.NodeID, "admin")).Warn("MEMBER EXPIRED: its references are dropped and its blobs may be reclaimed")
 	return resp, nil
 }
@@ -113,9 +113,9 @@ func (l *memberPart) expire(ctx context.Context, nodeID string, req api.ExpireRe
 // and returns how long (the coordinator's uptime) that reaper has
 // reported that state: 0 for a new state, another reaper's report, or no
 // state. Callers hold mmu.
-func (l *memberPart) markerReported(node, reaper, state string, now time.Time) time.Duration {
-	up := now.Sub(l.started)
-	byReaper := l.markers[node]
+func (mp *memberPart) markerReported(node, reaper, state string, now time.Time) time.Duration {
+	up := now.Sub(mp.timing.started)
+	byReaper := mp.markers[node]
 	if state == "" {
 		delete(byReaper, reaper)
 		return 0
@@ -124,11 +124,11 @@ func (l *memberPart) markerReported(node, reaper, state string, now time.Time) t
 		return up - r.since
 	}
 	if byReaper == nil {
-		if l.markers == nil {
-			l.markers = map[string]map[string]markerReport{}
+		if mp.markers == nil {
+			mp.markers = map[string]map[string]markerReport{}
 		}
 		byReaper = map[string]markerReport{}
-		l.markers[node] = byReaper
+		mp.markers[node] = byReaper
 	}
 	byReaper[reaper] = markerReport{state: state, since: up}
 	return 0

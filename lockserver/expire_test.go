@@ -11,9 +11,9 @@ import (
 )
 
 // absentMs is the member's absence as GET /nodes reports it, or -1.
-func absentMs(t *testing.T, l *Coordinator, node string) int64 {
+func absentMs(t *testing.T, c *Coordinator, node string) int64 {
 	t.Helper()
-	nodes, err := l.Nodes(context.Background())
+	nodes, err := c.Nodes(context.Background())
 	require.NoError(t, err)
 	for _, n := range nodes.Nodes {
 		if n.NodeID == node {
@@ -24,9 +24,9 @@ func absentMs(t *testing.T, l *Coordinator, node string) int64 {
 }
 
 // reapLease takes the reap lock for node and returns its lease ID.
-func reapLease(t *testing.T, l *Coordinator, node string) string {
+func reapLease(t *testing.T, c *Coordinator, node string) string {
 	t.Helper()
-	resp, err := l.Lock(context.Background(), api.LockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, NodeID: node})
+	resp, err := c.Lock(context.Background(), api.LockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, NodeID: node})
 	require.NoError(t, err)
 	require.True(t, resp.Acquired)
 	return resp.LeaseID
@@ -37,14 +37,14 @@ func reapLease(t *testing.T, l *Coordinator, node string) string {
 // member's absence is reported in the coordinator's uptime.
 func TestNoExpiryByTimeAlone(t *testing.T) {
 	const expiry = 50 * time.Millisecond
-	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 20 * time.Millisecond; c.NodeExpiry = expiry })
-	session(t, l, "n1")
-	_, err := l.AddRef(context.Background(), blob, "n1")
+	coord := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 20 * time.Millisecond; c.NodeExpiry = expiry })
+	session(t, coord, "n1")
+	_, err := coord.AddRef(context.Background(), blob, "n1")
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return absentMs(t, l, "n1") >= 4*expiry.Milliseconds() },
+	require.Eventually(t, func() bool { return absentMs(t, coord, "n1") >= 4*expiry.Milliseconds() },
 		10*time.Second, 5*time.Millisecond, "n1 away for four node expiries")
-	require.Equal(t, []string{"n1"}, refsOf(t, l, blob), "time alone forgot a member")
-	nodes, err := l.Nodes(context.Background())
+	require.Equal(t, []string{"n1"}, refsOf(t, coord, blob), "time alone forgot a member")
+	nodes, err := coord.Nodes(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, expiry.Milliseconds(), nodes.NodeExpiryMs)
 }
@@ -52,47 +52,47 @@ func TestNoExpiryByTimeAlone(t *testing.T) {
 // TestExpireRefusesLiveMember: a member with a live session is not
 // expired, whatever the reaper reports (409 member_live over HTTP).
 func TestExpireRefusesLiveMember(t *testing.T) {
-	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL, c.NodeExpiry = time.Hour, time.Hour })
-	session(t, l, "n3")
-	_, err := l.Expire(context.Background(), "n3", api.ExpireRequest{MarkerUnchangedMs: (2 * time.Hour).Milliseconds()})
+	coord := newTestCoordinator(t, func(c *Config) { c.SessionTTL, c.NodeExpiry = time.Hour, time.Hour })
+	session(t, coord, "n3")
+	_, err := coord.Expire(context.Background(), "n3", api.ExpireRequest{MarkerUnchangedMs: (2 * time.Hour).Milliseconds()})
 	require.ErrorIs(t, err, api.ErrMemberLive)
-	require.True(t, nodeLive(t, l, "n3"), "n3 is still a live member")
+	require.True(t, nodeLive(t, coord, "n3"), "n3 is still a live member")
 }
 
 // TestExpireRefusesShortAbsence: a member unheard of for less than
 // node_expiry of the coordinator's uptime is not expired, whatever the
 // reaper reports of its marker.
 func TestExpireRefusesShortAbsence(t *testing.T) {
-	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL, c.NodeExpiry = 20*time.Millisecond, time.Hour })
-	session(t, l, "n3")
-	require.Eventually(t, func() bool { return !nodeLive(t, l, "n3") }, 5*time.Second, 5*time.Millisecond)
-	_, err := l.Expire(context.Background(), "n3", api.ExpireRequest{MarkerUnchangedMs: (2 * time.Hour).Milliseconds()})
+	coord := newTestCoordinator(t, func(c *Config) { c.SessionTTL, c.NodeExpiry = 20*time.Millisecond, time.Hour })
+	session(t, coord, "n3")
+	require.Eventually(t, func() bool { return !nodeLive(t, coord, "n3") }, 5*time.Second, 5*time.Millisecond)
+	_, err := coord.Expire(context.Background(), "n3", api.ExpireRequest{MarkerUnchangedMs: (2 * time.Hour).Milliseconds()})
 	require.ErrorIs(t, err, api.ErrNotExpired)
 	require.Contains(t, err.Error(), "uptime")
-	require.NotEqual(t, int64(-1), absentMs(t, l, "n3"), "n3 is still a member")
+	require.NotEqual(t, int64(-1), absentMs(t, coord, "n3"), "n3 is still a member")
 }
 
 // TestExpireNeedsLiveReapLease: a lease that lapsed is no proof of being
 // the reaper.
 func TestExpireNeedsLiveReapLease(t *testing.T) {
-	l := newTestCoordinator(t, func(c *Config) {
+	coord := newTestCoordinator(t, func(c *Config) {
 		c.SessionTTL, c.NodeExpiry, c.LeaseTTL = 20*time.Millisecond, 20*time.Millisecond, 50*time.Millisecond
 	})
-	session(t, l, "n3")
-	lease := reapLease(t, l, "n1")
-	require.Eventually(t, func() bool { return absentMs(t, l, "n3") >= 20 }, 5*time.Second, 5*time.Millisecond)
+	session(t, coord, "n3")
+	lease := reapLease(t, coord, "n1")
+	require.Eventually(t, func() bool { return absentMs(t, coord, "n3") >= 20 }, 5*time.Second, 5*time.Millisecond)
 	require.Eventually(t, func() bool {
-		st, err := l.Status(context.Background(), api.OperationUpdate, api.ReapLockResource, "", "")
+		st, err := coord.Status(context.Background(), api.OperationUpdate, api.ReapLockResource, "", "")
 		return err == nil && st.Holder == nil
 	}, 5*time.Second, 5*time.Millisecond, "the reap lease lapses")
-	_, err := l.Expire(context.Background(), "n3", api.ExpireRequest{NodeID: "n1", LeaseID: lease, MarkerUnchangedMs: 1000})
+	_, err := coord.Expire(context.Background(), "n3", api.ExpireRequest{NodeID: "n1", LeaseID: lease, MarkerUnchangedMs: 1000})
 	require.ErrorIs(t, err, api.ErrForbidden)
-	require.NotEqual(t, int64(-1), absentMs(t, l, "n3"))
+	require.NotEqual(t, int64(-1), absentMs(t, coord, "n3"))
 }
 
-func nodeLive(t *testing.T, l *Coordinator, node string) bool {
+func nodeLive(t *testing.T, c *Coordinator, node string) bool {
 	t.Helper()
-	nodes, err := l.Nodes(context.Background())
+	nodes, err := c.Nodes(context.Background())
 	require.NoError(t, err)
 	for _, n := range nodes.Nodes {
 		if n.NodeID == node {

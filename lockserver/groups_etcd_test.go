@@ -94,37 +94,37 @@ func TestGroupsOnEtcd(t *testing.T) {
 		ctx := context.Background()
 		var skew atomic.Int64 // the coordinator's clock runs ahead by it
 		now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
-		l, err := newCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(s)}, now)
+		coord, err := newCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(s)}, now)
 		require.NoError(t, err)
-		defer l.Close()
+		defer coord.Close()
 
-		_, err = l.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
+		_, err = coord.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
 		require.NoError(t, err, "adopt %d members", len(nodes))
 
-		session(t, l, "n1")
-		syncFull(t, l, "n1", "g1", j1) // a new generation: additions only
-		require.True(t, synced(t, l, "n1"))
-		reopen(t, l, "n1")
-		syncFull(t, l, "n1", "g1", j2) // a replace
-		require.True(t, synced(t, l, "n1"))
-		reopen(t, l, "n1")
-		differ := (&hashNode{t: t, l: l, id: "n1", gen: "g1"}).sync("by-hash", j3...)
+		session(t, coord, "n1")
+		syncFull(t, coord, "n1", "g1", j1) // a new generation: additions only
+		require.True(t, synced(t, coord, "n1"))
+		reopen(t, coord, "n1")
+		syncFull(t, coord, "n1", "g1", j2) // a replace
+		require.True(t, synced(t, coord, "n1"))
+		reopen(t, coord, "n1")
+		differ := (&hashNode{t: t, coord: coord, id: "n1", gen: "g1"}).sync("by-hash", j3...)
 		require.NotEmpty(t, differ)
-		require.True(t, synced(t, l, "n1"))
+		require.True(t, synced(t, coord, "n1"))
 
 		// More references in one bucket than a group holds: the
 		// bucket's additions go first, as AddRefs.
-		session(t, l, "n3")
-		syncFull(t, l, "n3", "g1", j1[:1])
-		reopen(t, l, "n3")
-		syncFull(t, l, "n3", "g1", crowded(2, 200))
-		require.True(t, synced(t, l, "n3"))
+		session(t, coord, "n3")
+		syncFull(t, coord, "n3", "g1", j1[:1])
+		reopen(t, coord, "n3")
+		syncFull(t, coord, "n3", "g1", crowded(2, 200))
+		require.True(t, synced(t, coord, "n3"))
 
-		session(t, l, "n2")
-		syncFull(t, l, "n2", "g1", j1)
-		skew.Store(int64(2 * l.cfg.SessionTTL)) // every session lapsed
-		require.NoError(t, l.Forget(ctx, "n2"))
-		require.NoError(t, l.Forget(ctx, "n3")) // more in a bucket than a group holds
+		session(t, coord, "n2")
+		syncFull(t, coord, "n2", "g1", j1)
+		skew.Store(int64(2 * coord.cfg.SessionTTL)) // every session lapsed
+		require.NoError(t, coord.Forget(ctx, "n2"))
+		require.NoError(t, coord.Forget(ctx, "n3")) // more in a bucket than a group holds
 
 		got := readState(t, s)
 		var refsN1 []string
@@ -166,19 +166,19 @@ func TestAdoptResumedOnEtcd(t *testing.T) {
 	ctx := context.Background()
 	nodes := ids(300, "node-")
 	w := newStopAfter(onEtcd)
-	l := coordinatorOn(t, w)
+	coord := coordinatorOn(t, w)
 	w.n.Store(1)
-	_, err = l.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
+	_, err = coord.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
 	require.ErrorIs(t, err, errStopped)
 	recs, err := onEtcd.ListMembers(ctx)
 	require.NoError(t, err)
 	require.NotEmpty(t, recs)
 	require.Less(t, len(recs), len(nodes))
-	l.Close()
+	coord.Close()
 
 	w.n.Store(-1)
-	l = coordinatorOn(t, w)
-	got, err := l.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
+	coord = coordinatorOn(t, w)
+	got, err := coord.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
 	require.NoError(t, err, "the same command completes the adoption")
 	require.Equal(t, "adopted", got.ClusterID)
 	recs, err = onEtcd.ListMembers(ctx)

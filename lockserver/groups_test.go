@@ -56,10 +56,10 @@ func (s *stopAfter) Commit(ctx context.Context, b *refcount.Batch) error {
 // coordinatorOn starts a Coordinator on s, closed when t ends.
 func coordinatorOn(t *testing.T, s refcount.Storage) *Coordinator {
 	t.Helper()
-	l, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(s)})
+	c, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(s)})
 	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
-	return l
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // failover opens a handle that takes s over and starts a new Coordinator
@@ -149,18 +149,18 @@ func TestSyncStoppedBetweenGroups(t *testing.T) {
 	setup := func(t *testing.T) (*Coordinator, *stopAfter, refcount.LocalStorage) {
 		mem := refcount.NewMemoryStorage()
 		w := newStopAfter(mem)
-		l := coordinatorOn(t, w)
-		session(t, l, node)
-		syncFull(t, l, node, "g1", j1)
-		require.True(t, synced(t, l, node))
-		reopen(t, l, node)
-		return l, w, mem
+		c := coordinatorOn(t, w)
+		session(t, c, node)
+		syncFull(t, c, node, "g1", j1)
+		require.True(t, synced(t, c, node))
+		reopen(t, c, node)
+		return c, w, mem
 	}
 
 	for _, gen := range []string{"g2", "g1"} { // only adds; replaces
 		t.Run("generation "+gen, func(t *testing.T) {
-			l, w, _ := setup(t)
-			syncFull(t, l, node, gen, j2)
+			c, w, _ := setup(t)
+			syncFull(t, c, node, gen, j2)
 			groups := int(w.last.Load())
 			require.Greater(t, groups, 2, "the sync is one group: nothing is split")
 			want := sorted(j2)
@@ -171,30 +171,30 @@ func TestSyncStoppedBetweenGroups(t *testing.T) {
 
 			for _, k := range prefixes(groups) {
 				t.Run(fmt.Sprint(k), func(t *testing.T) {
-					l, w, mem := setup(t)
+					c, w, mem := setup(t)
 					w.n.Store(int64(k))
-					req := api.SyncRequest{SyncID: "s-" + gen, ResourceIDs: j2, Generation: gen, Done: true, Echo: echoOf(l, node)}
-					_, err := l.SyncRefs(ctx, node, req)
+					req := api.SyncRequest{SyncID: "s-" + gen, ResourceIDs: j2, Generation: gen, Done: true, Echo: echoOf(c, node)}
+					_, err := c.SyncRefs(ctx, node, req)
 					require.ErrorIs(t, err, errStopped)
-					require.False(t, synced(t, l, node), "a sync stopped after %d of %d groups made the node synced", k, groups)
+					require.False(t, synced(t, c, node), "a sync stopped after %d of %d groups made the node synced", k, groups)
 					rec, ok := storedMember(t, w, node)
 					require.True(t, ok)
 					if gen != "g1" && rec.Generation == gen {
 						require.Empty(t, missing(storedRefs(t, w, node), j2),
 							"generation %s recorded after %d of %d groups before its references", gen, k, groups)
 					}
-					resp, err := l.SyncRefs(ctx, node, api.SyncRequest{SyncID: "again", ResourceIDs: []string{}, Generation: gen, Offset: new(int)})
+					resp, err := c.SyncRefs(ctx, node, api.SyncRequest{SyncID: "again", ResourceIDs: []string{}, Generation: gen, Offset: new(int)})
 					require.NoError(t, err)
 					require.False(t, resp.ByHash, "the node's hash is offered after a sync stopped in part")
 
 					// A new leader reads what was committed: the node is
 					// not synced and syncs again, by hash if its record
 					// is of this generation, to exactly its journal.
-					l2, s2 := failover(t, l, mem)
+					l2, s2 := failover(t, c, mem)
 					session(t, l2, node)
 					require.False(t, synced(t, l2, node))
 					if rec.Generation == gen {
-						(&hashNode{t: t, l: l2, id: node, gen: gen}).sync("after", j2...)
+						(&hashNode{t: t, coord: l2, id: node, gen: gen}).sync("after", j2...)
 					} else {
 						syncFull(t, l2, node, gen, j2)
 					}
@@ -215,36 +215,36 @@ func TestForgetStoppedBetweenGroups(t *testing.T) {
 	journal := ids(300, "a")
 	setup := func(t *testing.T) (*Coordinator, *stopAfter) {
 		mem := refcount.NewMemoryStorage()
-		l := coordinatorOn(t, mem)
-		session(t, l, node)
-		syncFull(t, l, node, "g1", journal)
+		c := coordinatorOn(t, mem)
+		session(t, c, node)
+		syncFull(t, c, node, "g1", journal)
 		// A new leader: the node's session is gone, so it may be
 		// forgotten.
 		s2, err := mem.TakeOver(ctx)
 		require.NoError(t, err)
-		l.Close()
+		c.Close()
 		w := newStopAfter(s2)
 		return coordinatorOn(t, w), w
 	}
-	l, w := setup(t)
-	require.NoError(t, l.Forget(ctx, node))
+	c, w := setup(t)
+	require.NoError(t, c.Forget(ctx, node))
 	groups := int(w.last.Load())
 	require.Greater(t, groups, 2, "the forget is one group: nothing is split")
 	require.Empty(t, storedRefs(t, w, node))
 
 	for _, k := range prefixes(groups) {
 		t.Run(fmt.Sprint(k), func(t *testing.T) {
-			l, w := setup(t)
+			c, w := setup(t)
 			w.n.Store(int64(k))
-			require.ErrorIs(t, l.Forget(ctx, node), errStopped)
+			require.ErrorIs(t, c.Forget(ctx, node), errStopped)
 			_, ok := storedMember(t, w, node)
 			require.True(t, ok, "a forget stopped after %d of %d groups deleted the member", k, groups)
 			var unsynced *api.UnsyncedError
-			require.ErrorAs(t, l.references.checkDeleteRule(ctx, journal[0], api.ReapDangling, node, l.now()), &unsynced)
+			require.ErrorAs(t, c.references.checkDeleteRule(ctx, journal[0], api.ReapDangling, node, c.now()), &unsynced)
 			require.Equal(t, []string{node}, unsynced.Nodes, "deletes no longer wait for the member")
 
 			w.n.Store(-1)
-			require.NoError(t, l.Forget(ctx, node), "the same command completes the forget")
+			require.NoError(t, c.Forget(ctx, node), "the same command completes the forget")
 			require.Empty(t, storedRefs(t, w, node))
 			_, ok = storedMember(t, w, node)
 			require.False(t, ok)
@@ -262,18 +262,18 @@ func TestAdoptStoppedBetweenGroups(t *testing.T) {
 		w := newStopAfter(refcount.NewMemoryStorage())
 		return coordinatorOn(t, w), w
 	}
-	l, w := setup(t)
-	_, err := l.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
+	coord, w := setup(t)
+	_, err := coord.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
 	require.NoError(t, err)
 	groups := int(w.last.Load())
 	require.Greater(t, groups, 2, "the adoption is one group: nothing is split")
 
 	for _, k := range prefixes(groups) {
 		t.Run(fmt.Sprint(k), func(t *testing.T) {
-			l, w := setup(t)
-			before := l.Cluster()
+			coord, w := setup(t)
+			before := coord.Cluster()
 			w.n.Store(int64(k))
-			_, err := l.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
+			_, err := coord.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
 			require.ErrorIs(t, err, errStopped)
 			id, err := w.Identity(ctx)
 			require.NoError(t, err)
@@ -282,10 +282,10 @@ func TestAdoptStoppedBetweenGroups(t *testing.T) {
 			if id.ClusterID == "adopted" {
 				require.Len(t, recs, len(nodes), "the identity was adopted after %d of %d groups before every member", k, groups)
 			}
-			require.Equal(t, before, l.Cluster(), "the coordinator's identity moved on a failed adoption")
+			require.Equal(t, before, coord.Cluster(), "the coordinator's identity moved on a failed adoption")
 
 			w.n.Store(-1)
-			c, err := l.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
+			c, err := coord.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
 			require.NoError(t, err, "the same command completes the adoption")
 			require.Equal(t, "adopted", c.ClusterID)
 			recs, err = w.ListMembers(ctx)
@@ -306,26 +306,26 @@ func TestAdoptResumedAfterFailover(t *testing.T) {
 	ctx := context.Background()
 	nodes := ids(300, "node-")
 	w := newStopAfter(refcount.NewMemoryStorage())
-	l := coordinatorOn(t, w)
+	coord := coordinatorOn(t, w)
 	w.n.Store(2)
-	_, err := l.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
+	_, err := coord.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
 	require.ErrorIs(t, err, errStopped)
 	recs, err := w.ListMembers(ctx)
 	require.NoError(t, err)
 	require.NotEmpty(t, recs, "part of the members were written")
 	require.Less(t, len(recs), len(nodes))
-	l.Close()
+	coord.Close()
 
 	w.n.Store(-1)
-	l = coordinatorOn(t, w) // the new leader
-	require.NotEqual(t, "adopted", l.Cluster().ClusterID)
-	c, err := l.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
+	coord = coordinatorOn(t, w) // the new leader
+	require.NotEqual(t, "adopted", coord.Cluster().ClusterID)
+	c, err := coord.Adopt(ctx, api.AdoptRequest{ClusterID: "adopted", Nodes: nodes})
 	require.NoError(t, err, "the same command completes the adoption")
 	require.Equal(t, "adopted", c.ClusterID)
 	recs, err = w.ListMembers(ctx)
 	require.NoError(t, err)
 	require.Len(t, recs, len(nodes))
 
-	_, err = l.Adopt(ctx, api.AdoptRequest{ClusterID: "another", Nodes: nodes})
+	_, err = coord.Adopt(ctx, api.AdoptRequest{ClusterID: "another", Nodes: nodes})
 	require.ErrorIs(t, err, api.ErrMemberLive, "members of the adopted cluster are this coordinator's own now")
 }

@@ -41,7 +41,7 @@ func (d *interruptedDB) Commit(ctx context.Context, b *refcount.Batch) error {
 // startOn starts a Coordinator on the database file at path, cutting the
 // commit that matches cut once armed; the Coordinator and the file are closed
 // by stop or when t ends.
-func startOn(t *testing.T, path string, cut func(refcount.Op) bool, mutate ...func(*Config)) (l *Coordinator, db *interruptedDB, stop func()) {
+func startOn(t *testing.T, path string, cut func(refcount.Op) bool, mutate ...func(*Config)) (c *Coordinator, db *interruptedDB, stop func()) {
 	t.Helper()
 	s, err := refcount.OpenBoltStorage(path)
 	require.NoError(t, err)
@@ -50,17 +50,17 @@ func startOn(t *testing.T, path string, cut func(refcount.Op) bool, mutate ...fu
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	l, err = NewCoordinator(cfg, Options{Refs: refcount.NewManager(db)})
+	c, err = NewCoordinator(cfg, Options{Refs: refcount.NewManager(db)})
 	require.NoError(t, err)
 	var once atomic.Bool
 	stop = func() {
 		if once.CompareAndSwap(false, true) {
-			l.Close()
+			c.Close()
 			s.Close()
 		}
 	}
 	t.Cleanup(stop)
-	return l, db, stop
+	return c, db, stop
 }
 
 // storedCoordinator is a Coordinator on a database file in a directory, as a
@@ -74,16 +74,16 @@ type storedCoordinator struct {
 // ends, or at Stop.
 func startStored(t *testing.T, dir string, mutate ...func(*Config)) *storedCoordinator {
 	t.Helper()
-	l, _, stop := startOn(t, filepath.Join(dir, "coordinator.db"), never, mutate...)
-	return &storedCoordinator{Coordinator: l, stop: stop}
+	c, _, stop := startOn(t, filepath.Join(dir, "coordinator.db"), never, mutate...)
+	return &storedCoordinator{Coordinator: c, stop: stop}
 }
 
 // Stop stops the Coordinator and closes its database before the test ends.
 func (s *storedCoordinator) Stop() { s.stop() }
 
-func memberIDs(t *testing.T, l *Coordinator) []string {
+func memberIDs(t *testing.T, c *Coordinator) []string {
 	t.Helper()
-	nodes, err := l.Nodes(context.Background())
+	nodes, err := c.Nodes(context.Background())
 	require.NoError(t, err)
 	ids := []string{}
 	for _, n := range nodes.Nodes {
@@ -99,30 +99,30 @@ func memberIDs(t *testing.T, l *Coordinator) []string {
 func TestAdoptInterrupted(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "db")
-	l, db, stop := startOn(t, path, func(op refcount.Op) bool { return op.Kind == refcount.OpPutIdentity })
-	old := l.Cluster()
+	coord, db, stop := startOn(t, path, func(op refcount.Op) bool { return op.Kind == refcount.OpPutIdentity })
+	old := coord.Cluster()
 	req := api.AdoptRequest{ClusterID: "the-roots-cluster", Nodes: []string{"n1", "n2"}}
 
 	db.armed.Store(true)
-	_, err := l.Adopt(ctx, req)
+	_, err := coord.Adopt(ctx, req)
 	require.ErrorIs(t, err, errKilled)
-	require.Equal(t, old, l.Cluster(), "the interrupted adopt changed the identity")
-	require.Empty(t, memberIDs(t, l), "the interrupted adopt left members")
+	require.Equal(t, old, coord.Cluster(), "the interrupted adopt changed the identity")
+	require.Empty(t, memberIDs(t, coord), "the interrupted adopt left members")
 
 	stop() // the coordinator dies; it restarts on the same database
-	l, _, _ = startOn(t, path, func(refcount.Op) bool { return false })
-	require.Equal(t, old.ClusterID, l.Cluster().ClusterID, "all old on disk")
-	require.Empty(t, memberIDs(t, l), "all old on disk")
+	coord, _, _ = startOn(t, path, func(refcount.Op) bool { return false })
+	require.Equal(t, old.ClusterID, coord.Cluster().ClusterID, "all old on disk")
+	require.Empty(t, memberIDs(t, coord), "all old on disk")
 
-	c, err := l.Adopt(ctx, req)
+	c, err := coord.Adopt(ctx, req)
 	require.NoError(t, err, "the same command completes the adopt")
 	require.Equal(t, "the-roots-cluster", c.ClusterID)
-	require.Equal(t, []string{"n1", "n2"}, memberIDs(t, l))
-	again, err := l.Adopt(ctx, req)
+	require.Equal(t, []string{"n1", "n2"}, memberIDs(t, coord))
+	again, err := coord.Adopt(ctx, req)
 	require.NoError(t, err, "adopting the same cluster again succeeds")
 	require.Equal(t, c.ClusterID, again.ClusterID)
 	require.Equal(t, c.Epoch+1, again.Epoch)
-	require.Equal(t, []string{"n1", "n2"}, memberIDs(t, l))
+	require.Equal(t, []string{"n1", "n2"}, memberIDs(t, coord))
 }
 
 // TestAdoptRefusalSaysWhatToDo: adopting another cluster into a
@@ -130,22 +130,22 @@ func TestAdoptInterrupted(t *testing.T) {
 // command and its --force, and changes nothing.
 func TestAdoptRefusalSaysWhatToDo(t *testing.T) {
 	ctx := context.Background()
-	l, _, _ := startOn(t, filepath.Join(t.TempDir(), "db"), func(refcount.Op) bool { return false })
-	_, err := l.Adopt(ctx, api.AdoptRequest{ClusterID: "cluster-a", Nodes: []string{"n1"}})
+	coord, _, _ := startOn(t, filepath.Join(t.TempDir(), "db"), func(refcount.Op) bool { return false })
+	_, err := coord.Adopt(ctx, api.AdoptRequest{ClusterID: "cluster-a", Nodes: []string{"n1"}})
 	require.NoError(t, err)
-	before := l.Cluster()
-	_, err = l.Adopt(ctx, api.AdoptRequest{ClusterID: "cluster-b", Nodes: []string{"n2"}})
+	before := coord.Cluster()
+	_, err = coord.Adopt(ctx, api.AdoptRequest{ClusterID: "cluster-b", Nodes: []string{"n2"}})
 	require.ErrorIs(t, err, api.ErrMemberLive)
 	require.ErrorContains(t, err, "sharedcontentctl cluster adopt")
 	require.ErrorContains(t, err, "--force")
 	require.ErrorContains(t, err, "cluster-a")
-	require.Equal(t, before, l.Cluster())
-	require.Equal(t, []string{"n1"}, memberIDs(t, l))
+	require.Equal(t, before, coord.Cluster())
+	require.Equal(t, []string{"n1"}, memberIDs(t, coord))
 
-	c, err := l.Adopt(ctx, api.AdoptRequest{ClusterID: "cluster-b", Nodes: []string{"n2"}, Force: true})
+	c, err := coord.Adopt(ctx, api.AdoptRequest{ClusterID: "cluster-b", Nodes: []string{"n2"}, Force: true})
 	require.NoError(t, err)
 	require.Equal(t, "cluster-b", c.ClusterID)
-	require.Equal(t, []string{"n1", "n2"}, memberIDs(t, l))
+	require.Equal(t, []string{"n1", "n2"}, memberIDs(t, coord))
 }
 
 // TestForgetInterrupted: a forget killed between dropping the node's
@@ -157,27 +157,27 @@ func TestForgetInterrupted(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "db")
 	never := func(refcount.Op) bool { return false }
-	l, _, stop := startOn(t, path, never)
+	c, _, stop := startOn(t, path, never)
 	for _, n := range []string{"n1", "n2"} {
-		session(t, l, n)
-		_, err := l.AddRef(ctx, blob, n)
+		session(t, c, n)
+		_, err := c.AddRef(ctx, blob, n)
 		require.NoError(t, err)
 	}
 	stop() // a member is forgettable once its session is gone
 
-	l, db, stop := startOn(t, path, func(op refcount.Op) bool { return op.Kind == refcount.OpDeleteMember })
+	c, db, stop := startOn(t, path, func(op refcount.Op) bool { return op.Kind == refcount.OpDeleteMember })
 	db.armed.Store(true)
-	require.ErrorIs(t, l.Forget(ctx, "n1"), errKilled)
-	require.Equal(t, []string{"n1", "n2"}, refsOf(t, l, blob), "the interrupted forget dropped references")
-	require.Equal(t, []string{"n1", "n2"}, memberIDs(t, l))
+	require.ErrorIs(t, c.Forget(ctx, "n1"), errKilled)
+	require.Equal(t, []string{"n1", "n2"}, refsOf(t, c, blob), "the interrupted forget dropped references")
+	require.Equal(t, []string{"n1", "n2"}, memberIDs(t, c))
 
 	stop()
-	l, _, _ = startOn(t, path, never)
-	require.Equal(t, []string{"n1", "n2"}, refsOf(t, l, blob), "all old on disk")
-	require.Equal(t, []string{"n1", "n2"}, memberIDs(t, l), "all old on disk")
+	c, _, _ = startOn(t, path, never)
+	require.Equal(t, []string{"n1", "n2"}, refsOf(t, c, blob), "all old on disk")
+	require.Equal(t, []string{"n1", "n2"}, memberIDs(t, c), "all old on disk")
 
-	require.NoError(t, l.Forget(ctx, "n1"), "the same command completes the forget")
-	require.Equal(t, []string{"n2"}, refsOf(t, l, blob))
-	require.Equal(t, []string{"n2"}, memberIDs(t, l))
-	require.NoError(t, l.Forget(ctx, "n1"), "forgetting it again is harmless")
+	require.NoError(t, c.Forget(ctx, "n1"), "the same command completes the forget")
+	require.Equal(t, []string{"n2"}, refsOf(t, c, blob))
+	require.Equal(t, []string{"n2"}, memberIDs(t, c))
+	require.NoError(t, c.Forget(ctx, "n1"), "forgetting it again is harmless")
 }

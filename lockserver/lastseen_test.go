@@ -18,9 +18,9 @@ import (
 func TestLastSeenWrittenAtShutdown(t *testing.T) {
 	ctx := context.Background()
 	store := refcount.NewMemoryStorage()
-	l, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(store)})
+	c, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(store)})
 	require.NoError(t, err)
-	clock := useFakeClock(l)
+	clock := useFakeClock(c)
 	persisted := func() refcount.Member {
 		t.Helper()
 		ms, err := store.ListMembers(ctx)
@@ -30,22 +30,22 @@ func TestLastSeenWrittenAtShutdown(t *testing.T) {
 	}
 
 	clock.at(time.Second)
-	session(t, l, "n1")
-	first := l.now()
+	session(t, c, "n1")
+	first := c.now()
 	require.True(t, persisted().LastSeen.Equal(first), "a new member is written at once")
 
 	clock.at(time.Hour)
-	_, err = l.Session(ctx, api.SessionRequest{NodeID: "n1"}) // a new session, not a late renewal
+	_, err = c.Session(ctx, api.SessionRequest{NodeID: "n1"}) // a new session, not a late renewal
 	require.NoError(t, err)
-	last := l.now()
+	last := c.now()
 	require.True(t, persisted().LastSeen.Equal(first), "a renewal writes nothing")
 
 	clock.at(time.Hour + 2*DefaultConfig().SessionTTL)
-	nodes, err := l.Nodes(ctx)
+	nodes, err := c.Nodes(ctx)
 	require.NoError(t, err)
 	require.False(t, nodes.Nodes[0].Live)
 	require.Equal(t, last.UTC().Format(time.RFC3339Nano), nodes.Nodes[0].LastSeen, "GET /nodes shows the last session")
 
-	require.NoError(t, l.Close())
+	require.NoError(t, c.Close())
 	require.True(t, persisted().LastSeen.Equal(last), "a clean shutdown writes the last session")
 }

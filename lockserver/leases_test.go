@@ -35,10 +35,10 @@ var leaseStores = map[string]func(t *testing.T) refcount.LocalStorage{
 // startOnStore starts a Coordinator on s, closed when t ends.
 func startOnStore(t *testing.T, s refcount.Storage) *Coordinator {
 	t.Helper()
-	l, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(s)})
+	c, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(s)})
 	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
-	return l
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // successor starts a Coordinator on a handle that takes s over.
@@ -50,9 +50,9 @@ func successor(t *testing.T, s refcount.LocalStorage) *Coordinator {
 	return startOnStore(t, s2)
 }
 
-func storedLeases(t *testing.T, l *Coordinator) []string {
+func storedLeases(t *testing.T, c *Coordinator) []string {
 	t.Helper()
-	recs, err := l.store.state.Leases(context.Background())
+	recs, err := c.store.state.Leases(context.Background())
 	require.NoError(t, err)
 	var ids []string
 	for _, r := range recs {
@@ -61,8 +61,8 @@ func storedLeases(t *testing.T, l *Coordinator) []string {
 	return ids
 }
 
-func keepalive(l *Coordinator, typ api.OperationType, lease locked) error {
-	_, err := l.Keepalive(context.Background(), api.KeepaliveRequest{Type: typ, ResourceID: blob, LeaseID: lease.LeaseID, NodeID: lease.Node})
+func keepalive(c *Coordinator, typ api.OperationType, lease locked) error {
+	_, err := c.Keepalive(context.Background(), api.KeepaliveRequest{Type: typ, ResourceID: blob, LeaseID: lease.LeaseID, NodeID: lease.Node})
 	return err
 }
 
@@ -184,32 +184,32 @@ func TestExpiredPullLeaseKeepsHolderRef(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/failover=%v", name, failover), func(t *testing.T) {
 				ctx := context.Background()
 				s := open(t)
-				l := startOnStore(t, s)
-				syncedNode(t, l, "n1") // a member: its reference counts
-				p := mustLock(t, l, api.OperationPull, "n1")
+				c := startOnStore(t, s)
+				syncedNode(t, c, "n1") // a member: its reference counts
+				p := mustLock(t, c, api.OperationPull, "n1")
 				require.True(t, p.Acquired)
 				if failover {
-					l = successor(t, s)
-					syncedNode(t, l, "n1")
+					c = successor(t, s)
+					syncedNode(t, c, "n1")
 				}
-				d := mustLock(t, l, api.OperationDelete, "n2")
+				d := mustLock(t, c, api.OperationDelete, "n2")
 				require.True(t, d.Queued, "no delete while the pull lease lives: %+v", d)
-				sd, err := l.Subscribe(api.OperationDelete, blob, d.Node, d.RequestID)
+				sd, err := c.Subscribe(api.OperationDelete, blob, d.Node, d.RequestID)
 				require.NoError(t, err)
 				t.Cleanup(sd.Close)
 
 				// The lease ends; its holder, alive and connected, holds a
 				// live session then (the reference rule, §8.4).
-				clock := useFakeClock(l)
-				clock.at(l.cfg.LeaseTTL + time.Second)
-				_, err = l.Session(ctx, sessionReq("n1", nil))
+				clock := useFakeClock(c)
+				clock.at(c.cfg.LeaseTTL + time.Second)
+				_, err = c.Session(ctx, sessionReq("n1", nil))
 				require.NoError(t, err)
-				l.sweepOf(blob, l.now())
+				c.sweepOf(blob, c.now())
 				require.Equal(t, api.EventError, receive(t, sd.Events()).Name, "the queued delete is refused at the lease's end")
-				require.ErrorIs(t, keepalive(l, api.OperationPull, p), api.ErrNotHolder, "expired")
-				require.Equal(t, []string{"n1"}, refsOf(t, l, blob), "the holder's reference stays")
-				require.Empty(t, storedLeases(t, l), "the record went with the reference")
-				_, err = l.Lock(ctx, lockReq(api.OperationDelete, "n3"))
+				require.ErrorIs(t, keepalive(c, api.OperationPull, p), api.ErrNotHolder, "expired")
+				require.Equal(t, []string{"n1"}, refsOf(t, c, blob), "the holder's reference stays")
+				require.Empty(t, storedLeases(t, c), "the record went with the reference")
+				_, err = c.Lock(ctx, lockReq(api.OperationDelete, "n3"))
 				require.ErrorIs(t, err, api.ErrInUse, "another node's delete must not remove what the holder may have committed")
 			})
 		}
@@ -228,21 +228,21 @@ func TestExpiredPullLeaseOfForgottenHolder(t *testing.T) {
 	for name, open := range leaseStores {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			l := startOnStore(t, open(t))
-			clock := useFakeClock(l)
-			_, err := l.Session(ctx, sessionReq("n1", nil))
+			c := startOnStore(t, open(t))
+			clock := useFakeClock(c)
+			_, err := c.Session(ctx, sessionReq("n1", nil))
 			require.NoError(t, err)
-			p := mustLock(t, l, api.OperationPull, "n1")
+			p := mustLock(t, c, api.OperationPull, "n1")
 			require.True(t, p.Acquired)
-			clock.at(l.cfg.SessionTTL + time.Second) // n1's session lapsed
-			require.NoError(t, l.Forget(ctx, "n1"), "an operator forgets n1 while its pull lease lives")
+			clock.at(c.cfg.SessionTTL + time.Second) // n1's session lapsed
+			require.NoError(t, c.Forget(ctx, "n1"), "an operator forgets n1 while its pull lease lives")
 
-			l.sweepOf(blob, l.now().Add(l.cfg.LeaseTTL+time.Second))
-			require.ErrorIs(t, keepalive(l, api.OperationPull, p), api.ErrNotHolder, "expired")
-			require.Empty(t, refsOf(t, l, blob), "no reference for a node that is no member")
-			require.Empty(t, storedLeases(t, l), "the lease record went")
-			syncedNode(t, l, "n2")
-			d, err := l.Lock(ctx, lockReq(api.OperationDelete, "n2"))
+			c.sweepOf(blob, c.now().Add(c.cfg.LeaseTTL+time.Second))
+			require.ErrorIs(t, keepalive(c, api.OperationPull, p), api.ErrNotHolder, "expired")
+			require.Empty(t, refsOf(t, c, blob), "no reference for a node that is no member")
+			require.Empty(t, storedLeases(t, c), "the lease record went")
+			syncedNode(t, c, "n2")
+			d, err := c.Lock(ctx, lockReq(api.OperationDelete, "n2"))
 			require.NoError(t, err)
 			require.True(t, d.Acquired, "the blob is free for a delete")
 		})

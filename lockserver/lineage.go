@@ -37,7 +37,7 @@ import (
 // checkInstance refuses a session of another instance while m's session
 // is live, and one of another lineage than m's, and a session that leaves
 // out what the node ID has sent before. Callers hold mmu.
-func (l *memberPart) checkInstance(ctx context.Context, req api.SessionRequest, m *member, now time.Time) error {
+func (mp *memberPart) checkInstance(ctx context.Context, req api.SessionRequest, m *member, now time.Time) error {
 	switch {
 	case m.rec.Lineage != "" && (req.InstanceID == "" || req.Generation == ""):
 		return fmt.Errorf("session of node %s without an instance_id and a generation: this node ID has sent them before (a node never stops sending them; an older daemon cannot take over a node ID a newer one used): %w",
@@ -48,12 +48,12 @@ func (l *memberPart) checkInstance(ctx context.Context, req api.SessionRequest, 
 	lg := log.G(ctx).WithField("node", req.NodeID).WithField("instance", req.InstanceID)
 	switch {
 	case m.live(now) && m.instance != "" && m.instance != req.InstanceID:
-		l.clash(m, now)
+		mp.clash(m, now)
 		lg.WithField("live_instance", m.instance).Error("two instances use one node ID; the second is refused")
 		return fmt.Errorf("node id %q is in use by another live instance (another host or daemon with the same node ID, e.g. a cloned VM or a shared hostname): give each host a unique --node-id: %w",
 			req.NodeID, api.ErrDuplicateNode)
 	case m.rec.Lineage != "" && m.rec.Lineage != req.Generation:
-		l.clash(m, now)
+		mp.clash(m, now)
 		lg.WithField("generation", req.Generation).WithField("lineage", m.rec.Lineage).
 			Error("a node ID's session from another host (another journal generation) is refused until an operator releases the ID")
 		return fmt.Errorf("node id %q belongs to the host whose journal generation is %s; this daemon's is %s (another host with the same node ID, e.g. a cloned VM, or this host with a wiped or new state dir): give each host a unique --node-id; if the host that held the ID is gone for good, or this is that host with a new state dir, release the ID with `sharedcontentctl node release %s` (this host then takes over the ID's references): %w",
@@ -63,22 +63,22 @@ func (l *memberPart) checkInstance(ctx context.Context, req api.SessionRequest, 
 }
 
 // clash marks m's node ID clashing for a session TTL. Callers hold mmu.
-func (l *memberPart) clash(m *member, now time.Time) {
-	l.metrics.duplicateNodes.Inc()
-	m.clashUntil = now.Add(l.cfg.SessionTTL)
+func (mp *memberPart) clash(m *member, now time.Time) {
+	mp.metrics.duplicateNodes.Inc()
+	m.clashUntil = now.Add(mp.cfg.SessionTTL)
 }
 
 // recordLineage records generation as m's lineage when m has none (a new
 // member's record is written by persistSeen). Callers hold mmu, after
 // checkInstance.
-func (l *memberPart) recordLineage(ctx context.Context, m *member, generation string, isNew bool) error {
+func (mp *memberPart) recordLineage(ctx context.Context, m *member, generation string, isNew bool) error {
 	if generation == "" || m.rec.Lineage == generation {
 		return nil
 	}
 	rec := m.rec
 	rec.Lineage = generation
 	if !isNew {
-		if err := l.commit(ctx, new(refcount.Batch).PutMember(rec)); err != nil {
+		if err := mp.commit(ctx, new(refcount.Batch).PutMember(rec)); err != nil {
 			return fmt.Errorf("session of node %s: record its lineage: %w", rec.ID, err)
 		}
 	}
@@ -93,23 +93,23 @@ func (l *memberPart) recordLineage(ctx context.Context, m *member, generation st
 // is refused, as in Forget: stop it first. The member stays, with its
 // references; the next host's first sync only adds to them (a new journal
 // generation, docs/design.md §8.6).
-func (l *memberPart) Release(ctx context.Context, nodeID string) (api.ReleaseResponse, error) {
+func (mp *memberPart) Release(ctx context.Context, nodeID string) (api.ReleaseResponse, error) {
 	if err := validateID("node_id", nodeID); err != nil {
 		return api.ReleaseResponse{}, err
 	}
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
-	m := l.members[nodeID]
+	mp.mmu.Lock()
+	defer mp.mmu.Unlock()
+	m := mp.members[nodeID]
 	switch {
 	case m == nil:
 		return api.ReleaseResponse{}, fmt.Errorf("node %s is not a member: nothing to release: %w", nodeID, api.ErrNotFound)
-	case m.live(l.now()):
+	case m.live(mp.now()):
 		return api.ReleaseResponse{}, fmt.Errorf("node %s has a live session; stop the daemon that holds it before releasing its ID: %w", nodeID, api.ErrMemberLive)
 	}
 	rec := m.rec
 	rec.Lineage = ""
 	if rec != m.rec {
-		if err := l.commit(ctx, new(refcount.Batch).PutMember(rec)); err != nil {
+		if err := mp.commit(ctx, new(refcount.Batch).PutMember(rec)); err != nil {
 			return api.ReleaseResponse{}, fmt.Errorf("release node %s: nothing changed; run the same command again: %w", nodeID, err)
 		}
 	}

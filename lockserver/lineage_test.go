@@ -28,65 +28,65 @@ func TestLineageOwnsNodeID(t *testing.T) {
 	ttl := 3 * time.Second
 	withTTL := func(c *Config) { c.SessionTTL = ttl }
 	ts := startStored(t, dir, withTTL)
-	l := ts.Coordinator
-	clock := useFakeClock(l)
+	coord := ts.Coordinator
+	clock := useFakeClock(coord)
 	ctx := context.Background()
 	host := func(instance, gen string) api.SessionRequest {
 		return api.SessionRequest{NodeID: "host", InstanceID: instance, Generation: gen}
 	}
-	a, err := l.Session(ctx, host("i1", "g-host"))
+	a, err := coord.Session(ctx, host("i1", "g-host"))
 	require.NoError(t, err)
-	_, err = l.SyncRefs(ctx, "host", api.SyncRequest{SyncID: "s1", Generation: "g-host", ResourceIDs: []string{blob}, Done: true, Echo: echo(a, 0)})
+	_, err = coord.SyncRefs(ctx, "host", api.SyncRequest{SyncID: "s1", Generation: "g-host", ResourceIDs: []string{blob}, Done: true, Echo: echo(a, 0)})
 	require.NoError(t, err)
 
 	clock.at(ttl + time.Second) // the host is cut off: its session lapsed
-	requireClone := func(l *Coordinator, why string) {
+	requireClone := func(coord *Coordinator, why string) {
 		t.Helper()
-		_, err := l.Session(ctx, host("clone", "g-clone"))
+		_, err := coord.Session(ctx, host("clone", "g-clone"))
 		require.ErrorIs(t, err, api.ErrDuplicateNode, why)
 		require.ErrorContains(t, err, "sharedcontentctl node release host", why)
-		_, err = l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: blob, NodeID: "host", RequestID: "gc-" + why})
+		_, err = coord.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: blob, NodeID: "host", RequestID: "gc-" + why})
 		require.Error(t, err, "%s: the ID's GC drops nothing", why)
-		require.Equal(t, []string{"host"}, refsOf(t, l, blob), why)
+		require.Equal(t, []string{"host"}, refsOf(t, coord, blob), why)
 	}
-	requireClone(l, "the host is cut off")
+	requireClone(coord, "the host is cut off")
 	clock.at(3*ttl + time.Second)
-	requireClone(l, "the clash has ended")
+	requireClone(coord, "the clash has ended")
 
-	_, err = l.Session(ctx, api.SessionRequest{NodeID: "host"})
+	_, err = coord.Session(ctx, api.SessionRequest{NodeID: "host"})
 	require.ErrorIs(t, err, api.ErrInvalidArgument, "a session without instance and generation")
-	_, err = l.Session(ctx, host("i1", ""))
+	_, err = coord.Session(ctx, host("i1", ""))
 	require.ErrorIs(t, err, api.ErrInvalidArgument, "a session without a generation")
-	requireClone(l, "a session without instance and generation cleared nothing")
+	requireClone(coord, "a session without instance and generation cleared nothing")
 
 	clock.at(5 * ttl)
-	a, err = l.Session(ctx, host("i2", "g-host"))
+	a, err = coord.Session(ctx, host("i2", "g-host"))
 	require.NoError(t, err, "the host restarted after a crash: a new instance, its own generation")
-	_, err = l.SyncRefs(ctx, "host", api.SyncRequest{SyncID: "s2", Generation: "g-host", ResourceIDs: []string{blob}, Done: true, Echo: echo(a, 0)})
+	_, err = coord.SyncRefs(ctx, "host", api.SyncRequest{SyncID: "s2", Generation: "g-host", ResourceIDs: []string{blob}, Done: true, Echo: echo(a, 0)})
 	require.NoError(t, err)
-	_, err = l.Release(ctx, "host")
+	_, err = coord.Release(ctx, "host")
 	require.ErrorIs(t, err, api.ErrMemberLive, "a live member is not released")
 
 	ts.Stop()
 	ts = startStored(t, dir, withTTL)
-	l = ts.Coordinator
-	clock = useFakeClock(l)
-	requireClone(l, "after a coordinator restart")
-	_, err = l.Session(ctx, api.SessionRequest{NodeID: "host"})
+	coord = ts.Coordinator
+	clock = useFakeClock(coord)
+	requireClone(coord, "after a coordinator restart")
+	_, err = coord.Session(ctx, api.SessionRequest{NodeID: "host"})
 	require.ErrorIs(t, err, api.ErrInvalidArgument, "after a coordinator restart too")
 
-	rel, err := l.Release(ctx, "host")
+	rel, err := coord.Release(ctx, "host")
 	require.NoError(t, err)
 	require.Equal(t, "g-host", rel.Lineage)
-	_, err = l.Release(ctx, "nobody")
+	_, err = coord.Release(ctx, "nobody")
 	require.ErrorIs(t, err, api.ErrNotFound)
 	clock.at(ttl + time.Second) // the clone's last refusal is a TTL old
-	a, err = l.Session(ctx, host("clone", "g-clone"))
+	a, err = coord.Session(ctx, host("clone", "g-clone"))
 	require.NoError(t, err, "released: the next host takes the ID over")
-	_, err = l.SyncRefs(ctx, "host", api.SyncRequest{SyncID: "s3", Generation: "g-clone", Done: true, Echo: echo(a, 0)})
+	_, err = coord.SyncRefs(ctx, "host", api.SyncRequest{SyncID: "s3", Generation: "g-clone", Done: true, Echo: echo(a, 0)})
 	require.NoError(t, err)
-	require.Equal(t, []string{"host"}, refsOf(t, l, blob), "with the ID's references (a new generation only adds)")
+	require.Equal(t, []string{"host"}, refsOf(t, coord, blob), "with the ID's references (a new generation only adds)")
 	clock.at(3*ttl + time.Second)
-	_, err = l.Session(ctx, host("i3", "g-host"))
+	_, err = coord.Session(ctx, host("i3", "g-host"))
 	require.ErrorIs(t, err, api.ErrDuplicateNode, "the ID is the new host's now")
 }

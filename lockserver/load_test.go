@@ -23,16 +23,16 @@ func TestMutualExclusionUnderLoad(t *testing.T) {
 		keys    = 8
 	)
 	// Sessions outlast the test, however loaded the machine.
-	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL = time.Hour })
+	coord := newTestCoordinator(t, func(c *Config) { c.SessionTTL = time.Hour })
 	for w := range workers {
-		members(t, l, fmt.Sprintf("node-%d", w))
+		members(t, coord, fmt.Sprintf("node-%d", w))
 	}
 
 	var mu sync.Mutex
 	queued := map[string][]string{} // key → request ids in enqueue order
 	served := map[string][]string{} // key → queued request ids in the order they were served (granted or skipped)
 	isQueued := map[string]bool{}
-	l.locks.trace = func(event string, typ typeIndex, resourceID, requestID string) {
+	coord.locks.trace = func(event string, typ typeIndex, resourceID, requestID string) {
 		id := string(typeNames[typ]) + ":" + resourceID // FIFO is per key
 		mu.Lock()
 		defer mu.Unlock()
@@ -66,14 +66,14 @@ func TestMutualExclusionUnderLoad(t *testing.T) {
 				id := fmt.Sprintf("sha256:%064d", k)
 				if i%50 == 0 {
 					// A pull: the first succeeds, the rest skip and register.
-					resp, err := l.Acquire(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: id, NodeID: node})
+					resp, err := coord.Acquire(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: id, NodeID: node})
 					if !assertNoErr(t, err) {
 						return
 					}
 					if resp.Acquired {
-						_, err = l.Unlock(ctx, api.UnlockRequest{Type: api.OperationPull, ResourceID: id, LeaseID: resp.LeaseID, Success: true})
+						_, err = coord.Unlock(ctx, api.UnlockRequest{Type: api.OperationPull, ResourceID: id, LeaseID: resp.LeaseID, Success: true})
 					} else {
-						_, err = l.AddRef(ctx, id, node)
+						_, err = coord.AddRef(ctx, id, node)
 					}
 					if !assertNoErr(t, err) {
 						return
@@ -83,7 +83,7 @@ func TestMutualExclusionUnderLoad(t *testing.T) {
 					refsMu.Unlock()
 					continue
 				}
-				resp, err := l.Acquire(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: id, NodeID: node})
+				resp, err := coord.Acquire(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: id, NodeID: node})
 				if !assertNoErr(t, err) {
 					return
 				}
@@ -95,7 +95,7 @@ func TestMutualExclusionUnderLoad(t *testing.T) {
 					violations.Add(1)
 				}
 				holders[k].Add(-1)
-				_, err = l.Unlock(ctx, api.UnlockRequest{Type: api.OperationUpdate, ResourceID: id, LeaseID: resp.LeaseID, Success: true})
+				_, err = coord.Unlock(ctx, api.UnlockRequest{Type: api.OperationUpdate, ResourceID: id, LeaseID: resp.LeaseID, Success: true})
 				if !assertNoErr(t, err) {
 					return
 				}
@@ -117,11 +117,11 @@ func TestMutualExclusionUnderLoad(t *testing.T) {
 
 	for k := range keys {
 		id := fmt.Sprintf("sha256:%064d", k)
-		st, err := l.Status(context.Background(), api.OperationUpdate, id, "", "")
+		st, err := coord.Status(context.Background(), api.OperationUpdate, id, "", "")
 		require.NoError(t, err)
 		require.Nil(t, st.Holder)
 		require.Empty(t, st.Queue)
-		refs, err := l.Refs(ctx, id)
+		refs, err := coord.Refs(ctx, id)
 		require.NoError(t, err)
 		want := make([]string, 0, len(wantRefs[k]))
 		for n := range wantRefs[k] {

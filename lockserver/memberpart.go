@@ -11,11 +11,12 @@ import (
 )
 
 // memberPart is the coordinator's members part (docs/design.md §8.4): the
-// members, their sessions, syncs (sync.go, syncwrite.go) and expiry, the
-// markers the reapers report, the shared root's claim and the cluster's
-// identity, all under its own mutex, mmu. The Coordinator embeds it, so
-// its exported methods (Session, SyncRefs, EndSession, Forget, Nodes,
-// Adopt, Release, Cluster) are the Coordinator's.
+// members, their sessions and expiry, the markers the reapers report, the
+// shared root's claim and the cluster's identity, all under its own
+// mutex, mmu. Their syncs are the syncs type's (syncs.go), under the same
+// mmu. The Coordinator embeds it, so its exported methods (Session,
+// EndSession, Forget, Nodes, Adopt, Release, Cluster) are the
+// Coordinator's.
 //
 // The other parts reach it only through the two rules that cross them,
 // holding mmu: the delete rule (deleterule.go: unsyncedLocked,
@@ -30,9 +31,14 @@ type memberPart struct {
 	state   refcount.Storage // the Manager's storage; written only through it
 	metrics *metrics
 	now     func() time.Time
-	// started is when the Coordinator started (monotonic, by now):
-	// session answers are stamped with the uptime since (timing.go).
-	started time.Time
+	// timing is the timing rule (timing.go): session answers are
+	// stamped with the uptime since the Coordinator started.
+	timing *timingRule
+	// syncs are the members' syncs (syncs.go), seen through seams.go: a
+	// member's own reference change is noted in its sync in progress; a
+	// lapse, an end, a forget or an adoption drops it; and the delete
+	// rule counts a sync's write in progress (writingRefs).
+	syncs syncsView
 	// commit writes a batch, noting the store's health (state_store.go).
 	commit func(context.Context, *refcount.Batch) error
 
@@ -47,7 +53,4 @@ type memberPart struct {
 	// root is the cluster's shared root as recorded (rootclaim.go); nil
 	// while none is.
 	root *refcount.RootClaim
-	// syncLimits admits syncs and accounts their buffers (syncbounds.go).
-	syncLimits  *syncLimits
-	syncMetrics *syncMetrics
 }

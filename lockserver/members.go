@@ -76,35 +76,6 @@ type member struct {
 	refsWriting atomic.Int64
 }
 
-// nodeSync is a full sync being received.
-type nodeSync struct {
-	id   string
-	refs map[string]struct{}
-	// since records the node's own reference changes made after the sync
-	// started (true: added, false: removed). They win over the chunks:
-	// the node's snapshot may be older than them.
-	since map[string]bool
-	// buckets, in a sync by hash, are the buckets whose hashes differed:
-	// the chunks carry their resource IDs only, and Done replaces only
-	// them. Nil: a full sync.
-	buckets *refcount.BucketSet
-	// touched is when the node last sent a chunk (for SyncTimeout).
-	touched time.Time
-	// sent counts the resource IDs of the chunks received, and last is
-	// what it counted before the last one (checkChunkOffset).
-	sent, last int
-	// writing: the done chunk was received and the sync is being written
-	// (syncwrite.go); since then collects the node's changes made
-	// meanwhile, and written is what of them was written again.
-	writing bool
-	written map[string]bool
-	// ended is closed when the write ends (finishSync).
-	ended chan struct{}
-}
-
-// maxSyncRefs bounds the references one node may sync.
-const maxSyncRefs = 1 << 24
-
 // markSynced makes m synced by its sync id, of count references.
 // Callers hold mmu.
 func (m *member) markSynced(id string, count int) {
@@ -117,15 +88,15 @@ func (m *member) live(now time.Time) bool {
 }
 
 // loadMembers reads the persisted members: none is live or synced.
-func (l *memberPart) loadMembers(ctx context.Context) error {
-	recs, err := l.state.ListMembers(ctx)
+func (mp *memberPart) loadMembers(ctx context.Context) error {
+	recs, err := mp.state.ListMembers(ctx)
 	if err != nil {
 		return fmt.Errorf("lockserver: loading members: %w", err)
 	}
 	for _, r := range recs {
-		l.members[r.ID] = &member{rec: r}
+		mp.members[r.ID] = &member{rec: r}
 	}
-	l.metrics.members.Set(float64(len(l.members)))
+	mp.metrics.members.Set(float64(len(mp.members)))
 	return nil
 }
 
@@ -135,34 +106,34 @@ func (l *memberPart) loadMembers(ctx context.Context) error {
 // lapsed, or one opened without an echo, starts unsynced. A session of
 // another instance while one's is live, or of another lineage than the
 // node ID's, is api.ErrDuplicateNode (lineage.go).
-func (l *memberPart) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
+func (mp *memberPart) Session(ctx context.Context, req api.SessionRequest) (api.SessionResponse, error) {
 	if err := validateID("node_id", req.NodeID); err != nil {
 		return api.SessionResponse{}, err
 	}
-	c := l.Cluster()
+	c := mp.Cluster()
 	if req.ClusterID != "" && req.ClusterID != c.ClusterID {
 		return api.SessionResponse{}, wrongCluster(req.ClusterID, c)
 	}
-	now := l.now()
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
-	if err := l.checkRoot(req, c); err != nil {
+	now := mp.now()
+	mp.mmu.Lock()
+	defer mp.mmu.Unlock()
+	if err := mp.checkRoot(req, c); err != nil {
 		if errors.Is(err, api.ErrRootClaimed) {
-			l.metrics.rootClaimed.Inc()
+			mp.metrics.rootClaimed.Inc()
 		}
 		return api.SessionResponse{}, err
 	}
-	m := l.members[req.NodeID]
+	m := mp.members[req.NodeID]
 	isNew := m == nil
 	if isNew {
 		m = &member{rec: refcount.Member{ID: req.NodeID, FirstSeen: now, Bystander: bystanderSession(req)}, newMember: true}
 	}
-	if err := l.checkInstance(ctx, req, m, now); err != nil {
+	if err := mp.checkInstance(ctx, req, m, now); err != nil {
 		return api.SessionResponse{}, err
 	}
-	renewal := l.echoValid(req.Echo, now)
+	renewal := mp.timing.echoValid(req.Echo, now)
 	if renewal {
-		if err := l.checkLate(req.NodeID, "session renewal", req.Echo, now); err != nil {
+		if err := mp.timing.checkLate(req.NodeID, "session renewal", req.Echo, now); err != nil {
 			return api.SessionResponse{}, err
 		}
 	}
@@ -170,31 +141,31 @@ func (l *memberPart) Session(ctx context.Context, req api.SessionRequest) (api.S
 		// A lapsed session, or an open: the node syncs in this one.
 		m.synced = false
 		if !m.live(now) {
-			l.endSync(m)
+			mp.syncs.endSync(m)
 		}
 	}
-	if err := l.noLongerBystander(ctx, m, !bystanderSession(req)); err != nil {
+	if err := mp.noLongerBystander(ctx, m, !bystanderSession(req)); err != nil {
 		return api.SessionResponse{}, err
 	}
-	if err := l.recordLineage(ctx, m, req.Generation, isNew); err != nil {
+	if err := mp.recordLineage(ctx, m, req.Generation, isNew); err != nil {
 		return api.SessionResponse{}, err
 	}
-	if err := l.recordRoot(ctx, req); err != nil {
+	if err := mp.recordRoot(ctx, req); err != nil {
 		return api.SessionResponse{}, err
 	}
-	if err := l.persistSeen(ctx, m, now); err != nil {
+	if err := mp.persistSeen(ctx, m, now); err != nil {
 		return api.SessionResponse{}, err
 	}
 	if isNew {
-		l.members[req.NodeID] = m
-		l.metrics.members.Set(float64(len(l.members)))
+		mp.members[req.NodeID] = m
+		mp.metrics.members.Set(float64(len(mp.members)))
 		log.G(ctx).WithField("node", req.NodeID).Info("new member")
 	}
 	m.instance = req.InstanceID
-	m.sessionUntil = now.Add(l.cfg.SessionTTL)
+	m.sessionUntil = now.Add(mp.cfg.SessionTTL)
 	m.answered = now
-	return api.SessionResponse{Cluster: c, SessionTTLMs: l.cfg.SessionTTL.Milliseconds(), Synced: m.synced,
-		StampMs: l.uptime(now), NewMember: m.newMember}, nil
+	return api.SessionResponse{Cluster: c, SessionTTLMs: mp.cfg.SessionTTL.Milliseconds(), Synced: m.synced,
+		StampMs: mp.timing.uptime(now), NewMember: m.newMember}, nil
 }
 
 // clashing reports whether another instance of m's node ID was refused
@@ -205,12 +176,12 @@ func (m *member) clashing(now time.Time) bool { return now.Before(m.clashUntil) 
 // before the delete drops the ID's reference: the reference may be the
 // other instance's. The refusal is api.ErrDuplicateNode, which the node
 // takes as "nothing changed" (it keeps its journal entry).
-func (l *memberPart) checkClash(resourceID, node string, now time.Time) error {
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
-	if m := l.members[node]; m != nil && m.clashing(now) {
+func (mp *memberPart) checkClash(resourceID, node string, now time.Time) error {
+	mp.mmu.Lock()
+	defer mp.mmu.Unlock()
+	if m := mp.members[node]; m != nil && m.clashing(now) {
 		return fmt.Errorf("delete:%s by node %q refused: another instance with this node ID was refused %s ago, and its references cannot be told from this one's; give each host a unique --node-id: %w",
-			resourceID, node, (l.cfg.SessionTTL - m.clashUntil.Sub(now)).Round(time.Millisecond), api.ErrDuplicateNode)
+			resourceID, node, (mp.cfg.SessionTTL - m.clashUntil.Sub(now)).Round(time.Millisecond), api.ErrDuplicateNode)
 	}
 	return nil
 }
@@ -221,14 +192,14 @@ func (l *memberPart) checkClash(resourceID, node string, now time.Time) error {
 // expiry counts absence in this coordinator's uptime), so it stays in
 // memory and is written at a clean shutdown (flushSeen), not with an
 // fsync per node per minute (docs/design.md §10.2). Callers hold mmu.
-func (l *memberPart) persistSeen(ctx context.Context, m *member, now time.Time) error {
+func (mp *memberPart) persistSeen(ctx context.Context, m *member, now time.Time) error {
 	m.seen = now
 	if !m.rec.LastSeen.IsZero() {
 		return nil
 	}
 	rec := m.rec
 	rec.LastSeen = now
-	if err := l.commit(ctx, new(refcount.Batch).PutMember(rec)); err != nil {
+	if err := mp.commit(ctx, new(refcount.Batch).PutMember(rec)); err != nil {
 		return fmt.Errorf("session of node %s: %w", rec.ID, err)
 	}
 	m.rec = rec
@@ -237,12 +208,12 @@ func (l *memberPart) persistSeen(ctx context.Context, m *member, now time.Time) 
 
 // flushSeen writes the LastSeen of every member seen since its record
 // was written, in one commit (Close).
-func (l *memberPart) flushSeen(ctx context.Context) error {
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
+func (mp *memberPart) flushSeen(ctx context.Context) error {
+	mp.mmu.Lock()
+	defer mp.mmu.Unlock()
 	b := new(refcount.Batch)
 	var recs []*member
-	for _, m := range l.members {
+	for _, m := range mp.members {
 		if m.seen.After(m.rec.LastSeen) {
 			rec := m.rec
 			rec.LastSeen = m.seen
@@ -250,7 +221,7 @@ func (l *memberPart) flushSeen(ctx context.Context) error {
 			recs = append(recs, m)
 		}
 	}
-	if err := l.commit(ctx, b); err != nil {
+	if err := mp.commit(ctx, b); err != nil {
 		return fmt.Errorf("persist the members' last session: %w", err)
 	}
 	for _, m := range recs {
@@ -263,26 +234,26 @@ func (l *memberPart) flushSeen(ctx context.Context) error {
 // dropped) a reference, so that the sync's replacement keeps the change.
 // Callers hold the resource's shard mutex and call it before they write
 // the change.
-func (l *memberPart) noteRef(node, resourceID string, added bool) {
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
-	if m := l.members[node]; m != nil && m.sync != nil {
-		m.sync.since[resourceID] = added
+func (mp *memberPart) noteRef(node, resourceID string, added bool) {
+	mp.mmu.Lock()
+	defer mp.mmu.Unlock()
+	if m := mp.members[node]; m != nil {
+		mp.syncs.noteChange(m, resourceID, added)
 	}
 }
 
 // unsynced returns the members that are not synced now, sorted.
-func (l *memberPart) unsynced(now time.Time) []string {
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
-	return l.unsyncedLocked(now)
+func (mp *memberPart) unsynced(now time.Time) []string {
+	mp.mmu.Lock()
+	defer mp.mmu.Unlock()
+	return mp.unsyncedLocked(now)
 }
 
 // unsyncedLocked is unsynced for callers that hold mmu.
-func (l *memberPart) unsyncedLocked(now time.Time) []string {
+func (mp *memberPart) unsyncedLocked(now time.Time) []string {
 	var out []string
-	for id, m := range l.members {
-		if (!m.synced || !m.live(now) || m.clashing(now)) && !l.letGo(m, now) {
+	for id, m := range mp.members {
+		if (!m.synced || !m.live(now) || m.clashing(now)) && !mp.letGo(m, now) {
 			out = append(out, id)
 		}
 	}
@@ -291,9 +262,9 @@ func (l *memberPart) unsyncedLocked(now time.Time) []string {
 }
 
 // syncedError refuses a delete of resourceID while members are unsynced.
-func (l *memberPart) syncedError(resourceID string, unsynced []string) error {
+func (mp *memberPart) syncedError(resourceID string, unsynced []string) error {
 	if len(unsynced) > 0 {
-		l.metrics.unsyncedRefusals.Inc()
+		mp.metrics.unsyncedRefusals.Inc()
 		return &api.UnsyncedError{ResourceID: resourceID, Nodes: unsynced}
 	}
 	return nil
@@ -309,32 +280,32 @@ func (l *memberPart) syncedError(resourceID string, unsynced []string) error {
 // sync references the resource (TestDeleteRuleAtomicWithSync,
 // docs/design.md §10.5). Callers may hold the resource's shard mutex
 // (lock order: shard, mmu, reference stripes).
-func (l *memberPart) allSynced(resourceID string, now time.Time, noRefs func(withSyncing func(refcount.Set) refcount.Set) error) error {
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
+func (mp *memberPart) allSynced(resourceID string, now time.Time, noRefs func(withSyncing func(refcount.Set) refcount.Set) error) error {
+	mp.mmu.Lock()
+	defer mp.mmu.Unlock()
 	if noRefs != nil {
-		withSyncing := func(rc refcount.Set) refcount.Set { return l.writingRefs(resourceID, rc) }
+		withSyncing := func(rc refcount.Set) refcount.Set { return mp.syncs.writingRefs(resourceID, rc) }
 		if err := noRefs(withSyncing); err != nil {
 			return err
 		}
 	}
-	return l.syncedError(resourceID, l.unsyncedLocked(now))
+	return mp.syncedError(resourceID, mp.unsyncedLocked(now))
 }
 
 // Forget handles DELETE /nodes/{id} (admin): the node stops being a
 // member and its references are dropped. A node with a live session is
 // refused: it would be a member again at its next keepalive, without its
 // references.
-func (l *memberPart) Forget(ctx context.Context, nodeID string) error {
+func (mp *memberPart) Forget(ctx context.Context, nodeID string) error {
 	if err := validateID("node_id", nodeID); err != nil {
 		return err
 	}
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
-	if m := l.members[nodeID]; m != nil && m.live(l.now()) {
+	mp.mmu.Lock()
+	defer mp.mmu.Unlock()
+	if m := mp.members[nodeID]; m != nil && m.live(mp.now()) {
 		return fmt.Errorf("node %s has a live session; stop it before forgetting it: %w", nodeID, api.ErrMemberLive)
 	}
-	return l.forgetLocked(ctx, nodeID, "forgotten by an operator")
+	return mp.forgetLocked(ctx, nodeID, "forgotten by an operator")
 }
 
 // forgetLocked drops the member and its references (docs/design.md
@@ -350,64 +321,64 @@ func (l *memberPart) Forget(ctx context.Context, nodeID string) error {
 // leave references of a node that is no member any more, which nothing
 // drops (Expire needs a member) and which block deletes for ever.
 // Callers hold mmu.
-func (l *memberPart) forgetLocked(ctx context.Context, nodeID, why string) error {
-	if m := l.members[nodeID]; m != nil && m.refsWriting.Load() > 0 {
+func (mp *memberPart) forgetLocked(ctx context.Context, nodeID, why string) error {
+	if m := mp.members[nodeID]; m != nil && m.refsWriting.Load() > 0 {
 		// Admitted while its session was live; dropped now, they would
 		// land after the drop, references of a non-member (refrule.go).
 		return fmt.Errorf("forget node %s: references of it admitted while its session was live are still being written; nothing changed, run the same command again: %w",
 			nodeID, api.ErrUnavailable)
 	}
 	failpoint.Inject(failpoint.CoordForgetBeforeCommit)
-	b, err := l.refs.ReplaceNodeGroups(ctx, new(refcount.Batch), nodeID, nil, nil)
+	b, err := mp.refs.ReplaceNodeGroups(ctx, new(refcount.Batch), nodeID, nil, nil)
 	if err == nil {
-		err = l.commit(ctx, b.Break().DeleteMember(nodeID))
+		err = mp.commit(ctx, b.Break().DeleteMember(nodeID))
 	}
 	if err != nil {
 		return fmt.Errorf("forget node %s: the member is kept (part of its references may have been dropped); run the same command again: %w", nodeID, err)
 	}
 	failpoint.Inject(failpoint.CoordForgetAfterCommit)
-	delete(l.markers, nodeID)
-	if m := l.members[nodeID]; m != nil {
-		l.endSync(m)
+	delete(mp.markers, nodeID)
+	if m := mp.members[nodeID]; m != nil {
+		mp.syncs.endSync(m)
 	}
-	delete(l.members, nodeID)
-	l.metrics.members.Set(float64(len(l.members)))
+	delete(mp.members, nodeID)
+	mp.metrics.members.Set(float64(len(mp.members)))
 	log.G(ctx).WithField("node", nodeID).WithField("reason", why).Warn("member forgotten; its references are dropped")
 	return nil
 }
 
 // Nodes returns every member and its state.
-func (l *memberPart) Nodes(ctx context.Context) (api.NodesResponse, error) {
-	return l.NodesPage(ctx, "", 0)
+func (mp *memberPart) Nodes(ctx context.Context) (api.NodesResponse, error) {
+	return mp.NodesPage(ctx, "", 0)
 }
 
 // NodesPage handles GET /nodes: the members whose node ID sorts after
 // after, in ID order, at most limit of them (0: all), and the `after` of
 // the next page if there is one. It costs O(members) in memory, no
 // storage read.
-func (l *memberPart) NodesPage(_ context.Context, after string, limit int) (api.NodesResponse, error) {
+func (mp *memberPart) NodesPage(_ context.Context, after string, limit int) (api.NodesResponse, error) {
 	if limit < 0 {
 		return api.NodesResponse{}, fmt.Errorf("nodes: limit %d: %w", limit, api.ErrInvalidArgument)
 	}
-	now := l.now()
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
-	ids := make([]string, 0, len(l.members))
-	for id := range l.members {
+	now := mp.now()
+	mp.mmu.Lock()
+	defer mp.mmu.Unlock()
+	ids := make([]string, 0, len(mp.members))
+	for id := range mp.members {
 		if id > after {
 			ids = append(ids, id)
 		}
 	}
 	slices.Sort(ids)
-	out := api.NodesResponse{Cluster: l.Cluster(), NodeExpiryMs: l.cfg.NodeExpiry.Milliseconds(),
-		BystanderAfterMs: l.cfg.BystanderAfter.Milliseconds()}
+	out := api.NodesResponse{Cluster: mp.Cluster(), NodeExpiryMs: mp.cfg.NodeExpiry.Milliseconds(),
+		BystanderAfterMs: mp.cfg.BystanderAfter.Milliseconds()}
 	if limit > 0 && len(ids) > limit {
 		ids = ids[:limit]
 		out.Next = ids[limit-1]
 	}
 	out.Nodes = make([]api.NodeStatus, 0, len(ids))
 	for _, id := range ids {
-		m := l.members[id]
+		m := mp.members[id]
 		seen := m.rec.LastSeen
 		if m.seen.After(seen) {
 			seen = m.seen
@@ -418,7 +389,7 @@ func (l *memberPart) NodesPage(_ context.Context, after string, limit int) (api.
 		out.Nodes = append(out.Nodes, api.NodeStatus{
 			NodeID: m.rec.ID, Live: m.live(now), Synced: m.synced && m.live(now) && !m.clashing(now),
 			FirstSeen: m.rec.FirstSeen.UTC().Format(time.RFC3339Nano), LastSeen: seen.UTC().Format(time.RFC3339Nano),
-			AbsentMs: l.absence(m, now).Milliseconds(), Bystander: m.rec.Bystander,
+			AbsentMs: mp.absence(m, now).Milliseconds(), Bystander: m.rec.Bystander,
 		})
 	}
 	return out, nil
@@ -429,11 +400,11 @@ func (l *memberPart) NodesPage(_ context.Context, after string, limit int) (api.
 // started, whichever is later, measured on the monotonic clock. Time the
 // coordinator was down never counts (a weekend's outage expires nobody).
 // Zero while m is live. Callers hold mmu.
-func (l *memberPart) absence(m *member, now time.Time) time.Duration {
+func (mp *memberPart) absence(m *member, now time.Time) time.Duration {
 	if m.live(now) {
 		return 0
 	}
-	from := l.started
+	from := mp.timing.started
 	if m.sessionUntil.After(from) {
 		from = m.sessionUntil
 	}

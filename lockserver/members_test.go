@@ -17,7 +17,7 @@ import (
 var answers sync.Map // nodeKey → answer
 
 type nodeKey struct {
-	l    *Coordinator
+	c    *Coordinator
 	node string
 }
 
@@ -29,14 +29,14 @@ type answer struct {
 // echoOf returns the echo of node's last answer, sent now: nil (open a
 // session) when there is none or it is more than 2·TTL/3 old, as a node
 // does.
-func echoOf(l *Coordinator, node string) *api.Echo {
-	v, ok := answers.Load(nodeKey{l, node})
+func echoOf(c *Coordinator, node string) *api.Echo {
+	v, ok := answers.Load(nodeKey{c, node})
 	if !ok {
 		return nil
 	}
 	a := v.(answer)
 	elapsed := time.Since(a.received)
-	if elapsed > 2*l.cfg.SessionTTL/3 {
+	if elapsed > 2*c.cfg.SessionTTL/3 {
 		return nil
 	}
 	return &api.Echo{Epoch: a.resp.Epoch, StampMs: a.resp.StampMs, ElapsedMs: elapsed.Milliseconds()}
@@ -44,34 +44,34 @@ func echoOf(l *Coordinator, node string) *api.Echo {
 
 // session renews node's session (opens it the first time), as a node
 // does.
-func session(t *testing.T, l *Coordinator, node string) api.SessionResponse {
+func session(t *testing.T, c *Coordinator, node string) api.SessionResponse {
 	t.Helper()
-	resp, err := renew(l, node)
+	resp, err := renew(c, node)
 	require.NoError(t, err)
 	return resp
 }
 
-func renew(l *Coordinator, node string) (api.SessionResponse, error) {
-	resp, err := l.Session(context.Background(), api.SessionRequest{NodeID: node, Echo: echoOf(l, node)})
+func renew(c *Coordinator, node string) (api.SessionResponse, error) {
+	resp, err := c.Session(context.Background(), api.SessionRequest{NodeID: node, Echo: echoOf(c, node)})
 	if err == nil {
-		answers.Store(nodeKey{l, node}, answer{resp, time.Now()})
+		answers.Store(nodeKey{c, node}, answer{resp, time.Now()})
 	}
 	return resp, err
 }
 
-func syncRefs(t *testing.T, l *Coordinator, node, syncID string, done bool, ids ...string) {
+func syncRefs(t *testing.T, c *Coordinator, node, syncID string, done bool, ids ...string) {
 	t.Helper()
 	req := api.SyncRequest{SyncID: syncID, ResourceIDs: ids, Done: done}
 	if done {
-		req.Echo = echoOf(l, node)
+		req.Echo = echoOf(c, node)
 	}
-	_, err := l.SyncRefs(context.Background(), node, req)
+	_, err := c.SyncRefs(context.Background(), node, req)
 	require.NoError(t, err)
 }
 
-func refsOf(t *testing.T, l *Coordinator, id string) []string {
+func refsOf(t *testing.T, c *Coordinator, id string) []string {
 	t.Helper()
-	rc, err := l.Refs(context.Background(), id)
+	rc, err := c.Refs(context.Background(), id)
 	require.NoError(t, err)
 	return rc.Nodes
 }
@@ -81,22 +81,22 @@ func refsOf(t *testing.T, l *Coordinator, id string) []string {
 // and the deleter's own reference goes anyway; once it syncs, the delete
 // is granted.
 func TestDeleteWaitsForUnsyncedMembers(t *testing.T) {
-	l := newTestCoordinator(t)
+	c := newTestCoordinator(t)
 	ctx := context.Background()
-	require.False(t, session(t, l, "n1").Synced)
-	syncRefs(t, l, "n1", "s1", true, blob)
-	require.True(t, session(t, l, "n1").Synced)
-	session(t, l, "n2") // a member, not synced
+	require.False(t, session(t, c, "n1").Synced)
+	syncRefs(t, c, "n1", "s1", true, blob)
+	require.True(t, session(t, c, "n1").Synced)
+	session(t, c, "n2") // a member, not synced
 
-	_, err := l.Lock(ctx, lockReq(api.OperationDelete, "n1"))
+	_, err := c.Lock(ctx, lockReq(api.OperationDelete, "n1"))
 	require.ErrorIs(t, err, api.ErrUnsynced)
 	var ue *api.UnsyncedError
 	require.ErrorAs(t, err, &ue)
 	require.Equal(t, []string{"n2"}, ue.Nodes)
-	require.Empty(t, refsOf(t, l, blob), "the deleter's reference is gone all the same")
+	require.Empty(t, refsOf(t, c, blob), "the deleter's reference is gone all the same")
 
-	syncRefs(t, l, "n2", "s2", true)
-	resp := mustLock(t, l, api.OperationDelete, "n1")
+	syncRefs(t, c, "n2", "s2", true)
+	resp := mustLock(t, c, api.OperationDelete, "n1")
 	require.True(t, resp.Acquired)
 }
 
@@ -104,52 +104,52 @@ func TestDeleteWaitsForUnsyncedMembers(t *testing.T) {
 // sync started survives the replacement even if the snapshot lacks it, and
 // one it drops is not brought back by an older snapshot.
 func TestSyncKeepsChangesMadeDuringIt(t *testing.T) {
-	l := newTestCoordinator(t)
+	c := newTestCoordinator(t)
 	ctx := context.Background()
-	session(t, l, "n1")
-	_, err := l.AddRef(ctx, "sha256:dropped", "n1")
+	session(t, c, "n1")
+	_, err := c.AddRef(ctx, "sha256:dropped", "n1")
 	require.NoError(t, err)
-	_, err = l.AddRef(ctx, "sha256:stale", "n1") // not in the snapshot: goes
+	_, err = c.AddRef(ctx, "sha256:stale", "n1") // not in the snapshot: goes
 	require.NoError(t, err)
 
-	syncRefs(t, l, "n1", "s1", false) // announced before the snapshot
-	_, err = l.AddRef(ctx, "sha256:added", "n1")
+	syncRefs(t, c, "n1", "s1", false) // announced before the snapshot
+	_, err = c.AddRef(ctx, "sha256:added", "n1")
 	require.NoError(t, err)
-	_, err = l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: "sha256:dropped", NodeID: "n1"})
+	_, err = c.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: "sha256:dropped", NodeID: "n1"})
 	require.ErrorIs(t, err, api.ErrUnsynced, "n1 itself is not synced yet")
-	syncRefs(t, l, "n1", "s1", true, "sha256:dropped", "sha256:kept")
+	syncRefs(t, c, "n1", "s1", true, "sha256:dropped", "sha256:kept")
 
-	require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:added"))
-	require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:kept"))
-	require.Empty(t, refsOf(t, l, "sha256:dropped"))
-	require.Empty(t, refsOf(t, l, "sha256:stale"))
-	require.True(t, session(t, l, "n1").Synced)
+	require.Equal(t, []string{"n1"}, refsOf(t, c, "sha256:added"))
+	require.Equal(t, []string{"n1"}, refsOf(t, c, "sha256:kept"))
+	require.Empty(t, refsOf(t, c, "sha256:dropped"))
+	require.Empty(t, refsOf(t, c, "sha256:stale"))
+	require.True(t, session(t, c, "n1").Synced)
 }
 
 // TestLapsedSessionIsUnsynced: a member whose session lapsed must sync
 // again, and a delete lease's keepalive is refused (and the lease
 // released) while it is away: a deleter checks right before it removes.
 func TestLapsedSessionIsUnsynced(t *testing.T) {
-	l := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 50 * time.Millisecond })
+	coord := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 50 * time.Millisecond })
 	ctx := context.Background()
 	for _, n := range []string{"n1", "n2"} {
-		session(t, l, n)
-		syncRefs(t, l, n, "s-"+n, true)
+		session(t, coord, n)
+		syncRefs(t, coord, n, "s-"+n, true)
 	}
-	g := mustLock(t, l, api.OperationDelete, "n1")
+	g := mustLock(t, coord, api.OperationDelete, "n1")
 	require.True(t, g.Acquired)
 	require.Eventually(t, func() bool {
-		_, err := renew(l, "n1") // n1 stays live
+		_, err := renew(coord, "n1") // n1 stays live
 		if err != nil {
 			return false
 		}
-		_, err = l.Keepalive(ctx, api.KeepaliveRequest{Type: api.OperationDelete, ResourceID: blob, LeaseID: g.LeaseID})
+		_, err = coord.Keepalive(ctx, api.KeepaliveRequest{Type: api.OperationDelete, ResourceID: blob, LeaseID: g.LeaseID})
 		return err != nil
 	}, 5*time.Second, 10*time.Millisecond, "n2's lapse revokes the delete")
-	_, err := l.Keepalive(ctx, api.KeepaliveRequest{Type: api.OperationDelete, ResourceID: blob, LeaseID: g.LeaseID})
+	_, err := coord.Keepalive(ctx, api.KeepaliveRequest{Type: api.OperationDelete, ResourceID: blob, LeaseID: g.LeaseID})
 	require.ErrorIs(t, err, api.ErrNotHolder, "the revoked lease is released")
 	require.Eventually(t, func() bool {
-		nodes, err := l.Nodes(ctx)
+		nodes, err := coord.Nodes(ctx)
 		require.NoError(t, err)
 		for _, n := range nodes.Nodes {
 			if n.NodeID == "n2" {
@@ -158,7 +158,7 @@ func TestLapsedSessionIsUnsynced(t *testing.T) {
 		}
 		return false
 	}, 5*time.Second, 10*time.Millisecond, "n2's session lapses")
-	require.False(t, session(t, l, "n2").Synced, "a lapsed session starts unsynced")
+	require.False(t, session(t, coord, "n2").Synced, "a lapsed session starts unsynced")
 }
 
 func writeFile(t *testing.T, path, s string) {

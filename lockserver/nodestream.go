@@ -138,13 +138,6 @@ func (lk *locks) OpenNodeStream(node string) (*NodeStream, error) {
 	return s, nil
 }
 
-// NodeStreams counts the node streams open now.
-func (lk *locks) NodeStreams() int {
-	lk.streams.mu.Lock()
-	defer lk.streams.mu.Unlock()
-	return len(lk.streams.open)
-}
-
 // tell delivers a queued request's outcome: on its own stream if it has
 // one, else on its node's stream if that is open. Without either, the
 // node finds the outcome with /lock/status (a grant waits for that claim).
@@ -179,6 +172,13 @@ type nodeStreams struct {
 
 func newNodeStreams(ttl time.Duration, now func() time.Time) *nodeStreams {
 	return &nodeStreams{ttl: ttl, now: now, open: map[string]*NodeStream{}, left: map[string]time.Time{}, pruneAt: 64}
+}
+
+// count is the number of node streams open now.
+func (n *nodeStreams) count() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.open)
 }
 
 func (n *nodeStreams) add(s *NodeStream) {

@@ -26,41 +26,41 @@ func takeEvents(t *testing.T, s *NodeStream) ([]api.Event, bool) {
 // claim by /lock/status.
 func TestNodeStreamCarriesOutcomes(t *testing.T) {
 	ctx := context.Background()
-	l := newTestCoordinator(t)
-	a := mustLock(t, l, api.OperationUpdate, "n1")
-	ns, err := l.OpenNodeStream("n2")
+	c := newTestCoordinator(t)
+	a := mustLock(t, c, api.OperationUpdate, "n1")
+	ns, err := c.OpenNodeStream("n2")
 	require.NoError(t, err)
-	b1 := mustLock(t, l, api.OperationUpdate, "n2")
-	b2 := mustLock(t, l, api.OperationUpdate, "n2")
+	b1 := mustLock(t, c, api.OperationUpdate, "n2")
+	b2 := mustLock(t, c, api.OperationUpdate, "n2")
 	require.True(t, b1.Queued)
 	require.True(t, b2.Queued)
-	require.Equal(t, 1, l.NodeStreams())
+	require.Equal(t, 1, c.NodeStreams())
 
-	unlock(t, l, api.OperationUpdate, a.LeaseID, false)
+	unlock(t, c, api.OperationUpdate, a.LeaseID, false)
 	evs, ok := takeEvents(t, ns)
 	require.True(t, ok)
 	require.Len(t, evs, 1)
 	require.Equal(t, api.EventGranted, evs[0].Name)
 	require.Equal(t, b1.RequestID, evs[0].RequestID)
 	require.NotNil(t, evs[0].Lease)
-	st, err := l.Status(ctx, api.OperationUpdate, blob, "", "")
+	st, err := c.Status(ctx, api.OperationUpdate, blob, "", "")
 	require.NoError(t, err)
 	require.False(t, st.Holder.Claimed, "not claimed before it is written")
 	ns.Claimed(api.OperationUpdate, blob, evs[0].Lease.LeaseID)
-	st, err = l.Status(ctx, api.OperationUpdate, blob, "", "")
+	st, err = c.Status(ctx, api.OperationUpdate, blob, "", "")
 	require.NoError(t, err)
 	require.True(t, st.Holder.Claimed)
 
 	// Closed: b2 keeps its place, and its grant waits for a status.
 	ns.Close()
-	require.Zero(t, l.NodeStreams())
+	require.Zero(t, c.NodeStreams())
 	_, ok = ns.Take(nil)
 	require.False(t, ok)
-	unlock(t, l, api.OperationUpdate, evs[0].Lease.LeaseID, false)
-	st, err = l.Status(ctx, api.OperationUpdate, blob, "n2", b2.RequestID)
+	unlock(t, c, api.OperationUpdate, evs[0].Lease.LeaseID, false)
+	st, err = c.Status(ctx, api.OperationUpdate, blob, "n2", b2.RequestID)
 	require.NoError(t, err)
 	require.True(t, st.Request.Acquired, "a grant made while the stream was closed is found")
-	st, err = l.Status(ctx, api.OperationUpdate, blob, "", "")
+	st, err = c.Status(ctx, api.OperationUpdate, blob, "", "")
 	require.NoError(t, err)
 	require.True(t, st.Holder.Claimed, "the status claimed it")
 }
@@ -69,16 +69,16 @@ func TestNodeStreamCarriesOutcomes(t *testing.T) {
 // stream is not dropped for not polling; a lease TTL after the stream
 // closed, it is.
 func TestNodeStreamKeepsWaiters(t *testing.T) {
-	l := newTestCoordinator(t)
-	clock := useFakeClock(l)
-	ttl := l.cfg.LeaseTTL
-	a := mustLock(t, l, api.OperationUpdate, "n1")
-	ns, err := l.OpenNodeStream("n2")
+	c := newTestCoordinator(t)
+	clock := useFakeClock(c)
+	ttl := c.cfg.LeaseTTL
+	a := mustLock(t, c, api.OperationUpdate, "n1")
+	ns, err := c.OpenNodeStream("n2")
 	require.NoError(t, err)
-	mustLock(t, l, api.OperationUpdate, "n2")
+	mustLock(t, c, api.OperationUpdate, "n2")
 	queued := func() bool {
 		t.Helper()
-		st, err := l.Status(context.Background(), api.OperationUpdate, blob, "", "")
+		st, err := c.Status(context.Background(), api.OperationUpdate, blob, "", "")
 		require.NoError(t, err)
 		return st.QueueLength == 1
 	}
@@ -88,11 +88,11 @@ func TestNodeStreamKeepsWaiters(t *testing.T) {
 		t.Helper()
 		for ; kept < d; kept += ttl / 2 {
 			clock.at(kept)
-			_, err := l.Keepalive(context.Background(), api.KeepaliveRequest{Type: api.OperationUpdate, ResourceID: blob, LeaseID: a.LeaseID})
+			_, err := c.Keepalive(context.Background(), api.KeepaliveRequest{Type: api.OperationUpdate, ResourceID: blob, LeaseID: a.LeaseID})
 			require.NoError(t, err)
 		}
 		clock.at(d)
-		l.sweepOf(blob, l.now())
+		c.sweepOf(blob, c.now())
 	}
 	sweepAt(3 * ttl)
 	require.True(t, queued(), "the node's stream carries it")
@@ -106,17 +106,17 @@ func TestNodeStreamKeepsWaiters(t *testing.T) {
 // TestNodeStreamReplaced: a node has one stream; a newer one ends the
 // older, and an empty node ID is refused.
 func TestNodeStreamReplaced(t *testing.T) {
-	l := newTestCoordinator(t)
-	old, err := l.OpenNodeStream("n2")
+	c := newTestCoordinator(t)
+	old, err := c.OpenNodeStream("n2")
 	require.NoError(t, err)
-	cur, err := l.OpenNodeStream("n2")
+	cur, err := c.OpenNodeStream("n2")
 	require.NoError(t, err)
 	_, ok := takeEvents(t, old)
 	require.False(t, ok, "the older stream ended")
 	old.Close() // changes nothing for the newer one
-	require.Equal(t, 1, l.NodeStreams())
+	require.Equal(t, 1, c.NodeStreams())
 	cur.Close()
-	require.Zero(t, l.NodeStreams())
-	_, err = l.OpenNodeStream("")
+	require.Zero(t, c.NodeStreams())
+	_, err = c.OpenNodeStream("")
 	require.ErrorIs(t, err, api.ErrInvalidArgument)
 }

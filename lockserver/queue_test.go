@@ -59,19 +59,19 @@ func TestWaitQueueMatchesASlice(t *testing.T) {
 // one key, a status answer lists only the head of the queue, counts them
 // all, and gives the asking waiter its own position.
 func TestStatusIsBounded(t *testing.T) {
-	l := newTestCoordinator(t)
+	c := newTestCoordinator(t)
 	ctx := context.Background()
 	const n = 5000
-	mustLock(t, l, api.OperationPull, "holder")
+	mustLock(t, c, api.OperationPull, "holder")
 	var reqs []api.LockResponse
 	for i := range n {
-		resp, err := l.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: fmt.Sprint("n", i), RequestID: fmt.Sprintf("r%d", i)})
+		resp, err := c.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: fmt.Sprint("n", i), RequestID: fmt.Sprintf("r%d", i)})
 		require.NoError(t, err)
 		require.Equal(t, i+1, resp.Position)
 		reqs = append(reqs, resp)
 	}
-	require.NoError(t, l.Cancel(ctx, api.CancelRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n10", RequestID: "r10"}))
-	st, err := l.Status(ctx, api.OperationPull, blob, "n4000", "r4000")
+	require.NoError(t, c.Cancel(ctx, api.CancelRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n10", RequestID: "r10"}))
+	st, err := c.Status(ctx, api.OperationPull, blob, "n4000", "r4000")
 	require.NoError(t, err)
 	require.Len(t, st.Queue, api.StatusQueueHead)
 	require.Equal(t, n-1, st.QueueLength)
@@ -80,7 +80,7 @@ func TestStatusIsBounded(t *testing.T) {
 	require.Equal(t, "n11", st.Queue[10].NodeID, "the cancelled waiter is gone")
 	require.True(t, st.Request.Queued)
 	require.Equal(t, 4000, st.Request.Position, "4000 ahead of it, less the cancelled one")
-	again, err := l.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n4000", RequestID: "r4000"})
+	again, err := c.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n4000", RequestID: "r4000"})
 	require.NoError(t, err)
 	require.Equal(t, 4000, again.Position, "a retried Lock reports the same position")
 }
@@ -91,13 +91,13 @@ func TestStatusIsBounded(t *testing.T) {
 func BenchmarkEnqueue(b *testing.B) {
 	for _, n := range []int{1000, 10000, 100000} {
 		b.Run(fmt.Sprint("waiters=", n), func(b *testing.B) {
-			l := newTestCoordinator(b, func(c *Config) { c.MaxWaitersPerNode = 1 << 30 })
+			coord := newTestCoordinator(b, func(c *Config) { c.MaxWaitersPerNode = 1 << 30 })
 			ctx := context.Background()
-			if _, err := l.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "holder"}); err != nil {
+			if _, err := coord.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "holder"}); err != nil {
 				b.Fatal(err)
 			}
 			for i := range n {
-				if _, err := l.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n", RequestID: fmt.Sprintf("w%d", i)}); err != nil {
+				if _, err := coord.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n", RequestID: fmt.Sprintf("w%d", i)}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -107,11 +107,11 @@ func BenchmarkEnqueue(b *testing.B) {
 			}
 			b.ResetTimer()
 			for i := range b.N {
-				resp, err := l.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n", RequestID: ids[i]})
+				resp, err := coord.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n", RequestID: ids[i]})
 				if err != nil || resp.Position != n+1 {
 					b.Fatal(err, resp.Position)
 				}
-				if err := l.Cancel(ctx, api.CancelRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n", RequestID: ids[i]}); err != nil {
+				if err := coord.Cancel(ctx, api.CancelRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n", RequestID: ids[i]}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -124,20 +124,20 @@ func BenchmarkEnqueue(b *testing.B) {
 func BenchmarkStatusPoll(b *testing.B) {
 	for _, n := range []int{1000, 100000} {
 		b.Run(fmt.Sprint("waiters=", n), func(b *testing.B) {
-			l := newTestCoordinator(b, func(c *Config) { c.MaxWaitersPerNode = 1 << 30 })
+			coord := newTestCoordinator(b, func(c *Config) { c.MaxWaitersPerNode = 1 << 30 })
 			ctx := context.Background()
-			if _, err := l.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "holder"}); err != nil {
+			if _, err := coord.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "holder"}); err != nil {
 				b.Fatal(err)
 			}
 			for i := range n {
-				if _, err := l.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n", RequestID: fmt.Sprintf("w%d", i)}); err != nil {
+				if _, err := coord.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: blob, NodeID: "n", RequestID: fmt.Sprintf("w%d", i)}); err != nil {
 					b.Fatal(err)
 				}
 			}
 			last := fmt.Sprintf("w%d", n-1)
 			b.ResetTimer()
 			for range b.N {
-				st, err := l.Status(ctx, api.OperationPull, blob, "n", last)
+				st, err := coord.Status(ctx, api.OperationPull, blob, "n", last)
 				if err != nil || st.Request.Position != n {
 					b.Fatal(err)
 				}

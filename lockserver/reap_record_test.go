@@ -30,10 +30,10 @@ func TestReapActivityBounded(t *testing.T) {
 	clock := &testClock{}
 	cfg := DefaultConfig()
 	cfg.Shards = maxRecentResources / 1024 // a bound of 1024 per shard
-	l, err := newCoordinator(cfg, Options{Refs: newTestRefs()}, clock.now)
+	c, err := newCoordinator(cfg, Options{Refs: newTestRefs()}, clock.now)
 	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
-	rs := l.references
+	t.Cleanup(func() { c.Close() })
+	rs := c.references
 	st := rs.stripes[0]
 	limit := max(1024, maxRecentResources/len(rs.stripes))
 	// ids returns n resource IDs of stripe 0 with the prefix.
@@ -58,7 +58,7 @@ func TestReapActivityBounded(t *testing.T) {
 	rs.noteActivity(ids("later", 1)[0], clock.now())
 
 	clock.advance(cfg.ReapGrace)
-	l.locks.sweep(0, clock.now())
+	c.locks.sweep(0, clock.now())
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	require.Empty(t, st.recent, "the sweep forgot activity older than the grace")
@@ -67,25 +67,25 @@ func TestReapActivityBounded(t *testing.T) {
 // TestReapLockHolderRecord: the reaper's record follows the reap lock's
 // grant through grant, keepalive and release, and ignores other keys.
 func TestReapLockHolderRecord(t *testing.T) {
-	l := newTestCoordinator(t)
+	c := newTestCoordinator(t)
 	ctx := context.Background()
-	other, err := l.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: "sharedcontent/other", NodeID: "n1"})
+	other, err := c.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: "sharedcontent/other", NodeID: "n1"})
 	require.NoError(t, err)
 	require.True(t, other.Acquired)
-	require.Nil(t, l.locks.reaper(), "another update lock is not the reaper's")
+	require.Nil(t, c.locks.reaper(), "another update lock is not the reaper's")
 
-	g, err := l.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, NodeID: "n1"})
+	g, err := c.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, NodeID: "n1"})
 	require.NoError(t, err)
-	h := l.locks.reaper()
+	h := c.locks.reaper()
 	require.NotNil(t, h)
 	require.Equal(t, "n1", h.node)
 	require.Equal(t, g.LeaseID, h.leaseID)
 
-	_, err = l.Keepalive(ctx, api.KeepaliveRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, LeaseID: g.LeaseID})
+	_, err = c.Keepalive(ctx, api.KeepaliveRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, LeaseID: g.LeaseID})
 	require.NoError(t, err)
-	require.False(t, l.locks.reaper().expires.Before(h.expires), "a keepalive extends the record")
+	require.False(t, c.locks.reaper().expires.Before(h.expires), "a keepalive extends the record")
 
-	_, err = l.Unlock(ctx, api.UnlockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, LeaseID: g.LeaseID, Success: true})
+	_, err = c.Unlock(ctx, api.UnlockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, LeaseID: g.LeaseID, Success: true})
 	require.NoError(t, err)
-	require.Nil(t, l.locks.reaper(), "released: nobody is the reaper")
+	require.Nil(t, c.locks.reaper(), "released: nobody is the reaper")
 }

@@ -29,8 +29,8 @@ import (
 
 // liveMember returns node's member if it holds a live session, else
 // api.ErrNoSession naming what for. Callers hold mmu.
-func (l *memberPart) liveMember(what, node string, now time.Time) (*member, error) {
-	m := l.members[node]
+func (mp *memberPart) liveMember(what, node string, now time.Time) (*member, error) {
+	m := mp.members[node]
 	switch {
 	case m == nil:
 		return nil, fmt.Errorf("%s: node %s is not a member (never joined, or forgotten): open its session, then retry: %w", what, node, api.ErrNoSession)
@@ -45,17 +45,15 @@ func (l *memberPart) liveMember(what, node string, now time.Time) (*member, erro
 // reference counts as being written until done is called, once the write
 // is durable or has failed. Callers hold the resource's shard mutex (lock
 // order: shard, mmu).
-func (l *memberPart) admitRef(node, resourceID string, now time.Time) (done func(), err error) {
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
-	m, err := l.liveMember("refs "+resourceID, node, now)
+func (mp *memberPart) admitRef(node, resourceID string, now time.Time) (done func(), err error) {
+	mp.mmu.Lock()
+	defer mp.mmu.Unlock()
+	m, err := mp.liveMember("refs "+resourceID, node, now)
 	if err != nil {
-		l.metrics.noSessionRefusals.Inc()
+		mp.metrics.noSessionRefusals.Inc()
 		return nil, err
 	}
-	if m.sync != nil {
-		m.sync.since[resourceID] = true
-	}
+	mp.syncs.noteChange(m, resourceID, true)
 	m.refsWriting.Add(1)
 	return func() { m.refsWriting.Add(-1) }, nil
 }
@@ -66,12 +64,12 @@ func (l *memberPart) admitRef(node, resourceID string, now time.Time) (done func
 // cannot land between the rule and the write (membersView). Callers may
 // hold the resource's shard mutex (lock order: shard, mmu, refcount
 // stripes).
-func (l *memberPart) whileAdmitted(node, resourceID string, now time.Time, write func(refused error) error) error {
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
-	m, err := l.liveMember("refs "+resourceID, node, now)
-	if err == nil && m.sync != nil {
-		m.sync.since[resourceID] = true // noteRef, with mmu held
+func (mp *memberPart) whileAdmitted(node, resourceID string, now time.Time, write func(refused error) error) error {
+	mp.mmu.Lock()
+	defer mp.mmu.Unlock()
+	m, err := mp.liveMember("refs "+resourceID, node, now)
+	if err == nil {
+		mp.syncs.noteChange(m, resourceID, true) // noteRef, with mmu held
 	}
 	return write(err)
 }

@@ -37,59 +37,59 @@ func requireNoSession(t *testing.T, err error, node string) {
 // it; expiry and forget need a member).
 func TestNoReferenceWithoutSession(t *testing.T) {
 	ctx := context.Background()
-	l := newTestCoordinator(t)
-	clock := useFakeClock(l)
-	syncedNode(t, l, "n1")
-	syncedNode(t, l, "n2")
-	p := mustLock(t, l, api.OperationPull, "n1")
+	c := newTestCoordinator(t)
+	clock := useFakeClock(c)
+	syncedNode(t, c, "n1")
+	syncedNode(t, c, "n2")
+	p := mustLock(t, c, api.OperationPull, "n1")
 	require.True(t, p.Acquired)
 	const other = "sha256:b4"
-	e, err := l.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: other, NodeID: "n2"})
+	e, err := c.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: other, NodeID: "n2"})
 	require.NoError(t, err)
 	require.True(t, e.Acquired)
-	clock.at(l.cfg.SessionTTL + time.Millisecond) // both sessions lapsed
-	require.False(t, live(t, l, "n1"))
+	clock.at(c.cfg.SessionTTL + time.Millisecond) // both sessions lapsed
+	require.False(t, live(t, c, "n1"))
 
-	_, err = l.AddRef(ctx, "sha256:b1", "n1")
+	_, err = c.AddRef(ctx, "sha256:b1", "n1")
 	requireNoSession(t, err, "n1")
-	_, err = l.AddFoundRef(ctx, "sha256:b1", "n1")
+	_, err = c.AddFoundRef(ctx, "sha256:b1", "n1")
 	requireNoSession(t, err, "n1")
-	_, err = l.Unlock(ctx, api.UnlockRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: p.LeaseID, NodeID: "n1", Success: true})
+	_, err = c.Unlock(ctx, api.UnlockRequest{Type: api.OperationPull, ResourceID: blob, LeaseID: p.LeaseID, NodeID: "n1", Success: true})
 	requireNoSession(t, err, "n1")
-	_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "late", ResourceIDs: []string{"sha256:b2"}, Done: true})
+	_, err = c.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "late", ResourceIDs: []string{"sha256:b2"}, Done: true})
 	requireNoSession(t, err, "n1")
-	require.Empty(t, refsOf(t, l, "sha256:b1"), "nothing recorded")
-	require.Empty(t, refsOf(t, l, blob), "nothing recorded")
-	require.Empty(t, refsOf(t, l, "sha256:b2"), "nothing recorded")
-	require.True(t, mustLock(t, l, api.OperationPull, "n3").Queued, "the refused unlock changed nothing: n1 still holds the pull lock")
+	require.Empty(t, refsOf(t, c, "sha256:b1"), "nothing recorded")
+	require.Empty(t, refsOf(t, c, blob), "nothing recorded")
+	require.Empty(t, refsOf(t, c, "sha256:b2"), "nothing recorded")
+	require.True(t, mustLock(t, c, api.OperationPull, "n3").Queued, "the refused unlock changed nothing: n1 still holds the pull lock")
 
 	// n2's pull lease expires: no reference for a holder without a
 	// session; deletes wait for n2 (unsynced), whose next sync carries
 	// the blob if it committed it.
-	l.sweepOf(other, l.now().Add(l.cfg.LeaseTTL+time.Second))
-	require.Empty(t, refsOf(t, l, other), "nothing recorded at the lease's expiry")
-	_, err = l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: other, NodeID: "n3"})
+	c.sweepOf(other, c.now().Add(c.cfg.LeaseTTL+time.Second))
+	require.Empty(t, refsOf(t, c, other), "nothing recorded at the lease's expiry")
+	_, err = c.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: other, NodeID: "n3"})
 	require.ErrorIs(t, err, api.ErrUnsynced, "the blob is safe: deletes wait for n2")
 
 	for _, n := range []string{"n9", "n2"} { // never joined; forgotten
 		if n == "n2" {
-			require.NoError(t, l.Forget(ctx, "n2"))
+			require.NoError(t, c.Forget(ctx, "n2"))
 		}
-		_, err = l.AddRef(ctx, "sha256:b1", n)
+		_, err = c.AddRef(ctx, "sha256:b1", n)
 		requireNoSession(t, err, n)
 		require.ErrorContains(t, err, "is not a member")
-		require.Empty(t, refsOf(t, l, "sha256:b1"), "nothing recorded")
+		require.Empty(t, refsOf(t, c, "sha256:b1"), "nothing recorded")
 	}
 
 	// Opened again, n1 is referenced by each path.
-	_, err = l.Session(ctx, sessionReq("n1", nil))
+	_, err = c.Session(ctx, sessionReq("n1", nil))
 	require.NoError(t, err)
-	_, err = l.AddRef(ctx, "sha256:b1", "n1")
+	_, err = c.AddRef(ctx, "sha256:b1", "n1")
 	require.NoError(t, err)
-	_, err = l.AddFoundRef(ctx, "sha256:b3", "n1")
+	_, err = c.AddFoundRef(ctx, "sha256:b3", "n1")
 	require.NoError(t, err)
-	unlock(t, l, api.OperationPull, p.LeaseID, true)
-	require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:b1"))
-	require.Equal(t, []string{"n1"}, refsOf(t, l, "sha256:b3"))
-	require.Equal(t, []string{"n1"}, refsOf(t, l, blob))
+	unlock(t, c, api.OperationPull, p.LeaseID, true)
+	require.Equal(t, []string{"n1"}, refsOf(t, c, "sha256:b1"))
+	require.Equal(t, []string{"n1"}, refsOf(t, c, "sha256:b3"))
+	require.Equal(t, []string{"n1"}, refsOf(t, c, blob))
 }

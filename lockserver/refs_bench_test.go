@@ -61,12 +61,12 @@ func benchRefsAddRollout(b *testing.B, n int) {
 		}
 		cfg := DefaultConfig()
 		cfg.SessionTTL = time.Hour // outlasts the run
-		l, err := NewCoordinator(cfg, Options{Refs: refcount.NewManager(s)})
+		c, err := NewCoordinator(cfg, Options{Refs: refcount.NewManager(s)})
 		if err != nil {
 			b.Fatal(err)
 		}
 		for _, node := range nodes { // references only with a session (refrule.go)
-			if _, err := l.Session(ctx, api.SessionRequest{NodeID: node}); err != nil {
+			if _, err := c.Session(ctx, api.SessionRequest{NodeID: node}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -80,7 +80,7 @@ func benchRefsAddRollout(b *testing.B, n int) {
 		for range refsBenchWorkers {
 			wg.Go(func() {
 				for w := range work {
-					if _, err := l.AddRef(ctx, w[0], w[1]); err != nil {
+					if _, err := c.AddRef(ctx, w[0], w[1]); err != nil {
 						errs <- err
 						return
 					}
@@ -104,12 +104,12 @@ func benchRefsAddRollout(b *testing.B, n int) {
 			b.Fatal(err)
 		}
 		for _, blob := range blobs {
-			rc, err := l.refs.Refs(ctx, blob)
+			rc, err := c.refs.Refs(ctx, blob)
 			if err != nil || rc.Len() != n {
 				b.Fatalf("%s: %d references, %v; want %d", blob, rc.Len(), err, n)
 			}
 		}
-		l.Close()
+		c.Close()
 		s.Close()
 		b.StartTimer()
 	}

@@ -34,22 +34,22 @@ func (s *heldSubmits) Submit(ctx context.Context, b *refcount.Batch) func() erro
 // addHeld starts node n1's reference to blob on a coordinator whose
 // storage holds the write at its gate (store.open), and returns once the
 // write is ordered; added receives the add's error (or a wrong count).
-func addHeld(t *testing.T) (l *Coordinator, store *heldSubmits, added <-chan error) {
+func addHeld(t *testing.T) (c *Coordinator, store *heldSubmits, added <-chan error) {
 	store = &heldSubmits{LocalStorage: refcount.NewMemoryStorage(), submitted: make(chan struct{}), open: make(chan struct{})}
-	l, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(store)})
+	c, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(store)})
 	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
-	syncedNode(t, l, "n1")
+	t.Cleanup(func() { c.Close() })
+	syncedNode(t, c, "n1")
 	done := make(chan error, 1)
 	go func() {
-		resp, err := l.AddRef(context.Background(), blob, "n1")
+		resp, err := c.AddRef(context.Background(), blob, "n1")
 		if err == nil && resp.Count != 1 {
 			err = fmt.Errorf("count %d, want 1", resp.Count)
 		}
 		done <- err
 	}()
 	<-store.submitted
-	return l, store, done
+	return c, store, done
 }
 
 // TestDeleteRefusedWhileAddPending: a reference whose write is ordered
@@ -58,17 +58,17 @@ func addHeld(t *testing.T) (l *Coordinator, store *heldSubmits, added <-chan err
 // the add completes once its write does.
 func TestDeleteRefusedWhileAddPending(t *testing.T) {
 	ctx := context.Background()
-	l, store, added := addHeld(t)
+	c, store, added := addHeld(t)
 	// The add waits for its write without the shard mutex: a delete gets
 	// an answer, and it is no.
-	_, err := l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: blob, NodeID: "n2"})
+	_, err := c.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: blob, NodeID: "n2"})
 	var inUse *api.InUseError
 	require.ErrorAs(t, err, &inUse)
 	require.Equal(t, []string{"n1"}, inUse.Refs.Nodes)
 	close(store.open)
 	require.NoError(t, <-added)
-	require.Equal(t, []string{"n1"}, refsOf(t, l, blob))
-	st := l.references.stripe(blob)
+	require.Equal(t, []string{"n1"}, refsOf(t, c, blob))
+	st := c.references.stripe(blob)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	require.Empty(t, st.adding, "nothing is pending once the add returned")
@@ -81,15 +81,15 @@ func TestDeleteRefusedWhileAddPending(t *testing.T) {
 // lands: the add returns all the same (else the test hangs).
 func TestAddEndsWithoutShardMutex(t *testing.T) {
 	ctx := context.Background()
-	l, store, added := addHeld(t)
-	sh := l.locks.shardFor(blob)
+	c, store, added := addHeld(t)
+	sh := c.locks.shardFor(blob)
 	sh.mu.Lock()
-	rc, err := l.references.refsWithPending(ctx, blob)
+	rc, err := c.references.refsWithPending(ctx, blob)
 	require.NoError(t, err)
 	require.Equal(t, []string{"n1"}, rc.NodeList(), "pending, counted")
 	close(store.open)
 	require.NoError(t, <-added)
-	rc, err = l.references.refsWithPending(ctx, blob)
+	rc, err = c.references.refsWithPending(ctx, blob)
 	sh.mu.Unlock()
 	require.NoError(t, err)
 	require.Equal(t, []string{"n1"}, rc.NodeList(), "durable, counted once")
@@ -103,10 +103,10 @@ func TestAddRefRacesDelete(t *testing.T) {
 	s, err := refcount.OpenBoltStorage(filepath.Join(t.TempDir(), "refs.db"))
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
-	l, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(s)})
+	c, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(s)})
 	require.NoError(t, err)
-	t.Cleanup(func() { l.Close() })
-	members(t, l, "adder")
+	t.Cleanup(func() { c.Close() })
+	members(t, c, "adder")
 	const rounds = 200
 	for i := range rounds {
 		id := fmt.Sprintf("sha256:race-%d", i)
@@ -120,12 +120,12 @@ func TestAddRefRacesDelete(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			_, addErr = l.AddRef(ctx, id, "adder")
+			_, addErr = c.AddRef(ctx, id, "adder")
 		}()
 		go func() {
 			defer wg.Done()
 			<-start
-			resp, delErr = l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: id, NodeID: "deleter"})
+			resp, delErr = c.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: id, NodeID: "deleter"})
 		}()
 		close(start)
 		wg.Wait()

@@ -27,7 +27,7 @@ import (
 
 // checkRoot applies the root rules to a session request, before anything
 // of the node is recorded. Callers hold mmu.
-func (l *memberPart) checkRoot(req api.SessionRequest, c api.Cluster) error {
+func (mp *memberPart) checkRoot(req api.SessionRequest, c api.Cluster) error {
 	switch {
 	case req.Unclaimed && req.Root != nil:
 		// (A cluster ID may come with it: a client that expects the
@@ -38,17 +38,17 @@ func (l *memberPart) checkRoot(req api.SessionRequest, c api.Cluster) error {
 	case req.Root != nil && req.Root.CreatedAt.IsZero():
 		return fmt.Errorf("session of node %s: a root without created_at: %w", req.NodeID, api.ErrInvalidArgument)
 	case req.Unclaimed:
-		if why := l.hasRoot(); why != "" {
+		if why := mp.hasRoot(); why != "" {
 			return fmt.Errorf("node %s's shared root has no cluster file (.sharedcontent/cluster.json), but cluster %s already has a shared root (%s): "+
 				"it is not the cluster's root: is the shared filesystem mounted at the node's root? Mount it there and start the node again; "+
 				"a node never claims an empty directory for a cluster that has a root: %w",
 				req.NodeID, c.ClusterID, why, api.ErrRootClaimed)
 		}
-	case req.Root != nil && l.root != nil && !req.Root.CreatedAt.Equal(l.root.CreatedAt):
+	case req.Root != nil && mp.root != nil && !req.Root.CreatedAt.Equal(mp.root.CreatedAt):
 		return fmt.Errorf("node %s serves a root of cluster %s %s, but the cluster's shared root is the one %s: "+
 			"mount the cluster's shared storage at the node's root; if that node's root is the stray one (claimed while the shared storage "+
 			"was not mounted), stop it and remove the root's .sharedcontent directory, which holds no blob of the cluster: %w",
-			req.NodeID, c.ClusterID, req.Root, claimString(l.root),
+			req.NodeID, c.ClusterID, req.Root, claimString(mp.root),
 			api.ErrRootClaimed)
 	}
 	return nil
@@ -56,11 +56,11 @@ func (l *memberPart) checkRoot(req api.SessionRequest, c api.Cluster) error {
 
 // hasRoot says why the cluster has a shared root, or "" when it has none
 // yet (a brand-new cluster). Callers hold mmu.
-func (l *memberPart) hasRoot() string {
-	if l.root != nil {
-		return "recorded: " + claimString(l.root)
+func (mp *memberPart) hasRoot() string {
+	if mp.root != nil {
+		return "recorded: " + claimString(mp.root)
 	}
-	for _, m := range l.members {
+	for _, m := range mp.members {
 		switch {
 		case m.rec.Generation != "":
 			return "member " + m.rec.ID + " has synced on it"
@@ -73,21 +73,21 @@ func (l *memberPart) hasRoot() string {
 
 // recordRoot records req's root as the cluster's when none is. Callers
 // hold mmu, after checkRoot.
-func (l *memberPart) recordRoot(ctx context.Context, req api.SessionRequest) error {
-	if req.Root == nil || l.root != nil {
+func (mp *memberPart) recordRoot(ctx context.Context, req api.SessionRequest) error {
+	if req.Root == nil || mp.root != nil {
 		return nil
 	}
 	// The identity as it is now: an adoption (under mmu too) may have
 	// changed it since the request was checked.
-	c := l.Cluster()
+	c := mp.Cluster()
 	if req.ClusterID != c.ClusterID {
 		return wrongCluster(req.ClusterID, c)
 	}
 	root := &refcount.RootClaim{CreatedAt: req.Root.CreatedAt.UTC(), CreatedBy: req.Root.CreatedBy}
-	if err := l.commit(ctx, new(refcount.Batch).PutIdentity(refcount.Identity{ClusterID: c.ClusterID, Epoch: c.Epoch, Root: root})); err != nil {
+	if err := mp.commit(ctx, new(refcount.Batch).PutIdentity(refcount.Identity{ClusterID: c.ClusterID, Epoch: c.Epoch, Root: root})); err != nil {
 		return fmt.Errorf("session of node %s: record the cluster's root: %w", req.NodeID, err)
 	}
-	l.root = root
+	mp.root = root
 	log.G(ctx).WithField("node", req.NodeID).WithField("root", claimString(root)).
 		Info("recorded the cluster's shared root")
 	return nil

@@ -51,6 +51,22 @@ type membersView interface {
 
 var _ membersView = (*memberPart)(nil)
 
+// syncsView is the syncs (syncs.go) as the members part sees them: what a
+// member's own reference change, the end of its session and the delete
+// rule need of its sync. Callers hold the members' mutex.
+type syncsView interface {
+	// noteChange tells m's sync in progress, if any, that m itself
+	// added (or removed) a reference to resourceID after it began.
+	noteChange(m *member, resourceID string, added bool)
+	// endSync drops m's unfinished sync, if any, and its buffer.
+	endSync(m *member)
+	// writingRefs adds to rc the nodes whose sync is being written and
+	// that added a reference to resourceID meanwhile.
+	writingRefs(resourceID string, rc refcount.Set) refcount.Set
+}
+
+var _ syncsView = (*syncs)(nil)
+
 // referenceRules is the references part as the locks part sees it: the
 // rules on references a lock request obeys (the delete rule, §8.7; the
 // reap rules, §8.12; update_requires_no_ref), the reference writes of a

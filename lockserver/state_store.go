@@ -38,6 +38,6 @@ func (s *store) commit(ctx context.Context, b *refcount.Batch) error {
 }
 
 // commit is store.commit, for the members part.
-func (l *Coordinator) commit(ctx context.Context, b *refcount.Batch) error {
-	return l.store.commit(ctx, b)
+func (c *Coordinator) commit(ctx context.Context, b *refcount.Batch) error {
+	return c.store.commit(ctx, b)
 }

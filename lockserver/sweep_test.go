@@ -20,9 +20,9 @@ func TestSweepShrinksEmptiedMaps(t *testing.T) {
 	// One shard; the sweeps that matter are driven by hand. With a lease
 	// TTL of a minute the background sweeper forgets no released lease
 	// and expires no lock meanwhile.
-	l := newTestCoordinator(t, func(c *Config) { c.Shards = 1; c.LeaseTTL = time.Minute; c.ClaimTimeout = time.Hour })
+	coord := newTestCoordinator(t, func(c *Config) { c.Shards = 1; c.LeaseTTL = time.Minute; c.ClaimTimeout = time.Hour })
 	ctx := context.Background()
-	sh := l.locks.shards[0]
+	sh := coord.locks.shards[0]
 	// mapOf identifies a map's storage, under the shard's mutex.
 	mapOf := func(m func() any) uintptr {
 		sh.mu.Lock()
@@ -46,7 +46,7 @@ func TestSweepShrinksEmptiedMaps(t *testing.T) {
 	id := func(i int) string { return fmt.Sprintf("sha256:%064x", i) }
 	leases := make([]string, n)
 	for i := range n {
-		resp, err := l.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: id(i), NodeID: "n1"})
+		resp, err := coord.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: id(i), NodeID: "n1"})
 		require.NoError(t, err)
 		require.True(t, resp.Acquired)
 		leases[i] = resp.LeaseID
@@ -57,11 +57,11 @@ func TestSweepShrinksEmptiedMaps(t *testing.T) {
 	// All but the last lock are released: n-1 idle keys are forgotten,
 	// n-1 released leases remembered.
 	for i := range n - 1 {
-		_, err := l.Unlock(ctx, api.UnlockRequest{Type: api.OperationUpdate, ResourceID: id(i), LeaseID: leases[i], Success: true})
+		_, err := coord.Unlock(ctx, api.UnlockRequest{Type: api.OperationUpdate, ResourceID: id(i), LeaseID: leases[i], Success: true})
 		require.NoError(t, err)
 	}
 	releasedFull := mapOf(released)
-	l.locks.sweep(0, time.Now())
+	coord.locks.sweep(0, time.Now())
 	nres, nrel := lens()
 	require.Equal(t, 1, nres)
 	require.Equal(t, n-1, nrel)
@@ -70,15 +70,15 @@ func TestSweepShrinksEmptiedMaps(t *testing.T) {
 
 	// The rebuilt maps kept their entries: a retried unlock is still
 	// answered, and the lock still held can be released.
-	resp, err := l.Unlock(ctx, api.UnlockRequest{Type: api.OperationUpdate, ResourceID: id(0), LeaseID: leases[0], Success: true})
+	resp, err := coord.Unlock(ctx, api.UnlockRequest{Type: api.OperationUpdate, ResourceID: id(0), LeaseID: leases[0], Success: true})
 	require.NoError(t, err)
 	require.True(t, resp.Released)
-	_, err = l.Unlock(ctx, api.UnlockRequest{Type: api.OperationUpdate, ResourceID: id(n - 1), LeaseID: leases[n-1], Success: true})
+	_, err = coord.Unlock(ctx, api.UnlockRequest{Type: api.OperationUpdate, ResourceID: id(n - 1), LeaseID: leases[n-1], Success: true})
 	require.NoError(t, err)
 
 	// A lease TTL later every released lease is forgotten, and the
 	// released map is rebuilt too.
-	l.locks.sweep(0, time.Now().Add(l.cfg.LeaseTTL+time.Second))
+	coord.locks.sweep(0, time.Now().Add(coord.cfg.LeaseTTL+time.Second))
 	nres, nrel = lens()
 	require.Zero(t, nres)
 	require.Zero(t, nrel)

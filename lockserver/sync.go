@@ -27,39 +27,39 @@ import (
 // BusyError (429), as is a chunk past the cluster-wide buffer bound
 // (syncbounds.go) and any step of another sync of a node whose sync is
 // being written; a retry of the sync being written waits for it.
-func (l *memberPart) SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error) {
+func (sy *syncs) SyncRefs(ctx context.Context, nodeID string, req api.SyncRequest) (api.SyncResponse, error) {
 	if err := validateSync(nodeID, req); err != nil {
 		return api.SyncResponse{}, err
 	}
-	release, err := l.admitSync(nodeID)
+	release, err := sy.admitSync(nodeID)
 	if err != nil {
 		return api.SyncResponse{}, err
 	}
 	defer release()
-	if err := l.awaitWrite(ctx, nodeID, req.SyncID); err != nil {
+	if err := sy.awaitWrite(ctx, nodeID, req.SyncID); err != nil {
 		return api.SyncResponse{}, err
 	}
-	now := l.now()
-	l.mmu.Lock()
-	resp, w, err := l.syncStep(ctx, nodeID, req, now)
-	l.mmu.Unlock()
+	now := sy.now()
+	sy.mp.mmu.Lock()
+	resp, w, err := sy.syncStep(ctx, nodeID, req, now)
+	sy.mp.mmu.Unlock()
 	if err != nil || w == nil {
 		return resp, err
 	}
-	return l.writeSync(ctx, w)
+	return sy.writeSync(ctx, w)
 }
 
 // awaitWrite waits, without mmu, until the write of node's sync id ends,
 // if it is being written: a retry of its done (whose answer was lost, or
 // not yet given when the node's request timed out) is then answered as
 // its first was (syncStep), rather than refused as busy.
-func (l *memberPart) awaitWrite(ctx context.Context, node, id string) error {
-	l.mmu.Lock()
+func (sy *syncs) awaitWrite(ctx context.Context, node, id string) error {
+	sy.mp.mmu.Lock()
 	var ended chan struct{}
-	if m := l.members[node]; m != nil && m.writing != nil && m.writing.id == id {
+	if m := sy.mp.members[node]; m != nil && m.writing != nil && m.writing.id == id {
 		ended = m.writing.ended
 	}
-	l.mmu.Unlock()
+	sy.mp.mmu.Unlock()
 	if ended == nil {
 		return nil
 	}
@@ -74,8 +74,8 @@ func (l *memberPart) awaitWrite(ctx context.Context, node, id string) error {
 // syncStep serves one step of node's sync. The done step returns the
 // write it leaves to the caller, who makes it without mmu. Callers hold
 // mmu.
-func (l *memberPart) syncStep(ctx context.Context, nodeID string, req api.SyncRequest, now time.Time) (api.SyncResponse, *syncWrite, error) {
-	m, err := l.liveMember("sync", nodeID, now)
+func (sy *syncs) syncStep(ctx context.Context, nodeID string, req api.SyncRequest, now time.Time) (api.SyncResponse, *syncWrite, error) {
+	m, err := sy.mp.liveMember("sync", nodeID, now)
 	if err != nil {
 		return api.SyncResponse{}, nil, err
 	}
@@ -86,22 +86,22 @@ func (l *memberPart) syncStep(ctx context.Context, nodeID string, req api.SyncRe
 		return api.SyncResponse{}, nil, &BusyError{Reason: fmt.Sprintf("sync %s of node %s: its sync %s is being written", req.SyncID, nodeID, m.writing.id),
 			RetryAfter: syncRetryAfter}
 	}
-	s, err := l.syncOf(m, req, now)
+	s, err := sy.syncOf(m, req, now)
 	if err != nil {
 		return api.SyncResponse{}, nil, err
 	}
 	switch stepOf(req, s) {
 	case api.SyncStepAnnounce:
-		resp, err := l.syncAnnounce(m, req, now)
+		resp, err := sy.syncAnnounce(m, req, now)
 		return resp, nil, err
 	case api.SyncStepHash:
-		resp, err := l.syncHashStep(ctx, m, req, now)
+		resp, err := sy.syncHashStep(ctx, m, req, now)
 		return resp, nil, err
 	case api.SyncStepChunk:
-		resp, err := l.syncChunk(ctx, m, req, now)
+		resp, err := sy.syncChunk(ctx, m, req, now)
 		return resp, nil, err
 	default:
-		return l.syncDone(ctx, m, req, now)
+		return sy.syncDone(ctx, m, req, now)
 	}
 }
 
@@ -110,7 +110,7 @@ func (l *memberPart) syncStep(ctx context.Context, nodeID string, req api.SyncRe
 // an offset: an older node's chunks have none) is api.ErrNotFound: its
 // start was lost, and its tail must not replace the node's references
 // alone. Callers hold mmu.
-func (l *memberPart) syncOf(m *member, req api.SyncRequest, now time.Time) (*nodeSync, error) {
+func (sy *syncs) syncOf(m *member, req api.SyncRequest, now time.Time) (*nodeSync, error) {
 	if s := m.sync; s != nil && s.id == req.SyncID {
 		return s, nil
 	}
@@ -119,25 +119,25 @@ func (l *memberPart) syncOf(m *member, req api.SyncRequest, now time.Time) (*nod
 			req.SyncID, m.rec.ID, api.ErrNotFound)
 	}
 	s := &nodeSync{id: req.SyncID, refs: map[string]struct{}{}, since: map[string]bool{}, touched: now}
-	l.startSync(m, s)
+	sy.startSync(m, s)
 	return s, nil
 }
 
 // syncAnnounce answers the announcement (or its retry): whether the sync
 // may go by hash. Callers hold mmu.
-func (l *memberPart) syncAnnounce(m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, error) {
+func (sy *syncs) syncAnnounce(m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, error) {
 	s := m.sync
 	if s.sent > 0 || s.buckets != nil {
 		return api.SyncResponse{}, fmt.Errorf("sync %s of node %s: announced again after its chunks or hash steps; start a new sync: %w",
 			req.SyncID, m.rec.ID, api.ErrInvalidArgument)
 	}
 	s.touched = now
-	return api.SyncResponse{ByHash: l.canSyncByHash(m, req.Generation)}, nil
+	return api.SyncResponse{ByHash: sy.canSyncByHash(m, req.Generation)}, nil
 }
 
 // syncChunk buffers a chunk of m's sync. Callers hold mmu.
-func (l *memberPart) syncChunk(ctx context.Context, m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, error) {
-	if err := l.bufferChunk(ctx, m, req, now); err != nil {
+func (sy *syncs) syncChunk(ctx context.Context, m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, error) {
+	if err := sy.bufferChunk(ctx, m, req, now); err != nil {
 		return api.SyncResponse{}, err
 	}
 	return api.SyncResponse{Received: len(m.sync.refs)}, nil
@@ -146,28 +146,28 @@ func (l *memberPart) syncChunk(ctx context.Context, m *member, req api.SyncReque
 // syncDone buffers the done chunk of m's sync, applies the timing rule
 // to it (timing.go), and returns the sync's write (freezeSync). Callers
 // hold mmu.
-func (l *memberPart) syncDone(ctx context.Context, m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, *syncWrite, error) {
-	if err := l.bufferChunk(ctx, m, req, now); err != nil {
+func (sy *syncs) syncDone(ctx context.Context, m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, *syncWrite, error) {
+	if err := sy.bufferChunk(ctx, m, req, now); err != nil {
 		return api.SyncResponse{}, nil, err
 	}
-	if err := l.checkDoneLate(m.rec.ID, m, req.Echo, now); err != nil {
-		l.endSync(m)
+	if err := sy.timing.checkDoneLate(m.rec.ID, m.answered, req.Echo, now); err != nil {
+		sy.endSync(m)
 		return api.SyncResponse{}, nil, err
 	}
-	return api.SyncResponse{}, l.freezeSync(m, req.Generation), nil
+	return api.SyncResponse{}, sy.freezeSync(m, req.Generation), nil
 }
 
 // bufferChunk checks a chunk's place (checkChunkOffset), its bounds and,
 // in a sync by hash, that its resource IDs are of the buckets asked for;
 // then it buffers them. Callers hold mmu.
-func (l *memberPart) bufferChunk(ctx context.Context, m *member, req api.SyncRequest, now time.Time) error {
+func (sy *syncs) bufferChunk(ctx context.Context, m *member, req api.SyncRequest, now time.Time) error {
 	s, node := m.sync, m.rec.ID
 	retry, err := checkChunkOffset(node, s, req)
 	if err != nil {
 		return err
 	}
 	if len(s.refs)+len(req.ResourceIDs) > maxSyncRefs {
-		l.endSync(m)
+		sy.endSync(m)
 		return fmt.Errorf("sync of node %s: more than %d references: %w", node, maxSyncRefs, api.ErrInvalidArgument)
 	}
 	if s.buckets != nil {
@@ -177,7 +177,7 @@ func (l *memberPart) bufferChunk(ctx context.Context, m *member, req api.SyncReq
 			}
 		}
 	}
-	if err := l.bufferSync(ctx, m, req.ResourceIDs, now); err != nil {
+	if err := sy.bufferSync(ctx, m, req.ResourceIDs, now); err != nil {
 		return err
 	}
 	if !retry {

@@ -115,34 +115,43 @@ func newSyncLimits(cfg Config) *syncLimits {
 // admitSync takes a sync slot, or refuses the request at once: a sync
 // never queues (a queued one would hold a connection and time out on the
 // node), and session calls take no slot.
-func (l *memberPart) admitSync(node string) (release func(), err error) {
+func (sy *syncs) admitSync(node string) (release func(), err error) {
 	select {
-	case l.syncLimits.slots <- struct{}{}:
-		return func() { <-l.syncLimits.slots }, nil
+	case sy.syncLimits.slots <- struct{}{}:
+		return func() { <-sy.syncLimits.slots }, nil
 	default:
-		l.syncMetrics.refused.WithLabelValues("busy").Inc()
-		return nil, &BusyError{Reason: fmt.Sprintf("sync of node %s: %d syncs are being served (max-syncs)", node, cap(l.syncLimits.slots)),
+		sy.syncMetrics.refused.WithLabelValues("busy").Inc()
+		return nil, &BusyError{Reason: fmt.Sprintf("sync of node %s: %d syncs are being served (max-syncs)", node, cap(sy.syncLimits.slots)),
 			RetryAfter: syncRetryAfter}
 	}
 }
 
 // startSync makes s m's unfinished sync, dropping the one m had. Callers
 // hold mmu.
-func (l *memberPart) startSync(m *member, s *nodeSync) {
-	l.endSync(m)
+func (sy *syncs) startSync(m *member, s *nodeSync) {
+	sy.endSync(m)
 	m.sync = s
-	l.syncLimits.active[m] = struct{}{}
+	sy.syncLimits.active[m] = struct{}{}
+}
+
+// noteChange tells m's sync in progress, if any, that m itself added (or
+// removed) a reference to resourceID after the sync began, so that the
+// sync's replacement keeps the change (nodeSync.since). Callers hold mmu.
+func (sy *syncs) noteChange(m *member, resourceID string, added bool) {
+	if m.sync != nil {
+		m.sync.since[resourceID] = added
+	}
 }
 
 // endSync drops m's unfinished sync, if any, and its buffer. Callers hold
 // mmu.
-func (l *memberPart) endSync(m *member) {
+func (sy *syncs) endSync(m *member) {
 	if m.sync == nil {
 		return
 	}
-	l.syncLimits.buffered -= len(m.sync.refs)
-	l.syncMetrics.buffered.Set(float64(l.syncLimits.buffered))
-	delete(l.syncLimits.active, m)
+	sy.syncLimits.buffered -= len(m.sync.refs)
+	sy.syncMetrics.buffered.Set(float64(sy.syncLimits.buffered))
+	delete(sy.syncLimits.active, m)
 	m.sync = nil
 }
 
@@ -151,52 +160,52 @@ func (l *memberPart) endSync(m *member) {
 // refused (429, nothing buffered) if that is not enough; the node sends
 // the same chunk again later, so the sync resumes where it was. Callers
 // hold mmu.
-func (l *memberPart) bufferSync(ctx context.Context, m *member, ids []string, now time.Time) error {
+func (sy *syncs) bufferSync(ctx context.Context, m *member, ids []string, now time.Time) error {
 	s := m.sync
 	s.touched = now // the node is sending: its own sync is not stale
-	if l.syncLimits.buffered+len(ids) > l.cfg.MaxSyncBuffer {
-		l.dropStaleSyncs(ctx, now)
+	if sy.syncLimits.buffered+len(ids) > sy.cfg.MaxSyncBuffer {
+		sy.dropStaleSyncs(ctx, now)
 	}
-	if l.syncLimits.buffered+len(ids) > l.cfg.MaxSyncBuffer {
-		l.syncMetrics.refused.WithLabelValues("buffer").Inc()
+	if sy.syncLimits.buffered+len(ids) > sy.cfg.MaxSyncBuffer {
+		sy.syncMetrics.refused.WithLabelValues("buffer").Inc()
 		return &BusyError{Reason: fmt.Sprintf("sync of node %s: unfinished syncs buffer %d resource IDs, %d more would pass max-sync-buffer (%d)",
-			m.rec.ID, l.syncLimits.buffered, len(ids), l.cfg.MaxSyncBuffer), RetryAfter: syncRetryAfter}
+			m.rec.ID, sy.syncLimits.buffered, len(ids), sy.cfg.MaxSyncBuffer), RetryAfter: syncRetryAfter}
 	}
 	before := len(s.refs)
 	for _, id := range ids {
 		s.refs[id] = struct{}{}
 	}
-	l.syncLimits.buffered += len(s.refs) - before
-	l.syncMetrics.buffered.Set(float64(l.syncLimits.buffered))
+	sy.syncLimits.buffered += len(s.refs) - before
+	sy.syncMetrics.buffered.Set(float64(sy.syncLimits.buffered))
 	return nil
 }
 
 // dropStaleSyncs drops every unfinished sync that has sent nothing for
 // SyncTimeout. Callers hold mmu.
-func (l *memberPart) dropStaleSyncs(ctx context.Context, now time.Time) {
-	for m := range l.syncLimits.active {
-		if !m.sync.writing && now.Sub(m.sync.touched) >= l.cfg.SyncTimeout {
+func (sy *syncs) dropStaleSyncs(ctx context.Context, now time.Time) {
+	for m := range sy.syncLimits.active {
+		if !m.sync.writing && now.Sub(m.sync.touched) >= sy.cfg.SyncTimeout {
 			log.G(ctx).WithField("node", m.rec.ID).WithField("refs", len(m.sync.refs)).WithField("idle", now.Sub(m.sync.touched)).
 				Warn("unfinished sync dropped: nothing sent for sync-timeout; the node starts it again")
-			l.syncMetrics.dropped.WithLabelValues("timeout").Inc()
-			l.endSync(m)
+			sy.syncMetrics.dropped.WithLabelValues("timeout").Inc()
+			sy.endSync(m)
 		}
 	}
 }
 
 // syncSweepLoop drops timed-out syncs every SyncTimeout/4 until Close.
-func (l *Coordinator) syncSweepLoop() {
-	defer l.wg.Done()
-	t := time.NewTicker(max(l.cfg.SyncTimeout/4, 10*time.Millisecond))
+func (c *Coordinator) syncSweepLoop() {
+	defer c.wg.Done()
+	t := time.NewTicker(max(c.cfg.SyncTimeout/4, 10*time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
-		case <-l.stop:
+		case <-c.stop:
 			return
 		case <-t.C:
-			l.mmu.Lock()
-			l.dropStaleSyncs(context.Background(), l.now())
-			l.mmu.Unlock()
+			c.mmu.Lock()
+			c.syncs.dropStaleSyncs(context.Background(), c.now())
+			c.mmu.Unlock()
 		}
 	}
 }

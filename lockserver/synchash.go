@@ -49,39 +49,39 @@ func validateHashStep(node string, req api.SyncRequest) error {
 // coordinator's record of m is of the journal generation the node syncs
 // from (otherwise the sync only adds: applySync), and the hashes are
 // built. Callers hold mmu.
-func (l *memberPart) canSyncByHash(m *member, generation string) bool {
-	_, built := l.refs.NodeHash(m.rec.ID)
+func (sy *syncs) canSyncByHash(m *member, generation string) bool {
+	_, built := sy.refs.NodeHash(m.rec.ID)
 	return built && generation == m.rec.Generation
 }
 
 // syncHashStep answers a hash step of m's sync. Callers hold mmu.
-func (l *memberPart) syncHashStep(ctx context.Context, m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, error) {
+func (sy *syncs) syncHashStep(ctx context.Context, m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, error) {
 	s := m.sync
 	node := m.rec.ID
-	if !l.canSyncByHash(m, req.Generation) {
+	if !sy.canSyncByHash(m, req.Generation) {
 		return api.SyncResponse{}, fmt.Errorf("sync of node %s: not by hash (another journal generation); send the whole journal: %w", node, api.ErrInvalidArgument)
 	}
 	if len(s.refs) > 0 || s.buckets != nil {
 		return api.SyncResponse{}, fmt.Errorf("sync of node %s: a hash step after chunks; start the sync again: %w", node, api.ErrInvalidArgument)
 	}
 	s.touched = now
-	kept, _ := l.refs.NodeHash(node)
+	kept, _ := sy.refs.NodeHash(node)
 	if req.Hash != nil {
 		if synchash.Sum(*req.Hash) != kept.Whole() {
 			return api.SyncResponse{}, nil
 		}
 		// Equal: the coordinator has the node's journal; nothing to write.
-		if err := l.checkDoneLate(node, m, req.Echo, now); err != nil {
-			l.endSync(m)
+		if err := sy.timing.checkDoneLate(node, m.answered, req.Echo, now); err != nil {
+			sy.endSync(m)
 			return api.SyncResponse{}, err
 		}
-		l.endSync(m)
+		sy.endSync(m)
 		// Nothing to write: the crash points of a sync's replace are
 		// here, on either side of making the node synced.
 		failpoint.Inject(failpoint.CoordSyncBeforeReplace)
 		m.markSynced(s.id, int(req.Hash.Count))
 		failpoint.Inject(failpoint.CoordSyncAfterReplace)
-		l.syncMetrics.syncs.WithLabelValues("hash").Inc()
+		sy.syncMetrics.syncs.WithLabelValues("hash").Inc()
 		log.G(ctx).WithField("node", node).WithField("refs", req.Hash.Count).Info("node synced by hash")
 		return api.SyncResponse{Received: int(req.Hash.Count), Synced: true}, nil
 	}

@@ -61,13 +61,13 @@ func benchSyncAfterRestart(b *testing.B, byHash bool, nodes, refs int) {
 	}
 	var requests, bytes int64
 	var syncing, hashing time.Duration // in SyncRefs; in BuildHashes
-	send := func(l *Coordinator, node string, req api.SyncRequest) api.SyncResponse {
+	send := func(c *Coordinator, node string, req api.SyncRequest) api.SyncResponse {
 		req.Generation = "g"
 		data, _ := json.Marshal(req)
 		requests++
 		bytes += int64(len(data))
 		start := time.Now()
-		resp, err := l.SyncRefs(ctx, node, req)
+		resp, err := c.SyncRefs(ctx, node, req)
 		syncing += time.Since(start)
 		if err != nil {
 			b.Fatal(err)
@@ -79,27 +79,27 @@ func benchSyncAfterRestart(b *testing.B, byHash bool, nodes, refs int) {
 		b.StopTimer()
 		// A restart: a new coordinator over the same storage, every node
 		// opening a session.
-		l, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(s)})
+		c, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(s)})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
 		start := time.Now()
-		if err := l.refs.BuildHashes(ctx); err != nil { // counted: a restart pays it
+		if err := c.refs.BuildHashes(ctx); err != nil { // counted: a restart pays it
 			b.Fatal(err)
 		}
 		hashing += time.Since(start)
 		for i, journal := range journals {
 			node := benchNode(i)
-			if _, err := l.Session(ctx, api.SessionRequest{NodeID: node}); err != nil {
+			if _, err := c.Session(ctx, api.SessionRequest{NodeID: node}); err != nil {
 				b.Fatal(err)
 			}
 			zero := 0
 			id := fmt.Sprintf("s%d", i)
-			send(l, node, api.SyncRequest{SyncID: id, ResourceIDs: []string{}, Offset: &zero})
+			send(c, node, api.SyncRequest{SyncID: id, ResourceIDs: []string{}, Offset: &zero})
 			if byHash {
 				h := hashes[i]
-				if !send(l, node, api.SyncRequest{SyncID: id, Offset: &zero, Hash: &h}).Synced {
+				if !send(c, node, api.SyncRequest{SyncID: id, Offset: &zero, Hash: &h}).Synced {
 					b.Fatal("hash differs")
 				}
 				continue
@@ -107,11 +107,11 @@ func benchSyncAfterRestart(b *testing.B, byHash bool, nodes, refs int) {
 			for off := 0; off < len(journal); off += api.MaxSyncChunk {
 				chunk := journal[off:min(off+api.MaxSyncChunk, len(journal))]
 				o := off
-				send(l, node, api.SyncRequest{SyncID: id, ResourceIDs: chunk, Offset: &o, Done: off+len(chunk) == len(journal)})
+				send(c, node, api.SyncRequest{SyncID: id, ResourceIDs: chunk, Offset: &o, Done: off+len(chunk) == len(journal)})
 			}
 		}
 		b.StopTimer()
-		l.Close()
+		c.Close()
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(syncing.Milliseconds())/float64(b.N), "sync-ms/op")

@@ -17,33 +17,33 @@ func at(offset int) *int { return &offset }
 // that ends at its equal hash step, writing nothing and leaving the node
 // synced.
 func TestSyncStepsNamed(t *testing.T) {
-	l := newTestCoordinator(t)
+	c := newTestCoordinator(t)
 	ctx := context.Background()
 	ids := []string{"sha256:one", "sha256:two", "sha256:three"}
-	session(t, l, "n1")
-	resp, err := l.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepAnnounce, SyncID: "s1", ResourceIDs: []string{}, Offset: at(0)})
+	session(t, c, "n1")
+	resp, err := c.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepAnnounce, SyncID: "s1", ResourceIDs: []string{}, Offset: at(0)})
 	require.NoError(t, err)
 	require.False(t, resp.Synced)
-	resp, err = l.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepChunk, SyncID: "s1", ResourceIDs: ids[:2], Offset: at(0)})
+	resp, err = c.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepChunk, SyncID: "s1", ResourceIDs: ids[:2], Offset: at(0)})
 	require.NoError(t, err)
 	require.Equal(t, 2, resp.Received)
-	require.False(t, synced(t, l, "n1"))
-	resp, err = l.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepDone, SyncID: "s1", ResourceIDs: ids[2:], Offset: at(2), Done: true, Echo: echoOf(l, "n1")})
+	require.False(t, synced(t, c, "n1"))
+	resp, err = c.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepDone, SyncID: "s1", ResourceIDs: ids[2:], Offset: at(2), Done: true, Echo: echoOf(c, "n1")})
 	require.NoError(t, err)
 	require.True(t, resp.Synced)
 	require.Equal(t, 3, resp.Received)
 	for _, id := range ids {
-		require.Equal(t, []string{"n1"}, refsOf(t, l, id))
+		require.Equal(t, []string{"n1"}, refsOf(t, c, id))
 	}
 
-	resp, err = l.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepAnnounce, SyncID: "s2", ResourceIDs: []string{}, Offset: at(0)})
+	resp, err = c.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepAnnounce, SyncID: "s2", ResourceIDs: []string{}, Offset: at(0)})
 	require.NoError(t, err)
 	require.True(t, resp.ByHash)
 	whole := api.SyncHash(synchash.FromIDs(ids).Whole())
-	resp, err = l.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepHash, SyncID: "s2", Offset: at(0), Hash: &whole, Echo: echoOf(l, "n1")})
+	resp, err = c.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepHash, SyncID: "s2", Offset: at(0), Hash: &whole, Echo: echoOf(c, "n1")})
 	require.NoError(t, err)
 	require.True(t, resp.Synced)
-	require.True(t, synced(t, l, "n1"))
+	require.True(t, synced(t, c, "n1"))
 }
 
 // TestSyncStepContradicted: a request whose named step its fields
@@ -51,10 +51,10 @@ func TestSyncStepsNamed(t *testing.T) {
 // or that names no known step, is an invalid argument that changes
 // nothing: the sync it belongs to goes on where it was.
 func TestSyncStepContradicted(t *testing.T) {
-	l := newTestCoordinator(t)
+	c := newTestCoordinator(t)
 	ctx := context.Background()
-	session(t, l, "n1")
-	_, err := l.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepAnnounce, SyncID: "s1", ResourceIDs: []string{}, Offset: at(0)})
+	session(t, c, "n1")
+	_, err := c.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepAnnounce, SyncID: "s1", ResourceIDs: []string{}, Offset: at(0)})
 	require.NoError(t, err)
 	whole := api.SyncHash{Count: 1, Hash: 7}
 	for name, req := range map[string]api.SyncRequest{
@@ -67,37 +67,37 @@ func TestSyncStepContradicted(t *testing.T) {
 		"unknown step":           {Step: "finish", ResourceIDs: []string{blob}, Offset: at(0), Done: true},
 	} {
 		req.SyncID = "s1"
-		_, err := l.SyncRefs(ctx, "n1", req)
+		_, err := c.SyncRefs(ctx, "n1", req)
 		require.ErrorIs(t, err, api.ErrInvalidArgument, name)
 		require.ErrorContains(t, err, "n1", name)
 	}
-	require.Empty(t, refsOf(t, l, blob))
-	require.False(t, synced(t, l, "n1"))
-	resp, err := l.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepDone, SyncID: "s1", ResourceIDs: []string{blob}, Offset: at(0), Done: true, Echo: echoOf(l, "n1")})
+	require.Empty(t, refsOf(t, c, blob))
+	require.False(t, synced(t, c, "n1"))
+	resp, err := c.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepDone, SyncID: "s1", ResourceIDs: []string{blob}, Offset: at(0), Done: true, Echo: echoOf(c, "n1")})
 	require.NoError(t, err, "the sync goes on where it was")
 	require.True(t, resp.Synced)
-	require.Equal(t, []string{"n1"}, refsOf(t, l, blob))
+	require.Equal(t, []string{"n1"}, refsOf(t, c, blob))
 }
 
 // TestSyncStepOnlyAnnounceStarts: a named chunk of an unknown sync does
 // not start one, even empty at offset 0 (an older node's request of that
 // shape is its announcement, and still starts it).
 func TestSyncStepOnlyAnnounceStarts(t *testing.T) {
-	l := newTestCoordinator(t)
+	c := newTestCoordinator(t)
 	ctx := context.Background()
-	session(t, l, "n1")
-	_, err := l.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepChunk, SyncID: "s1", ResourceIDs: []string{}, Offset: at(0)})
+	session(t, c, "n1")
+	_, err := c.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepChunk, SyncID: "s1", ResourceIDs: []string{}, Offset: at(0)})
 	require.ErrorIs(t, err, api.ErrNotFound)
-	_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepDone, SyncID: "s1", Offset: at(0), Done: true, Echo: echoOf(l, "n1")})
+	_, err = c.SyncRefs(ctx, "n1", api.SyncRequest{Step: api.SyncStepDone, SyncID: "s1", Offset: at(0), Done: true, Echo: echoOf(c, "n1")})
 	require.ErrorIs(t, err, api.ErrNotFound)
-	require.False(t, synced(t, l, "n1"))
+	require.False(t, synced(t, c, "n1"))
 
 	// An older node: no step; its empty request at offset 0 announces.
-	resp, err := l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s2", ResourceIDs: []string{}, Offset: at(0)})
+	resp, err := c.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s2", ResourceIDs: []string{}, Offset: at(0)})
 	require.NoError(t, err)
 	require.True(t, resp.ByHash)
-	resp, err = l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s2", ResourceIDs: []string{blob}, Offset: at(0), Done: true, Echo: echoOf(l, "n1")})
+	resp, err = c.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s2", ResourceIDs: []string{blob}, Offset: at(0), Done: true, Echo: echoOf(c, "n1")})
 	require.NoError(t, err)
 	require.True(t, resp.Synced)
-	require.Equal(t, []string{"n1"}, refsOf(t, l, blob))
+	require.Equal(t, []string{"n1"}, refsOf(t, c, blob))
 }

@@ -43,7 +43,7 @@ type syncWrite struct {
 // from now on since collects those it makes while the write runs. The
 // member's references count as being written (forgetLocked waits).
 // Callers hold mmu.
-func (l *memberPart) freezeSync(m *member, generation string) *syncWrite {
+func (sy *syncs) freezeSync(m *member, generation string) *syncWrite {
 	s := m.sync
 	before := len(s.refs)
 	for id, added := range s.since {
@@ -56,34 +56,34 @@ func (l *memberPart) freezeSync(m *member, generation string) *syncWrite {
 			delete(s.refs, id)
 		}
 	}
-	l.syncLimits.buffered += len(s.refs) - before
+	sy.syncLimits.buffered += len(s.refs) - before
 	s.since = map[string]bool{}
 	s.writing, s.ended = true, make(chan struct{})
 	m.writing = s
-	l.syncLimits.writing[m] = struct{}{}
+	sy.syncLimits.writing[m] = struct{}{}
 	m.refsWriting.Add(1)
 	return &syncWrite{m: m, s: s, generation: generation, before: m.rec, refs: s.refs}
 }
 
 // writeSync makes w's write without mmu, then finishes the sync under it.
-func (l *memberPart) writeSync(ctx context.Context, w *syncWrite) (api.SyncResponse, error) {
+func (sy *syncs) writeSync(ctx context.Context, w *syncWrite) (api.SyncResponse, error) {
 	defer w.m.refsWriting.Add(-1)
-	l.syncLimits.hook(w.m.rec.ID, "replace")
+	sy.syncLimits.hook(w.m.rec.ID, "replace")
 	failpoint.Inject(failpoint.CoordSyncBeforeReplace)
-	err := l.applySync(ctx, w)
+	err := sy.applySync(ctx, w)
 	if err == nil {
-		l.syncLimits.hook(w.m.rec.ID, "replaced")
-		err = l.reapplyLate(ctx, w)
+		sy.syncLimits.hook(w.m.rec.ID, "replaced")
+		err = sy.reapplyLate(ctx, w)
 	}
-	l.mmu.Lock()
-	defer l.mmu.Unlock()
+	sy.mp.mmu.Lock()
+	defer sy.mp.mmu.Unlock()
 	if err == nil && !maps.Equal(w.s.since, w.s.written) {
-		err = l.commit(ctx, lateBatch(w.m.rec.ID, w.s.since)) // the last few, after reapplyLate's rounds
+		err = sy.commit(ctx, lateBatch(w.m.rec.ID, w.s.since)) // the last few, after reapplyLate's rounds
 	}
 	if err == nil {
 		failpoint.Inject(failpoint.CoordSyncAfterReplace)
 	}
-	return l.finishSync(ctx, w, err)
+	return sy.finishSync(ctx, w, err)
 }
 
 // hook calls the tests' writeHook, if set.
@@ -100,21 +100,21 @@ const maxLateRounds = 4
 // reapplyLate writes again the node's own changes made while the sync was
 // written, each round those noted by then, until a round finds nothing
 // new.
-func (l *memberPart) reapplyLate(ctx context.Context, w *syncWrite) error {
+func (sy *syncs) reapplyLate(ctx context.Context, w *syncWrite) error {
 	for range maxLateRounds {
-		l.mmu.Lock()
+		sy.mp.mmu.Lock()
 		late := maps.Clone(w.s.since)
 		same := maps.Equal(late, w.s.written)
-		l.mmu.Unlock()
+		sy.mp.mmu.Unlock()
 		if same {
 			return nil
 		}
-		if err := l.commit(ctx, lateBatch(w.m.rec.ID, late)); err != nil {
+		if err := sy.commit(ctx, lateBatch(w.m.rec.ID, late)); err != nil {
 			return err
 		}
-		l.mmu.Lock()
+		sy.mp.mmu.Lock()
 		w.s.written = late
-		l.mmu.Unlock()
+		sy.mp.mmu.Unlock()
 	}
 	return nil
 }
@@ -138,21 +138,21 @@ func lateBatch(node string, late map[string]bool) *refcount.Batch {
 // groups may have landed part of it, and the node's changes made
 // meanwhile may be missing; its next session syncs again. Callers hold
 // mmu.
-func (l *memberPart) finishSync(ctx context.Context, w *syncWrite, err error) (api.SyncResponse, error) {
+func (sy *syncs) finishSync(ctx context.Context, w *syncWrite, err error) (api.SyncResponse, error) {
 	m, s := w.m, w.s
 	m.writing = nil
 	close(s.ended)
-	delete(l.syncLimits.writing, m)
+	delete(sy.syncLimits.writing, m)
 	current := m.sync == s
 	if current {
-		l.endSync(m)
+		sy.endSync(m)
 	}
 	if err == nil && !current {
 		err = fmt.Errorf("sync %s of node %s: written, but the node's session lapsed or ended meanwhile; open a new session and sync again: %w",
 			s.id, m.rec.ID, api.ErrNoSession)
 	}
 	if err == nil {
-		err = l.recordGeneration(ctx, w)
+		err = sy.recordGeneration(ctx, w)
 	}
 	if err != nil {
 		m.synced = false
@@ -163,7 +163,7 @@ func (l *memberPart) finishSync(ctx context.Context, w *syncWrite, err error) (a
 	if s.buckets != nil {
 		mode = "buckets"
 	}
-	l.syncMetrics.syncs.WithLabelValues(mode).Inc()
+	sy.syncMetrics.syncs.WithLabelValues(mode).Inc()
 	log.G(ctx).WithField("node", m.rec.ID).WithField("refs", len(w.refs)).WithField("mode", mode).Info("node synced")
 	return api.SyncResponse{Received: len(w.refs), Synced: true}, nil
 }
@@ -194,19 +194,19 @@ func (l *memberPart) finishSync(ctx context.Context, w *syncWrite, err error) (a
 //   - the node's hash (sync by hash) is not offered after a failed commit
 //     (the Manager marks it dirty), so the next sync sends the whole
 //     journal; a new leader builds the hashes from what was committed.
-func (l *memberPart) applySync(ctx context.Context, w *syncWrite) error {
+func (sy *syncs) applySync(ctx context.Context, w *syncWrite) error {
 	node := w.m.rec.ID
 	b := new(refcount.Batch)
 	buckets := w.s.buckets
 	switch {
 	case buckets != nil && w.generation == w.before.Generation:
 		if len(buckets.List()) > 0 {
-			if _, err := l.refs.ReplaceNodeGroups(ctx, b, node, buckets, w.refs); err != nil {
+			if _, err := sy.refs.ReplaceNodeGroups(ctx, b, node, buckets, w.refs); err != nil {
 				return fmt.Errorf("sync of node %s: %w", node, err)
 			}
 		}
 	case w.generation == w.before.Generation:
-		if _, err := l.refs.ReplaceNodeGroups(ctx, b, node, nil, w.refs); err != nil {
+		if _, err := sy.refs.ReplaceNodeGroups(ctx, b, node, nil, w.refs); err != nil {
 			return fmt.Errorf("sync of node %s: %w", node, err)
 		}
 	default:
@@ -217,7 +217,7 @@ func (l *memberPart) applySync(ctx context.Context, w *syncWrite) error {
 	if rec := w.record(w.before); rec != w.before {
 		b.Break().PutMember(rec)
 	}
-	if err := l.commit(ctx, b); err != nil {
+	if err := sy.commit(ctx, b); err != nil {
 		return fmt.Errorf("sync of node %s: %w", node, err)
 	}
 	return nil
@@ -235,11 +235,11 @@ func (w *syncWrite) record(rec refcount.Member) refcount.Member {
 // if a session call changed the record while the sync was written (its
 // write may have landed on either side of applySync's), it writes the
 // record again, with both changes. Callers hold mmu.
-func (l *memberPart) recordGeneration(ctx context.Context, w *syncWrite) error {
+func (sy *syncs) recordGeneration(ctx context.Context, w *syncWrite) error {
 	m := w.m
 	rec := w.record(m.rec)
 	if m.rec != w.before && rec != m.rec {
-		if err := l.commit(ctx, new(refcount.Batch).PutMember(rec)); err != nil {
+		if err := sy.commit(ctx, new(refcount.Batch).PutMember(rec)); err != nil {
 			return fmt.Errorf("sync of node %s: %w", rec.ID, err)
 		}
 	}
@@ -254,8 +254,8 @@ func (l *memberPart) recordGeneration(ctx context.Context, w *syncWrite) error {
 // writingRefs adds to rc the nodes whose sync is being written and that
 // added a reference to resourceID meanwhile: the sync's replace may have
 // dropped it, until reapplyLate writes it again. Callers hold mmu.
-func (l *memberPart) writingRefs(resourceID string, rc refcount.Set) refcount.Set {
-	for m := range l.syncLimits.writing {
+func (sy *syncs) writingRefs(resourceID string, rc refcount.Set) refcount.Set {
+	for m := range sy.syncLimits.writing {
 		if m.writing.since[resourceID] && !rc.Has(m.rec.ID) {
 			rc = rc.Clone()
 			rc.Add(m.rec.ID)

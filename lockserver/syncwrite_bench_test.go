@@ -38,25 +38,25 @@ func benchSyncDone(b *testing.B, ids []string) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	l, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(s)})
+	c, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(s)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Close()
-	a, err := l.Session(ctx, api.SessionRequest{NodeID: "big"})
+	defer c.Close()
+	a, err := c.Session(ctx, api.SessionRequest{NodeID: "big"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	sent := 0
 	for ; sent+api.MaxSyncChunk < len(ids); sent += api.MaxSyncChunk {
-		if _, err := l.SyncRefs(ctx, "big", api.SyncRequest{SyncID: "s", ResourceIDs: ids[sent : sent+api.MaxSyncChunk]}); err != nil {
+		if _, err := c.SyncRefs(ctx, "big", api.SyncRequest{SyncID: "s", ResourceIDs: ids[sent : sent+api.MaxSyncChunk]}); err != nil {
 			b.Fatal(err)
 		}
 	}
 	done := api.SyncRequest{SyncID: "s", ResourceIDs: ids[sent:], Done: true,
 		Echo: &api.Echo{Epoch: a.Epoch, StampMs: a.StampMs}}
 	b.StartTimer()
-	if _, err := l.SyncRefs(ctx, "big", done); err != nil {
+	if _, err := c.SyncRefs(ctx, "big", done); err != nil {
 		b.Fatal(err)
 	}
 	b.StopTimer()

@@ -12,9 +12,9 @@ import (
 // stopWrites makes every sync write of node stop at each stage (before
 // its replace, after it) until the test lets it go on: it receives the
 // stage on the returned channel and answers on the other.
-func stopWrites(l *Coordinator, node string) (stages <-chan string, proceed chan<- struct{}) {
+func stopWrites(c *Coordinator, node string) (stages <-chan string, proceed chan<- struct{}) {
 	st, go_ := make(chan string), make(chan struct{})
-	l.syncLimits.writeHook = func(n, stage string) {
+	c.syncs.syncLimits.writeHook = func(n, stage string) {
 		if n == node {
 			st <- stage
 			<-go_
@@ -33,33 +33,33 @@ func stopWrites(l *Coordinator, node string) (stages <-chan string, proceed chan
 // is refused as busy (nothing changes), and a retry of the done waits
 // for the write and is answered as the done.
 func TestSyncWriteKeepsOwnAddAndRefusesDelete(t *testing.T) {
-	l := newTestCoordinator(t)
+	c := newTestCoordinator(t)
 	ctx := context.Background()
 	const a, r = "sha256:kept", "sha256:added-during-write"
 	for _, n := range []string{"n1", "n2"} {
-		session(t, l, n)
+		session(t, c, n)
 	}
-	syncRefs(t, l, "n1", "s0", true, a)
-	syncRefs(t, l, "n2", "s0", true)
-	require.True(t, synced(t, l, "n1"))
-	stages, proceed := stopWrites(l, "n1")
+	syncRefs(t, c, "n1", "s0", true, a)
+	syncRefs(t, c, "n2", "s0", true)
+	require.True(t, synced(t, c, "n1"))
+	stages, proceed := stopWrites(c, "n1")
 
-	session(t, l, "n1")
+	session(t, c, "n1")
 	written := make(chan error, 1)
 	go func() {
-		_, err := l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s1", ResourceIDs: []string{a}, Done: true, Echo: echoOf(l, "n1")})
+		_, err := c.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s1", ResourceIDs: []string{a}, Done: true, Echo: echoOf(c, "n1")})
 		written <- err
 	}()
 	require.Equal(t, "replace", <-stages)
-	require.True(t, synced(t, l, "n1"), "a sync never makes its node unsynced")
-	session(t, l, "n2") // sessions are served while the sync is written
-	_, err := l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s2", ResourceIDs: []string{}})
+	require.True(t, synced(t, c, "n1"), "a sync never makes its node unsynced")
+	session(t, c, "n2") // sessions are served while the sync is written
+	_, err := c.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s2", ResourceIDs: []string{}})
 	require.ErrorIs(t, err, api.ErrTooManyRequests, "another sync of the node waits for the write")
-	_, err = l.AddRef(ctx, r, "n1")
+	_, err = c.AddRef(ctx, r, "n1")
 	require.NoError(t, err)
 	retried := make(chan api.SyncResponse, 1)
 	go func() { // the node's request timed out: it sends its done again
-		resp, err := l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s1", ResourceIDs: []string{a}, Done: true, Echo: echoOf(l, "n1")})
+		resp, err := c.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s1", ResourceIDs: []string{a}, Done: true, Echo: echoOf(c, "n1")})
 		if err != nil {
 			t.Errorf("a retry of the done being written: %v", err)
 		}
@@ -68,20 +68,20 @@ func TestSyncWriteKeepsOwnAddAndRefusesDelete(t *testing.T) {
 	proceed <- struct{}{}
 
 	require.Equal(t, "replaced", <-stages)
-	require.Empty(t, refsOf(t, l, r), "the replace, landed after the add, dropped it from the store")
-	_, err = l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: r, NodeID: "n2"})
+	require.Empty(t, refsOf(t, c, r), "the replace, landed after the add, dropped it from the store")
+	_, err = c.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: r, NodeID: "n2"})
 	var inUse *api.InUseError
 	require.ErrorAs(t, err, &inUse, "a delete of what the node added during its sync's write is refused")
 	require.Equal(t, []string{"n1"}, inUse.Refs.Nodes)
-	require.True(t, synced(t, l, "n1"))
+	require.True(t, synced(t, c, "n1"))
 	proceed <- struct{}{}
 
 	require.NoError(t, <-written)
 	require.Equal(t, api.SyncResponse{Received: 1, Synced: true}, <-retried, "the retry is answered as the done was")
-	require.True(t, synced(t, l, "n1"))
-	require.Equal(t, []string{"n1"}, refsOf(t, l, r), "the node's add is written again after the replace")
-	require.Equal(t, []string{"n1"}, refsOf(t, l, a))
-	_, err = l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: r, NodeID: "n2"})
+	require.True(t, synced(t, c, "n1"))
+	require.Equal(t, []string{"n1"}, refsOf(t, c, r), "the node's add is written again after the replace")
+	require.Equal(t, []string{"n1"}, refsOf(t, c, a))
+	_, err = c.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: r, NodeID: "n2"})
 	require.ErrorAs(t, err, &inUse)
 }
 
@@ -90,16 +90,16 @@ func TestSyncWriteKeepsOwnAddAndRefusesDelete(t *testing.T) {
 // before the replace the member is unsynced, after it R is referenced;
 // the member is synced only once its references are stored.
 func TestSyncWriteOfUnsyncedNodeRefusesDelete(t *testing.T) {
-	l := newTestCoordinator(t)
+	c := newTestCoordinator(t)
 	ctx := context.Background()
 	const r = "sha256:first-sync"
-	session(t, l, "n2")
-	syncRefs(t, l, "n2", "s0", true)
-	require.False(t, session(t, l, "n1").Synced)
-	stages, proceed := stopWrites(l, "n1")
+	session(t, c, "n2")
+	syncRefs(t, c, "n2", "s0", true)
+	require.False(t, session(t, c, "n1").Synced)
+	stages, proceed := stopWrites(c, "n1")
 	written := make(chan error, 1)
 	go func() {
-		_, err := l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s1", ResourceIDs: []string{r}, Done: true, Echo: echoOf(l, "n1")})
+		_, err := c.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s1", ResourceIDs: []string{r}, Done: true, Echo: echoOf(c, "n1")})
 		written <- err
 	}()
 	for _, stage := range []struct {
@@ -107,14 +107,14 @@ func TestSyncWriteOfUnsyncedNodeRefusesDelete(t *testing.T) {
 		refusal error
 	}{{"replace", api.ErrUnsynced}, {"replaced", api.ErrInUse}} {
 		require.Equal(t, stage.name, <-stages)
-		require.False(t, synced(t, l, "n1"), "%s: synced before its write is done", stage.name)
-		_, err := l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: r, NodeID: "n2"})
+		require.False(t, synced(t, c, "n1"), "%s: synced before its write is done", stage.name)
+		_, err := c.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: r, NodeID: "n2"})
 		require.ErrorIs(t, err, stage.refusal, stage.name)
 		proceed <- struct{}{}
 	}
 	require.NoError(t, <-written)
-	require.True(t, synced(t, l, "n1"))
-	_, err := l.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: r, NodeID: "n2"})
+	require.True(t, synced(t, c, "n1"))
+	_, err := c.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: r, NodeID: "n2"})
 	require.ErrorIs(t, err, api.ErrInUse)
 }
 
@@ -122,31 +122,31 @@ func TestSyncWriteOfUnsyncedNodeRefusesDelete(t *testing.T) {
 // sync is written is not made synced by it (its references are written
 // all the same); its next session syncs again.
 func TestSyncWriteAfterSessionEnded(t *testing.T) {
-	l := newTestCoordinator(t)
+	c := newTestCoordinator(t)
 	ctx := context.Background()
-	a, err := l.Session(ctx, api.SessionRequest{NodeID: "n1", InstanceID: "i1"})
+	a, err := c.Session(ctx, api.SessionRequest{NodeID: "n1", InstanceID: "i1"})
 	require.NoError(t, err)
-	stages, proceed := stopWrites(l, "n1")
+	stages, proceed := stopWrites(c, "n1")
 	written := make(chan error, 1)
 	go func() {
-		_, err := l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s1", ResourceIDs: []string{blob}, Done: true, Echo: echo(a, 0)})
+		_, err := c.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s1", ResourceIDs: []string{blob}, Done: true, Echo: echo(a, 0)})
 		written <- err
 	}()
 	require.Equal(t, "replace", <-stages)
-	ended, err := l.EndSession(ctx, api.EndSessionRequest{NodeID: "n1", InstanceID: "i1"})
+	ended, err := c.EndSession(ctx, api.EndSessionRequest{NodeID: "n1", InstanceID: "i1"})
 	require.NoError(t, err)
 	require.True(t, ended.Ended)
 	proceed <- struct{}{}
 	require.Equal(t, "replaced", <-stages)
 	proceed <- struct{}{}
 	require.ErrorIs(t, <-written, api.ErrNoSession)
-	require.False(t, synced(t, l, "n1"))
+	require.False(t, synced(t, c, "n1"))
 
-	l.syncLimits.writeHook = nil
-	a, err = l.Session(ctx, api.SessionRequest{NodeID: "n1", InstanceID: "i1"})
+	c.syncs.syncLimits.writeHook = nil
+	a, err = c.Session(ctx, api.SessionRequest{NodeID: "n1", InstanceID: "i1"})
 	require.NoError(t, err)
 	require.False(t, a.Synced)
-	_, err = l.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s2", ResourceIDs: []string{blob}, Done: true, Echo: echo(a, 0)})
+	_, err = c.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: "s2", ResourceIDs: []string{blob}, Done: true, Echo: echo(a, 0)})
 	require.NoError(t, err)
-	require.True(t, synced(t, l, "n1"))
+	require.True(t, synced(t, c, "n1"))
 }

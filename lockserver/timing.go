@@ -2,6 +2,7 @@ package lockserver
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
@@ -27,44 +28,59 @@ import (
 // rule) makes the node synced, so a delayed session-open can never keep a
 // node synced.
 
+// timingRule is the timing rule as the members' sessions (members.go)
+// and the syncs (sync.go, synchash.go) apply it: this Coordinator's start,
+// the session TTL and the epoch of the cluster's identity. It is set at
+// start and takes no lock; what it is given of a member (when it was last
+// answered) its callers read under mmu.
+type timingRule struct {
+	// started is when the Coordinator started (monotonic, by its
+	// clock): answers are stamped with the uptime since.
+	started time.Time
+	ttl     time.Duration
+	// cluster is the coordinator's identity (cluster.go), for its epoch.
+	cluster *atomic.Pointer[api.Cluster]
+	metrics *metrics
+}
+
 // uptime is this Coordinator's age at now, in milliseconds.
-func (l *memberPart) uptime(now time.Time) int64 { return now.Sub(l.started).Milliseconds() }
+func (tr *timingRule) uptime(now time.Time) int64 { return now.Sub(tr.started).Milliseconds() }
 
 // echoValid reports whether e echoes an answer of this coordinator in
 // this epoch.
-func (l *memberPart) echoValid(e *api.Echo, now time.Time) bool {
-	return e != nil && e.Epoch == l.Cluster().Epoch && e.StampMs >= 0 && e.ElapsedMs >= 0 &&
-		e.StampMs <= l.uptime(now)
+func (tr *timingRule) echoValid(e *api.Echo, now time.Time) bool {
+	return e != nil && e.Epoch == tr.cluster.Load().Epoch && e.StampMs >= 0 && e.ElapsedMs >= 0 &&
+		e.StampMs <= tr.uptime(now)
 }
 
 // checkLate refuses (api.ErrLate) a message with echo e that arrives at now
 // more than TTL/3 after it was sent, by the echo's measure, or that echoes
 // an answer more than 2·TTL/3 old. what names the message.
-func (l *memberPart) checkLate(node, what string, e *api.Echo, now time.Time) error {
-	ttl := l.cfg.SessionTTL.Milliseconds()
-	age := l.uptime(now) - (e.StampMs + e.ElapsedMs)
+func (tr *timingRule) checkLate(node, what string, e *api.Echo, now time.Time) error {
+	ttl := tr.ttl.Milliseconds()
+	age := tr.uptime(now) - (e.StampMs + e.ElapsedMs)
 	if e.ElapsedMs > 2*ttl/3 || age > ttl/3 {
-		l.metrics.lateSessions.Inc()
+		tr.metrics.lateSessions.Inc()
 		return fmt.Errorf("%s of node %s: sent %d ms after the answer it echoes, arrived %d ms after it was sent (at most %d and %d ms with session TTL %s); it extends nothing, open a new session: %w",
-			what, node, e.ElapsedMs, age, 2*ttl/3, ttl/3, l.cfg.SessionTTL, api.ErrLate)
+			what, node, e.ElapsedMs, age, 2*ttl/3, ttl/3, tr.ttl, api.ErrLate)
 	}
 	return nil
 }
 
 // checkDoneLate applies the rule to the last chunk of a sync: with an echo
 // as to a renewal; without one (an older node) it must arrive within TTL/3
-// of the coordinator's last session answer to the node. Callers hold mmu.
-func (l *memberPart) checkDoneLate(node string, m *member, e *api.Echo, now time.Time) error {
+// of answered, the coordinator's last session answer to the node.
+func (tr *timingRule) checkDoneLate(node string, answered time.Time, e *api.Echo, now time.Time) error {
 	if e != nil {
-		if !l.echoValid(e, now) {
+		if !tr.echoValid(e, now) {
 			return fmt.Errorf("sync of node %s: it echoes a session answer of another coordinator epoch; open a new session: %w", node, api.ErrLate)
 		}
-		return l.checkLate(node, "sync", e, now)
+		return tr.checkLate(node, "sync", e, now)
 	}
-	if age := now.Sub(m.answered); age > l.cfg.SessionTTL/3 {
-		l.metrics.lateSessions.Inc()
+	if age := now.Sub(answered); age > tr.ttl/3 {
+		tr.metrics.lateSessions.Inc()
 		return fmt.Errorf("sync of node %s: arrived %s after the last session answer (at most %s without an echo); open a new session: %w",
-			node, age.Round(time.Millisecond), l.cfg.SessionTTL/3, api.ErrLate)
+			node, age.Round(time.Millisecond), tr.ttl/3, api.ErrLate)
 	}
 	return nil
 }
