@@ -242,14 +242,8 @@ func (mp *memberPart) noteRef(node, resourceID string, added bool) {
 	}
 }
 
-// unsynced returns the members that are not synced now, sorted.
-func (mp *memberPart) unsynced(now time.Time) []string {
-	mp.mmu.Lock()
-	defer mp.mmu.Unlock()
-	return mp.unsyncedLocked(now)
-}
-
-// unsyncedLocked is unsynced for callers that hold mmu.
+// unsyncedLocked returns the members that are not synced now, sorted.
+// Callers hold mmu.
 func (mp *memberPart) unsyncedLocked(now time.Time) []string {
 	var out []string
 	for id, m := range mp.members {

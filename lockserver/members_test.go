@@ -2,7 +2,6 @@ package lockserver
 
 import (
 	"context"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -159,11 +158,6 @@ func TestLapsedSessionIsUnsynced(t *testing.T) {
 		return false
 	}, 5*time.Second, 10*time.Millisecond, "n2's session lapses")
 	require.False(t, session(t, coord, "n2").Synced, "a lapsed session starts unsynced")
-}
-
-func writeFile(t *testing.T, path, s string) {
-	t.Helper()
-	require.NoError(t, os.WriteFile(path, []byte(s), 0o600))
 }
 
 // TestRestartLosesNoMember: members persist; after a restart none is

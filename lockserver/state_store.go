@@ -36,8 +36,3 @@ type store struct {
 func (s *store) commit(ctx context.Context, b *refcount.Batch) error {
 	return s.wrote(ctx, s.refs.Commit(ctx, b))
 }
-
-// commit is store.commit, for the members part.
-func (c *Coordinator) commit(ctx context.Context, b *refcount.Batch) error {
-	return c.store.commit(ctx, b)
-}

@@ -109,12 +109,6 @@ func (c *cluster) start(name string, argv ...string) *daemon {
 	return d
 }
 
-func (c *cluster) addLog(path string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.logs = append(c.logs, path)
-}
-
 // freePort returns a port free on hostIP now.
 func freePort(t *testing.T, host string) int {
 	t.Helper()

@@ -331,12 +331,6 @@ func processesIn(ns string) []string {
 	return out
 }
 
-// reboot powers the node off and boots it again.
-func (n *node) reboot() {
-	n.powerOff()
-	n.boot()
-}
-
 // exec runs argv inside the node (its mount, UTS, network and PID
 // namespaces) and returns its standard output.
 func (n *node) exec(timeout time.Duration, argv ...string) (string, error) {
