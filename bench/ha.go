@@ -203,7 +203,7 @@ func (r *report) runHALock(ctx context.Context, bin string, etcd *etcdCluster, p
 	}
 	r.ha.lock, r.ha.lockTxns, r.ha.lockOps = res, txns1-txns0, ops1-ops0
 	for _, l := range res {
-		progress(fmt.Sprintf("ha: hot key, %s: %.0f cycles/s, p50/p99 %s/%s, %d errors", l.System, l.Rate, ms(l.P50), ms(l.P99), l.Errors))
+		progress(fmt.Sprintf("ha: hot key, %s: %.0f cycles/s (rounds %.0f), p50/p99 %s/%s, %d errors", l.System, l.Rate, l.Rates, ms(l.P50), ms(l.P99), l.Errors))
 	}
 	return nil
 }

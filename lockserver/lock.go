@@ -37,6 +37,9 @@ func (lk *locks) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 	if resp, ok := lk.answered(k, req, now); ok {
 		return resp, nil
 	}
+	if err := sh.refuseCancelled(t, req); err != nil {
+		return api.LockResponse{}, err
+	}
 	if err := lk.admit(ctx, t, req, now); err != nil {
 		return api.LockResponse{}, err
 	}
@@ -237,7 +240,8 @@ func (lk *locks) Keepalive(ctx context.Context, req api.KeepaliveRequest) (api.K
 
 // Cancel handles POST /lock/cancel: the request leaves its queue, or gives
 // back the grant it received (as a failure, so the queue advances).
-// Cancelling an unknown request is not an error.
+// Cancelling an unknown request is not an error; it leaves a tombstone
+// that refuses the request should it arrive after all (cancelled.go).
 func (lk *locks) Cancel(ctx context.Context, req api.CancelRequest) error {
 	t, err := validateKey(req.Type, req.ResourceID)
 	if err == nil {
@@ -252,18 +256,23 @@ func (lk *locks) Cancel(ctx context.Context, req api.CancelRequest) error {
 	sh := lk.shardFor(req.ResourceID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	now := lk.now()
 	r := sh.resources[req.ResourceID]
 	if r == nil {
+		sh.noteCancelled(cancelKey{t, req.ResourceID, req.NodeID, req.RequestID}, now)
 		return nil
 	}
 	defer sh.tidy(r)
 	k := &r.keys[t]
-	if w := k.queue.Get(req.NodeID, req.RequestID); w != nil {
+	switch w := k.queue.Get(req.NodeID, req.RequestID); {
+	case w != nil:
 		lk.dropWaiter(k, w)
-		return nil
-	}
-	if k.holder != nil && k.holder.is(req.NodeID, req.RequestID) {
-		lk.release(ctx, sh, r, t, false, "cancelled", lk.now())
+	case k.holder != nil && k.holder.is(req.NodeID, req.RequestID):
+		lk.release(ctx, sh, r, t, false, "cancelled", now)
+	default:
+		// Not seen yet, or already ended: either way no grant may
+		// follow (cancelled.go).
+		sh.noteCancelled(cancelKey{t, req.ResourceID, req.NodeID, req.RequestID}, now)
 	}
 	return nil
 }

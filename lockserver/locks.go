@@ -47,6 +47,7 @@ type shard struct {
 	mu        sync.Mutex
 	resources map[string]*resource  // protected by mu
 	released  map[leaseKey]released // lease id → outcome; protected by mu
+	cancelled map[cancelKey]int64   // cancels that came before their request (cancelled.go); protected by mu
 	// free holds forgotten resources for reuse: a lock on an idle key
 	// (the common case) would otherwise allocate one per acquire.
 	free  []*resource // protected by mu

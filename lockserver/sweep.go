@@ -77,6 +77,7 @@ func (lk *locks) sweep(i int, now time.Time) {
 			delete(sh.released, lease)
 		}
 	}
+	sh.forgetCancelled(forgetBefore)
 	lk.refs.pruneRecent(i, now)
 	sh.shrink()
 }
