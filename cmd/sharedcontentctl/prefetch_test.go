@@ -191,3 +191,24 @@ func TestPrefetchForgetsLeftover(t *testing.T) {
 	require.True(t, strings.Contains(out.String(), "5 downloaded"), out.String())
 	require.NotContains(t, e.members(t), "prefetch-test")
 }
+
+// TestPrefetchThroughMirror: --hosts-dir's hosts.toml sends an upstream
+// host (one that does not exist) to its mirror, as containerd reads it:
+// the prefetch downloads every blob from the mirror.
+func TestPrefetchThroughMirror(t *testing.T) {
+	e := newPrefetchEnv(t)
+	const upstream = "upstream.invalid"
+	hosts := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(hosts, upstream), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(hosts, upstream, "hosts.toml"), []byte(
+		"server = \"https://"+upstream+"\"\n\n[host.\"http://"+e.reg.Host+"\"]\n  capabilities = [\"pull\", \"resolve\"]\n"), 0o644))
+	ref := upstream + "/app/web:v1"
+
+	var out bytes.Buffer
+	require.NoError(t, run(append([]string{"prefetch", ref, "--no-pin"}, append(e.args, "--hosts-dir", hosts)...), &out, io.Discard))
+	require.Contains(t, out.String(), "prefetched "+ref)
+	for _, d := range e.img.Descriptors() {
+		require.Equal(t, 1, e.reg.BlobGets()[d.Digest.String()], "%s from the mirror", d.Digest)
+		require.Equal(t, d.Size, e.blobs(t)[d.Digest.String()])
+	}
+}
