@@ -70,6 +70,7 @@ func prefetchedNodes(ctx context.Context, reg *registry.Registry, img registry.I
 	if err != nil {
 		return 0, 0, nil, nil, err
 	}
+	reg.ResetCounters()
 	took, err := prefetchInto(ctx, url, filepath.Join(dir, "shared"), filepath.Join(dir, "prefetch"), img.Ref)
 	if err != nil {
 		stopCoordinator()
