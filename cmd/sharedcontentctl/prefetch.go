@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -66,6 +68,9 @@ func runPrefetch(ctx context.Context, c *lockclient.Client, token, server, root,
 	if err := f.check(root); err != nil {
 		return err
 	}
+	// Interrupted, it still forgets its node (below).
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	var pins pinner
 	if !f.noPin {
 		if pins, err = pinnerOf(c); err != nil {
@@ -158,26 +163,26 @@ func printPrefetch(tw *tabwriter.Writer, rep prefetchReport) {
 
 // forgetLeftover forgets a member of the prefetch's node ID that is not
 // live: an earlier prefetch that stopped before it forgot its node. A
-// live one is another prefetch running under the same ID.
+// live one is another prefetch running under the same ID. The forget is
+// asked even when the ID is no member (it then changes nothing): it
+// proves, before anything is downloaded, the admin identity the end of
+// the prefetch needs.
 func forgetLeftover(ctx context.Context, c *lockclient.Client, id string, errOut io.Writer) error {
 	resp, err := c.Nodes(ctx)
 	if err != nil {
 		return err
 	}
+	member := false
 	for _, n := range resp.Nodes {
-		if n.NodeID != id {
-			continue
-		}
-		if n.Live {
-			return fmt.Errorf("prefetch: node %s is live: another prefetch runs under this ID (--node-id names another): %w", id, errdefs.ErrFailedPrecondition)
-		}
-		err := c.Forget(ctx, id)
-		if errors.Is(err, api.ErrMemberLive) {
-			return fmt.Errorf("prefetch: node %s is live: another prefetch runs under this ID (--node-id names another): %w", id, errdefs.ErrFailedPrecondition)
-		}
-		if err != nil {
-			return fmt.Errorf("prefetch: forget node %s, left by an earlier prefetch: %w", id, err)
-		}
+		member = member || n.NodeID == id
+	}
+	err = c.Forget(ctx, id)
+	switch {
+	case errors.Is(err, api.ErrMemberLive):
+		return fmt.Errorf("prefetch: node %s is live: another prefetch runs under this ID (--node-id names another): %w", id, errdefs.ErrFailedPrecondition)
+	case err != nil:
+		return fmt.Errorf("prefetch: forget node %s (a prefetch forgets its node when it ends): %w", id, err)
+	case member:
 		fmt.Fprintf(errOut, "sharedcontentctl: forgot node %s, left by an earlier prefetch\n", id)
 	}
 	return nil

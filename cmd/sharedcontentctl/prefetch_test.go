@@ -212,3 +212,26 @@ func TestPrefetchThroughMirror(t *testing.T) {
 		require.Equal(t, d.Size, e.blobs(t)[d.Digest.String()])
 	}
 }
+
+// TestPrefetchNeedsAdmin: a prefetch forgets its node when it ends, an
+// admin call: with a node's token it is refused before anything is
+// downloaded or any member made, saying which token.
+func TestPrefetchNeedsAdmin(t *testing.T) {
+	e := newPrefetchEnv(t)
+	c := lockservertest.Start(t, lockservertest.WithNodeTokens(map[string]string{"node-1": "node-1-token"}),
+		lockservertest.WithAdminToken("admin-token"))
+	token := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(token, []byte("node-1-token\n"), 0o600))
+	var out bytes.Buffer
+	err := run(append([]string{"prefetch", e.img.Ref, "--no-pin"}, append(e.args, "--coordinator", c.URL(), "--token-file", token)...), &out, io.Discard)
+	require.Error(t, err)
+	require.True(t, errdefs.IsPermissionDenied(err) || errdefs.IsUnauthorized(err), "%v", err)
+	require.ErrorContains(t, err, "admin token")
+	require.Empty(t, e.blobs(t), "nothing downloaded")
+	require.Zero(t, e.reg.BlobBytes())
+
+	require.NoError(t, os.WriteFile(token, []byte("admin-token\n"), 0o600))
+	require.NoError(t, run(append([]string{"prefetch", e.img.Ref, "--no-pin"}, append(e.args, "--coordinator", c.URL(), "--token-file", token)...), &out, io.Discard),
+		"the admin token prefetches")
+	require.Len(t, e.blobs(t), 5)
+}
