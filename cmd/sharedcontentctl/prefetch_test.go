@@ -7,8 +7,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/remotes"
@@ -234,4 +236,45 @@ func TestPrefetchNeedsAdmin(t *testing.T) {
 	require.NoError(t, run(append([]string{"prefetch", e.img.Ref, "--no-pin"}, append(e.args, "--coordinator", c.URL(), "--token-file", token)...), &out, io.Discard),
 		"the admin token prefetches")
 	require.Len(t, e.blobs(t), 5)
+}
+
+// recordingPinner records the pins put.
+type recordingPinner struct{ pins []pin }
+
+func (r *recordingPinner) PutPin(_ context.Context, p pin) (pin, error) {
+	r.pins = append(r.pins, p)
+	return p, nil
+}
+
+// TestPrefetchPins: after the download the image is pinned, named by
+// --pin-name (default the full reference), holding every blob, expiring
+// after --pin-expires; the summary says so.
+func TestPrefetchPins(t *testing.T) {
+	e := newPrefetchEnv(t)
+	rec := &recordingPinner{}
+	was := pinnerOf
+	pinnerOf = func(*lockclient.Client) (pinner, error) { return rec, nil }
+	t.Cleanup(func() { pinnerOf = was })
+
+	before := time.Now()
+	out, err := e.prefetch("--pin-name", "web", "--pin-expires", "24h")
+	require.NoError(t, err)
+	require.Len(t, rec.pins, 1)
+	p := rec.pins[0]
+	require.Equal(t, "web", p.Name)
+	require.Equal(t, e.img.Ref, p.Image)
+	want := e.img.Blobs()
+	slices.Sort(want)
+	require.Equal(t, want, p.ResourceIDs, "the pin holds every blob of the image")
+	require.Equal(t, "prefetch-test", p.By)
+	require.False(t, p.Created.Before(before.Truncate(time.Second)))
+	require.NotNil(t, p.Expires)
+	require.Equal(t, 24*time.Hour, p.Expires.Sub(p.Created))
+	require.Contains(t, out, `pinned as "web" until `)
+
+	out, err = e.prefetch()
+	require.NoError(t, err)
+	require.Equal(t, e.img.Ref, rec.pins[1].Name, "the default name is the reference")
+	require.Nil(t, rec.pins[1].Expires)
+	require.Contains(t, out, "pin rm "+e.img.Ref)
 }
