@@ -72,7 +72,7 @@ type Result struct {
 	// descriptor it resolved to.
 	Ref    string             `json:"ref"`
 	Target ocispec.Descriptor `json:"target"`
-	// Blobs are the image's blobs in the order they ended.
+	// Blobs are the image's blobs in the order they ended, each once.
 	Blobs []Blob `json:"blobs"`
 	// FetchedBytes are the bytes written into the store.
 	FetchedBytes int64         `json:"fetched_bytes"`
@@ -86,7 +86,7 @@ func (r Result) Digests() []string {
 		out = append(out, b.Digest)
 	}
 	slices.Sort(out)
-	return slices.Compact(out)
+	return out
 }
 
 // Counts returns the blobs fetched and present, and all their bytes.
@@ -123,7 +123,7 @@ func Fetch(ctx context.Context, cs content.Store, resolver remotes.Resolver, ref
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = DefaultConcurrency
 	}
-	f := &fetch{cs: cs, fetcher: fetcher, progress: opts.Progress}
+	f := &fetch{cs: cs, fetcher: fetcher, progress: opts.Progress, seen: map[string]bool{}}
 	h := images.Handlers(images.HandlerFunc(f.blob), images.FilterPlatforms(images.ChildrenHandler(cs), matcher))
 	if err := images.Dispatch(ctx, h, semaphore.NewWeighted(opts.Concurrency), target); err != nil {
 		return Result{}, fmt.Errorf("fetch %s: %w", full, err)
@@ -160,7 +160,8 @@ type fetch struct {
 	progress func(Event)
 
 	mu    sync.Mutex
-	blobs []Blob // protected by mu
+	blobs []Blob          // protected by mu
+	seen  map[string]bool // protected by mu; digests in blobs
 }
 
 // tell reports e to the progress callback, one at a time.
@@ -188,7 +189,10 @@ func (f *fetch) blob(ctx context.Context, desc ocispec.Descriptor) ([]ocispec.De
 	}
 	b := Blob{Digest: desc.Digest.String(), MediaType: desc.MediaType, Size: desc.Size, Fetched: w.opened && err == nil, Took: time.Since(start)}
 	f.mu.Lock()
-	f.blobs = append(f.blobs, b)
+	if !f.seen[b.Digest] { // a blob of two platforms' manifests once
+		f.seen[b.Digest] = true
+		f.blobs = append(f.blobs, b)
+	}
 	f.mu.Unlock()
 	f.tell(Event{Kind: Done, Desc: desc, Blob: b})
 	return nil, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 	"github.com/stretchr/testify/require"
 
@@ -211,4 +213,42 @@ func TestFetchRacesANode(t *testing.T) {
 	require.ElementsMatch(t, img.Blobs(), res.Digests())
 	fetched, _, _ := res.Counts()
 	t.Logf("the prefetch downloaded %d of %d blobs, the node the rest", fetched, len(img.Blobs()))
+}
+
+// TestFetchSharedLayerOnce: a layer two platforms' manifests share is one
+// blob of the result, downloaded once.
+func TestFetchSharedLayerOnce(t *testing.T) {
+	ctx := context.Background()
+	reg, err := testregistry.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { reg.Close() })
+	shared, err := random.Layer(32<<10, types.OCILayer)
+	require.NoError(t, err)
+	var imgs []v1.Image
+	var adds []mutate.IndexAddendum
+	for _, arch := range []string{"amd64", "arm64"} {
+		own, err := random.Layer(16<<10, types.OCILayer)
+		require.NoError(t, err)
+		img, err := mutate.AppendLayers(empty.Image, shared, own)
+		require.NoError(t, err)
+		img, err = mutate.ConfigFile(img, &v1.ConfigFile{Architecture: arch, OS: "linux"})
+		require.NoError(t, err)
+		imgs = append(imgs, img)
+		adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: arch}}})
+	}
+	ref, err := name.ParseReference(reg.Host+"/test/shared:v1", name.Insecure)
+	require.NoError(t, err)
+	require.NoError(t, remote.WriteIndex(ref, mutate.AppendManifests(empty.Index, adds...)))
+	reg.ResetCounters()
+	cs := newCluster(t).prefetchStore(t, "prefetch-a")
+
+	res, err := Fetch(ctx, cs, plainResolver(), ref.String(), Options{})
+	require.NoError(t, err)
+	sharedDigest, err := shared.Digest()
+	require.NoError(t, err)
+	require.Equal(t, 1, reg.BlobGets()[sharedDigest.String()], "the shared layer downloaded once")
+	require.Len(t, res.Digests(), 1+2*4-1, "index, 2 × (manifest, config, 2 layers), the shared layer once")
+	require.Equal(t, len(res.Digests()), len(slices.Compact(res.Digests())), "each blob once")
+	fetched, present, _ := res.Counts()
+	require.Equal(t, len(res.Blobs), fetched+present)
 }
