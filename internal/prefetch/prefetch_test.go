@@ -58,6 +58,15 @@ func (c cluster) prefetchStore(t *testing.T, id string) contentv2.Store {
 	return s
 }
 
+// startRegistry serves a registry until the test ends.
+func startRegistry(t *testing.T, opts ...testregistry.Option) *testregistry.Registry {
+	t.Helper()
+	reg, err := testregistry.Start(opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { reg.Close() })
+	return reg
+}
+
 func plainResolver() remotes.Resolver {
 	return docker.NewResolver(docker.ResolverOptions{Hosts: docker.ConfigureDefaultRegistries(docker.WithPlainHTTP(docker.MatchAllHosts))})
 }
@@ -79,9 +88,7 @@ func present(t *testing.T, root, d string) bool {
 // progress; a second fetch downloads nothing and finds each present.
 func TestFetchOnceThenPresent(t *testing.T) {
 	ctx := context.Background()
-	reg, err := testregistry.Start()
-	require.NoError(t, err)
-	t.Cleanup(func() { reg.Close() })
+	reg := startRegistry(t)
 	img, err := reg.PushRandom(ctx, "test/img:v1", 3, 64<<10)
 	require.NoError(t, err)
 	reg.ResetCounters()
@@ -133,9 +140,7 @@ func TestFetchOnceThenPresent(t *testing.T) {
 // the index) are fetched, with their configs and layers.
 func TestFetchPlatforms(t *testing.T) {
 	ctx := context.Background()
-	reg, err := testregistry.Start()
-	require.NoError(t, err)
-	t.Cleanup(func() { reg.Close() })
+	reg := startRegistry(t)
 	amd, err := random.Image(32<<10, 2)
 	require.NoError(t, err)
 	arm, err := random.Image(32<<10, 2)
@@ -181,9 +186,7 @@ func TestFetchPlatforms(t *testing.T) {
 // download each blob once, and both end with every blob.
 func TestFetchRacesANode(t *testing.T) {
 	ctx := contentv2test.Context(context.Background())
-	reg, err := testregistry.Start(testregistry.WithBandwidth(8 << 20))
-	require.NoError(t, err)
-	t.Cleanup(func() { reg.Close() })
+	reg := startRegistry(t, testregistry.WithBandwidth(8<<20))
 	img, err := reg.PushRandom(ctx, "test/img:v1", 4, 512<<10)
 	require.NoError(t, err)
 	reg.ResetCounters()
@@ -219,9 +222,7 @@ func TestFetchRacesANode(t *testing.T) {
 // blob of the result, downloaded once.
 func TestFetchSharedLayerOnce(t *testing.T) {
 	ctx := context.Background()
-	reg, err := testregistry.Start()
-	require.NoError(t, err)
-	t.Cleanup(func() { reg.Close() })
+	reg := startRegistry(t)
 	shared, err := random.Layer(32<<10, types.OCILayer)
 	require.NoError(t, err)
 	var imgs []v1.Image
