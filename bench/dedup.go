@@ -52,15 +52,39 @@ type pullNode struct {
 // its own lockclient to a coordinator on loopback (HTTP), in containerd
 // mode (the plugin's default).
 func sharedNodes(ctx context.Context, dir string, n int) ([]pullNode, func(), error) {
-	srv, err := httpserver.Open(httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: filepath.Join(dir, "coordinator")})
+	url, stopCoordinator, err := startCoordinator(dir)
 	if err != nil {
 		return nil, nil, err
+	}
+	nodes, stopNodes, err := openSharedNodes(ctx, dir, url, n)
+	if err != nil {
+		stopCoordinator()
+		return nil, nil, err
+	}
+	return nodes, func() { stopNodes(); stopCoordinator() }, nil
+}
+
+// startCoordinator serves a coordinator on loopback (HTTP), its data under
+// dir, until stop.
+func startCoordinator(dir string) (url string, stop func(), err error) {
+	srv, err := httpserver.Open(httpserver.Config{Config: lockserver.DefaultConfig(), DataDir: filepath.Join(dir, "coordinator")})
+	if err != nil {
+		return "", nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, nil, err
+		return "", nil, err
 	}
 	go srv.Serve(ln)
+	return "http://" + ln.Addr().String(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	}, nil
+}
+
+// openSharedNodes opens n nodes on dir's shared root, coordinated by url.
+func openSharedNodes(ctx context.Context, dir, url string, n int) ([]pullNode, func(), error) {
 	var nodes []pullNode
 	var clients []*lockclient.Client
 	stop := func() {
@@ -70,9 +94,6 @@ func sharedNodes(ctx context.Context, dir string, n int) ([]pullNode, func(), er
 		for _, c := range clients {
 			c.Close()
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
 	}
 	for i := range n {
 		id := fmt.Sprintf("node-%d", i+1)
@@ -81,7 +102,7 @@ func sharedNodes(ctx context.Context, dir string, n int) ([]pullNode, func(), er
 			stop()
 			return nil, nil, err
 		}
-		c, err := lockclient.New("http://"+ln.Addr().String(), lockclient.WithNodeID(id))
+		c, err := lockclient.New(url, lockclient.WithNodeID(id))
 		if err != nil {
 			stop()
 			return nil, nil, err
@@ -136,18 +157,28 @@ type dedupRun struct {
 	maxGets  int
 }
 
+// openNodes opens n fresh nodes of a setup under dir, with a function
+// that stops them.
+type openNodes func(ctx context.Context, dir string, n int) ([]pullNode, func(), error)
+
 // pullOnce has n fresh nodes of one setup pull img at once.
 func pullOnce(reg *registry.Registry, img registry.Image, setup string, n int) (dedupRun, error) {
+	open := sharedNodes
+	if setup == "uncoordinated" {
+		open = uncoordinatedNodes
+	}
+	return pullOnceWith(reg, img, setup, n, open)
+}
+
+// pullOnceWith is pullOnce with the nodes open opens; the registry's
+// counters start after it.
+func pullOnceWith(reg *registry.Registry, img registry.Image, setup string, n int, open openNodes) (dedupRun, error) {
 	ctx := contentv2test.Context(context.Background())
 	dir, err := os.MkdirTemp("", "bench-dedup-")
 	if err != nil {
 		return dedupRun{}, err
 	}
 	defer os.RemoveAll(dir)
-	open := sharedNodes
-	if setup == "uncoordinated" {
-		open = uncoordinatedNodes
-	}
 	nodes, stop, err := open(ctx, dir, n)
 	if err != nil {
 		return dedupRun{}, err

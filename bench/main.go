@@ -142,6 +142,11 @@ func (r *report) runSections(ctx context.Context) error {
 			return fmt.Errorf("dedup: %w", err)
 		}
 	}
+	if cfg.sections["prefetch"] {
+		if err := r.runPrefetch(progress); err != nil {
+			return fmt.Errorf("prefetch: %w", err)
+		}
+	}
 	if cfg.sections["notify"] {
 		res, err := notifyBench(cfg.waiters, cfg.notifyCase, cfg.download, progress)
 		if err != nil {
@@ -224,7 +229,7 @@ func parseFlags() (config, error) {
 	var cfg config
 	var sections, lockClients, nodes, waiters string
 	flag.StringVar(&cfg.out, "out", "", "directory for BENCHMARKS.md and the PNG charts (empty: stdout only)")
-	flag.StringVar(&sections, "only", "lock,dedup,notify,plugin", "sections to run, comma-separated (scale: the scale benchmark, which `make bench-scale` runs; ha: HA on etcd, which `make bench-ha` runs)")
+	flag.StringVar(&sections, "only", "lock,dedup,prefetch,notify,plugin", "sections to run, comma-separated (prefetch: N=3 nodes pulling a prefetched image against a cold one; scale: the scale benchmark, which `make bench-scale` runs; ha: HA on etcd, which `make bench-ha` runs)")
 	flag.DurationVar(&cfg.lockRound, "lock-round", defaultLockRound, "duration of one lock round")
 	flag.IntVar(&cfg.lockRounds, "lock-rounds", defaultLockRounds, "lock rounds per system and scenario (median reported)")
 	flag.StringVar(&lockClients, "lock-clients", "16,64", "concurrent lock clients")
@@ -283,6 +288,7 @@ type report struct {
 	peers      map[string]string // name → version
 	dedup      []dedupResult
 	imageBytes int64
+	prefetch   *prefetchResult
 	notify     []notifyResult
 	plugin     []overheadResult
 
@@ -355,22 +361,47 @@ func (r *report) runLock(ctx context.Context, progress func(string)) error {
 
 func (r *report) runDedup(progress func(string)) error {
 	progress(fmt.Sprintf("dedup: pushing a %d × %d MiB image", r.cfg.layers, r.cfg.layerMiB))
-	reg, err := registry.Start(registry.WithBandwidth(r.cfg.bandwidthMBs * 1_000_000))
+	reg, img, err := r.pullImage("bench/app:latest")
 	if err != nil {
 		return err
 	}
 	defer reg.Close()
-	img, err := reg.PushRandom(context.Background(), "bench/app:latest", r.cfg.layers, int64(r.cfg.layerMiB)<<20)
-	if err != nil {
-		return err
-	}
-	r.imageBytes = img.Size()
 	profile := ""
 	if r.cfg.profileDir != "" {
 		profile = filepath.Join(r.cfg.profileDir, "dedup-sharedcontent.pprof")
 	}
 	res, err := dedupBench(reg, img, r.cfg.nodes, r.cfg.dedupReps, 1, profile, progress)
 	r.dedup = res
+	return err
+}
+
+// pullImage starts the pull sections' registry (throttled to the
+// uplink) with the image of -layers × -layer-mib pushed as ref.
+func (r *report) pullImage(ref string) (*registry.Registry, registry.Image, error) {
+	reg, err := registry.Start(registry.WithBandwidth(r.cfg.bandwidthMBs * 1_000_000))
+	if err != nil {
+		return nil, registry.Image{}, err
+	}
+	img, err := reg.PushRandom(context.Background(), ref, r.cfg.layers, int64(r.cfg.layerMiB)<<20)
+	if err != nil {
+		reg.Close()
+		return nil, registry.Image{}, err
+	}
+	r.imageBytes = img.Size()
+	return reg, img, nil
+}
+
+// runPrefetch runs the prefetch section on the dedup section's image
+// and uplink.
+func (r *report) runPrefetch(progress func(string)) error {
+	progress(fmt.Sprintf("prefetch: pushing a %d × %d MiB image", r.cfg.layers, r.cfg.layerMiB))
+	reg, img, err := r.pullImage("bench/prefetch:latest")
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	res, err := prefetchBench(reg, img, r.cfg.dedupReps, progress)
+	r.prefetch = &res
 	return err
 }
 
@@ -493,6 +524,15 @@ func (r *report) writeTables(w io.Writer) {
 			t.row(strconv.Itoa(d.Nodes), d.Setup, mib(d.Bytes), fmt.Sprintf("%.3f", float64(d.Bytes)/float64(r.imageBytes)),
 				strconv.Itoa(d.MaxGets), walls, ratio(float64(d.Wall), float64(base[d.Setup])),
 				fmt.Sprintf("%.2f s", d.Transfer.Seconds()), fmt.Sprintf("%.2f s", (d.Wall-d.Transfer).Seconds()))
+		}
+		t.write(w)
+	}
+	if p := r.prefetch; p != nil {
+		fmt.Fprintf(w, "### 2b. Prefetch: %d nodes pulling a prefetched image against a cold one (%s, registry throttled to %d MB/s)\n\n", prefetchNodes, mib(r.imageBytes), r.cfg.bandwidthMBs)
+		fmt.Fprintf(w, "The prefetch itself (`sharedcontentctl prefetch`'s path: a library-mode store under the pull locks): %.2f s, %s from the registry; then the nodes pull.\n\n", p.Prefetch.Seconds(), mib(p.PrefetchBytes))
+		t := mdTable{head: []string{"nodes", "image", "registry bytes", "max GETs of a blob", "wall (all nodes have it)", "wall ÷ cold"}}
+		for _, d := range []dedupResult{p.Cold, p.Warm} {
+			t.row(strconv.Itoa(d.Nodes), d.Setup, mib(d.Bytes), strconv.Itoa(d.MaxGets), fmt.Sprintf("%.2f s", d.Wall.Seconds()), ratio(float64(d.Wall), float64(p.Cold.Wall)))
 		}
 		t.write(w)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/sharedcontent/sharedcontent/cmd/internal/cli"
+	"github.com/sharedcontent/sharedcontent/internal/registry"
 )
 
 // command is one of sharedcontentctl's commands.
@@ -47,6 +48,18 @@ var commands = []command{
 		fs.BoolVar(&inv.dryRun, "dry-run", false, "list what the reaper would remove; required (the nodes' reapers reclaim, one at a time)")
 		fs.DurationVar(&inv.reapGrace, "reap-grace", defaultReapGrace, "the reapers' --reap-grace")
 	}},
+	{name: "prefetch", args: []string{"IMAGE"}, flags: func(fs *flag.FlagSet, inv *invocation) {
+		f := &inv.prefetch
+		fs.Var(platformsFlag{&f.platforms}, "platform", "a platform to fetch (os/arch[/variant]), repeatable; default every platform of the image")
+		fs.StringVar(&f.User, "user", "", "registry credentials user:password for every host; default the docker config's (~/.docker/config.json, $DOCKER_CONFIG)")
+		fs.StringVar(&f.HostsDir, "hosts-dir", registry.DefaultHostsDir, "containerd's hosts directory (<dir>/<host>/hosts.toml: mirrors, certificates), as the nodes' CRI config_path")
+		fs.BoolVar(&f.PlainHTTP, "plain-http", false, "talk HTTP to registries without a hosts.toml (as ctr --plain-http)")
+		fs.StringVar(&f.pinName, "pin-name", "", "the pin's name; default the image reference")
+		fs.DurationVar(&f.pinExpires, "pin-expires", 0, "the pin ends after this long (e.g. 24h); default never (pin rm)")
+		fs.BoolVar(&f.noPin, "no-pin", false, "do not pin: the blobs stay while a node uses them, and unused for the reaper's --reap-grace")
+		fs.StringVar(&f.nodeID, "node-id", "", "the node ID the prefetch downloads as (forgotten when it ends); default prefetch-<hostname>")
+		fs.StringVar(&f.stateDir, "state-dir", "", "the prefetch's journal directory, on local disk; default a temporary one, removed when it ends")
+	}},
 	{name: "cluster adopt", flags: func(fs *flag.FlagSet, inv *invocation) {
 		fs.BoolVar(&inv.force, "force", false, "adopt even though the coordinator already has members")
 	}},
@@ -66,6 +79,8 @@ type invocation struct {
 	dryRun, force    bool
 	reapGrace        time.Duration
 	forget           forgetSelection
+	prefetch         prefetchFlags
+	errOut           io.Writer // notes beside the result
 }
 
 // parseArgs parses a command line: the flags every command takes, before
@@ -169,7 +184,7 @@ func (inv *invocation) flagSet(name string, errOut io.Writer) *flag.FlagSet {
 	fs.StringVar(&inv.tokenFile, "token-file", or(inv.tokenFile, os.Getenv("SHAREDCONTENT_TOKEN_FILE")), "file with the bearer token (env SHAREDCONTENT_TOKEN_FILE): the coordinator's admin token (its --admin-token-file), which every command takes and forget, release and adopt need; a coordinator with node tokens answers no call without a token. Without node or admin tokens: its --token-file")
 	fs.StringVar(&inv.output, "o", or(inv.output, "table"), "output: table or json")
 	fs.BoolVar(&inv.version, cli.VersionFlag, false, "print the version (and revision, Go version) and exit")
-	fs.StringVar(&inv.root, "root", inv.root, "the shared content directory, for refs, du, reap, doctor and cluster adopt (env SHAREDCONTENT_ROOT)")
+	fs.StringVar(&inv.root, "root", inv.root, "the shared content directory, for refs, du, reap, doctor, prefetch and cluster adopt (env SHAREDCONTENT_ROOT)")
 	return fs
 }
 

@@ -77,5 +77,5 @@ func explainCredentials(err error, tokenFile string) error {
 	if tokenFile != "" {
 		given = fmt.Sprintf("--token-file %s was refused", tokenFile)
 	}
-	return fmt.Errorf("%w\n%s: a coordinator with node tokens (--node-tokens-file) answers only calls with a token, and node forget, node release and cluster adopt only with its admin token: give sharedcontentctl the admin token (the file of the coordinator's --admin-token-file) with --token-file or SHAREDCONTENT_TOKEN_FILE; every command takes it", err, given)
+	return fmt.Errorf("%w\n%s: a coordinator with node tokens (--node-tokens-file) answers only calls with a token, and node forget, node release, cluster adopt and prefetch only with its admin token: give sharedcontentctl the admin token (the file of the coordinator's --admin-token-file) with --token-file or SHAREDCONTENT_TOKEN_FILE; every command takes it", err, given)
 }

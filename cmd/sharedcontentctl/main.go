@@ -9,6 +9,7 @@
 //	sharedcontentctl ... node ls | node forget ID | node release ID
 //	sharedcontentctl ... --root DIR du | reap --dry-run [--reap-grace D]
 //	sharedcontentctl ... cluster adopt --root DIR [--force]
+//	sharedcontentctl ... --root DIR prefetch IMAGE [--platform P]... [--user U:P] [--hosts-dir D] [--pin-name N] [--pin-expires D] [--no-pin]
 //	sharedcontentctl --version
 //
 // Flags go before or after the command. --lock-server (and the variable
@@ -72,6 +73,8 @@ commands:
   du                                  bytes in the shared directory (--root), per node, and reclaimable
   reap --dry-run [--reap-grace D]     what a reaper pass would remove now (--root) and why: the reaper's own decision code
   cluster adopt --root DIR [--force]  make the coordinator take the shared root's cluster (after it lost its database)
+  prefetch IMAGE --root DIR [--platform P]... [--user U:P] [--hosts-dir D] [--pin-name N] [--pin-expires D] [--no-pin]
+                                      download an image's blobs into the shared root once, under the nodes' pull locks, and pin it
 flags (before or after the command):`
 
 // run runs the command of args, writing its result to out and notes
@@ -116,9 +119,12 @@ func run(args []string, out, errOut io.Writer) error {
 	switch inv.cmd.name {
 	case "du", "reap", "node forget":
 		timeout = walkTimeout
+	case "prefetch":
+		timeout = prefetchTimeout
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	inv.errOut = errOut
 	err = inv.run(ctx, c, token, p, out)
 	if err != nil && !isReported(err) {
 		return checkCoordinator(context.Background(), inv.server, explainCredentials(err, inv.tokenFile))
@@ -151,6 +157,8 @@ func (inv *invocation) run(ctx context.Context, c *lockclient.Client, token stri
 		return forgetNodes(ctx, c, id, inv.forget, inv.dryRun, p, out)
 	case "node release":
 		return release(ctx, c, inv.args[0], out)
+	case "prefetch":
+		return runPrefetch(ctx, c, token, inv.server, inv.root, inv.args[0], inv.prefetch, p, out, inv.errOut)
 	}
 	panic("sharedcontentctl: no code for command " + inv.cmd.name)
 }

@@ -21,6 +21,7 @@ import (
 var ranks = map[string]int{
 	"internal/...":               0,
 	"internal/testutil/etcdtest": 1, // a real etcd cluster for tests (its TLS from testca)
+	"internal/prefetch":          1, // fetches an image resolved by internal/registry (docs/design.md §5.9)
 	"refcount":                   10,
 	"refcount/...":               10,
 	"refcount/etcdstore":         10, // the Storage on etcd (docs/design.md §7)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	ggcr "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -34,6 +35,8 @@ type Registry struct {
 	mu    sync.Mutex
 	gets  map[string]int // protected by mu; digest → GETs of the blob or manifest
 	bytes atomic.Int64   // blob bytes sent
+
+	user, password string // WithBasicAuth; "" none
 }
 
 // Option configures Start.
@@ -50,6 +53,12 @@ func WithBandwidth(bytesPerSecond int) Option {
 // for clients in other network namespaces.
 func WithAddr(addr string) Option {
 	return func(r *Registry) { r.addr = addr }
+}
+
+// WithBasicAuth answers every request without these credentials 401,
+// with a Basic challenge (PushRandom sends them).
+func WithBasicAuth(user, password string) Option {
+	return func(r *Registry) { r.user, r.password = user, password }
 }
 
 // SetBandwidth changes the throttle of a registry started WithBandwidth.
@@ -76,6 +85,11 @@ func Start(opts ...Option) (*Registry, error) {
 	r.Host = ln.Addr().String()
 	inner := ggcr.New(ggcr.Logger(log.New(io.Discard, "", 0)))
 	r.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if u, p, _ := req.BasicAuth(); r.user != "" && (u != r.user || p != r.password) {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test registry"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
 		if dgst, ok := blobGet(req); ok {
 			r.mu.Lock()
 			r.gets[dgst]++
@@ -211,7 +225,11 @@ func (r *Registry) PushRandom(ctx context.Context, repo string, layers int, laye
 		return Image{}, err
 	}
 	// An unthrottled side door for the push itself.
-	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
+	auth := authn.Anonymous
+	if r.user != "" {
+		auth = &authn.Basic{Username: r.user, Password: r.password}
+	}
+	if err := remote.Write(ref, img, remote.WithContext(ctx), remote.WithAuth(auth)); err != nil {
 		return Image{}, fmt.Errorf("push %s: %w", ref, err)
 	}
 	return describe(ref.String(), img)
