@@ -13,7 +13,7 @@ import (
 // shared directory, so two nodes writing the same ref never share an ingest
 // directory, and one node's garbage collector sees (and aborts) only its
 // own ingests. A follower (follower.go) is an ingest of this node while it
-// waits.
+// waits; its status shows the holder's progress (progress.go).
 
 func (s *store) nodeRef(ref string) string { return s.nodeID + "/" + ref }
 
@@ -26,7 +26,7 @@ func (s *store) Status(ctx context.Context, ref string) (content.Status, error) 
 	st, err := s.local.Status(ctx, s.nodeRef(ref))
 	if errdefs.IsNotFound(err) {
 		if f := s.follower(ref); f != nil {
-			return f.StatusNow()
+			return f.progressStatus(ctx)
 		}
 	}
 	if err != nil {
@@ -83,7 +83,7 @@ func (s *store) ListStatuses(ctx context.Context, fs ...string) ([]content.Statu
 	}
 	s.mu.Unlock()
 	for _, f := range followers {
-		if st, err := f.StatusNow(); err == nil && filter.Match(statusAdaptor(st)) {
+		if st, err := f.progressStatus(ctx); err == nil && filter.Match(statusAdaptor(st)) {
 			out = append(out, st)
 		}
 	}
