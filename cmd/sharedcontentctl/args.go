@@ -47,6 +47,10 @@ var commands = []command{
 		fs.BoolVar(&inv.dryRun, "dry-run", false, "list what the reaper would remove; required (the nodes' reapers reclaim, one at a time)")
 		fs.DurationVar(&inv.reapGrace, "reap-grace", defaultReapGrace, "the reapers' --reap-grace")
 	}},
+	{name: "top", flags: func(fs *flag.FlagSet, inv *invocation) {
+		fs.BoolVar(&inv.top.once, "once", false, "print once and exit (also with -o json, or when the output is not a terminal)")
+		fs.DurationVar(&inv.top.interval, "interval", time.Second, "how often to redraw in a terminal")
+	}},
 	{name: "cluster adopt", flags: func(fs *flag.FlagSet, inv *invocation) {
 		fs.BoolVar(&inv.force, "force", false, "adopt even though the coordinator already has members")
 	}},
@@ -66,6 +70,7 @@ type invocation struct {
 	dryRun, force    bool
 	reapGrace        time.Duration
 	forget           forgetSelection
+	top              topOptions
 }
 
 // parseArgs parses a command line: the flags every command takes, before
@@ -169,7 +174,7 @@ func (inv *invocation) flagSet(name string, errOut io.Writer) *flag.FlagSet {
 	fs.StringVar(&inv.tokenFile, "token-file", or(inv.tokenFile, os.Getenv("SHAREDCONTENT_TOKEN_FILE")), "file with the bearer token (env SHAREDCONTENT_TOKEN_FILE): the coordinator's admin token (its --admin-token-file), which every command takes and forget, release and adopt need; a coordinator with node tokens answers no call without a token. Without node or admin tokens: its --token-file")
 	fs.StringVar(&inv.output, "o", or(inv.output, "table"), "output: table or json")
 	fs.BoolVar(&inv.version, cli.VersionFlag, false, "print the version (and revision, Go version) and exit")
-	fs.StringVar(&inv.root, "root", inv.root, "the shared content directory, for refs, du, reap, doctor and cluster adopt (env SHAREDCONTENT_ROOT)")
+	fs.StringVar(&inv.root, "root", inv.root, "the shared content directory, for refs, du, reap, top, doctor and cluster adopt (env SHAREDCONTENT_ROOT)")
 	return fs
 }
 

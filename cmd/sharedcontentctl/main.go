@@ -8,6 +8,7 @@
 //	sharedcontentctl ... [--root DIR] refs DIGEST
 //	sharedcontentctl ... node ls | node forget ID | node release ID
 //	sharedcontentctl ... --root DIR du | reap --dry-run [--reap-grace D]
+//	sharedcontentctl ... [--root DIR] top [--once] [--interval D]
 //	sharedcontentctl ... cluster adopt --root DIR [--force]
 //	sharedcontentctl --version
 //
@@ -71,6 +72,7 @@ commands:
   node release ID                     let another host take over a node ID (the host that held it is gone, or has a new state dir); keeps its references
   du                                  bytes in the shared directory (--root), per node, and reclaimable
   reap --dry-run [--reap-grace D]     what a reaper pass would remove now (--root) and why: the reaper's own decision code
+  top [--once] [--interval D]         the downloads in flight: blob, holder node, since, bytes (with --root), waiting nodes; redraws in a terminal
   cluster adopt --root DIR [--force]  make the coordinator take the shared root's cluster (after it lost its database)
 flags (before or after the command):`
 
@@ -151,6 +153,8 @@ func (inv *invocation) run(ctx context.Context, c *lockclient.Client, token stri
 		return forgetNodes(ctx, c, id, inv.forget, inv.dryRun, p, out)
 	case "node release":
 		return release(ctx, c, inv.args[0], out)
+	case "top":
+		return top(c, inv.root, inv.top, p, out)
 	}
 	panic("sharedcontentctl: no code for command " + inv.cmd.name)
 }
