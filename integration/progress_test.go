@@ -6,6 +6,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -76,34 +77,40 @@ func TestFollowerShowsHolderProgress(t *testing.T) {
 // gauge reads a gauge without labels from reg.
 func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
+	m := metricOf(reg, name, "", "")
+	require.NotNil(t, m, "no metric %s", name)
+	return m.GetGauge().GetValue()
 }
 
 // waits reads the count of follower waits that ended with outcome.
 func waits(t *testing.T, reg *prometheus.Registry, outcome string) uint64 {
 	t.Helper()
+	m := metricOf(reg, "sharedcontent_store_follower_wait_seconds", "outcome", outcome)
+	require.NotNil(t, m, "no follower waits with outcome %s", outcome)
+	return m.GetHistogram().GetSampleCount()
+}
+
+// metricOf returns the series of metric name in reg whose label is
+// value ("" label: the first series), or nil.
+func metricOf(reg *prometheus.Registry, name, label, value string) *dto.Metric {
 	mfs, err := reg.Gather()
-	require.NoError(t, err)
+	if err != nil {
+		return nil
+	}
 	for _, mf := range mfs {
-		if mf.GetName() != "sharedcontent_store_follower_wait_seconds" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			if label == "" {
+				return m
+			}
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == outcome {
-					return m.GetHistogram().GetSampleCount()
+				if l.GetName() == label && l.GetValue() == value {
+					return m
 				}
 			}
 		}
 	}
-	t.Fatalf("no follower waits with outcome %s", outcome)
-	return 0
+	return nil
 }

@@ -1,19 +1,18 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/internal/testutil/logbuf"
 	"github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 )
 
@@ -47,7 +46,7 @@ func TestFollowerProgress(t *testing.T) {
 		st, err := c.ls.status("pull", layer)
 		return err == nil && st.Holder != nil && st.Holder.NodeID == a.id, err
 	})
-	var bOut syncBuffer
+	var bOut logbuf.Buffer
 	pullB := make(chan error, 1)
 	go func() { pullB <- b.ctrTo(ctx, &bOut, &bOut, pullTimeout, "images", "pull", "--plain-http", img.Ref) }()
 	waitFor(t, "node B waiting behind A", time.Minute, func() (bool, error) {
@@ -115,22 +114,4 @@ func layerProgress(out, layer string, total int64) []int64 {
 		}
 	}
 	return seen
-}
-
-// syncBuffer is a bytes.Buffer safe to read while ctr writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // protected by mu
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }
