@@ -78,7 +78,16 @@ func top(c *lockclient.Client, root string, o topOptions, p printer, out io.Writ
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	tick := time.NewTicker(o.interval)
+	return redraw(ctx, c, root, o.interval, p, out)
+}
+
+// clearScreen moves the cursor home and clears the terminal.
+const clearScreen = "\x1b[H\x1b[2J"
+
+// redraw draws the downloads every interval until ctx ends; an error of
+// one look is drawn, and the next look tries again.
+func redraw(ctx context.Context, c *lockclient.Client, root string, interval time.Duration, p printer, out io.Writer) error {
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
@@ -87,7 +96,7 @@ func top(c *lockclient.Client, root string, o topOptions, p printer, out io.Writ
 		if ctx.Err() != nil {
 			return nil
 		}
-		fmt.Fprint(out, "\x1b[H\x1b[2J") // home, clear the screen
+		fmt.Fprint(out, clearScreen)
 		if err != nil {
 			fmt.Fprintf(out, "%s  %v\n", time.Now().Format(time.TimeOnly), err)
 		} else if err := printTop(r, p); err != nil {

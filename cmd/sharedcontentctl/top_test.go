@@ -6,11 +6,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/lockclient"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
@@ -72,4 +75,55 @@ func TestTop(t *testing.T) {
 	require.ErrorContains(t, err, "--root")
 	_, err = parseArgs([]string{"top", "--interval", "soon"}, io.Discard)
 	require.ErrorContains(t, err, "interval")
+}
+
+// TestTopRedraws: in a terminal, top clears the screen and draws the
+// downloads again at each interval, a download that ended gone from the
+// next drawing, until it is interrupted.
+func TestTopRedraws(t *testing.T) {
+	ctx := context.Background()
+	c := lockservertest.Start(t)
+	resp, err := c.Core().Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: used, NodeID: "node-1"})
+	require.NoError(t, err)
+	client, err := lockclient.New(c.URL(), lockclient.WithNodeID("sharedcontentctl"))
+	require.NoError(t, err)
+	defer client.Close()
+
+	rctx, interrupt := context.WithCancel(ctx)
+	defer interrupt()
+	screen := &drawings{}
+	screen.drawn = func(n int) {
+		if n == 1 { // the download ends after the first drawing
+			_, err := c.Core().Unlock(ctx, api.UnlockRequest{Type: api.OperationPull, ResourceID: used, LeaseID: resp.LeaseID, NodeID: "node-1", Error: "gave up"})
+			require.NoError(t, err)
+		}
+		if n == 3 {
+			interrupt()
+		}
+	}
+	p, err := newPrinter(screen, "table")
+	require.NoError(t, err)
+	require.NoError(t, redraw(rctx, client, "", time.Millisecond, p, screen))
+	frames := strings.Split(screen.buf.String(), clearScreen)[1:]
+	require.GreaterOrEqual(t, len(frames), 2, "drawn again")
+	require.Contains(t, frames[0], "1 download(s) in flight")
+	require.Contains(t, frames[0], used+"  node-1")
+	require.Contains(t, frames[len(frames)-1], "0 download(s) in flight")
+}
+
+// drawings is a terminal that calls drawn with the count of screens
+// cleared so far, after each clear.
+type drawings struct {
+	buf   strings.Builder
+	n     int
+	drawn func(n int)
+}
+
+func (d *drawings) Write(p []byte) (int, error) {
+	d.buf.Write(p)
+	if strings.Contains(string(p), clearScreen) {
+		d.n++
+		d.drawn(d.n)
+	}
+	return len(p), nil
 }
