@@ -2,6 +2,10 @@ package contentv2
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/containerd/containerd/v2/core/content"
@@ -16,6 +20,34 @@ import (
 // waits; its status shows the holder's progress (progress.go).
 
 func (s *store) nodeRef(ref string) string { return s.nodeID + "/" + ref }
+
+// eachIngest calls fn with the directory and the node-scoped ref of every
+// ingest in root, of every node, as containerd's local store lays them
+// out (ingest/<id>/ref). An ingest whose ref file is gone (being made or
+// removed) is skipped, as containerd's store skips it.
+func eachIngest(root string, fn func(dir, nref string) error) error {
+	dir := filepath.Join(root, "ingest")
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "ref"))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(filepath.Join(dir, e.Name()), string(b)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // userRef maps an underlying ref back; ok is false for another node's.
 func (s *store) userRef(ref string) (string, bool) {

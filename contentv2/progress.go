@@ -53,40 +53,25 @@ func RootIngests(root string) ([]RootIngest, error) {
 // rootIngests lists the ingests in root whose node-scoped ref keep
 // accepts.
 func rootIngests(root string, keep func(nref string) bool) ([]RootIngest, error) {
-	dir := filepath.Join(root, "ingest")
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
 	var out []RootIngest
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "ref"))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		nref := string(b)
+	err := eachIngest(root, func(dir, nref string) error {
 		if !keep(nref) {
-			continue
+			return nil
 		}
 		node, ref, _ := strings.Cut(nref, "/")
-		in := RootIngest{Node: node, Ref: ref, Digest: digestFromRef(ref), data: filepath.Join(dir, e.Name(), "data")}
+		in := RootIngest{Node: node, Ref: ref, Digest: digestFromRef(ref), data: filepath.Join(dir, "data")}
 		fi, err := os.Stat(in.data)
 		if errors.Is(err, fs.ErrNotExist) {
-			continue
+			return nil
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		in.Offset, in.UpdatedAt = fi.Size(), fi.ModTime()
 		out = append(out, in)
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // holderProgress is what a follower knows of its holder's ingest.
