@@ -64,6 +64,10 @@ type follower struct {
 
 	wait sync.Mutex // held while waiting: one wait at a time
 
+	// progress is what this follower knows of the holder's ingest
+	// (progress.go).
+	progress holderProgress
+
 	mu     sync.Mutex
 	w      content.Writer // protected by mu; the ingest once this node downloads
 	done   bool           // protected by mu; the holder succeeded, this node is referenced
@@ -118,7 +122,9 @@ func (f *follower) follow() error {
 	if resolved {
 		return f.outcomeErr()
 	}
+	f.s.metrics.followersWaiting.Inc()
 	w, size, err := f.s.follow(f.ctx, f.wo, f.dgst)
+	f.s.metrics.followersWaiting.Dec()
 	f.mu.Lock()
 	closed := f.closed
 	switch {
@@ -136,11 +142,44 @@ func (f *follower) follow() error {
 		f.done, f.size = true, size
 	}
 	f.mu.Unlock()
+	f.s.metrics.followerWaits.WithLabelValues(waitOutcome(w, err, closed)).Observe(time.Since(f.started).Seconds())
 	if closed && w != nil {
 		// Aborted or closed meanwhile: give the lock to the next waiter.
 		w.Close()
 	}
 	return err
+}
+
+// The outcomes of a follower's wait (sharedcontent_store_follower_wait_seconds).
+const (
+	waitShared        = "shared"
+	waitHanded        = "handed"
+	waitUncoordinated = "uncoordinated"
+	waitTimeout       = "timeout"
+	waitCanceled      = "canceled"
+	waitFailed        = "failed"
+)
+
+var waitOutcomes = []string{waitShared, waitHanded, waitUncoordinated, waitTimeout, waitCanceled, waitFailed}
+
+// waitOutcome names how a wait ended: with the ingest w to download
+// into, or the holder's success (w nil), or err; closed: the writer was
+// closed or aborted meanwhile.
+func waitOutcome(w content.Writer, err error, closed bool) string {
+	switch {
+	case closed || errors.Is(err, context.Canceled):
+		return waitCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return waitTimeout
+	case err != nil:
+		return waitFailed
+	case w == nil:
+		return waitShared
+	}
+	if lw, ok := w.(*writer); ok && lw.lock == nil {
+		return waitUncoordinated
+	}
+	return waitHanded
 }
 
 func (f *follower) outcomeErr() error {

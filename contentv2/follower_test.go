@@ -2,6 +2,7 @@ package contentv2
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 
@@ -136,4 +137,26 @@ func TestFollowerTakesOverWhenTheHolderFails(t *testing.T) {
 	info, err := e.node1.Info(ctx, e.desc.Digest)
 	require.NoError(t, err)
 	require.Equal(t, e.desc.Size, info.Size)
+}
+
+// TestWaitOutcome: each way a follower's wait ends has its outcome label.
+func TestWaitOutcome(t *testing.T) {
+	handed, uncoordinated := &writer{lock: &fakeLock{}}, &writer{}
+	for _, tc := range []struct {
+		w      content.Writer
+		err    error
+		closed bool
+		want   string
+	}{
+		{nil, nil, false, waitShared},
+		{handed, nil, false, waitHanded},
+		{uncoordinated, nil, false, waitUncoordinated},
+		{nil, fmt.Errorf("following: %w", context.DeadlineExceeded), false, waitTimeout},
+		{nil, fmt.Errorf("following: %w", context.Canceled), false, waitCanceled},
+		{nil, errdefs.ErrAborted, true, waitCanceled},
+		{nil, errdefs.ErrPermissionDenied, false, waitFailed},
+	} {
+		require.Equal(t, tc.want, waitOutcome(tc.w, tc.err, tc.closed), "%+v", tc)
+		require.Contains(t, waitOutcomes, tc.want)
+	}
 }

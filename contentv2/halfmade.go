@@ -2,10 +2,6 @@ package contentv2
 
 import (
 	"context"
-	"errors"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/containerd/containerd/v2/core/content"
@@ -37,27 +33,12 @@ import (
 func (s *store) ownIngests(ctx context.Context) ([]string, error) {
 	var refs []string
 	err := s.guard.do(ctx, "list_statuses", func() error {
-		dir := filepath.Join(s.root, "ingest")
-		entries, err := os.ReadDir(dir)
-		if errors.Is(err, fs.ErrNotExist) {
+		return eachIngest(s.root, func(_, nref string) error {
+			if strings.HasPrefix(nref, s.nodeID+"/") {
+				refs = append(refs, nref)
+			}
 			return nil
-		}
-		if err != nil {
-			return err
-		}
-		for _, e := range entries {
-			b, err := os.ReadFile(filepath.Join(dir, e.Name(), "ref"))
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			if ref := string(b); strings.HasPrefix(ref, s.nodeID+"/") {
-				refs = append(refs, ref)
-			}
-		}
-		return nil
+		})
 	})
 	if err != nil {
 		return nil, err

@@ -2,6 +2,10 @@ package contentv2
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/containerd/containerd/v2/core/content"
@@ -13,9 +17,37 @@ import (
 // shared directory, so two nodes writing the same ref never share an ingest
 // directory, and one node's garbage collector sees (and aborts) only its
 // own ingests. A follower (follower.go) is an ingest of this node while it
-// waits.
+// waits; its status shows the holder's progress (progress.go).
 
 func (s *store) nodeRef(ref string) string { return s.nodeID + "/" + ref }
+
+// eachIngest calls fn with the directory and the node-scoped ref of every
+// ingest in root, of every node, as containerd's local store lays them
+// out (ingest/<id>/ref). An ingest whose ref file is gone (being made or
+// removed) is skipped, as containerd's store skips it.
+func eachIngest(root string, fn func(dir, nref string) error) error {
+	dir := filepath.Join(root, "ingest")
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "ref"))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(filepath.Join(dir, e.Name()), string(b)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // userRef maps an underlying ref back; ok is false for another node's.
 func (s *store) userRef(ref string) (string, bool) {
@@ -26,7 +58,7 @@ func (s *store) Status(ctx context.Context, ref string) (content.Status, error) 
 	st, err := s.local.Status(ctx, s.nodeRef(ref))
 	if errdefs.IsNotFound(err) {
 		if f := s.follower(ref); f != nil {
-			return f.StatusNow()
+			return f.progressStatus(ctx)
 		}
 	}
 	if err != nil {
@@ -83,7 +115,7 @@ func (s *store) ListStatuses(ctx context.Context, fs ...string) ([]content.Statu
 	}
 	s.mu.Unlock()
 	for _, f := range followers {
-		if st, err := f.StatusNow(); err == nil && filter.Match(statusAdaptor(st)) {
+		if st, err := f.progressStatus(ctx); err == nil && filter.Match(statusAdaptor(st)) {
 			out = append(out, st)
 		}
 	}

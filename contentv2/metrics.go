@@ -24,6 +24,11 @@ type metrics struct {
 	forgottenGone   prometheus.Counter
 	// Storage (writer.go).
 	discarded *prometheus.CounterVec
+	// Downloads and their followers (docs/design.md §5.10).
+	downloads        prometheus.Gauge
+	downloadBytes    prometheus.Gauge
+	followersWaiting prometheus.Gauge
+	followerWaits    *prometheus.HistogramVec
 	// The shared root (rootwatch.go).
 	rootReady   prometheus.Gauge
 	rootUnready *prometheus.CounterVec
@@ -107,6 +112,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sharedcontent_store_ingests_discarded_total",
 			Help: "Ingests removed because writing them failed (write: a write failed, e.g. the shared filesystem is full; commit: committing it failed; open: opening it failed half-way): the next pull downloads the blob from the start.",
 		}, []string{"op"}),
+		downloads: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sharedcontent_store_downloads_in_flight",
+			Help: "Blobs this node is downloading now (an ingest open for a digest, under its pull lock or uncoordinated). Per node, not per blob: `sharedcontentctl top` lists the blobs.",
+		}),
+		downloadBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sharedcontent_store_download_bytes_in_flight",
+			Help: "Bytes written so far to the downloads this node has in flight.",
+		}),
+		followersWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sharedcontent_store_followers_waiting",
+			Help: "Writers of this node waiting now for a blob another node downloads (followers).",
+		}),
+		followerWaits: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sharedcontent_store_follower_wait_seconds",
+			Help:    "How long followers waited for another node's download, by outcome: shared (the holder succeeded; used without downloading), handed (the holder failed; this node took over the download), uncoordinated (the coordinator was unreachable; this node downloads without it, fail-open), timeout (the pull's deadline passed), canceled (the pull was canceled, or the writer closed or aborted), failed (any other error).",
+			Buckets: []float64{0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+		}, []string{"outcome"}),
 		rootReady: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sharedcontent_root_ready",
 			Help: "1 while the shared root is verified (exists, is a mount point if it was one, has the identity this node started on, is writable, answers a probe in time); 0 while this node refuses writes and deletes and pauses its reaper.",
@@ -124,10 +146,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range rootReasons {
 		m.rootUnready.WithLabelValues(r)
 	}
+	for _, o := range waitOutcomes {
+		m.followerWaits.WithLabelValues(o)
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.uncoordinated, m.writes, m.follows, m.deletes, m.waits, m.synced, m.syncs, m.reaped, m.reapPasses, m.reapable, m.missingBlobs, m.sharedBytes,
 			m.renewalSent, m.failOpenSince, m.failOpenDelay, m.sessionRefusals, m.forgotten, m.forgottenGone, m.discarded,
-			m.rootReady, m.rootUnready} {
+			m.rootReady, m.rootUnready, m.downloads, m.downloadBytes, m.followersWaiting, m.followerWaits} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

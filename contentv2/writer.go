@@ -190,7 +190,11 @@ func (s *store) openLocal(ctx context.Context, wo content.WriterOpts, lk Lock, d
 		s.discardFailedOpen(ctx, wo.Ref, err)
 		return nil, err
 	}
-	return &writer{Writer: lw, s: s, ref: wo.Ref, lock: lk, dgst: dgst}, nil
+	w := &writer{Writer: lw, s: s, ref: wo.Ref, lock: lk, dgst: dgst}
+	if dgst != "" {
+		w.startDownload()
+	}
+	return w, nil
 }
 
 // discardFailedOpen removes what a failed open of the local ingest ref
@@ -223,6 +227,47 @@ type writer struct {
 	mu       sync.Mutex
 	released bool  // protected by mu
 	failed   error // protected by mu; the write that discarded the ingest
+	// downloading: counted in the in-flight downloads, with written bytes
+	// (docs/design.md §5.10), until the writer commits, closes or is
+	// discarded. Protected by mu.
+	downloading bool
+	written     int64
+}
+
+// startDownload counts the writer among the downloads in flight, with the
+// bytes its ingest holds already.
+func (w *writer) startDownload() {
+	st, err := w.Writer.Status()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.downloading = true
+	if err == nil {
+		w.written = st.Offset
+	}
+	w.s.metrics.downloads.Inc()
+	w.s.metrics.downloadBytes.Add(float64(w.written))
+}
+
+// counted sets the ingest's length counted in the in-flight bytes to
+// next(the length counted so far).
+func (w *writer) counted(next func(int64) int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.downloading {
+		size := next(w.written)
+		w.s.metrics.downloadBytes.Add(float64(size - w.written))
+		w.written = size
+	}
+}
+
+// endDownloadLocked takes the writer out of the downloads in flight. w.mu
+// is held.
+func (w *writer) endDownloadLocked() {
+	if w.downloading {
+		w.downloading = false
+		w.s.metrics.downloads.Dec()
+		w.s.metrics.downloadBytes.Sub(float64(w.written))
+	}
 }
 
 func (w *writer) Status() (content.Status, error) {
@@ -248,6 +293,8 @@ func (w *writer) Write(p []byte) (int, error) {
 	n, err := w.Writer.Write(p)
 	if err != nil {
 		w.discard("write", err)
+	} else {
+		w.counted(func(had int64) int64 { return had + int64(n) })
 	}
 	return n, err
 }
@@ -256,7 +303,11 @@ func (w *writer) Truncate(size int64) error {
 	if err := w.discarded(); err != nil {
 		return err
 	}
-	return w.Writer.Truncate(size)
+	if err := w.Writer.Truncate(size); err != nil {
+		return err
+	}
+	w.counted(func(int64) int64 { return size })
+	return nil
 }
 
 // discarded returns why the ingest was discarded, nil while it was not.
@@ -418,6 +469,7 @@ const leaseMargin = time.Second
 func (w *writer) releaseLater(ctx context.Context) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.endDownloadLocked()
 	if w.lock == nil || w.released {
 		return
 	}
@@ -450,6 +502,7 @@ func (w *writer) Close() error {
 func (w *writer) release(ctx context.Context, success bool, opErr error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.endDownloadLocked()
 	if w.lock == nil || w.released {
 		return
 	}

@@ -82,23 +82,7 @@ func (c *testCluster) addFollowNode(t *testing.T, id string, proxied bool, opts 
 
 // follows returns the node's count of followers that ended with result.
 func (n *followNode) follows(result string) float64 {
-	mfs, err := n.metrics.Gather()
-	if err != nil {
-		return -1
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "sharedcontent_store_follows_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return metricOf(n.metrics, "sharedcontent_store_follows_total", "result", result).GetCounter().GetValue()
 }
 
 // gatedFetcher serves one blob like a registry, counting its GETs. A GET

@@ -284,6 +284,19 @@ func (c *Client) Nodes(ctx context.Context) (api.NodesResponse, error) {
 	}
 }
 
+// Downloads lists the cluster's in-flight downloads (the pull locks held
+// now), each with its holder and the head of its queue, oldest first
+// (admin; docs/design.md §5.10). Transient errors are retried.
+func (c *Client) Downloads(ctx context.Context) (api.HeldLocksResponse, error) {
+	var resp api.HeldLocksResponse
+	err := c.retry(ctx, call{op: "held"}, func(ctx context.Context) error {
+		var err error
+		resp, err = c.transport.Held(ctx, api.OperationPull)
+		return err
+	})
+	return resp, err
+}
+
 // Forget drops a member and its references (admin; docs/design.md §8.4).
 func (c *Client) Forget(ctx context.Context, nodeID string) error {
 	return c.retry(ctx, call{op: "forget", id: nodeID}, func(ctx context.Context) error {

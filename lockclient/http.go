@@ -255,6 +255,12 @@ func (tr *httpTransport) NodesPage(ctx context.Context, after string, limit int)
 	return resp, err
 }
 
+func (tr *httpTransport) Held(ctx context.Context, typ api.OperationType) (api.HeldLocksResponse, error) {
+	var resp api.HeldLocksResponse
+	err := tr.do(ctx, http.MethodGet, "/locks/held", url.Values{"type": {string(typ)}}, nil, &resp)
+	return resp, err
+}
+
 func (tr *httpTransport) Forget(ctx context.Context, nodeID string) error {
 	return tr.do(ctx, http.MethodDelete, "/nodes/"+url.PathEscape(nodeID), nil, nil, nil)
 }

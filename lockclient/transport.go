@@ -56,6 +56,8 @@ type Transport interface {
 	// NodesPage lists the members and their state, those whose ID sorts
 	// after `after`, at most limit (0: all).
 	NodesPage(ctx context.Context, after string, limit int) (api.NodesResponse, error)
+	// Held lists the locks of a type held now and their queues (admin).
+	Held(ctx context.Context, typ api.OperationType) (api.HeldLocksResponse, error)
 	// Forget drops a member and its references (admin).
 	Forget(ctx context.Context, nodeID string) error
 	// Adopt makes the coordinator take a shared root's cluster (admin).

@@ -229,6 +229,13 @@ func (c *Coordinator) Status(ctx context.Context, typ api.OperationType, resourc
 	return c.locks.Status(ctx, typ, resourceID, nodeID, requestID)
 }
 
+// Held handles GET /locks/held (admin): the locks of one type held now
+// (pull, the default: the in-flight downloads) and their waiters
+// (held.go).
+func (c *Coordinator) Held(ctx context.Context, typ api.OperationType) (api.HeldLocksResponse, error) {
+	return c.locks.Held(ctx, typ)
+}
+
 // OpenNodeStream opens the event stream of node, ending the node's older
 // one if any. The caller must Close it.
 func (c *Coordinator) OpenNodeStream(node string) (*NodeStream, error) {

@@ -60,6 +60,10 @@ var commands = []command{
 		fs.StringVar(&f.nodeID, "node-id", "", "the node ID the prefetch downloads as (forgotten when it ends); default prefetch-<hostname>")
 		fs.StringVar(&f.stateDir, "state-dir", "", "the prefetch's journal directory, on local disk; default a temporary one, removed when it ends")
 	}},
+	{name: "top", flags: func(fs *flag.FlagSet, inv *invocation) {
+		fs.BoolVar(&inv.top.once, "once", false, "print once and exit (also with -o json, or when the output is not a terminal)")
+		fs.DurationVar(&inv.top.interval, "interval", time.Second, "how often to redraw in a terminal")
+	}},
 	{name: "cluster adopt", flags: func(fs *flag.FlagSet, inv *invocation) {
 		fs.BoolVar(&inv.force, "force", false, "adopt even though the coordinator already has members")
 	}},
@@ -81,6 +85,7 @@ type invocation struct {
 	forget           forgetSelection
 	prefetch         prefetchFlags
 	errOut           io.Writer // notes beside the result
+	top              topOptions
 }
 
 // parseArgs parses a command line: the flags every command takes, before
@@ -184,7 +189,7 @@ func (inv *invocation) flagSet(name string, errOut io.Writer) *flag.FlagSet {
 	fs.StringVar(&inv.tokenFile, "token-file", or(inv.tokenFile, os.Getenv("SHAREDCONTENT_TOKEN_FILE")), "file with the bearer token (env SHAREDCONTENT_TOKEN_FILE): the coordinator's admin token (its --admin-token-file), which every command takes and forget, release and adopt need; a coordinator with node tokens answers no call without a token. Without node or admin tokens: its --token-file")
 	fs.StringVar(&inv.output, "o", or(inv.output, "table"), "output: table or json")
 	fs.BoolVar(&inv.version, cli.VersionFlag, false, "print the version (and revision, Go version) and exit")
-	fs.StringVar(&inv.root, "root", inv.root, "the shared content directory, for refs, du, reap, doctor, prefetch and cluster adopt (env SHAREDCONTENT_ROOT)")
+	fs.StringVar(&inv.root, "root", inv.root, "the shared content directory, for refs, du, reap, top, doctor, prefetch and cluster adopt (env SHAREDCONTENT_ROOT)")
 	return fs
 }
 

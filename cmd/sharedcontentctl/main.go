@@ -8,6 +8,7 @@
 //	sharedcontentctl ... [--root DIR] refs DIGEST
 //	sharedcontentctl ... node ls | node forget ID | node release ID
 //	sharedcontentctl ... --root DIR du | reap --dry-run [--reap-grace D]
+//	sharedcontentctl ... [--root DIR] top [--once] [--interval D]
 //	sharedcontentctl ... cluster adopt --root DIR [--force]
 //	sharedcontentctl ... --root DIR prefetch IMAGE [--platform P]... [--user U:P] [--hosts-dir D] [--pin-name N] [--pin-expires D] [--no-pin]
 //	sharedcontentctl --version
@@ -72,6 +73,7 @@ commands:
   node release ID                     let another host take over a node ID (the host that held it is gone, or has a new state dir); keeps its references
   du                                  bytes in the shared directory (--root), per node, and reclaimable
   reap --dry-run [--reap-grace D]     what a reaper pass would remove now (--root) and why: the reaper's own decision code
+  top [--once] [--interval D]         the downloads in flight: blob, holder node, since, bytes (with --root), waiting nodes; redraws in a terminal
   cluster adopt --root DIR [--force]  make the coordinator take the shared root's cluster (after it lost its database)
   prefetch IMAGE --root DIR [--platform P]... [--user U:P] [--hosts-dir D] [--pin-name N] [--pin-expires D] [--no-pin]
                                       download an image's blobs into the shared root once, under the nodes' pull locks, and pin it
@@ -159,6 +161,8 @@ func (inv *invocation) run(ctx context.Context, c *lockclient.Client, token stri
 		return release(ctx, c, inv.args[0], out)
 	case "prefetch":
 		return runPrefetch(ctx, c, token, inv.server, inv.root, inv.args[0], inv.prefetch, p, out, inv.errOut)
+	case "top":
+		return top(c, inv.root, inv.top, p, out)
 	}
 	panic("sharedcontentctl: no code for command " + inv.cmd.name)
 }

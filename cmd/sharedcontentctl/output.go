@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
+
+	"golang.org/x/term"
 )
 
 // printer writes a command's result as a table (the default) or, with
@@ -48,4 +51,11 @@ func bytesOf(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// isTerminal reports whether out is a terminal (not a file, a pipe or
+// /dev/null): where top redraws and prefetch draws a bar.
+func isTerminal(out io.Writer) bool {
+	f, ok := out.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -31,16 +30,6 @@ type progress struct {
 
 func newProgress(out io.Writer) *progress {
 	return &progress{out: out, tty: isTerminal(out), start: time.Now()}
-}
-
-// isTerminal reports whether out is a terminal (a character device).
-func isTerminal(out io.Writer) bool {
-	f, ok := out.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 func (p *progress) event(e prefetch.Event) {

@@ -626,3 +626,18 @@ type ErrorResponse struct {
 	// its advertised URL (docs/design.md §7).
 	Leader string `json:"leader,omitempty"`
 }
+
+// HeldLocksMax bounds the locks a HeldLocksResponse lists.
+const HeldLocksMax = 1000
+
+// HeldLocksResponse is the answer to GET /locks/held (admin): the locks
+// of one type held now, oldest grant first, each with its holder and the
+// head of its queue. With type pull (the default) these are the
+// cluster's in-flight downloads and the nodes waiting for them
+// (`sharedcontentctl top`). Locks lists at most HeldLocksMax; Total
+// counts them all.
+type HeldLocksResponse struct {
+	Type  OperationType    `json:"type"`
+	Locks []StatusResponse `json:"locks"`
+	Total int              `json:"total"`
+}

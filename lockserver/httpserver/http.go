@@ -35,6 +35,7 @@ import (
 //	POST /lock/cancel     leave a queue or give back a grant
 //	GET  /lock/subscribe  Server-Sent Events for a key or a request
 //	GET  /lock/status     a key's holder, completion and queue
+//	GET  /locks/held      the locks of a type held now and their queues (admin)
 //	POST /refs/add        add a reference
 //	GET  /refs            a resource's references
 //	GET  /refs/list       every reference set, a page at a time
@@ -193,6 +194,7 @@ func NewHandler(c *lockserver.Coordinator, opts ...HandlerOption) *Handler {
 		"/lock/subscribe":    onStream(h.subscribe),
 		"/lock/events":       onStream(h.nodeEvents),
 		"/lock/status":       onGet(h.status),
+		"/locks/held":        {method: http.MethodGet, admin: true, handle: h.held},
 		"/refs/add":          onPost(h.refsAdd),
 		"/refs":              onGet(h.refs),
 		"/refs/list":         onGet(h.refsList),
@@ -536,6 +538,12 @@ func (h *Handler) nodes(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	resp, err := h.coord().NodesPage(ctx, string(q.Peek("after")), limit)
+	reply(ctx, resp, err)
+}
+
+// held answers GET /locks/held?type=T (pull by default).
+func (h *Handler) held(ctx *fasthttp.RequestCtx) {
+	resp, err := h.coord().Held(ctx, api.OperationType(ctx.QueryArgs().Peek("type")))
 	reply(ctx, resp, err)
 }
 
