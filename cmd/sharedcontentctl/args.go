@@ -47,6 +47,13 @@ var commands = []command{
 		fs.BoolVar(&inv.dryRun, "dry-run", false, "list what the reaper would remove; required (the nodes' reapers reclaim, one at a time)")
 		fs.DurationVar(&inv.reapGrace, "reap-grace", defaultReapGrace, "the reapers' --reap-grace")
 	}},
+	{name: "pin add", args: []string{"IMAGE|DIGEST"}, flags: func(fs *flag.FlagSet, inv *invocation) {
+		fs.StringVar(&inv.pin.name, "name", "", "the pin's name (default: made of the digest or image)")
+		fs.DurationVar(&inv.pin.expires, "expires", 0, "drop the pin this long from now (e.g. 24h); 0: never")
+		fs.Var(platformsFlag{&inv.pin.platforms}, "platform", "of an index, pin only the manifests of this platform (e.g. linux/amd64; repeat, or comma-separate); default: every platform")
+	}},
+	{name: "pin ls"},
+	{name: "pin rm", args: []string{"NAME"}, check: checkPinName},
 	{name: "cluster adopt", flags: func(fs *flag.FlagSet, inv *invocation) {
 		fs.BoolVar(&inv.force, "force", false, "adopt even though the coordinator already has members")
 	}},
@@ -66,6 +73,7 @@ type invocation struct {
 	dryRun, force    bool
 	reapGrace        time.Duration
 	forget           forgetSelection
+	pin              pinOptions
 }
 
 // parseArgs parses a command line: the flags every command takes, before
@@ -166,10 +174,10 @@ func (inv *invocation) flagSet(name string, errOut io.Writer) *flag.FlagSet {
 		}
 		return nil
 	})
-	fs.StringVar(&inv.tokenFile, "token-file", or(inv.tokenFile, os.Getenv("SHAREDCONTENT_TOKEN_FILE")), "file with the bearer token (env SHAREDCONTENT_TOKEN_FILE): the coordinator's admin token (its --admin-token-file), which every command takes and forget, release and adopt need; a coordinator with node tokens answers no call without a token. Without node or admin tokens: its --token-file")
+	fs.StringVar(&inv.tokenFile, "token-file", or(inv.tokenFile, os.Getenv("SHAREDCONTENT_TOKEN_FILE")), "file with the bearer token (env SHAREDCONTENT_TOKEN_FILE): the coordinator's admin token (its --admin-token-file), which every command takes and forget, release, adopt and pin need; a coordinator with node tokens answers no call without a token. Without node or admin tokens: its --token-file")
 	fs.StringVar(&inv.output, "o", or(inv.output, "table"), "output: table or json")
 	fs.BoolVar(&inv.version, cli.VersionFlag, false, "print the version (and revision, Go version) and exit")
-	fs.StringVar(&inv.root, "root", inv.root, "the shared content directory, for refs, du, reap, doctor and cluster adopt (env SHAREDCONTENT_ROOT)")
+	fs.StringVar(&inv.root, "root", inv.root, "the shared content directory, for refs, du, reap, doctor, pin and cluster adopt (env SHAREDCONTENT_ROOT)")
 	return fs
 }
 

@@ -1,6 +1,6 @@
 // Command sharedcontentctl is the operator's tool for a sharedcontent
 // cluster: it shows the coordinator's state and, with --root, the shared
-// directory's, and it adopts a root or forgets a node. Output is a table,
+// directory's, it adopts a root or forgets a node, and it pins images. Output is a table,
 // or JSON with -o json.
 //
 //	sharedcontentctl [--coordinator URL[,URL...]] [--token-file F] [-o json] status
@@ -9,6 +9,8 @@
 //	sharedcontentctl ... node ls | node forget ID | node release ID
 //	sharedcontentctl ... --root DIR du | reap --dry-run [--reap-grace D]
 //	sharedcontentctl ... cluster adopt --root DIR [--force]
+//	sharedcontentctl ... --root DIR pin add DIGEST|IMAGE [--name N] [--expires D] [--platform P]
+//	sharedcontentctl ... [--root DIR] pin ls | pin rm NAME
 //	sharedcontentctl --version
 //
 // Flags go before or after the command. --lock-server (and the variable
@@ -72,6 +74,10 @@ commands:
   du                                  bytes in the shared directory (--root), per node, and reclaimable
   reap --dry-run [--reap-grace D]     what a reaper pass would remove now (--root) and why: the reaper's own decision code
   cluster adopt --root DIR [--force]  make the coordinator take the shared root's cluster (after it lost its database)
+  pin add DIGEST|IMAGE --root DIR [--name N] [--expires D] [--platform P ...]
+                                      keep an image's blobs (index, manifests, config, layers, read from --root) whatever the nodes' GC does
+  pin ls                              list the pins (with --root: their bytes there)
+  pin rm NAME                         drop a pin; its blobs go when no node uses them
 flags (before or after the command):`
 
 // run runs the command of args, writing its result to out and notes
@@ -151,6 +157,12 @@ func (inv *invocation) run(ctx context.Context, c *lockclient.Client, token stri
 		return forgetNodes(ctx, c, id, inv.forget, inv.dryRun, p, out)
 	case "node release":
 		return release(ctx, c, inv.args[0], out)
+	case "pin add":
+		return pinAdd(ctx, c, inv.root, inv.args[0], inv.pin, p, out)
+	case "pin ls":
+		return pinList(ctx, c, inv.root, p)
+	case "pin rm":
+		return pinRemove(ctx, c, inv.args[0], out)
 	}
 	panic("sharedcontentctl: no code for command " + inv.cmd.name)
 }
