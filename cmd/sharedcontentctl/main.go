@@ -162,7 +162,7 @@ func (inv *invocation) run(ctx context.Context, c *lockclient.Client, token stri
 	case "pin ls":
 		return pinList(ctx, c, inv.root, p)
 	case "pin rm":
-		return pinRemove(ctx, c, inv.args[0], out)
+		return pinRemove(ctx, c, inv.root, inv.args[0], out)
 	}
 	panic("sharedcontentctl: no code for command " + inv.cmd.name)
 }
@@ -203,7 +203,7 @@ func adopt(ctx context.Context, c *lockclient.Client, root string, force bool, o
 	}
 	fmt.Fprintf(out, "coordinator adopted cluster %s (epoch %d) with %d member(s) %v; deletes wait until every one has synced\n",
 		cl.ClusterID, cl.Epoch, len(members), members)
-	return nil
+	return restorePins(ctx, c, root, out)
 }
 
 func nodes(ctx context.Context, c *lockclient.Client, p printer) error {

@@ -113,6 +113,9 @@ func pinAdd(ctx context.Context, c *lockclient.Client, root, target string, o pi
 	if err != nil {
 		return err
 	}
+	if err := savePinCopy(root, got); err != nil {
+		return fmt.Errorf("pin add: the pin is recorded, but %w; an adoption of the root would not restore it", err)
+	}
 	row := pinRow{Pin: got, Bytes: &size}
 	return p.print(row, func(tw *tabwriter.Writer) {
 		fmt.Fprintf(tw, "pinned %s: %d blob(s), %s, expires %s; %s\n", got.Name, len(got.ResourceIDs), bytesOf(size), expiry(got.Expires),
@@ -331,12 +334,26 @@ func pinList(ctx context.Context, c *lockclient.Client, root string, p printer) 
 	})
 }
 
-// pinRemove drops the pin name.
-func pinRemove(ctx context.Context, c *lockclient.Client, name string, out io.Writer) error {
-	if err := c.DeletePin(ctx, name); err != nil {
+// pinRemove drops the pin name, and its copy in root when root is given
+// (else the copy stays, and an adoption of the root restores the pin).
+func pinRemove(ctx context.Context, c *lockclient.Client, root, name string, out io.Writer) error {
+	err := c.DeletePin(ctx, name)
+	if err != nil && (root == "" || !errors.Is(err, api.ErrNotFound)) {
 		return err
 	}
-	fmt.Fprintf(out, "dropped pin %s; its blobs go when no node uses them (the reaper waits its grace)\n", name)
+	if root != "" {
+		if cerr := dropPinCopy(root, name); cerr != nil {
+			return cerr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	note := ""
+	if root == "" {
+		note = " (without --root its copy in the shared root stays: an adoption of the root would restore it)"
+	}
+	fmt.Fprintf(out, "dropped pin %s; its blobs go when no node uses them (the reaper waits its grace)%s\n", name, note)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
@@ -15,6 +16,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
@@ -173,4 +175,43 @@ func TestPinAddImageName(t *testing.T) {
 	}
 	err = run([]string{"--coordinator", srv.URL(), "pin", "add", ti.index.Digest.String()}, &out, io.Discard)
 	require.ErrorContains(t, err, "--root is required")
+}
+
+// TestAdoptRestoresPins (docs/design.md §8.10, §8.21): `pin add` keeps a
+// copy of the pin in the shared root; a coordinator that lost its
+// database and adopts the root gets every unexpired pin back, with its
+// references; `pin rm --root` removes the copy, so an adoption does not
+// bring that pin back.
+func TestAdoptRestoresPins(t *testing.T) {
+	srv := lockservertest.Start(t)
+	root := t.TempDir()
+	ti := writeIndex(t, root)
+	ctx := context.Background()
+	base := []string{"--coordinator", srv.URL(), "--root", root}
+	ctl(t, append(base, "pin", "add", ti.index.Digest.String(), "--name", "keep", "--platform", "linux/amd64")...)
+	ctl(t, append(base, "pin", "add", ti.amd64[0].Digest.String(), "--name", "gone")...)
+	ctl(t, append(base, "pin", "rm", "gone")...)
+	_, err := os.Stat(filepath.Join(root, ".sharedcontent", "pins", "gone.json"))
+	require.ErrorIs(t, err, os.ErrNotExist, "pin rm --root removes the root's copy")
+
+	// The root is the cluster's; the coordinator loses its database.
+	b, err := json.Marshal(contentv2.ClusterFile{ClusterID: srv.Core().Cluster().ClusterID, CreatedAt: time.Now(), CreatedBy: "node-1"})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(root, ".sharedcontent", "cluster.json"), b, 0o644))
+	require.NoError(t, contentv2.WriteNodeMarker(root, "node-1"))
+	srv.Wipe()
+	ps, err := srv.Core().Pins(ctx)
+	require.NoError(t, err)
+	require.Empty(t, ps.Pins, "a wiped coordinator has no pins")
+
+	out := ctl(t, append(base, "cluster", "adopt")...)
+	require.Contains(t, out, "restored 1 pin(s) from the root's copies: keep")
+	p, err := srv.Core().Pin(ctx, "keep")
+	require.NoError(t, err)
+	require.ElementsMatch(t, append(ids(ti.index), ids(ti.amd64...)...), p.ResourceIDs)
+	refs, err := srv.Core().Refs(ctx, ti.amd64[2].Digest.String())
+	require.NoError(t, err)
+	require.Equal(t, []string{"pin/keep"}, refs.Nodes)
+	_, err = srv.Core().Pin(ctx, "gone")
+	require.ErrorIs(t, err, api.ErrNotFound)
 }
