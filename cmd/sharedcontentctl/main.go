@@ -197,13 +197,16 @@ func adopt(ctx context.Context, c *lockclient.Client, root string, force bool, o
 	if err != nil {
 		return err
 	}
+	// The pins first: once adopted, the members sync and deletes go on,
+	// and a blob only a pin held must be held by then.
+	pinsErr := restorePins(ctx, c, root, out)
 	cl, err := c.Adopt(ctx, api.AdoptRequest{ClusterID: id, Nodes: members, Force: force})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "coordinator adopted cluster %s (epoch %d) with %d member(s) %v; deletes wait until every one has synced\n",
 		cl.ClusterID, cl.Epoch, len(members), members)
-	return restorePins(ctx, c, root, out)
+	return pinsErr
 }
 
 func nodes(ctx context.Context, c *lockclient.Client, p printer) error {

@@ -21,7 +21,9 @@ import (
 // pins/<name>.json, so that a coordinator that lost its database gets the
 // pins back when an operator adopts the root (docs/design.md §8.10,
 // §8.21): `pin add` writes it (it reads the root anyway), `pin rm` with
-// --root removes it, and `cluster adopt` puts every unexpired one again.
+// --root removes it, and `cluster adopt` puts every unexpired one again,
+// before it adopts (so that no member's sync lets a delete of a blob only a
+// pin held go meanwhile).
 // The coordinator's record is the pin; the root's copy only restores it.
 // A copy `pin rm` left behind (no --root) brings the pin back at an
 // adoption: the safe side, a blob kept.
@@ -70,7 +72,7 @@ func dropPinCopy(root, name string) error {
 }
 
 // restorePins puts every unexpired pin copy of root at the coordinator
-// (after an adoption). A pin that cannot be put (its blobs were deleted
+// (before `cluster adopt` adopts the root). A pin that cannot be put (its blobs were deleted
 // meanwhile, a bad copy) is reported and the others are still put.
 func restorePins(ctx context.Context, c *lockclient.Client, root string, out io.Writer) error {
 	entries, err := os.ReadDir(pinsDir(root))
@@ -108,7 +110,7 @@ func restorePins(ctx context.Context, c *lockclient.Client, root string, out io.
 		fmt.Fprintf(out, "restored %d pin(s) from the root's copies: %s\n", len(restored), strings.Join(slices.Sorted(slices.Values(restored)), ", "))
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("cluster adopt: %d pin(s) of the root not restored (the adoption itself is done): %s", len(failed), strings.Join(failed, "; "))
+		return fmt.Errorf("cluster adopt: %d pin(s) of the root not restored (run `pin add` for them again): %s", len(failed), strings.Join(failed, "; "))
 	}
 	return nil
 }
