@@ -195,12 +195,9 @@ func (rs *references) putPin(ctx context.Context, name string, p api.Pin, by str
 		b.RemoveRef(id, holder).Break()
 	}
 	b.PutPin(recordOf(p))
+	rs.noteDropping(removed)
 	if err := rs.store.commit(ctx, b); err != nil {
 		return api.Pin{}, fmt.Errorf("pin %s: nothing pinned (run the same command again): %w", name, err)
-	}
-	now := rs.now()
-	for _, id := range removed {
-		rs.noteActivity(id, now)
 	}
 	ps.byName[name] = p
 	ps.counted()
@@ -225,6 +222,20 @@ func (rs *references) admitPinRef(id, name, holder string) error {
 	}
 	rs.stripe(id).addPending(id, holder)
 	return nil
+}
+
+// noteDropping records, before a pin's references to ids are dropped, a
+// reference change of each (reap.go): the reaper waits its grace before it
+// reclaims them. Each is noted with its resource held, so a reap check
+// (which reads the activity, then the references, under the shard) sees
+// either the activity or the pin's reference.
+func (rs *references) noteDropping(ids []string) {
+	now := rs.now()
+	for _, id := range ids {
+		h := rs.locks.hold(id)
+		rs.noteActivity(id, now)
+		h.release()
+	}
 }
 
 // diffIDs returns the IDs of want not in had, and of had not in want.
@@ -272,14 +283,9 @@ func (rs *references) dropPinLocked(ctx context.Context, name, why string) error
 	for _, id := range p.ResourceIDs {
 		b.RemoveRef(id, holder).Break()
 	}
+	rs.noteDropping(p.ResourceIDs)
 	if err := rs.store.commit(ctx, b.DropPin(name)); err != nil {
 		return fmt.Errorf("pin %s: the pin is kept (part of its references may have been dropped); run the same command again: %w", name, err)
-	}
-	// Dropping a reference is a reference change: the reaper waits its
-	// grace before it reclaims the blob (reap.go).
-	now := rs.now()
-	for _, id := range p.ResourceIDs {
-		rs.noteActivity(id, now)
 	}
 	delete(ps.byName, name)
 	ps.counted()

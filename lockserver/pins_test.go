@@ -240,3 +240,34 @@ func TestPinRefusedForDeletedBlob(t *testing.T) {
 	putPin(t, c, "web", pinA, pinB)
 	require.Equal(t, []string{"a", "pin/web"}, refsOf(t, c, pinB))
 }
+
+// TestPinDropWaitsTheReapGrace: dropping a pin is a reference change of
+// its blobs: a reap delete is refused within the reap grace after it, and
+// granted after.
+func TestPinDropWaitsTheReapGrace(t *testing.T) {
+	const grace = time.Hour
+	c := newTestCoordinator(t, func(c *Config) {
+		c.ReapGrace = grace
+		c.SessionTTL, c.LeaseTTL, c.ClaimTimeout, c.NodeExpiry, c.MaxReapHold = 24*grace, 24*grace, 24*grace, 48*grace, 48*grace
+	})
+	clock := useFakeClock(c)
+	ctx := context.Background()
+	members(t, c, "reaper")
+	putPin(t, c, "web", pinB)
+	clock.at(2 * grace)
+	_, err := c.Lock(ctx, api.LockRequest{Type: api.OperationUpdate, ResourceID: api.ReapLockResource, NodeID: "reaper", Wait: new(false)})
+	require.NoError(t, err)
+	reap := func() (api.LockResponse, error) {
+		return c.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: pinB, NodeID: "reaper", Reap: api.ReapOrphan, Wait: new(false)})
+	}
+	_, err = reap()
+	require.ErrorIs(t, err, api.ErrInUse, "pinned")
+	require.NoError(t, c.DeletePin(ctx, "web"))
+	_, err = reap()
+	require.ErrorIs(t, err, api.ErrInUse)
+	require.ErrorContains(t, err, "within the coordinator's reap grace")
+	clock.at(3*grace + time.Millisecond)
+	got, err := reap()
+	require.NoError(t, err)
+	require.True(t, got.Acquired)
+}
