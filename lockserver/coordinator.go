@@ -112,6 +112,9 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 	ctx := context.Background()
 	st.now = clock
 	c.references = newReferences(cfg, st, c.memberPart, clock, c.started)
+	if c.references.pins, err = newPinSet(opts.Registerer); err != nil {
+		return nil, err
+	}
 	if c.locks, err = newLocks(ctx, cfg, st, c.references, clock, c.stop); err != nil {
 		return nil, err
 	}
@@ -122,6 +125,9 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 	if err := c.loadMembers(ctx); err != nil {
 		return nil, err
 	}
+	if err := c.references.loadPins(ctx); err != nil {
+		return nil, err
+	}
 	// The members' hashes for syncs by hash: one walk of the references,
 	// or a standby's (docs/design.md §7.2).
 	if err := c.buildHashes(ctx); err != nil {
@@ -130,8 +136,9 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 	if err := c.locks.start(ctx, &c.wg); err != nil {
 		return nil, err
 	}
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.syncSweepLoop()
+	go c.pinSweepLoop()
 	return c, nil
 }
 

@@ -13,9 +13,9 @@ import (
 )
 
 // references is the coordinator's references part (docs/design.md §3.7,
-// §8.7-§8.12): the reference sets (refs.go), the references still being
+// §8.7-§8.12, §8.21): the reference sets (refs.go), the references still being
 // written, the delete rule (deleterule.go), the reap rules and the
-// resources' recent activity (reap.go), and the reference writes of a
+// resources' recent activity (reap.go), the pins (pins.go), and the reference writes of a
 // successful unlock and of an expired pull lease (here). A reference add's walk stays inside it; it asks the members
 // part (membersView) for the reference rule and the members' half of the
 // delete rule, and the locks part (resourceLocks) to hold a resource
@@ -31,6 +31,8 @@ type references struct {
 	// stripes hold per-resource state, striped like the locks part's
 	// shards (shardIndex).
 	stripes []*refStripe
+	// pins are the operator-named holders of references (pins.go).
+	pins *pinSet
 }
 
 // refStripe is the references part's state of the resources of one

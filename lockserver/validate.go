@@ -19,8 +19,18 @@ func validateResourceID(id string) error {
 	return validateString("resource_id", id, api.MaxResourceIDLen)
 }
 
+// validateID validates an ID field; a node_id may not start with
+// api.PinHolderPrefix, which names the holders of pins' references
+// (pins.go): a node of that ID would sync, forget or expire a pin's.
 func validateID(field, v string) error {
-	return validateString(field, v, api.MaxIDLen)
+	if err := validateString(field, v, api.MaxIDLen); err != nil {
+		return err
+	}
+	if name, ok := api.PinName(v); ok && field == "node_id" {
+		return fmt.Errorf("node_id %q: IDs starting with %q hold pins' references, not nodes' (sharedcontentctl pin rm %s drops pin %s): %w",
+			v, api.PinHolderPrefix, name, name, api.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // validateString accepts non-empty UTF-8 of at most max bytes without

@@ -55,6 +55,8 @@ const (
 	OpDropDeleted                     // Key's delete completion is dropped
 	OpPutLease                        // Key's lease Lease.LeaseID is recorded: Lease
 	OpDropLease                       // the record of Key's lease Lease.LeaseID is dropped
+	OpPutPin                          // pin Key is recorded: Pin
+	OpDropPin                         // the record of pin Key is dropped
 )
 
 // Op is one write of a Batch. Key is the resource ID, the member ID or
@@ -76,6 +78,7 @@ type Op struct {
 	Deleting DeleteMarker
 	Deleted  DeleteCompletion
 	Lease    LeaseRecord
+	Pin      PinRecord
 }
 
 // DeleteMarker records a granted delete that has not ended yet
@@ -308,6 +311,10 @@ func (op *Op) check() error {
 		}
 	case OpPutLease, OpDropLease:
 		if err := checkLease(op); err != nil {
+			return err
+		}
+	case OpPutPin, OpDropPin:
+		if err := checkPin(op); err != nil {
 			return err
 		}
 	case OpDropRefs, OpPutMember, OpDeleteMember, OpPutDeleting, OpDropDeleting, OpPutDeleted, OpDropDeleted:

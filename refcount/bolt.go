@@ -32,6 +32,7 @@ var (
 	deletingBucket  = []byte("deleting")
 	deletedBucket   = []byte("deleted")
 	leasesBucket    = []byte("leases")
+	pinsBucket      = []byte("pins")
 	ownerBucket     = []byte("owner")
 	ownerKey        = []byte("fence")
 )
@@ -102,7 +103,7 @@ func OpenBoltStorage(path string, opts ...BoltOption) (*BoltStorage, error) {
 	}
 	var fence uint64
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{refcountsBucket, nodesBucket, metaBucket, membersBucket, deletingBucket, deletedBucket, leasesBucket, ownerBucket} {
+		for _, name := range [][]byte{refcountsBucket, nodesBucket, metaBucket, membersBucket, deletingBucket, deletedBucket, leasesBucket, pinsBucket, ownerBucket} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}

@@ -100,6 +100,8 @@ func encodeOp(op *Op) ([]byte, error) {
 		return json.Marshal(op.Deleted)
 	case OpPutLease:
 		return json.Marshal(op.Lease)
+	case OpPutPin:
+		return json.Marshal(op.Pin)
 	}
 	return nil, nil
 }
@@ -127,6 +129,10 @@ func applyOp(tx *bolt.Tx, op *Op, v []byte) error {
 		return tx.Bucket(leasesBucket).Put([]byte(leaseKey(op.Key, op.Lease.LeaseID)), v)
 	case OpDropLease:
 		return tx.Bucket(leasesBucket).Delete([]byte(leaseKey(op.Key, op.Lease.LeaseID)))
+	case OpPutPin:
+		return tx.Bucket(pinsBucket).Put(key, v)
+	case OpDropPin:
+		return tx.Bucket(pinsBucket).Delete(key)
 	case OpDropRefs:
 		return refsOf(tx).drop(op.Key)
 	case OpAddRef:
@@ -196,6 +202,27 @@ func (s *BoltStorage) Leases(ctx context.Context) ([]LeaseRecord, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list leases: %w", err)
+	}
+	return out, nil
+}
+
+// Pins implements Storage. A stored value that does not decode is an
+// error wrapping errdefs.ErrDataLoss.
+func (s *BoltStorage) Pins(ctx context.Context) ([]PinRecord, error) {
+	var out []PinRecord
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(pinsBucket).ForEach(func(k, raw []byte) error {
+			var p PinRecord
+			if err := json.Unmarshal(raw, &p); err != nil {
+				return fmt.Errorf("%s %q: decode: %w: %w", pinsBucket, k, errdefs.ErrDataLoss, err)
+			}
+			p.Name = string(k)
+			out = append(out, p)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list pins: %w", err)
 	}
 	return out, nil
 }

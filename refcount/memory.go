@@ -36,6 +36,7 @@ type memoryState struct {
 	deleting  map[string]DeleteMarker
 	completed map[string]DeleteCompletion
 	leases    map[string]LeaseRecord // by leaseKey
+	pins      map[string]PinRecord   // by name
 	root      *RootClaim             // the identity's Root
 }
 
@@ -60,6 +61,7 @@ func NewMemoryStorage() LocalStorage {
 		deleting:  map[string]DeleteMarker{},
 		completed: map[string]DeleteCompletion{},
 		leases:    map[string]LeaseRecord{},
+		pins:      map[string]PinRecord{},
 	}
 	return &memoryStorage{st: st, fence: 1}
 }
@@ -215,6 +217,12 @@ func (st *memoryState) apply(op *Op) {
 		st.leases[leaseKey(op.Key, op.Lease.LeaseID)] = op.Lease
 	case OpDropLease:
 		delete(st.leases, leaseKey(op.Key, op.Lease.LeaseID))
+	case OpPutPin:
+		p := clonePin(op.Pin)
+		p.Name = op.Key
+		st.pins[op.Key] = p
+	case OpDropPin:
+		delete(st.pins, op.Key)
 	}
 }
 
@@ -344,6 +352,19 @@ func (s *memoryStorage) Leases(ctx context.Context) ([]LeaseRecord, error) {
 	out := make([]LeaseRecord, 0, len(s.st.leases))
 	for _, k := range slices.Sorted(maps.Keys(s.st.leases)) {
 		out = append(out, s.st.leases[k])
+	}
+	return out, nil
+}
+
+func (s *memoryStorage) Pins(ctx context.Context) ([]PinRecord, error) {
+	unlock, err := s.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	out := make([]PinRecord, 0, len(s.st.pins))
+	for _, k := range slices.Sorted(maps.Keys(s.st.pins)) {
+		out = append(out, clonePin(s.st.pins[k]))
 	}
 	return out, nil
 }

@@ -10,8 +10,8 @@ import (
 
 // Storage is one handle on the coordinator's durable state: the reference
 // sets, the members, the coordinator's identity, the lease fences'
-// high-water mark, small meta values, the deletes in flight or completed and the
-// leases recorded to survive a failover. All of
+// high-water mark, small meta values, the deletes in flight or completed, the
+// leases recorded to survive a failover and the pins. All of
 // it lives in one store, and the one way to change any of it is Commit,
 // which applies a Batch in one guarded transaction (see the package
 // documentation for the guard and for the limits of one transaction).
@@ -57,6 +57,8 @@ type Storage interface {
 	// Leases returns the lease records, in resource ID and then lease ID
 	// order.
 	Leases(ctx context.Context) ([]LeaseRecord, error)
+	// Pins returns the pin records, in name order (docs/design.md §8.21).
+	Pins(ctx context.Context) ([]PinRecord, error)
 	// RefState returns whether node is in the resource's reference set
 	// and the set's size (false and 0 when it has none) without reading
 	// the set: O(1) in memory, O(log N) on bbolt, one read on etcd. The

@@ -64,6 +64,16 @@ var commands = []command{
 		fs.BoolVar(&inv.top.once, "once", false, "print once and exit (also with -o json, or when the output is not a terminal)")
 		fs.DurationVar(&inv.top.interval, "interval", time.Second, "how often to redraw in a terminal")
 	}},
+	{name: "pin add", args: []string{"IMAGE|DIGEST"}, flags: func(fs *flag.FlagSet, inv *invocation) {
+		fs.StringVar(&inv.pin.User, "user", "", "registry credentials user:password, to resolve an IMAGE (as prefetch)")
+		fs.StringVar(&inv.pin.HostsDir, "hosts-dir", registry.DefaultHostsDir, "containerd's hosts directory, to resolve an IMAGE (as prefetch)")
+		fs.BoolVar(&inv.pin.PlainHTTP, "plain-http", false, "talk HTTP to registries without a hosts.toml, to resolve an IMAGE")
+		fs.StringVar(&inv.pin.name, "name", "", "the pin's name (default: made of the digest or image)")
+		fs.DurationVar(&inv.pin.expires, "expires", 0, "drop the pin this long from now (e.g. 24h); 0: never")
+		fs.Var(platformsFlag{&inv.pin.platforms}, "platform", "of an index, pin only the manifests of this platform (e.g. linux/amd64; repeat, or comma-separate); default: every platform")
+	}},
+	{name: "pin ls"},
+	{name: "pin rm", args: []string{"NAME"}, check: checkPinName},
 	{name: "cluster adopt", flags: func(fs *flag.FlagSet, inv *invocation) {
 		fs.BoolVar(&inv.force, "force", false, "adopt even though the coordinator already has members")
 	}},
@@ -86,6 +96,7 @@ type invocation struct {
 	prefetch         prefetchFlags
 	errOut           io.Writer // notes beside the result
 	top              topOptions
+	pin              pinOptions
 }
 
 // parseArgs parses a command line: the flags every command takes, before
@@ -186,10 +197,10 @@ func (inv *invocation) flagSet(name string, errOut io.Writer) *flag.FlagSet {
 		}
 		return nil
 	})
-	fs.StringVar(&inv.tokenFile, "token-file", or(inv.tokenFile, os.Getenv("SHAREDCONTENT_TOKEN_FILE")), "file with the bearer token (env SHAREDCONTENT_TOKEN_FILE): the coordinator's admin token (its --admin-token-file), which every command takes and forget, release and adopt need; a coordinator with node tokens answers no call without a token. Without node or admin tokens: its --token-file")
+	fs.StringVar(&inv.tokenFile, "token-file", or(inv.tokenFile, os.Getenv("SHAREDCONTENT_TOKEN_FILE")), "file with the bearer token (env SHAREDCONTENT_TOKEN_FILE): the coordinator's admin token (its --admin-token-file), which every command takes and forget, release, adopt and pin need; a coordinator with node tokens answers no call without a token. Without node or admin tokens: its --token-file")
 	fs.StringVar(&inv.output, "o", or(inv.output, "table"), "output: table or json")
 	fs.BoolVar(&inv.version, cli.VersionFlag, false, "print the version (and revision, Go version) and exit")
-	fs.StringVar(&inv.root, "root", inv.root, "the shared content directory, for refs, du, reap, top, doctor, prefetch and cluster adopt (env SHAREDCONTENT_ROOT)")
+	fs.StringVar(&inv.root, "root", inv.root, "the shared content directory, for refs, du, reap, top, doctor, prefetch, pin and cluster adopt (env SHAREDCONTENT_ROOT)")
 	return fs
 }
 

@@ -1,6 +1,6 @@
 // Command sharedcontentctl is the operator's tool for a sharedcontent
 // cluster: it shows the coordinator's state and, with --root, the shared
-// directory's, and it adopts a root or forgets a node. Output is a table,
+// directory's, it adopts a root or forgets a node, and it pins images. Output is a table,
 // or JSON with -o json.
 //
 //	sharedcontentctl [--coordinator URL[,URL...]] [--token-file F] [-o json] status
@@ -11,6 +11,8 @@
 //	sharedcontentctl ... [--root DIR] top [--once] [--interval D]
 //	sharedcontentctl ... cluster adopt --root DIR [--force]
 //	sharedcontentctl ... --root DIR prefetch IMAGE [--platform P]... [--user U:P] [--hosts-dir D] [--pin-name N] [--pin-expires D] [--no-pin]
+//	sharedcontentctl ... --root DIR pin add DIGEST|IMAGE [--name N] [--expires D] [--platform P]
+//	sharedcontentctl ... [--root DIR] pin ls | pin rm NAME
 //	sharedcontentctl --version
 //
 // Flags go before or after the command. --lock-server (and the variable
@@ -77,6 +79,10 @@ commands:
   cluster adopt --root DIR [--force]  make the coordinator take the shared root's cluster (after it lost its database)
   prefetch IMAGE --root DIR [--platform P]... [--user U:P] [--hosts-dir D] [--pin-name N] [--pin-expires D] [--no-pin]
                                       download an image's blobs into the shared root once, under the nodes' pull locks, and pin it
+  pin add DIGEST|IMAGE --root DIR [--name N] [--expires D] [--platform P ...]
+                                      keep an image's blobs (index, manifests, config, layers, read from --root) whatever the nodes' GC does
+  pin ls                              list the pins (with --root: their bytes there)
+  pin rm NAME                         drop a pin; its blobs go when no node uses them
 flags (before or after the command):`
 
 // run runs the command of args, writing its result to out and notes
@@ -163,6 +169,12 @@ func (inv *invocation) run(ctx context.Context, c *lockclient.Client, token stri
 		return runPrefetch(ctx, c, token, inv.server, inv.root, inv.args[0], inv.prefetch, p, out, inv.errOut)
 	case "top":
 		return top(c, inv.root, inv.top, p, out)
+	case "pin add":
+		return pinAdd(ctx, c, inv.root, inv.args[0], inv.pin, p, out)
+	case "pin ls":
+		return pinList(ctx, c, inv.root, p)
+	case "pin rm":
+		return pinRemove(ctx, c, inv.root, inv.args[0], out)
 	}
 	panic("sharedcontentctl: no code for command " + inv.cmd.name)
 }
@@ -197,13 +209,16 @@ func adopt(ctx context.Context, c *lockclient.Client, root string, force bool, o
 	if err != nil {
 		return err
 	}
+	// The pins first: once adopted, the members sync and deletes go on,
+	// and a blob only a pin held must be held by then.
+	pinsErr := restorePins(ctx, c, root, out)
 	cl, err := c.Adopt(ctx, api.AdoptRequest{ClusterID: id, Nodes: members, Force: force})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "coordinator adopted cluster %s (epoch %d) with %d member(s) %v; deletes wait until every one has synced\n",
 		cl.ClusterID, cl.Epoch, len(members), members)
-	return nil
+	return pinsErr
 }
 
 func nodes(ctx context.Context, c *lockclient.Client, p printer) error {

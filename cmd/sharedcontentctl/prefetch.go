@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -43,6 +42,8 @@ func (f prefetchFlags) check(root string) error {
 		return fmt.Errorf("prefetch: --root is required: the shared content directory the blobs go into: %w", errdefs.ErrInvalidArgument)
 	case f.noPin && (f.pinName != "" || f.pinExpires != 0):
 		return fmt.Errorf("prefetch: --no-pin with --pin-name or --pin-expires: choose: %w", errdefs.ErrInvalidArgument)
+	case f.pinName != "" && api.CheckPinName(f.pinName) != nil:
+		return fmt.Errorf("prefetch --pin-name: %w", api.CheckPinName(f.pinName))
 	case f.pinExpires < 0:
 		return fmt.Errorf("prefetch --pin-expires %s: must not be negative: %w", f.pinExpires, errdefs.ErrInvalidArgument)
 	}
@@ -52,11 +53,11 @@ func (f prefetchFlags) check(root string) error {
 // prefetchReport is what prefetch did.
 type prefetchReport struct {
 	prefetch.Result
-	Fetched int    `json:"fetched"`
-	Present int    `json:"present"`
-	Bytes   int64  `json:"bytes"`
-	Pin     *pin   `json:"pin,omitempty"`
-	NodeID  string `json:"node_id"`
+	Fetched int      `json:"fetched"`
+	Present int      `json:"present"`
+	Bytes   int64    `json:"bytes"`
+	Pin     *api.Pin `json:"pin,omitempty"`
+	NodeID  string   `json:"node_id"`
 }
 
 // runPrefetch downloads image into the shared root under the nodes' pull
@@ -134,7 +135,7 @@ func runPrefetch(ctx context.Context, c *lockclient.Client, token, server, root,
 	rep := prefetchReport{Result: res, NodeID: f.nodeID}
 	rep.Fetched, rep.Present, rep.Bytes = res.Counts()
 	if pins != nil {
-		pp := pin{Name: or(f.pinName, full), Image: full, ResourceIDs: res.Digests(), Created: time.Now().UTC(), By: f.nodeID}
+		pp := api.Pin{Name: or(f.pinName, defaultPinName(full)), Image: full, ResourceIDs: res.Digests(), Created: time.Now().UTC(), By: f.nodeID}
 		if f.pinExpires > 0 {
 			e := pp.Created.Add(f.pinExpires)
 			pp.Expires = &e
@@ -144,6 +145,9 @@ func runPrefetch(ctx context.Context, c *lockclient.Client, token, server, root,
 			return fmt.Errorf("prefetch %s: pin %q: %w (the blobs are in the shared root, held by nobody)", full, pp.Name, err)
 		}
 		rep.Pin = &got
+		if err := savePinCopy(root, got); err != nil {
+			return fmt.Errorf("prefetch %s: the pin %q is recorded, but %w; an adoption of the root would not restore it", full, got.Name, err)
+		}
 	}
 	return p.print(rep, func(tw *tabwriter.Writer) { printPrefetch(tw, rep) })
 }
@@ -221,17 +225,11 @@ func storeClient(server, token, id string) (*lockclient.Client, error) {
 	return lockclient.New(server, opts...)
 }
 
-// platformsFlag is a repeatable --platform.
-type platformsFlag struct{ to *[]string }
-
-func (f platformsFlag) String() string {
-	if f.to == nil {
-		return ""
-	}
-	return strings.Join(*f.to, ",")
+// pinner puts a pin at the coordinator (lockclient.Client's PutPin).
+type pinner interface {
+	PutPin(ctx context.Context, p api.Pin) (api.Pin, error)
 }
 
-func (f platformsFlag) Set(v string) error {
-	*f.to = append(*f.to, v)
-	return nil
-}
+// pinnerOf returns c as the prefetch's pinner. A variable: the tests
+// record the pins asked for.
+var pinnerOf = func(c *lockclient.Client) (pinner, error) { return c, nil }

@@ -24,6 +24,7 @@ import (
 	"github.com/sharedcontent/sharedcontent/internal/registry"
 	testregistry "github.com/sharedcontent/sharedcontent/internal/testutil/registry"
 	"github.com/sharedcontent/sharedcontent/lockclient"
+	"github.com/sharedcontent/sharedcontent/lockserver/api"
 	"github.com/sharedcontent/sharedcontent/lockserver/lockservertest"
 )
 
@@ -138,7 +139,7 @@ func TestPrefetchThenNodePullsNothing(t *testing.T) {
 	require.Zero(t, e.reg.BlobBytes())
 }
 
-// TestPrefetchRefusesBeforeActing: bad flags, a pin this build cannot make,
+// TestPrefetchRefusesBeforeActing: bad flags (a pin name no pin may have),
 // and a bad image name are refused before anything is downloaded or any
 // member is made, with the error's class and what to change.
 func TestPrefetchRefusesBeforeActing(t *testing.T) {
@@ -149,7 +150,7 @@ func TestPrefetchRefusesBeforeActing(t *testing.T) {
 		class func(error) bool
 		says  string
 	}{
-		{"pin without pins", nil, errdefs.IsNotImplemented, "--no-pin"},
+		{"bad pin name", []string{"--pin-name", "a/b"}, errdefs.IsInvalidArgument, "--pin-name"},
 		{"no-pin and a pin name", []string{"--no-pin", "--pin-name", "web"}, errdefs.IsInvalidArgument, "--no-pin with --pin-name"},
 		{"negative expiry", []string{"--pin-expires", "-1h"}, errdefs.IsInvalidArgument, "--pin-expires"},
 		{"bad platform", []string{"--no-pin", "--platform", "linux/"}, errdefs.IsInvalidArgument, `--platform "linux/"`},
@@ -239,9 +240,9 @@ func TestPrefetchNeedsAdmin(t *testing.T) {
 }
 
 // recordingPinner records the pins put.
-type recordingPinner struct{ pins []pin }
+type recordingPinner struct{ pins []api.Pin }
 
-func (r *recordingPinner) PutPin(_ context.Context, p pin) (pin, error) {
+func (r *recordingPinner) PutPin(_ context.Context, p api.Pin) (api.Pin, error) {
 	r.pins = append(r.pins, p)
 	return p, nil
 }
@@ -274,7 +275,26 @@ func TestPrefetchPins(t *testing.T) {
 
 	out, err = e.prefetch()
 	require.NoError(t, err)
-	require.Equal(t, e.img.Ref, rec.pins[1].Name, "the default name is the reference")
+	require.Equal(t, defaultPinName(e.img.Ref), rec.pins[1].Name, "the default name is made of the reference")
 	require.Nil(t, rec.pins[1].Expires)
-	require.Contains(t, out, "pin rm "+e.img.Ref)
+	require.Contains(t, out, "pin rm "+defaultPinName(e.img.Ref))
+
+	// Through the real coordinator: the pin holds every blob, and its
+	// copy in the root lets an adoption restore it (docs/design.md §8.21).
+	pinnerOf = was
+	_, err = e.prefetch("--pin-name", "web")
+	require.NoError(t, err)
+	c, err := lockclient.New(e.server, lockclient.WithNodeID("reader"))
+	require.NoError(t, err)
+	defer c.Close()
+	pins, err := c.Pins(context.Background())
+	require.NoError(t, err)
+	require.Len(t, pins, 1)
+	require.Equal(t, want, pins[0].ResourceIDs)
+	refs, err := c.Refs(context.Background(), want[0])
+	require.NoError(t, err)
+	require.Contains(t, refs.Nodes, "pin/web", "the pin holds the blob")
+	require.NotContains(t, refs.Nodes, "prefetch-test", "the prefetch's node is forgotten")
+	_, err = os.Stat(filepath.Join(e.root, ".sharedcontent", "pins", "web.json"))
+	require.NoError(t, err, "the pin's copy is in the root")
 }

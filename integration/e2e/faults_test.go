@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -67,10 +68,12 @@ type faultOpts struct {
 	// storage, when set, prepares the storage and returns the shared root
 	// and node i's --root (nil: both the directory shared/).
 	storage func(e *env) (shared string, root func(i int) string)
+	// nodes is how many nodes to start (0: 3).
+	nodes int
 }
 
-// newFaultCluster starts a registry, a coordinator and 3 nodes as
-// newCluster does, shaped by o.
+// newFaultCluster starts a registry, a coordinator and 3 nodes (o.nodes)
+// as newCluster does, shaped by o.
 func newFaultCluster(t *testing.T, o faultOpts) *cluster {
 	t.Helper()
 	needSharedcontent(t)
@@ -88,7 +91,7 @@ func newFaultCluster(t *testing.T, o faultOpts) *cluster {
 	} else {
 		c.ls = e.startLockServer(o.lockServerArgs...)
 	}
-	for i := range 3 {
+	for i := range cmp.Or(o.nodes, 3) {
 		u := c.ls.url()
 		if o.lockURL != nil {
 			u = o.lockURL(c.ls, i)

@@ -48,6 +48,7 @@ import (
 //	GET  /nodes           members and their state
 //	GET  /cluster         the coordinator's identity
 //	POST /cluster/adopt   take the shared root's cluster (admin)
+//	GET /pins, PUT|GET|DELETE /pins/{name}  pins (admin, pins.go)
 //	GET  /healthz, /readyz, /metrics
 //
 // Every answer carries api.ClusterHeader. A request that carries it with
@@ -270,6 +271,9 @@ func (h *Handler) Handle(ctx *fasthttp.RequestCtx) {
 		path = ctx.URI().PathOriginal() // routes nowhere: 404
 	} else if r, ok = h.routes[string(path)]; !ok {
 		r, ok = h.nodeRoute(ctx)
+		if !ok {
+			r, ok = h.pinsRoute(ctx)
+		}
 	}
 	probe := string(path) == "/healthz" || string(path) == "/readyz"
 	who, known := h.authenticate(ctx)

@@ -26,6 +26,7 @@ const (
 	deletingDir = "deleting/" // deleting/<resource> → JSON refcount.DeleteMarker
 	deletedDir  = "deleted/"  // deleted/<resource> → JSON refcount.DeleteCompletion
 	leasesDir   = "leases/"   // leases/<resource>\x00<lease ID> → JSON refcount.LeaseRecord
+	pinsDir     = "pins/"     // pins/<name> → JSON refcount.PinRecord
 	identityKey = "identity"  // JSON refcount.Identity
 	fenceKey    = "fence"     // the fence high-water mark: 8-byte big-endian uint64
 	sep         = "\x00"
@@ -74,6 +75,7 @@ func (k keys) member(id string) string     { return k.prefix + membersDir + id }
 func (k keys) meta(key string) string      { return k.prefix + metaDir + key }
 func (k keys) deleting(id string) string   { return k.prefix + deletingDir + id }
 func (k keys) deleted(id string) string    { return k.prefix + deletedDir + id }
+func (k keys) pin(name string) string      { return k.prefix + pinsDir + name }
 func (k keys) dir(dir string) string       { return k.prefix + dir }
 func (k keys) identity() string            { return k.prefix + identityKey }
 func (k keys) fence() string               { return k.prefix + fenceKey }

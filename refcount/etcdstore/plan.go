@@ -243,6 +243,10 @@ func (p *plan) apply(op *refcount.Op) error {
 		return p.putJSON(k.lease(op.Key, op.Lease.LeaseID), op.Lease)
 	case refcount.OpDropLease:
 		p.del(k.lease(op.Key, op.Lease.LeaseID))
+	case refcount.OpPutPin:
+		return p.putJSON(k.pin(op.Key), op.Pin)
+	case refcount.OpDropPin:
+		p.del(k.pin(op.Key))
 	default:
 		return fmt.Errorf("etcdstore: unknown write kind %d: %w", op.Kind, errdefs.ErrInvalidArgument)
 	}

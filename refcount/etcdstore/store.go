@@ -374,6 +374,27 @@ func (s *Store) Leases(ctx context.Context) ([]refcount.LeaseRecord, error) {
 	return out, nil
 }
 
+// Pins implements refcount.Storage, with one read of the directory.
+func (s *Store) Pins(ctx context.Context) ([]refcount.PinRecord, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	resp, err := s.cli.Get(ctx, s.k.dir(pinsDir), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: pins: %w", err)
+	}
+	out := make([]refcount.PinRecord, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var p refcount.PinRecord
+		if err := decode(kv.Key, kv.Value, &p); err != nil {
+			return nil, err
+		}
+		p.Name = s.k.trim(pinsDir, string(kv.Key))
+		out = append(out, p)
+	}
+	return out, nil
+}
+
 // value returns key's value, nil when absent.
 func (s *Store) value(ctx context.Context, key string) ([]byte, error) {
 	if err := s.usable(ctx); err != nil {

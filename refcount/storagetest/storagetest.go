@@ -49,6 +49,7 @@ func Run(t *testing.T, newStorage func(t *testing.T) refcount.Storage, takeOver 
 		{"Meta", testMeta},
 		{"Deletes", testDeletes},
 		{"Leases", testLeases},
+		{"Pins", testPins},
 		{"CommitRefs", testCommitRefs},
 		{"CommitAtomic", testCommitAtomic},
 		{"CommitEmpty", testCommitEmpty},
@@ -66,6 +67,7 @@ func Run(t *testing.T, newStorage func(t *testing.T) refcount.Storage, takeOver 
 	t.Run("TakeOver", func(t *testing.T) { testTakeOver(t, newStorage(t), takeOver) })
 	t.Run("TakeOverRace", func(t *testing.T) { testTakeOverRace(t, newStorage(t), takeOver) })
 	t.Run("NodeIndexTakeOver", func(t *testing.T) { testNodeIndexTakeOver(t, newStorage(t), takeOver) })
+	t.Run("PinsTakeOver", func(t *testing.T) { testPinsTakeOver(t, newStorage(t), takeOver) })
 }
 
 // TakeOverLocal is Run's takeOver for a refcount.LocalStorage.
