@@ -334,7 +334,10 @@ func TestFaultCoordinatorWiped(t *testing.T) {
 // coordinator knows n3's references, and GC works again.
 func TestFaultNodeCutOff(t *testing.T) {
 	for _, mode := range []proxyMode{proxyDrop, proxyRefuse} {
-		t.Run(mode.String(), func(t *testing.T) { testNodeCutOff(t, mode) })
+		t.Run(mode.String(), func(t *testing.T) {
+			alongside(t) // the two modes, each on its own cluster
+			testNodeCutOff(t, mode)
+		})
 	}
 }
 
