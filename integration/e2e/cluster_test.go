@@ -593,15 +593,21 @@ func (n *node) ctrTo(ctx context.Context, w, errw io.Writer, timeout time.Durati
 	}
 	start := time.Now()
 	err := cmd.Run()
-	if f, ferr := os.OpenFile(filepath.Join(n.dir, "ctr.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); ferr == nil {
-		fmt.Fprintf(f, "=== %s ctr %s (%.2fs): %v\n%s\n", start.Format("15:04:05.000"),
-			strings.Join(args, " "), time.Since(start).Seconds(), err, tail(errBuf.String(), 40))
-		f.Close()
-	}
+	n.trail("=== %s ctr %s (%.2fs): %v\n%s\n", start.Format("15:04:05.000"),
+		strings.Join(args, " "), time.Since(start).Seconds(), err, tail(errBuf.String(), 40))
 	if err != nil {
 		return fmt.Errorf("%s: ctr %s: %w: %s", n.id, strings.Join(args, " "), err, ctrError(errBuf.String()))
 	}
 	return nil
+}
+
+// trail appends to n's ctr.log, the record of every call the test made
+// of n's containerd (shown with a failed test's logs).
+func (n *node) trail(format string, args ...any) {
+	if f, err := os.OpenFile(filepath.Join(n.dir, "ctr.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		fmt.Fprintf(f, format, args...)
+		f.Close()
+	}
 }
 
 // ctrError picks ctr's error message out of its output: the last line

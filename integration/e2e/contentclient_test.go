@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
@@ -50,11 +48,7 @@ func (n *node) withContent(what string, fn func(ctx context.Context, cs content.
 		err = fn(ctx, proxy.NewContentStore(conn))
 		conn.Close()
 	}
-	// The trail ctr's calls leave too (ctrTo), for a failed test's logs.
-	if f, ferr := os.OpenFile(filepath.Join(n.dir, "ctr.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); ferr == nil {
-		fmt.Fprintf(f, "=== %s content service: %s (%.2fs): %v\n", start.Format("15:04:05.000"), what, time.Since(start).Seconds(), err)
-		f.Close()
-	}
+	n.trail("=== %s content service: %s (%.2fs): %v\n", start.Format("15:04:05.000"), what, time.Since(start).Seconds(), err)
 	if err != nil {
 		return fmt.Errorf("%s: containerd's content service: %s: %w", n.id, what, err)
 	}
