@@ -253,6 +253,7 @@ func (c *cluster) refsSummary(img testImage) string {
 // foreign cluster to the nodes: no deletes until an operator adopts the
 // root; then every node re-syncs and GC works again.
 func TestFaultCoordinatorWiped(t *testing.T) {
+	alongside(t)
 	needCtl(t)
 	c := newFaultCluster(t, faultOpts{lockServerArgs: []string{"--session-ttl", faultSessionTTL.String(), "--lease-ttl", faultLeaseTTL.String()}})
 	n1, others := c.nodes[0], c.nodes[1:]
@@ -500,6 +501,7 @@ func reaperPasses(nodes []*node) (int, error) {
 // operator forgets it, the reaper removes the blobs only it used and its
 // ingest, and the other nodes' image stays readable.
 func TestFaultNodeForgotten(t *testing.T) {
+	alongside(t)
 	needCtl(t)
 	c := newFaultCluster(t, faultOpts{
 		regOpts:        []registry.Option{registry.WithBandwidth(bigBandwidth)},
