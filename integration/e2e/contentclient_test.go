@@ -61,11 +61,8 @@ func (n *node) contentDigest(dgst string) (string, int64, error) {
 	h := sha256.New()
 	var read int64
 	err := n.withContent("get "+dgst, func(ctx context.Context, cs content.Store) error {
-		info, err := cs.Info(ctx, digest.Digest(dgst))
-		if err != nil {
-			return err
-		}
-		ra, err := cs.ReaderAt(ctx, ocispec.Descriptor{Digest: info.Digest, Size: info.Size})
+		// ctr content get's calls: a reader by digest alone.
+		ra, err := cs.ReaderAt(ctx, ocispec.Descriptor{Digest: digest.Digest(dgst)})
 		if err != nil {
 			return err
 		}
