@@ -139,7 +139,10 @@ demo:
 
 # End to end: real containerd daemons (pinned in integration/tools, built once
 # into .cache/bin) with the proxy plugin, driven by ctr. Needs root, else it
-# skips; see docs/e2e.md. E2E_FLAGS=-run=TestBaseline picks scenarios. It
+# skips; see docs/e2e.md. E2E_FLAGS=-run=TestBaseline picks scenarios. The
+# long, wait-bound tests run alongside each other, at most -parallel at once
+# (integration/e2e/alongside_test.go); E2E_FLAGS=-parallel=1 runs one at a
+# time. It
 # includes a short TestChaosReal (90 s of faults; `make chaos` runs it long)
 # and a short TestChaosRealHA (60 s, replicas on etcd; `make chaos
 # CHAOS_COORDINATOR=etcd`)

@@ -128,36 +128,38 @@ func TestSyncKeepsChangesMadeDuringIt(t *testing.T) {
 // TestLapsedSessionIsUnsynced: a member whose session lapsed must sync
 // again, and a delete lease's keepalive is refused (and the lease
 // released) while it is away: a deleter checks right before it removes.
+// The coordinator's clock is moved by hand, so that the rule's own times
+// (TTL after the last renewal) are what decides, not the machine's load.
 func TestLapsedSessionIsUnsynced(t *testing.T) {
-	coord := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 50 * time.Millisecond })
+	const ttl = 3 * time.Second
+	coord := newTestCoordinator(t, func(c *Config) { c.SessionTTL = ttl })
+	clock := useFakeClock(coord)
 	ctx := context.Background()
-	for _, n := range []string{"n1", "n2"} {
-		session(t, coord, n)
-		syncRefs(t, coord, n, "s-"+n, true)
-	}
+	a1 := syncedNode(t, coord, "n1")
+	syncedNode(t, coord, "n2")
 	g := mustLock(t, coord, api.OperationDelete, "n1")
 	require.True(t, g.Acquired)
-	require.Eventually(t, func() bool {
-		_, err := renew(coord, "n1") // n1 stays live
-		if err != nil {
-			return false
-		}
-		_, err = coord.Keepalive(ctx, api.KeepaliveRequest{Type: api.OperationDelete, ResourceID: blob, LeaseID: g.LeaseID})
-		return err != nil
-	}, 5*time.Second, 10*time.Millisecond, "n2's lapse revokes the delete")
-	_, err := coord.Keepalive(ctx, api.KeepaliveRequest{Type: api.OperationDelete, ResourceID: blob, LeaseID: g.LeaseID})
-	require.ErrorIs(t, err, api.ErrNotHolder, "the revoked lease is released")
-	require.Eventually(t, func() bool {
-		nodes, err := coord.Nodes(ctx)
-		require.NoError(t, err)
-		for _, n := range nodes.Nodes {
-			if n.NodeID == "n2" {
-				return !n.Live
-			}
-		}
-		return false
-	}, 5*time.Second, 10*time.Millisecond, "n2's session lapses")
-	require.False(t, session(t, coord, "n2").Synced, "a lapsed session starts unsynced")
+	keepalive := func() error {
+		_, err := coord.Keepalive(ctx, api.KeepaliveRequest{Type: api.OperationDelete, ResourceID: blob, LeaseID: g.LeaseID})
+		return err
+	}
+
+	// n1 renews TTL/2 after its open (its echo says it held the answer that
+	// long, and the renewal arrives at once); n2 does not.
+	clock.at(ttl / 2)
+	_, err := coord.Session(ctx, sessionReq("n1", echo(a1, ttl/2)))
+	require.NoError(t, err)
+	require.NoError(t, keepalive(), "both sessions live: the delete goes on")
+
+	// Just past n2's TTL: n2 has lapsed, n1 (renewed at TTL/2) has not.
+	clock.at(ttl + time.Millisecond)
+	require.True(t, live(t, coord, "n1"), "n1 renewed")
+	require.False(t, live(t, coord, "n2"), "n2's session lapses TTL after its last renewal")
+	require.Error(t, keepalive(), "n2's lapse revokes the delete")
+	require.ErrorIs(t, keepalive(), api.ErrNotHolder, "the revoked lease is released")
+	a2, err := coord.Session(ctx, sessionReq("n2", nil))
+	require.NoError(t, err)
+	require.False(t, a2.Synced, "a lapsed session starts unsynced")
 }
 
 // TestRestartLosesNoMember: members persist; after a restart none is

@@ -39,6 +39,7 @@ import (
 // machine's, so a replay runs the same sequences, not the same
 // interleaving.
 func TestChaosReal(t *testing.T) {
+	alongside(t)
 	runChaos(t, nil, chaosDefaultDuration)
 }
 

@@ -3,8 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -595,15 +593,21 @@ func (n *node) ctrTo(ctx context.Context, w, errw io.Writer, timeout time.Durati
 	}
 	start := time.Now()
 	err := cmd.Run()
-	if f, ferr := os.OpenFile(filepath.Join(n.dir, "ctr.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); ferr == nil {
-		fmt.Fprintf(f, "=== %s ctr %s (%.2fs): %v\n%s\n", start.Format("15:04:05.000"),
-			strings.Join(args, " "), time.Since(start).Seconds(), err, tail(errBuf.String(), 40))
-		f.Close()
-	}
+	n.trail("=== %s ctr %s (%.2fs): %v\n%s\n", start.Format("15:04:05.000"),
+		strings.Join(args, " "), time.Since(start).Seconds(), err, tail(errBuf.String(), 40))
 	if err != nil {
 		return fmt.Errorf("%s: ctr %s: %w: %s", n.id, strings.Join(args, " "), err, ctrError(errBuf.String()))
 	}
 	return nil
+}
+
+// trail appends to n's ctr.log, the record of every call the test made
+// of n's containerd (shown with a failed test's logs).
+func (n *node) trail(format string, args ...any) {
+	if f, err := os.OpenFile(filepath.Join(n.dir, "ctr.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		fmt.Fprintf(f, format, args...)
+		f.Close()
+	}
 }
 
 // ctrError picks ctr's error message out of its output: the last line
@@ -669,42 +673,10 @@ func (n *node) checkLine(ref string) string {
 	return "(not listed)"
 }
 
-// contentDigest reads dgst with `ctr content get` and returns the digest of
-// what it read.
-func (n *node) contentDigest(dgst string) (string, int64, error) {
-	h := sha256.New()
-	cw := &countWriter{w: h}
-	var errBuf bytes.Buffer
-	if err := n.ctrTo(context.Background(), cw, &errBuf, 60*time.Second, "content", "get", dgst); err != nil {
-		return "", cw.n, err
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), cw.n, nil
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
-}
-
 // removeImage removes ref and runs the garbage collector synchronously.
 func (n *node) removeImage(ref string) error {
 	_, err := n.ctr(120*time.Second, "images", "rm", "--sync", ref)
 	return err
-}
-
-// contentList returns the digests in the node's (metadata) content store.
-func (n *node) contentList() ([]string, error) {
-	out, err := n.ctr(60*time.Second, "content", "ls", "-q")
-	if err != nil {
-		return nil, err
-	}
-	return strings.Fields(out), nil
 }
 
 // pullResult is one node's outcome of a pull.

@@ -170,6 +170,7 @@ type crashRun struct {
 // TestCrashPoints kills the real processes at every failpoint in turn and
 // checks that the cluster comes back whole after each.
 func TestCrashPoints(t *testing.T) {
+	alongside(t)
 	needFailpoints(t)
 	covered := map[string]bool{}
 	for _, p := range crashPoints {

@@ -256,6 +256,7 @@ func (c *cluster) refsSummary(img testImage) string {
 // foreign cluster to the nodes: no deletes until an operator adopts the
 // root; then every node re-syncs and GC works again.
 func TestFaultCoordinatorWiped(t *testing.T) {
+	alongside(t)
 	needCtl(t)
 	c := newFaultCluster(t, faultOpts{lockServerArgs: []string{"--session-ttl", faultSessionTTL.String(), "--lease-ttl", faultLeaseTTL.String()}})
 	n1, others := c.nodes[0], c.nodes[1:]
@@ -337,7 +338,10 @@ func TestFaultCoordinatorWiped(t *testing.T) {
 // coordinator knows n3's references, and GC works again.
 func TestFaultNodeCutOff(t *testing.T) {
 	for _, mode := range []proxyMode{proxyDrop, proxyRefuse} {
-		t.Run(mode.String(), func(t *testing.T) { testNodeCutOff(t, mode) })
+		t.Run(mode.String(), func(t *testing.T) {
+			alongside(t) // the two modes, each on its own cluster
+			testNodeCutOff(t, mode)
+		})
 	}
 }
 
@@ -500,6 +504,7 @@ func reaperPasses(nodes []*node) (int, error) {
 // operator forgets it, the reaper removes the blobs only it used and its
 // ingest, and the other nodes' image stays readable.
 func TestFaultNodeForgotten(t *testing.T) {
+	alongside(t)
 	needCtl(t)
 	c := newFaultCluster(t, faultOpts{
 		regOpts:        []registry.Option{registry.WithBandwidth(bigBandwidth)},

@@ -113,6 +113,7 @@ func isFile(path string) bool {
 // upgrade, a node of this tree gets SIGTERM in the middle of a download:
 // it drains, and that pull succeeds.
 func TestRollingUpgrade(t *testing.T) {
+	alongside(t)
 	needSharedcontent(t)
 	coordinatorFirst, nodesFirst := upgradeFromRefRule, upgradeFrom
 	if c := os.Getenv(envUpgradeFrom); c != "" {
