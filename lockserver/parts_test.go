@@ -34,7 +34,7 @@ func TestPartsKeepToTheirState(t *testing.T) {
 	syncState := []string{"syncLimits", "syncMetrics"}
 	membersOnly := []string{"markers", "root"}
 	locks := []string{"locks.go", "lock.go", "acquire.go", "queue.go", "state.go", "leases.go", "deletes.go", "reaplock.go",
-		"subscribe.go", "nodestream.go", "bounds.go", "sweep.go", "fence.go", "cancelled.go"}
+		"subscribe.go", "nodestream.go", "bounds.go", "sweep.go", "fence.go", "cancelled.go", "held.go"}
 	refs := []string{"references.go", "refs.go", "deleterule.go", "reap.go", "commitwait.go", "pins.go"}
 	syncs := []string{"syncs.go", "sync.go", "syncstep.go", "synchash.go", "syncbounds.go", "syncwrite.go"}
 	// The front and what every part shares; every other file is the
