@@ -128,7 +128,9 @@ func TestOpenIsNeverSynced(t *testing.T) {
 	coord := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
 	clock := useFakeClock(coord)
 	ctx := context.Background()
-	current := func(e *api.Echo) api.SessionRequest { return api.SessionRequest{NodeID: "n1", InstanceID: "i1", Echo: e} }
+	current := func(e *api.Echo) api.SessionRequest {
+		return api.SessionRequest{NodeID: "n1", InstanceID: "i1", Echo: e}
+	}
 	syncCurrent := func(id string) api.SessionResponse {
 		a, err := coord.Session(ctx, current(nil))
 		require.NoError(t, err)
