@@ -111,3 +111,48 @@ func TestOlderRenewalKeepsSynced(t *testing.T) {
 	require.False(t, resp.Synced)
 	require.False(t, synced(t, coord, "cur"))
 }
+
+// TestStartGraceAdmitsRecordedMembers (docs/design.md §10.7): within a
+// session TTL of a coordinator's start, a recorded member that has had no
+// session there yet has its references admitted (a node older than the
+// reference rule does not know 409 no_session and would fail its pull);
+// it is unsynced meanwhile, so deletes wait for it, and its next sync
+// drops what its journal does not hold. A node never recorded is refused,
+// and so is the recorded member after that TTL.
+//
+// Before: every reference of a recorded member was refused until its
+// next session at the restarted coordinator.
+func TestStartGraceAdmitsRecordedMembers(t *testing.T) {
+	const ttl = 3 * time.Second
+	ctx := context.Background()
+	storage := refcount.NewMemoryStorage()
+	first, err := NewCoordinator(func() Config { c := DefaultConfig(); c.SessionTTL = ttl; return c }(), Options{Refs: refcount.NewManager(storage)})
+	require.NoError(t, err)
+	syncedNode(t, first, "old", blob)
+	syncedNode(t, first, "late")
+	require.NoError(t, first.Close())
+
+	restarted, _ := newCountingCoordinator(t, storage, func(c *Config) { c.SessionTTL = ttl })
+	clock := useFakeClock(restarted)
+	require.False(t, synced(t, restarted, "old"))
+	pulled := "sha256:" + strings.Repeat("e", 64)
+	_, err = restarted.AddRef(ctx, pulled, "old")
+	require.NoError(t, err, "a recorded member, within a TTL of the start")
+	require.Equal(t, []string{"old"}, refsOf(t, restarted, pulled))
+	_, err = restarted.AddRef(ctx, pulled, "stranger")
+	requireNoSession(t, err, "stranger")
+	clock.at(ttl)
+	_, err = restarted.AddRef(ctx, pulled, "late")
+	requireNoSession(t, err, "late")
+
+	// Deletes wait for the unsynced members; the sync drops what the
+	// journal does not hold.
+	syncedNode(t, restarted, "late")
+	var ue *api.UnsyncedError
+	_, err = restarted.Lock(ctx, api.LockRequest{Type: api.OperationDelete, ResourceID: "sha256:" + strings.Repeat("f", 64), NodeID: "late"})
+	require.ErrorAs(t, err, &ue)
+	require.Equal(t, []string{"old"}, ue.Nodes)
+	syncedNode(t, restarted, "old", blob)
+	require.Empty(t, refsOf(t, restarted, pulled), "the sync replaced the admitted reference its journal does not hold")
+	require.Equal(t, []string{"old"}, refsOf(t, restarted, blob))
+}
