@@ -48,6 +48,11 @@ type node struct {
 	journal    []digest.Digest
 	generation string
 	session    sessionState
+	// An older node (docs/design.md §10.7): when it sent the session
+	// request whose answer came last (asked), and the one before its
+	// last sync (vouchFrom), for its store's view of being synced.
+	older            bool
+	asked, vouchFrom time.Time
 }
 
 // newNode builds node i of n's clients against the coordinator at
@@ -114,7 +119,7 @@ func newNode(i, n int, cfg Config, serverURL string, a *answers) (*node, error) 
 	if older {
 		coord = oldnode.New(c) // docs/design.md §10.7
 	}
-	return &node{id: id, client: c, short: short, stream: stream, coord: coord, instance: randomHex(8), generation: randomHex(8)}, nil
+	return &node{id: id, client: c, short: short, stream: stream, coord: coord, instance: randomHex(8), generation: randomHex(8), older: older}, nil
 }
 
 // newNodes builds n nodes.
