@@ -68,7 +68,7 @@ type httpTransport struct {
 	// event stream has confirmed that the request waits in the queue.
 	onQueued func(api.LockRequest)
 	// perRequestStreams: wait on a stream per request (/lock/subscribe),
-	// as clients before the node stream did (tests).
+	// as clients before the node stream did (WithPerRequestStreams, tests).
 	perRequestStreams bool
 
 	nodeStreamsMu sync.Mutex
@@ -83,9 +83,10 @@ func newHTTPTransport(serverURLs string, o *options) (*httpTransport, error) {
 		return nil, err
 	}
 	tr := &httpTransport{
-		long:           o.long,
-		pollInterval:   o.pollInterval,
-		requestTimeout: o.requestTimeout,
+		long:              o.long,
+		pollInterval:      o.pollInterval,
+		requestTimeout:    o.requestTimeout,
+		perRequestStreams: o.perRequestStreams,
 	}
 	if o.token != "" {
 		tr.auth = "Bearer " + o.token

@@ -80,6 +80,9 @@ type options struct {
 	// sessionStream: the node's event stream opens with its session
 	// (WithSessionStream), not with its first wait.
 	sessionStream bool
+	// perRequestStreams: each wait on a stream of its own
+	// (WithPerRequestStreams).
+	perRequestStreams bool
 }
 
 func defaultOptions() options {
@@ -148,6 +151,13 @@ func WithLongClient(c *http.Client) Option { return func(o *options) { o.long = 
 // it; the coordinator holds one idle stream per member for it (at 5,000
 // members, beyond the 250 MB its steady state is bounded to).
 func WithSessionStream() Option { return func(o *options) { o.sessionStream = true } }
+
+// WithPerRequestStreams waits on a stream per queued request
+// (/lock/subscribe), as clients before the node's one event stream did,
+// instead of on the node's stream (/lock/events). It is the older nodes'
+// shape, for mixed-version tests and the scale benchmark's older nodes
+// (docs/design.md §10.7); a node has no reason to use it.
+func WithPerRequestStreams() Option { return func(o *options) { o.perRequestStreams = true } }
 
 // WithBearerToken sends "Authorization: Bearer <token>" with every request.
 // Surrounding white space (a token file's newline) is dropped.

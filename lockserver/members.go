@@ -42,6 +42,10 @@ type member struct {
 	// answered is when the coordinator last answered a session call of
 	// the node (for a sync without an echo: timing.go).
 	answered time.Time
+	// vouchedUntil: for an older node (no instance ID, no echo:
+	// olderrenewal.go), when what its last sync proves runs out; zero
+	// for a node whose renewals echo.
+	vouchedUntil time.Time
 	// clashUntil: until then another instance of the node ID is knocking
 	// (refused as a duplicate) while this one holds the session. The
 	// member counts as unsynced meanwhile, and the node ID's own deletes
@@ -81,6 +85,16 @@ type member struct {
 func (m *member) markSynced(id string, count int) {
 	m.synced, m.done, m.doneCount = true, id, count
 	m.newMember = false
+	m.vouchedUntil = time.Time{}
+	if m.instance == "" {
+		m.vouchedUntil = m.sessionUntil // olderrenewal.go
+	}
+}
+
+// syncedAt reports whether m counts as synced at now (the delete rule,
+// GET /nodes). Callers hold mmu.
+func (m *member) syncedAt(now time.Time) bool {
+	return m.synced && m.live(now) && !m.clashing(now) && m.vouched(now)
 }
 
 func (m *member) live(now time.Time) bool {
@@ -137,12 +151,22 @@ func (mp *memberPart) Session(ctx context.Context, req api.SessionRequest) (api.
 			return api.SessionResponse{}, err
 		}
 	}
-	if !m.live(now) || !renewal {
-		// A lapsed session, or an open: the node syncs in this one.
+	askSync := false
+	switch {
+	case !m.live(now):
+		// A lapsed session: the node syncs in this one.
 		m.synced = false
-		if !m.live(now) {
-			mp.syncs.endSync(m)
-		}
+		mp.syncs.endSync(m)
+	case renewal:
+		m.vouchedUntil = time.Time{} // its echo proves its timing (olderrenewal.go)
+	case olderRenewal(req, m, now):
+		// An older node's renewal, within what its last sync vouches for
+		// (olderrenewal.go): still synced, asked to sync again once half
+		// of that has passed.
+		askSync = mp.olderResyncDue(m, now)
+	default:
+		// An open: the node syncs in this one.
+		m.synced = false
 	}
 	if err := mp.noLongerBystander(ctx, m, !bystanderSession(req)); err != nil {
 		return api.SessionResponse{}, err
@@ -164,7 +188,7 @@ func (mp *memberPart) Session(ctx context.Context, req api.SessionRequest) (api.
 	m.instance = req.InstanceID
 	m.sessionUntil = now.Add(mp.cfg.SessionTTL)
 	m.answered = now
-	return api.SessionResponse{Cluster: c, SessionTTLMs: mp.cfg.SessionTTL.Milliseconds(), Synced: m.synced,
+	return api.SessionResponse{Cluster: c, SessionTTLMs: mp.cfg.SessionTTL.Milliseconds(), Synced: m.synced && !askSync,
 		StampMs: mp.timing.uptime(now), NewMember: m.newMember}, nil
 }
 
@@ -247,7 +271,7 @@ func (mp *memberPart) noteRef(node, resourceID string, added bool) {
 func (mp *memberPart) unsyncedLocked(now time.Time) []string {
 	var out []string
 	for id, m := range mp.members {
-		if (!m.synced || !m.live(now) || m.clashing(now)) && !mp.letGo(m, now) {
+		if !m.syncedAt(now) && !mp.letGo(m, now) {
 			out = append(out, id)
 		}
 	}
@@ -381,7 +405,7 @@ func (mp *memberPart) NodesPage(_ context.Context, after string, limit int) (api
 			seen = now
 		}
 		out.Nodes = append(out.Nodes, api.NodeStatus{
-			NodeID: m.rec.ID, Live: m.live(now), Synced: m.synced && m.live(now) && !m.clashing(now),
+			NodeID: m.rec.ID, Live: m.live(now), Synced: m.syncedAt(now),
 			FirstSeen: m.rec.FirstSeen.UTC().Format(time.RFC3339Nano), LastSeen: seen.UTC().Format(time.RFC3339Nano),
 			AbsentMs: mp.absence(m, now).Milliseconds(), Bystander: m.rec.Bystander,
 		})

@@ -9,7 +9,9 @@ import (
 
 // The reference rule (docs/design.md §8.4): a reference is recorded only
 // for a member with a live session, the one the session checks (instance,
-// lineage: lineage.go) admitted. Every path that adds a reference applies
+// lineage: lineage.go) admitted, or, within a session TTL of the
+// coordinator's start, for a recorded member that has had no session here
+// yet (the start grace, below: older nodes do not know the refusal). Every path that adds a reference applies
 // it here: POST /refs/add (addRef), a pull's unlock with success (Unlock),
 // the expiry of a pull lease (keepHolderRef) and a sync (SyncRefs, which
 // replaces the node's references). Otherwise a node that is no member (a
@@ -26,6 +28,28 @@ import (
 // durable, and a member is forgotten only while none is (forgetLocked):
 // the session may lapse, and an operator forget it, between the check and
 // the write's commit.
+
+// A coordinator's first session TTL. Nodes older than the reference rule
+// (before main's 7d22b3e) do not know its refusal: after a coordinator's
+// start, until their next renewal there, they failed the pull whose
+// reference was refused. So within one session TTL of the coordinator's
+// start, a recorded member that has had no session here yet (its session
+// at the coordinator before may still have been live) has its references
+// admitted (refMember). It is unsynced meanwhile, as every member is
+// after a start, so no delete counts on them, and its sync in its next
+// session replaces them with its journal's: an admitted reference costs
+// at most a blob kept until then. A member forgotten or never recorded is
+// refused as before (docs/design.md §10.7).
+
+// refMember returns node's member if the reference rule admits its
+// references now: a live session, or the start grace above. Else
+// api.ErrNoSession naming what for. Callers hold mmu.
+func (mp *memberPart) refMember(what, node string, now time.Time) (*member, error) {
+	if m := mp.members[node]; m != nil && m.sessionUntil.IsZero() && now.Before(mp.timing.started.Add(mp.cfg.SessionTTL)) {
+		return m, nil
+	}
+	return mp.liveMember(what, node, now)
+}
 
 // liveMember returns node's member if it holds a live session, else
 // api.ErrNoSession naming what for. Callers hold mmu.
@@ -48,7 +72,7 @@ func (mp *memberPart) liveMember(what, node string, now time.Time) (*member, err
 func (mp *memberPart) admitRef(node, resourceID string, now time.Time) (done func(), err error) {
 	mp.mmu.Lock()
 	defer mp.mmu.Unlock()
-	m, err := mp.liveMember("refs "+resourceID, node, now)
+	m, err := mp.refMember("refs "+resourceID, node, now)
 	if err != nil {
 		mp.metrics.noSessionRefusals.Inc()
 		return nil, err
@@ -67,7 +91,7 @@ func (mp *memberPart) admitRef(node, resourceID string, now time.Time) (done fun
 func (mp *memberPart) whileAdmitted(node, resourceID string, now time.Time, write func(refused error) error) error {
 	mp.mmu.Lock()
 	defer mp.mmu.Unlock()
-	m, err := mp.liveMember("refs "+resourceID, node, now)
+	m, err := mp.refMember("refs "+resourceID, node, now)
 	if err == nil {
 		mp.syncs.noteChange(m, resourceID, true) // noteRef, with mmu held
 	}

@@ -96,3 +96,21 @@ func (sy *syncs) syncHashStep(ctx context.Context, m *member, req api.SyncReques
 	}
 	return api.SyncResponse{Buckets: differ}, nil
 }
+
+// sameAsStored reports whether refs are exactly node's stored references,
+// by the node's hash as the Manager keeps it, when that hash is exact
+// (NodeHash): a full sync of the journal the coordinator already has (an
+// older node's, which cannot sync by hash: docs/design.md §10.7) then
+// writes nothing. A collision costs what it costs a sync by hash (§10.4).
+// O(len(refs)); no storage read.
+func (sy *syncs) sameAsStored(node string, refs map[string]struct{}) bool {
+	kept, exact := sy.refs.NodeHash(node)
+	if !exact {
+		return false
+	}
+	var fresh synchash.Table
+	for id := range refs {
+		fresh.Add(id)
+	}
+	return fresh.Whole() == kept.Whole()
+}

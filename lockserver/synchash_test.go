@@ -80,10 +80,11 @@ func (n *hashNode) sync(syncID string, journal ...string) []int {
 }
 
 // reopen drops n's session (a coordinator restart or a lapse looks the
-// same to the sync): the next session opens unsynced.
+// same to the sync): the next session, echoing an answer of another
+// epoch as a node does after a restart, opens unsynced.
 func reopen(t *testing.T, c *Coordinator, node string) {
 	t.Helper()
-	resp, err := c.Session(context.Background(), api.SessionRequest{NodeID: node})
+	resp, err := c.Session(context.Background(), api.SessionRequest{NodeID: node, Echo: &api.Echo{Epoch: c.Cluster().Epoch + 1}})
 	require.NoError(t, err)
 	require.False(t, resp.Synced)
 }
@@ -348,7 +349,7 @@ func TestSyncChunkOffsetChecked(t *testing.T) {
 	c := newTestCoordinator(t)
 	ctx := context.Background()
 	a := syncedNode(t, c, "n1", "sha256:old")
-	a, err := c.Session(ctx, sessionReq("n1", nil)) // a new session: n1 syncs again
+	a, err := c.Session(ctx, api.SessionRequest{NodeID: "n1", Echo: &api.Echo{Epoch: a.Epoch + 1}}) // a new session: n1 syncs again
 	require.NoError(t, err)
 	ids := []string{"sha256:a", "sha256:b", "sha256:c", "sha256:d", "sha256:e"}
 	at := func(o int) *int { return &o }

@@ -36,6 +36,9 @@ type syncWrite struct {
 	generation string          // the journal generation the node syncs from
 	before     refcount.Member // m's record at the freeze
 	refs       map[string]struct{}
+	// equal: a full sync of exactly the node's stored references, which
+	// applySync left as they were (sameAsStored).
+	equal bool
 }
 
 // freezeSync makes m's sync, at its done, the write to make: the changes
@@ -160,8 +163,11 @@ func (sy *syncs) finishSync(ctx context.Context, w *syncWrite, err error) (api.S
 	}
 	m.markSynced(s.id, len(w.refs))
 	mode := "full"
-	if s.buckets != nil {
+	switch {
+	case s.buckets != nil:
 		mode = "buckets"
+	case w.equal:
+		mode = "full_equal"
 	}
 	sy.syncMetrics.syncs.WithLabelValues(mode).Inc()
 	log.G(ctx).WithField("node", m.rec.ID).WithField("refs", len(w.refs)).WithField("mode", mode).Info("node synced")
@@ -206,6 +212,10 @@ func (sy *syncs) applySync(ctx context.Context, w *syncWrite) error {
 			}
 		}
 	case w.generation == w.before.Generation:
+		if sy.sameAsStored(node, w.refs) {
+			w.equal = true // an older node's unchanged journal (docs/design.md §10.7)
+			break
+		}
 		if _, err := sy.refs.ReplaceNodeGroups(ctx, b, node, nil, w.refs); err != nil {
 			return fmt.Errorf("sync of node %s: %w", node, err)
 		}
@@ -216,6 +226,9 @@ func (sy *syncs) applySync(ctx context.Context, w *syncWrite) error {
 	}
 	if rec := w.record(w.before); rec != w.before {
 		b.Break().PutMember(rec)
+	}
+	if w.equal && b.Len() == 0 {
+		return nil // nothing to write
 	}
 	if err := sy.commit(ctx, b); err != nil {
 		return fmt.Errorf("sync of node %s: %w", node, err)

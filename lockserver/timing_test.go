@@ -2,6 +2,7 @@ package lockserver
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -37,15 +38,18 @@ func sessionReq(node string, e *api.Echo) api.SessionRequest {
 	return api.SessionRequest{NodeID: node, Echo: e}
 }
 
-// syncedNode opens n1's session at the clock's time and syncs it
-// (with ids), returning the open's answer.
+// syncIDs numbers the syncs of syncedNode: each is a new sync.
+var syncIDs atomic.Int64
+
+// syncedNode opens n1's session at the clock's time (or renews it, in
+// the older shape: olderrenewal.go) and syncs it (with ids), returning the
+// session's answer.
 func syncedNode(t *testing.T, c *Coordinator, node string, ids ...string) api.SessionResponse {
 	t.Helper()
 	ctx := context.Background()
 	a, err := c.Session(ctx, sessionReq(node, nil))
 	require.NoError(t, err)
-	require.False(t, a.Synced)
-	_, err = c.SyncRefs(ctx, node, api.SyncRequest{SyncID: "s-" + node, ResourceIDs: ids, Done: true, Echo: echo(a, 0)})
+	_, err = c.SyncRefs(ctx, node, api.SyncRequest{SyncID: fmt.Sprintf("s-%s-%d", node, syncIDs.Add(1)), ResourceIDs: ids, Done: true, Echo: echo(a, 0)})
 	require.NoError(t, err)
 	return a
 }
@@ -114,25 +118,38 @@ func TestLateRenewalExtendsNothing(t *testing.T) {
 	require.Contains(t, ue.Nodes, "n1")
 }
 
-// TestOpenIsNeverSynced: a session request without a valid echo (none,
-// or one of another epoch) opens a session that is not synced, even
-// while the node's session is live and synced: a delayed session-open
-// can never keep a node synced.
+// TestOpenIsNeverSynced: a session request of a current node (one that
+// sends its instance ID) without a valid echo (none, or one of another
+// epoch) opens a session that is not synced, even while the node's
+// session is live and synced: a delayed session-open can never keep a
+// node synced. (An older node's, without an instance ID:
+// TestOlderRenewalKeepsSynced.)
 func TestOpenIsNeverSynced(t *testing.T) {
 	coord := newTestCoordinator(t, func(c *Config) { c.SessionTTL = 3 * time.Second })
 	clock := useFakeClock(coord)
 	ctx := context.Background()
-	a := syncedNode(t, coord, "n1")
-	require.True(t, synced(t, coord, "n1"))
+	current := func(e *api.Echo) api.SessionRequest {
+		return api.SessionRequest{NodeID: "n1", InstanceID: "i1", Echo: e}
+	}
+	syncCurrent := func(id string) api.SessionResponse {
+		a, err := coord.Session(ctx, current(nil))
+		require.NoError(t, err)
+		require.False(t, a.Synced)
+		_, err = coord.SyncRefs(ctx, "n1", api.SyncRequest{SyncID: id, Done: true, Echo: echo(a, 0)})
+		require.NoError(t, err)
+		require.True(t, synced(t, coord, "n1"))
+		return a
+	}
+	a := syncCurrent("s1")
 
 	clock.at(500 * time.Millisecond)
 	other := echo(a, 100*time.Millisecond)
 	other.Epoch++
-	resp, err := coord.Session(ctx, sessionReq("n1", other))
+	resp, err := coord.Session(ctx, current(other))
 	require.NoError(t, err)
 	require.False(t, resp.Synced, "an echo of another epoch opens a session")
-	a = syncedNode(t, coord, "n1")
-	resp, err = coord.Session(ctx, sessionReq("n1", nil))
+	syncCurrent("s2")
+	resp, err = coord.Session(ctx, current(nil))
 	require.NoError(t, err)
 	require.False(t, resp.Synced, "a request without an echo opens a session")
 	require.False(t, synced(t, coord, "n1"))

@@ -26,6 +26,12 @@ type Config struct {
 	// SessionStream opens a node's event stream with its session
 	// (lockclient.WithSessionStream), not with its first wait.
 	SessionStream bool
+	// OldNodes[i] is how many of rollout i's nodes are older nodes
+	// (docs/design.md §10.7: the wire shape before the session timing
+	// rule, internal/testutil/oldnode); none where the list is shorter.
+	OldNodes []int
+	// olderNodes is the current rollout's (node.go: the last ones).
+	olderNodes int
 	// BlobSize is the size of each of the image's blobs. RetryPause is
 	// the mean pause before a failed fetch is tried again. A rollout's
 	// nodes wait as contentv2 waits: its own deadlines bound their calls
@@ -70,6 +76,19 @@ func ParseSizes(s string) ([]int, error) {
 		n, err := strconv.Atoi(f)
 		if err != nil || n < 1 || n > 250*250*254 {
 			return nil, fmt.Errorf("%q: want node counts separated by commas", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// ParseCounts parses counts that may be 0 ("1000,0"); empty is none.
+func ParseCounts(s string) ([]int, error) {
+	var out []int
+	for _, f := range fields(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%q: want counts separated by commas", s)
 		}
 		out = append(out, n)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sharedcontent/sharedcontent/contentv2"
 	"github.com/sharedcontent/sharedcontent/contentv2/remote"
+	"github.com/sharedcontent/sharedcontent/internal/testutil/oldnode"
 	"github.com/sharedcontent/sharedcontent/lockclient"
 )
 
@@ -47,12 +48,21 @@ type node struct {
 	journal    []digest.Digest
 	generation string
 	session    sessionState
+	// An older node (docs/design.md §10.7): when it sent the session
+	// request whose answer came last (asked), and the one before its
+	// last sync (vouchFrom), for its store's view of being synced.
+	older            bool
+	asked, vouchFrom time.Time
 }
 
-// newNode builds node i's clients against the coordinator at serverURL,
-// with cfg.ShortConns keep-alive connections for its short requests, and
-// its event stream opened with its session if cfg.SessionStream.
-func newNode(i int, cfg Config, serverURL string, a *answers) (*node, error) {
+// newNode builds node i of n's clients against the coordinator at
+// serverURL, with cfg.ShortConns keep-alive connections for its short
+// requests, and its event stream opened with its session if
+// cfg.SessionStream. The last cfg.olderNodes of the n nodes are older
+// nodes (internal/testutil/oldnode: the older wire shape, a stream per
+// wait); the first one, which claims the shared root, is current unless
+// all are older.
+func newNode(i, n int, cfg Config, serverURL string, a *answers) (*node, error) {
 	u, err := url.Parse(serverURL)
 	if err != nil {
 		return nil, err
@@ -94,14 +104,22 @@ func newNode(i int, cfg Config, serverURL string, a *answers) (*node, error) {
 	long := &http.Client{Transport: stream}
 	id := fmt.Sprintf("scale-%05d", i)
 	opts := []lockclient.Option{lockclient.WithNodeID(id), lockclient.WithShortClient(short), lockclient.WithLongClient(long)}
-	if cfg.SessionStream {
+	older := i >= n-cfg.olderNodes
+	switch {
+	case older:
+		opts = append(opts, lockclient.WithPerRequestStreams())
+	case cfg.SessionStream:
 		opts = append(opts, lockclient.WithSessionStream())
 	}
 	c, err := lockclient.New(serverURL, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &node{id: id, client: c, short: short, stream: stream, coord: remote.New(c), instance: randomHex(8), generation: randomHex(8)}, nil
+	coord := remote.New(c)
+	if older {
+		coord = oldnode.New(c) // docs/design.md §10.7
+	}
+	return &node{id: id, client: c, short: short, stream: stream, coord: coord, instance: randomHex(8), generation: randomHex(8), older: older}, nil
 }
 
 // newNodes builds n nodes.
@@ -109,7 +127,7 @@ func newNodes(n int, cfg Config, serverURL string, a *answers) ([]*node, error) 
 	nodes := make([]*node, n)
 	for i := range nodes {
 		var err error
-		if nodes[i], err = newNode(i, cfg, serverURL, a); err != nil {
+		if nodes[i], err = newNode(i, n, cfg, serverURL, a); err != nil {
 			closeNodes(nodes[:i])
 			return nil, err
 		}

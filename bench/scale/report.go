@@ -19,7 +19,7 @@ func (r *Results) WriteTables(w io.Writer) {
 		table(w, []string{"nodes", "wall (last download done)", "coordinator CPU per node-blob", "wake-up p50 / p99", "wake-up p50 / p99 on the stream; by /lock/status (count each)", "wake-up parts p99: unlock / fan-out / simulator", "skip answered at once after the unlock p50 / p99 (requests)", "node done p50 / p99", "unfinished", "downloads per blob (duplicates)", "errors: time-out / 503 / 429 / other", "what the nodes did: calls without an answer / writers retried / uncoordinated / fetches retried", "the stores' counters", "peak RSS", "peak descriptors", "peak streams", "requests by kind", "sent by the coordinator", "longest without a session answer", "load average"},
 			func(row func(...string)) {
 				for _, x := range r.Rollout {
-					row(strconv.Itoa(x.Nodes), fmt.Sprintf("%s (%s)", dur(x.Wall), dur(x.Downloaded)), dur(x.CPUPerNodeBlob()), pair(x.WakeSamples > 0, x.WakeP50, x.WakeP99),
+					row(x.NodesLabel(), fmt.Sprintf("%s (%s)", dur(x.Wall), dur(x.Downloaded)), dur(x.CPUPerNodeBlob()), pair(x.WakeSamples > 0, x.WakeP50, x.WakeP99),
 						fmt.Sprintf("%s (%d); %s (%d)", pair(x.StreamedSamples > 0, x.StreamedP50, x.StreamedP99), x.StreamedSamples, pair(x.CheckedSamples > 0, x.CheckedP50, x.CheckedP99), x.CheckedSamples),
 						fmt.Sprintf("%s / %s / %s", dur(x.UnlockP99), dur(x.FanoutP99), dur(x.DispatchP99)),
 						fmt.Sprintf("%s (%d)", pair(x.LateSamples > 0, x.LateP50, x.LateP99), x.LateSamples),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,8 @@ import (
 // RolloutResult is one rollout: every node pulls the same image at once.
 type RolloutResult struct {
 	Nodes, Blobs int
+	// OldNodes of the Nodes are older nodes (Config.OldNodes).
+	OldNodes int
 	// Wall is from the start until the last node has every blob;
 	// Downloaded until the last holder unlocked.
 	Wall, Downloaded time.Duration
@@ -69,6 +72,14 @@ type RolloutResult struct {
 	// Acts is what the nodes' contentv2 stores did.
 	Acts Acts
 	Usage
+}
+
+// NodesLabel is the node count, with the older nodes among them.
+func (r RolloutResult) NodesLabel() string {
+	if r.OldNodes == 0 {
+		return strconv.Itoa(r.Nodes)
+	}
+	return fmt.Sprintf("%d (%d older)", r.Nodes, r.OldNodes)
 }
 
 // Duplicates counts the downloads beyond one per blob.
@@ -126,7 +137,7 @@ func newImage(blobs, size int) *image {
 
 // rollout runs one rollout against a fresh coordinator.
 func rollout(cfg Config, nodes int) (RolloutResult, error) {
-	res := RolloutResult{Nodes: nodes, Blobs: cfg.Blobs}
+	res := RolloutResult{Nodes: nodes, Blobs: cfg.Blobs, OldNodes: cfg.olderNodes}
 	env, err := setUpStores(cfg, nodes)
 	if err != nil {
 		return res, err

@@ -35,19 +35,23 @@ func Run(cfg Config) (*Results, error) {
 		res.Failed = append(res.Failed, fmt.Sprintf("%s: %v", scenario, err))
 		progress("scale: " + res.Failed[len(res.Failed)-1])
 	}
-	for _, n := range cfg.Rollout {
+	for i, n := range cfg.Rollout {
 		if err := fits(n, cfg.ShortConns, res.Nofile); err != nil {
 			fail(fmt.Sprintf("rollout %d", n), err)
 			continue
 		}
-		progress(fmt.Sprintf("scale: rollout, %d nodes × %d blobs", n, cfg.Blobs))
-		r, err := rollout(cfg, n)
+		rc := cfg
+		if i < len(cfg.OldNodes) {
+			rc.olderNodes = min(n, cfg.OldNodes[i])
+		}
+		progress(fmt.Sprintf("scale: rollout, %d nodes (%d older) × %d blobs", n, rc.olderNodes, cfg.Blobs))
+		r, err := rollout(rc, n)
 		if err != nil {
 			fail(fmt.Sprintf("rollout %d", n), err)
 			continue
 		}
 		res.Rollout = append(res.Rollout, r)
-		progress(fmt.Sprintf("scale: rollout %d: wall %s, %d nodes unfinished, done p99 %s, wake p50/p99 %s/%s (%d; on the stream %s/%s (%d), by status %s/%s (%d)), late p50/p99 %s/%s (%d), unlock %s/%s (%d sent while their node's requests were in flight), fan-out %s/%s, dispatch %s/%s, time-outs %d, calls without an answer %d, writers retried %d, uncoordinated %.0f, duplicate downloads %d, unlocks failed %d, CPU/node-blob %s; the stores: %s; a call without an answer: %s", n,
+		progress(fmt.Sprintf("scale: rollout %s: wall %s, %d nodes unfinished, done p99 %s, wake p50/p99 %s/%s (%d; on the stream %s/%s (%d), by status %s/%s (%d)), late p50/p99 %s/%s (%d), unlock %s/%s (%d sent while their node's requests were in flight), fan-out %s/%s, dispatch %s/%s, time-outs %d, calls without an answer %d, writers retried %d, uncoordinated %.0f, duplicate downloads %d, unlocks failed %d, CPU/node-blob %s; the stores: %s; a call without an answer: %s", r.NodesLabel(),
 			r.Wall.Round(time.Millisecond), r.Unfinished, r.DoneP99.Round(time.Millisecond), r.WakeP50.Round(time.Millisecond), r.WakeP99.Round(time.Millisecond), r.WakeSamples,
 			r.StreamedP50.Round(time.Millisecond), r.StreamedP99.Round(time.Millisecond), r.StreamedSamples, r.CheckedP50.Round(time.Millisecond), r.CheckedP99.Round(time.Millisecond), r.CheckedSamples,
 			r.LateP50.Round(time.Millisecond), r.LateP99.Round(time.Millisecond), r.LateSamples,

@@ -71,6 +71,7 @@ type observed struct {
 }
 
 func (o *observed) Session(ctx context.Context, req contentv2.SessionRequest) (contentv2.SessionInfo, error) {
+	sent := time.Now()
 	info, err := o.Coordinator.Session(ctx, req)
 	o.failed(ctx, err)
 	if err != nil {
@@ -78,7 +79,12 @@ func (o *observed) Session(ctx context.Context, req contentv2.SessionRequest) (c
 		return info, err
 	}
 	o.n.answered(info, time.Now())
-	o.n.setSynced(info.Synced)
+	if info.Synced || !o.n.vouched(sent) {
+		o.n.setSynced(info.Synced)
+	}
+	o.n.mu.Lock()
+	o.n.asked = sent
+	o.n.mu.Unlock()
 	return info, nil
 }
 
@@ -87,8 +93,22 @@ func (o *observed) SyncRefs(ctx context.Context, req contentv2.SyncRequest) erro
 	o.failed(ctx, err)
 	if err == nil {
 		o.n.setSynced(true)
+		o.n.mu.Lock()
+		o.n.vouchFrom = o.n.asked
+		o.n.mu.Unlock()
 	}
 	return err
+}
+
+// vouched reports whether node n, an older one, still counts as synced at
+// the coordinator at now although an answer asks it to sync again: its
+// last sync vouches for it for a TTL from the session answer before it
+// (docs/design.md §10.7), which came after vouchFrom, when that session
+// request was sent. Always false for a current node.
+func (n *node) vouched(now time.Time) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.older && !n.vouchFrom.IsZero() && n.session.synced && now.Before(n.vouchFrom.Add(n.session.ttl))
 }
 
 func (o *observed) AddRef(ctx context.Context, dgst digest.Digest, found bool) error {

@@ -23,10 +23,12 @@ const (
 	// first commit of main with both of its wire changes (one
 	// event stream per node, cd00c6d before it; sync by hash). Its nodes
 	// do not know the reference rule's refusal (409 no_session, 7d22b3e):
-	// a coordinator of this tree refuses their references until their
-	// session is renewed there, so a commit in the first seconds after
-	// the coordinator's restart fails its pull. From it, the nodes go
-	// first (NodesFirst).
+	// a coordinator of this tree refused their references until their
+	// session was renewed there, so a commit in the first seconds after
+	// the coordinator's restart failed its pull. From it, the nodes go
+	// first (NodesFirst). The coordinator now admits a recorded member's
+	// references for a session TTL after its start (docs/design.md
+	// §10.7); CoordinatorFirst from it was not run again since.
 	upgradeFrom = "906054787e830c3042bd9323b0b3c61f434718eb"
 	// upgradeFromRefRule is the merge of the reference rule (7d22b3e),
 	// whose nodes open their session again and retry on no_session: from
