@@ -13,6 +13,7 @@
 //	lockclient                 the coordinator's client
 //	contentv2                  the content store
 //	contentv2/…                its adapter to lockclient and its test helpers
+//	internal/testutil/oldnode  an older node's wire shape, over that adapter
 //	plugin, plugin/builtin     containerd's plugins
 //	internal/hostinstall       the daemon installed as a host service
 //	cmd/internal/…, cmd/…      the binaries and what they share

@@ -35,6 +35,7 @@ var ranks = map[string]int{
 	"lockclient":                 60,
 	"contentv2":                  70,
 	"contentv2/...":              80,
+	"internal/testutil/oldnode":  82, // an older node's wire shape over contentv2/remote (docs/design.md §10.7)
 	"contentv2/contentv2test":    85,
 	"plugin":                     90,
 	"plugin/builtin":             100,
