@@ -128,6 +128,7 @@ type store struct {
 	mode         Mode
 	registerer   prometheus.Registerer
 	refRetry     time.Duration
+	skipAddsRef  bool // WithSkipAddsRef
 	coordTimeout time.Duration
 	reapInterval time.Duration
 	reapGrace    time.Duration
@@ -233,6 +234,7 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 		nodeID:       nodeID,
 		coord:        coord,
 		refRetry:     DefaultRefRetryInterval,
+		skipAddsRef:  true,
 		coordTimeout: DefaultCoordinationTimeout,
 		configTTL:    defaultSessionTTL,
 		instanceID:   newID(),
