@@ -24,9 +24,9 @@ const (
 
 // scaleFlags are the flags of the scale section.
 type scaleFlags struct {
-	server, rollout, steady, restart string
-	check                            bool
-	cfg                              scale.Config
+	server, rollout, steady, restart, skipRef string
+	check                                     bool
+	cfg                                       scale.Config
 }
 
 func (s *scaleFlags) register(fs *flag.FlagSet) {
@@ -39,6 +39,7 @@ func (s *scaleFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.cfg.Download, "scale-download", scale.DefaultDownload, "scale: the holder's simulated download of a blob")
 	fs.IntVar(&s.cfg.ShortConns, "scale-short-conns", scale.DefaultShortConns, "scale: keep-alive connections a node's short requests share (besides its event stream)")
 	fs.BoolVar(&s.cfg.SessionStream, "scale-session-stream", false, "scale: open a node's event stream with its session, not with its first wait (lockclient.WithSessionStream)")
+	fs.StringVar(&s.skipRef, "scale-skip-ref", "on", "scale: whether a rollout's followers ask for their references with their skips (contentv2.WithSkipAddsRef: on or off); a list (off,on) runs each rollout size with each in turn")
 	fs.IntVar(&s.cfg.Parallel, "scale-parallel", scale.DefaultParallel, "scale: blobs a node pulls at once")
 	fs.IntVar(&s.cfg.BlobSize, "scale-blob-size", scale.DefaultBlobSize, "scale: bytes of each blob of the rollout's image (written by its holder into the shared root)")
 	fs.DurationVar(&s.cfg.RetryPause, "scale-retry-pause", scale.DefaultRetryPause, "scale: mean pause before a failed fetch is tried again")
@@ -62,6 +63,9 @@ func (s *scaleFlags) config() (scale.Config, error) {
 	if cfg.Restart, err = scale.ParseRestartSizes(s.restart); err != nil {
 		return cfg, err
 	}
+	if cfg.SkipRef, err = scale.ParseSwitches(s.skipRef); err != nil {
+		return cfg, fmt.Errorf("-scale-skip-ref: %w", err)
+	}
 	if cfg.Blobs < 1 || cfg.Parallel < 1 || cfg.ShortConns < 1 || cfg.BlobSize < 1 {
 		return cfg, errors.New("-scale-blobs, -scale-blob-size, -scale-parallel and -scale-short-conns must be positive")
 	}
@@ -76,6 +80,9 @@ func (s *scaleFlags) commandLine() string {
 	}
 	if s.cfg.SessionStream {
 		cmd += " -scale-session-stream"
+	}
+	if s.skipRef != "on" {
+		cmd += " -scale-skip-ref " + orNone(s.skipRef)
 	}
 	return cmd
 }

@@ -16,6 +16,9 @@ import (
 // RolloutResult is one rollout: every node pulls the same image at once.
 type RolloutResult struct {
 	Nodes, Blobs int
+	// SkipRef: the stores' followers asked for their references with
+	// their skips (contentv2.WithSkipAddsRef).
+	SkipRef bool
 	// Wall is from the start until the last node has every blob;
 	// Downloaded until the last holder unlocked.
 	Wall, Downloaded time.Duration
@@ -125,9 +128,9 @@ func newImage(blobs, size int) *image {
 }
 
 // rollout runs one rollout against a fresh coordinator.
-func rollout(cfg Config, nodes int) (RolloutResult, error) {
-	res := RolloutResult{Nodes: nodes, Blobs: cfg.Blobs}
-	env, err := setUpStores(cfg, nodes)
+func rollout(cfg Config, nodes int, skipRef bool) (RolloutResult, error) {
+	res := RolloutResult{Nodes: nodes, Blobs: cfg.Blobs, SkipRef: skipRef}
+	env, err := setUpStores(cfg, nodes, skipRef)
 	if err != nil {
 		return res, err
 	}
@@ -138,7 +141,7 @@ func rollout(cfg Config, nodes int) (RolloutResult, error) {
 		n.resetActs()
 	}
 	m := env.begin()
-	stopProfile := profile(cfg, fmt.Sprintf("rollout-%d", nodes), env.coord.pid())
+	stopProfile := profile(cfg, fmt.Sprintf("rollout-%d-skipref-%s", nodes, onOff(skipRef)), env.coord.pid())
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Deadline)
 	defer cancel()
 	var done samples
@@ -194,6 +197,13 @@ func rollout(cfg Config, nodes int) (RolloutResult, error) {
 		}
 	}
 	return res, m.err
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }
 
 // pullImage pulls every blob of img, cfg.Parallel at a time (containerd's

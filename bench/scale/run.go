@@ -40,20 +40,16 @@ func Run(cfg Config) (*Results, error) {
 			fail(fmt.Sprintf("rollout %d", n), err)
 			continue
 		}
-		progress(fmt.Sprintf("scale: rollout, %d nodes × %d blobs", n, cfg.Blobs))
-		r, err := rollout(cfg, n)
-		if err != nil {
-			fail(fmt.Sprintf("rollout %d", n), err)
-			continue
+		for _, skipRef := range cfg.skipRefs() {
+			progress(fmt.Sprintf("scale: rollout, %d nodes × %d blobs, skip adds ref %s", n, cfg.Blobs, onOff(skipRef)))
+			r, err := rollout(cfg, n, skipRef)
+			if err != nil {
+				fail(fmt.Sprintf("rollout %d", n), err)
+				continue
+			}
+			res.Rollout = append(res.Rollout, r)
+			progressRollout(progress, r)
 		}
-		res.Rollout = append(res.Rollout, r)
-		progress(fmt.Sprintf("scale: rollout %d: wall %s, %d nodes unfinished, done p99 %s, wake p50/p99 %s/%s (%d; on the stream %s/%s (%d), by status %s/%s (%d)), late p50/p99 %s/%s (%d), unlock %s/%s (%d sent while their node's requests were in flight), fan-out %s/%s, dispatch %s/%s, time-outs %d, calls without an answer %d, writers retried %d, uncoordinated %.0f, duplicate downloads %d, unlocks failed %d, CPU/node-blob %s; the stores: %s; a call without an answer: %s", n,
-			r.Wall.Round(time.Millisecond), r.Unfinished, r.DoneP99.Round(time.Millisecond), r.WakeP50.Round(time.Millisecond), r.WakeP99.Round(time.Millisecond), r.WakeSamples,
-			r.StreamedP50.Round(time.Millisecond), r.StreamedP99.Round(time.Millisecond), r.StreamedSamples, r.CheckedP50.Round(time.Millisecond), r.CheckedP99.Round(time.Millisecond), r.CheckedSamples,
-			r.LateP50.Round(time.Millisecond), r.LateP99.Round(time.Millisecond), r.LateSamples,
-			r.UnlockP50.Round(time.Millisecond), r.UnlockP99.Round(time.Millisecond), r.UnlockBehind, r.FanoutP50.Round(time.Millisecond), r.FanoutP99.Round(time.Millisecond),
-			r.DispatchP50.Round(time.Millisecond), r.DispatchP99.Round(time.Millisecond), r.Errors.Timeouts, r.Acts.FailedCalls, r.Acts.WriterRetries, r.Acts.Uncoordinated(),
-			r.Duplicates(), r.UnlockFailed, r.CPUPerNodeBlob(), r.Acts, or(r.Acts.FirstFailure, "none")))
 	}
 	for _, n := range cfg.Steady {
 		if err := fits(n, cfg.ShortConns, res.Nofile); err != nil {
@@ -85,6 +81,14 @@ func Run(cfg Config) (*Results, error) {
 			r.Setup.Round(time.Millisecond), r.Resync.Round(time.Millisecond), r.Unsynced, r.MaxGap.Round(time.Millisecond)))
 	}
 	return res, nil
+}
+
+// skipRefs is cfg.SkipRef, or the default alone (on).
+func (cfg Config) skipRefs() []bool {
+	if len(cfg.SkipRef) == 0 {
+		return []bool{true}
+	}
+	return cfg.SkipRef
 }
 
 func or(s, def string) string {
@@ -168,4 +172,15 @@ func fits(n, shortConns int, nofile uint64) error {
 			n, own, connsPerNode, spareFiles, nofile, (nofile-spareFiles)/uint64(connsPerNode+1))
 	}
 	return nil
+}
+
+// progressRollout tells progress what rollout r measured.
+func progressRollout(progress func(string), r RolloutResult) {
+	progress(fmt.Sprintf("scale: rollout %d (skip adds ref %s): wall %s, %d nodes unfinished, done p99 %s, wake p50/p99 %s/%s (%d; on the stream %s/%s (%d), by status %s/%s (%d)), late p50/p99 %s/%s (%d), unlock %s/%s (%d sent while their node's requests were in flight), fan-out %s/%s, dispatch %s/%s, time-outs %d, calls without an answer %d, writers retried %d, uncoordinated %.0f, duplicate downloads %d, unlocks failed %d, CPU/node-blob %s; the stores: %s; a call without an answer: %s", r.Nodes, onOff(r.SkipRef),
+		r.Wall.Round(time.Millisecond), r.Unfinished, r.DoneP99.Round(time.Millisecond), r.WakeP50.Round(time.Millisecond), r.WakeP99.Round(time.Millisecond), r.WakeSamples,
+		r.StreamedP50.Round(time.Millisecond), r.StreamedP99.Round(time.Millisecond), r.StreamedSamples, r.CheckedP50.Round(time.Millisecond), r.CheckedP99.Round(time.Millisecond), r.CheckedSamples,
+		r.LateP50.Round(time.Millisecond), r.LateP99.Round(time.Millisecond), r.LateSamples,
+		r.UnlockP50.Round(time.Millisecond), r.UnlockP99.Round(time.Millisecond), r.UnlockBehind, r.FanoutP50.Round(time.Millisecond), r.FanoutP99.Round(time.Millisecond),
+		r.DispatchP50.Round(time.Millisecond), r.DispatchP99.Round(time.Millisecond), r.Errors.Timeouts, r.Acts.FailedCalls, r.Acts.WriterRetries, r.Acts.Uncoordinated(),
+		r.Duplicates(), r.UnlockFailed, r.CPUPerNodeBlob(), r.Acts, or(r.Acts.FirstFailure, "none")))
 }
