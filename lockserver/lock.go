@@ -48,7 +48,7 @@ func (lk *locks) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 	// completed_ttl.
 	if c := k.completed; c != nil && !c.lapsed && now.Sub(c.at) < lk.cfg.CompletedTTL && r.compatibleWith(t) && (t != idxDelete || req.Reap == "") {
 		lk.metrics.result(t, resultSkipped)
-		_, added := c.refs[req.NodeID] // asked again after its skip told it
+		_, added := c.refs[requestKey{req.NodeID, req.RequestID}] // asked again after its skip told it
 		return api.LockResponse{RequestID: req.RequestID, Skip: true, RefAdded: req.AddRef && added}, nil
 	}
 	q := request{typ: t, nodeID: req.NodeID, requestID: req.RequestID, reap: req.Reap, addRef: req.AddRef}
@@ -354,26 +354,26 @@ func (lk *locks) release(ctx context.Context, sh *shard, r *resource, t typeInde
 	lk.advance(ctx, r, now)
 }
 
-// askers returns the nodes of k's waiters that asked for their
-// reference with a skip (api.LockRequest.AddRef).
-func askers(k *key) []string {
-	var nodes []string
+// askers returns k's waiters that asked for their reference with a skip
+// (api.LockRequest.AddRef).
+func askers(k *key) []requestKey {
+	var out []requestKey
 	k.queue.Each(func(w *waiter) bool {
 		if w.addRef {
-			nodes = append(nodes, w.nodeID)
+			out = append(out, w.key())
 		}
 		return true
 	})
-	return nodes
+	return out
 }
 
 // complete records that the holder g of r.keys[t] (a pull or a delete)
 // succeeded: everyone waiting on the key skips, and so do newcomers for
 // CompletedTTL. Unlock calls it once the reference set is written: an
 // unlock whose write fails must change nothing (docs/design.md §3.4), so no waiter may
-// have been told to skip. added are the waiters (by node) whose
-// references that write recorded: their skips say so (RefAdded).
-func (lk *locks) complete(r *resource, t typeIndex, g *grant, added map[string]struct{}, now time.Time) {
+// have been told to skip. added are the waiters whose references that
+// write recorded: their skips say so (RefAdded).
+func (lk *locks) complete(r *resource, t typeIndex, g *grant, added map[requestKey]struct{}, now time.Time) {
 	k := &r.keys[t]
 	k.completed = &completion{nodeID: g.nodeID, at: now, fence: g.fence, refs: added}
 	if t == idxPull {
@@ -386,8 +386,7 @@ func (lk *locks) complete(r *resource, t typeIndex, g *grant, added map[string]s
 			lk.trace("skipped", t, r.id, w.requestID)
 		}
 		ev := r.event(t, api.EventCompleted, w.nodeID, w.requestID, true, "")
-		_, ev.RefAdded = added[w.nodeID]
-		ev.RefAdded = ev.RefAdded && w.addRef
+		_, ev.RefAdded = added[w.key()]
 		lk.streams.tell(w, ev)
 		lk.metrics.result(t, resultSkipped)
 		lk.metrics.wait[t].Observe(now.Sub(w.queued).Seconds())

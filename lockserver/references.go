@@ -87,7 +87,7 @@ func (rs *references) stripe(resourceID string) *refStripe {
 // have. A write that fails after the holder's group leaves some of them
 // recorded: the unlock fails, its retry writes them again (adding a
 // reference is idempotent), and meanwhile no waiter was told.
-func (rs *references) recordSuccess(ctx context.Context, resourceID string, g *grant, endsDelete bool, askers []string, now time.Time) (added map[string]struct{}, done func(), err error) {
+func (rs *references) recordSuccess(ctx context.Context, resourceID string, g *grant, endsDelete bool, askers []requestKey, now time.Time) (added map[requestKey]struct{}, done func(), err error) {
 	done = func() {}
 	switch g.typ {
 	case idxPull:
@@ -124,24 +124,29 @@ func (rs *references) recordSuccess(ctx context.Context, resourceID string, g *g
 	return nil, done, nil
 }
 
-// admitAskers applies the reference rule to each node of askers and adds
-// the reference of each it admits to b, in an atomic group of its own. It
-// returns the nodes admitted and their done functions.
-func (rs *references) admitAskers(resourceID string, askers []string, b *refcount.Batch, now time.Time) (added map[string]struct{}, dones []func()) {
-	for _, node := range askers {
-		if _, dup := added[node]; dup {
-			continue
+// admitAskers applies the reference rule to the node of each request of
+// askers and adds the reference of each node it admits to b, once, in an
+// atomic group of its own. It returns the requests admitted and the done
+// functions of their references.
+func (rs *references) admitAskers(resourceID string, askers []requestKey, b *refcount.Batch, now time.Time) (added map[requestKey]struct{}, dones []func()) {
+	admitted := map[string]bool{}
+	for _, q := range askers {
+		ok, seen := admitted[q.node]
+		if !seen {
+			written, err := rs.members.admitRef(q.node, resourceID, now)
+			if ok = err == nil; ok {
+				dones = append(dones, written)
+				b.Break().AddRef(resourceID, q.node)
+			}
+			admitted[q.node] = ok
 		}
-		written, err := rs.members.admitRef(node, resourceID, now)
-		if err != nil {
+		if !ok {
 			continue // told skip without RefAdded: it adds its own, as before
 		}
 		if added == nil {
-			added = map[string]struct{}{}
+			added = map[requestKey]struct{}{}
 		}
-		added[node] = struct{}{}
-		dones = append(dones, written)
-		b.Break().AddRef(resourceID, node)
+		added[q] = struct{}{}
 	}
 	return added, dones
 }

@@ -92,8 +92,8 @@ type referenceRules interface {
 	// recordSuccess writes what a successful unlock of g changes in the
 	// reference sets, with the references of the waiters askers (a
 	// pull's, api.LockRequest.AddRef) the reference rule admits, which it
-	// returns by node; done ends the references' being written.
-	recordSuccess(ctx context.Context, resourceID string, g *grant, endsDelete bool, askers []string, now time.Time) (added map[string]struct{}, done func(), err error)
+	// returns (added); done ends the references' being written.
+	recordSuccess(ctx context.Context, resourceID string, g *grant, endsDelete bool, askers []requestKey, now time.Time) (added map[requestKey]struct{}, done func(), err error)
 	// keepHolderRef writes the reference of g, a pull lease that
 	// expired, and reports whether it is written.
 	keepHolderRef(ctx context.Context, resourceID string, g *grant, now time.Time) bool

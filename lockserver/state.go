@@ -107,10 +107,10 @@ type completion struct {
 	// fence is the delete's or pull's lease fence; 0 when unknown (a
 	// completion loaded from the database, which does not keep it).
 	fence uint64
-	// refs: the waiters (by node) whose references a pull's success
-	// recorded in its own write, as they asked (api.LockRequest.AddRef);
-	// a poll of such a waiter's request is answered skip with RefAdded.
-	refs map[string]struct{}
+	// refs: the waiters whose references a pull's success recorded in
+	// its own write, as they asked (api.LockRequest.AddRef); a poll of
+	// such a request (or its retry) is answered skip with RefAdded.
+	refs map[requestKey]struct{}
 }
 
 // released remembers a lease that ended, so a retried Unlock with the same
