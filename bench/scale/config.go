@@ -26,6 +26,11 @@ type Config struct {
 	// SessionStream opens a node's event stream with its session
 	// (lockclient.WithSessionStream), not with its first wait.
 	SessionStream bool
+	// SessionConn gives a node's session calls and syncs a keep-alive
+	// connection of their own, as lockclient (up to 512 connections)
+	// would open one rather than queue them behind the node's lock
+	// requests and adds on its ShortConns; one more descriptor a node.
+	SessionConn bool
 	// SkipRef lists the settings of contentv2.WithSkipAddsRef (a
 	// follower's skip adds its reference, docs/design.md §10.6 lever c)
 	// each rollout size is run with, in order; empty: the default (on)

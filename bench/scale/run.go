@@ -36,7 +36,7 @@ func Run(cfg Config) (*Results, error) {
 		progress("scale: " + res.Failed[len(res.Failed)-1])
 	}
 	for _, n := range cfg.Rollout {
-		if err := fits(n, cfg.ShortConns, res.Nofile); err != nil {
+		if err := fits(n, cfg.conns(), res.Nofile); err != nil {
 			fail(fmt.Sprintf("rollout %d", n), err)
 			continue
 		}
@@ -52,7 +52,7 @@ func Run(cfg Config) (*Results, error) {
 		}
 	}
 	for _, n := range cfg.Steady {
-		if err := fits(n, cfg.ShortConns, res.Nofile); err != nil {
+		if err := fits(n, cfg.conns(), res.Nofile); err != nil {
 			fail(fmt.Sprintf("steady %d", n), err)
 			continue
 		}
@@ -66,7 +66,7 @@ func Run(cfg Config) (*Results, error) {
 		progress(fmt.Sprintf("scale: steady %d: %.1f%% of a core", n, 100*r.CoreShare()))
 	}
 	for _, s := range cfg.Restart {
-		if err := fits(s.Nodes, cfg.ShortConns, res.Nofile); err != nil {
+		if err := fits(s.Nodes, cfg.conns(), res.Nofile); err != nil {
 			fail(fmt.Sprintf("restart %v", s), err)
 			continue
 		}
@@ -81,6 +81,14 @@ func Run(cfg Config) (*Results, error) {
 			r.Setup.Round(time.Millisecond), r.Resync.Round(time.Millisecond), r.Unsynced, r.MaxGap.Round(time.Millisecond)))
 	}
 	return res, nil
+}
+
+// conns is the connections a node holds besides its event stream.
+func (cfg Config) conns() int {
+	if cfg.SessionConn {
+		return cfg.ShortConns + 1
+	}
+	return cfg.ShortConns
 }
 
 // skipRefs is cfg.SkipRef, or the default alone (on).
