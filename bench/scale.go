@@ -40,7 +40,7 @@ func (s *scaleFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&s.cfg.ShortConns, "scale-short-conns", scale.DefaultShortConns, "scale: keep-alive connections a node's short requests share (besides its event stream)")
 	fs.BoolVar(&s.cfg.SessionStream, "scale-session-stream", false, "scale: open a node's event stream with its session, not with its first wait (lockclient.WithSessionStream)")
 	fs.BoolVar(&s.cfg.SessionConn, "scale-session-conn", false, "scale: give a node's session calls and syncs a connection of their own, as lockclient would open one rather than queue them behind the node's lock requests (one more descriptor a node)")
-	fs.StringVar(&s.skipRef, "scale-skip-ref", "on", "scale: whether a rollout's followers ask for their references with their skips (contentv2.WithSkipAddsRef: on or off); a list (off,on) runs each rollout size with each in turn")
+	fs.StringVar(&s.skipRef, "scale-skip-ref", "off", "scale: whether a rollout's followers ask for their references with their skips (contentv2.WithSkipAddsRef: on or off); a list (off,on) runs each rollout size with each in turn")
 	fs.IntVar(&s.cfg.Parallel, "scale-parallel", scale.DefaultParallel, "scale: blobs a node pulls at once")
 	fs.IntVar(&s.cfg.BlobSize, "scale-blob-size", scale.DefaultBlobSize, "scale: bytes of each blob of the rollout's image (written by its holder into the shared root)")
 	fs.DurationVar(&s.cfg.RetryPause, "scale-retry-pause", scale.DefaultRetryPause, "scale: mean pause before a failed fetch is tried again")
@@ -85,7 +85,7 @@ func (s *scaleFlags) commandLine() string {
 	if s.cfg.SessionConn {
 		cmd += " -scale-session-conn"
 	}
-	if s.skipRef != "on" {
+	if s.skipRef != "off" {
 		cmd += " -scale-skip-ref " + orNone(s.skipRef)
 	}
 	return cmd

@@ -238,7 +238,6 @@ func NewStore(root, nodeID string, coord Coordinator, opts ...Option) (Store, er
 		nodeID:       nodeID,
 		coord:        coord,
 		refRetry:     DefaultRefRetryInterval,
-		skipAddsRef:  true,
 		coordTimeout: DefaultCoordinationTimeout,
 		configTTL:    defaultSessionTTL,
 		instanceID:   newID(),

@@ -33,7 +33,7 @@ type Config struct {
 	SessionConn bool
 	// SkipRef lists the settings of contentv2.WithSkipAddsRef (a
 	// follower's skip adds its reference, docs/design.md §10.6 lever c)
-	// each rollout size is run with, in order; empty: the default (on)
+	// each rollout size is run with, in order; empty: the default (off)
 	// alone. Several alternate the lever in one run.
 	SkipRef []bool
 	// BlobSize is the size of each of the image's blobs. RetryPause is

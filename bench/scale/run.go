@@ -91,10 +91,10 @@ func (cfg Config) conns() int {
 	return cfg.ShortConns
 }
 
-// skipRefs is cfg.SkipRef, or the default alone (on).
+// skipRefs is cfg.SkipRef, or the default alone (off).
 func (cfg Config) skipRefs() []bool {
 	if len(cfg.SkipRef) == 0 {
-		return []bool{true}
+		return []bool{false}
 	}
 	return cfg.SkipRef
 }

@@ -84,7 +84,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 // TestFollowerSkipAddsRef (docs/design.md §10.6, lever c): two nodes wait
 // for a third's download of a blob; the one whose store asks for its
-// reference with the skip (the default) is referenced by the holder's
+// reference with the skip (WithSkipAddsRef(true)) is referenced by the holder's
 // unlock and sends no /refs/add; the one with the lever off adds its reference itself, as
 // before. Both read the blob, and the coordinator references all three.
 func TestFollowerSkipAddsRef(t *testing.T) {
