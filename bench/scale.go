@@ -24,9 +24,9 @@ const (
 
 // scaleFlags are the flags of the scale section.
 type scaleFlags struct {
-	server, rollout, steady, restart, oldNodes string
-	check                                      bool
-	cfg                                        scale.Config
+	server, rollout, steady, restart, oldNodes, skipRef string
+	check                                               bool
+	cfg                                                 scale.Config
 }
 
 func (s *scaleFlags) register(fs *flag.FlagSet) {
@@ -40,6 +40,8 @@ func (s *scaleFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&s.cfg.ShortConns, "scale-short-conns", scale.DefaultShortConns, "scale: keep-alive connections a node's short requests share (besides its event stream)")
 	fs.BoolVar(&s.cfg.SessionStream, "scale-session-stream", false, "scale: open a node's event stream with its session, not with its first wait (lockclient.WithSessionStream)")
 	fs.StringVar(&s.oldNodes, "scale-old-nodes", "", "scale: how many of each rollout's nodes are older nodes (the wire shape before the session timing rule, docs/design.md §10.7), one count per -scale-rollout entry (\"1000,0,1000,0\" with -scale-rollout 1000,1000,1000,1000 alternates them); none where absent")
+	fs.BoolVar(&s.cfg.SessionConn, "scale-session-conn", false, "scale: give a node's session calls and syncs a connection of their own, as lockclient would open one rather than queue them behind the node's lock requests (one more descriptor a node)")
+	fs.StringVar(&s.skipRef, "scale-skip-ref", "off", "scale: whether a rollout's followers ask for their references with their skips (contentv2.WithSkipAddsRef: on or off); a list (off,on) runs each rollout size with each in turn")
 	fs.IntVar(&s.cfg.Parallel, "scale-parallel", scale.DefaultParallel, "scale: blobs a node pulls at once")
 	fs.IntVar(&s.cfg.BlobSize, "scale-blob-size", scale.DefaultBlobSize, "scale: bytes of each blob of the rollout's image (written by its holder into the shared root)")
 	fs.DurationVar(&s.cfg.RetryPause, "scale-retry-pause", scale.DefaultRetryPause, "scale: mean pause before a failed fetch is tried again")
@@ -66,6 +68,9 @@ func (s *scaleFlags) config() (scale.Config, error) {
 	if cfg.OldNodes, err = scale.ParseCounts(s.oldNodes); err != nil {
 		return cfg, err
 	}
+	if cfg.SkipRef, err = scale.ParseSwitches(s.skipRef); err != nil {
+		return cfg, fmt.Errorf("-scale-skip-ref: %w", err)
+	}
 	if cfg.Blobs < 1 || cfg.Parallel < 1 || cfg.ShortConns < 1 || cfg.BlobSize < 1 {
 		return cfg, errors.New("-scale-blobs, -scale-blob-size, -scale-parallel and -scale-short-conns must be positive")
 	}
@@ -83,6 +88,12 @@ func (s *scaleFlags) commandLine() string {
 	}
 	if s.oldNodes != "" {
 		cmd += " -scale-old-nodes " + s.oldNodes
+	}
+	if s.cfg.SessionConn {
+		cmd += " -scale-session-conn"
+	}
+	if s.skipRef != "off" {
+		cmd += " -scale-skip-ref " + orNone(s.skipRef)
 	}
 	return cmd
 }

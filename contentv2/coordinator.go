@@ -56,7 +56,9 @@ type Coordinator interface {
 	// true queues behind the holder; false fails at once with api.ErrLocked,
 	// as a coordinator that does not queue waiters by default does for
 	// nil. api.ErrSkipped: a pull or delete of the resource just succeeded
-	// elsewhere. A delete is api.ErrInUse or api.ErrUnsynced under the delete
+	// elsewhere; it also wraps ErrRefAdded when req.AddRef asked the
+	// coordinator to record this node's reference with the skip and it
+	// did. A delete is api.ErrInUse or api.ErrUnsynced under the delete
 	// rule; either way this node's reference is gone.
 	Lock(ctx context.Context, req api.LockRequest) (Lock, error)
 	// Refs calls fn for every resource the coordinator has references of,

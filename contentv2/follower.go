@@ -305,13 +305,17 @@ func (s *store) dropFollower(f *follower) {
 // (docs/design.md §8). It waits until ctx ends.
 func (s *store) follow(ctx context.Context, wo content.WriterOpts, dgst digest.Digest) (content.Writer, int64, error) {
 	pause := followPauseMin
+	addRef, fresh := s.journalAhead(ctx, dgst) // skipref.go
 	for {
-		lk, err := s.coord.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: dgst.String()})
+		lk, err := s.coord.Lock(ctx, api.LockRequest{Type: api.OperationPull, ResourceID: dgst.String(), AddRef: addRef})
 		switch {
 		case err == nil:
 			w, err := s.handedOver(ctx, wo, lk, dgst)
 			return w, 0, err
 		case errors.Is(err, api.ErrSkipped):
+			if errors.Is(err, ErrRefAdded) {
+				s.tookRef(ctx, dgst, fresh)
+			}
 			w, size, retry, err := s.finishedElsewhere(ctx, wo, dgst)
 			if !retry {
 				return w, size, err

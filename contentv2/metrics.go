@@ -15,6 +15,7 @@ type metrics struct {
 	reapable      prometheus.Gauge
 	missingBlobs  prometheus.Gauge
 	sharedBytes   prometheus.Counter
+	skipRefs      prometheus.Counter
 	// Sessions (session.go).
 	renewalSent     prometheus.Gauge
 	failOpenSince   prometheus.Gauge
@@ -84,6 +85,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sharedcontent_store_shared_bytes_total",
 			Help: "Bytes of blobs this node started using without downloading them: found in the shared directory, downloaded by another node (or by this one before its journal was lost). The registry bytes this node saved.",
 		}),
+		skipRefs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sharedcontent_store_skip_refs_total",
+			Help: "References of this node that the coordinator recorded with the skip ending a follower's wait, as the follower asked (no POST /refs/add sent for them).",
+		}),
 		renewalSent: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sharedcontent_store_session_renewal_sent_timestamp_seconds",
 			Help: "When this node last sent a session renewal (or the last chunk of a sync), answered or not: a node cut off uses blobs unregistered only sharedcontent_store_fail_open_delay_seconds after it.",
@@ -150,7 +155,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.followerWaits.WithLabelValues(o)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.uncoordinated, m.writes, m.follows, m.deletes, m.waits, m.synced, m.syncs, m.reaped, m.reapPasses, m.reapable, m.missingBlobs, m.sharedBytes,
+		for _, c := range []prometheus.Collector{m.uncoordinated, m.writes, m.follows, m.deletes, m.waits, m.synced, m.syncs, m.reaped, m.reapPasses, m.reapable, m.missingBlobs, m.sharedBytes, m.skipRefs,
 			m.renewalSent, m.failOpenSince, m.failOpenDelay, m.sessionRefusals, m.forgotten, m.forgottenGone, m.discarded,
 			m.rootReady, m.rootUnready, m.downloads, m.downloadBytes, m.followersWaiting, m.followerWaits} {
 			if err := reg.Register(c); err != nil {

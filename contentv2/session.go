@@ -374,7 +374,9 @@ func (s *store) answered(ctx context.Context, info SessionInfo, received time.Ti
 		return err
 	}
 	s.mu.Lock()
-	s.downUntil = time.Time{} // it answers again
+	if !s.slow {
+		s.downUntil = time.Time{} // it answers again (a slow one's mark runs out: coordinate)
+	}
 	s.mu.Unlock()
 	s.smu.Lock()
 	s.answer = sessionAnswer{at: received, stamp: info.Stamp, epoch: info.Epoch}

@@ -128,6 +128,7 @@ type store struct {
 	mode         Mode
 	registerer   prometheus.Registerer
 	refRetry     time.Duration
+	skipAddsRef  bool // WithSkipAddsRef
 	coordTimeout time.Duration
 	reapInterval time.Duration
 	reapGrace    time.Duration
@@ -160,9 +161,13 @@ type store struct {
 	followers  map[string]*follower       // protected by mu; by the caller's ref (follower.go)
 	halfMade   map[string]bool            // protected by mu; this node's half-made ingests, by node-scoped ref (halfmade.go)
 	// downUntil is when to ask the coordinator again after it was found
-	// unreachable; until then operations fail at once instead of each
-	// waiting out a timeout. Protected by mu.
+	// unreachable or slow; until then operations fail at once instead of
+	// each waiting out a timeout. Protected by mu. slow: the mark was set
+	// by a call that outlived the coordination timeout (the coordinator
+	// is reachable but slow, coordinate): a session answer does not lift
+	// it. Protected by mu.
 	downUntil time.Time
+	slow      bool
 
 	// The session (session.go).
 	smu       sync.Mutex
@@ -436,6 +441,16 @@ var errCoordinatorDown = errors.New("coordinator unreachable recently; not askin
 // failure to reach the coordinator makes the next calls fail at once for
 // refRetry, so an outage costs one timeout, not one per blob; the session
 // loop probes meanwhile and lifts it when the coordinator answers.
+//
+// A call that outlives the coordination timeout (the coordinator is
+// reachable, but slow: a storm of requests, a starved machine) marks it
+// down for refRetry too, but neither kicks the session loop nor lets a
+// session answer lift the mark (docs/design.md §10.6): sessions are served
+// in a lane of their own and answer at once while new work waits, so a
+// lift would send the node's retries of its locks and references straight
+// back into the queue that timed them out, one round per session answer,
+// and every node would turn one slow answer into a storm that feeds
+// itself.
 func (s *store) coordinate(ctx context.Context, call func(context.Context) error) error {
 	s.mu.Lock()
 	down := time.Now().Before(s.downUntil)
@@ -452,10 +467,13 @@ func (s *store) coordinate(ctx context.Context, call func(context.Context) error
 		return err
 	}
 	if err != nil && !isRefusal(err) && ctx.Err() == nil {
+		slow := cctx.Err() != nil // the coordination timeout ended it
 		s.mu.Lock()
-		s.downUntil = time.Now().Add(s.refRetry)
+		s.downUntil, s.slow = time.Now().Add(s.refRetry), slow
 		s.mu.Unlock()
-		s.kickSession()
+		if !slow {
+			s.kickSession()
+		}
 	}
 	return err
 }

@@ -18,6 +18,11 @@ type LockResult struct {
 	// Skipped: the work was done meanwhile (a pull or delete succeeded on
 	// another request); nothing is held.
 	Skipped bool
+	// RefAdded, with Skipped: the coordinator recorded the node's
+	// reference to the resource, as the request asked (api.LockRequest.AddRef,
+	// docs/design.md §10.6); the node need not add it. False from a
+	// coordinator that does not know the field.
+	RefAdded bool
 	// Lease is the held lock when Acquired.
 	Lease *Lease
 	// Error is the error Lock returned, if any.
@@ -38,8 +43,8 @@ type LockResult struct {
 // Cancelling ctx takes the caller out of the queue, or gives back a grant
 // that arrived meanwhile; Lock then returns ctx's error and holds nothing.
 //
-// req names the lock (Type, ResourceID, Reap) and, in NodeID, the node it
-// is taken for (empty: the client's, WithNodeID). Its RequestID and Wait
+// req names the lock (Type, ResourceID, Reap, AddRef) and, in NodeID, the
+// node it is taken for (empty: the client's, WithNodeID). Its RequestID and Wait
 // are the client's own: a new request ID per call, and Wait left to the
 // coordinator's default (TryLock: false).
 //
@@ -109,7 +114,7 @@ func (c *Client) lock(ctx context.Context, req api.LockRequest, wait bool) (*Loc
 		}
 		return failed(err)
 	case resp.Skip:
-		return &LockResult{Skipped: true}, nil
+		return &LockResult{Skipped: true, RefAdded: resp.RefAdded && lr.AddRef}, nil
 	case !resp.Acquired:
 		giveBack(ctx, c.transport, lr, c.opts.requestTimeout)
 		return failed(fmt.Errorf("%s: coordinator answered neither acquired nor skipped (queued=%v)", what, resp.Queued))
@@ -144,7 +149,10 @@ func (c *Client) lockRequest(req api.LockRequest) (api.LockRequest, error) {
 	if req.NodeID == "" {
 		req.NodeID = c.opts.nodeID
 	}
-	return api.LockRequest{Type: req.Type, ResourceID: req.ResourceID, NodeID: req.NodeID, RequestID: newRequestID(), Reap: req.Reap}, nil
+	if req.AddRef && req.Type != api.OperationPull {
+		return api.LockRequest{}, fmt.Errorf("lock %s:%s: add_ref is for a pull's skip only: %w", req.Type, req.ResourceID, api.ErrInvalidArgument)
+	}
+	return api.LockRequest{Type: req.Type, ResourceID: req.ResourceID, NodeID: req.NodeID, RequestID: newRequestID(), Reap: req.Reap, AddRef: req.AddRef}, nil
 }
 
 // Unlock releases lease with the outcome of the work: success records the

@@ -269,7 +269,7 @@ func eventResult(name string, e api.Event, requestID string) (watchResult, bool)
 			return watchResult{resp: *e.Lease}, true
 		}
 	case api.EventCompleted:
-		return watchResult{resp: api.LockResponse{RequestID: requestID, Skip: true}}, true
+		return watchResult{resp: api.LockResponse{RequestID: requestID, Skip: true, RefAdded: e.RefAdded}}, true
 	case api.EventError:
 		if e.Error == nil {
 			e.Error = &api.ErrorResponse{Error: "refused without a reason", Code: api.CodeInternal}

@@ -59,7 +59,7 @@ func (lk *locks) await(ctx context.Context, req api.LockRequest) (resp api.LockR
 					return *ev.Lease, false, nil
 				}
 			case api.EventCompleted:
-				return api.LockResponse{RequestID: req.RequestID, Skip: true}, false, nil
+				return api.LockResponse{RequestID: req.RequestID, Skip: true, RefAdded: ev.RefAdded}, false, nil
 			case api.EventError:
 				return api.LockResponse{}, false, api.FromResponse(0, *ev.Error)
 			}

@@ -191,7 +191,8 @@ func (c *Coordinator) Close() error {
 // api.ErrInUse or api.ErrLocked. A queued caller learns of its turn through
 // Subscribe or Status.
 func (c *Coordinator) Lock(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
-	return c.locks.Lock(ctx, req)
+	resp, err := c.locks.Lock(ctx, req)
+	return c.skipAddsRef(ctx, req, resp, err)
 }
 
 // Acquire is the blocking form of Lock for in-process callers (the
@@ -199,7 +200,8 @@ func (c *Coordinator) Lock(ctx context.Context, req api.LockRequest) (api.LockRe
 // granted or skipped, or fails. Cancelling ctx takes the request out of the
 // queue, or gives back a grant made meanwhile.
 func (c *Coordinator) Acquire(ctx context.Context, req api.LockRequest) (api.LockResponse, error) {
-	return c.locks.Acquire(ctx, req)
+	resp, err := c.locks.Acquire(ctx, req)
+	return c.skipAddsRef(ctx, req, resp, err)
 }
 
 // Unlock handles POST /unlock (docs/design.md §3.4). Only the holder of the

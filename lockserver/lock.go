@@ -51,9 +51,10 @@ func (lk *locks) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 	// completed_ttl.
 	if c := k.completed; c != nil && !c.lapsed && now.Sub(c.at) < lk.cfg.CompletedTTL && r.compatibleWith(t) && (t != idxDelete || req.Reap == "") {
 		lk.metrics.result(t, resultSkipped)
-		return api.LockResponse{RequestID: req.RequestID, Skip: true}, nil
+		_, added := c.refs[requestKey{req.NodeID, req.RequestID}] // asked again after its skip told it
+		return api.LockResponse{RequestID: req.RequestID, Skip: true, RefAdded: req.AddRef && added}, nil
 	}
-	q := request{typ: t, nodeID: req.NodeID, requestID: req.RequestID, reap: req.Reap}
+	q := request{typ: t, nodeID: req.NodeID, requestID: req.RequestID, reap: req.Reap, addRef: req.AddRef}
 	if k.holder == nil && k.queue.Len() == 0 && r.compatibleWith(t) {
 		g, err := lk.grant(r, q, now)
 		if err != nil {
@@ -180,14 +181,14 @@ func (lk *locks) Unlock(ctx context.Context, req api.UnlockRequest) (api.UnlockR
 		// The reference set changes on disk first: if it cannot, the
 		// unlock changes nothing (the lock stays held, nobody is told)
 		// and the holder retries it.
-		written, err := lk.refs.recordSuccess(ctx, req.ResourceID, g, r.keys[idxDelete].completed != nil, now)
+		added, written, err := lk.refs.recordSuccess(ctx, req.ResourceID, g, r.keys[idxDelete].completed != nil, askers(&r.keys[t]), now)
 		if err != nil {
 			return api.UnlockResponse{}, fmt.Errorf("%s:%s: recording success: %w", req.Type, req.ResourceID, err)
 		}
 		defer written()
 		if t != idxUpdate {
 			lk.refs.noteActivity(req.ResourceID, now)
-			lk.complete(r, t, g, now)
+			lk.complete(r, t, g, added, now)
 		}
 	} else if req.Error != "" {
 		log.G(ctx).WithField("key", string(req.Type)+":"+req.ResourceID).WithField("node", g.nodeID).
@@ -362,14 +363,28 @@ func (lk *locks) release(ctx context.Context, sh *shard, r *resource, t typeInde
 	lk.advance(ctx, r, now)
 }
 
+// askers returns k's waiters that asked for their reference with a skip
+// (api.LockRequest.AddRef).
+func askers(k *key) []requestKey {
+	var out []requestKey
+	k.queue.Each(func(w *waiter) bool {
+		if w.addRef {
+			out = append(out, w.key())
+		}
+		return true
+	})
+	return out
+}
+
 // complete records that the holder g of r.keys[t] (a pull or a delete)
 // succeeded: everyone waiting on the key skips, and so do newcomers for
 // CompletedTTL. Unlock calls it once the reference set is written: an
 // unlock whose write fails must change nothing (docs/design.md §3.4), so no waiter may
-// have been told to skip.
-func (lk *locks) complete(r *resource, t typeIndex, g *grant, now time.Time) {
+// have been told to skip. added are the waiters whose references that
+// write recorded: their skips say so (RefAdded).
+func (lk *locks) complete(r *resource, t typeIndex, g *grant, added map[requestKey]struct{}, now time.Time) {
 	k := &r.keys[t]
-	k.completed = &completion{nodeID: g.nodeID, at: now, fence: g.fence}
+	k.completed = &completion{nodeID: g.nodeID, at: now, fence: g.fence, refs: added}
 	if t == idxPull {
 		r.keys[idxDelete].completed = nil
 	} else {
@@ -379,7 +394,9 @@ func (lk *locks) complete(r *resource, t typeIndex, g *grant, now time.Time) {
 		if lk.trace != nil {
 			lk.trace("skipped", t, r.id, w.requestID)
 		}
-		lk.streams.tell(w, r.event(t, api.EventCompleted, w.nodeID, w.requestID, true, ""))
+		ev := r.event(t, api.EventCompleted, w.nodeID, w.requestID, true, "")
+		_, ev.RefAdded = added[w.key()]
+		lk.streams.tell(w, ev)
 		lk.metrics.result(t, resultSkipped)
 		lk.metrics.wait[t].Observe(now.Sub(w.queued).Seconds())
 		lk.metrics.queueDepth[t].Dec()

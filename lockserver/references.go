@@ -78,14 +78,25 @@ func (rs *references) stripe(resourceID string) *refStripe {
 // changed and the holder retries the unlock. On success the reference
 // counts as being written until done is called. Callers hold the
 // resource's shard mutex.
-func (rs *references) recordSuccess(ctx context.Context, resourceID string, g *grant, endsDelete bool, now time.Time) (done func(), err error) {
+//
+// A pull's write also carries the references of the waiters askers
+// (nodes whose queued requests asked for them, api.LockRequest.AddRef;
+// docs/design.md §10.6, lever c) that the reference rule admits, each in
+// an atomic group of its own after the holder's: one commit for a whole
+// queue instead of a POST /refs/add per waiter. It returns them (added);
+// a waiter refused (no live session) is told skip without RefAdded and
+// adds its reference itself, which the rule then refuses as it would
+// have. A write that fails after the holder's group leaves some of them
+// recorded: the unlock fails, its retry writes them again (adding a
+// reference is idempotent), and meanwhile no waiter was told.
+func (rs *references) recordSuccess(ctx context.Context, resourceID string, g *grant, endsDelete bool, askers []requestKey, now time.Time) (added map[requestKey]struct{}, done func(), err error) {
 	done = func() {}
 	switch g.typ {
 	case idxPull:
 		// The reference rule: refused, the unlock changes nothing.
 		written, err := rs.members.admitRef(g.nodeID, resourceID, now)
 		if err != nil {
-			return done, err
+			return nil, done, err
 		}
 		failpoint.Inject(failpoint.CoordUnlockPullBefore)
 		b := new(refcount.Batch).AddRef(resourceID, g.nodeID)
@@ -97,20 +108,61 @@ func (rs *references) recordSuccess(ctx context.Context, resourceID string, g *g
 			// The pull ends the delete's completion, on disk too.
 			b.DropDeleted(resourceID)
 		}
+		added, dones := rs.admitAskers(resourceID, askers, b, now)
+		written = joinDone(append(dones, written))
 		if err := rs.store.commit(ctx, b); err != nil {
 			written()
-			return done, err
+			return nil, done, err
 		}
 		failpoint.Inject(failpoint.CoordUnlockPullAfter)
-		return written, nil
+		return added, written, nil
 	case idxDelete:
 		failpoint.Inject(failpoint.CoordUnlockDeleteBefore)
 		if err := rs.store.commit(ctx, deleted(resourceID, g.nodeID, g.reap, g.fence, now)); err != nil {
-			return done, err
+			return nil, done, err
 		}
 		failpoint.Inject(failpoint.CoordUnlockDeleteAfter)
 	}
-	return done, nil
+	return nil, done, nil
+}
+
+// admitAskers applies the reference rule to the node of each request of
+// askers and adds the reference of each node it admits to b, once, in an
+// atomic group of its own. It returns the requests admitted and the done
+// functions of their references.
+func (rs *references) admitAskers(resourceID string, askers []requestKey, b *refcount.Batch, now time.Time) (added map[requestKey]struct{}, dones []func()) {
+	admitted := map[string]bool{}
+	for _, q := range askers {
+		ok, seen := admitted[q.node]
+		if !seen {
+			written, err := rs.members.admitRef(q.node, resourceID, now)
+			if ok = err == nil; ok {
+				dones = append(dones, written)
+				b.Break().AddRef(resourceID, q.node)
+			}
+			admitted[q.node] = ok
+		}
+		if !ok {
+			continue // told skip without RefAdded: it adds its own, as before
+		}
+		if added == nil {
+			added = map[requestKey]struct{}{}
+		}
+		added[q] = struct{}{}
+	}
+	return added, dones
+}
+
+// joinDone returns a function that calls each of dones.
+func joinDone(dones []func()) func() {
+	if len(dones) == 1 {
+		return dones[0]
+	}
+	return func() {
+		for _, d := range dones {
+			d()
+		}
+	}
 }
 
 // deleted returns the batch of a delete's unlock(success) by the lease of

@@ -90,8 +90,10 @@ type referenceRules interface {
 	// lease's keepalive).
 	checkSynced(resourceID string, now time.Time) error
 	// recordSuccess writes what a successful unlock of g changes in the
-	// reference sets; done ends the reference's being written.
-	recordSuccess(ctx context.Context, resourceID string, g *grant, endsDelete bool, now time.Time) (done func(), err error)
+	// reference sets, with the references of the waiters askers (a
+	// pull's, api.LockRequest.AddRef) the reference rule admits, which it
+	// returns (added); done ends the references' being written.
+	recordSuccess(ctx context.Context, resourceID string, g *grant, endsDelete bool, askers []requestKey, now time.Time) (added map[requestKey]struct{}, done func(), err error)
 	// keepHolderRef writes the reference of g, a pull lease that
 	// expired, and reports whether it is written.
 	keepHolderRef(ctx context.Context, resourceID string, g *grant, now time.Time) bool

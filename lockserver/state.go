@@ -60,6 +60,7 @@ type request struct {
 	nodeID    string
 	requestID string
 	reap      api.ReapMode // deletes only
+	addRef    bool         // pulls only: a skip records the node's reference (api.LockRequest.AddRef)
 }
 
 // requestKey identifies a request: (node_id, request_id).
@@ -106,6 +107,10 @@ type completion struct {
 	// fence is the delete's or pull's lease fence; 0 when unknown (a
 	// completion loaded from the database, which does not keep it).
 	fence uint64
+	// refs: the waiters whose references a pull's success recorded in
+	// its own write, as they asked (api.LockRequest.AddRef); a poll of
+	// such a request (or its retry) is answered skip with RefAdded.
+	refs map[requestKey]struct{}
 }
 
 // released remembers a lease that ended, so a retried Unlock with the same

@@ -213,6 +213,7 @@ func (lk *locks) status(r *resource, t typeIndex, nodeID, requestID string, with
 		*req = lk.grantResponse(k.holder)
 	case completed:
 		req.Skip = true
+		_, req.RefAdded = k.completed.refs[requestKey{nodeID, requestID}]
 	}
 	st.Request = req
 	return st

@@ -81,6 +81,9 @@ func validateLock(req *api.LockRequest) (typeIndex, error) {
 	if err := validateReap(t, req.Reap); err != nil {
 		return 0, err
 	}
+	if req.AddRef && t != idxPull {
+		return 0, fmt.Errorf("%s:%s: add_ref on a %s lock: only a pull's skip can record a reference: %w", req.Type, req.ResourceID, req.Type, api.ErrInvalidArgument)
+	}
 	if req.RequestID == "" {
 		req.RequestID = newID()
 	}

@@ -28,7 +28,8 @@ type Acts struct {
 	// (writes and uses answered ErrUnavailable for want of the
 	// coordinator, not failing open yet), uncoordinated by op (went
 	// ahead without the coordinator), root_unready by reason (the shared
-	// root did not check out: writes refused).
+	// root did not check out: writes refused), skip_refs (references
+	// the coordinator recorded with a follower's skip: no /refs/add).
 	Counters map[string]float64
 }
 
@@ -36,6 +37,7 @@ type Acts struct {
 var actCounters = []string{
 	"sharedcontent_store_writers_total",
 	"sharedcontent_store_follows_total",
+	"sharedcontent_store_skip_refs_total",
 	"sharedcontent_store_coordinator_waits_total",
 	"sharedcontent_store_uncoordinated_total",
 	"sharedcontent_root_unready_total",

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,13 +76,19 @@ type shortClient struct {
 	held   *fasthttp.HostClient // unlocks and keepalives
 	a      *answers
 	queued queuedAt
+	// sessions, if set, carries the node's session calls and syncs
+	// (Config.SessionConn); nil: they share hc.
+	sessions *fasthttp.HostClient
 }
 
 func (c *shortClient) DoDeadline(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
 	c.a.requests.note(string(req.Header.Method()), string(req.URI().Path()))
 	hc := c.hc
-	if p := string(req.URI().Path()); p == "/unlock" || p == "/lock/keepalive" {
+	switch p := string(req.URI().Path()); {
+	case p == "/unlock" || p == "/lock/keepalive":
 		hc = c.held
+	case c.sessions != nil && strings.HasPrefix(p, "/nodes/"):
+		hc = c.sessions
 	}
 	err := hc.DoDeadline(req, resp, deadline)
 	c.a.note(err, resp.StatusCode())

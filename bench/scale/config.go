@@ -32,6 +32,16 @@ type Config struct {
 	OldNodes []int
 	// olderNodes is the current rollout's (node.go: the last ones).
 	olderNodes int
+	// SessionConn gives a node's session calls and syncs a keep-alive
+	// connection of their own, as lockclient (up to 512 connections)
+	// would open one rather than queue them behind the node's lock
+	// requests and adds on its ShortConns; one more descriptor a node.
+	SessionConn bool
+	// SkipRef lists the settings of contentv2.WithSkipAddsRef (a
+	// follower's skip adds its reference, docs/design.md §10.6 lever c)
+	// each rollout size is run with, in order; empty: the default (off)
+	// alone. Several alternate the lever in one run.
+	SkipRef []bool
 	// BlobSize is the size of each of the image's blobs. RetryPause is
 	// the mean pause before a failed fetch is tried again. A rollout's
 	// nodes wait as contentv2 waits: its own deadlines bound their calls
@@ -107,6 +117,23 @@ func ParseRestartSizes(s string) ([]RestartSize, error) {
 			return nil, fmt.Errorf("%q: want NODESxREFERENCES separated by commas", s)
 		}
 		out = append(out, RestartSize{Nodes: n, Refs: r})
+	}
+	return out, nil
+}
+
+// ParseSwitches parses a list of "on" and "off" ("off,on"); empty is
+// none.
+func ParseSwitches(s string) ([]bool, error) {
+	var out []bool
+	for _, f := range fields(s) {
+		switch f {
+		case "on":
+			out = append(out, true)
+		case "off":
+			out = append(out, false)
+		default:
+			return nil, fmt.Errorf("%q: want on or off, separated by commas", s)
+		}
 	}
 	return out, nil
 }

@@ -46,10 +46,11 @@ func setUp(cfg Config, n int, journal func(i int) []digest.Digest) (*env, error)
 }
 
 // setUpStores starts a coordinator on a fresh data directory and n nodes,
-// each a contentv2 store (store.go) over one shared root on tmpfs,
+// each a contentv2 store (store.go; skipRef: contentv2.WithSkipAddsRef)
+// over one shared root on tmpfs,
 // setUpWave at a time, each wave once the one before is synced. The
 // first node alone first: it claims the root for the cluster.
-func setUpStores(cfg Config, n int) (*env, error) {
+func setUpStores(cfg Config, n int, skipRef bool) (*env, error) {
 	e, err := newEnv(cfg, n, nil)
 	if err != nil {
 		return nil, err
@@ -61,7 +62,7 @@ func setUpStores(cfg Config, n int) (*env, error) {
 	root, state := filepath.Join(e.shared, "root"), filepath.Join(e.shared, "state")
 	err = e.join(cfg, func(wave []*node) error {
 		if wave[0] == e.fleet.nodes[0] {
-			if err := wave[0].openStore(root, state); err != nil {
+			if err := wave[0].openStore(root, state, skipRef); err != nil {
 				return err
 			}
 			wave = wave[1:]
@@ -72,7 +73,7 @@ func setUpStores(cfg Config, n int) (*env, error) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[i] = nd.openStore(root, state)
+				errs[i] = nd.openStore(root, state, skipRef)
 			}()
 		}
 		wg.Wait()

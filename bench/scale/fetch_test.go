@@ -27,7 +27,7 @@ func TestFetchDownloadsOnce(t *testing.T) {
 	dir := t.TempDir()
 	root, state := filepath.Join(dir, "root"), filepath.Join(dir, "state")
 	for _, n := range nodes {
-		require.NoError(t, n.openStore(root, state))
+		require.NoError(t, n.openStore(root, state, true))
 		t.Cleanup(n.closeStore)
 	}
 	img := newImage(1, 4096)

@@ -94,6 +94,11 @@ func newNode(i, n int, cfg Config, serverURL string, a *answers) (*node, error) 
 	// would open one rather than queue them behind the node's lock
 	// requests and adds.
 	short := &shortClient{a: a, hc: hostClient(cfg.ShortConns), held: hostClient(1)}
+	if cfg.SessionConn {
+		// As lockclient would open another connection rather than queue
+		// a session call behind the node's lock requests and adds.
+		short.sessions = hostClient(1)
+	}
 	stream := &streamTransport{a: a, rt: &http.Transport{
 		DialContext:         d.DialContext,
 		MaxIdleConns:        128,

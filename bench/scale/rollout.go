@@ -19,6 +19,9 @@ type RolloutResult struct {
 	Nodes, Blobs int
 	// OldNodes of the Nodes are older nodes (Config.OldNodes).
 	OldNodes int
+	// SkipRef: the stores' followers asked for their references with
+	// their skips (contentv2.WithSkipAddsRef).
+	SkipRef bool
 	// Wall is from the start until the last node has every blob;
 	// Downloaded until the last holder unlocked.
 	Wall, Downloaded time.Duration
@@ -136,9 +139,9 @@ func newImage(blobs, size int) *image {
 }
 
 // rollout runs one rollout against a fresh coordinator.
-func rollout(cfg Config, nodes int) (RolloutResult, error) {
-	res := RolloutResult{Nodes: nodes, Blobs: cfg.Blobs, OldNodes: cfg.olderNodes}
-	env, err := setUpStores(cfg, nodes)
+func rollout(cfg Config, nodes int, skipRef bool) (RolloutResult, error) {
+	res := RolloutResult{Nodes: nodes, Blobs: cfg.Blobs, OldNodes: cfg.olderNodes, SkipRef: skipRef}
+	env, err := setUpStores(cfg, nodes, skipRef)
 	if err != nil {
 		return res, err
 	}
@@ -149,7 +152,7 @@ func rollout(cfg Config, nodes int) (RolloutResult, error) {
 		n.resetActs()
 	}
 	m := env.begin()
-	stopProfile := profile(cfg, fmt.Sprintf("rollout-%d", nodes), env.coord.pid())
+	stopProfile := profile(cfg, fmt.Sprintf("rollout-%d-skipref-%s", nodes, onOff(skipRef)), env.coord.pid())
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Deadline)
 	defer cancel()
 	var done samples
@@ -205,6 +208,13 @@ func rollout(cfg Config, nodes int) (RolloutResult, error) {
 		}
 	}
 	return res, m.err
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }
 
 // pullImage pulls every blob of img, cfg.Parallel at a time (containerd's

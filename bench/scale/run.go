@@ -36,7 +36,7 @@ func Run(cfg Config) (*Results, error) {
 		progress("scale: " + res.Failed[len(res.Failed)-1])
 	}
 	for i, n := range cfg.Rollout {
-		if err := fits(n, cfg.ShortConns, res.Nofile); err != nil {
+		if err := fits(n, cfg.conns(), res.Nofile); err != nil {
 			fail(fmt.Sprintf("rollout %d", n), err)
 			continue
 		}
@@ -44,23 +44,19 @@ func Run(cfg Config) (*Results, error) {
 		if i < len(cfg.OldNodes) {
 			rc.olderNodes = min(n, cfg.OldNodes[i])
 		}
-		progress(fmt.Sprintf("scale: rollout, %d nodes (%d older) × %d blobs", n, rc.olderNodes, cfg.Blobs))
-		r, err := rollout(rc, n)
-		if err != nil {
-			fail(fmt.Sprintf("rollout %d", n), err)
-			continue
+		for _, skipRef := range cfg.skipRefs() {
+			progress(fmt.Sprintf("scale: rollout, %d nodes (%d older) × %d blobs, skip adds ref %s", n, rc.olderNodes, cfg.Blobs, onOff(skipRef)))
+			r, err := rollout(rc, n, skipRef)
+			if err != nil {
+				fail(fmt.Sprintf("rollout %d", n), err)
+				continue
+			}
+			res.Rollout = append(res.Rollout, r)
+			progressRollout(progress, r)
 		}
-		res.Rollout = append(res.Rollout, r)
-		progress(fmt.Sprintf("scale: rollout %s: wall %s, %d nodes unfinished, done p99 %s, wake p50/p99 %s/%s (%d; on the stream %s/%s (%d), by status %s/%s (%d)), late p50/p99 %s/%s (%d), unlock %s/%s (%d sent while their node's requests were in flight), fan-out %s/%s, dispatch %s/%s, time-outs %d, calls without an answer %d, writers retried %d, uncoordinated %.0f, duplicate downloads %d, unlocks failed %d, CPU/node-blob %s; the stores: %s; a call without an answer: %s", r.NodesLabel(),
-			r.Wall.Round(time.Millisecond), r.Unfinished, r.DoneP99.Round(time.Millisecond), r.WakeP50.Round(time.Millisecond), r.WakeP99.Round(time.Millisecond), r.WakeSamples,
-			r.StreamedP50.Round(time.Millisecond), r.StreamedP99.Round(time.Millisecond), r.StreamedSamples, r.CheckedP50.Round(time.Millisecond), r.CheckedP99.Round(time.Millisecond), r.CheckedSamples,
-			r.LateP50.Round(time.Millisecond), r.LateP99.Round(time.Millisecond), r.LateSamples,
-			r.UnlockP50.Round(time.Millisecond), r.UnlockP99.Round(time.Millisecond), r.UnlockBehind, r.FanoutP50.Round(time.Millisecond), r.FanoutP99.Round(time.Millisecond),
-			r.DispatchP50.Round(time.Millisecond), r.DispatchP99.Round(time.Millisecond), r.Errors.Timeouts, r.Acts.FailedCalls, r.Acts.WriterRetries, r.Acts.Uncoordinated(),
-			r.Duplicates(), r.UnlockFailed, r.CPUPerNodeBlob(), r.Acts, or(r.Acts.FirstFailure, "none")))
 	}
 	for _, n := range cfg.Steady {
-		if err := fits(n, cfg.ShortConns, res.Nofile); err != nil {
+		if err := fits(n, cfg.conns(), res.Nofile); err != nil {
 			fail(fmt.Sprintf("steady %d", n), err)
 			continue
 		}
@@ -74,7 +70,7 @@ func Run(cfg Config) (*Results, error) {
 		progress(fmt.Sprintf("scale: steady %d: %.1f%% of a core", n, 100*r.CoreShare()))
 	}
 	for _, s := range cfg.Restart {
-		if err := fits(s.Nodes, cfg.ShortConns, res.Nofile); err != nil {
+		if err := fits(s.Nodes, cfg.conns(), res.Nofile); err != nil {
 			fail(fmt.Sprintf("restart %v", s), err)
 			continue
 		}
@@ -89,6 +85,22 @@ func Run(cfg Config) (*Results, error) {
 			r.Setup.Round(time.Millisecond), r.Resync.Round(time.Millisecond), r.Unsynced, r.MaxGap.Round(time.Millisecond)))
 	}
 	return res, nil
+}
+
+// conns is the connections a node holds besides its event stream.
+func (cfg Config) conns() int {
+	if cfg.SessionConn {
+		return cfg.ShortConns + 1
+	}
+	return cfg.ShortConns
+}
+
+// skipRefs is cfg.SkipRef, or the default alone (off).
+func (cfg Config) skipRefs() []bool {
+	if len(cfg.SkipRef) == 0 {
+		return []bool{false}
+	}
+	return cfg.SkipRef
 }
 
 func or(s, def string) string {
@@ -172,4 +184,15 @@ func fits(n, shortConns int, nofile uint64) error {
 			n, own, connsPerNode, spareFiles, nofile, (nofile-spareFiles)/uint64(connsPerNode+1))
 	}
 	return nil
+}
+
+// progressRollout tells progress what rollout r measured.
+func progressRollout(progress func(string), r RolloutResult) {
+	progress(fmt.Sprintf("scale: rollout %d (skip adds ref %s): wall %s, %d nodes unfinished, done p99 %s, wake p50/p99 %s/%s (%d; on the stream %s/%s (%d), by status %s/%s (%d)), late p50/p99 %s/%s (%d), unlock %s/%s (%d sent while their node's requests were in flight), fan-out %s/%s, dispatch %s/%s, time-outs %d, calls without an answer %d, writers retried %d, uncoordinated %.0f, duplicate downloads %d, unlocks failed %d, CPU/node-blob %s; the stores: %s; a call without an answer: %s", r.Nodes, onOff(r.SkipRef),
+		r.Wall.Round(time.Millisecond), r.Unfinished, r.DoneP99.Round(time.Millisecond), r.WakeP50.Round(time.Millisecond), r.WakeP99.Round(time.Millisecond), r.WakeSamples,
+		r.StreamedP50.Round(time.Millisecond), r.StreamedP99.Round(time.Millisecond), r.StreamedSamples, r.CheckedP50.Round(time.Millisecond), r.CheckedP99.Round(time.Millisecond), r.CheckedSamples,
+		r.LateP50.Round(time.Millisecond), r.LateP99.Round(time.Millisecond), r.LateSamples,
+		r.UnlockP50.Round(time.Millisecond), r.UnlockP99.Round(time.Millisecond), r.UnlockBehind, r.FanoutP50.Round(time.Millisecond), r.FanoutP99.Round(time.Millisecond),
+		r.DispatchP50.Round(time.Millisecond), r.DispatchP99.Round(time.Millisecond), r.Errors.Timeouts, r.Acts.FailedCalls, r.Acts.WriterRetries, r.Acts.Uncoordinated(),
+		r.Duplicates(), r.UnlockFailed, r.CPUPerNodeBlob(), r.Acts, or(r.Acts.FirstFailure, "none")))
 }

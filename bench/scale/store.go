@@ -34,14 +34,15 @@ const rootProbe = time.Minute
 
 // openStore opens node n's store over the shared root, its journal under
 // stateDir, its counters in a registry of its own.
-func (n *node) openStore(root, stateDir string) error {
+func (n *node) openStore(root, stateDir string, skipRef bool) error {
 	dir := filepath.Join(stateDir, n.id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	n.reg = prometheus.NewRegistry()
 	s, err := contentv2.NewStore(root, n.id, &observed{Coordinator: n.coord, n: n},
-		contentv2.WithStateDir(dir), contentv2.WithHostID(n.id), contentv2.WithRegisterer(n.reg), contentv2.WithRootProbe(rootProbe))
+		contentv2.WithStateDir(dir), contentv2.WithHostID(n.id), contentv2.WithRegisterer(n.reg), contentv2.WithRootProbe(rootProbe),
+		contentv2.WithSkipAddsRef(skipRef))
 	if err != nil {
 		return fmt.Errorf("node %s: open its contentv2 store: %w", n.id, err)
 	}

@@ -173,7 +173,7 @@ func (s *coordinator) AddRef(ctx context.Context, dgst digest.Digest, found bool
 }
 
 func (s *coordinator) Lock(ctx context.Context, req api.LockRequest) (contentv2.Lock, error) {
-	lr := api.LockRequest{Type: req.Type, ResourceID: req.ResourceID, Reap: req.Reap}
+	lr := api.LockRequest{Type: req.Type, ResourceID: req.ResourceID, Reap: req.Reap, AddRef: req.AddRef}
 	var (
 		res *lockclient.LockResult
 		err error
@@ -186,6 +186,8 @@ func (s *coordinator) Lock(ctx context.Context, req api.LockRequest) (contentv2.
 	switch {
 	case err != nil:
 		return nil, err
+	case res.Skipped && res.RefAdded:
+		return nil, fmt.Errorf("%s:%s: %w (%w)", req.Type, req.ResourceID, api.ErrSkipped, contentv2.ErrRefAdded)
 	case res.Skipped:
 		return nil, fmt.Errorf("%s:%s: %w", req.Type, req.ResourceID, api.ErrSkipped)
 	}

@@ -61,6 +61,17 @@ type LockRequest struct {
 	// them; the coordinator also refuses them within its reap grace of
 	// the resource's last pull or reference change.
 	Reap ReapMode `json:"reap,omitempty"`
+	// AddRef, on a pull, asks the coordinator to record the requesting
+	// node's reference to the resource when it answers skip (the pull
+	// succeeded elsewhere), in the write that records the holder's
+	// success, so that the node need not send POST /refs/add
+	// (docs/design.md §10.6, lever c). The node must have journaled its
+	// use of the resource before it asks (§8.1). The answer says whether
+	// the reference was recorded (LockResponse.RefAdded, Event.RefAdded);
+	// when it does not (a coordinator that does not know the field, a
+	// node without a live session, a delete in flight), the node adds its
+	// reference as before. Refused on a delete or an update.
+	AddRef bool `json:"add_ref,omitempty"`
 }
 
 // ReapMode is LockRequest.Reap.
@@ -91,6 +102,10 @@ type LockResponse struct {
 	LeaseID    string `json:"lease_id,omitempty"`
 	Fence      uint64 `json:"fence,omitempty"`
 	LeaseTTLMs int64  `json:"lease_ttl_ms,omitempty"`
+	// RefAdded, with Skip, says that the coordinator recorded the
+	// requesting node's reference to the resource, as the request asked
+	// (LockRequest.AddRef).
+	RefAdded bool `json:"ref_added,omitempty"`
 }
 
 // UnlockRequest is the body of POST /unlock. Only the holder of LeaseID may
@@ -584,6 +599,10 @@ type Event struct {
 	// Reason says why a grant ended: "unlock", "expired", "unclaimed", "cancelled".
 	Reason string         `json:"reason,omitempty"`
 	Error  *ErrorResponse `json:"error,omitempty"`
+	// RefAdded is set on a completed event addressed to a waiter whose
+	// request asked for its reference (LockRequest.AddRef) when the
+	// coordinator recorded it with the holder's success.
+	RefAdded bool `json:"ref_added,omitempty"`
 }
 
 // Error codes of ErrorResponse.Code.
