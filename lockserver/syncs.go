@@ -34,6 +34,9 @@ type syncs struct {
 	// syncLimits admits syncs and accounts their buffers (syncbounds.go).
 	syncLimits  *syncLimits
 	syncMetrics *syncMetrics
+	// share gathers first syncs' writes into shared transactions
+	// (syncshare.go).
+	share *syncShare
 }
 
 // nodeSync is a full sync being received.

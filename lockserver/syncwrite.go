@@ -36,6 +36,8 @@ type syncWrite struct {
 	generation string          // the journal generation the node syncs from
 	before     refcount.Member // m's record at the freeze
 	refs       map[string]struct{}
+	// release gives back the request's sync slot (idempotent).
+	release func()
 }
 
 // freezeSync makes m's sync, at its done, the write to make: the changes
@@ -213,6 +215,12 @@ func (sy *syncs) applySync(ctx context.Context, w *syncWrite) error {
 		for id := range w.refs {
 			b.AddRef(id, node).Break()
 		}
+		if rec := w.record(w.before); rec != w.before {
+			b.Break().PutMember(rec)
+		}
+		// A first sync: its write shares a transaction (syncshare.go).
+		_, err := sy.share.write(ctx, node, b, len(w.refs), w.releaseSlot)
+		return err
 	}
 	if rec := w.record(w.before); rec != w.before {
 		b.Break().PutMember(rec)
@@ -221,6 +229,13 @@ func (sy *syncs) applySync(ctx context.Context, w *syncWrite) error {
 		return fmt.Errorf("sync of node %s: %w", node, err)
 	}
 	return nil
+}
+
+// releaseSlot gives back w's sync slot, if it holds one.
+func (w *syncWrite) releaseSlot() {
+	if w.release != nil {
+		w.release()
+	}
 }
 
 // record is rec as a sync from w's generation leaves it: of that
