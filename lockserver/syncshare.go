@@ -17,7 +17,8 @@ import (
 // the same pages once per node. So their writes share transactions:
 //   - the first write to arrive opens a shared transaction and waits up
 //     to FirstSyncWindow for company, or until the transaction holds
-//     FirstSyncRefs references (a bigger write goes alone);
+//     FirstSyncRefs references (a bigger write goes alone, in slices:
+//     commitSlices);
 //   - a write that arrives meanwhile joins it, and one that arrives while
 //     a shared transaction commits joins the next, which commits once the
 //     one before is done (a shared commit at a time: the transaction
@@ -45,7 +46,10 @@ const (
 
 // syncShare gathers first syncs' writes into shared transactions.
 type syncShare struct {
+	// commit writes a shared transaction whole; alone writes one write
+	// bigger than maxRefs in slices (syncs.commitSlices).
 	commit  func(context.Context, *refcount.Batch) error
+	alone   func(ctx context.Context, node string, b *refcount.Batch) error
 	window  time.Duration
 	maxRefs int
 	// committing is held by the shared transaction being committed.
@@ -60,6 +64,7 @@ type syncShare struct {
 
 // sharedTx is one shared transaction.
 type sharedTx struct {
+	node   string // whose write opened it
 	b      *refcount.Batch
 	refs   int
 	writes int
@@ -71,8 +76,9 @@ type sharedTx struct {
 	committed time.Time
 }
 
-func newSyncShare(cfg Config, commit func(context.Context, *refcount.Batch) error) *syncShare {
-	return &syncShare{commit: commit, window: cfg.FirstSyncWindow, maxRefs: cfg.FirstSyncRefs}
+func newSyncShare(cfg Config, commit func(context.Context, *refcount.Batch) error,
+	alone func(context.Context, string, *refcount.Batch) error) *syncShare {
+	return &syncShare{commit: commit, alone: alone, window: cfg.FirstSyncWindow, maxRefs: cfg.FirstSyncRefs}
 }
 
 // write commits b, node's first sync of refs references, in a shared
@@ -81,7 +87,7 @@ func newSyncShare(cfg Config, commit func(context.Context, *refcount.Batch) erro
 // transaction is committed, whatever ctx does meanwhile: the others'
 // writes are in it too.
 func (sh *syncShare) write(ctx context.Context, node string, b *refcount.Batch, refs int, wait func()) (*sharedTx, error) {
-	tx, leader := sh.join(b, refs)
+	tx, leader := sh.join(node, b, refs)
 	wait()
 	if leader {
 		sh.lead(ctx, tx)
@@ -96,7 +102,7 @@ func (sh *syncShare) write(ctx context.Context, node string, b *refcount.Batch, 
 // join appends b to the open transaction, opening one if there is none
 // or b does not fit in it (it goes alone if it alone does not fit);
 // leader reports that the caller opened it and must commit it.
-func (sh *syncShare) join(b *refcount.Batch, refs int) (tx *sharedTx, leader bool) {
+func (sh *syncShare) join(node string, b *refcount.Batch, refs int) (tx *sharedTx, leader bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	tx = sh.open
@@ -104,7 +110,7 @@ func (sh *syncShare) join(b *refcount.Batch, refs int) (tx *sharedTx, leader boo
 		if tx != nil {
 			closeOnce(tx.full)
 		}
-		tx = &sharedTx{b: new(refcount.Batch), opened: time.Now(), full: make(chan struct{}), done: make(chan struct{})}
+		tx = &sharedTx{node: node, b: new(refcount.Batch), opened: time.Now(), full: make(chan struct{}), done: make(chan struct{})}
 		sh.open, leader = tx, true
 	}
 	tx.b.Append(b)
@@ -138,9 +144,15 @@ func (sh *syncShare) lead(ctx context.Context, tx *sharedTx) {
 		sh.open = nil
 	}
 	sh.mu.Unlock()
-	// The others' writes are in tx: it commits even if the leader's
-	// request is cancelled meanwhile.
-	tx.err = sh.commit(context.WithoutCancel(ctx), tx.b)
+	if tx.writes == 1 && tx.refs > sh.maxRefs {
+		// Bigger than a shared transaction: alone, in slices, stopped
+		// by the end of its request (a shutdown).
+		tx.err = sh.alone(ctx, tx.node, tx.b)
+	} else {
+		// The others' writes are in tx: it commits even if the
+		// leader's request is cancelled meanwhile.
+		tx.err = sh.commit(context.WithoutCancel(ctx), tx.b)
+	}
 	tx.committed = time.Now()
 	close(tx.done)
 }

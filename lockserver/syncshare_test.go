@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -221,4 +222,64 @@ func TestFirstSyncsSharedFailure(t *testing.T) {
 		require.True(t, synced(t, c, node), node)
 		require.Equal(t, []string{node}, refsOf(t, c, fmt.Sprintf("sha256:r%d", i)))
 	}
+}
+
+// TestBigSyncStopsBetweenSlices (docs/design.md §10.5): a first sync
+// bigger than a shared transaction is written alone, a slice
+// (refcount.SliceRefs) a transaction; when its request's context ends
+// after the first slice (a SIGTERM: the server's shutdown cancels the
+// requests in flight), no further slice is written, the sync fails
+// saying so, the node is not synced, and its generation is not recorded:
+// its next sync adds every reference again and makes it synced.
+func TestBigSyncStopsBetweenSlices(t *testing.T) {
+	bs, err := refcount.OpenBoltStorage(filepath.Join(t.TempDir(), "refs.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { bs.Close() })
+	cfg := DefaultConfig()
+	cfg.FirstSyncRefs = 10
+	c, err := NewCoordinator(cfg, Options{Refs: refcount.NewManager(bs)})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	journal := ids(2*100+10, "big-")
+	session(t, c, "n1")
+	ctx, cancel := context.WithCancel(context.Background())
+	slicesDone := 0
+	const slice = 100
+	c.syncs.sliceRefs = slice
+	c.syncs.syncLimits.writeHook = func(node, stage string) {
+		if node == "n1" && stage == "slice" {
+			slicesDone++
+			cancel()
+		}
+	}
+	_, err = bigSync(t, c, ctx, "n1", "s1", "g1", journal)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "stopped after 1 of its 3 transactions")
+	require.Equal(t, 1, slicesDone)
+	require.False(t, synced(t, c, "n1"))
+	stored, err := bs.NodeRefs(context.Background(), "n1")
+	require.NoError(t, err)
+	require.Len(t, stored, slice, "the first slice only")
+
+	c.syncs.syncLimits.writeHook = nil
+	_, err = bigSync(t, c, context.Background(), "n1", "s2", "g1", journal)
+	require.NoError(t, err)
+	require.True(t, synced(t, c, "n1"))
+	stored, err = bs.NodeRefs(context.Background(), "n1")
+	require.NoError(t, err)
+	slices.Sort(stored)
+	require.Equal(t, journal, stored)
+}
+
+// bigSync sends node's journal in chunks (as an older node: no steps),
+// renews its session, and returns the answer to the done.
+func bigSync(t *testing.T, c *Coordinator, ctx context.Context, node, syncID, gen string, journal []string) (api.SyncResponse, error) {
+	t.Helper()
+	sent := 0
+	for ; sent+api.MaxSyncChunk < len(journal); sent += api.MaxSyncChunk {
+		_, err := c.SyncRefs(context.Background(), node, api.SyncRequest{SyncID: syncID, Generation: gen, ResourceIDs: journal[sent : sent+api.MaxSyncChunk]})
+		require.NoError(t, err)
+	}
+	session(t, c, node)
+	return c.SyncRefs(ctx, node, api.SyncRequest{SyncID: syncID, Generation: gen, ResourceIDs: journal[sent:], Done: true, Echo: echoOf(c, node)})
 }

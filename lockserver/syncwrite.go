@@ -225,8 +225,32 @@ func (sy *syncs) applySync(ctx context.Context, w *syncWrite) error {
 	if rec := w.record(w.before); rec != w.before {
 		b.Break().PutMember(rec)
 	}
-	if err := sy.commit(ctx, b); err != nil {
+	if err := sy.commitSlices(ctx, node, b); err != nil {
 		return fmt.Errorf("sync of node %s: %w", node, err)
+	}
+	return nil
+}
+
+// commitSlices commits b a slice at a time (refcount.Batch.Slices, each
+// of at most refcount.SliceRefs references, one transaction), so that
+// other nodes' writes go in between and a shutdown stops it: once ctx
+// ends (the server shuts down, the request is cut) no further slice is
+// committed, and the error says how far it went. What was committed is a
+// prefix of the write's groups, which applySync makes safe. node's is
+// the write (the tests' hook: "slice" after each).
+func (sy *syncs) commitSlices(ctx context.Context, node string, b *refcount.Batch) error {
+	slices := b.Slices(sy.sliceRefs)
+	for i, s := range slices {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("stopped after %d of its %d transactions: %w", i, len(slices), err)
+		}
+		if err := sy.commit(ctx, s); err != nil {
+			if len(slices) > 1 {
+				return fmt.Errorf("transaction %d of %d: %w", i+1, len(slices), err)
+			}
+			return err
+		}
+		sy.syncLimits.hook(node, "slice")
 	}
 	return nil
 }
