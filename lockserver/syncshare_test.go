@@ -68,18 +68,36 @@ func newShareCoordinator(t *testing.T, mutate func(*Config)) (*Coordinator, *sha
 	return c, s
 }
 
-// firstSync sends node's whole journal (ids, from generation "g-node") in
-// one done, and returns the outcome; refused as busy (429), it sends it
-// again after a pause, as lockclient does.
+// firstSync sends node's whole journal (ids, from generation "g-node"),
+// and returns the answer to its done (sendSync).
 func firstSync(c *Coordinator, node string, ids []string) (api.SyncResponse, error) {
-	for {
-		resp, err := c.SyncRefs(context.Background(), node, api.SyncRequest{SyncID: "s-" + node, Generation: "g-" + node,
-			ResourceIDs: ids, Done: true, Echo: echoOf(c, node)})
-		if !errors.Is(err, api.ErrTooManyRequests) {
-			return resp, err
+	return sendSync(context.Background(), c, node, "s-"+node, "g-"+node, ids)
+}
+
+// sendSync sends node's journal in chunks (as an older node: no steps),
+// renews its session, and returns the answer to the done, sent with ctx;
+// a request refused as busy (429) it sends again after a pause, as
+// lockclient does.
+func sendSync(ctx context.Context, c *Coordinator, node, syncID, gen string, journal []string) (api.SyncResponse, error) {
+	send := func(ctx context.Context, req api.SyncRequest) (api.SyncResponse, error) {
+		for {
+			resp, err := c.SyncRefs(ctx, node, req)
+			if !errors.Is(err, api.ErrTooManyRequests) {
+				return resp, err
+			}
+			time.Sleep(time.Millisecond)
 		}
-		time.Sleep(time.Millisecond)
 	}
+	sent := 0
+	for ; sent+api.MaxSyncChunk < len(journal); sent += api.MaxSyncChunk {
+		if _, err := send(context.Background(), api.SyncRequest{SyncID: syncID, Generation: gen, ResourceIDs: journal[sent : sent+api.MaxSyncChunk]}); err != nil {
+			return api.SyncResponse{}, err
+		}
+	}
+	if _, err := renew(c, node); err != nil {
+		return api.SyncResponse{}, err
+	}
+	return send(ctx, api.SyncRequest{SyncID: syncID, Generation: gen, ResourceIDs: journal[sent:], Done: true, Echo: echoOf(c, node)})
 }
 
 // TestFirstSyncsShareTransaction (docs/design.md §10.9): first syncs of
@@ -252,7 +270,7 @@ func TestBigSyncStopsBetweenSlices(t *testing.T) {
 			cancel()
 		}
 	}
-	_, err = bigSync(t, c, ctx, "n1", "s1", "g1", journal)
+	_, err = sendSync(ctx, c, "n1", "s1", "g1", journal)
 	require.ErrorIs(t, err, context.Canceled)
 	require.ErrorContains(t, err, "stopped after 1 of its 3 transactions")
 	require.Equal(t, 1, slicesDone)
@@ -262,24 +280,11 @@ func TestBigSyncStopsBetweenSlices(t *testing.T) {
 	require.Len(t, stored, slice, "the first slice only")
 
 	c.syncs.syncLimits.writeHook = nil
-	_, err = bigSync(t, c, context.Background(), "n1", "s2", "g1", journal)
+	_, err = sendSync(context.Background(), c, "n1", "s2", "g1", journal)
 	require.NoError(t, err)
 	require.True(t, synced(t, c, "n1"))
 	stored, err = bs.NodeRefs(context.Background(), "n1")
 	require.NoError(t, err)
 	slices.Sort(stored)
 	require.Equal(t, journal, stored)
-}
-
-// bigSync sends node's journal in chunks (as an older node: no steps),
-// renews its session, and returns the answer to the done.
-func bigSync(t *testing.T, c *Coordinator, ctx context.Context, node, syncID, gen string, journal []string) (api.SyncResponse, error) {
-	t.Helper()
-	sent := 0
-	for ; sent+api.MaxSyncChunk < len(journal); sent += api.MaxSyncChunk {
-		_, err := c.SyncRefs(context.Background(), node, api.SyncRequest{SyncID: syncID, Generation: gen, ResourceIDs: journal[sent : sent+api.MaxSyncChunk]})
-		require.NoError(t, err)
-	}
-	session(t, c, node)
-	return c.SyncRefs(ctx, node, api.SyncRequest{SyncID: syncID, Generation: gen, ResourceIDs: journal[sent:], Done: true, Echo: echoOf(c, node)})
 }
