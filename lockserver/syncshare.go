@@ -17,8 +17,9 @@ import (
 // the same pages once per node. So their writes share transactions:
 //   - the first write to arrive opens a shared transaction and waits up
 //     to FirstSyncWindow for company, or until the transaction holds
-//     FirstSyncRefs references (a bigger write goes alone, in slices:
-//     commitSlices);
+//     FirstSyncRefs references (a bigger write goes alone); a write
+//     that ends alone in its transaction is written as any sync's, in
+//     slices (commitSlices);
 //   - a write that arrives meanwhile joins it, and one that arrives while
 //     a shared transaction commits joins the next, which commits once the
 //     one before is done (a shared commit at a time: the transaction
@@ -40,8 +41,9 @@ const (
 	// others to share its transaction.
 	DefaultFirstSyncWindow = 100 * time.Millisecond
 	// DefaultFirstSyncRefs bounds the references of one shared
-	// transaction (about 20 first syncs of 10,000).
-	DefaultFirstSyncRefs = 200_000
+	// transaction (10 first syncs of 10,000): a shutdown waits for the
+	// one being committed.
+	DefaultFirstSyncRefs = 100_000
 )
 
 // syncShare gathers first syncs' writes into shared transactions.
@@ -144,9 +146,10 @@ func (sh *syncShare) lead(ctx context.Context, tx *sharedTx) {
 		sh.open = nil
 	}
 	sh.mu.Unlock()
-	if tx.writes == 1 && tx.refs > sh.maxRefs {
-		// Bigger than a shared transaction: alone, in slices, stopped
-		// by the end of its request (a shutdown).
+	if tx.writes == 1 {
+		// Alone (none came, or it is bigger than a shared transaction):
+		// as any sync's write, in slices, stopped by the end of its
+		// request (a shutdown).
 		tx.err = sh.alone(ctx, tx.node, tx.b)
 	} else {
 		// The others' writes are in tx: it commits even if the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/containerd/log"
 
@@ -212,7 +213,9 @@ func (sy *syncs) applySync(ctx context.Context, w *syncWrite) error {
 			return fmt.Errorf("sync of node %s: %w", node, err)
 		}
 	default:
-		for id := range w.refs {
+		// In key order: bbolt appends to the node index's pages rather
+		// than splitting them at random (as a replace does).
+		for _, id := range slices.Sorted(maps.Keys(w.refs)) {
 			b.AddRef(id, node).Break()
 		}
 		if rec := w.record(w.before); rec != w.before {
