@@ -95,7 +95,11 @@ func (sh *syncShare) write(ctx context.Context, node string, b *refcount.Batch, 
 		sh.lead(ctx, tx)
 	}
 	<-tx.done
-	if tx.err != nil {
+	switch {
+	case tx.err == nil:
+	case tx.writes == 1:
+		return tx, fmt.Errorf("first sync of node %s: %w", node, tx.err)
+	default:
 		return tx, fmt.Errorf("first sync of node %s, in a transaction shared by %d nodes' syncs: %w", node, tx.writes, tx.err)
 	}
 	return tx, nil
