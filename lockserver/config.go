@@ -107,6 +107,11 @@ type Config struct {
 	// SyncTimeout: an unfinished sync that sends nothing for this long is
 	// dropped with its buffer.
 	SyncTimeout time.Duration
+	// FirstSyncWindow is how long a first sync's write waits for others
+	// to share its transaction, and FirstSyncRefs bounds the references
+	// of one shared transaction (syncshare.go, docs/design.md §10.9).
+	FirstSyncWindow time.Duration
+	FirstSyncRefs   int
 }
 
 // DefaultConfig returns the documented defaults.
@@ -126,6 +131,8 @@ func DefaultConfig() Config {
 		MaxSyncs:          DefaultMaxSyncs(),
 		MaxSyncBuffer:     DefaultSyncBuffer,
 		SyncTimeout:       DefaultSyncTimeout,
+		FirstSyncWindow:   DefaultFirstSyncWindow,
+		FirstSyncRefs:     DefaultFirstSyncRefs,
 	}
 }
 
@@ -140,6 +147,12 @@ func (c Config) withSyncDefaults() Config {
 	}
 	if c.SyncTimeout == 0 {
 		c.SyncTimeout = DefaultSyncTimeout
+	}
+	if c.FirstSyncWindow == 0 {
+		c.FirstSyncWindow = DefaultFirstSyncWindow
+	}
+	if c.FirstSyncRefs == 0 {
+		c.FirstSyncRefs = DefaultFirstSyncRefs
 	}
 	return c
 }
@@ -167,6 +180,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max_sync_buffer must be at least one chunk (%d), got %d", api.MaxSyncChunk, c.MaxSyncBuffer)
 	case c.SyncTimeout < 10*time.Millisecond:
 		return fmt.Errorf("sync_timeout must be at least 10ms, got %s", c.SyncTimeout)
+	case c.FirstSyncWindow < 0:
+		return fmt.Errorf("first_sync_window must not be negative, got %s", c.FirstSyncWindow)
+	case c.FirstSyncRefs < 0:
+		return fmt.Errorf("first_sync_refs must not be negative, got %d", c.FirstSyncRefs)
 	case c.ReapGrace < 0:
 		return fmt.Errorf("reap_grace must not be negative, got %s", c.ReapGrace)
 	case c.MaxReapHold < 0:

@@ -107,7 +107,8 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 		return nil, err
 	}
 	c.syncs = &syncs{cfg: cfg, refs: opts.Refs, commit: st.commit, now: clock, timing: timing, mp: c.memberPart,
-		syncLimits: newSyncLimits(cfg), syncMetrics: sm}
+		syncLimits: newSyncLimits(cfg), syncMetrics: sm, sliceRefs: refcount.SliceRefs}
+	c.syncs.share = newSyncShare(cfg, st.commit, c.syncs.commitSlices)
 	c.memberPart.syncs = c.syncs
 	ctx := context.Background()
 	st.now = clock

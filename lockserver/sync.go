@@ -3,6 +3,7 @@ package lockserver
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
@@ -35,6 +36,9 @@ func (sy *syncs) SyncRefs(ctx context.Context, nodeID string, req api.SyncReques
 	if err != nil {
 		return api.SyncResponse{}, err
 	}
+	// A first sync's write gives its slot back while it waits for its
+	// shared transaction (syncshare.go).
+	release = sync.OnceFunc(release)
 	defer release()
 	if err := sy.awaitWrite(ctx, nodeID, req.SyncID); err != nil {
 		return api.SyncResponse{}, err
@@ -46,6 +50,7 @@ func (sy *syncs) SyncRefs(ctx context.Context, nodeID string, req api.SyncReques
 	if err != nil || w == nil {
 		return resp, err
 	}
+	w.release = release
 	return sy.writeSync(ctx, w)
 }
 

@@ -34,6 +34,12 @@ type syncs struct {
 	// syncLimits admits syncs and accounts their buffers (syncbounds.go).
 	syncLimits  *syncLimits
 	syncMetrics *syncMetrics
+	// sliceRefs bounds a big write's transactions (commitSlices):
+	// refcount.SliceRefs (tests lower it).
+	sliceRefs int
+	// share gathers first syncs' writes into shared transactions
+	// (syncshare.go).
+	share *syncShare
 }
 
 // nodeSync is a full sync being received.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/containerd/log"
 
@@ -39,6 +40,8 @@ type syncWrite struct {
 	// equal: a full sync of exactly the node's stored references, which
 	// applySync left as they were (sameAsStored).
 	equal bool
+	// release gives back the request's sync slot (idempotent).
+	release func()
 }
 
 // freezeSync makes m's sync, at its done, the write to make: the changes
@@ -220,9 +223,17 @@ func (sy *syncs) applySync(ctx context.Context, w *syncWrite) error {
 			return fmt.Errorf("sync of node %s: %w", node, err)
 		}
 	default:
-		for id := range w.refs {
+		// In key order: bbolt appends to the node index's pages rather
+		// than splitting them at random (as a replace does).
+		for _, id := range slices.Sorted(maps.Keys(w.refs)) {
 			b.AddRef(id, node).Break()
 		}
+		if rec := w.record(w.before); rec != w.before {
+			b.Break().PutMember(rec)
+		}
+		// A first sync: its write shares a transaction (syncshare.go).
+		_, err := sy.share.write(ctx, node, b, len(w.refs), w.releaseSlot)
+		return err
 	}
 	if rec := w.record(w.before); rec != w.before {
 		b.Break().PutMember(rec)
@@ -230,10 +241,41 @@ func (sy *syncs) applySync(ctx context.Context, w *syncWrite) error {
 	if w.equal && b.Len() == 0 {
 		return nil // nothing to write
 	}
-	if err := sy.commit(ctx, b); err != nil {
+	if err := sy.commitSlices(ctx, node, b); err != nil {
 		return fmt.Errorf("sync of node %s: %w", node, err)
 	}
 	return nil
+}
+
+// commitSlices commits b a slice at a time (refcount.Batch.Slices, each
+// of at most refcount.SliceRefs references, one transaction), so that
+// other nodes' writes go in between and a shutdown stops it: once ctx
+// ends (the server shuts down, the request is cut) no further slice is
+// committed, and the error says how far it went. What was committed is a
+// prefix of the write's groups, which applySync makes safe. node's is
+// the write (the tests' hook: "slice" after each).
+func (sy *syncs) commitSlices(ctx context.Context, node string, b *refcount.Batch) error {
+	slices := b.Slices(sy.sliceRefs)
+	for i, s := range slices {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("stopped after %d of its %d transactions: %w", i, len(slices), err)
+		}
+		if err := sy.commit(ctx, s); err != nil {
+			if len(slices) > 1 {
+				return fmt.Errorf("transaction %d of %d: %w", i+1, len(slices), err)
+			}
+			return err
+		}
+		sy.syncLimits.hook(node, "slice")
+	}
+	return nil
+}
+
+// releaseSlot gives back w's sync slot, if it holds one.
+func (w *syncWrite) releaseSlot() {
+	if w.release != nil {
+		w.release()
+	}
 }
 
 // record is rec as a sync from w's generation leaves it: of that

@@ -15,7 +15,7 @@ import (
 func stopWrites(c *Coordinator, node string) (stages <-chan string, proceed chan<- struct{}) {
 	st, go_ := make(chan string), make(chan struct{})
 	c.syncs.syncLimits.writeHook = func(n, stage string) {
-		if n == node {
+		if n == node && stage != "slice" { // each transaction of a big write: not stopped
 			st <- stage
 			<-go_
 		}

@@ -128,6 +128,18 @@ func (b *Batch) Break() *Batch {
 	return b
 }
 
+// Append appends o's writes to b as atomic groups of their own: those
+// of o, after a Break. b then holds both batches' writes, b's first.
+func (b *Batch) Append(o *Batch) *Batch {
+	b.Break()
+	n := len(b.ops)
+	b.ops = append(b.ops, o.ops...)
+	for _, end := range o.breaks {
+		b.breaks = append(b.breaks, n+end)
+	}
+	return b
+}
+
 // Groups returns the atomic groups of b, in order; each is a subslice of
 // Ops. A batch without Break is one group.
 func (b *Batch) Groups() [][]Op {

@@ -33,3 +33,13 @@ func TestBatchGroups(t *testing.T) {
 	require.Equal(t, [][]string{{"a", "a"}, {"b", "b"}}, groupKeys(b))
 	require.Equal(t, 4, b.Len())
 }
+
+// TestBatchAppend: an appended batch keeps its own groups, after those
+// of the batch it is appended to.
+func TestBatchAppend(t *testing.T) {
+	a := new(refcount.Batch).DropDeleted("a1").DropDeleted("a2")
+	o := new(refcount.Batch).DropDeleted("o1").Break().DropDeleted("o2").DropDeleted("o3").Break()
+	a.Append(o).Append(new(refcount.Batch)).Append(new(refcount.Batch).DropDeleted("z"))
+	require.Equal(t, [][]string{{"a1", "a2"}, {"o1"}, {"o2", "o3"}, {"z"}}, groupKeys(a))
+	require.Equal(t, [][]string{{"o1"}, {"o2", "o3"}}, groupKeys(o), "the appended batch is unchanged")
+}

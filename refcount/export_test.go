@@ -10,3 +10,11 @@ func SetIndexChunk(n int) (restore func()) {
 
 // ReadTxns returns how many read transactions s's file has started.
 func ReadTxns(s *BoltStorage) int { return s.file.db.Stats().TxN }
+
+// SetSliceRefs sets the bound a big replace is cut by (sliceRefs), and
+// returns the function that restores it.
+func SetSliceRefs(n int) (restore func()) {
+	old := sliceRefs
+	sliceRefs = n
+	return func() { sliceRefs = old }
+}

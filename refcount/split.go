@@ -47,11 +47,15 @@ const GroupRefs = MaxGroupOps / 2
 // bigger or smaller than estimated, never the writes different.
 //
 // On a store that commits every batch whole (memory, bbolt) it is one
-// write, as before: a bucket-restricted replace costs them a walk of
-// every set each.
+// write, unless it changes more than SliceRefs references: then it is
+// cut by bucket into groups of about SliceRefs (replaceSlices), which its
+// caller commits a slice at a time (Batch.Slices).
 func (m *Manager) ReplaceNodeGroups(ctx context.Context, b *Batch, node string, buckets *BucketSet, refs map[string]struct{}) (*Batch, error) {
 	if _, whole := m.storage.(wholeCommitter); whole {
-		return replaceIn(b, node, buckets, refs), nil
+		if len(refs)+m.heldRefs(node, buckets) <= sliceRefs {
+			return replaceIn(b, node, buckets, refs), nil
+		}
+		return m.replaceSlices(b, node, buckets, refs), nil // slices.go
 	}
 	kept, exact, known := m.nodeTable(node)
 	var fresh synchash.Table

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -26,6 +27,10 @@ type answers struct {
 	unavailable atomic.Int64 // 503
 	tooMany     atomic.Int64 // 429
 	other       atomic.Int64 // any other 5xx, refused connections, resets, …
+	// Of other: connections refused (nobody listening: the coordinator
+	// is down) and connections cut (reset or closed by the peer: it
+	// went down, or closed an idle keep-alive, with the request sent).
+	refused, cut atomic.Int64
 
 	requests    requestCounts // requests sent, by kind
 	bytesRead   atomic.Int64  // bytes the nodes read from the coordinator
@@ -36,16 +41,19 @@ type answers struct {
 // Errors is a snapshot of answers' error counts.
 type Errors struct {
 	Timeouts, Unavailable, TooMany, Other int64
+	// Refused and Cut are part of Other (answers.refused, answers.cut).
+	Refused, Cut int64
 }
 
 func (e Errors) Total() int64 { return e.Timeouts + e.Unavailable + e.TooMany + e.Other }
 
 func (e Errors) sub(o Errors) Errors {
-	return Errors{e.Timeouts - o.Timeouts, e.Unavailable - o.Unavailable, e.TooMany - o.TooMany, e.Other - o.Other}
+	return Errors{e.Timeouts - o.Timeouts, e.Unavailable - o.Unavailable, e.TooMany - o.TooMany, e.Other - o.Other,
+		e.Refused - o.Refused, e.Cut - o.Cut}
 }
 
 func (a *answers) errors() Errors {
-	return Errors{a.timeouts.Load(), a.unavailable.Load(), a.tooMany.Load(), a.other.Load()}
+	return Errors{a.timeouts.Load(), a.unavailable.Load(), a.tooMany.Load(), a.other.Load(), a.refused.Load(), a.cut.Load()}
 }
 
 // note counts one attempt's outcome: a transport error, or the status.
@@ -59,6 +67,13 @@ func (a *answers) note(err error, status int) {
 		// The caller gave up (end of the scenario): not the coordinator's.
 	case err != nil:
 		a.other.Add(1)
+		switch {
+		case errors.Is(err, syscall.ECONNREFUSED):
+			a.refused.Add(1)
+		case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+			errors.Is(err, fasthttp.ErrConnectionClosed) || errors.Is(err, syscall.EPIPE):
+			a.cut.Add(1)
+		}
 	case status == http.StatusServiceUnavailable:
 		a.unavailable.Add(1)
 	case status == http.StatusTooManyRequests:

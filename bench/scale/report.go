@@ -114,8 +114,14 @@ func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
 
 func kb(n int64) string { return fmt.Sprintf("%.1f KB", float64(n)/1e3) }
 
+// errs shows e; the other errors with how many were connections refused
+// and cut, when there were any.
 func errs(e Errors) string {
-	return fmt.Sprintf("%d / %d / %d / %d", e.Timeouts, e.Unavailable, e.TooMany, e.Other)
+	s := fmt.Sprintf("%d / %d / %d / %d", e.Timeouts, e.Unavailable, e.TooMany, e.Other)
+	if e.Refused+e.Cut > 0 {
+		s += fmt.Sprintf(" (refused %d, cut %d)", e.Refused, e.Cut)
+	}
+	return s
 }
 
 // downloads shows the per-blob counts compactly: "1 each" when all are 1.
