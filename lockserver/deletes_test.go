@@ -18,7 +18,7 @@ import (
 // tests but the last fails on d6d7306, where completions lived in memory
 // only and a lapsed delete left none.
 
-func never(refcount.Op) bool { return false }
+func never(refcount.Write) bool { return false }
 
 // deleteBlob deletes blob as node, granted and unlocked with success.
 func deleteBlob(t *testing.T, c *Coordinator, node string) (fence uint64) {

@@ -23,14 +23,14 @@ import (
 // fails, as if the process had died at that write.
 type interruptedDB struct {
 	*refcount.BoltStorage
-	cut   func(refcount.Op) bool
+	cut   func(refcount.Write) bool
 	armed atomic.Bool
 }
 
 var errKilled = errors.New("killed before this write")
 
 func (d *interruptedDB) Commit(ctx context.Context, b *refcount.Batch) error {
-	for _, op := range b.Ops() {
+	for _, op := range b.Writes() {
 		if d.cut(op) && d.armed.CompareAndSwap(true, false) {
 			return errKilled
 		}
@@ -41,7 +41,7 @@ func (d *interruptedDB) Commit(ctx context.Context, b *refcount.Batch) error {
 // startOn starts a Coordinator on the database file at path, cutting the
 // commit that matches cut once armed; the Coordinator and the file are closed
 // by stop or when t ends.
-func startOn(t *testing.T, path string, cut func(refcount.Op) bool, mutate ...func(*Config)) (c *Coordinator, db *interruptedDB, stop func()) {
+func startOn(t *testing.T, path string, cut func(refcount.Write) bool, mutate ...func(*Config)) (c *Coordinator, db *interruptedDB, stop func()) {
 	t.Helper()
 	s, err := refcount.OpenBoltStorage(path)
 	require.NoError(t, err)
@@ -99,7 +99,7 @@ func memberIDs(t *testing.T, c *Coordinator) []string {
 func TestAdoptInterrupted(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "db")
-	coord, db, stop := startOn(t, path, func(op refcount.Op) bool { return op.Kind == refcount.OpPutIdentity })
+	coord, db, stop := startOn(t, path, func(op refcount.Write) bool { return op.Kind == refcount.WritePutIdentity })
 	old := coord.Cluster()
 	req := api.AdoptRequest{ClusterID: "the-roots-cluster", Nodes: []string{"n1", "n2"}}
 
@@ -110,7 +110,7 @@ func TestAdoptInterrupted(t *testing.T) {
 	require.Empty(t, memberIDs(t, coord), "the interrupted adopt left members")
 
 	stop() // the coordinator dies; it restarts on the same database
-	coord, _, _ = startOn(t, path, func(refcount.Op) bool { return false })
+	coord, _, _ = startOn(t, path, func(refcount.Write) bool { return false })
 	require.Equal(t, old.ClusterID, coord.Cluster().ClusterID, "all old on disk")
 	require.Empty(t, memberIDs(t, coord), "all old on disk")
 
@@ -130,7 +130,7 @@ func TestAdoptInterrupted(t *testing.T) {
 // command and its --force, and changes nothing.
 func TestAdoptRefusalSaysWhatToDo(t *testing.T) {
 	ctx := context.Background()
-	coord, _, _ := startOn(t, filepath.Join(t.TempDir(), "db"), func(refcount.Op) bool { return false })
+	coord, _, _ := startOn(t, filepath.Join(t.TempDir(), "db"), func(refcount.Write) bool { return false })
 	_, err := coord.Adopt(ctx, api.AdoptRequest{ClusterID: "cluster-a", Nodes: []string{"n1"}})
 	require.NoError(t, err)
 	before := coord.Cluster()
@@ -156,7 +156,7 @@ func TestAdoptRefusalSaysWhatToDo(t *testing.T) {
 func TestForgetInterrupted(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "db")
-	never := func(refcount.Op) bool { return false }
+	never := func(refcount.Write) bool { return false }
 	c, _, stop := startOn(t, path, never)
 	for _, n := range []string{"n1", "n2"} {
 		session(t, c, n)
@@ -165,7 +165,7 @@ func TestForgetInterrupted(t *testing.T) {
 	}
 	stop() // a member is forgettable once its session is gone
 
-	c, db, stop := startOn(t, path, func(op refcount.Op) bool { return op.Kind == refcount.OpDeleteMember })
+	c, db, stop := startOn(t, path, func(op refcount.Write) bool { return op.Kind == refcount.WriteDeleteMember })
 	db.armed.Store(true)
 	require.ErrorIs(t, c.Forget(ctx, "n1"), errKilled)
 	require.Equal(t, []string{"n1", "n2"}, refsOf(t, c, blob), "the interrupted forget dropped references")

@@ -30,8 +30,8 @@ type shareStorage struct {
 func (s *shareStorage) Commit(ctx context.Context, b *refcount.Batch) error {
 	nodes := map[string]bool{}
 	var order []string
-	for _, op := range b.Ops() {
-		if op.Kind == refcount.OpAddRef && !nodes[op.Node] {
+	for _, op := range b.Writes() {
+		if op.Kind == refcount.WriteAddRef && !nodes[op.Node] {
 			nodes[op.Node] = true
 			order = append(order, op.Node)
 		}

@@ -10,10 +10,10 @@ import (
 	"github.com/sharedcontent/sharedcontent/internal/synchash"
 )
 
-// MaxGroupOps is the most writes one atomic group of a Batch should hold
+// MaxGroupWrites is the most writes one atomic group of a Batch should hold
 // for every store to commit it in one transaction: etcd's default
 // --max-txn-ops. The memory and bbolt stores have no such limit.
-const MaxGroupOps = 128
+const MaxGroupWrites = 128
 
 // Batch is a list of writes to a Storage that Storage.Commit applies in
 // one transaction: all of them or none. It is how the coordinator changes
@@ -24,46 +24,46 @@ const MaxGroupOps = 128
 // safe for concurrent use.
 //
 // Break divides a batch into atomic groups. A store that cannot hold the
-// whole batch in one transaction (etcd: more than MaxGroupOps writes, or
+// whole batch in one transaction (etcd: more than MaxGroupWrites writes, or
 // about 1 MiB) may commit it one group after the other, in order, stopping
 // at the first that fails; it never splits a group. A batch without Break
 // is one group.
 type Batch struct {
-	ops    []Op
-	breaks []int // indexes of ops that start a new group, increasing
+	writes []Write
+	breaks []int // indexes of writes that start a new group, increasing
 }
 
-// OpKind is the kind of one write of a Batch.
-type OpKind uint8
+// WriteKind is the kind of one write of a Batch.
+type WriteKind uint8
 
 // The writes of a Batch. None is ever stored as such: the numbers may
 // change.
 const (
-	OpAddRef            OpKind = iota // Node is added to Key's reference set
-	OpRemoveRef                       // Node is removed from Key's set; an emptied set is dropped
-	OpDropRefs                        // Key's reference set is dropped
-	OpReplaceNode                     // Node references exactly NodeRefs
-	OpPutMember                       // Member is stored under Member.ID (Key)
-	OpDeleteMember                    // member Key is forgotten
-	OpPutIdentity                     // the identity becomes Identity
-	OpPutLeaseFenceMark               // the lease fences' high-water mark becomes Uint64
-	OpPutString                       // meta Key is String
-	OpPutUint64                       // meta Key is Uint64
-	OpPutDeleting                     // Key's delete is in flight: Deleting
-	OpDropDeleting                    // Key's in-flight delete marker is dropped
-	OpPutDeleted                      // Key's delete completed: Deleted
-	OpDropDeleted                     // Key's delete completion is dropped
-	OpPutLease                        // Key's lease Lease.LeaseID is recorded: Lease
-	OpDropLease                       // the record of Key's lease Lease.LeaseID is dropped
-	OpPutPin                          // pin Key is recorded: Pin
-	OpDropPin                         // the record of pin Key is dropped
+	WriteAddRef            WriteKind = iota // Node is added to Key's reference set
+	WriteRemoveRef                          // Node is removed from Key's set; an emptied set is dropped
+	WriteDropRefs                           // Key's reference set is dropped
+	WriteReplaceNode                        // Node references exactly NodeRefs
+	WritePutMember                          // Member is stored under Member.ID (Key)
+	WriteDeleteMember                       // member Key is forgotten
+	WritePutIdentity                        // the identity becomes Identity
+	WritePutLeaseFenceMark                  // the lease fences' high-water mark becomes Uint64
+	WritePutString                          // meta Key is String
+	WritePutUint64                          // meta Key is Uint64
+	WritePutDeleting                        // Key's delete is in flight: Deleting
+	WriteDropDeleting                       // Key's in-flight delete marker is dropped
+	WritePutDeleted                         // Key's delete completed: Deleted
+	WriteDropDeleted                        // Key's delete completion is dropped
+	WritePutLease                           // Key's lease Lease.LeaseID is recorded: Lease
+	WriteDropLease                          // the record of Key's lease Lease.LeaseID is dropped
+	WritePutPin                             // pin Key is recorded: Pin
+	WriteDropPin                            // the record of pin Key is dropped
 )
 
-// Op is one write of a Batch. Key is the resource ID, the member ID or
+// Write is one write of a Batch. Key is the resource ID, the member ID or
 // the meta key, as Kind says; the other fields are set for the kinds
 // that use them.
-type Op struct {
-	Kind     OpKind
+type Write struct {
+	Kind     WriteKind
 	Key      string
 	Node     string
 	NodeRefs map[string]struct{}
@@ -113,16 +113,16 @@ type Deletes struct {
 }
 
 // Len returns the number of writes in b.
-func (b *Batch) Len() int { return len(b.ops) }
+func (b *Batch) Len() int { return len(b.writes) }
 
 // Ops returns the writes of b, in order. The slice is b's own.
-func (b *Batch) Ops() []Op { return b.ops }
+func (b *Batch) Writes() []Write { return b.writes }
 
 // Break ends the current atomic group: the writes added before it and
 // those added after it need not be in one transaction. A Break at the
 // start of b, or right after another, does nothing.
 func (b *Batch) Break() *Batch {
-	if n := len(b.ops); n > 0 && (len(b.breaks) == 0 || b.breaks[len(b.breaks)-1] != n) {
+	if n := len(b.writes); n > 0 && (len(b.breaks) == 0 || b.breaks[len(b.breaks)-1] != n) {
 		b.breaks = append(b.breaks, n)
 	}
 	return b
@@ -132,8 +132,8 @@ func (b *Batch) Break() *Batch {
 // of o, after a Break. b then holds both batches' writes, b's first.
 func (b *Batch) Append(o *Batch) *Batch {
 	b.Break()
-	n := len(b.ops)
-	b.ops = append(b.ops, o.ops...)
+	n := len(b.writes)
+	b.writes = append(b.writes, o.writes...)
 	for _, end := range o.breaks {
 		b.breaks = append(b.breaks, n+end)
 	}
@@ -141,13 +141,13 @@ func (b *Batch) Append(o *Batch) *Batch {
 }
 
 // Groups returns the atomic groups of b, in order; each is a subslice of
-// Ops. A batch without Break is one group.
-func (b *Batch) Groups() [][]Op {
-	var out [][]Op
+// Writes. A batch without Break is one group.
+func (b *Batch) Groups() [][]Write {
+	var out [][]Write
 	start := 0
-	for _, end := range slices.Concat(b.breaks, []int{len(b.ops)}) {
+	for _, end := range slices.Concat(b.breaks, []int{len(b.writes)}) {
 		if end > start {
-			out = append(out, b.ops[start:end])
+			out = append(out, b.writes[start:end])
 		}
 		start = end
 	}
@@ -171,25 +171,25 @@ func (b *Batch) Head(n int) *Batch {
 	return out
 }
 
-func (b *Batch) add(op Op) *Batch {
-	b.ops = append(b.ops, op)
+func (b *Batch) add(op Write) *Batch {
+	b.writes = append(b.writes, op)
 	return b
 }
 
 // AddRef adds node to the resource's reference set.
 func (b *Batch) AddRef(resourceID, node string) *Batch {
-	return b.add(Op{Kind: OpAddRef, Key: resourceID, Node: node})
+	return b.add(Write{Kind: WriteAddRef, Key: resourceID, Node: node})
 }
 
 // RemoveRef removes node from the resource's reference set, dropping the
 // set when node was its last.
 func (b *Batch) RemoveRef(resourceID, node string) *Batch {
-	return b.add(Op{Kind: OpRemoveRef, Key: resourceID, Node: node})
+	return b.add(Write{Kind: WriteRemoveRef, Key: resourceID, Node: node})
 }
 
 // DropRefs drops the resource's reference set.
 func (b *Batch) DropRefs(resourceID string) *Batch {
-	return b.add(Op{Kind: OpDropRefs, Key: resourceID})
+	return b.add(Write{Kind: WriteDropRefs, Key: resourceID})
 }
 
 // ReplaceNode makes node a reference of exactly refs (nil: of nothing):
@@ -201,7 +201,7 @@ func (b *Batch) ReplaceNode(node string, refs map[string]struct{}) *Batch {
 	for id := range refs {
 		c[id] = struct{}{}
 	}
-	return b.add(Op{Kind: OpReplaceNode, Node: node, NodeRefs: c})
+	return b.add(Write{Kind: WriteReplaceNode, Node: node, NodeRefs: c})
 }
 
 // ReplaceNodeBuckets is ReplaceNode restricted to the resource IDs of
@@ -216,7 +216,7 @@ func (b *Batch) ReplaceNodeBuckets(node string, buckets []int, refs map[string]s
 			set[i] = true
 		}
 	}
-	b.ops[len(b.ops)-1].Buckets = set
+	b.writes[len(b.writes)-1].Buckets = set
 	return b
 }
 
@@ -242,61 +242,61 @@ func (s *BucketSet) List() []int {
 
 // PutMember creates or replaces the member m.ID.
 func (b *Batch) PutMember(m Member) *Batch {
-	return b.add(Op{Kind: OpPutMember, Key: m.ID, Member: m})
+	return b.add(Write{Kind: WritePutMember, Key: m.ID, Member: m})
 }
 
 // DeleteMember forgets the member id; an unknown one is not an error.
 func (b *Batch) DeleteMember(id string) *Batch {
-	return b.add(Op{Kind: OpDeleteMember, Key: id})
+	return b.add(Write{Kind: WriteDeleteMember, Key: id})
 }
 
 // PutIdentity sets the coordinator's identity.
 func (b *Batch) PutIdentity(id Identity) *Batch {
-	return b.add(Op{Kind: OpPutIdentity, Identity: id})
+	return b.add(Write{Kind: WritePutIdentity, Identity: id})
 }
 
 // PutLeaseFenceMark sets the fence high-water mark.
 func (b *Batch) PutLeaseFenceMark(hwm uint64) *Batch {
-	return b.add(Op{Kind: OpPutLeaseFenceMark, Uint64: hwm})
+	return b.add(Write{Kind: WritePutLeaseFenceMark, Uint64: hwm})
 }
 
 // PutString sets the meta key to v. The keys of the identity and the
 // fence high-water mark are reserved.
 func (b *Batch) PutString(key, v string) *Batch {
-	return b.add(Op{Kind: OpPutString, Key: key, String: v})
+	return b.add(Write{Kind: WritePutString, Key: key, String: v})
 }
 
 // PutUint64 sets the meta key to v, as PutString does.
 func (b *Batch) PutUint64(key string, v uint64) *Batch {
-	return b.add(Op{Kind: OpPutUint64, Key: key, Uint64: v})
+	return b.add(Write{Kind: WritePutUint64, Key: key, Uint64: v})
 }
 
 // PutDeleting records that a delete of the resource is in flight.
 func (b *Batch) PutDeleting(resourceID string, m DeleteMarker) *Batch {
-	return b.add(Op{Kind: OpPutDeleting, Key: resourceID, Deleting: m})
+	return b.add(Write{Kind: WritePutDeleting, Key: resourceID, Deleting: m})
 }
 
 // DropDeleting drops the resource's in-flight delete marker.
 func (b *Batch) DropDeleting(resourceID string) *Batch {
-	return b.add(Op{Kind: OpDropDeleting, Key: resourceID})
+	return b.add(Write{Kind: WriteDropDeleting, Key: resourceID})
 }
 
 // PutDeleted records the resource's delete completion.
 func (b *Batch) PutDeleted(resourceID string, c DeleteCompletion) *Batch {
-	return b.add(Op{Kind: OpPutDeleted, Key: resourceID, Deleted: c})
+	return b.add(Write{Kind: WritePutDeleted, Key: resourceID, Deleted: c})
 }
 
 // DropDeleted drops the resource's delete completion.
 func (b *Batch) DropDeleted(resourceID string) *Batch {
-	return b.add(Op{Kind: OpDropDeleted, Key: resourceID})
+	return b.add(Write{Kind: WriteDropDeleted, Key: resourceID})
 }
 
 // check returns an error wrapping errdefs.ErrInvalidArgument if op cannot
 // be applied: an empty key, node or member ID, an empty cluster ID, a
 // reserved meta key, or an unknown kind.
-func (op *Op) check() error {
+func (op *Write) check() error {
 	switch op.Kind {
-	case OpReplaceNode:
+	case WriteReplaceNode:
 		if op.Node == "" {
 			return errEmpty("node ID")
 		}
@@ -306,30 +306,30 @@ func (op *Op) check() error {
 			}
 		}
 		return nil
-	case OpPutIdentity:
+	case WritePutIdentity:
 		if op.Identity.ClusterID == "" {
 			return errEmpty("cluster ID")
 		}
 		return nil
-	case OpPutLeaseFenceMark:
+	case WritePutLeaseFenceMark:
 		return nil
-	case OpAddRef, OpRemoveRef:
+	case WriteAddRef, WriteRemoveRef:
 		if op.Node == "" {
 			return errEmpty("node ID")
 		}
-	case OpPutString, OpPutUint64:
+	case WritePutString, WritePutUint64:
 		if reservedMeta(op.Key) {
 			return fmt.Errorf("refcount: meta key %q is reserved: %w", op.Key, errdefs.ErrInvalidArgument)
 		}
-	case OpPutLease, OpDropLease:
+	case WritePutLease, WriteDropLease:
 		if err := checkLease(op); err != nil {
 			return err
 		}
-	case OpPutPin, OpDropPin:
+	case WritePutPin, WriteDropPin:
 		if err := checkPin(op); err != nil {
 			return err
 		}
-	case OpDropRefs, OpPutMember, OpDeleteMember, OpPutDeleting, OpDropDeleting, OpPutDeleted, OpDropDeleted:
+	case WriteDropRefs, WritePutMember, WriteDeleteMember, WritePutDeleting, WriteDropDeleting, WritePutDeleted, WriteDropDeleted:
 	default:
 		return fmt.Errorf("refcount: unknown write kind %d: %w", op.Kind, errdefs.ErrInvalidArgument)
 	}
@@ -339,10 +339,10 @@ func (op *Op) check() error {
 	return nil
 }
 
-// checkAll checks every write of ops.
-func checkAll(ops []Op) error {
-	for i := range ops {
-		if err := ops[i].check(); err != nil {
+// checkAll checks each of writes.
+func checkAll(writes []Write) error {
+	for i := range writes {
+		if err := writes[i].check(); err != nil {
 			return err
 		}
 	}
@@ -351,11 +351,11 @@ func checkAll(ops []Op) error {
 
 // touchesRefs reports whether op changes reference sets, and whether it
 // may change any of them (ReplaceNode).
-func (op *Op) touchesRefs() (some, all bool) {
+func (op *Write) touchesRefs() (some, all bool) {
 	switch op.Kind {
-	case OpDropRefs, OpAddRef, OpRemoveRef:
+	case WriteDropRefs, WriteAddRef, WriteRemoveRef:
 		return true, false
-	case OpReplaceNode:
+	case WriteReplaceNode:
 		return true, true
 	}
 	return false, false

@@ -32,11 +32,11 @@ func (s *BoltStorage) Submit(ctx context.Context, b *Batch) (wait func() error) 
 	if b.Len() == 0 {
 		return failed(nil)
 	}
-	if err := checkAll(b.ops); err != nil {
+	if err := checkAll(b.writes); err != nil {
 		return failed(fmt.Errorf("refcount: commit: %w", err))
 	}
 	// Encode outside the transaction: the committer's goroutine runs it.
-	ops := b.ops
+	ops := b.writes
 	vals := make([][]byte, len(ops))
 	for i := range ops {
 		v, err := encodeOp(&ops[i])
@@ -86,35 +86,35 @@ func commitErr(err error) error {
 
 // encodeOp returns the stored value of op, for the kinds that store one
 // value (PutIdentity stores two: applyOp encodes them).
-func encodeOp(op *Op) ([]byte, error) {
+func encodeOp(op *Write) ([]byte, error) {
 	switch op.Kind {
-	case OpPutMember:
+	case WritePutMember:
 		return json.Marshal(op.Member)
-	case OpPutString:
+	case WritePutString:
 		return []byte(op.String), nil
-	case OpPutUint64, OpPutLeaseFenceMark:
+	case WritePutUint64, WritePutLeaseFenceMark:
 		return binary.BigEndian.AppendUint64(nil, op.Uint64), nil
-	case OpPutDeleting:
+	case WritePutDeleting:
 		return json.Marshal(op.Deleting)
-	case OpPutDeleted:
+	case WritePutDeleted:
 		return json.Marshal(op.Deleted)
-	case OpPutLease:
+	case WritePutLease:
 		return json.Marshal(op.Lease)
-	case OpPutPin:
+	case WritePutPin:
 		return json.Marshal(op.Pin)
 	}
 	return nil, nil
 }
 
 // applyOp makes one checked write in tx.
-func applyOp(tx *bolt.Tx, op *Op, v []byte) error {
+func applyOp(tx *bolt.Tx, op *Write, v []byte) error {
 	key := []byte(op.Key)
 	switch op.Kind {
-	case OpPutMember, OpPutString, OpPutUint64, OpPutDeleting, OpPutDeleted:
+	case WritePutMember, WritePutString, WritePutUint64, WritePutDeleting, WritePutDeleted:
 		return tx.Bucket(bucketOf(op.Kind)).Put(key, v)
-	case OpPutLeaseFenceMark:
+	case WritePutLeaseFenceMark:
 		return tx.Bucket(metaBucket).Put([]byte(fenceMarkKey), v)
-	case OpPutIdentity:
+	case WritePutIdentity:
 		meta := tx.Bucket(metaBucket)
 		if err := meta.Put([]byte(clusterIDKey), []byte(op.Identity.ClusterID)); err != nil {
 			return err
@@ -123,35 +123,35 @@ func applyOp(tx *bolt.Tx, op *Op, v []byte) error {
 			return err
 		}
 		return meta.Put([]byte(epochKey), binary.BigEndian.AppendUint64(nil, op.Identity.Epoch))
-	case OpDeleteMember, OpDropDeleting, OpDropDeleted:
+	case WriteDeleteMember, WriteDropDeleting, WriteDropDeleted:
 		return tx.Bucket(bucketOf(op.Kind)).Delete(key)
-	case OpPutLease:
+	case WritePutLease:
 		return tx.Bucket(leasesBucket).Put([]byte(leaseKey(op.Key, op.Lease.LeaseID)), v)
-	case OpDropLease:
+	case WriteDropLease:
 		return tx.Bucket(leasesBucket).Delete([]byte(leaseKey(op.Key, op.Lease.LeaseID)))
-	case OpPutPin:
+	case WritePutPin:
 		return tx.Bucket(pinsBucket).Put(key, v)
-	case OpDropPin:
+	case WriteDropPin:
 		return tx.Bucket(pinsBucket).Delete(key)
-	case OpDropRefs:
+	case WriteDropRefs:
 		return refsOf(tx).drop(op.Key)
-	case OpAddRef:
+	case WriteAddRef:
 		return refsOf(tx).add(op.Key, op.Node)
-	case OpRemoveRef:
+	case WriteRemoveRef:
 		return refsOf(tx).remove(op.Key, op.Node)
-	case OpReplaceNode:
+	case WriteReplaceNode:
 		return refsOf(tx).replaceNode(op.Node, op.Buckets, op.NodeRefs)
 	}
 	return fmt.Errorf("refcount: unknown write kind %d: %w", op.Kind, errdefs.ErrInvalidArgument)
 }
 
-func bucketOf(k OpKind) []byte {
+func bucketOf(k WriteKind) []byte {
 	switch k {
-	case OpPutMember, OpDeleteMember:
+	case WritePutMember, WriteDeleteMember:
 		return membersBucket
-	case OpPutDeleting, OpDropDeleting:
+	case WritePutDeleting, WriteDropDeleting:
 		return deletingBucket
-	case OpPutDeleted, OpDropDeleted:
+	case WritePutDeleted, WriteDropDeleted:
 		return deletedBucket
 	}
 	return metaBucket

@@ -22,7 +22,7 @@ func (s *BoltStorage) SubmitAddRef(ctx context.Context, resourceID, node string)
 		return failed(err)
 	}
 	b := new(Batch).AddRef(resourceID, node)
-	if err := checkAll(b.ops); err != nil {
+	if err := checkAll(b.writes); err != nil {
 		return failed(fmt.Errorf("refcount: commit: %w", err))
 	}
 	// Set by the committer's goroutine, read after done: the mutation may

@@ -8,7 +8,7 @@ import "fmt"
 // errdefs.ErrInvalidArgument. A Storage outside this package (the etcd
 // store) checks a batch with it before it writes anything.
 func (b *Batch) Check() error {
-	if err := checkAll(b.ops); err != nil {
+	if err := checkAll(b.writes); err != nil {
 		return fmt.Errorf("refcount: commit: %w", err)
 	}
 	return nil

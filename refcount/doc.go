@@ -32,7 +32,7 @@
 // # The size of a transaction
 //
 // etcd refuses a Txn of more than 128 operations (--max-txn-ops, default
-// 128; MaxGroupOps) or of more than about 1.5 MiB (--max-request-bytes), so
+// 128; MaxGroupWrites) or of more than about 1.5 MiB (--max-request-bytes), so
 // a store on etcd may commit a big Batch as several transactions, one
 // atomic group (Batch.Break) after the other, and may stop between two (a
 // failure; a failover, whose new leader reads what was committed). It

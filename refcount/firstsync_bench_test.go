@@ -80,8 +80,8 @@ func BenchmarkBoltFirstSync10k(b *testing.B) {
 	for from := 0; from < toFill; from += fillNodes {
 		batch := new(refcount.Batch)
 		for i := from; i < min(toFill, from+fillNodes); i++ {
-			for _, op := range firstSync(i).Ops() {
-				if op.Kind == refcount.OpAddRef {
+			for _, op := range firstSync(i).Writes() {
+				if op.Kind == refcount.WriteAddRef {
 					batch.AddRef(op.Key, op.Node)
 				} else {
 					batch.PutMember(op.Member)

@@ -251,15 +251,15 @@ func (m *Manager) batchHashes(ctx context.Context, b *Batch) ([]hashChange, []st
 	if !built {
 		return nil, nil, nil
 	}
-	if err := checkAll(b.ops); err != nil {
+	if err := checkAll(b.writes); err != nil {
 		return nil, nil, fmt.Errorf("refcount: commit: %w", err)
 	}
 	v := newBatchView(ctx, m.storage)
 	// A node with more single writes than a group holds has its stored
 	// references read whole, once, rather than one request per write.
 	singles := map[string]int{}
-	for i := range b.ops {
-		if op := &b.ops[i]; op.Kind == OpAddRef || op.Kind == OpRemoveRef {
+	for i := range b.writes {
+		if op := &b.writes[i]; op.Kind == WriteAddRef || op.Kind == WriteRemoveRef {
 			singles[op.Node]++
 		}
 	}
@@ -273,20 +273,20 @@ func (m *Manager) batchHashes(ctx context.Context, b *Batch) ([]hashChange, []st
 	touched := map[string]bool{}
 	covered := map[string]*BucketSet{} // the buckets b replaces, by node
 	var out []hashChange
-	for i := range b.ops {
-		op := &b.ops[i]
+	for i := range b.writes {
+		op := &b.writes[i]
 		switch op.Kind {
-		case OpAddRef, OpRemoveRef:
+		case WriteAddRef, WriteRemoveRef:
 			has, err := v.has(op.Key, op.Node)
 			if err != nil {
 				return nil, nil, err
 			}
 			touched[op.Node] = true
-			if add := op.Kind == OpAddRef; has != add {
+			if add := op.Kind == WriteAddRef; has != add {
 				out = append(out, refChange(op.Key, op.Node, add))
 				v.set(op.Key, op.Node, add)
 			}
-		case OpDropRefs:
+		case WriteDropRefs:
 			nodes, err := v.nodes(op.Key)
 			if err != nil {
 				return nil, nil, err
@@ -296,7 +296,7 @@ func (m *Manager) batchHashes(ctx context.Context, b *Batch) ([]hashChange, []st
 				touched[n] = true
 			}
 			v.drop(op.Key)
-		case OpReplaceNode:
+		case WriteReplaceNode:
 			touched[op.Node] = true
 			c := covered[op.Node]
 			if c == nil {

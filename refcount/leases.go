@@ -29,13 +29,13 @@ type LeaseRecord struct {
 
 // PutLease records the lease l of l.ResourceID.
 func (b *Batch) PutLease(l LeaseRecord) *Batch {
-	return b.add(Op{Kind: OpPutLease, Key: l.ResourceID, Lease: l})
+	return b.add(Write{Kind: WritePutLease, Key: l.ResourceID, Lease: l})
 }
 
 // DropLease drops the record of the lease leaseID of the resource; one
 // that is not stored is not an error.
 func (b *Batch) DropLease(resourceID, leaseID string) *Batch {
-	return b.add(Op{Kind: OpDropLease, Key: resourceID, Lease: LeaseRecord{ResourceID: resourceID, LeaseID: leaseID}})
+	return b.add(Write{Kind: WriteDropLease, Key: resourceID, Lease: LeaseRecord{ResourceID: resourceID, LeaseID: leaseID}})
 }
 
 // leaseKey is the key of a lease record in the stores that keep one key
@@ -51,7 +51,7 @@ func splitLeaseKey(k string) (resourceID, leaseID string) {
 
 // checkLease refuses a lease write whose resource or lease ID is empty or
 // holds NUL, which cannot be a part of a record's key.
-func checkLease(op *Op) error {
+func checkLease(op *Write) error {
 	if op.Lease.LeaseID == "" {
 		return errEmpty("lease ID")
 	}

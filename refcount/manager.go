@@ -66,7 +66,7 @@ func (m *Manager) RemoveRef(ctx context.Context, resourceID, nodeID string) (Set
 // the resource's stripe, if change reports that the write changes the
 // set; it returns the set after the write.
 func (m *Manager) modify(ctx context.Context, b *Batch, change func(*Set, string) bool) (Set, error) {
-	op := b.ops[0]
+	op := b.writes[0]
 	if err := validateIDs(op.Key, op.Node); err != nil {
 		return Set{}, err
 	}
@@ -83,7 +83,7 @@ func (m *Manager) modify(ctx context.Context, b *Batch, change func(*Set, string
 		m.markAllDirty([]string{op.Node}) // it may land later (etcd)
 		return Set{}, err
 	}
-	m.applyHashes([]hashChange{refChange(op.Key, op.Node, op.Kind == OpAddRef)})
+	m.applyHashes([]hashChange{refChange(op.Key, op.Node, op.Kind == WriteAddRef)})
 	return rc, nil
 }
 
@@ -142,15 +142,15 @@ func stripeOf(resourceID string) uint32 {
 // references b changes, and returns their unlock.
 func (m *Manager) lockBatch(b *Batch) (unlock func()) {
 	var held [lockStripes]bool
-	for i := range b.ops {
-		some, all := b.ops[i].touchesRefs()
+	for i := range b.writes {
+		some, all := b.writes[i].touchesRefs()
 		switch {
 		case all:
 			for s := range held {
 				held[s] = true
 			}
 		case some:
-			held[stripeOf(b.ops[i].Key)] = true
+			held[stripeOf(b.writes[i].Key)] = true
 		}
 	}
 	for s := range held {

@@ -142,7 +142,7 @@ func (s *memoryStorage) Commit(ctx context.Context, b *Batch) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	if err := checkAll(b.ops); err != nil {
+	if err := checkAll(b.writes); err != nil {
 		return fmt.Errorf("refcount: commit: %w", err)
 	}
 	s.st.mu.Lock()
@@ -150,8 +150,8 @@ func (s *memoryStorage) Commit(ctx context.Context, b *Batch) error {
 	if s.st.owner != s.fence {
 		return fenced(s.fence, s.st.owner)
 	}
-	for i := range b.ops {
-		s.st.apply(&b.ops[i])
+	for i := range b.writes {
+		s.st.apply(&b.writes[i])
 	}
 	return nil
 }
@@ -174,54 +174,54 @@ func (s *memoryStorage) RefState(ctx context.Context, resourceID, node string) (
 }
 
 // apply makes one checked write. Callers hold mu exclusively.
-func (st *memoryState) apply(op *Op) {
+func (st *memoryState) apply(op *Write) {
 	switch op.Kind {
-	case OpDropRefs:
+	case WriteDropRefs:
 		for n := range st.entries[op.Key].Nodes {
 			st.unindex(n, op.Key)
 		}
 		delete(st.entries, op.Key)
-	case OpAddRef:
+	case WriteAddRef:
 		st.addRef(op.Key, op.Node)
-	case OpRemoveRef:
+	case WriteRemoveRef:
 		if rc := st.entries[op.Key]; rc.Has(op.Node) {
 			st.dropNode(op.Key, rc, op.Node)
 		}
-	case OpReplaceNode:
+	case WriteReplaceNode:
 		st.replaceNode(op.Node, op.Buckets, op.NodeRefs)
-	case OpPutMember:
+	case WritePutMember:
 		st.members[op.Key] = op.Member
-	case OpDeleteMember:
+	case WriteDeleteMember:
 		delete(st.members, op.Key)
-	case OpPutIdentity:
+	case WritePutIdentity:
 		st.strs[clusterIDKey], st.uints[epochKey] = op.Identity.ClusterID, op.Identity.Epoch
 		st.root = nil
 		if r := op.Identity.Root; r != nil {
 			st.root = &RootClaim{CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy}
 		}
-	case OpPutLeaseFenceMark:
+	case WritePutLeaseFenceMark:
 		st.uints[fenceMarkKey] = op.Uint64
-	case OpPutString:
+	case WritePutString:
 		st.strs[op.Key] = op.String
-	case OpPutUint64:
+	case WritePutUint64:
 		st.uints[op.Key] = op.Uint64
-	case OpPutDeleting:
+	case WritePutDeleting:
 		st.deleting[op.Key] = op.Deleting
-	case OpDropDeleting:
+	case WriteDropDeleting:
 		delete(st.deleting, op.Key)
-	case OpPutDeleted:
+	case WritePutDeleted:
 		st.completed[op.Key] = op.Deleted
-	case OpDropDeleted:
+	case WriteDropDeleted:
 		delete(st.completed, op.Key)
-	case OpPutLease:
+	case WritePutLease:
 		st.leases[leaseKey(op.Key, op.Lease.LeaseID)] = op.Lease
-	case OpDropLease:
+	case WriteDropLease:
 		delete(st.leases, leaseKey(op.Key, op.Lease.LeaseID))
-	case OpPutPin:
+	case WritePutPin:
 		p := clonePin(op.Pin)
 		p.Name = op.Key
 		st.pins[op.Key] = p
-	case OpDropPin:
+	case WriteDropPin:
 		delete(st.pins, op.Key)
 	}
 }

@@ -35,22 +35,22 @@ func (b *Batch) PutPin(p PinRecord) *Batch {
 		e := *p.Expires
 		p.Expires = &e
 	}
-	return b.add(Op{Kind: OpPutPin, Key: p.Name, Pin: p})
+	return b.add(Write{Kind: WritePutPin, Key: p.Name, Pin: p})
 }
 
 // DropPin drops the record of the pin name; one that is not stored is not
 // an error.
 func (b *Batch) DropPin(name string) *Batch {
-	return b.add(Op{Kind: OpDropPin, Key: name})
+	return b.add(Write{Kind: WriteDropPin, Key: name})
 }
 
 // checkPin refuses a pin write whose name holds NUL (a key of the etcd
 // store) or a put whose resource IDs are empty or hold NUL.
-func checkPin(op *Op) error {
+func checkPin(op *Write) error {
 	if strings.Contains(op.Key, "\x00") {
 		return fmt.Errorf("refcount: pin %q: the name holds a NUL byte: %w", op.Key, errdefs.ErrInvalidArgument)
 	}
-	if op.Kind != OpPutPin {
+	if op.Kind != WritePutPin {
 		return nil
 	}
 	for _, id := range op.Pin.ResourceIDs {

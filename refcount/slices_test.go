@@ -29,7 +29,7 @@ func TestBatchSlices(t *testing.T) {
 
 func keysOf(b *refcount.Batch) []string {
 	var out []string
-	for _, op := range b.Ops() {
+	for _, op := range b.Writes() {
 		out = append(out, op.Key)
 	}
 	return out

@@ -10,8 +10,8 @@ import (
 // GroupRefs is the most references one atomic group written by
 // ReplaceNodeGroups changes: a store that keeps a reference as two keys
 // (etcd: the set's and the node index's) writes two per reference, and
-// MaxGroupOps in all.
-const GroupRefs = MaxGroupOps / 2
+// MaxGroupWrites in all.
+const GroupRefs = MaxGroupWrites / 2
 
 // ReplaceNodeGroups appends to b the writes of b.ReplaceNode(node, refs),
 // restricted to buckets when it is not nil (as ReplaceNodeBuckets), in

@@ -33,17 +33,17 @@ func groupChanges(t *testing.T, b *Batch, node string, stored map[string]struct{
 		for _, op := range g {
 			require.Equal(t, node, op.Node)
 			switch op.Kind {
-			case OpAddRef:
+			case WriteAddRef:
 				if _, ok := cur[op.Key]; !ok {
 					cur[op.Key] = struct{}{}
 					n++
 				}
-			case OpRemoveRef:
+			case WriteRemoveRef:
 				if _, ok := cur[op.Key]; ok {
 					delete(cur, op.Key)
 					n++
 				}
-			case OpReplaceNode:
+			case WriteReplaceNode:
 				for id := range cur {
 					if _, keep := op.NodeRefs[id]; !keep && op.Buckets.Holds(id) {
 						delete(cur, id)

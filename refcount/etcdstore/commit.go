@@ -34,7 +34,7 @@ func (s *Store) Commit(ctx context.Context, b *refcount.Batch) error {
 
 // commitAlone commits one batch's groups in as few transactions as fit,
 // without other batches. Callers hold mu.
-func (s *Store) commitAlone(ctx context.Context, groups [][]refcount.Op) error {
+func (s *Store) commitAlone(ctx context.Context, groups [][]refcount.Write) error {
 	p := newPlan(ctx, s)
 	if err := p.batch(groups); err != nil {
 		return err

@@ -68,7 +68,7 @@ func newPlan(ctx context.Context, s *Store) *plan {
 }
 
 // group applies one atomic group.
-func (p *plan) group(ops []refcount.Op) error {
+func (p *plan) group(ops []refcount.Write) error {
 	p.touched = map[string]bool{}
 	for i := range ops {
 		if err := p.apply(&ops[i]); err != nil {
@@ -177,15 +177,15 @@ func (p *plan) storedRef(res, node string) (on, known bool) {
 	return false, false
 }
 
-func (p *plan) apply(op *refcount.Op) error {
+func (p *plan) apply(op *refcount.Write) error {
 	k := p.s.k
 	switch op.Kind {
-	case refcount.OpAddRef, refcount.OpRemoveRef:
+	case refcount.WriteAddRef, refcount.WriteRemoveRef:
 		if err := cmp.Or(checkID("resource ID", op.Key), checkID("node ID", op.Node)); err != nil {
 			return err
 		}
-		p.setRef(op.Key, op.Node, op.Kind == refcount.OpAddRef)
-	case refcount.OpDropRefs:
+		p.setRef(op.Key, op.Node, op.Kind == refcount.WriteAddRef)
+	case refcount.WriteDropRefs:
 		if err := checkID("resource ID", op.Key); err != nil {
 			return err
 		}
@@ -197,7 +197,7 @@ func (p *plan) apply(op *refcount.Op) error {
 				p.setRef(op.Key, n, false)
 			}
 		}
-	case refcount.OpReplaceNode:
+	case refcount.WriteReplaceNode:
 		if err := checkID("node ID", op.Node); err != nil {
 			return err
 		}
@@ -219,33 +219,33 @@ func (p *plan) apply(op *refcount.Op) error {
 				p.setRef(res, op.Node, true)
 			}
 		}
-	case refcount.OpPutMember:
+	case refcount.WritePutMember:
 		return p.putJSON(k.member(op.Key), op.Member)
-	case refcount.OpDeleteMember:
+	case refcount.WriteDeleteMember:
 		p.del(k.member(op.Key))
-	case refcount.OpPutIdentity:
+	case refcount.WritePutIdentity:
 		return p.putJSON(k.identity(), op.Identity)
-	case refcount.OpPutLeaseFenceMark:
+	case refcount.WritePutLeaseFenceMark:
 		p.put(k.fence(), encodeUint64(op.Uint64))
-	case refcount.OpPutString:
+	case refcount.WritePutString:
 		p.put(k.meta(op.Key), op.String)
-	case refcount.OpPutUint64:
+	case refcount.WritePutUint64:
 		p.put(k.meta(op.Key), encodeUint64(op.Uint64))
-	case refcount.OpPutDeleting:
+	case refcount.WritePutDeleting:
 		return p.putJSON(k.deleting(op.Key), op.Deleting)
-	case refcount.OpDropDeleting:
+	case refcount.WriteDropDeleting:
 		p.del(k.deleting(op.Key))
-	case refcount.OpPutDeleted:
+	case refcount.WritePutDeleted:
 		return p.putJSON(k.deleted(op.Key), op.Deleted)
-	case refcount.OpDropDeleted:
+	case refcount.WriteDropDeleted:
 		p.del(k.deleted(op.Key))
-	case refcount.OpPutLease:
+	case refcount.WritePutLease:
 		return p.putJSON(k.lease(op.Key, op.Lease.LeaseID), op.Lease)
-	case refcount.OpDropLease:
+	case refcount.WriteDropLease:
 		p.del(k.lease(op.Key, op.Lease.LeaseID))
-	case refcount.OpPutPin:
+	case refcount.WritePutPin:
 		return p.putJSON(k.pin(op.Key), op.Pin)
-	case refcount.OpDropPin:
+	case refcount.WriteDropPin:
 		p.del(k.pin(op.Key))
 	default:
 		return fmt.Errorf("etcdstore: unknown write kind %d: %w", op.Kind, errdefs.ErrInvalidArgument)

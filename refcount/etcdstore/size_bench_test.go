@@ -65,7 +65,7 @@ func BenchmarkDbSize(b *testing.B) {
 		for m := range sizeMembers {
 			batch.PutMember(refcount.Member{ID: fmt.Sprintf("node-%05d.cluster.example", m), FirstSeen: now, LastSeen: now,
 				Generation: fmt.Sprintf("%x", sha256.Sum256(fmt.Appendf(nil, "gen-%d", m)))[:32]})
-			if batch.Len() == refcount.MaxGroupOps {
+			if batch.Len() == refcount.MaxGroupWrites {
 				flush()
 			}
 		}

@@ -37,7 +37,7 @@ type Options struct {
 	// (concurrency.Election.Rev). Required.
 	OwnerFence int64
 	// MaxTxnOps is the most writes one transaction holds: the server's
-	// --max-txn-ops. 0 means refcount.MaxGroupOps (etcd's default).
+	// --max-txn-ops. 0 means refcount.MaxGroupWrites (etcd's default).
 	MaxTxnOps int
 	// MaxTxnBytes is the most bytes of keys and values one transaction
 	// holds. 0 means DefaultMaxTxnBytes.
@@ -106,7 +106,7 @@ func Open(ctx context.Context, cli *clientv3.Client, opts Options) (*Store, erro
 		opts.Prefix += "/"
 	}
 	if opts.MaxTxnOps <= 0 {
-		opts.MaxTxnOps = refcount.MaxGroupOps
+		opts.MaxTxnOps = refcount.MaxGroupWrites
 	}
 	if opts.MaxTxnBytes <= 0 {
 		opts.MaxTxnBytes = DefaultMaxTxnBytes

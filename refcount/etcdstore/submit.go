@@ -20,10 +20,10 @@ const DefaultFlushInterval = 5 * time.Millisecond
 // submitted is one batch waiting for its transaction.
 type submitted struct {
 	ctx    context.Context
-	groups [][]refcount.Op // a copy: the caller may change its batch
-	at     time.Time       // when it was submitted
-	urgent bool            // a Commit: flushed without waiting for the interval
-	count  *counted        // a counted add (SubmitAddRef), or nil
+	groups [][]refcount.Write // a copy: the caller may change its batch
+	at     time.Time          // when it was submitted
+	urgent bool               // a Commit: flushed without waiting for the interval
+	count  *counted           // a counted add (SubmitAddRef), or nil
 	// An estimate of its writes and their bytes, to flush once the
 	// pending batches fill a transaction.
 	ops, bytes int
@@ -143,9 +143,9 @@ func isContextErr(err error) bool {
 }
 
 // copyGroups copies b's groups and the maps and sets their writes hold.
-func copyGroups(b *refcount.Batch) [][]refcount.Op {
+func copyGroups(b *refcount.Batch) [][]refcount.Write {
 	groups := b.Groups()
-	out := make([][]refcount.Op, len(groups))
+	out := make([][]refcount.Write, len(groups))
 	for i, g := range groups {
 		out[i] = slices.Clone(g)
 		for j := range out[i] {
@@ -163,7 +163,7 @@ func copyGroups(b *refcount.Batch) [][]refcount.Op {
 // estimate returns about how many writes and bytes groups make: exactly
 // for references, meta and deletes, a guess for the writes that depend on
 // what is stored (DropRefs, ReplaceNode) and for JSON values.
-func (s *Store) estimate(groups [][]refcount.Op) (ops, bytes int) {
+func (s *Store) estimate(groups [][]refcount.Write) (ops, bytes int) {
 	refBytes := func(res, node string) int {
 		return len(s.k.ref(res, node)) + len(s.k.index(node, res))
 	}
@@ -171,9 +171,9 @@ func (s *Store) estimate(groups [][]refcount.Op) (ops, bytes int) {
 		for i := range g {
 			op := &g[i]
 			switch op.Kind {
-			case refcount.OpAddRef, refcount.OpRemoveRef:
+			case refcount.WriteAddRef, refcount.WriteRemoveRef:
 				ops, bytes = ops+2, bytes+refBytes(op.Key, op.Node)
-			case refcount.OpReplaceNode:
+			case refcount.WriteReplaceNode:
 				for res := range op.NodeRefs {
 					ops, bytes = ops+2, bytes+refBytes(res, op.Node)
 				}
@@ -387,7 +387,7 @@ func (s *Store) planFit(ctx context.Context, items []*submitted) (txn, int) {
 }
 
 // batch applies every group of one batch.
-func (p *plan) batch(groups [][]refcount.Op) error {
+func (p *plan) batch(groups [][]refcount.Write) error {
 	for _, g := range groups {
 		if err := p.group(g); err != nil {
 			return err

@@ -588,7 +588,7 @@ func testCommitIsolation(t *testing.T, s refcount.Storage) {
 	refs["r3"] = struct{}{}
 	m.Generation = "g2"
 	commit(t, s, b)
-	b.Ops()[1].NodeRefs["r4"] = struct{}{}
+	b.Writes()[1].NodeRefs["r4"] = struct{}{}
 	ids, nodes := list(t, s)
 	require.Equal(t, []string{"r1", "r2"}, ids)
 	require.Equal(t, [][]string{{"a"}, {"n"}}, nodes)
