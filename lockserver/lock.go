@@ -63,7 +63,7 @@ func (lk *locks) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 		g.claimed = true
 		lk.metrics.result(t, resultAcquired)
 		lk.notifyWatchers(r, t, api.EventGranted, g.nodeID, true, "")
-		return lk.grantResponse(g), nil
+		return g.response(lk.cfg.LeaseTTL), nil
 	}
 	return lk.enqueue(r, q, req.Wait, now)
 }
@@ -73,7 +73,7 @@ func (lk *locks) Lock(ctx context.Context, req api.LockRequest) (api.LockRespons
 func (lk *locks) answered(k *key, req api.LockRequest, now time.Time) (api.LockResponse, bool) {
 	if g := k.holder; g != nil && g.is(req.NodeID, req.RequestID) {
 		g.claimed = true
-		return lk.grantResponse(g), true
+		return g.response(lk.cfg.LeaseTTL), true
 	}
 	if w := k.queue.Get(req.NodeID, req.RequestID); w != nil {
 		w.lastSeen = now
@@ -320,13 +320,15 @@ func (lk *locks) grant(r *resource, req request, now time.Time) (*grant, error) 
 	return g, nil
 }
 
-func (lk *locks) grantResponse(g *grant) api.LockResponse {
+// response is the answer that hands g to its request: acquired, with the
+// lease, its fence and the lease TTL.
+func (g *grant) response(leaseTTL time.Duration) api.LockResponse {
 	return api.LockResponse{
 		RequestID:  g.requestID,
 		Acquired:   true,
 		LeaseID:    g.leaseID,
 		Fence:      g.fence,
-		LeaseTTLMs: lk.cfg.LeaseTTL.Milliseconds(),
+		LeaseTTLMs: leaseTTL.Milliseconds(),
 	}
 }
 
@@ -451,7 +453,7 @@ func (lk *locks) advance(ctx context.Context, r *resource, now time.Time) {
 		lk.metrics.handoffs[next].Inc()
 		if lk.streams.listens(w) {
 			ev := r.event(next, api.EventGranted, w.nodeID, w.requestID, true, "")
-			lease := lk.grantResponse(g)
+			lease := g.response(lk.cfg.LeaseTTL)
 			ev.Lease = &lease
 			lk.streams.tell(w, ev) // from now on keepalives keep the lease
 		}

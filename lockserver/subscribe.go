@@ -210,7 +210,7 @@ func (lk *locks) status(r *resource, t typeIndex, nodeID, requestID string, with
 		req.Queued, req.Position = true, k.queue.Position(w)
 	case k.holder != nil && k.holder.is(nodeID, requestID):
 		k.holder.claimed = true
-		*req = lk.grantResponse(k.holder)
+		*req = k.holder.response(lk.cfg.LeaseTTL)
 	case completed:
 		req.Skip = true
 		_, req.RefAdded = k.completed.refs[requestKey{nodeID, requestID}]
