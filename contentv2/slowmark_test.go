@@ -59,12 +59,15 @@ func (c *lockFault) Session(ctx context.Context, req contentv2.SessionRequest) (
 // TestSlowAnswerIsNotRetriedAtTheNextSession (docs/design.md §10.6): a
 // lock request that outlives the coordination timeout marks the
 // coordinator down, and a session answer, which a busy coordinator
-// serves at once, does not lift the mark: the node's Writers are answered
-// unavailable without a request until the mark runs out (here: never
-// during the test), so no retry goes back into the queue that timed it
-// out. A coordinator that could not be reached at all is asked again as
-// soon as a session answer shows it back, as before.
+// serves at once, does not lift the mark: no retry goes back into the
+// queue that timed it out at each session round. One call at a time goes
+// through as a probe once a coordination timeout has passed since the
+// slow answer; slow again, it sets the mark afresh, so the next call is
+// answered unavailable without a request. A coordinator that could not be
+// reached at all is asked again as soon as a session answer shows it
+// back, as before.
 func TestSlowAnswerIsNotRetriedAtTheNextSession(t *testing.T) {
+	const coordTimeout = 100 * time.Millisecond
 	for _, fault := range []string{"slow", "unreachable"} {
 		t.Run(fault, func(t *testing.T) {
 			cfg := lockserver.DefaultConfig()
@@ -76,7 +79,7 @@ func TestSlowAnswerIsNotRetriedAtTheNextSession(t *testing.T) {
 			coord := &lockFault{Coordinator: remote.New(client)}
 			reg := prometheus.NewRegistry()
 			cs, err := contentv2.NewStore(t.TempDir(), "n1", coord, contentv2.WithStateDir(t.TempDir()),
-				contentv2.WithCoordinationTimeout(100*time.Millisecond), contentv2.WithRefRetryInterval(time.Hour),
+				contentv2.WithCoordinationTimeout(coordTimeout), contentv2.WithRefRetryInterval(time.Hour),
 				contentv2.WithRegisterer(reg))
 			require.NoError(t, err)
 			t.Cleanup(func() { cs.Close() })
@@ -86,7 +89,12 @@ func TestSlowAnswerIsNotRetriedAtTheNextSession(t *testing.T) {
 			desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromBytes(data), Size: int64(len(data))}
 			ctx := context.Background()
 			coord.fault.Store(&fault)
-			_, err = cs.Writer(ctx, content.WithRef("ref-"+fault), content.WithDescriptor(desc))
+			writer := func() error {
+				_, err := cs.Writer(ctx, content.WithRef("ref-"+fault), content.WithDescriptor(desc))
+				return err
+			}
+			err = writer()
+			failed := time.Now()
 			require.True(t, errdefs.IsUnavailable(err), "a Writer without the pull lock is retried by containerd: %v", err)
 			require.Equal(t, int64(1), coord.locks.Load())
 
@@ -97,13 +105,35 @@ func TestSlowAnswerIsNotRetriedAtTheNextSession(t *testing.T) {
 				require.True(t, time.Now().Before(deadline), "no session answer")
 				time.Sleep(10 * time.Millisecond)
 			}
-			_, err = cs.Writer(ctx, content.WithRef("ref-"+fault), content.WithDescriptor(desc))
-			require.True(t, errdefs.IsUnavailable(err), "%v", err)
-			if fault == "slow" {
-				require.Equal(t, int64(1), coord.locks.Load(), "a slow coordinator's mark outlasts its session answers: no lock request sent")
+			if fault == "unreachable" {
+				require.True(t, errdefs.IsUnavailable(writer()))
+				require.Equal(t, int64(2), coord.locks.Load(), "an unreachable coordinator that answers sessions again is asked again")
 				return
 			}
-			require.Equal(t, int64(2), coord.locks.Load(), "an unreachable coordinator that answers sessions again is asked again")
+			// Before the probe's time, only the mark answers.
+			if before := time.Now(); before.Sub(failed) < coordTimeout {
+				require.True(t, errdefs.IsUnavailable(writer()))
+				require.Equal(t, int64(1), coord.locks.Load(), "a slow coordinator's mark outlasts its session answers: no lock request sent")
+			}
+			for time.Since(failed) <= coordTimeout {
+				time.Sleep(10 * time.Millisecond) // the probe's time is a coordination timeout after the slow answer
+			}
+			require.True(t, errdefs.IsUnavailable(writer()), "the probe meets the slow coordinator")
+			probed := time.Now()
+			require.Equal(t, int64(2), coord.locks.Load(), "one probe went through")
+			if before := time.Now(); before.Sub(probed) < coordTimeout {
+				require.True(t, errdefs.IsUnavailable(writer()))
+				require.Equal(t, int64(2), coord.locks.Load(), "a slow probe sets the mark afresh: no request until the next probe's time")
+			}
+
+			// The coordinator is fast again: the next probe lifts the mark.
+			coord.fault.Store(nil)
+			for time.Since(probed) <= coordTimeout {
+				time.Sleep(10 * time.Millisecond)
+			}
+			w, err := cs.Writer(ctx, content.WithRef("ref-"+fault), content.WithDescriptor(desc))
+			require.NoError(t, err, "a probe answered lifts the mark")
+			require.NoError(t, w.Close())
 		})
 	}
 }

@@ -168,6 +168,11 @@ type store struct {
 	// it. Protected by mu.
 	downUntil time.Time
 	slow      bool
+	// probeAt: while a slow mark holds, when one call may go through as
+	// a probe (coordinate); probing: that call is in flight. Protected by
+	// mu.
+	probeAt time.Time
+	probing bool
 
 	// The session (session.go).
 	smu       sync.Mutex
@@ -450,26 +455,43 @@ var errCoordinatorDown = errors.New("coordinator unreachable recently; not askin
 // lift would send the node's retries of its locks and references straight
 // back into the queue that timed them out, one round per session answer,
 // and every node would turn one slow answer into a storm that feeds
-// itself.
+// itself. Instead, a coordination timeout after the slow call, one call
+// goes through as a probe (a circuit breaker's half-open state): answered,
+// it lifts the mark, so one slow answer does not stall the node for
+// refRetry; slow again, it sets the mark afresh. A node so sends at most
+// one request at a time into a queue that timed it out.
 func (s *store) coordinate(ctx context.Context, call func(context.Context) error) error {
 	s.mu.Lock()
-	down := time.Now().Before(s.downUntil)
+	now := time.Now()
+	down := now.Before(s.downUntil)
+	probe := down && s.slow && !s.probing && !now.Before(s.probeAt)
+	s.probing = s.probing || probe
 	s.mu.Unlock()
-	if down {
+	if down && !probe {
 		return errCoordinatorDown
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.coordTimeout)
 	defer cancel()
 	err := call(cctx)
+	failed := err != nil && !isRefusal(err) && !errors.Is(err, api.ErrNoSession) && ctx.Err() == nil
+	if probe {
+		s.mu.Lock()
+		s.probing = false
+		if !failed && ctx.Err() == nil {
+			s.downUntil, s.slow = time.Time{}, false // it answered
+		}
+		s.mu.Unlock()
+	}
 	if errors.Is(err, api.ErrNoSession) {
 		// It answered: the session is what is missing.
 		s.kickSession()
 		return err
 	}
-	if err != nil && !isRefusal(err) && ctx.Err() == nil {
+	if failed {
 		slow := cctx.Err() != nil // the coordination timeout ended it
 		s.mu.Lock()
-		s.downUntil, s.slow = time.Now().Add(s.refRetry), slow
+		now := time.Now()
+		s.downUntil, s.slow, s.probeAt = now.Add(s.refRetry), slow, now.Add(s.coordTimeout)
 		s.mu.Unlock()
 		if !slow {
 			s.kickSession()
