@@ -23,19 +23,13 @@ const (
 	// first commit of main with both of its wire changes (one
 	// event stream per node, cd00c6d before it; sync by hash). Its nodes
 	// do not know the reference rule's refusal (409 no_session, 7d22b3e):
-	// a coordinator of this tree refused their references until their
-	// session was renewed there, so a commit in the first seconds after
-	// the coordinator's restart failed its pull. From it, the nodes go
-	// first (NodesFirst). The coordinator now admits a recorded member's
-	// references for a session TTL after its start (docs/design.md
-	// §10.7); CoordinatorFirst from it was not run again since.
+	// a coordinator that refused their references until their session
+	// was renewed there failed a commit in the first seconds after its
+	// restart. The coordinator now admits a recorded member's references
+	// for a session TTL after its start (docs/design.md §10.7), so from
+	// it the coordinator may go first too: both orders start here.
 	upgradeFrom = "906054787e830c3042bd9323b0b3c61f434718eb"
-	// upgradeFromRefRule is the merge of the reference rule (7d22b3e),
-	// whose nodes open their session again and retry on no_session: from
-	// it, the coordinator may go first (CoordinatorFirst).
-	upgradeFromRefRule = "7d22b3e2876bfc17fc602ae54a9c9c387624f4bc"
-	// envUpgradeFrom, a commit, starts both cases from it instead (say
-	// upgradeFrom, to see CoordinatorFirst fail as described above).
+	// envUpgradeFrom, a commit, starts both cases from it instead.
 	envUpgradeFrom = "SHAREDCONTENT_E2E_UPGRADE_FROM"
 )
 
@@ -103,9 +97,9 @@ func isFile(path string) bool {
 
 // TestRollingUpgrade: a cluster of the daemons of an earlier
 // commit (a coordinator and 3 nodes with real containerd) pulls under load
-// while it is upgraded to this tree one daemon at a time: from
-// upgradeFromRefRule the coordinator first, then the nodes one by one;
-// from upgradeFrom the nodes one by one, then the coordinator.
+// while it is upgraded to this tree one daemon at a time, from
+// upgradeFrom: the coordinator first, then the nodes one by one; and
+// the nodes one by one, then the coordinator.
 // Every node pulls upgradePulls new images in every phase (before the
 // first step, and during and after each), so each step lands among pulls
 // and each mixed cluster serves some. A node is restarted as an operator
@@ -117,7 +111,7 @@ func isFile(path string) bool {
 func TestRollingUpgrade(t *testing.T) {
 	alongside(t)
 	needSharedcontent(t)
-	coordinatorFirst, nodesFirst := upgradeFromRefRule, upgradeFrom
+	coordinatorFirst, nodesFirst := upgradeFrom, upgradeFrom
 	if c := os.Getenv(envUpgradeFrom); c != "" {
 		coordinatorFirst, nodesFirst = c, c
 	}
