@@ -272,6 +272,7 @@ func TestBigSyncStopsBetweenSlices(t *testing.T) {
 	}
 	_, err = sendSync(ctx, c, "n1", "s1", "g1", journal)
 	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, api.ErrUnavailable, "a stopped write is unavailable to the node, not an internal error")
 	require.ErrorContains(t, err, "stopped after 1 of its 3 transactions")
 	require.Equal(t, 1, slicesDone)
 	require.False(t, synced(t, c, "n1"))

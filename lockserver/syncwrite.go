@@ -258,7 +258,10 @@ func (sy *syncs) commitSlices(ctx context.Context, node string, b *refcount.Batc
 	slices := b.Slices(sy.sliceRefs)
 	for i, s := range slices {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("stopped after %d of its %d transactions: %w", i, len(slices), err)
+			// The server shuts down or the request was cut: the node
+			// syncs again at its next session (unavailable, not an
+			// internal error).
+			return fmt.Errorf("stopped after %d of its %d transactions: %w: %w", i, len(slices), api.ErrUnavailable, err)
 		}
 		if err := sy.commit(ctx, s); err != nil {
 			if len(slices) > 1 {
