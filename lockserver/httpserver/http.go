@@ -96,6 +96,9 @@ type route struct {
 	head   bool // HEAD is allowed too
 	admin  bool // needs the admin identity
 	handle fasthttp.RequestHandler
+	// others: the path's other methods, routed to routes of their own
+	// (pinsRoute), for the Allow header.
+	others []string
 }
 
 func onPost(h fasthttp.RequestHandler) route { return route{method: http.MethodPost, handle: h} }
@@ -112,10 +115,11 @@ func (r route) allows(ctx *fasthttp.RequestCtx) bool {
 
 // allowed is the Allow header of a 405 answer.
 func (r route) allowed() string {
+	methods := []string{r.method}
 	if r.head {
-		return r.method + ", " + http.MethodHead
+		methods = append(methods, http.MethodHead)
 	}
-	return r.method
+	return strings.Join(append(methods, r.others...), ", ")
 }
 
 // HandlerOption configures a Handler.

@@ -40,10 +40,11 @@ func (h *Handler) pinsRoute(ctx *fasthttp.RequestCtx) (route, bool) {
 			reply(ctx, struct{}{}, h.coord().DeletePin(ctx, name))
 		}}, true
 	}
-	return route{method: http.MethodGet, head: true, admin: true, handle: func(ctx *fasthttp.RequestCtx) {
-		resp, err := h.coord().Pin(ctx, name)
-		reply(ctx, resp, err)
-	}}, true
+	return route{method: http.MethodGet, head: true, admin: true, others: []string{http.MethodPut, http.MethodDelete},
+		handle: func(ctx *fasthttp.RequestCtx) {
+			resp, err := h.coord().Pin(ctx, name)
+			reply(ctx, resp, err)
+		}}, true
 }
 
 func (h *Handler) putPin(ctx *fasthttp.RequestCtx, name string) {

@@ -218,6 +218,7 @@ func TestHTTPBadInput(t *testing.T) {
 		{http.MethodHead, "/lock/subscribe", 405, "GET"},
 		{http.MethodPut, "/refs", 405, "GET, HEAD"},
 		{http.MethodGet, "/unlock", 405, "POST"},
+		{http.MethodPost, "/pins/web", 405, "GET, HEAD, PUT, DELETE"},
 	} {
 		req, err := http.NewRequest(tc.method, ts.url+tc.path, nil)
 		require.NoError(t, err)
