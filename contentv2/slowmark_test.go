@@ -93,6 +93,10 @@ func TestSlowAnswerIsNotRetriedAtTheNextSession(t *testing.T) {
 				_, err := cs.Writer(ctx, content.WithRef("ref-"+fault), content.WithDescriptor(desc))
 				return err
 			}
+			// sent: before the call, so no later than the mark's own
+			// clock (each probe's time counts from its call's end);
+			// failed: after it, no earlier.
+			sent := time.Now()
 			err = writer()
 			failed := time.Now()
 			require.True(t, errdefs.IsUnavailable(err), "a Writer without the pull lock is retried by containerd: %v", err)
@@ -111,17 +115,18 @@ func TestSlowAnswerIsNotRetriedAtTheNextSession(t *testing.T) {
 				return
 			}
 			// Before the probe's time, only the mark answers.
-			if before := time.Now(); before.Sub(failed) < coordTimeout {
+			if before := time.Now(); before.Sub(sent) < coordTimeout {
 				require.True(t, errdefs.IsUnavailable(writer()))
 				require.Equal(t, int64(1), coord.locks.Load(), "a slow coordinator's mark outlasts its session answers: no lock request sent")
 			}
 			for time.Since(failed) <= coordTimeout {
 				time.Sleep(10 * time.Millisecond) // the probe's time is a coordination timeout after the slow answer
 			}
+			sent = time.Now()
 			require.True(t, errdefs.IsUnavailable(writer()), "the probe meets the slow coordinator")
 			probed := time.Now()
 			require.Equal(t, int64(2), coord.locks.Load(), "one probe went through")
-			if before := time.Now(); before.Sub(probed) < coordTimeout {
+			if before := time.Now(); before.Sub(sent) < coordTimeout {
 				require.True(t, errdefs.IsUnavailable(writer()))
 				require.Equal(t, int64(2), coord.locks.Load(), "a slow probe sets the mark afresh: no request until the next probe's time")
 			}
