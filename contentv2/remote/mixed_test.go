@@ -140,9 +140,12 @@ func TestMixedVersions(t *testing.T) {
 	oldRenew()
 	require.Equal(t, int64(2), oldSyncs.syncs.Load(), "the first session syncs: announce and done")
 
-	// Renew both as the daemons do, every TTL/3, for two TTLs, and right
-	// after each of the older node's syncs once more.
-	for end := time.Now().Add(2 * ttl); time.Now().Before(end); {
+	// Renew both as the daemons do, every TTL/3, for two TTLs (longer,
+	// up to 20 TTLs, until a renewal could be checked: a loaded machine
+	// may answer late), and right after each of the older node's syncs
+	// once more.
+	start := time.Now()
+	for end, last := start.Add(2*ttl), start.Add(20*ttl); time.Now().Before(end) || kept == 0 && time.Now().Before(last); {
 		before := resyncs
 		oldRenew()
 		if resyncs > before {
