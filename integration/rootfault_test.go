@@ -77,7 +77,26 @@ func (m *nodeMount) unmount() {
 	require.NoError(m.t, err, "umount -l %s: %s", m.path, out)
 }
 
-func (m *nodeMount) remount(opt string) { mountCmd(m.t, "-o", "remount,bind,"+opt, m.path) }
+// remount changes the mount's flags. A read-only remount fails with
+// EBUSY ("mount point is busy") while a file is open for writing through
+// the mount, as the node's own root probe and marker refresh keep one for
+// a moment each interval; it is tried again, as an operator would, until
+// it takes or a minute has passed.
+func (m *nodeMount) remount(opt string) {
+	m.t.Helper()
+	args := []string{"-o", "remount,bind," + opt, m.path}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, err := exec.Command("mount", args...).CombinedOutput()
+		if err == nil {
+			return
+		}
+		if !strings.Contains(string(out), "busy") || time.Now().After(deadline) {
+			require.NoError(m.t, err, "mount %v: %s", args, out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
 
 func (m *nodeMount) mounted() bool {
 	b, err := os.ReadFile("/proc/self/mountinfo")

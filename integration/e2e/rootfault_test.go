@@ -138,7 +138,7 @@ func TestRootFaultsE2E(t *testing.T) {
 
 	// Read-only: unready, reads still served, writes refused.
 	imgC := pushImage(t, reg, "e2e/root-c", faultLayer)
-	mount("-o", "remount,bind,ro", n1.shared)
+	require.NoError(t, remountReadOnly(n1.shared), "remount %s read-only", n1.shared)
 	roBody := waitReadyz(t, n1, metrics[0], http.StatusServiceUnavailable)
 	require.Contains(t, roBody, "shared root "+n1.shared)
 	reads += requireListedReadable(t, []*node{n1})
