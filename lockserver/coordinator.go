@@ -134,6 +134,12 @@ func newCoordinator(cfg Config, opts Options, now func() time.Time) (*Coordinato
 	if err := c.buildHashes(ctx); err != nil {
 		return nil, err
 	}
+	// The start grace counts from here: loading the state (a walk of
+	// every reference, on a standby that takes over without its warm
+	// hashes) may take longer than a TTL (docs/design.md §10.7).
+	c.mmu.Lock()
+	c.serving = now()
+	c.mmu.Unlock()
 	if err := c.locks.start(ctx, &c.wg); err != nil {
 		return nil, err
 	}

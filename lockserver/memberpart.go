@@ -53,4 +53,8 @@ type memberPart struct {
 	// root is the cluster's shared root as recorded (rootclaim.go); nil
 	// while none is.
 	root *refcount.RootClaim
+	// serving is when the Coordinator had loaded its state and could
+	// answer (the end of NewCoordinator; a standby's takeover included):
+	// the start grace counts from here (refrule.go).
+	serving time.Time
 }

@@ -3,6 +3,8 @@ package lockserver
 import (
 	"context"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,7 +143,7 @@ func TestStartGraceAdmitsRecordedMembers(t *testing.T) {
 	require.Equal(t, []string{"old"}, refsOf(t, restarted, pulled))
 	_, err = restarted.AddRef(ctx, pulled, "stranger")
 	requireNoSession(t, err, "stranger")
-	clock.at(ttl)
+	clock.at(restarted.serving.Sub(restarted.started) + ttl)
 	_, err = restarted.AddRef(ctx, pulled, "late")
 	requireNoSession(t, err, "late")
 
@@ -155,4 +157,68 @@ func TestStartGraceAdmitsRecordedMembers(t *testing.T) {
 	syncedNode(t, restarted, "old", blob)
 	require.Empty(t, refsOf(t, restarted, pulled), "the sync replaced the admitted reference its journal does not hold")
 	require.Equal(t, []string{"old"}, refsOf(t, restarted, blob))
+}
+
+// slowLoadStorage is a storage whose members take load to read: its clock
+// moves on by load at the first ListMembers (a standby's takeover reading
+// a large cluster's state).
+type slowLoadStorage struct {
+	refcount.Storage
+	clock *atomic.Int64 // offset of the coordinator's clock
+	load  time.Duration
+	once  sync.Once
+}
+
+func (s *slowLoadStorage) ListMembers(ctx context.Context) ([]refcount.Member, error) {
+	s.once.Do(func() { s.clock.Add(int64(s.load)) })
+	return s.Storage.ListMembers(ctx)
+}
+
+// TestStartGraceCountsFromServing (docs/design.md §10.7): the start grace
+// counts from the moment the coordinator can answer, its state loaded,
+// not from its construction: a standby that takes over and spends more
+// than a TTL loading the cluster's state still admits, for a TTL after,
+// the references of a recorded member that has had no session there yet,
+// and refuses them after that TTL. Session answers are still stamped
+// with the uptime since the construction.
+//
+// Before: the grace counted from the construction, so it was over
+// before the coordinator's first answer.
+func TestStartGraceCountsFromServing(t *testing.T) {
+	const ttl = 3 * time.Second
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.SessionTTL = ttl
+	storage := refcount.NewMemoryStorage()
+	first, err := NewCoordinator(cfg, Options{Refs: refcount.NewManager(storage)})
+	require.NoError(t, err)
+	syncedNode(t, first, "old", blob)
+	syncedNode(t, first, "late", blob)
+	require.NoError(t, first.Close())
+
+	var offset atomic.Int64
+	base := time.Now()
+	now := func() time.Time { return base.Add(time.Duration(offset.Load())) }
+	slow := &slowLoadStorage{Storage: storage, clock: &offset, load: 2 * ttl}
+	standby, err := newCoordinator(cfg, Options{Refs: refcount.NewManager(slow)}, now)
+	require.NoError(t, err)
+	t.Cleanup(func() { standby.Close() })
+	require.Equal(t, base, standby.started)
+	require.Equal(t, base.Add(2*ttl), standby.serving, "the load took 2 TTLs by the coordinator's clock")
+
+	pulled := "sha256:" + strings.Repeat("e", 64)
+	_, err = standby.AddRef(ctx, pulled, "old")
+	require.NoError(t, err, "a recorded member, 2 TTLs after the construction but at once after the load")
+	require.Equal(t, []string{"old"}, refsOf(t, standby, pulled))
+	_, err = standby.AddRef(ctx, pulled, "stranger")
+	requireNoSession(t, err, "stranger")
+
+	offset.Store(int64(2*ttl + ttl))
+	_, err = standby.AddRef(ctx, pulled, "late")
+	requireNoSession(t, err, "late")
+	require.Equal(t, []string{"old"}, refsOf(t, standby, pulled))
+
+	resp, err := standby.Session(ctx, api.SessionRequest{NodeID: "late", InstanceID: "i1"})
+	require.NoError(t, err)
+	require.Equal(t, (3 * ttl).Milliseconds(), resp.StampMs, "answers are stamped with the uptime since the construction")
 }

@@ -10,7 +10,7 @@ import (
 // The reference rule (docs/design.md §8.4): a reference is recorded only
 // for a member with a live session, the one the session checks (instance,
 // lineage: lineage.go) admitted, or, within a session TTL of the
-// coordinator's start, for a recorded member that has had no session here
+// coordinator's start serving, for a recorded member that has had no session here
 // yet (the start grace, below: older nodes do not know the refusal). Every path that adds a reference applies
 // it here: POST /refs/add (addRef), a pull's unlock with success (Unlock),
 // the expiry of a pull lease (keepHolderRef) and a sync (SyncRefs, which
@@ -32,8 +32,9 @@ import (
 // A coordinator's first session TTL. Nodes older than the reference rule
 // (before main's 7d22b3e) do not know its refusal: after a coordinator's
 // start, until their next renewal there, they failed the pull whose
-// reference was refused. So within one session TTL of the coordinator's
-// start, a recorded member that has had no session here yet (its session
+// reference was refused. So within one session TTL of the moment the
+// coordinator can answer (its state loaded: memberPart.serving; for a
+// standby, after its takeover, however long the load took), a recorded member that has had no session here yet (its session
 // at the coordinator before may still have been live) has its references
 // admitted (refMember). It is unsynced meanwhile, as every member is
 // after a start, so no delete counts on them, and its sync in its next
@@ -45,7 +46,7 @@ import (
 // references now: a live session, or the start grace above. Else
 // api.ErrNoSession naming what for. Callers hold mmu.
 func (mp *memberPart) refMember(what, node string, now time.Time) (*member, error) {
-	if m := mp.members[node]; m != nil && m.sessionUntil.IsZero() && now.Before(mp.timing.started.Add(mp.cfg.SessionTTL)) {
+	if m := mp.members[node]; m != nil && m.sessionUntil.IsZero() && now.Before(mp.serving.Add(mp.cfg.SessionTTL)) {
 		return m, nil
 	}
 	return mp.liveMember(what, node, now)
