@@ -122,3 +122,49 @@ func TestPrefetch(t *testing.T) {
 	report(t, "prefetch: %.1f MB image prefetched in %.1fs (%.1f MB from the registry); a node's ctr pull after it: %.1fs, 0 registry bytes; a prefetch started during a node's layer download found it present; a node's pull started during the prefetch's: %d GETs for %d blobs",
 		mb(a.size()), took.Seconds(), mb(prefetched), pullTook.Seconds(), total, len(c.all()))
 }
+
+// TestPrefetchThenCRIPull (docs/design.md §5.9; issue 38: "a node's ctr
+// pull / CRI pull of that image downloads 0 layer bytes"): after
+// `sharedcontentctl prefetch`, kubelet's pull of the image through CRI
+// (`crictl pull`) on a real containerd-cri node takes no blob byte and
+// no blob GET from the registry, with either of CRI's pull paths (the
+// transfer service on n1, containerd's local pull on n2); CRI lists the
+// image and every blob its namespace records reads back.
+func TestPrefetchThenCRIPull(t *testing.T) {
+	needCtl(t)
+	buildCRI(t)
+	e := newEnv(t)
+	reg, err := registry.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { reg.Close() })
+	ls := e.startLockServer()
+	shared := e.path("shared")
+	nodes := []*node{
+		e.startCRINode("n1", shared, ls.url(), reg, false),
+		e.startCRINode("n2", shared, ls.url(), reg, true),
+	}
+	img := pushImage(t, reg, "e2e/prefetch-cri", 2<<20, 1<<20)
+
+	out, err := ctl(t, "--coordinator", ls.url(), "--root", shared, "prefetch", img.Ref,
+		"--no-pin", "--hosts-dir", e.path("certs.d"), "--node-id", prefetchNodeID)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "prefetched "+img.Ref)
+	requireSingleDownload(t, reg, img)
+	prefetched := reg.BlobBytes()
+	require.Positive(t, prefetched)
+
+	reads := 0
+	for _, n := range nodes {
+		reg.ResetCounters()
+		require.NoError(t, n.criPull(img.Ref))
+		per, gets := getsOf(reg, img.blobs())
+		require.Zero(t, reg.BlobBytes(), "%s: crictl pull after the prefetch read blob bytes from the registry; GETs %v", n.id, per)
+		require.Zero(t, gets, "%s: blob GETs after the prefetch: %v", n.id, per)
+		tags, err := n.criImages()
+		require.NoError(t, err)
+		require.Contains(t, tags, img.Ref, "%s: crictl images", n.id)
+		reads += requireCRIBlobsReadable(t, n)
+	}
+	report(t, "prefetch then CRI: %.1f MB prefetched (%.1f MB from the registry); crictl pull on 2 nodes (transfer service, local pull): 0 registry blob bytes, 0 blob GETs; listed by CRI on 2/2; %d blobs read back",
+		mb(img.size()), mb(prefetched), reads)
+}
