@@ -179,5 +179,6 @@ func TestForgetInterrupted(t *testing.T) {
 	require.NoError(t, c.Forget(ctx, "n1"), "the same command completes the forget")
 	require.Equal(t, []string{"n2"}, refsOf(t, c, blob))
 	require.Equal(t, []string{"n2"}, memberIDs(t, c))
-	require.NoError(t, c.Forget(ctx, "n1"), "forgetting it again is harmless")
+	require.ErrorIs(t, c.Forget(ctx, "n1"), api.ErrNotFound, "forgetting it again is harmless: not found, nothing changed")
+	require.Equal(t, []string{"n2"}, memberIDs(t, c))
 }

@@ -313,15 +313,25 @@ func (mp *memberPart) allSynced(resourceID string, now time.Time, noRefs func(wi
 // Forget handles DELETE /nodes/{id} (admin): the node stops being a
 // member and its references are dropped. A node with a live session is
 // refused: it would be a member again at its next keepalive, without its
-// references.
+// references. A node that is no member (never joined, or forgotten
+// already) and holds no reference is api.ErrNotFound, and nothing is
+// written; a non-member the reference hashes still count references of
+// (or whose hashes are not known) has them dropped, as a forget does.
 func (mp *memberPart) Forget(ctx context.Context, nodeID string) error {
 	if err := validateID("node_id", nodeID); err != nil {
 		return err
 	}
 	mp.mmu.Lock()
 	defer mp.mmu.Unlock()
-	if m := mp.members[nodeID]; m != nil && m.live(mp.now()) {
+	m := mp.members[nodeID]
+	if m != nil && m.live(mp.now()) {
 		return fmt.Errorf("node %s has a live session; stop it before forgetting it: %w", nodeID, api.ErrMemberLive)
+	}
+	if m == nil {
+		if held, known := mp.refs.NodeHash(nodeID); known && held.Empty() {
+			return fmt.Errorf("forget node %s: no such member (never joined, or forgotten already) and no reference of it; nothing changed: %w",
+				nodeID, api.ErrNotFound)
+		}
 	}
 	return mp.forgetLocked(ctx, nodeID, "forgotten by an operator")
 }

@@ -2,13 +2,17 @@ package lockserver
 
 import (
 	"context"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sharedcontent/sharedcontent/lockserver/api"
+	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
 // answers holds the last session answer each test node received, by
@@ -183,4 +187,68 @@ func TestRestartLosesNoMember(t *testing.T) {
 	_, err = ts.Coordinator.Lock(context.Background(), api.LockRequest{Type: api.OperationDelete, ResourceID: "sha256:unused", NodeID: "n2"})
 	require.ErrorIs(t, err, api.ErrUnsynced, "n1 has not synced since the restart")
 	require.Equal(t, []string{"n1"}, refsOf(t, ts.Coordinator, blob))
+}
+
+// everyCommit counts every Commit its storage is given, empty or not.
+type everyCommit struct {
+	refcount.Storage
+	commits atomic.Int64
+}
+
+func (s *everyCommit) Commit(ctx context.Context, b *refcount.Batch) error {
+	s.commits.Add(1)
+	return s.Storage.Commit(ctx, b)
+}
+
+// TestForgetNonMemberWritesNothing: forgetting a node that is no member
+// (never joined, or forgotten already) and holds no reference is
+// api.ErrNotFound (errdefs NotFound, 404 not_found) naming the node, and
+// the storage is given no write; a non-member the store still holds
+// references of (a store older than the reference rule) has them dropped.
+//
+// Before: such a forget answered OK and committed a batch that changed
+// nothing (a replace of no references, a delete of no member).
+func TestForgetNonMemberWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	mem := refcount.NewMemoryStorage()
+	stray := "sha256:" + strings.Repeat("5", 64)
+	require.NoError(t, mem.Commit(ctx, new(refcount.Batch).AddRef(stray, "ghost")))
+	storage := &everyCommit{Storage: mem}
+	c, err := NewCoordinator(DefaultConfig(), Options{Refs: refcount.NewManager(storage)})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	for _, n := range []string{"n1", "n2"} {
+		_, err := c.Session(ctx, api.SessionRequest{NodeID: n, InstanceID: "i-" + n})
+		require.NoError(t, err)
+		_, err = c.AddRef(ctx, blob, n)
+		require.NoError(t, err)
+	}
+	end, err := c.EndSession(ctx, api.EndSessionRequest{NodeID: "n1", InstanceID: "i-n1"})
+	require.NoError(t, err)
+	require.True(t, end.Ended)
+
+	before := storage.commits.Load()
+	require.NoError(t, c.Forget(ctx, "n1"))
+	require.Greater(t, storage.commits.Load(), before, "a member's forget writes")
+	require.Equal(t, []string{"n2"}, refsOf(t, c, blob))
+
+	for _, node := range []string{"n1", "never-joined"} {
+		before := storage.commits.Load()
+		err := c.Forget(ctx, node)
+		require.ErrorIs(t, err, api.ErrNotFound, node)
+		require.True(t, errdefs.IsNotFound(err), "%v", err)
+		require.ErrorContains(t, err, "forget node "+node+": no such member")
+		require.ErrorContains(t, err, "nothing changed")
+		status, code := api.HTTPStatus(err)
+		require.Equal(t, 404, status)
+		require.Equal(t, api.CodeNotFound, code)
+		require.Equal(t, before, storage.commits.Load(), "forget of %s gave the storage a write", node)
+	}
+	require.Equal(t, []string{"n2"}, memberIDs(t, c))
+	require.Equal(t, []string{"n2"}, refsOf(t, c, blob))
+
+	require.Equal(t, []string{"ghost"}, refsOf(t, c, stray))
+	require.NoError(t, c.Forget(ctx, "ghost"), "a non-member's stray references")
+	require.Empty(t, refsOf(t, c, stray))
+	require.ErrorIs(t, c.Forget(ctx, "ghost"), api.ErrNotFound, "and then it is not found")
 }

@@ -168,9 +168,9 @@ func printPrefetch(tw *tabwriter.Writer, rep prefetchReport) {
 // forgetLeftover forgets a member of the prefetch's node ID that is not
 // live: an earlier prefetch that stopped before it forgot its node. A
 // live one is another prefetch running under the same ID. The forget is
-// asked even when the ID is no member (it then changes nothing): it
-// proves, before anything is downloaded, the admin identity the end of
-// the prefetch needs.
+// asked even when the ID is no member (the coordinator then answers
+// NotFound and changes nothing): it proves, before anything is
+// downloaded, the admin identity the end of the prefetch needs.
 func forgetLeftover(ctx context.Context, c *lockclient.Client, id string, errOut io.Writer) error {
 	resp, err := c.Nodes(ctx)
 	if err != nil {
@@ -182,6 +182,8 @@ func forgetLeftover(ctx context.Context, c *lockclient.Client, id string, errOut
 	}
 	err = c.Forget(ctx, id)
 	switch {
+	case errors.Is(err, api.ErrNotFound) && !member:
+		return nil
 	case errors.Is(err, api.ErrMemberLive):
 		return fmt.Errorf("prefetch: node %s is live: another prefetch runs under this ID (--node-id names another): %w", id, errdefs.ErrFailedPrecondition)
 	case err != nil:
@@ -204,6 +206,9 @@ func forgetClosed(ctx context.Context, c *lockclient.Client, id string) error {
 	defer cancel()
 	for {
 		err := c.Forget(ctx, id)
+		if errors.Is(err, api.ErrNotFound) {
+			return nil // no member (never joined, or forgotten already)
+		}
 		if !errors.Is(err, api.ErrMemberLive) {
 			return err
 		}

@@ -48,8 +48,9 @@ func TestReadNeedsAdminToken(t *testing.T) {
 		})
 	}
 	require.Contains(t, ctl(t, "--coordinator", c.URL(), "--token-file", adminToken, "node", "ls"), "NODE", "the admin token reads")
-	require.NoError(t, run([]string{"--coordinator", c.URL(), "--token-file", adminToken, "node", "forget", "node-1"}, &bytes.Buffer{}, io.Discard),
-		"and forgets")
+	err := run([]string{"--coordinator", c.URL(), "--token-file", adminToken, "node", "forget", "node-1"}, &bytes.Buffer{}, io.Discard)
+	require.True(t, errdefs.IsNotFound(err), "the admin token is let through; node-1 never joined: %v", err)
+	require.ErrorContains(t, err, "forget node node-1: no such member")
 }
 
 // TestCoordinatorURLWithoutScheme: "host:port" is refused before any

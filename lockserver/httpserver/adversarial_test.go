@@ -214,9 +214,10 @@ func TestAttackActAsAnotherNode(t *testing.T) {
 	refs, err := p.Coordinator.Refs(t.Context(), blob)
 	require.NoError(t, err)
 	require.Equal(t, []string{"node-a"}, refs.Nodes, "node-a's reference is intact")
-	// The admin may forget a node.
+	// The admin may forget a node (gone never joined: not found, past the
+	// identity check).
 	code, body = p.call(t, "admin", http.MethodDelete, "/nodes/gone", nil, nil)
-	require.Equal(t, http.StatusOK, code, string(body))
+	requireCode(t, http.StatusNotFound, api.CodeNotFound, code, body)
 }
 
 // TestAttackUnknownMemberRefused: a client written from the seeds'

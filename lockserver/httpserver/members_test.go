@@ -87,6 +87,8 @@ func TestAdoptAndForget(t *testing.T) {
 	require.Equal(t, http.StatusConflict, forget("n1"), "a live node is not forgotten")
 	require.Equal(t, http.StatusOK, forget("n2"))
 	require.Empty(t, refsOf(t, ts.Coordinator, "sha256:n2s"))
+	require.Equal(t, http.StatusNotFound, forget("n2"), "forgotten already: nothing to forget")
+	require.Equal(t, http.StatusNotFound, forget("never-joined"))
 	session(t, ts.Coordinator, "n1")
 	require.True(t, mustLock(t, ts.Coordinator, api.OperationDelete, "n1").Acquired)
 }

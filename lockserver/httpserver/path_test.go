@@ -79,7 +79,9 @@ func TestHTTPPathNotNormalized(t *testing.T) {
 	code, body = rawRequest(t, conn, br, http.MethodGet, "/lock/st%61tus?"+q.Encode(), "")
 	require.Equal(t, http.StatusOK, code, string(body))
 	code, body = rawRequest(t, conn, br, http.MethodDelete, "/nodes/node%201", "")
-	require.Equal(t, http.StatusOK, code, "DELETE /nodes/{id} with an escaped id is routed: %s", body)
+	require.Equal(t, http.StatusNotFound, code, string(body))
+	require.Contains(t, decodeAs[api.ErrorResponse](t, body).Error, "forget node node 1: no such member",
+		"DELETE /nodes/{id} with an escaped id is routed, unescaped, to the coordinator (node 1 never joined)")
 	code, body = rawRequest(t, conn, br, http.MethodPost, "/lock/cancel", string(cancel))
 	require.Equal(t, http.StatusOK, code, string(body))
 }

@@ -122,7 +122,7 @@ func TestMutualTLSNodeIdentity(t *testing.T) {
 	code, body = call(nodeA, http.MethodDelete, "/nodes/gone", "")
 	require.Equal(t, http.StatusForbidden, code, "a node is not the admin: %s", body)
 	code, body = call(admin, http.MethodDelete, "/nodes/gone", "")
-	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, http.StatusNotFound, code, "let through: gone never joined: %s", body)
 
 	refs, err := ts.Coordinator.Refs(t.Context(), blob)
 	require.NoError(t, err)
