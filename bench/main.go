@@ -4,7 +4,9 @@
 // uncoordinated nodes, notification latency against polling and
 // containerd's backoff, and the proxy plugin's overhead against the store
 // used directly. It prints a table and, with -out, writes BENCHMARKS.md and
-// PNG charts there. `make bench` runs it.
+// PNG charts there (creating the directory). `make bench` runs it. SIGTERM
+// or Ctrl-C stops it at once, exit 1, with the processes it started
+// (signals.go).
 //
 // etcd and redis-server must be on PATH (Debian: etcd-server,
 // redis-server); the benchmark starts them on loopback ports with
@@ -118,8 +120,9 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	followGoRun()
 	r := &report{cfg: cfg, started: time.Now(), loadBefore: scale.Loadavg()}
-	if err := r.runSections(ctx); err != nil {
+	if err := untilDone(ctx, func() error { return r.runSections(ctx) }); err != nil {
 		return err
 	}
 	r.took = time.Since(r.started)
@@ -190,6 +193,9 @@ func (r *report) write() error {
 	if r.cfg.out == "" {
 		return nil
 	}
+	if err := os.MkdirAll(r.cfg.out, 0o755); err != nil {
+		return err
+	}
 	doc := filepath.Join(r.cfg.out, "BENCHMARKS.md")
 	if r.onlyBlocks() {
 		if r.scale != nil {
@@ -201,9 +207,6 @@ func (r *report) write() error {
 			return spliceBlock(doc, haBegin, haEnd, r.writeHABlock)
 		}
 		return nil
-	}
-	if err := os.MkdirAll(r.cfg.out, 0o755); err != nil {
-		return err
 	}
 	if r.dedup != nil {
 		if err := writeCharts(r.cfg.out, r.dedup, r.imageBytes); err != nil {

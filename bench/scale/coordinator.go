@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -67,6 +68,10 @@ func (c *coordinator) start() error {
 	}
 	c.cmd = exec.Command(c.bin, args...)
 	c.cmd.Stderr = os.Stderr
+	// A process group of its own (a terminal's Ctrl-C reaches the
+	// benchmark, not the coordinator in mid-scenario), and SIGTERM when
+	// the benchmark ends, however it ends (bench/signals.go).
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := c.cmd.Start(); err != nil {
 		return err
 	}
