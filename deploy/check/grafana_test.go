@@ -116,3 +116,20 @@ func dashboardMetrics(t *testing.T) (used, defined map[string]bool) {
 	}
 	return used, defined
 }
+
+// TestDashboardShowsDownloadProgress: the dashboard has panels for the
+// downloads in progress (issue 38, "progress on every node"): what the
+// nodes download now and how many bytes of it, their followers waiting,
+// and the waits by outcome.
+func TestDashboardShowsDownloadProgress(t *testing.T) {
+	used, _ := dashboardMetrics(t)
+	for _, m := range []string{
+		"sharedcontent_store_downloads_in_flight",
+		"sharedcontent_store_download_bytes_in_flight",
+		"sharedcontent_store_followers_waiting",
+		"sharedcontent_store_follower_wait_seconds",
+		"sharedcontent_lock_queue_depth",
+	} {
+		require.True(t, used[m], "no panel queries %s", m)
+	}
+}
