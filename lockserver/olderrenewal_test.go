@@ -138,11 +138,7 @@ func TestStartGraceAdmitsRecordedMembers(t *testing.T) {
 	clock := useFakeClock(restarted)
 	require.False(t, synced(t, restarted, "old"))
 	pulled := "sha256:" + strings.Repeat("e", 64)
-	_, err = restarted.AddRef(ctx, pulled, "old")
-	require.NoError(t, err, "a recorded member, within a TTL of the start")
-	require.Equal(t, []string{"old"}, refsOf(t, restarted, pulled))
-	_, err = restarted.AddRef(ctx, pulled, "stranger")
-	requireNoSession(t, err, "stranger")
+	requireGraceAdmits(t, restarted, pulled, "within a TTL of the start")
 	clock.at(restarted.serving.Sub(restarted.started) + ttl)
 	_, err = restarted.AddRef(ctx, pulled, "late")
 	requireNoSession(t, err, "late")
@@ -157,6 +153,19 @@ func TestStartGraceAdmitsRecordedMembers(t *testing.T) {
 	syncedNode(t, restarted, "old", blob)
 	require.Empty(t, refsOf(t, restarted, pulled), "the sync replaced the admitted reference its journal does not hold")
 	require.Equal(t, []string{"old"}, refsOf(t, restarted, blob))
+}
+
+// requireGraceAdmits checks the start grace at c now: the recorded
+// member "old", which has had no session at c, has its reference to
+// pulled admitted (when says when), and the node "stranger", never
+// recorded, is refused.
+func requireGraceAdmits(t *testing.T, c *Coordinator, pulled, when string) {
+	t.Helper()
+	_, err := c.AddRef(context.Background(), pulled, "old")
+	require.NoError(t, err, "a recorded member, %s", when)
+	require.Equal(t, []string{"old"}, refsOf(t, c, pulled))
+	_, err = c.AddRef(context.Background(), pulled, "stranger")
+	requireNoSession(t, err, "stranger")
 }
 
 // slowLoadStorage is a storage whose members take load to read: its clock
@@ -207,11 +216,7 @@ func TestStartGraceCountsFromServing(t *testing.T) {
 	require.Equal(t, base.Add(2*ttl), standby.serving, "the load took 2 TTLs by the coordinator's clock")
 
 	pulled := "sha256:" + strings.Repeat("e", 64)
-	_, err = standby.AddRef(ctx, pulled, "old")
-	require.NoError(t, err, "a recorded member, 2 TTLs after the construction but at once after the load")
-	require.Equal(t, []string{"old"}, refsOf(t, standby, pulled))
-	_, err = standby.AddRef(ctx, pulled, "stranger")
-	requireNoSession(t, err, "stranger")
+	requireGraceAdmits(t, standby, pulled, "2 TTLs after the construction but at once after the load")
 
 	offset.Store(int64(2*ttl + ttl))
 	_, err = standby.AddRef(ctx, pulled, "late")
