@@ -14,8 +14,9 @@ import (
 // as soon as the signal's context is done and the process exits 1. The
 // processes the benchmark started follow it: the scale section's
 // coordinator gets SIGTERM when the benchmark's process ends (Pdeathsig;
-// it shuts down as on any SIGTERM), etcd and redis-server SIGKILL
-// (peers.go). Each runs in a process group of its own, so a terminal's
+// it shuts down as on any SIGTERM), etcd, redis-server and the HA
+// section's replicas SIGKILL (peers.go). Their temporary directories are
+// left behind. Each runs in a process group of its own, so a terminal's
 // Ctrl-C reaches the benchmark, not them in mid-scenario.
 
 // untilDone runs fn and returns its error, or, once ctx is done first,
