@@ -66,7 +66,14 @@ func forgetNodes(ctx context.Context, c *lockclient.Client, id string, sel forge
 	case id != "" && (!sel.empty() || dry):
 		return errors.New("node forget: give a node ID, or --match / --not-seen-since / --bystanders (with --dry-run), not both")
 	case id != "":
-		if err := c.Forget(ctx, id); err != nil {
+		err := c.Forget(ctx, id)
+		if errors.Is(err, api.ErrNotFound) {
+			// Forgotten already (a forget run again after an interrupted
+			// one), or never a member: the state asked for holds.
+			fmt.Fprintf(out, "node %s is no member: nothing to forget, nothing changed\n", id)
+			return nil
+		}
+		if err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "forgot node %s; its references are dropped (the reaper reclaims what nobody else uses)\n", id)
