@@ -39,9 +39,15 @@ $(BINARIES):
 # All three run even when one fails; make fails after them, naming the
 # ones that failed. A test's in-process daemon logs are shown only if it
 # fails (internal/testutil/logbuf; SHAREDCONTENT_TEST_LOGS=1 shows all).
+#
+# go test starts the packages in the order given, -p (GOMAXPROCS, 2 on
+# CI) at once: the longest, which mostly wait, first (TEST_FIRST), so
+# that the others run beside them. Last in ./...'s order,
+# refcount/etcdstore (about 100 s on 2 cores) ran alone at the end.
+TEST_FIRST := ./refcount/etcdstore/ ./integration/ ./cmd/sharedcontent-lockserver/ ./contentv2/
 test: etcd
 	@failed=; \
-	  SHAREDCONTENT_ETCD=$(ETCD) $(GO) test -race -count=1 -timeout 15m $(PKGS) || failed="$$failed main-module"; \
+	  SHAREDCONTENT_ETCD=$(ETCD) $(GO) test -race -count=1 -timeout 15m $(if $(filter ./...,$(PKGS)),$(TEST_FIRST)) $(PKGS) || failed="$$failed main-module"; \
 	  (cd deploy/check && $(GO) test -race -count=1 -timeout 5m ./...) || failed="$$failed deploy/check"; \
 	  (cd deploy/tools && $(GO) test -race -count=1 -timeout 5m ./...) || failed="$$failed deploy/tools"; \
 	  if [ -n "$$failed" ]; then echo "make test: FAILED in:$$failed"; exit 1; fi
@@ -140,8 +146,9 @@ demo:
 # End to end: real containerd daemons (pinned in integration/tools, built once
 # into .cache/bin) with the proxy plugin, driven by ctr. Needs root, else it
 # skips; see docs/e2e.md. E2E_FLAGS=-run=TestBaseline picks scenarios. The
-# long, wait-bound tests run alongside each other, at most -parallel at once
-# (integration/e2e/alongside_test.go); E2E_FLAGS=-parallel=1 runs one at a
+# long, wait-bound tests run alongside each other, after the others, at most
+# E2E_PARALLEL (4) at once: together they use less than a core of the 2
+# (integration/e2e/alongside_test.go); E2E_PARALLEL=1 runs one at a
 # time. It
 # includes a short TestChaosReal (90 s of faults; `make chaos` runs it long)
 # and a short TestChaosRealHA (60 s, replicas on etcd; `make chaos
@@ -158,9 +165,10 @@ demo:
 # main's history) and upgrades their clusters to this tree under pulls.
 # The timeout leaves room for the cold builds: about 20 minutes of tests
 # on 2 cores.
+E2E_PARALLEL ?= 4
 e2e: etcd
 	@[ "$$(id -u)" != 0 ] || command -v runc >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc; }
-	SHAREDCONTENT_E2E=1 SHAREDCONTENT_ETCD=$(ETCD) $(GO) test -count=1 -timeout 60m -v $(E2E_FLAGS) ./integration/e2e/
+	SHAREDCONTENT_E2E=1 SHAREDCONTENT_ETCD=$(ETCD) $(GO) test -count=1 -timeout 60m -v -parallel $(E2E_PARALLEL) $(E2E_FLAGS) ./integration/e2e/
 
 # The real-process chaos test (integration/e2e/chaos_test.go; docs/e2e.md): a
 # stand-alone coordinator and 3 nodes (containerd + containerd-sharedcontent,

@@ -515,46 +515,67 @@ func TestFaultLostLease(t *testing.T) {
 	// into blobs/. Then node 2's unlink runs: it removes its trash entry,
 	// not node 1's new file.
 	t.Run("SlowUnlinkAfterLeaseExpired", func(t *testing.T) {
-		cfg := faultConfig()
-		cfg.LeaseTTL = 300 * time.Millisecond
-		e := newFaultEnv(t, cfg)
-		ctx := nsContext()
-		img := e.push("a")
-		n1 := e.addNode("node-1")
-		// Node 2 waits for its unlock as long as the test holds it.
-		n2 := e.addNodeClient("node-2", []lockclient.Option{lockclient.WithRequestTimeout(time.Minute)},
-			contentv2.WithCoordinationTimeout(time.Minute))
-		require.NoError(t, n2.pullImage(time.Minute, img))
-		require.NoError(t, n2.RemoveImage(ctx, img.Ref))
-		e.coord.waitSynced(t, "node-1", "node-2")
-
-		stall := n2.proxy.holdRequests(1, 0, "POST /unlock HTTP")
-		defer stall.release()
-		gc := make(chan error, 1)
-		go func() { _, err := n2.DB.GarbageCollect(ctx); gc <- err }()
-		stall.waitHeld(t, 30*time.Second)
-		trashDir := filepath.Join(e.root, contentv2.TrashDir)
-		atStall, _ := os.ReadDir(trashDir)
-		require.NoError(t, n1.pullImage(time.Minute, img))
-		afterPull, _ := os.ReadDir(trashDir)
-		stall.release()
-		require.NoError(t, <-gc)
-		e.requireFiles(t, img, "node 2's slow unlink")
-		requireImage(t, ctx, n1.Node, img)
-		requireReadable(t, ctx, n1, n2)
-
-		// How: the blob was in the trash, not in blobs/, when node 2
-		// stalled; node 1 committed it again before node 2's unlink,
-		// which removed only the trash entry.
-		require.Len(t, atStall, 1, "node 2 renamed the blob into the trash before its unlock")
-		trashed := digest.NewDigestFromEncoded(digest.SHA256, strings.SplitN(atStall[0].Name(), ".", 2)[0])
-		require.Contains(t, img.Blobs(), trashed.String())
-		require.Len(t, afterPull, 1, "node 2 had not unlinked when node 1 committed the blob again")
-		final, err := os.ReadDir(trashDir)
-		require.NoError(t, err)
-		require.Empty(t, final, "node 2's slow unlink removed its trash entry")
-		requireReadable(t, ctx, n1, n2)
+		for attempt := 1; !slowUnlinkAfterLeaseExpired(t, attempt == slowUnlinkAttempts); attempt++ {
+			t.Logf("attempt %d: node 2's delete lease lapsed before its check, so it kept the blob (a loaded machine); again on a fresh cluster", attempt)
+		}
 	})
+}
+
+// slowUnlinkAttempts bounds how often SlowUnlinkAfterLeaseExpired sets up
+// its scenario.
+const slowUnlinkAttempts = 3
+
+// slowUnlinkAfterLeaseExpired runs the scenario of TestFaultLostLease's
+// SlowUnlinkAfterLeaseExpired on a cluster of its own. Node 2's delete
+// must reach the trash within its 300 ms lease (short, so that node 1's
+// pull soon finds it lapsed); on a loaded machine the lease can lapse
+// first, and the delete's check before the removal then rightly keeps the
+// blob (revoked). It reports false when that happened and last is false:
+// nothing was lost (checked), but the scenario did not take place.
+func slowUnlinkAfterLeaseExpired(t *testing.T, last bool) bool {
+	cfg := faultConfig()
+	cfg.LeaseTTL = 300 * time.Millisecond
+	e := newFaultEnv(t, cfg)
+	ctx := nsContext()
+	img := e.push("a")
+	n1 := e.addNode("node-1")
+	// Node 2 waits for its unlock as long as the test holds it.
+	n2 := e.addNodeClient("node-2", []lockclient.Option{lockclient.WithRequestTimeout(time.Minute)},
+		contentv2.WithCoordinationTimeout(time.Minute))
+	require.NoError(t, n2.pullImage(time.Minute, img))
+	require.NoError(t, n2.RemoveImage(ctx, img.Ref))
+	e.coord.waitSynced(t, "node-1", "node-2")
+
+	stall := n2.proxy.holdRequests(1, 0, "POST /unlock HTTP")
+	defer stall.release()
+	gc := make(chan error, 1)
+	go func() { _, err := n2.DB.GarbageCollect(ctx); gc <- err }()
+	stall.waitHeld(t, 30*time.Second)
+	trashDir := filepath.Join(e.root, contentv2.TrashDir)
+	atStall, _ := os.ReadDir(trashDir)
+	require.NoError(t, n1.pullImage(time.Minute, img))
+	afterPull, _ := os.ReadDir(trashDir)
+	stall.release()
+	require.NoError(t, <-gc)
+	e.requireFiles(t, img, "node 2's slow unlink")
+	requireImage(t, ctx, n1.Node, img)
+	requireReadable(t, ctx, n1, n2)
+	if len(atStall) == 0 && !last && n2.counter(storeDeletes, "result", "revoked") > 0 {
+		return false
+	}
+
+	// How: the blob was in the trash, not in blobs/, when node 2
+	// stalled; node 1 committed it again before node 2's unlink,
+	// which removed only the trash entry.
+	require.Len(t, atStall, 1, "node 2 renamed the blob into the trash before its unlock")
+	trashed := digest.NewDigestFromEncoded(digest.SHA256, strings.SplitN(atStall[0].Name(), ".", 2)[0])
+	require.Contains(t, img.Blobs(), trashed.String())
+	require.Len(t, afterPull, 1, "node 2 had not unlinked when node 1 committed the blob again")
+	final, err := os.ReadDir(trashDir)
+	require.NoError(t, err)
+	require.Empty(t, final, "node 2's slow unlink removed its trash entry")
+	requireReadable(t, ctx, n1, n2)
+	return true
 }
 
 // TestFaultReaper: the reaper is the one path that removes blobs no

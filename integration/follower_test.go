@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -430,5 +431,15 @@ func TestFollowerCoordinatorLost(t *testing.T) {
 	e.coord.waitSynced(t, "holder", "follower")
 	refs, err := e.coord.Refs(ctx, desc.Digest)
 	require.NoError(t, err)
-	require.Equal(t, []string{"follower"}, refs, "the uncoordinated use reached the coordinator with the sync")
+	require.Contains(t, refs, "follower", "the uncoordinated use reached the coordinator with the sync")
+	// The holder's pull lease, adopted by the restarted coordinator,
+	// expires a lease TTL later and then records the holder's reference
+	// if its session is live (docs/design.md §8.17): when the holder's
+	// reference shows depends on that race, never the lease still held.
+	require.Subset(t, []string{"follower", "holder"}, refs, "references of %s", desc.Digest)
+	if slices.Contains(refs, "holder") {
+		st, err := e.coord.admin.Status(ctx, api.OperationPull, desc.Digest.String())
+		require.NoError(t, err)
+		require.Nil(t, st.Holder, "the holder's reference is recorded only once its lease has ended")
+	}
 }

@@ -54,6 +54,7 @@ func TestChaosReal(t *testing.T) {
 // both); its default length is chaosHADefaultDuration. `make chaos
 // CHAOS_COORDINATOR=etcd` runs it.
 func TestChaosRealHA(t *testing.T) {
+	alongside(t)
 	needSharedcontent(t)
 	etcd := etcdtest.Start(t, etcdtest.Options{})
 	runChaos(t, &chaosHA{etcd: etcd}, chaosHADefaultDuration)

@@ -3,8 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -166,15 +164,12 @@ func (n *node) criImages() ([]string, error) {
 // with its digest. It returns the number of blobs read.
 func requireCRIBlobsReadable(t *testing.T, n *node) int {
 	t.Helper()
-	out, err := n.ctr(60*time.Second, "-n", criNamespace, "content", "ls", "-q")
+	blobs, err := n.contentListIn(criNamespace)
 	require.NoError(t, err)
-	blobs := strings.Fields(out)
 	for _, d := range blobs {
-		h := sha256.New()
-		var errBuf bytes.Buffer
-		err := n.ctrTo(context.Background(), h, &errBuf, 60*time.Second, "-n", criNamespace, "content", "get", d)
-		require.NoError(t, err, "%s: content get %s: %s", n.id, short(d), errBuf.String())
-		require.Equal(t, d, "sha256:"+hex.EncodeToString(h.Sum(nil)), "%s: content get %s", n.id, short(d))
+		got, _, err := n.contentDigestIn(criNamespace, d)
+		require.NoError(t, err, "%s: content get -n %s %s", n.id, criNamespace, short(d))
+		require.Equal(t, d, got, "%s: content get -n %s %s", n.id, criNamespace, short(d))
 	}
 	return len(blobs)
 }

@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -131,6 +133,23 @@ func setup() {
 		bins.ctl = ctl
 		fmt.Printf("e2e: built sharedcontentctl (%.1fs)\n", time.Since(t0).Seconds())
 	}
+
+	prebuildFailpoints()
+}
+
+// selected reports whether -run may select the top-level test name (a
+// -run that does not compile may: the test run says why).
+func selected(name string) bool {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	f := flag.Lookup("test.run")
+	if f == nil || f.Value.String() == "" {
+		return true
+	}
+	top, _, _ := strings.Cut(f.Value.String(), "/")
+	re, err := regexp.Compile(top)
+	return err != nil || re.MatchString(name)
 }
 
 // needContainerd skips t unless containerd and ctr are available.
