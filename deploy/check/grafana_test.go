@@ -118,7 +118,7 @@ func dashboardMetrics(t *testing.T) (used, defined map[string]bool) {
 }
 
 // TestDashboardShowsDownloadProgress: the dashboard has panels for the
-// downloads in progress (issue 38, "progress on every node"): what the
+// downloads in progress (docs/design.md §5.10, progress on every node): what the
 // nodes download now and how many bytes of it, their followers waiting,
 // and the waits by outcome.
 func TestDashboardShowsDownloadProgress(t *testing.T) {

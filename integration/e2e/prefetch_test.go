@@ -123,8 +123,8 @@ func TestPrefetch(t *testing.T) {
 		mb(a.size()), took.Seconds(), mb(prefetched), pullTook.Seconds(), total, len(c.all()))
 }
 
-// TestPrefetchThenCRIPull (docs/design.md §5.9; issue 38: "a node's ctr
-// pull / CRI pull of that image downloads 0 layer bytes"): after
+// TestPrefetchThenCRIPull (docs/design.md §5.9: a node's ctr pull or CRI
+// pull of a prefetched image downloads 0 layer bytes): after
 // `sharedcontentctl prefetch`, kubelet's pull of the image through CRI
 // (`crictl pull`) on a real containerd-cri node takes no blob byte and
 // no blob GET from the registry, with either of CRI's pull paths (the
