@@ -53,4 +53,7 @@ type memberPart struct {
 	// root is the cluster's shared root as recorded (rootclaim.go); nil
 	// while none is.
 	root *refcount.RootClaim
+	// olderMembers counts the members whose last session was in the
+	// older shape (olderstreams.go).
+	olderMembers int
 }
