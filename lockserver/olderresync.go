@@ -41,6 +41,9 @@ func (sy *syncs) olderResync(node string, req api.SyncRequest) bool {
 	if s := m.sync; s != nil && s.id == req.SyncID {
 		return s.free
 	}
+	if m.synced && m.done == req.SyncID {
+		return true // a retry of the done that synced it: answered again (syncStep)
+	}
 	return announces(req) && sy.resyncOf(m)
 }
 

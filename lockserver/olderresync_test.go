@@ -64,6 +64,12 @@ func TestOlderResyncTakesNoSlot(t *testing.T) {
 	require.Equal(t, 2, resp.Received)
 	require.Equal(t, []string{"old"}, refsOf(t, coord, pulled))
 	require.Equal(t, before+1, equal(), "the changed journal was written")
+	release, err = coord.syncs.admitSync("holder")
+	require.NoError(t, err)
+	resp, err = coord.SyncRefs(ctx, "old", done)
+	require.NoError(t, err, "a retry of the done (its answer lost) is answered again without a slot")
+	require.True(t, resp.Synced)
+	release()
 	_, err = coord.syncs.admitSync("holder")
 	require.NoError(t, err, "the done's slot was given back")
 }
