@@ -68,9 +68,12 @@ func (sy *syncs) resyncOf(m *member) bool {
 // admit takes a sync slot for req, unless it is a step of an older
 // node's re-sync; held says whether it took one.
 func (sy *syncs) admit(node string, req api.SyncRequest) (release func(), held bool, err error) {
-	sy.mp.mmu.Lock()
-	free := sy.olderResync(node, req)
-	sy.mp.mmu.Unlock()
+	free := false
+	if olderShaped(req) { // a current node's request does not take mmu here
+		sy.mp.mmu.Lock()
+		free = sy.olderResync(node, req)
+		sy.mp.mmu.Unlock()
+	}
 	if free {
 		return func() {}, false, nil
 	}
