@@ -57,4 +57,7 @@ type memberPart struct {
 	// answer (the end of NewCoordinator; a standby's takeover included):
 	// the start grace counts from here (refrule.go).
 	serving time.Time
+	// olderMembers counts the members whose last session was in the
+	// older shape (olderstreams.go).
+	olderMembers int
 }

@@ -39,6 +39,9 @@ type member struct {
 	// instance is the instance ID of the session's daemon ("" for an
 	// older node, which is not checked).
 	instance string
+	// older: the last session was in the older shape, without an
+	// instance ID (olderstreams.go).
+	older bool
 	// answered is when the coordinator last answered a session call of
 	// the node (for a sync without an echo: timing.go).
 	answered time.Time
@@ -186,6 +189,7 @@ func (mp *memberPart) Session(ctx context.Context, req api.SessionRequest) (api.
 		log.G(ctx).WithField("node", req.NodeID).Info("new member")
 	}
 	m.instance = req.InstanceID
+	mp.noteShape(m, req.InstanceID == "")
 	m.sessionUntil = now.Add(mp.cfg.SessionTTL)
 	m.answered = now
 	return api.SessionResponse{Cluster: c, SessionTTLMs: mp.cfg.SessionTTL.Milliseconds(), Synced: m.synced && !askSync,
@@ -368,6 +372,7 @@ func (mp *memberPart) forgetLocked(ctx context.Context, nodeID, why string) erro
 	delete(mp.markers, nodeID)
 	if m := mp.members[nodeID]; m != nil {
 		mp.syncs.endSync(m)
+		mp.noteShape(m, false)
 	}
 	delete(mp.members, nodeID)
 	mp.metrics.members.Set(float64(len(mp.members)))

@@ -32,7 +32,7 @@ func (sy *syncs) SyncRefs(ctx context.Context, nodeID string, req api.SyncReques
 	if err := validateSync(nodeID, req); err != nil {
 		return api.SyncResponse{}, err
 	}
-	release, err := sy.admitSync(nodeID)
+	release, held, err := sy.admit(nodeID, req)
 	if err != nil {
 		return api.SyncResponse{}, err
 	}
@@ -45,12 +45,16 @@ func (sy *syncs) SyncRefs(ctx context.Context, nodeID string, req api.SyncReques
 	}
 	now := sy.now()
 	sy.mp.mmu.Lock()
-	resp, w, err := sy.syncStep(ctx, nodeID, req, now)
+	resp, w, err := sy.syncStep(ctx, nodeID, req, now, held)
 	sy.mp.mmu.Unlock()
 	if err != nil || w == nil {
 		return resp, err
 	}
-	w.release = release
+	if w.release == nil {
+		w.release = release
+	} else {
+		defer w.release() // the slot its done took (olderresync.go)
+	}
 	return sy.writeSync(ctx, w)
 }
 
@@ -76,10 +80,10 @@ func (sy *syncs) awaitWrite(ctx context.Context, node, id string) error {
 	}
 }
 
-// syncStep serves one step of node's sync. The done step returns the
-// write it leaves to the caller, who makes it without mmu. Callers hold
-// mmu.
-func (sy *syncs) syncStep(ctx context.Context, nodeID string, req api.SyncRequest, now time.Time) (api.SyncResponse, *syncWrite, error) {
+// syncStep serves one step of node's sync; held says whether the request
+// holds a sync slot. The done step returns the write it leaves to the
+// caller, who makes it without mmu. Callers hold mmu.
+func (sy *syncs) syncStep(ctx context.Context, nodeID string, req api.SyncRequest, now time.Time, held bool) (api.SyncResponse, *syncWrite, error) {
 	m, err := sy.mp.liveMember("sync", nodeID, now)
 	if err != nil {
 		return api.SyncResponse{}, nil, err
@@ -106,7 +110,7 @@ func (sy *syncs) syncStep(ctx context.Context, nodeID string, req api.SyncReques
 		resp, err := sy.syncChunk(ctx, m, req, now)
 		return resp, nil, err
 	default:
-		return sy.syncDone(ctx, m, req, now)
+		return sy.syncDone(ctx, m, req, now, held)
 	}
 }
 
@@ -123,7 +127,8 @@ func (sy *syncs) syncOf(m *member, req api.SyncRequest, now time.Time) (*nodeSyn
 		return nil, fmt.Errorf("sync %s of node %s: unknown (its start was lost, e.g. with a lapsed session, or dropped after sync-timeout); start the sync again: %w",
 			req.SyncID, m.rec.ID, api.ErrNotFound)
 	}
-	s := &nodeSync{id: req.SyncID, refs: map[string]struct{}{}, since: map[string]bool{}, touched: now}
+	s := &nodeSync{id: req.SyncID, refs: map[string]struct{}{}, since: map[string]bool{}, touched: now,
+		free: olderShaped(req) && sy.resyncOf(m)}
 	sy.startSync(m, s)
 	return s, nil
 }
@@ -149,9 +154,11 @@ func (sy *syncs) syncChunk(ctx context.Context, m *member, req api.SyncRequest, 
 }
 
 // syncDone buffers the done chunk of m's sync, applies the timing rule
-// to it (timing.go), and returns the sync's write (freezeSync). Callers
-// hold mmu.
-func (sy *syncs) syncDone(ctx context.Context, m *member, req api.SyncRequest, now time.Time) (api.SyncResponse, *syncWrite, error) {
+// to it (timing.go), and returns the sync's write (freezeSync); held says
+// whether the request holds a sync slot. An older node's re-sync that
+// writes nothing ends here, and one that writes takes its slot here
+// (olderresync.go). Callers hold mmu.
+func (sy *syncs) syncDone(ctx context.Context, m *member, req api.SyncRequest, now time.Time, held bool) (api.SyncResponse, *syncWrite, error) {
 	if err := sy.bufferChunk(ctx, m, req, now); err != nil {
 		return api.SyncResponse{}, nil, err
 	}
@@ -159,7 +166,16 @@ func (sy *syncs) syncDone(ctx context.Context, m *member, req api.SyncRequest, n
 		sy.endSync(m)
 		return api.SyncResponse{}, nil, err
 	}
-	return api.SyncResponse{}, sy.freezeSync(m, req.Generation), nil
+	if sy.unchangedResync(m, m.sync, req.Generation) {
+		return sy.finishResync(ctx, m, m.sync), nil, nil
+	}
+	release, err := sy.slotForWrite(m.rec.ID, held)
+	if err != nil {
+		return api.SyncResponse{}, nil, err
+	}
+	w := sy.freezeSync(m, req.Generation)
+	w.release = release
+	return api.SyncResponse{}, w, nil
 }
 
 // bufferChunk checks a chunk's place (checkChunkOffset), its bounds and,

@@ -173,7 +173,10 @@ func (sy *syncs) bufferSync(ctx context.Context, m *member, ids []string, now ti
 	}
 	before := len(s.refs)
 	for _, id := range ids {
-		s.refs[id] = struct{}{}
+		if _, ok := s.refs[id]; !ok {
+			s.refs[id] = struct{}{}
+			s.addToSum(id)
+		}
 	}
 	sy.syncLimits.buffered += len(s.refs) - before
 	sy.syncMetrics.buffered.Set(float64(sy.syncLimits.buffered))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/sharedcontent/sharedcontent/internal/synchash"
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
@@ -66,6 +67,11 @@ type nodeSync struct {
 	written map[string]bool
 	// ended is closed when the write ends (finishSync).
 	ended chan struct{}
+	// free: an older node's re-sync, which takes no sync slot unless its
+	// done writes; sum is the hash of refs, kept as they are buffered
+	// (olderresync.go).
+	free bool
+	sum  synchash.Sum
 }
 
 // maxSyncRefs bounds the references one node may sync.

@@ -582,6 +582,11 @@ type StreamLimits struct {
 	PerNode int `json:"per_node"`
 	// Members is the member count Total was derived from.
 	Members int `json:"members"`
+	// Older is how many of them are older nodes (a stream per waiting
+	// request), and OlderShare the part of Total kept for those
+	// streams (docs/design.md §10.7).
+	Older      int `json:"older,omitempty"`
+	OlderShare int `json:"older_share,omitempty"`
 }
 
 // Event is the JSON payload of every SSE event other than "state".

@@ -214,11 +214,11 @@ func NewHandler(c *lockserver.Coordinator, opts ...HandlerOption) *Handler {
 	for _, o := range opts {
 		o(h)
 	}
-	h.streams.members = func() int {
+	h.streams.members = func(node string) (int, int, bool) {
 		if l := h.coord(); l != nil {
-			return l.MemberCount()
+			return l.StreamMembers(node)
 		}
-		return 0
+		return 0, 0, false
 	}
 	return h
 }

@@ -2,6 +2,7 @@ package httpserver
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -112,17 +113,22 @@ func TestNodeEventsRefusals(t *testing.T) {
 }
 
 // TestStreamLimitFollowsMembers: the limit in all is StreamsPerMember per
-// member plus StreamSlack, never above the fixed limit.
+// (current) member plus StreamSlack, never above the fixed limit.
 func TestStreamLimitFollowsMembers(t *testing.T) {
 	l := newTestCoordinator(t)
 	h := NewHandler(l, WithStreamLimits(StreamSlack+3*StreamsPerMember, 100, 10))
 	require.Equal(t, StreamSlack, h.streams.limits().Total)
-	session(t, l, "m1")
-	session(t, l, "m2")
+	current := func(node string) {
+		t.Helper()
+		_, err := l.Session(context.Background(), api.SessionRequest{NodeID: node, InstanceID: "i-" + node})
+		require.NoError(t, err)
+	}
+	current("m1")
+	current("m2")
 	lim := h.streams.limits()
 	require.Equal(t, 2, lim.Members)
 	require.Equal(t, StreamSlack+2*StreamsPerMember, lim.Total)
-	session(t, l, "m3")
-	session(t, l, "m4")
+	current("m3")
+	current("m4")
 	require.Equal(t, StreamSlack+3*StreamsPerMember, h.streams.limits().Total, "capped by the fixed limit")
 }

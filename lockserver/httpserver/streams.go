@@ -19,7 +19,11 @@ import (
 // A node needs one stream, /lock/events, for all its waits (docs/design.md
 // §10.1), so the limit in all follows the
 // number of members: StreamsPerMember per member plus StreamSlack, never
-// more than the fixed limit derived from the connection limits.
+// more than the fixed limit derived from the connection limits. An older
+// node (docs/design.md §10.7) waits on a stream per waiting request
+// (/lock/subscribe): those count against a share of their own,
+// OlderStreamsPerMember per older member, added to the limit in all, so
+// that older and current nodes' streams do not crowd each other out.
 
 // Default stream limits of a Handler. A Server uses half of its
 // connection limits for the first two.
@@ -38,6 +42,11 @@ const (
 	// (a stream may come before the first session) and operators watching
 	// keys.
 	StreamSlack = 256
+	// OlderStreamsPerMember is the per-request streams counted per older
+	// member: containerd pulls three layers at once
+	// (max_concurrent_downloads), each wait a stream, and one more
+	// while a re-subscription overlaps the old stream's end.
+	OlderStreamsPerMember = 4
 )
 
 // Kinds of event streams, as the metrics label them.
@@ -50,12 +59,15 @@ const (
 // node.
 type streamLimiter struct {
 	total, perIP, perNode int
-	// members, when set, counts the members: the limit in all is then
-	// StreamsPerMember for each plus StreamSlack, up to total.
-	members func() int
+	// members, when set, counts the members and the older ones among
+	// them, and tells whether node is one: the limit in all is then
+	// StreamsPerMember for each plus StreamSlack, plus the older
+	// members' share (OlderStreamsPerMember each), up to total.
+	members func(node string) (members, older int, nodeOlder bool)
 
 	mu     sync.Mutex
 	open   int            // protected by mu
+	older  int            // of open, the older members' share's; protected by mu
 	byKind map[string]int // protected by mu
 	byIP   map[string]int // protected by mu
 	byNode map[string]int // protected by mu
@@ -68,22 +80,44 @@ func newStreamLimiter(total, perIP, perNode int) *streamLimiter {
 
 // limits returns the limits in effect now.
 func (l *streamLimiter) limits() api.StreamLimits {
-	lim := api.StreamLimits{Total: l.total, PerIP: l.perIP, PerNode: l.perNode}
-	if l.members != nil {
-		lim.Members = l.members()
-		lim.Total = min(l.total, StreamsPerMember*lim.Members+StreamSlack)
-	}
+	lim, _ := l.limitsFor("")
 	return lim
+}
+
+// limitsFor returns the limits in effect now, and whether node is an
+// older member.
+func (l *streamLimiter) limitsFor(node string) (api.StreamLimits, bool) {
+	lim := api.StreamLimits{Total: l.total, PerIP: l.perIP, PerNode: l.perNode}
+	if l.members == nil {
+		return lim, false
+	}
+	var nodeOlder bool
+	lim.Members, lim.Older, nodeOlder = l.members(node)
+	// An older node opens no node stream: its share is of its own. Under
+	// the fixed limit, the current nodes' part comes first.
+	current := StreamsPerMember*(lim.Members-lim.Older) + StreamSlack
+	lim.Total = min(l.total, current+OlderStreamsPerMember*lim.Older)
+	lim.OlderShare = max(0, min(OlderStreamsPerMember*lim.Older, lim.Total-current))
+	return lim, nodeOlder
 }
 
 // acquire counts a stream of kind from ip, for node (may be empty), in, or
 // refuses it with an error matching api.ErrTooManyRequests. release must be
-// called once the stream is over.
+// called once the stream is over. An older member's per-request stream
+// counts against the older members' share, every other stream against
+// the rest of the limit in all.
 func (l *streamLimiter) acquire(ip, node, kind string) (release func(), err error) {
-	lim := l.limits() // before mu: counting members takes their mutex
+	lim, nodeOlder := l.limitsFor(node) // before mu: counting members takes their mutex
+	older := nodeOlder && kind == streamOfRequest
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
+	case older && l.older >= lim.OlderShare:
+		return nil, fmt.Errorf("%d event streams open for older nodes' waits (their share, %d, for %d older members); poll /lock/status or retry later: %w",
+			l.older, lim.OlderShare, lim.Older, api.ErrTooManyRequests)
+	case !older && l.open-l.older >= lim.Total-lim.OlderShare:
+		return nil, fmt.Errorf("%d event streams open (the limit), for %d members (besides %d kept for older nodes' waits); poll /lock/status or retry later: %w",
+			l.open-l.older, lim.Members, lim.OlderShare, api.ErrTooManyRequests)
 	case l.open >= lim.Total:
 		return nil, fmt.Errorf("%d event streams open (the limit), for %d members; poll /lock/status or retry later: %w", l.open, lim.Members, api.ErrTooManyRequests)
 	case l.byIP[ip] >= l.perIP:
@@ -92,19 +126,25 @@ func (l *streamLimiter) acquire(ip, node, kind string) (release func(), err erro
 		return nil, fmt.Errorf("%d event streams open for node %s (the per-node limit); poll /lock/status or retry later: %w", l.byNode[node], node, api.ErrTooManyRequests)
 	}
 	l.open++
+	if older {
+		l.older++
+	}
 	l.byKind[kind]++
 	l.byIP[ip]++
 	if node != "" {
 		l.byNode[node]++
 	}
 	var once sync.Once
-	return func() { once.Do(func() { l.release(ip, node, kind) }) }, nil
+	return func() { once.Do(func() { l.release(ip, node, kind, older) }) }, nil
 }
 
-func (l *streamLimiter) release(ip, node, kind string) {
+func (l *streamLimiter) release(ip, node, kind string, older bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.open--
+	if older {
+		l.older--
+	}
 	l.byKind[kind]--
 	if l.byIP[ip]--; l.byIP[ip] <= 0 {
 		delete(l.byIP, ip)
@@ -128,7 +168,7 @@ var (
 		"Event streams open now, by kind: node (/lock/events, one per node) or request (/lock/subscribe).",
 		[]string{"kind"}, nil)
 	streamsLimitDesc = prometheus.NewDesc("sharedcontent_event_streams_limit",
-		"Event-stream limits in effect: total (follows the member count), per_ip, per_node.",
+		"Event-stream limits in effect: total (follows the member count), older_share (of total, kept for older nodes' per-request streams), per_ip, per_node.",
 		[]string{"scope"}, nil)
 )
 
@@ -147,6 +187,7 @@ func (l *streamLimiter) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(streamsOpenDesc, prometheus.GaugeValue, float64(node), streamOfNode)
 	ch <- prometheus.MustNewConstMetric(streamsOpenDesc, prometheus.GaugeValue, float64(request), streamOfRequest)
 	ch <- prometheus.MustNewConstMetric(streamsLimitDesc, prometheus.GaugeValue, float64(lim.Total), "total")
+	ch <- prometheus.MustNewConstMetric(streamsLimitDesc, prometheus.GaugeValue, float64(lim.OlderShare), "older_share")
 	ch <- prometheus.MustNewConstMetric(streamsLimitDesc, prometheus.GaugeValue, float64(lim.PerIP), "per_ip")
 	ch <- prometheus.MustNewConstMetric(streamsLimitDesc, prometheus.GaugeValue, float64(lim.PerNode), "per_node")
 }
