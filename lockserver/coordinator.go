@@ -302,14 +302,6 @@ func (c *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncR
 	return c.syncs.SyncRefs(ctx, nodeID, req)
 }
 
-// MemberCount is the number of members the coordinator knows: the limits
-// that scale with membership follow it (docs/design.md §10).
-func (c *Coordinator) MemberCount() int {
-	c.mmu.Lock()
-	defer c.mmu.Unlock()
-	return len(c.members)
-}
-
 // newID returns an unguessable identifier (128 random bits).
 func newID() string {
 	var b [16]byte

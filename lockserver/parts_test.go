@@ -36,7 +36,7 @@ func TestPartsKeepToTheirState(t *testing.T) {
 	locks := []string{"locks.go", "lock.go", "acquire.go", "queue.go", "state.go", "leases.go", "deletes.go", "reaplock.go",
 		"subscribe.go", "nodestream.go", "bounds.go", "sweep.go", "fence.go", "cancelled.go", "held.go"}
 	refs := []string{"references.go", "refs.go", "deleterule.go", "reap.go", "commitwait.go", "pins.go"}
-	syncs := []string{"syncs.go", "sync.go", "syncstep.go", "synchash.go", "syncbounds.go", "syncwrite.go", "syncshare.go"}
+	syncs := []string{"syncs.go", "sync.go", "syncstep.go", "synchash.go", "syncbounds.go", "syncwrite.go", "syncshare.go", "olderresync.go"}
 	// The front and what every part shares; every other file is the
 	// members'.
 	shared := []string{"coordinator.go", "seams.go", "state_store.go", "health.go", "config.go", "metrics.go",
