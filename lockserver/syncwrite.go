@@ -223,8 +223,9 @@ func (sy *syncs) applySync(ctx context.Context, w *syncWrite) error {
 			return fmt.Errorf("sync of node %s: %w", node, err)
 		}
 	default:
-		// In key order: bbolt appends to the node index's pages rather
-		// than splitting them at random (as a replace does).
+		// In key order: the sets are visited in their pages' order (the store puts
+		// the node index's keys in its own order, bolt_nodes.go).
+		b.Grow(len(w.refs) + 1)
 		for _, id := range slices.Sorted(maps.Keys(w.refs)) {
 			b.AddRef(id, node).Break()
 		}

@@ -43,3 +43,18 @@ func TestBatchAppend(t *testing.T) {
 	require.Equal(t, [][]string{{"a1", "a2"}, {"o1"}, {"o2", "o3"}, {"z"}}, groupKeys(a))
 	require.Equal(t, [][]string{{"o1"}, {"o2", "o3"}}, groupKeys(o), "the appended batch is unchanged")
 }
+
+// TestBatchGrow: after Grow(n), n writes added one at a time, each its
+// own group, are not copied (the array stays where it is) and read as
+// they would without it.
+func TestBatchGrow(t *testing.T) {
+	b := new(refcount.Batch).AddRef("r0", "n").Break()
+	b.Grow(100)
+	first := &b.Writes()[0]
+	for i := range 100 {
+		b.AddRef("r"+string(rune('a'+i%26)), "n").Break()
+	}
+	require.Same(t, first, &b.Writes()[0], "the writes were copied")
+	require.Equal(t, 101, b.Len())
+	require.Len(t, b.Groups(), 101)
+}

@@ -49,12 +49,13 @@ func (s *BoltStorage) Submit(ctx context.Context, b *Batch) (wait func() error) 
 		if err := s.owned(tx); err != nil {
 			return err
 		}
+		var idx indexAdds
 		for i := range ops {
-			if err := applyOp(tx, &ops[i], vals[i]); err != nil {
+			if err := applyOp(tx, &ops[i], vals[i], &idx); err != nil {
 				return err
 			}
 		}
-		return nil
+		return idx.put(tx.Bucket(nodesBucket))
 	})
 	if err != nil {
 		return failed(err)
@@ -106,8 +107,16 @@ func encodeOp(op *Write) ([]byte, error) {
 	return nil, nil
 }
 
-// applyOp makes one checked write in tx.
-func applyOp(tx *bolt.Tx, op *Write, v []byte) error {
+// applyOp makes one checked write in tx. An add's key in the per-node
+// index is put later, with those of the adds that follow it (idx), before
+// any write of another kind: that write may read the index.
+func applyOp(tx *bolt.Tx, op *Write, v []byte, idx *indexAdds) error {
+	if op.Kind == WriteAddRef {
+		return refsOf(tx).addLater(op.Key, op.Node, idx)
+	}
+	if err := idx.put(tx.Bucket(nodesBucket)); err != nil {
+		return err
+	}
 	key := []byte(op.Key)
 	switch op.Kind {
 	case WritePutMember, WritePutString, WritePutUint64, WritePutDeleting, WritePutDeleted:
@@ -135,8 +144,6 @@ func applyOp(tx *bolt.Tx, op *Write, v []byte) error {
 		return tx.Bucket(pinsBucket).Delete(key)
 	case WriteDropRefs:
 		return refsOf(tx).drop(op.Key)
-	case WriteAddRef:
-		return refsOf(tx).add(op.Key, op.Node)
 	case WriteRemoveRef:
 		return refsOf(tx).remove(op.Key, op.Node)
 	case WriteReplaceNode:

@@ -23,12 +23,8 @@ func (s *BoltStorage) ListNodes(ctx context.Context, after string, limit int) ([
 		k := seekAfter(c, after)
 		names := map[string]string{}
 		for ; k != nil && len(page) < limit; k, _ = c.Next() {
-			b := refs.Bucket(k)
-			if b == nil {
-				_, _, err := readSet(refs, k) // says why: a record of an older format
-				if err == nil {
-					err = fmt.Errorf("refcount %s: not a reference set", k)
-				}
+			b, err := setBucket(refs, k)
+			if err != nil {
 				return err
 			}
 			start := len(all)
@@ -49,6 +45,19 @@ func (s *BoltStorage) ListNodes(ctx context.Context, after string, limit int) ([
 		return nil, fmt.Errorf("list refcounts: %w", err)
 	}
 	return page, nil
+}
+
+// setBucket returns the nested bucket of the set k of refs, or an error
+// that says why k is none (a record of an older format, say).
+func setBucket(refs *bolt.Bucket, k []byte) (*bolt.Bucket, error) {
+	if b := refs.Bucket(k); b != nil {
+		return b, nil
+	}
+	_, _, err := readSet(refs, k)
+	if err == nil {
+		err = fmt.Errorf("refcount %s: not a reference set", k)
+	}
+	return nil, err
 }
 
 // seekAfter moves c to the first key greater than after and returns it

@@ -64,13 +64,35 @@ func refsOf(tx *bolt.Tx) boltRefs {
 	return boltRefs{sets: tx.Bucket(refcountsBucket), nodes: tx.Bucket(nodesBucket)}
 }
 
-// add adds node to the set id and to the node's index.
-func (r boltRefs) add(id, node string) error {
+// addLater adds node to the set id, and its key in the node's index to
+// idx, for idx.put.
+func (r boltRefs) addLater(id, node string, idx *indexAdds) error {
 	added, err := addRef(r.sets, id, node)
-	if err != nil || !added {
-		return err
+	if err == nil && added {
+		*idx = append(*idx, indexEntry{node: node, key: indexKey(id)})
 	}
-	return indexAdd(r.nodes, node, id)
+	return err
+}
+
+// indexAdds are keys of the per-node index that a run of adds has yet to
+// put (boltRefs.addLater). Their order in the run is the order of the
+// resource IDs, or any (a shared first sync's adds are each node's in ID
+// order), not the index's: an index key starts with the resource's hash
+// bucket, so in ID order each put landed at a random place of the node's
+// page, and bbolt moves the keys after it in memory: a first sync of
+// 10,000 references, each a put into the node's fresh bucket, was
+// quadratic (a quarter of the CPU of a fleet's first syncs).
+type indexAdds []indexEntry
+
+// put puts idx's keys in the index's key order, each node's bucket
+// opened once, and empties idx.
+func (idx *indexAdds) put(nodes *bolt.Bucket) error {
+	if len(*idx) == 0 {
+		return nil
+	}
+	err := putIndex(nodes, *idx)
+	*idx = (*idx)[:0]
+	return err
 }
 
 // remove removes node from the set id and id from the node's index.
@@ -254,25 +276,8 @@ func buildNodeIndex(db *bolt.DB) error {
 				}
 				after = slices.Clone(k)
 			}
-			// In key order: bbolt inserts into a page's keys in memory by
-			// shifting those after it, so a chunk put at random would cost
-			// O(chunk²) moves; in order, each put appends.
-			slices.SortFunc(chunk, func(a, b indexEntry) int {
-				if c := strings.Compare(a.node, b.node); c != 0 {
-					return c
-				}
-				return bytes.Compare(a.key, b.key)
-			})
-			var nb *bolt.Bucket
-			for i, e := range chunk {
-				if i == 0 || e.node != chunk[i-1].node {
-					if nb, err = r.nodes.CreateBucketIfNotExists([]byte(e.node)); err != nil {
-						return fmt.Errorf("node index %s: %w", e.node, err)
-					}
-				}
-				if err := nb.Put(e.key, refMark); err != nil {
-					return fmt.Errorf("node index %s: %w", e.node, err)
-				}
+			if err := putIndex(r.nodes, chunk); err != nil {
+				return err
 			}
 			if k != nil {
 				return nil
@@ -282,6 +287,32 @@ func buildNodeIndex(db *bolt.DB) error {
 		})
 		if err != nil {
 			return fmt.Errorf("build the per-node index: %w", err)
+		}
+	}
+	return nil
+}
+
+// putIndex puts the index keys of entries (reordering them) in key
+// order: bbolt inserts into a page's keys in memory by shifting those
+// after it, so entries put at random would cost O(len²) moves; in order,
+// each put appends. Each node's bucket is opened once.
+func putIndex(nodes *bolt.Bucket, entries []indexEntry) error {
+	slices.SortFunc(entries, func(a, b indexEntry) int {
+		if c := strings.Compare(a.node, b.node); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.key, b.key)
+	})
+	var nb *bolt.Bucket
+	for i, e := range entries {
+		if i == 0 || e.node != entries[i-1].node {
+			var err error
+			if nb, err = nodes.CreateBucketIfNotExists([]byte(e.node)); err != nil {
+				return fmt.Errorf("node index %s: %w", e.node, err)
+			}
+		}
+		if err := nb.Put(e.key, refMark); err != nil {
+			return fmt.Errorf("node index %s: %w", e.node, err)
 		}
 	}
 	return nil

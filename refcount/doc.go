@@ -99,7 +99,12 @@
 // Another optional one, NodeLister, lists a page of reference sets with each set's
 // nodes already in order, without a Set per entry: bbolt reads them in
 // the nested bucket's key order (docs/design.md §10.3). Manager.ListNodes
-// uses it, and falls back to List on a store without it.
+// uses it, and falls back to List on a store without it. A third,
+// SetWalker, hands every set to a function as the store holds it, no page
+// built: BuildHashes walks bbolt so, and bbolt lets go of the file's
+// mapped pages after each of the walk's read transactions, so a
+// restarted coordinator's memory does not grow with the references it
+// walks (docs/design.md §10.9).
 //
 // # The bbolt layout
 //

@@ -18,3 +18,11 @@ func SetSliceRefs(n int) (restore func()) {
 	sliceRefs = n
 	return func() { sliceRefs = old }
 }
+
+// SetWalkChunk sets about how many references one read transaction of
+// WalkSets reads, and returns the function that restores it.
+func SetWalkChunk(n int) (restore func()) {
+	old := walkChunk
+	walkChunk = n
+	return func() { walkChunk = old }
+}

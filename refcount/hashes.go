@@ -109,9 +109,25 @@ func (m *Manager) setHashes(byNode map[string]*synchash.Table, how string, warmE
 	m.hashes.how, m.hashes.warmErr = how, warmErr
 }
 
-// walkHashes computes every node's hash from the stored reference sets.
+// walkHashes computes every node's hash from the stored reference sets:
+// streamed from a SetWalker (bbolt), so that what it holds is the nodes'
+// tables (4 KiB a node), not pages of sets (a page of 10,000 sets of 500
+// nodes each was 5M node names); else a page at a time.
 func (m *Manager) walkHashes(ctx context.Context) (map[string]*synchash.Table, error) {
 	byNode := map[string]*synchash.Table{}
+	if w, ok := m.storage.(SetWalker); ok {
+		err := w.WalkSets(ctx, func(id []byte, nodes [][]byte) error {
+			b, h := synchash.Of(string(id))
+			for _, n := range nodes {
+				countRef(byNode, n, b, h)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		return byNode, nil
+	}
 	after := ""
 	for {
 		page, err := m.ListNodes(ctx, after, hashListPage)
@@ -121,13 +137,7 @@ func (m *Manager) walkHashes(ctx context.Context) (map[string]*synchash.Table, e
 		for _, e := range page {
 			b, h := synchash.Of(e.ResourceID)
 			for _, n := range e.Nodes {
-				t := byNode[n]
-				if t == nil {
-					t = new(synchash.Table)
-					byNode[n] = t
-				}
-				t[b].Count++ // t.Add(e.ResourceID), its hash computed once
-				t[b].Hash += h
+				countRef(byNode, n, b, h)
 			}
 		}
 		if len(page) < hashListPage {
@@ -135,6 +145,19 @@ func (m *Manager) walkHashes(ctx context.Context) (map[string]*synchash.Table, e
 		}
 		after = page[len(page)-1].ResourceID
 	}
+}
+
+// countRef adds to node's table a reference whose bucket and hash are b
+// and h: t.Add of its resource ID, the hash computed once per set. A
+// node given as bytes is copied only when it has no table yet.
+func countRef[N string | []byte](byNode map[string]*synchash.Table, node N, b int, h uint64) {
+	t := byNode[string(node)]
+	if t == nil {
+		t = new(synchash.Table)
+		byNode[string(node)] = t
+	}
+	t[b].Count++
+	t[b].Hash += h
 }
 
 // NodeHash returns the hash of the node's references, and false when

@@ -26,6 +26,8 @@ type coordinator struct {
 	prefix string
 	cmd    *exec.Cmd
 	exited chan error
+	// mem samples the process's RssAnon and RssFile from its start.
+	mem *rssParts
 
 	// peakFiles is the most descriptors seen open, sampled by watch.
 	mu        sync.Mutex
@@ -76,7 +78,12 @@ func (c *coordinator) start() error {
 		return err
 	}
 	c.exited = make(chan error, 1)
-	go func(cmd *exec.Cmd, exited chan error) { exited <- cmd.Wait() }(c.cmd, c.exited)
+	c.mem = sampleRSS(c.cmd.Process.Pid)
+	go func(cmd *exec.Cmd, exited chan error, mem *rssParts) {
+		err := cmd.Wait()
+		mem.end()
+		exited <- err
+	}(c.cmd, c.exited, c.mem)
 	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	for deadline := time.Now().Add(startTimeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		select {

@@ -167,6 +167,12 @@ type Usage struct {
 	PeakRSS     int64
 	PeakFiles   int
 	PeakStreams int64
+
+	// PeakAnon and PeakFile are the highest RssAnon and RssFile sampled
+	// since the process started (rssparts.go): its own memory, and the
+	// mapped pages of its database file, reclaimable page cache.
+	PeakAnon, PeakFile int64
+
 	// Errors counts the nodes' failed attempts by kind.
 	Errors Errors
 	// Requests counts the nodes' requests by kind.
@@ -243,6 +249,7 @@ func (e *env) end(m *measure) {
 	if m.PeakRSS, err = peakRSS(e.coord.pid()); err != nil && m.err == nil {
 		m.err = err
 	}
+	m.PeakAnon, m.PeakFile = e.coord.mem.peaks()
 	m.PeakFiles = e.coord.peakOpenFiles()
 	m.PeakStreams = e.fleet.a.peakStreams.Load()
 	m.Errors = e.fleet.a.errors().sub(m.errors0)

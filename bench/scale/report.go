@@ -42,10 +42,10 @@ func (r *Results) WriteTables(w io.Writer) {
 	}
 	if len(r.Restart) > 0 {
 		fmt.Fprintf(w, "Restart: nodes × references each (a pool of 2×R blobs, each referenced by about half the nodes) synced; the coordinator is killed (SIGKILL) and started again on its data directory; every node notices the new epoch at its next renewal and syncs its journal (contentv2's session logic, through contentv2/remote).\n\n")
-		table(w, []string{"nodes × references", "first sync (setup)", "down (kill → answering)", "all synced again after answering", "not synced", "coordinator CPU (new process)", "peak RSS (new process)", "peak descriptors", "errors: time-out / 503 / 429 / other", "sent by the coordinator (per node)", "longest without a session answer", "load average"},
+		table(w, []string{"nodes × references", "first sync (setup)", "coordinator CPU of the setup", "down (kill → answering)", "all synced again after answering", "not synced", "coordinator CPU (new process)", "peak RSS (new process)", "peak RssAnon / RssFile (sampled)", "peak descriptors", "errors: time-out / 503 / 429 / other", "sent by the coordinator (per node)", "longest without a session answer", "load average"},
 			func(row func(...string)) {
 				for _, x := range r.Restart {
-					row(x.RestartSize.String(), dur(x.Setup), dur(x.Down), dur(x.Resync), strconv.Itoa(x.Unsynced), dur(x.CPU), mb(x.PeakRSS),
+					row(x.RestartSize.String(), dur(x.Setup), dur(x.SetupCPU), dur(x.Down), dur(x.Resync), strconv.Itoa(x.Unsynced), dur(x.CPU), mb(x.PeakRSS), mb(x.PeakAnon)+" / "+mb(x.PeakFile),
 						strconv.Itoa(x.PeakFiles), errs(x.Errors), fmt.Sprintf("%s (%s)", mb(x.BytesSent), kb(x.BytesSent/int64(max(1, x.Nodes)))),
 						dur(x.MaxGap), x.Load)
 				}

@@ -17,8 +17,9 @@ func (s RestartSize) String() string { return fmt.Sprintf("%d×%d", s.Nodes, s.R
 // again on its data directory while N nodes with R references each run.
 type RestartResult struct {
 	RestartSize
-	// Setup is how long the first syncs of all journals took.
-	Setup time.Duration
+	// Setup is how long the first syncs of all journals took, SetupCPU
+	// the coordinator's CPU until then (the process's whole life).
+	Setup, SetupCPU time.Duration
 	// Down is from the kill until the new process answers /healthz.
 	Down time.Duration
 	// Resync is from the new process answering until the last node is
@@ -60,6 +61,9 @@ func restart(cfg Config, size RestartSize) (RestartResult, error) {
 	}
 	defer env.tearDown()
 	res.Setup = time.Since(start)
+	if res.SetupCPU, err = cpuTime(env.coord.pid()); err != nil {
+		return res, err
+	}
 	m := env.begin()
 	killed := time.Now()
 	env.coord.kill()
