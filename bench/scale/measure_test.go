@@ -13,7 +13,7 @@ import (
 // the limit (the benchmark's process); beyond, the message names the limit
 // and how many nodes fit.
 func TestFits(t *testing.T) {
-	if err := fits(5000, DefaultShortConns, 20000); err != nil {
+	if err := fits(5000, 1, 20000); err != nil {
 		t.Fatalf("5,000 nodes under 20,000 descriptors: %v", err)
 	}
 	if err := fits(5000, 2, 20000); err == nil {
@@ -37,6 +37,23 @@ func TestFits(t *testing.T) {
 		for _, want := range []string{c.where, "descriptor limit " + itoa(int(c.nofile)), "ulimit -Hn", "at most " + itoa(c.max) + " nodes"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("%q lacks %q", err, want)
+			}
+		}
+	}
+}
+
+// TestNofileFor: the limit nofileFor asks for holds its fleet, and two
+// descriptors less do not (the three quarters round down).
+func TestNofileFor(t *testing.T) {
+	pool := Config{Parallel: DefaultParallel}.conns()
+	for _, n := range []int{100, 2600, 5000, 10000} {
+		for _, conns := range []int{1, 2, pool} {
+			want := nofileFor(n, conns)
+			if err := fits(n, conns, want); err != nil {
+				t.Errorf("%d nodes, %d connections each, under the %d they ask for: %v", n, conns, want, err)
+			}
+			if err := fits(n, conns, want-2); err == nil {
+				t.Errorf("%d nodes, %d connections each, fit under %d, less than the %d they ask for", n, conns, want-2, want)
 			}
 		}
 	}

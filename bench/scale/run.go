@@ -2,6 +2,7 @@ package scale
 
 import (
 	"fmt"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -28,7 +29,7 @@ func Run(cfg Config) (*Results, error) {
 	}
 	res := &Results{}
 	var err error
-	if res.Nofile, err = raiseNofile(); err != nil {
+	if res.Nofile, err = raiseNofile(nofileFor(cfg.largest(), cfg.conns())); err != nil {
 		return res, err
 	}
 	fail := func(scenario string, err error) {
@@ -87,9 +88,16 @@ func Run(cfg Config) (*Results, error) {
 	return res, nil
 }
 
-// conns is the connections a node holds besides its event stream.
+// conns is the most connections a node holds besides its event stream.
+// With lockclient's pool (ShortConns 0) a node opens one for each of its
+// requests in flight: one per blob it fetches at once (each fetch makes one
+// call at a time), its session loop's, and a holder's unlock and lease
+// keepalive.
 func (cfg Config) conns() int {
-	if cfg.SessionConn {
+	switch {
+	case cfg.ShortConns == 0:
+		return cfg.Parallel + 3
+	case cfg.SessionConn:
 		return cfg.ShortConns + 1
 	}
 	return cfg.ShortConns
@@ -110,19 +118,49 @@ func or(s, def string) string {
 	return s
 }
 
-// raiseNofile raises the soft descriptor limit to the hard one: each node
-// holds a few connections (fits), and the coordinator (a child) inherits
-// the limit.
-func raiseNofile() (uint64, error) {
+// raiseNofile raises the soft descriptor limit to the hard one, and the
+// hard one to want where it is lower and this process may (root:
+// CAP_SYS_RESOURCE, up to fs.nr_open): each node holds a few connections
+// (fits), and the coordinator (a child) inherits the limit.
+func raiseNofile(want uint64) (uint64, error) {
 	var l syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
 		return 0, err
 	}
+	if l.Max < want && syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: want, Max: want}) == nil {
+		return want, nil
+	}
+	// Not allowed (or not needed): the hard limit stands, and fits says
+	// which sizes it holds.
 	l.Cur = l.Max
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
 		return 0, err
 	}
 	return l.Cur, nil
+}
+
+// nofileFor is the descriptor limit n nodes with shortConns connections
+// each besides their stream need (fits).
+func nofileFor(n, shortConns int) uint64 {
+	connsPerNode := uint64(shortConns + 1)
+	coordinator := (uint64(n)*connsPerNode + spareFiles) * 4 / 3
+	own := uint64(n)*(connsPerNode+1) + spareFiles
+	return max(coordinator+1, own)
+}
+
+// largest is the largest fleet of cfg's scenarios.
+func (cfg Config) largest() int {
+	n := 0
+	for _, x := range cfg.Rollout {
+		n = max(n, x)
+	}
+	for _, x := range cfg.Steady {
+		n = max(n, x)
+	}
+	for _, x := range cfg.Restart {
+		n = max(n, x.Nodes)
+	}
+	return n
 }
 
 // Violations lists the invariants the results break: every scenario run,
@@ -155,8 +193,8 @@ func (r *Results) Violations() []string {
 	return out
 }
 
-// Descriptors: each simulated node holds Config.ShortConns keep-alive
-// connections for its short requests and one for its event stream, a
+// Descriptors: each simulated node holds up to Config.conns connections
+// for its short requests and one for its event stream, a
 // descriptor each in this process and in the coordinator; in this process
 // a rollout's node holds its journal (a bbolt file) open too.
 const (
@@ -176,11 +214,11 @@ func fits(n, shortConns int, nofile uint64) error {
 	connsPerNode := shortConns + 1
 	need := uint64(n*connsPerNode + spareFiles)
 	if serves := nofile * 3 / 4; need > serves {
-		return fmt.Errorf("%d nodes need about %d descriptors (%d connections each, plus %d), more than the coordinator serves under the descriptor limit %d (RLIMIT_NOFILE, ulimit -Hn; --max-conns defaults to three quarters of it, %d): at most %d nodes fit; raise the hard limit",
+		return fmt.Errorf("%d nodes need about %d descriptors (%d connections each, plus %d), more than the coordinator serves under the descriptor limit %d (RLIMIT_NOFILE, ulimit -Hn; --max-conns defaults to three quarters of it, %d): at most %d nodes fit; raise the hard limit (as root the benchmark raises it itself)",
 			n, need, connsPerNode, spareFiles, nofile, serves, (serves-spareFiles)/uint64(connsPerNode))
 	}
 	if own := uint64(n*(connsPerNode+1) + spareFiles); own > nofile {
-		return fmt.Errorf("%d nodes need about %d descriptors in the benchmark's process (%d connections and a journal each, plus %d), more than the descriptor limit %d (RLIMIT_NOFILE, ulimit -Hn): at most %d nodes fit; raise the hard limit",
+		return fmt.Errorf("%d nodes need about %d descriptors in the benchmark's process (%d connections and a journal each, plus %d), more than the descriptor limit %d (RLIMIT_NOFILE, ulimit -Hn): at most %d nodes fit; raise the hard limit (as root the benchmark raises it itself)",
 			n, own, connsPerNode, spareFiles, nofile, (nofile-spareFiles)/uint64(connsPerNode+1))
 	}
 	return nil
@@ -188,11 +226,19 @@ func fits(n, shortConns int, nofile uint64) error {
 
 // progressRollout tells progress what rollout r measured.
 func progressRollout(progress func(string), r RolloutResult) {
-	progress(fmt.Sprintf("scale: rollout %d (skip adds ref %s): wall %s, %d nodes unfinished, done p99 %s, wake p50/p99 %s/%s (%d; on the stream %s/%s (%d), by status %s/%s (%d)), late p50/p99 %s/%s (%d), unlock %s/%s (%d sent while their node's requests were in flight), fan-out %s/%s, dispatch %s/%s, time-outs %d, calls without an answer %d, writers retried %d, uncoordinated %.0f, duplicate downloads %d, unlocks failed %d, CPU/node-blob %s; the stores: %s; a call without an answer: %s", r.Nodes, onOff(r.SkipRef),
+	progress(fmt.Sprintf("scale: rollout %d (skip adds ref %s): wall %s, %d nodes unfinished, done p99 %s, wake p50/p99 %s/%s (%d; on the stream %s/%s (%d), by status %s/%s (%d)), late p50/p99 %s/%s (%d), unlock %s/%s (%d sent while their node's requests were in flight), fan-out %s/%s, dispatch %s/%s, time-outs %d, calls without an answer %d, writers retried %d, uncoordinated %.0f, duplicate downloads %d, unlocks failed %d, CPU/node-blob %s; the stores: %s; a call without an answer: %s%s", r.Nodes, onOff(r.SkipRef),
 		r.Wall.Round(time.Millisecond), r.Unfinished, r.DoneP99.Round(time.Millisecond), r.WakeP50.Round(time.Millisecond), r.WakeP99.Round(time.Millisecond), r.WakeSamples,
 		r.StreamedP50.Round(time.Millisecond), r.StreamedP99.Round(time.Millisecond), r.StreamedSamples, r.CheckedP50.Round(time.Millisecond), r.CheckedP99.Round(time.Millisecond), r.CheckedSamples,
 		r.LateP50.Round(time.Millisecond), r.LateP99.Round(time.Millisecond), r.LateSamples,
 		r.UnlockP50.Round(time.Millisecond), r.UnlockP99.Round(time.Millisecond), r.UnlockBehind, r.FanoutP50.Round(time.Millisecond), r.FanoutP99.Round(time.Millisecond),
 		r.DispatchP50.Round(time.Millisecond), r.DispatchP99.Round(time.Millisecond), r.Errors.Timeouts, r.Acts.FailedCalls, r.Acts.WriterRetries, r.Acts.Uncoordinated(),
-		r.Duplicates(), r.UnlockFailed, r.CPUPerNodeBlob(), r.Acts, or(r.Acts.FirstFailure, "none")))
+		r.Duplicates(), r.UnlockFailed, r.CPUPerNodeBlob(), r.Acts, or(r.Acts.FirstFailure, "none"), stuckLine(r)))
+}
+
+// stuckLine says what the fetches that never finished met, if any.
+func stuckLine(r RolloutResult) string {
+	if len(r.StuckLast) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; unfinished fetches, first errors: %s; last errors: %s", strings.Join(r.StuckFirst, "; "), strings.Join(r.StuckLast, "; "))
 }
