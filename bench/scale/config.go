@@ -35,6 +35,9 @@ type Config struct {
 	OldNodes []int
 	// olderNodes is the current rollout's (node.go: the last ones).
 	olderNodes int
+	// poolConns bounds lockclient's pool of a node (ShortConns 0) in the
+	// current scenario (run.go, sized); 0: lockclient's own bound.
+	poolConns int
 	// SessionConn, with ShortConns > 0, gives a node's session calls and
 	// syncs a keep-alive connection of their own, as lockclient's pool
 	// would open one rather than queue them behind the node's lock

@@ -59,6 +59,33 @@ func TestNofileFor(t *testing.T) {
 	}
 }
 
+// TestSized: a node's pool is bounded by what the descriptor limit leaves
+// per node, never above what a node opens (Config.conns) nor below one;
+// the bound fits, one more does not; a fixed count is kept.
+func TestSized(t *testing.T) {
+	cfg := Config{Parallel: DefaultParallel}
+	for _, c := range []struct {
+		n    int
+		want int
+	}{{1000, cfg.conns()}, {2600, 4}, {5000, 1}, {20000, 1}} {
+		sc, conns := cfg.sized(c.n, 20000)
+		if conns != c.want || sc.poolConns != conns {
+			t.Errorf("%d nodes under 20,000: %d connections a node (pool %d), want %d", c.n, conns, sc.poolConns, c.want)
+		}
+		if conns < cfg.conns() && c.n < 7000 {
+			if err := fits(c.n, conns, 20000); err != nil {
+				t.Errorf("%d nodes with the bound %d: %v", c.n, conns, err)
+			}
+			if fits(c.n, conns+1, 20000) == nil {
+				t.Errorf("%d nodes fit with %d connections each, above the bound %d", c.n, conns+1, conns)
+			}
+		}
+	}
+	if _, conns := (Config{ShortConns: 2, SessionConn: true}).sized(5000, 20000); conns != 3 {
+		t.Errorf("a fixed count: %d connections, want 3", conns)
+	}
+}
+
 func itoa(n int) string { return strconv.Itoa(n) }
 
 // TestEventSeen: every resource named in what was read is noted at its

@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -97,7 +98,7 @@ func newNode(i, n int, cfg Config, serverURL string, a *answers) (*node, error) 
 	if cfg.ShortConns == 0 {
 		// The node's pool, as lockclient's: every request takes an idle
 		// connection or opens one.
-		pool := hostClient(lockclientMaxConns)
+		pool := hostClient(cmp.Or(cfg.poolConns, lockclientMaxConns))
 		short = &shortClient{a: a, hc: pool, held: pool}
 	} else {
 		// A holder's unlock and keepalives take a connection of their own

@@ -37,16 +37,16 @@ func Run(cfg Config) (*Results, error) {
 		progress("scale: " + res.Failed[len(res.Failed)-1])
 	}
 	for i, n := range cfg.Rollout {
-		if err := fits(n, cfg.conns(), res.Nofile); err != nil {
+		rc, conns := cfg.sized(n, res.Nofile)
+		if err := fits(n, conns, res.Nofile); err != nil {
 			fail(fmt.Sprintf("rollout %d", n), err)
 			continue
 		}
-		rc := cfg
 		if i < len(cfg.OldNodes) {
 			rc.olderNodes = min(n, cfg.OldNodes[i])
 		}
 		for _, skipRef := range cfg.skipRefs() {
-			progress(fmt.Sprintf("scale: rollout, %d nodes (%d older) × %d blobs, skip adds ref %s", n, rc.olderNodes, cfg.Blobs, onOff(skipRef)))
+			progress(fmt.Sprintf("scale: rollout, %d nodes (%d older) × %d blobs, skip adds ref %s, %d short connections a node at most", n, rc.olderNodes, cfg.Blobs, onOff(skipRef), conns))
 			r, err := rollout(rc, n, skipRef)
 			if err != nil {
 				fail(fmt.Sprintf("rollout %d", n), err)
@@ -57,12 +57,13 @@ func Run(cfg Config) (*Results, error) {
 		}
 	}
 	for _, n := range cfg.Steady {
-		if err := fits(n, cfg.conns(), res.Nofile); err != nil {
+		sc, conns := cfg.sized(n, res.Nofile)
+		if err := fits(n, conns, res.Nofile); err != nil {
 			fail(fmt.Sprintf("steady %d", n), err)
 			continue
 		}
 		progress(fmt.Sprintf("scale: steady, %d nodes for %s", n, cfg.SteadyFor))
-		r, err := steady(cfg, n)
+		r, err := steady(sc, n)
 		if err != nil {
 			fail(fmt.Sprintf("steady %d", n), err)
 			continue
@@ -71,12 +72,13 @@ func Run(cfg Config) (*Results, error) {
 		progress(fmt.Sprintf("scale: steady %d: %.1f%% of a core", n, 100*r.CoreShare()))
 	}
 	for _, s := range cfg.Restart {
-		if err := fits(s.Nodes, cfg.conns(), res.Nofile); err != nil {
+		rc, conns := cfg.sized(s.Nodes, res.Nofile)
+		if err := fits(s.Nodes, conns, res.Nofile); err != nil {
 			fail(fmt.Sprintf("restart %v", s), err)
 			continue
 		}
 		progress(fmt.Sprintf("scale: restart, %s references", s))
-		r, err := restart(cfg, s)
+		r, err := restart(rc, s)
 		if err != nil {
 			fail(fmt.Sprintf("restart %v", s), err)
 			continue
@@ -101,6 +103,28 @@ func (cfg Config) conns() int {
 		return cfg.ShortConns + 1
 	}
 	return cfg.ShortConns
+}
+
+// sized is cfg for a fleet of n nodes under the descriptor limit nofile,
+// with the connections each node may hold: lockclient's pool is bounded
+// by what the limit leaves per node (at least one), as a coordinator
+// whose limit is too low for its nodes' pools would bound them
+// (docs/design.md §10.8).
+func (cfg Config) sized(n int, nofile uint64) (Config, int) {
+	conns := cfg.conns()
+	if cfg.ShortConns == 0 {
+		conns = max(1, min(conns, mostConns(n, nofile)))
+		cfg.poolConns = conns
+	}
+	return cfg, conns
+}
+
+// mostConns is the most connections each of n nodes may hold besides its
+// stream under the descriptor limit nofile (fits).
+func mostConns(n int, nofile uint64) int {
+	coordinator := (int(nofile*3/4)-spareFiles)/n - 1
+	own := (int(nofile)-spareFiles)/n - 2
+	return min(coordinator, own)
 }
 
 // skipRefs is cfg.SkipRef, or the default alone (off).
@@ -214,11 +238,11 @@ func fits(n, shortConns int, nofile uint64) error {
 	connsPerNode := shortConns + 1
 	need := uint64(n*connsPerNode + spareFiles)
 	if serves := nofile * 3 / 4; need > serves {
-		return fmt.Errorf("%d nodes need about %d descriptors (%d connections each, plus %d), more than the coordinator serves under the descriptor limit %d (RLIMIT_NOFILE, ulimit -Hn; --max-conns defaults to three quarters of it, %d): at most %d nodes fit; raise the hard limit (as root the benchmark raises it itself)",
+		return fmt.Errorf("%d nodes need about %d descriptors (%d connections each, plus %d), more than the coordinator serves under the descriptor limit %d (RLIMIT_NOFILE, ulimit -Hn; --max-conns defaults to three quarters of it, %d): at most %d nodes fit; raise the hard limit (the benchmark raises it itself where it may: CAP_SYS_RESOURCE)",
 			n, need, connsPerNode, spareFiles, nofile, serves, (serves-spareFiles)/uint64(connsPerNode))
 	}
 	if own := uint64(n*(connsPerNode+1) + spareFiles); own > nofile {
-		return fmt.Errorf("%d nodes need about %d descriptors in the benchmark's process (%d connections and a journal each, plus %d), more than the descriptor limit %d (RLIMIT_NOFILE, ulimit -Hn): at most %d nodes fit; raise the hard limit (as root the benchmark raises it itself)",
+		return fmt.Errorf("%d nodes need about %d descriptors in the benchmark's process (%d connections and a journal each, plus %d), more than the descriptor limit %d (RLIMIT_NOFILE, ulimit -Hn): at most %d nodes fit; raise the hard limit (the benchmark raises it itself where it may: CAP_SYS_RESOURCE)",
 			n, own, connsPerNode, spareFiles, nofile, (nofile-spareFiles)/uint64(connsPerNode+1))
 	}
 	return nil
