@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,5 +76,38 @@ func TestDocKeepsLevers(t *testing.T) {
 	}
 	if strings.Contains(string(doc), "\nold\n") {
 		t.Fatal("the rest of the doc was not rewritten")
+	}
+}
+
+// TestScaleConnFlags: a node's short requests default to lockclient's
+// pool; a negative count, and a session connection of its own beside the
+// pool (which never queues a session call), are refused, naming the flags.
+func TestScaleConnFlags(t *testing.T) {
+	parse := func(args ...string) (scale.Config, error) {
+		var s scaleFlags
+		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+		s.register(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return s.config()
+	}
+	cfg, err := parse()
+	if err != nil || cfg.ShortConns != 0 {
+		t.Fatalf("defaults: %d short connections, %v; want the pool (0)", cfg.ShortConns, err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-scale-short-conns", "-1"}, "-scale-short-conns not negative"},
+		{[]string{"-scale-session-conn"}, "-scale-session-conn needs -scale-short-conns N"},
+	} {
+		if _, err := parse(c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want an error saying %q", c.args, err, c.want)
+		}
+	}
+	if cfg, err := parse("-scale-short-conns", "1", "-scale-session-conn"); err != nil || cfg.ShortConns != 1 || !cfg.SessionConn {
+		t.Errorf("one connection and a session connection: %+v, %v", cfg, err)
 	}
 }

@@ -216,7 +216,8 @@ type store struct {
 	stop chan struct{} // closed by Close
 	wg   sync.WaitGroup
 	// unlocks are the pull locks being released in the background
-	// (writer.releaseLater); Close waits for them.
+	// (writer.releaseLater, and a release while the coordinator is marked
+	// down: store.unlockLater); Close waits for them.
 	unlocks sync.WaitGroup
 }
 

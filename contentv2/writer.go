@@ -474,21 +474,29 @@ func (w *writer) releaseLater(ctx context.Context) {
 		return
 	}
 	w.released = true
+	w.s.unlockLater(ctx, w.lock, w.dgst, true, nil)
+}
+
+// unlockLater sends lk's unlock in the background, retried across a
+// failover by the coordinator client (and once more after a no_session
+// refusal); Close waits for it. Sent, the unlock has ended the lease's
+// keepalive whatever its answer: at worst the lease expires.
+func (s *store) unlockLater(ctx context.Context, lk Lock, dgst digest.Digest, success bool, cause error) {
 	ctx = context.WithoutCancel(ctx)
-	s, lk, dgst := w.s, w.lock, w.dgst
 	s.unlocks.Add(1)
 	go func() {
 		defer s.unlocks.Done()
-		err := lk.Unlock(ctx, true, nil)
+		unlock := func(ctx context.Context) error { return lk.Unlock(ctx, success, cause) }
+		err := unlock(ctx)
 		if errors.Is(err, api.ErrNoSession) {
-			err = s.afterSession(ctx, "unlock", dgst, err, func(ctx context.Context) error { return lk.Unlock(ctx, true, nil) })
+			err = s.afterSession(ctx, "unlock", dgst, err, unlock)
 		}
+		l := log.G(ctx).WithField("digest", dgst).WithField("node", s.nodeID).WithField("success", success)
 		if err != nil {
-			log.G(ctx).WithError(err).WithField("digest", dgst).
-				Warn("releasing the pull lock of a commit whose reference is not recorded; the lease's expiry records it")
+			l.WithError(err).Warn("releasing the pull lock in the background failed; the lease's expiry ends it (and records a success's reference)")
 			return
 		}
-		log.G(ctx).WithField("digest", dgst).Info("the pull lock's release recorded the reference")
+		l.Info("pull lock released in the background")
 	}()
 }
 
@@ -511,6 +519,16 @@ func (w *writer) release(ctx context.Context, success bool, opErr error) {
 	ctx = context.WithoutCancel(ctx)
 	unlock := func(ctx context.Context) error { return w.lock.Unlock(ctx, success, opErr) }
 	err := w.s.coordinate(ctx, unlock)
+	if errors.Is(err, errCoordinatorDown) {
+		// Not sent: this node has the coordinator marked down (another of
+		// its calls failed). The lease goes back all the same, in the
+		// background: never unlocked, its keepalive would hold it, and
+		// every waiter of the blob would wait, for as long as this node
+		// runs (docs/design.md §10.6). One unlock costs the coordinator
+		// less than the keepalives it ends.
+		w.s.unlockLater(ctx, w.lock, w.dgst, success, opErr)
+		return
+	}
 	if errors.Is(err, api.ErrNoSession) {
 		// The success records the reference and ends a delete's
 		// completion: done before Commit returns, as a reference is.

@@ -141,6 +141,9 @@ func (q *queuedAt) take(resourceID string) bool {
 func (c *shortClient) CloseIdleConnections() {
 	c.hc.CloseIdleConnections()
 	c.held.CloseIdleConnections()
+	if c.sessions != nil {
+		c.sessions.CloseIdleConnections()
+	}
 }
 
 // streamTransport is the round tripper of one node's event streams (the

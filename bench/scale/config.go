@@ -21,7 +21,10 @@ type Config struct {
 	Download time.Duration
 	Parallel int
 	// ShortConns is how many keep-alive connections a node's short
-	// requests (session, lock, unlock, status, references) share.
+	// requests (session, lock, unlock, status, references) share; 0 (the
+	// default) is what a node does: lockclient's pool, a connection for
+	// each request in flight (up to its maxConnsPerHost, 512), kept 90 s
+	// once idle (conns).
 	ShortConns int
 	// SessionStream opens a node's event stream with its session
 	// (lockclient.WithSessionStream), not with its first wait.
@@ -32,8 +35,11 @@ type Config struct {
 	OldNodes []int
 	// olderNodes is the current rollout's (node.go: the last ones).
 	olderNodes int
-	// SessionConn gives a node's session calls and syncs a keep-alive
-	// connection of their own, as lockclient (up to 512 connections)
+	// poolConns bounds lockclient's pool of a node (ShortConns 0) in the
+	// current scenario (run.go, sized); 0: lockclient's own bound.
+	poolConns int
+	// SessionConn, with ShortConns > 0, gives a node's session calls and
+	// syncs a keep-alive connection of their own, as lockclient's pool
 	// would open one rather than queue them behind the node's lock
 	// requests and adds on its ShortConns; one more descriptor a node.
 	SessionConn bool
@@ -71,7 +77,7 @@ const (
 	DefaultBlobs        = 10
 	DefaultDownload     = 200 * time.Millisecond
 	DefaultParallel     = 3 // containerd's max_concurrent_downloads
-	DefaultShortConns   = 1 // with the event stream, two a node
+	DefaultShortConns   = 0 // lockclient's pool
 	DefaultBlobSize     = 64 << 10
 	DefaultRetryPause   = time.Second
 	DefaultSteadyFor    = 60 * time.Second
@@ -146,4 +152,13 @@ func fields(s string) []string {
 		}
 	}
 	return out
+}
+
+// ConnsText says how a node's short requests reach the coordinator, for
+// the doc.
+func (cfg Config) ConnsText() string {
+	if cfg.ShortConns == 0 {
+		return "lockclient's pool for its short requests: a keep-alive connection for each request in flight, kept 90 s once idle"
+	}
+	return fmt.Sprintf("%d keep-alive connection(s) for its short requests, taking turns, one more for a holder's unlocks and keepalives, as lockclient's pool would open one rather than queue them", cfg.ShortConns)
 }

@@ -27,19 +27,19 @@ func (n *node) fetch(ctx context.Context, cfg Config, desc ocispec.Descriptor, d
 		return false, nil // here already: referenced by Info
 	}
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("open writer: %w", err)
 	}
 	defer w.Close()
 	st, err := w.Status() // a follower waits here for its holder
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("status: %w", err)
 	}
 	if st.Offset == desc.Size {
 		return false, commit(ctx, w, desc)
 	}
 	time.Sleep(cfg.Download)
 	if _, err := w.Write(data); err != nil {
-		return true, err
+		return true, fmt.Errorf("write: %w", err)
 	}
 	return true, commit(ctx, w, desc)
 }

@@ -13,7 +13,7 @@ import (
 // the limit (the benchmark's process); beyond, the message names the limit
 // and how many nodes fit.
 func TestFits(t *testing.T) {
-	if err := fits(5000, DefaultShortConns, 20000); err != nil {
+	if err := fits(5000, 1, 20000); err != nil {
 		t.Fatalf("5,000 nodes under 20,000 descriptors: %v", err)
 	}
 	if err := fits(5000, 2, 20000); err == nil {
@@ -39,6 +39,50 @@ func TestFits(t *testing.T) {
 				t.Errorf("%q lacks %q", err, want)
 			}
 		}
+	}
+}
+
+// TestNofileFor: the limit nofileFor asks for holds its fleet, and two
+// descriptors less do not (the three quarters round down).
+func TestNofileFor(t *testing.T) {
+	pool := Config{Parallel: DefaultParallel}.conns()
+	for _, n := range []int{100, 2600, 5000, 10000} {
+		for _, conns := range []int{1, 2, pool} {
+			want := nofileFor(n, conns)
+			if err := fits(n, conns, want); err != nil {
+				t.Errorf("%d nodes, %d connections each, under the %d they ask for: %v", n, conns, want, err)
+			}
+			if err := fits(n, conns, want-2); err == nil {
+				t.Errorf("%d nodes, %d connections each, fit under %d, less than the %d they ask for", n, conns, want-2, want)
+			}
+		}
+	}
+}
+
+// TestSized: a node's pool is bounded by what the descriptor limit leaves
+// per node, never above what a node opens (Config.conns) nor below one;
+// the bound fits, one more does not; a fixed count is kept.
+func TestSized(t *testing.T) {
+	cfg := Config{Parallel: DefaultParallel}
+	for _, c := range []struct {
+		n    int
+		want int
+	}{{1000, cfg.conns()}, {2600, 4}, {5000, 1}, {20000, 1}} {
+		sc, conns := cfg.sized(c.n, 20000)
+		if conns != c.want || sc.poolConns != conns {
+			t.Errorf("%d nodes under 20,000: %d connections a node (pool %d), want %d", c.n, conns, sc.poolConns, c.want)
+		}
+		if conns < cfg.conns() && c.n < 7000 {
+			if err := fits(c.n, conns, 20000); err != nil {
+				t.Errorf("%d nodes with the bound %d: %v", c.n, conns, err)
+			}
+			if fits(c.n, conns+1, 20000) == nil {
+				t.Errorf("%d nodes fit with %d connections each, above the bound %d", c.n, conns+1, conns)
+			}
+		}
+	}
+	if _, conns := (Config{ShortConns: 2, SessionConn: true}).sized(5000, 20000); conns != 3 {
+		t.Errorf("a fixed count: %d connections, want 3", conns)
 	}
 }
 

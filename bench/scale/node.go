@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -55,9 +56,13 @@ type node struct {
 	asked, vouchFrom time.Time
 }
 
+// lockclientMaxConns is lockclient's maxConnsPerHost (lockclient/options.go):
+// the most connections a node's short requests open at once.
+const lockclientMaxConns = 512
+
 // newNode builds node i of n's clients against the coordinator at
-// serverURL, with cfg.ShortConns keep-alive connections for its short
-// requests, and its event stream opened with its session if
+// serverURL, with lockclient's pool of connections for its short requests
+// (or cfg.ShortConns keep-alive connections), and its event stream opened with its session if
 // cfg.SessionStream. The last cfg.olderNodes of the n nodes are older
 // nodes (internal/testutil/oldnode: the older wire shape, a stream per
 // wait); the first one, which claims the shared root, is current unless
@@ -68,10 +73,10 @@ func newNode(i, n int, cfg Config, serverURL string, a *answers) (*node, error) 
 		return nil, err
 	}
 	d := newDialer(nodeAddr(i), &a.bytesRead)
-	// As lockclient's own (lockclient/http.go), but with cfg.ShortConns
-	// connections (Config.ShortConns; lockclient opens up to 512 when its
-	// requests overlap). A request that waits for one longer than its
-	// deadline counts as a time-out.
+	// As lockclient's own (lockclient/http.go), with its pool of
+	// connections (maxConnsPerHost) unless cfg.ShortConns bounds them. A
+	// request that waits for a connection longer than its deadline counts
+	// as a time-out.
 	hostClient := func(conns int) *fasthttp.HostClient {
 		return &fasthttp.HostClient{
 			Addr:                      u.Host,
@@ -89,15 +94,23 @@ func newNode(i, n int, cfg Config, serverURL string, a *answers) (*node, error) 
 			DisablePathNormalizing: true,
 		}
 	}
-	// A holder's unlock and keepalives take a connection of their own
-	// (dialed when first needed: only holders send them): lockclient
-	// would open one rather than queue them behind the node's lock
-	// requests and adds.
-	short := &shortClient{a: a, hc: hostClient(cfg.ShortConns), held: hostClient(1)}
-	if cfg.SessionConn {
-		// As lockclient would open another connection rather than queue
-		// a session call behind the node's lock requests and adds.
-		short.sessions = hostClient(1)
+	var short *shortClient
+	if cfg.ShortConns == 0 {
+		// The node's pool, as lockclient's: every request takes an idle
+		// connection or opens one.
+		pool := hostClient(cmp.Or(cfg.poolConns, lockclientMaxConns))
+		short = &shortClient{a: a, hc: pool, held: pool}
+	} else {
+		// A holder's unlock and keepalives take a connection of their own
+		// (dialed when first needed: only holders send them), as
+		// lockclient's pool would open one rather than queue them behind
+		// the node's lock requests and adds.
+		short = &shortClient{a: a, hc: hostClient(cfg.ShortConns), held: hostClient(1)}
+		if cfg.SessionConn {
+			// As the pool would open another connection rather than
+			// queue a session call behind the node's lock requests and adds.
+			short.sessions = hostClient(1)
+		}
 	}
 	stream := &streamTransport{a: a, rt: &http.Transport{
 		DialContext:         d.DialContext,

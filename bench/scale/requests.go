@@ -16,11 +16,13 @@ const (
 	reqSession
 	reqSync
 	reqEvents
+	reqCancel
+	reqKeepalive
 	reqOther
 	reqKinds
 )
 
-var reqKindNames = [reqKinds]string{"lock", "unlock", "status", "add", "session", "sync", "events", "other"}
+var reqKindNames = [reqKinds]string{"lock", "unlock", "status", "add", "session", "sync", "events", "cancel", "keepalive", "other"}
 
 // Requests counts requests by kind.
 type Requests [reqKinds]int64
@@ -45,6 +47,10 @@ func (c *requestCounts) note(method, path string) {
 		k = reqSync
 	case path == "/lock/events":
 		k = reqEvents
+	case path == "/lock/cancel":
+		k = reqCancel
+	case path == "/lock/keepalive":
+		k = reqKeepalive
 	}
 	c[k].Add(1)
 }

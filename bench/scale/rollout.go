@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -72,6 +73,9 @@ type RolloutResult struct {
 	// Retries counts fetches that failed and were tried again (as the
 	// kubelet pulls the image again).
 	Retries int64
+	// StuckFirst and StuckLast list the commonest first and last errors
+	// of the fetches that never finished, "count× error" (stuck.go).
+	StuckFirst, StuckLast []string
 	// Acts is what the nodes' contentv2 stores did.
 	Acts Acts
 	Usage
@@ -117,6 +121,7 @@ type image struct {
 	fanout    samples
 	dispatch  samples
 	retries   atomic.Int64
+	stuck     stuckFetches
 	behind    atomic.Int64 // unlocks sent behind their node's requests
 	// unlockFailed counts the unlocks that failed, unlockErr the first.
 	unlockFailed atomic.Int64
@@ -192,6 +197,7 @@ func rollout(cfg Config, nodes int, skipRef bool) (RolloutResult, error) {
 		res.Downloads = append(res.Downloads, img.downloads[j].Load())
 	}
 	res.Retries = img.retries.Load()
+	res.StuckFirst, res.StuckLast = img.stuck.top(5)
 	if a, err := acts(env.fleet.nodes); err != nil && m.err == nil {
 		m.err = err
 	} else {
@@ -242,6 +248,7 @@ func (n *node) pullImage(ctx context.Context, cfg Config, img *image) bool {
 // whether this node downloaded it; a fetch that fails is tried again
 // after a pause, as the kubelet pulls the image again, until ctx ends.
 func (n *node) pullBlob(ctx context.Context, cfg Config, img *image, j int) bool {
+	var first error
 	for {
 		downloaded, err := n.fetch(ctx, cfg, img.descs[j], img.data[j])
 		if downloaded {
@@ -250,7 +257,9 @@ func (n *node) pullBlob(ctx context.Context, cfg Config, img *image, j int) bool
 		if err == nil {
 			return true
 		}
+		first = cmp.Or(first, err)
 		if !pause(ctx, cfg.RetryPause, &img.retries) {
+			img.stuck.note(first, err)
 			return false
 		}
 	}

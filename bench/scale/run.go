@@ -2,6 +2,7 @@ package scale
 
 import (
 	"fmt"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -28,7 +29,7 @@ func Run(cfg Config) (*Results, error) {
 	}
 	res := &Results{}
 	var err error
-	if res.Nofile, err = raiseNofile(); err != nil {
+	if res.Nofile, err = raiseNofile(nofileFor(cfg.largest(), cfg.conns())); err != nil {
 		return res, err
 	}
 	fail := func(scenario string, err error) {
@@ -36,16 +37,16 @@ func Run(cfg Config) (*Results, error) {
 		progress("scale: " + res.Failed[len(res.Failed)-1])
 	}
 	for i, n := range cfg.Rollout {
-		if err := fits(n, cfg.conns(), res.Nofile); err != nil {
+		rc, conns := cfg.sized(n, res.Nofile)
+		if err := fits(n, conns, res.Nofile); err != nil {
 			fail(fmt.Sprintf("rollout %d", n), err)
 			continue
 		}
-		rc := cfg
 		if i < len(cfg.OldNodes) {
 			rc.olderNodes = min(n, cfg.OldNodes[i])
 		}
 		for _, skipRef := range cfg.skipRefs() {
-			progress(fmt.Sprintf("scale: rollout, %d nodes (%d older) × %d blobs, skip adds ref %s", n, rc.olderNodes, cfg.Blobs, onOff(skipRef)))
+			progress(fmt.Sprintf("scale: rollout, %d nodes (%d older) × %d blobs, skip adds ref %s, %d short connections a node at most", n, rc.olderNodes, cfg.Blobs, onOff(skipRef), conns))
 			r, err := rollout(rc, n, skipRef)
 			if err != nil {
 				fail(fmt.Sprintf("rollout %d", n), err)
@@ -56,12 +57,13 @@ func Run(cfg Config) (*Results, error) {
 		}
 	}
 	for _, n := range cfg.Steady {
-		if err := fits(n, cfg.conns(), res.Nofile); err != nil {
+		sc, conns := cfg.sized(n, res.Nofile)
+		if err := fits(n, conns, res.Nofile); err != nil {
 			fail(fmt.Sprintf("steady %d", n), err)
 			continue
 		}
 		progress(fmt.Sprintf("scale: steady, %d nodes for %s", n, cfg.SteadyFor))
-		r, err := steady(cfg, n)
+		r, err := steady(sc, n)
 		if err != nil {
 			fail(fmt.Sprintf("steady %d", n), err)
 			continue
@@ -70,12 +72,13 @@ func Run(cfg Config) (*Results, error) {
 		progress(fmt.Sprintf("scale: steady %d: %.1f%% of a core", n, 100*r.CoreShare()))
 	}
 	for _, s := range cfg.Restart {
-		if err := fits(s.Nodes, cfg.conns(), res.Nofile); err != nil {
+		rc, conns := cfg.sized(s.Nodes, res.Nofile)
+		if err := fits(s.Nodes, conns, res.Nofile); err != nil {
 			fail(fmt.Sprintf("restart %v", s), err)
 			continue
 		}
 		progress(fmt.Sprintf("scale: restart, %s references", s))
-		r, err := restart(cfg, s)
+		r, err := restart(rc, s)
 		if err != nil {
 			fail(fmt.Sprintf("restart %v", s), err)
 			continue
@@ -87,12 +90,41 @@ func Run(cfg Config) (*Results, error) {
 	return res, nil
 }
 
-// conns is the connections a node holds besides its event stream.
+// conns is the most connections a node holds besides its event stream.
+// With lockclient's pool (ShortConns 0) a node opens one for each of its
+// requests in flight: one per blob it fetches at once (each fetch makes one
+// call at a time), its session loop's, and a holder's unlock and lease
+// keepalive.
 func (cfg Config) conns() int {
-	if cfg.SessionConn {
+	switch {
+	case cfg.ShortConns == 0:
+		return cfg.Parallel + 3
+	case cfg.SessionConn:
 		return cfg.ShortConns + 1
 	}
 	return cfg.ShortConns
+}
+
+// sized is cfg for a fleet of n nodes under the descriptor limit nofile,
+// with the connections each node may hold: lockclient's pool is bounded
+// by what the limit leaves per node (at least one), as a coordinator
+// whose limit is too low for its nodes' pools would bound them
+// (docs/design.md §10.8).
+func (cfg Config) sized(n int, nofile uint64) (Config, int) {
+	conns := cfg.conns()
+	if cfg.ShortConns == 0 {
+		conns = max(1, min(conns, mostConns(n, nofile)))
+		cfg.poolConns = conns
+	}
+	return cfg, conns
+}
+
+// mostConns is the most connections each of n nodes may hold besides its
+// stream under the descriptor limit nofile (fits).
+func mostConns(n int, nofile uint64) int {
+	coordinator := (int(nofile*3/4)-spareFiles)/n - 1
+	own := (int(nofile)-spareFiles)/n - 2
+	return min(coordinator, own)
 }
 
 // skipRefs is cfg.SkipRef, or the default alone (off).
@@ -110,19 +142,49 @@ func or(s, def string) string {
 	return s
 }
 
-// raiseNofile raises the soft descriptor limit to the hard one: each node
-// holds a few connections (fits), and the coordinator (a child) inherits
-// the limit.
-func raiseNofile() (uint64, error) {
+// raiseNofile raises the soft descriptor limit to the hard one, and the
+// hard one to want where it is lower and this process may (root:
+// CAP_SYS_RESOURCE, up to fs.nr_open): each node holds a few connections
+// (fits), and the coordinator (a child) inherits the limit.
+func raiseNofile(want uint64) (uint64, error) {
 	var l syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
 		return 0, err
 	}
+	if l.Max < want && syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: want, Max: want}) == nil {
+		return want, nil
+	}
+	// Not allowed (or not needed): the hard limit stands, and fits says
+	// which sizes it holds.
 	l.Cur = l.Max
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
 		return 0, err
 	}
 	return l.Cur, nil
+}
+
+// nofileFor is the descriptor limit n nodes with shortConns connections
+// each besides their stream need (fits).
+func nofileFor(n, shortConns int) uint64 {
+	connsPerNode := uint64(shortConns + 1)
+	coordinator := (uint64(n)*connsPerNode + spareFiles) * 4 / 3
+	own := uint64(n)*(connsPerNode+1) + spareFiles
+	return max(coordinator+1, own)
+}
+
+// largest is the largest fleet of cfg's scenarios.
+func (cfg Config) largest() int {
+	n := 0
+	for _, x := range cfg.Rollout {
+		n = max(n, x)
+	}
+	for _, x := range cfg.Steady {
+		n = max(n, x)
+	}
+	for _, x := range cfg.Restart {
+		n = max(n, x.Nodes)
+	}
+	return n
 }
 
 // Violations lists the invariants the results break: every scenario run,
@@ -155,8 +217,8 @@ func (r *Results) Violations() []string {
 	return out
 }
 
-// Descriptors: each simulated node holds Config.ShortConns keep-alive
-// connections for its short requests and one for its event stream, a
+// Descriptors: each simulated node holds up to Config.conns connections
+// for its short requests and one for its event stream, a
 // descriptor each in this process and in the coordinator; in this process
 // a rollout's node holds its journal (a bbolt file) open too.
 const (
@@ -176,11 +238,11 @@ func fits(n, shortConns int, nofile uint64) error {
 	connsPerNode := shortConns + 1
 	need := uint64(n*connsPerNode + spareFiles)
 	if serves := nofile * 3 / 4; need > serves {
-		return fmt.Errorf("%d nodes need about %d descriptors (%d connections each, plus %d), more than the coordinator serves under the descriptor limit %d (RLIMIT_NOFILE, ulimit -Hn; --max-conns defaults to three quarters of it, %d): at most %d nodes fit; raise the hard limit",
+		return fmt.Errorf("%d nodes need about %d descriptors (%d connections each, plus %d), more than the coordinator serves under the descriptor limit %d (RLIMIT_NOFILE, ulimit -Hn; --max-conns defaults to three quarters of it, %d): at most %d nodes fit; raise the hard limit (the benchmark raises it itself where it may: CAP_SYS_RESOURCE)",
 			n, need, connsPerNode, spareFiles, nofile, serves, (serves-spareFiles)/uint64(connsPerNode))
 	}
 	if own := uint64(n*(connsPerNode+1) + spareFiles); own > nofile {
-		return fmt.Errorf("%d nodes need about %d descriptors in the benchmark's process (%d connections and a journal each, plus %d), more than the descriptor limit %d (RLIMIT_NOFILE, ulimit -Hn): at most %d nodes fit; raise the hard limit",
+		return fmt.Errorf("%d nodes need about %d descriptors in the benchmark's process (%d connections and a journal each, plus %d), more than the descriptor limit %d (RLIMIT_NOFILE, ulimit -Hn): at most %d nodes fit; raise the hard limit (the benchmark raises it itself where it may: CAP_SYS_RESOURCE)",
 			n, own, connsPerNode, spareFiles, nofile, (nofile-spareFiles)/uint64(connsPerNode+1))
 	}
 	return nil
@@ -188,11 +250,19 @@ func fits(n, shortConns int, nofile uint64) error {
 
 // progressRollout tells progress what rollout r measured.
 func progressRollout(progress func(string), r RolloutResult) {
-	progress(fmt.Sprintf("scale: rollout %d (skip adds ref %s): wall %s, %d nodes unfinished, done p99 %s, wake p50/p99 %s/%s (%d; on the stream %s/%s (%d), by status %s/%s (%d)), late p50/p99 %s/%s (%d), unlock %s/%s (%d sent while their node's requests were in flight), fan-out %s/%s, dispatch %s/%s, time-outs %d, calls without an answer %d, writers retried %d, uncoordinated %.0f, duplicate downloads %d, unlocks failed %d, CPU/node-blob %s; the stores: %s; a call without an answer: %s", r.Nodes, onOff(r.SkipRef),
+	progress(fmt.Sprintf("scale: rollout %d (skip adds ref %s): wall %s, %d nodes unfinished, done p99 %s, wake p50/p99 %s/%s (%d; on the stream %s/%s (%d), by status %s/%s (%d)), late p50/p99 %s/%s (%d), unlock %s/%s (%d sent while their node's requests were in flight), fan-out %s/%s, dispatch %s/%s, time-outs %d, calls without an answer %d, writers retried %d, uncoordinated %.0f, duplicate downloads %d, unlocks failed %d, CPU/node-blob %s; the stores: %s; a call without an answer: %s%s", r.Nodes, onOff(r.SkipRef),
 		r.Wall.Round(time.Millisecond), r.Unfinished, r.DoneP99.Round(time.Millisecond), r.WakeP50.Round(time.Millisecond), r.WakeP99.Round(time.Millisecond), r.WakeSamples,
 		r.StreamedP50.Round(time.Millisecond), r.StreamedP99.Round(time.Millisecond), r.StreamedSamples, r.CheckedP50.Round(time.Millisecond), r.CheckedP99.Round(time.Millisecond), r.CheckedSamples,
 		r.LateP50.Round(time.Millisecond), r.LateP99.Round(time.Millisecond), r.LateSamples,
 		r.UnlockP50.Round(time.Millisecond), r.UnlockP99.Round(time.Millisecond), r.UnlockBehind, r.FanoutP50.Round(time.Millisecond), r.FanoutP99.Round(time.Millisecond),
 		r.DispatchP50.Round(time.Millisecond), r.DispatchP99.Round(time.Millisecond), r.Errors.Timeouts, r.Acts.FailedCalls, r.Acts.WriterRetries, r.Acts.Uncoordinated(),
-		r.Duplicates(), r.UnlockFailed, r.CPUPerNodeBlob(), r.Acts, or(r.Acts.FirstFailure, "none")))
+		r.Duplicates(), r.UnlockFailed, r.CPUPerNodeBlob(), r.Acts, or(r.Acts.FirstFailure, "none"), stuckLine(r)))
+}
+
+// stuckLine says what the fetches that never finished met, if any.
+func stuckLine(r RolloutResult) string {
+	if len(r.StuckLast) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; unfinished fetches, first errors: %s; last errors: %s", strings.Join(r.StuckFirst, "; "), strings.Join(r.StuckLast, "; "))
 }
