@@ -51,11 +51,19 @@ func (s *store) awaitSession(ctx context.Context) bool {
 	return false
 }
 
-// afterSession runs call again after refused, an api.ErrNoSession of op on
-// dgst, each time the session loop has had an answer, at most
-// noSessionRetries times (a session as short as a loaded machine's
-// renewals may lapse again at once); else it returns the last refusal.
+// afterSession runs call again, through coordinate, after refused, an
+// api.ErrNoSession of op on dgst, each time the session loop has had an
+// answer, at most noSessionRetries times (a session as short as a loaded
+// machine's renewals may lapse again at once); else it returns the last
+// refusal.
 func (s *store) afterSession(ctx context.Context, op string, dgst digest.Digest, refused error, call func(context.Context) error) error {
+	return s.againAfterSession(ctx, op, dgst, refused, func(ctx context.Context) error { return s.coordinate(ctx, call) })
+}
+
+// againAfterSession is afterSession sending retry as it is: a pull's
+// unlock sent in the background (store.unlockLater) retries past the down
+// mark, as it was sent first (docs/design.md §10.6).
+func (s *store) againAfterSession(ctx context.Context, op string, dgst digest.Digest, refused error, retry func(context.Context) error) error {
 	l := log.G(ctx).WithField("digest", dgst).WithField("node", s.nodeID).WithField("op", op)
 	err := refused
 	for range noSessionRetries {
@@ -65,7 +73,7 @@ func (s *store) afterSession(ctx context.Context, op string, dgst digest.Digest,
 			return err
 		}
 		l.WithError(err).Info("the coordinator held no live session of this node: opened it again, trying once more")
-		if err = s.coordinate(ctx, call); !errors.Is(err, api.ErrNoSession) {
+		if err = retry(ctx); !errors.Is(err, api.ErrNoSession) {
 			return err
 		}
 	}

@@ -480,7 +480,11 @@ func (w *writer) releaseLater(ctx context.Context) {
 // unlockLater sends lk's unlock in the background, retried across a
 // failover by the coordinator client (and once more after a no_session
 // refusal); Close waits for it. Sent, the unlock has ended the lease's
-// keepalive whatever its answer: at worst the lease expires.
+// keepalive whatever its answer: at worst the lease expires. Neither the
+// unlock nor its retry after a no_session refusal goes through the down
+// mark: a retry the mark answered would leave the lease to its expiry, a
+// lease TTL in which every waiter of the blob waits (docs/design.md
+// §10.6).
 func (s *store) unlockLater(ctx context.Context, lk Lock, dgst digest.Digest, success bool, cause error) {
 	ctx = context.WithoutCancel(ctx)
 	s.unlocks.Add(1)
@@ -489,7 +493,7 @@ func (s *store) unlockLater(ctx context.Context, lk Lock, dgst digest.Digest, su
 		unlock := func(ctx context.Context) error { return lk.Unlock(ctx, success, cause) }
 		err := unlock(ctx)
 		if errors.Is(err, api.ErrNoSession) {
-			err = s.afterSession(ctx, "unlock", dgst, err, unlock)
+			err = s.againAfterSession(ctx, "unlock", dgst, err, unlock)
 		}
 		l := log.G(ctx).WithField("digest", dgst).WithField("node", s.nodeID).WithField("success", success)
 		if err != nil {
@@ -519,20 +523,22 @@ func (w *writer) release(ctx context.Context, success bool, opErr error) {
 	ctx = context.WithoutCancel(ctx)
 	unlock := func(ctx context.Context) error { return w.lock.Unlock(ctx, success, opErr) }
 	err := w.s.coordinate(ctx, unlock)
-	if errors.Is(err, errCoordinatorDown) {
-		// Not sent: this node has the coordinator marked down (another of
-		// its calls failed). The lease goes back all the same, in the
-		// background: never unlocked, its keepalive would hold it, and
-		// every waiter of the blob would wait, for as long as this node
-		// runs (docs/design.md §10.6). One unlock costs the coordinator
-		// less than the keepalives it ends.
-		w.s.unlockLater(ctx, w.lock, w.dgst, success, opErr)
-		return
-	}
 	if errors.Is(err, api.ErrNoSession) {
 		// The success records the reference and ends a delete's
 		// completion: done before Commit returns, as a reference is.
 		err = w.s.afterSession(ctx, "unlock", w.dgst, err, unlock)
+	}
+	if errors.Is(err, errCoordinatorDown) {
+		// Not sent (the unlock, or its retry after a no_session refusal):
+		// this node has the coordinator marked down (another of its calls
+		// failed). The lease goes back all the same, in the background:
+		// never unlocked, its keepalive would hold it, and every waiter of
+		// the blob would wait, for as long as this node runs; a retry not
+		// sent leaves it to its expiry, a lease TTL (docs/design.md
+		// §10.6). One unlock costs the coordinator less than the
+		// keepalives, or the waiters' wait, it ends.
+		w.s.unlockLater(ctx, w.lock, w.dgst, success, opErr)
+		return
 	}
 	if err != nil {
 		// The reference is recorded already; a lost lease costs the

@@ -73,27 +73,12 @@ func TestHolderGivesLeaseBackWhileMarkedDown(t *testing.T) {
 			cfg.LeaseTTL = time.Hour
 			ts := lockservertest.Start(t, lockservertest.WithConfig(cfg))
 			root := filepath.Join(t.TempDir(), "root")
-			open := func(id string, coord contentv2.Coordinator) contentv2.Store {
-				reg := prometheus.NewRegistry()
-				s, err := contentv2.NewStore(root, id, coord, contentv2.WithStateDir(t.TempDir()), contentv2.WithSessionTTL(sessionTTL),
-					contentv2.WithRefRetryInterval(time.Hour), contentv2.WithRegisterer(reg))
-				require.NoError(t, err)
-				t.Cleanup(func() { s.Close() })
-				n := &skipRefNode{id: id, reg: reg}
-				eventually(t, id+" synced", func() bool { return n.metric(t, "sharedcontent_store_synced") == 1 })
-				return s
-			}
 			hc := &refusing{Coordinator: node(t, ts, "holder")}
-			holder := open("holder", hc)
-			waiter := open("waiter", node(t, ts, "waiter"))
+			holder := markedNode(t, root, "holder", hc)
+			waiter := markedNode(t, root, "waiter", node(t, ts, "waiter"))
 
-			blob := func(s string) ocispec.Descriptor {
-				data := bytes.Repeat([]byte(s), 100)
-				return ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromBytes(data), Size: int64(len(data))}
-			}
-			desc, other := blob("lease back;"), blob("a parallel fetch;")
-			data := bytes.Repeat([]byte("lease back;"), 100)
-			ref := "layer-" + desc.Digest.String()
+			data, desc := layer("lease back;")
+			_, other := layer("a parallel fetch;")
 			// markDown fails one of the holder's calls at once, as a
 			// parallel fetch's lock meets a refused connection.
 			markDown := func() {
@@ -102,18 +87,7 @@ func TestHolderGivesLeaseBackWhileMarkedDown(t *testing.T) {
 				require.True(t, errdefs.IsUnavailable(err), "the other fetch's Writer: %v", err)
 			}
 
-			hw, err := holder.Writer(ctx, content.WithRef(ref), content.WithDescriptor(desc))
-			require.NoError(t, err)
-			_, follows := hw.(contentv2.Follower)
-			require.False(t, follows, "the holder has the pull lock")
-			ww, err := waiter.Writer(ctx, content.WithRef(ref), content.WithDescriptor(desc))
-			require.NoError(t, err)
-			defer ww.Close()
-			_, follows = ww.(contentv2.Follower)
-			require.True(t, follows, "the waiter follows the holder")
-
-			_, err = hw.Write(data)
-			require.NoError(t, err)
+			hw, ww := holdAndFollow(t, holder, waiter, data, desc)
 			if end == "committed" {
 				// Marked down between the commit's reference and its
 				// unlock.
@@ -130,21 +104,7 @@ func TestHolderGivesLeaseBackWhileMarkedDown(t *testing.T) {
 				require.NoError(t, hw.Close())
 			}
 
-			wctx, cancel := context.WithTimeout(ctx, time.Minute)
-			defer cancel()
-			done := make(chan error, 1)
-			var st content.Status
-			go func() {
-				var err error
-				st, err = ww.Status()
-				done <- err
-			}()
-			select {
-			case err := <-done:
-				require.NoError(t, err)
-			case <-wctx.Done():
-				t.Fatal("the waiter still waits: the holder's lease was never given back")
-			}
+			st := followed(t, ww, "the waiter still waits: the holder's lease was never given back")
 			if end == "committed" {
 				require.Equal(t, desc.Size, st.Offset, "the holder's blob, not a download")
 			} else {
@@ -152,4 +112,67 @@ func TestHolderGivesLeaseBackWhileMarkedDown(t *testing.T) {
 			}
 		})
 	}
+}
+
+// markedNode opens node id's store on root, coordinated by coord, whose
+// down mark lasts an hour (only a probe lifts a slow one), and returns it
+// once synced.
+func markedNode(t *testing.T, root, id string, coord contentv2.Coordinator) contentv2.Store {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	s, err := contentv2.NewStore(root, id, coord, contentv2.WithStateDir(t.TempDir()), contentv2.WithSessionTTL(sessionTTL),
+		contentv2.WithRefRetryInterval(time.Hour), contentv2.WithRegisterer(reg))
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	n := &skipRefNode{id: id, reg: reg}
+	eventually(t, id+" synced", func() bool { return n.metric(t, "sharedcontent_store_synced") == 1 })
+	return s
+}
+
+// layer is a layer blob of s repeated, and its descriptor.
+func layer(s string) ([]byte, ocispec.Descriptor) {
+	data := bytes.Repeat([]byte(s), 100)
+	return data, ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromBytes(data), Size: int64(len(data))}
+}
+
+// followed returns the status a follower's wait ends with, failing with
+// stuck if it still waits after a minute (the leases in these tests last
+// an hour).
+func followed(t *testing.T, ww content.Writer, stuck string) content.Status {
+	t.Helper()
+	done := make(chan error, 1)
+	var st content.Status
+	go func() {
+		var err error
+		st, err = ww.Status()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal(stuck)
+	}
+	return st
+}
+
+// holdAndFollow opens desc's writer on holder, which takes the pull lock,
+// then on waiter, which follows it, and writes data into the holder's.
+// The waiter's is closed at the test's end.
+func holdAndFollow(t *testing.T, holder, waiter contentv2.Store, data []byte, desc ocispec.Descriptor) (hw, ww content.Writer) {
+	t.Helper()
+	ctx := context.Background()
+	ref := "layer-" + desc.Digest.String()
+	hw, err := holder.Writer(ctx, content.WithRef(ref), content.WithDescriptor(desc))
+	require.NoError(t, err)
+	_, follows := hw.(contentv2.Follower)
+	require.False(t, follows, "the holder has the pull lock")
+	ww, err = waiter.Writer(ctx, content.WithRef(ref), content.WithDescriptor(desc))
+	require.NoError(t, err)
+	t.Cleanup(func() { ww.Close() })
+	_, follows = ww.(contentv2.Follower)
+	require.True(t, follows, "the waiter follows the holder")
+	_, err = hw.Write(data)
+	require.NoError(t, err)
+	return hw, ww
 }
