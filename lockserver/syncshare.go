@@ -34,7 +34,14 @@ import (
 // A write waiting for its transaction holds no sync slot (shareWrite
 // gives it back): waiting costs no CPU, and the nodes' chunks need the
 // slots to reach their done. What the waiting writes hold is their
-// syncs' buffers, which MaxSyncBuffer bounds cluster-wide.
+// syncs' buffers, which MaxSyncBuffer bounds cluster-wide, and the
+// shared transactions: at most two at once, the one being committed and
+// the one being filled. A write that does not fit in the one being
+// filled waits, with no batch of its own yet (its writes are made
+// straight into the transaction it joins, fill), until that one starts
+// its commit, and then opens the next: a fleet's first syncs no longer
+// pile up a shared batch (~50 MB at 100,000 references) per
+// transaction waiting for its turn.
 
 const (
 	// DefaultFirstSyncWindow is how long a first sync's write waits for
@@ -59,9 +66,12 @@ type syncShare struct {
 
 	mu   sync.Mutex
 	open *sharedTx // the transaction being filled; protected by mu
-	// joined, when set (by tests), is called with a transaction's write
-	// count each time a write joins it, under mu.
-	joined func(writes int)
+	// joined, when set (by tests), is called with the node and the
+	// transaction's write count each time a write joins it, under mu;
+	// waited, with the node, each time a write waits for the open
+	// transaction to start its commit.
+	joined func(node string, writes int)
+	waited func(node string)
 }
 
 // sharedTx is one shared transaction.
@@ -72,6 +82,7 @@ type sharedTx struct {
 	writes int
 	opened time.Time
 	full   chan struct{} // closed when it holds maxRefs references
+	closed chan struct{} // closed when its commit starts: no write joins it any more
 	done   chan struct{} // closed once committed; err is then set
 	err    error
 	// committed is when its commit ended (for the tests' rule).
@@ -83,14 +94,18 @@ func newSyncShare(cfg Config, commit func(context.Context, *refcount.Batch) erro
 	return &syncShare{commit: commit, alone: alone, window: cfg.FirstSyncWindow, maxRefs: cfg.FirstSyncRefs}
 }
 
-// write commits b, node's first sync of refs references, in a shared
-// transaction, and returns its outcome; wait is called once b has joined
-// one (the caller gives back its sync slot). It returns when the
-// transaction is committed, whatever ctx does meanwhile: the others'
-// writes are in it too.
-func (sh *syncShare) write(ctx context.Context, node string, b *refcount.Batch, refs int, wait func()) (*sharedTx, error) {
-	tx, leader := sh.join(node, b, refs)
+// write commits node's first sync of refs references, whose writes fill
+// appends to a batch, in a shared transaction, and returns its outcome;
+// wait is called first (the caller gives back its sync slot). Once its
+// writes have joined a transaction, it returns when the transaction is
+// committed, whatever ctx does meanwhile: the others' writes are in it
+// too. Before that, an ended ctx stops it with nothing written.
+func (sh *syncShare) write(ctx context.Context, node string, refs int, fill func(*refcount.Batch), wait func()) (*sharedTx, error) {
 	wait()
+	tx, leader, err := sh.join(ctx, node, refs, fill)
+	if err != nil {
+		return nil, err
+	}
 	if leader {
 		sh.lead(ctx, tx)
 	}
@@ -105,21 +120,38 @@ func (sh *syncShare) write(ctx context.Context, node string, b *refcount.Batch, 
 	return tx, nil
 }
 
-// join appends b to the open transaction, opening one if there is none
-// or b does not fit in it (it goes alone if it alone does not fit);
-// leader reports that the caller opened it and must commit it.
-func (sh *syncShare) join(node string, b *refcount.Batch, refs int) (tx *sharedTx, leader bool) {
+// join appends node's writes (fill) to the open transaction, opening one
+// if there is none. When they do not fit in it, it waits until that one
+// starts its commit and opens the next (it goes alone if it alone does
+// not fit); an ended ctx stops the wait. leader reports that the caller
+// opened the transaction and must commit it.
+func (sh *syncShare) join(ctx context.Context, node string, refs int, fill func(*refcount.Batch)) (tx *sharedTx, leader bool, err error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	tx = sh.open
-	if tx == nil || tx.refs+refs > sh.maxRefs {
-		if tx != nil {
-			closeOnce(tx.full)
+	for sh.open != nil && sh.open.refs+refs > sh.maxRefs {
+		open := sh.open
+		closeOnce(open.full)
+		if sh.waited != nil {
+			sh.waited(node)
 		}
-		tx = &sharedTx{node: node, b: new(refcount.Batch), opened: time.Now(), full: make(chan struct{}), done: make(chan struct{})}
+		sh.mu.Unlock()
+		select {
+		case <-open.closed:
+		case <-ctx.Done():
+		}
+		sh.mu.Lock()
+		if ctx.Err() != nil {
+			return nil, false, fmt.Errorf("first sync of node %s: waiting for room in a shared transaction: %w", node, ctx.Err())
+		}
+	}
+	tx = sh.open
+	if tx == nil {
+		tx = &sharedTx{node: node, b: new(refcount.Batch), opened: time.Now(),
+			full: make(chan struct{}), closed: make(chan struct{}), done: make(chan struct{})}
 		sh.open, leader = tx, true
 	}
-	tx.b.Append(b)
+	tx.b.Break()
+	fill(tx.b)
 	tx.b.Break()
 	tx.refs += refs
 	tx.writes++
@@ -127,9 +159,9 @@ func (sh *syncShare) join(node string, b *refcount.Batch, refs int) (tx *sharedT
 		closeOnce(tx.full)
 	}
 	if sh.joined != nil {
-		sh.joined(tx.writes)
+		sh.joined(node, tx.writes)
 	}
-	return tx, leader
+	return tx, leader, nil
 }
 
 // lead waits for tx's window (or until it is full, or ctx ends), then for
@@ -149,6 +181,7 @@ func (sh *syncShare) lead(ctx context.Context, tx *sharedTx) {
 	if sh.open == tx {
 		sh.open = nil
 	}
+	close(tx.closed)
 	sh.mu.Unlock()
 	if tx.writes == 1 {
 		// Alone (none came, or it is bigger than a shared transaction):

@@ -23,6 +23,8 @@ import (
 type shareStorage struct {
 	refcount.Storage
 	fail    atomic.Bool
+	gate    chan struct{} // when set, a commit waits until it is closed
+	ended   atomic.Int32  // commits of AddRefs returned
 	mu      sync.Mutex
 	commits [][]string // the nodes each commit of AddRefs added for
 }
@@ -41,10 +43,25 @@ func (s *shareStorage) Commit(ctx context.Context, b *refcount.Batch) error {
 		s.commits = append(s.commits, order)
 		s.mu.Unlock()
 	}
+	if len(order) > 0 && s.gate != nil {
+		<-s.gate
+	}
+	if len(order) > 0 {
+		defer s.ended.Add(1)
+	}
 	if s.fail.Load() {
 		return fmt.Errorf("disk on fire: %w", errdefs.ErrUnavailable)
 	}
 	return s.Storage.Commit(ctx, b)
+}
+
+// addRefs is a first sync's fill (syncShare.write): node adds each of ids.
+func addRefs(node string, ids []string) func(*refcount.Batch) {
+	return func(b *refcount.Batch) {
+		for _, id := range ids {
+			b.AddRef(id, node).Break()
+		}
+	}
 }
 
 func (s *shareStorage) addCommits() [][]string {
@@ -157,11 +174,7 @@ func TestFirstSyncWindow(t *testing.T) {
 	var mu sync.Mutex
 	record := func(node string, n int) {
 		t.Helper()
-		b := new(refcount.Batch)
-		for _, id := range ids(n, node+"-") {
-			b.AddRef(id, node).Break()
-		}
-		tx, err := c.syncs.share.write(context.Background(), node, b, n, func() {})
+		tx, err := c.syncs.share.write(context.Background(), node, n, addRefs(node, ids(n, node+"-")), func() {})
 		require.NoError(t, err)
 		mu.Lock()
 		txs = append(txs, tx)
@@ -178,7 +191,7 @@ func TestFirstSyncWindow(t *testing.T) {
 
 	// Two writes of 3: the second does not fit and starts the next.
 	joined := make(chan int, 2)
-	c.syncs.share.joined = func(writes int) { joined <- writes }
+	c.syncs.share.joined = func(_ string, writes int) { joined <- writes }
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); record("a", 3) }()
@@ -288,4 +301,87 @@ func TestBigSyncStopsBetweenSlices(t *testing.T) {
 	require.NoError(t, err)
 	slices.Sort(stored)
 	require.Equal(t, journal, stored)
+}
+
+// TestFirstSyncsBoundedTransactions: while a shared transaction commits,
+// first syncs fill one more, and the rest wait for room without a batch
+// of their own: never more than two shared transactions hold writes at
+// once (was one per FirstSyncRefs references a fleet's syncs brought
+// meanwhile: the coordinator's memory during a fleet's first syncs).
+// Asserted at every join from the transactions opened and the commits
+// ended, the commits held until the other writes wait.
+func TestFirstSyncsBoundedTransactions(t *testing.T) {
+	const writers, refs = 8, 3
+	c, s := newShareCoordinator(t, func(cfg *Config) {
+		cfg.FirstSyncWindow = time.Hour // a transaction ends full, not by its window
+		cfg.FirstSyncRefs = 2 * refs
+	})
+	s.gate = make(chan struct{})
+	sh := c.syncs.share
+	// Under sh.mu (the hooks run under it).
+	opened, most := 0, 0
+	in := map[string]string{} // node: joined or waits
+	changed := make(chan struct{}, 1)
+	note := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	sh.joined = func(node string, writes int) {
+		if writes == 1 {
+			opened++
+		}
+		in[node] = "joined"
+		most = max(most, opened-int(s.ended.Load()))
+		note()
+	}
+	sh.waited = func(node string) { in[node] = "waits"; note() }
+	count := func(state string) (n int) {
+		for _, st := range in {
+			if st == state {
+				n++
+			}
+		}
+		return n
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, writers)
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			node := fmt.Sprintf("n%d", i)
+			_, errs[i] = sh.write(context.Background(), node, refs, addRefs(node, ids(refs, node+"-")), func() {})
+		}()
+	}
+	// Until two transactions are full (the first held in its commit) and
+	// the other four writes wait, or a third transaction opened.
+	for {
+		<-changed
+		sh.mu.Lock()
+		stop := most > 2 || count("joined") == writers || (count("joined") == 4 && count("waits") == writers-4)
+		sh.mu.Unlock()
+		if stop {
+			break
+		}
+	}
+	sh.mu.Lock()
+	require.LessOrEqual(t, most, 2, "shared transactions holding writes at once, the commits held")
+	sh.mu.Unlock()
+	close(s.gate)
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "n%d", i)
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	require.LessOrEqual(t, most, 2, "shared transactions holding writes at once")
+	require.Len(t, s.addCommits(), writers/2)
+	for i := range writers {
+		node := fmt.Sprintf("n%d", i)
+		for _, id := range ids(refs, node+"-") {
+			require.Equal(t, []string{node}, refsOf(t, c, id))
+		}
+	}
 }

@@ -223,17 +223,9 @@ func (sy *syncs) applySync(ctx context.Context, w *syncWrite) error {
 			return fmt.Errorf("sync of node %s: %w", node, err)
 		}
 	default:
-		// In key order: the sets are visited in their pages' order (the store puts
-		// the node index's keys in its own order, bolt_nodes.go).
-		b.Grow(len(w.refs) + 1)
-		for _, id := range slices.Sorted(maps.Keys(w.refs)) {
-			b.AddRef(id, node).Break()
-		}
-		if rec := w.record(w.before); rec != w.before {
-			b.Break().PutMember(rec)
-		}
-		// A first sync: its write shares a transaction (syncshare.go).
-		_, err := sy.share.write(ctx, node, b, len(w.refs), w.releaseSlot)
+		// A first sync: its write shares a transaction (syncshare.go),
+		// made straight into it.
+		_, err := sy.share.write(ctx, node, len(w.refs), func(b *refcount.Batch) { addAll(b, w) }, w.releaseSlot)
 		return err
 	}
 	if rec := w.record(w.before); rec != w.before {
@@ -246,6 +238,21 @@ func (sy *syncs) applySync(ctx context.Context, w *syncWrite) error {
 		return fmt.Errorf("sync of node %s: %w", node, err)
 	}
 	return nil
+}
+
+// addAll adds to b a first sync's writes: every reference of w, each in
+// a group of its own, in key order (the sets are visited in their pages'
+// order; the store puts the node index's keys in its own order,
+// bolt_nodes.go), then the member record.
+func addAll(b *refcount.Batch, w *syncWrite) {
+	node := w.m.rec.ID
+	b.Grow(len(w.refs) + 1)
+	for _, id := range slices.Sorted(maps.Keys(w.refs)) {
+		b.AddRef(id, node).Break()
+	}
+	if rec := w.record(w.before); rec != w.before {
+		b.Break().PutMember(rec)
+	}
 }
 
 // commitSlices commits b a slice at a time (refcount.Batch.Slices, each
