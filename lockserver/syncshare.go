@@ -31,9 +31,9 @@ import (
 //   - its outcome goes to every write it holds: a failed one fails each
 //     node's sync (named in its own error), each node stays unsynced and
 //     syncs again at its next session.
-// A write waiting for its transaction holds no sync slot (shareWrite
-// gives it back): waiting costs no CPU, and the nodes' chunks need the
-// slots to reach their done. What the waiting writes hold is their
+// A write waiting for its transaction holds no sync slot (write first
+// calls the release it is given, syncWrite.releaseSlot): waiting costs
+// no CPU, and the nodes' chunks need the slots to reach their done. What the waiting writes hold is their
 // syncs' buffers, which MaxSyncBuffer bounds cluster-wide, and the
 // shared transactions: at most two at once, the one being committed and
 // the one being filled. A write that does not fit in the one being
