@@ -93,8 +93,8 @@ bench-abuse: sharedcontent-lockserver
 # The scale benchmark (docs/design.md §10): the coordinator binary against N simulated
 # nodes in one process, each with its own node ID, session and clients on
 # its own 127.x.y.z address. Rollouts of a 10-blob image at N = 100, 1,000,
-# 2,600 and 5,000, each node a contentv2 store with the product's deadlines
-# (docs/design.md §10.6), 5,000 nodes renewing sessions for a minute, and a
+# 2,600 and 5,000, and of 1,000 older nodes (docs/design.md §10.7), each node
+# a contentv2 store with the product's deadlines (docs/design.md §10.6), 5,000 nodes renewing sessions for a minute, and a
 # coordinator restart with 1,000 nodes × 1,000 and × 10,000 references.
 # Rewrites the scale block of docs/BENCHMARKS.md (and only it). Long: up to
 # an hour on 2 cores. SCALE_FLAGS=-scale-rollout 100,1000 to choose.

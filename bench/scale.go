@@ -22,6 +22,14 @@ const (
 	scaleEnd   = "<!-- end scale -->\n"
 )
 
+// The default rollouts: the sizes of the targets (docs/design.md §10), and
+// 1,000 older nodes (§10.7) right before as many current ones, whose CPU
+// per node-blob they are held to.
+const (
+	defaultRollout  = "100,1000,1000,2600,5000"
+	defaultOldNodes = "0,1000,0,0,0"
+)
+
 // scaleFlags are the flags of the scale section.
 type scaleFlags struct {
 	server, rollout, steady, restart, oldNodes, skipRef string
@@ -31,7 +39,7 @@ type scaleFlags struct {
 
 func (s *scaleFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.server, "server", "../bin/sharedcontent-lockserver", "scale: the coordinator binary")
-	fs.StringVar(&s.rollout, "scale-rollout", "100,1000,2600,5000", "scale: node counts of the rollout")
+	fs.StringVar(&s.rollout, "scale-rollout", defaultRollout, "scale: node counts of the rollout")
 	fs.StringVar(&s.steady, "scale-steady", "5000", "scale: node counts of the steady scenario")
 	fs.StringVar(&s.restart, "scale-restart", "1000x1000,1000x10000", "scale: NODESxREFERENCES of the restart scenario")
 	fs.BoolVar(&s.check, "scale-check", false, "scale: fail if an invariant breaks (a blob downloaded other than once, a holder's unlock failed, a node unfinished or not synced again)")
@@ -39,7 +47,7 @@ func (s *scaleFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.cfg.Download, "scale-download", scale.DefaultDownload, "scale: the holder's simulated download of a blob")
 	fs.IntVar(&s.cfg.ShortConns, "scale-short-conns", scale.DefaultShortConns, "scale: keep-alive connections a node's short requests share (besides its event stream); 0: lockclient's pool, a connection for each request in flight, as a node does")
 	fs.BoolVar(&s.cfg.SessionStream, "scale-session-stream", false, "scale: open a node's event stream with its session, not with its first wait (lockclient.WithSessionStream)")
-	fs.StringVar(&s.oldNodes, "scale-old-nodes", "", "scale: how many of each rollout's nodes are older nodes (the wire shape before the session timing rule, docs/design.md §10.7), one count per -scale-rollout entry (\"1000,0,1000,0\" with -scale-rollout 1000,1000,1000,1000 alternates them); none where absent")
+	fs.StringVar(&s.oldNodes, "scale-old-nodes", "", "scale: how many of each rollout's nodes are older nodes (the wire shape before the session timing rule, docs/design.md §10.7), one count per -scale-rollout entry (\"1000,0,1000,0\" with -scale-rollout 1000,1000,1000,1000 alternates them); none where absent; with the default -scale-rollout, "+defaultOldNodes)
 	fs.BoolVar(&s.cfg.SessionConn, "scale-session-conn", false, "scale: with -scale-short-conns N, give a node's session calls and syncs a connection of their own, as lockclient's pool would open one rather than queue them behind the node's lock requests (one more descriptor a node)")
 	fs.StringVar(&s.skipRef, "scale-skip-ref", "off", "scale: whether a rollout's followers ask for their references with their skips (contentv2.WithSkipAddsRef: on or off); a list (off,on) runs each rollout size with each in turn")
 	fs.IntVar(&s.cfg.Parallel, "scale-parallel", scale.DefaultParallel, "scale: blobs a node pulls at once")
@@ -64,6 +72,9 @@ func (s *scaleFlags) config() (scale.Config, error) {
 	}
 	if cfg.Restart, err = scale.ParseRestartSizes(s.restart); err != nil {
 		return cfg, err
+	}
+	if s.oldNodes == "" && s.rollout == defaultRollout {
+		s.oldNodes = defaultOldNodes
 	}
 	if cfg.OldNodes, err = scale.ParseCounts(s.oldNodes); err != nil {
 		return cfg, err
