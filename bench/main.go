@@ -788,17 +788,6 @@ func writeVerdicts(w io.Writer, vs []verdict) {
 	fmt.Fprintln(w)
 }
 
-// benchLines keeps the result lines of go test -bench output.
-func benchLines(out []byte) string {
-	var b strings.Builder
-	for _, line := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(line, "Benchmark") || strings.HasPrefix(line, "pkg:") || strings.HasPrefix(line, "cpu:") {
-			b.WriteString(line + "\n")
-		}
-	}
-	return b.String()
-}
-
 // methodology is the doc's fixed part: how each number is made, and what
 // bounds the targets that the design cannot meet on this machine.
 //
