@@ -302,6 +302,12 @@ func (c *Coordinator) SyncRefs(ctx context.Context, nodeID string, req api.SyncR
 	return c.syncs.SyncRefs(ctx, nodeID, req)
 }
 
+// Nodes returns every member and its state: the whole of GET /nodes
+// (members.go's NodesPage).
+func (c *Coordinator) Nodes(ctx context.Context) (api.NodesResponse, error) {
+	return c.memberPart.NodesPage(ctx, "", 0)
+}
+
 // newID returns an unguessable identifier (128 random bits).
 func newID() string {
 	var b [16]byte

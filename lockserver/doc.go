@@ -1,9 +1,10 @@
 // Package lockserver is the coordinator's lock manager (docs/design.md §3):
 // Coordinator, the whole coordinator in process, with no HTTP type. It is a
 // thin front over parts that each own their state and their mutexes
-// (§3.11): the locks part (locks.go), the references part (references.go),
-// the members (memberpart.go) and their syncs (syncs.go), which talk
-// through the interfaces of seams.go.
+// (§3.11): the locks part (locks.go), the references part (references.go)
+// and the members part, whose two halves are the members and their
+// sessions (memberpart.go) and the members' syncs (syncs.go). The parts
+// talk through the interfaces of seams.go.
 //
 // Locks. Resources are spread over shards by FNV-1a of the resource ID, so
 // every lock type of one resource is decided under one mutex (§3.1). Each

@@ -380,11 +380,6 @@ func (mp *memberPart) forgetLocked(ctx context.Context, nodeID, why string) erro
 	return nil
 }
 
-// Nodes returns every member and its state.
-func (mp *memberPart) Nodes(ctx context.Context) (api.NodesResponse, error) {
-	return mp.NodesPage(ctx, "", 0)
-}
-
 // NodesPage handles GET /nodes: the members whose node ID sorts after
 // after, in ID order, at most limit of them (0: all), and the `after` of
 // the next page if there is one. It costs O(members) in memory, no

@@ -28,9 +28,11 @@ func TestPartsKeepToTheirState(t *testing.T) {
 	lockState := []string{"shards", "resources", "keys", "queue", "released", "streams", "fences"}
 	refState := []string{"stripes", "adding", "recent", "recentFloor"}
 	memberState := []string{"mmu", "markers", "root"}
-	// The syncs change their members under the members' mutex (syncs.go),
-	// so of the members' state they are refused only what is not theirs;
-	// the members reach the syncs' state only through syncs' methods.
+	// The members part has two halves, the sessions' (memberPart) and the
+	// syncs' (syncs.go), under one mutex: the syncs change the members
+	// they sync, so of memberPart's state they are refused only what is
+	// not theirs; memberPart reaches the syncs' state only through
+	// syncsView.
 	syncState := []string{"syncLimits", "syncMetrics"}
 	membersOnly := []string{"markers", "root"}
 	locks := []string{"locks.go", "lock.go", "acquire.go", "queue.go", "state.go", "leases.go", "deletes.go", "reaplock.go",

@@ -51,9 +51,10 @@ type membersView interface {
 
 var _ membersView = (*memberPart)(nil)
 
-// syncsView is the syncs (syncs.go) as the members part sees them: what a
-// member's own reference change, the end of its session and the delete
-// rule need of its sync. Callers hold the members' mutex.
+// syncsView is the syncs (syncs.go) as the members' other half,
+// memberPart, sees them: what a member's own reference change, the end of
+// its session and the delete rule need of its sync. Callers hold the
+// members' mutex.
 type syncsView interface {
 	// noteChange tells m's sync in progress, if any, that m itself
 	// added (or removed) a reference to resourceID after it began.

@@ -8,10 +8,10 @@ import (
 	"github.com/sharedcontent/sharedcontent/refcount"
 )
 
-// syncs is the members' syncs (docs/design.md §8.3, §10.4, §10.5): the
-// steps of a node's sync (sync.go, syncstep.go, synchash.go), their
-// admission and buffers (syncbounds.go) and the done sync's write
-// (syncwrite.go). The Coordinator's SyncRefs hands each request to it.
+// syncs is the members part's second half, the members' syncs
+// (docs/design.md §3.11, §8.3, §10.4, §10.5): the steps of a node's sync
+// (sync.go, syncstep.go, synchash.go), their admission and buffers
+// (syncbounds.go) and the done sync's write (syncwrite.go). The Coordinator's SyncRefs hands each request to it.
 //
 // A sync is a member's state (member.sync, member.writing), so syncs
 // reach their members through mp and change them under the members'
