@@ -36,10 +36,10 @@ func (s *BoltStorage) Submit(ctx context.Context, b *Batch) (wait func() error) 
 		return failed(fmt.Errorf("refcount: commit: %w", err))
 	}
 	// Encode outside the transaction: the committer's goroutine runs it.
-	ops := b.writes
-	vals := make([][]byte, len(ops))
-	for i := range ops {
-		v, err := encodeOp(&ops[i])
+	ws := b.writes
+	vals := make([][]byte, len(ws))
+	for i := range ws {
+		v, err := encodeWrite(&ws[i])
 		if err != nil {
 			return failed(fmt.Errorf("refcount: commit: %w", err))
 		}
@@ -50,8 +50,8 @@ func (s *BoltStorage) Submit(ctx context.Context, b *Batch) (wait func() error) 
 			return err
 		}
 		var idx indexAdds
-		for i := range ops {
-			if err := applyOp(tx, &ops[i], vals[i], &idx); err != nil {
+		for i := range ws {
+			if err := applyWrite(tx, &ws[i], vals[i], &idx); err != nil {
 				return err
 			}
 		}
@@ -85,71 +85,71 @@ func commitErr(err error) error {
 	return err
 }
 
-// encodeOp returns the stored value of op, for the kinds that store one
-// value (PutIdentity stores two: applyOp encodes them).
-func encodeOp(op *Write) ([]byte, error) {
-	switch op.Kind {
+// encodeWrite returns the stored value of w, for the kinds that store one
+// value (PutIdentity stores two: applyWrite encodes them).
+func encodeWrite(w *Write) ([]byte, error) {
+	switch w.Kind {
 	case WritePutMember:
-		return json.Marshal(op.Member)
+		return json.Marshal(w.Member)
 	case WritePutString:
-		return []byte(op.String), nil
+		return []byte(w.String), nil
 	case WritePutUint64, WritePutLeaseFenceMark:
-		return binary.BigEndian.AppendUint64(nil, op.Uint64), nil
+		return binary.BigEndian.AppendUint64(nil, w.Uint64), nil
 	case WritePutDeleting:
-		return json.Marshal(op.Deleting)
+		return json.Marshal(w.Deleting)
 	case WritePutDeleted:
-		return json.Marshal(op.Deleted)
+		return json.Marshal(w.Deleted)
 	case WritePutLease:
-		return json.Marshal(op.Lease)
+		return json.Marshal(w.Lease)
 	case WritePutPin:
-		return json.Marshal(op.Pin)
+		return json.Marshal(w.Pin)
 	}
 	return nil, nil
 }
 
-// applyOp makes one checked write in tx. An add's key in the per-node
+// applyWrite makes one checked write in tx. An add's key in the per-node
 // index is put later, with those of the adds that follow it (idx), before
 // any write of another kind: that write may read the index.
-func applyOp(tx *bolt.Tx, op *Write, v []byte, idx *indexAdds) error {
-	if op.Kind == WriteAddRef {
-		return refsOf(tx).addLater(op.Key, op.Node, idx)
+func applyWrite(tx *bolt.Tx, w *Write, v []byte, idx *indexAdds) error {
+	if w.Kind == WriteAddRef {
+		return refsOf(tx).addLater(w.Key, w.Node, idx)
 	}
 	if err := idx.put(tx.Bucket(nodesBucket)); err != nil {
 		return err
 	}
-	key := []byte(op.Key)
-	switch op.Kind {
+	key := []byte(w.Key)
+	switch w.Kind {
 	case WritePutMember, WritePutString, WritePutUint64, WritePutDeleting, WritePutDeleted:
-		return tx.Bucket(bucketOf(op.Kind)).Put(key, v)
+		return tx.Bucket(bucketOf(w.Kind)).Put(key, v)
 	case WritePutLeaseFenceMark:
 		return tx.Bucket(metaBucket).Put([]byte(fenceMarkKey), v)
 	case WritePutIdentity:
 		meta := tx.Bucket(metaBucket)
-		if err := meta.Put([]byte(clusterIDKey), []byte(op.Identity.ClusterID)); err != nil {
+		if err := meta.Put([]byte(clusterIDKey), []byte(w.Identity.ClusterID)); err != nil {
 			return err
 		}
-		if err := putRoot(meta, op.Identity.Root); err != nil {
+		if err := putRoot(meta, w.Identity.Root); err != nil {
 			return err
 		}
-		return meta.Put([]byte(epochKey), binary.BigEndian.AppendUint64(nil, op.Identity.Epoch))
+		return meta.Put([]byte(epochKey), binary.BigEndian.AppendUint64(nil, w.Identity.Epoch))
 	case WriteDeleteMember, WriteDropDeleting, WriteDropDeleted:
-		return tx.Bucket(bucketOf(op.Kind)).Delete(key)
+		return tx.Bucket(bucketOf(w.Kind)).Delete(key)
 	case WritePutLease:
-		return tx.Bucket(leasesBucket).Put([]byte(leaseKey(op.Key, op.Lease.LeaseID)), v)
+		return tx.Bucket(leasesBucket).Put([]byte(leaseKey(w.Key, w.Lease.LeaseID)), v)
 	case WriteDropLease:
-		return tx.Bucket(leasesBucket).Delete([]byte(leaseKey(op.Key, op.Lease.LeaseID)))
+		return tx.Bucket(leasesBucket).Delete([]byte(leaseKey(w.Key, w.Lease.LeaseID)))
 	case WritePutPin:
 		return tx.Bucket(pinsBucket).Put(key, v)
 	case WriteDropPin:
 		return tx.Bucket(pinsBucket).Delete(key)
 	case WriteDropRefs:
-		return refsOf(tx).drop(op.Key)
+		return refsOf(tx).drop(w.Key)
 	case WriteRemoveRef:
-		return refsOf(tx).remove(op.Key, op.Node)
+		return refsOf(tx).remove(w.Key, w.Node)
 	case WriteReplaceNode:
-		return refsOf(tx).replaceNode(op.Node, op.Buckets, op.NodeRefs)
+		return refsOf(tx).replaceNode(w.Node, w.Buckets, w.NodeRefs)
 	}
-	return fmt.Errorf("refcount: unknown write kind %d: %w", op.Kind, errdefs.ErrInvalidArgument)
+	return fmt.Errorf("refcount: unknown write kind %d: %w", w.Kind, errdefs.ErrInvalidArgument)
 }
 
 func bucketOf(k WriteKind) []byte {
