@@ -27,7 +27,10 @@ import (
 // gRPC, so containerd retries a writer rather than taking the blob for
 // absent), and work again once the root answers.
 func TestHungRootThroughContainerdProxy(t *testing.T) {
-	const timeout = 500 * time.Millisecond
+	// The storage timeout bounds every call on the root, the healthy ones
+	// before the freeze too: long enough that a loaded machine's healthy
+	// write stays within it.
+	const timeout = 2 * time.Second
 	fs := freezefs.Mount(t, t.TempDir())
 	coord := lockservertest.Start(t)
 	c, err := lockclient.New(coord.URL(), lockclient.WithNodeID("node-1"))
