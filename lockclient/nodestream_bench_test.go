@@ -136,8 +136,8 @@ func benchWaitStreams(b *testing.B, nodes, waits int, perRequest bool) {
 	if perRequest {
 		// Sessions without an instance ID are in the older shape
 		// (docs/design.md §10.7): their per-request streams have a share
-		// of their own.
-		want = min(nodes*waits, httpserver.OlderStreamsPerMember*nodes)
+		// of their own, which the server reports.
+		want = min(nodes*waits, gatheredGauge(reg, "sharedcontent_event_streams_limit", "older_share"))
 	}
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
@@ -169,14 +169,24 @@ func benchWaitStreams(b *testing.B, nodes, waits int, perRequest bool) {
 
 // gatheredStreams sums sharedcontent_event_streams_open over its kinds.
 func gatheredStreams(reg *prometheus.Registry) int {
+	return gatheredGauge(reg, "sharedcontent_event_streams_open", "")
+}
+
+// gatheredGauge sums the gauge name over its series, or takes the series
+// whose one label has the value label when label is not empty; -1 when
+// the registry cannot be read.
+func gatheredGauge(reg *prometheus.Registry, name, label string) int {
 	mfs, err := reg.Gather()
 	if err != nil {
 		return -1
 	}
 	n := 0
 	for _, mf := range mfs {
-		if mf.GetName() == "sharedcontent_event_streams_open" {
-			for _, m := range mf.GetMetric() {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if label == "" || (len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label) {
 				n += int(m.GetGauge().GetValue())
 			}
 		}
