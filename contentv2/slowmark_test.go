@@ -3,7 +3,9 @@ package contentv2_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,11 +26,13 @@ import (
 
 // lockFault is a real coordinator as a node sees it whose pull locks
 // fail while fault is set, either slow (each waits out its caller's
-// deadline, as a lock request queued behind a storm) or unreachable (at
-// once, as a refused connection), while its sessions are answered.
+// deadline, as a lock request queued behind a storm), unreachable (at
+// once, as a refused connection) or reset-until-deadline (connections
+// reset until the deadline, as a cut network), while its sessions are
+// answered.
 type lockFault struct {
 	contentv2.Coordinator
-	fault    atomic.Pointer[string] // "slow", "unreachable" or nil
+	fault    atomic.Pointer[string] // "slow", "unreachable", "reset-until-deadline" or nil
 	locks    atomic.Int64           // pull locks asked
 	sessions atomic.Int64           // sessions answered
 }
@@ -42,6 +46,12 @@ func (c *lockFault) Lock(ctx context.Context, req api.LockRequest) (contentv2.Lo
 	case *f == "slow":
 		<-ctx.Done()
 		return nil, fmt.Errorf("lock: %w", ctx.Err())
+	case *f == "reset-until-deadline":
+		// lockclient retrying a reset connection until the deadline
+		// ends a pause between its attempts.
+		<-ctx.Done()
+		return nil, fmt.Errorf("lock: %w (after: %w)", ctx.Err(),
+			&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNRESET})
 	default:
 		return nil, fmt.Errorf("lock: dial tcp: connection refused: %w", api.ErrUnavailable)
 	}
@@ -65,10 +75,12 @@ func (c *lockFault) Session(ctx context.Context, req contentv2.SessionRequest) (
 // slow answer; slow again, it sets the mark afresh, so the next call is
 // answered unavailable without a request. A coordinator that could not be
 // reached at all is asked again as soon as a session answer shows it
-// back, as before.
+// back, as before; so is one whose connections were reset until the
+// coordination timeout ended the client's retries (it was not slow: no
+// request reached it).
 func TestSlowAnswerIsNotRetriedAtTheNextSession(t *testing.T) {
 	const coordTimeout = 100 * time.Millisecond
-	for _, fault := range []string{"slow", "unreachable"} {
+	for _, fault := range []string{"slow", "unreachable", "reset-until-deadline"} {
 		t.Run(fault, func(t *testing.T) {
 			cfg := lockserver.DefaultConfig()
 			cfg.SessionTTL = 600 * time.Millisecond // a session round every 200 ms
@@ -109,7 +121,7 @@ func TestSlowAnswerIsNotRetriedAtTheNextSession(t *testing.T) {
 				require.True(t, time.Now().Before(deadline), "no session answer")
 				time.Sleep(10 * time.Millisecond)
 			}
-			if fault == "unreachable" {
+			if fault != "slow" {
 				require.True(t, errdefs.IsUnavailable(writer()))
 				require.Equal(t, int64(2), coord.locks.Load(), "an unreachable coordinator that answers sessions again is asked again")
 				return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -489,7 +490,10 @@ func (s *store) coordinate(ctx context.Context, call func(context.Context) error
 		return err
 	}
 	if failed {
-		slow := cctx.Err() != nil // the coordination timeout ended it
+		// The coordination timeout ended it, and not between attempts
+		// that never reached the coordinator (a client's retries of a
+		// refused or reset connection): that one is unreachable.
+		slow := cctx.Err() != nil && !unreached(err)
 		s.mu.Lock()
 		now := time.Now()
 		s.downUntil, s.slow, s.probeAt = now.Add(s.refRetry), slow, now.Add(s.coordTimeout)
@@ -499,6 +503,13 @@ func (s *store) coordinate(ctx context.Context, call func(context.Context) error
 		}
 	}
 	return err
+}
+
+// unreached reports whether err's last attempt failed on the connection
+// (refused, reset, no route) rather than waiting for an answer.
+func unreached(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && !op.Timeout()
 }
 
 // uncoordinated logs and counts an operation that went ahead (write) or

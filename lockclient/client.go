@@ -395,7 +395,10 @@ func (c *Client) retry(ctx context.Context, what call, fn func(context.Context) 
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s: %w (after: %v)", what, ctx.Err(), err)
+			// Both wrapped: the caller can tell a deadline that ended a
+			// pause between unanswered attempts (a refused connection)
+			// from one that ended a request in flight.
+			return fmt.Errorf("%s: %w (after: %w)", what, ctx.Err(), err)
 		case <-timer.C:
 		}
 	}
