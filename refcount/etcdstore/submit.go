@@ -407,18 +407,31 @@ func whileAnyWaits(items []*submitted) (context.Context, context.CancelFunc) {
 			cancel()
 		}
 	}
-	var stops []func() bool
+	// Each waiter's Done channel is watched by a goroutine of its own,
+	// not context.AfterFunc: for a context that is no cancelCtx of the
+	// standard library (a fasthttp RequestCtx) AfterFunc's goroutine asks
+	// the context for its cause when Done closes (context.Cause calls
+	// Value), and it may still run after stop returned, when the handler
+	// has returned and fasthttp reuses the RequestCtx: a data race the
+	// race detector reported at a coordinator's shutdown. A Done channel
+	// read outlives nothing (fasthttp's is the server's).
+	stopped := make(chan struct{})
 	for _, it := range items {
 		if it.ctx.Err() != nil {
-			leave() // now, not in AfterFunc's goroutine: the Txn is not sent
+			leave() // now: the Txn is not sent
 			continue
 		}
-		stops = append(stops, context.AfterFunc(it.ctx, leave))
+		done := it.ctx.Done()
+		go func() {
+			select {
+			case <-done:
+				leave()
+			case <-stopped:
+			}
+		}()
 	}
 	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
+		close(stopped)
 		cancel()
 	}
 }
